@@ -1,0 +1,52 @@
+import type { Readable, Writable } from "node:stream";
+import { encodeFrame, FrameDecoder, FrameError, type RawFrame } from "@bothy/protocol";
+
+/**
+ * The agent's end of the one byte stream to the host. Decodes frames, encodes frames, and tells
+ * its users when the stream is congested so they can stop producing.
+ */
+export class Channel {
+  private readonly decoder = new FrameDecoder();
+  private congested = false;
+  private readonly drainWaiters = new Set<() => void>();
+
+  constructor(
+    private readonly input: Readable,
+    private readonly output: Writable,
+    private readonly onFrame: (frame: RawFrame) => void,
+    private readonly onClose: (reason: string) => void,
+  ) {
+    input.on("data", (chunk: Buffer) => {
+      let frames: RawFrame[];
+      try {
+        frames = this.decoder.push(chunk);
+      } catch (err) {
+        // A framing error means the stream is out of step; nothing after it can be trusted.
+        this.onClose(err instanceof FrameError ? err.message : "frame decoding failed");
+        return;
+      }
+      for (const frame of frames) this.onFrame(frame);
+    });
+    input.on("end", () => this.onClose("host closed the channel"));
+    input.on("error", (err) => this.onClose(`channel read error: ${err.message}`));
+    output.on("error", (err) => this.onClose(`channel write error: ${err.message}`));
+    output.on("drain", () => {
+      this.congested = false;
+      for (const waiter of [...this.drainWaiters]) waiter();
+    });
+  }
+
+  send(header: object, payload?: Buffer): void {
+    if (!this.output.write(encodeFrame(header, payload))) this.congested = true;
+  }
+
+  get isCongested(): boolean {
+    return this.congested;
+  }
+
+  /** Calls `fn` each time the stream drains, until the returned function is called. */
+  onDrain(fn: () => void): () => void {
+    this.drainWaiters.add(fn);
+    return () => this.drainWaiters.delete(fn);
+  }
+}

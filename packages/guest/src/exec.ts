@@ -1,0 +1,134 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import type { Readable } from "node:stream";
+import { OUTPUT_CHUNK_BYTES, OUTPUT_WINDOW_BYTES, type ParsedHostFrame, type SignalName } from "@bothy/protocol";
+import type { Channel } from "./channel.ts";
+
+type ExecFrame = Extract<ParsedHostFrame, { t: "exec" }>;
+
+/** How long to wait for output pipes to close after the shell exits before closing them ourselves. */
+const PIPE_GRACE_MS = 500;
+
+/**
+ * One running command. Output is forwarded under a credit window: once OUTPUT_WINDOW_BYTES are
+ * unacknowledged, or the channel is congested, the pipes are paused, so a command printing
+ * without end is slowed to the pace of the slowest reader instead of filling memory.
+ */
+export class Command {
+  private readonly child: ChildProcess;
+  private inflight = 0;
+  private paused = false;
+  private finished = false;
+  private exitCode: number | null = null;
+  private exitSignal: NodeJS.Signals | null = null;
+  private exitedAt = 0;
+  private graceTimer: NodeJS.Timeout | undefined;
+  private readonly stopDrainWatch: () => void;
+
+  constructor(
+    readonly id: number,
+    frame: ExecFrame,
+    baseEnv: NodeJS.ProcessEnv,
+    private readonly channel: Channel,
+    private readonly onDone: (id: number) => void,
+  ) {
+    this.child = spawn("/bin/sh", ["-c", frame.cmd], {
+      cwd: frame.cwd ?? "/workspace",
+      env: { ...baseEnv, ...frame.env },
+      stdio: [frame.stdin ? "pipe" : "ignore", "pipe", "pipe"],
+      // Its own process group, so a signal reaches the whole pipeline the shell started.
+      detached: true,
+    });
+    this.stopDrainWatch = channel.onDrain(() => this.updateFlow());
+    this.child.once("spawn", () => channel.send({ t: "started", id, pid: this.child.pid ?? -1 }));
+    this.child.once("error", (err) => {
+      channel.send({ t: "error", id, code: "spawn_failed", message: err.message });
+      this.finish(127, null);
+    });
+    this.child.stdin?.on("error", () => undefined); // EPIPE when the command ignores its input
+    this.pipe(this.child.stdout, 1);
+    this.pipe(this.child.stderr, 2);
+    this.child.once("exit", (code, signal) => {
+      this.exitCode = code;
+      this.exitSignal = signal;
+      this.exitedAt = Date.now();
+      this.armGrace();
+    });
+    this.child.once("close", () => this.finish(this.exitCode, this.exitSignal));
+  }
+
+  credit(bytes: number): void {
+    this.inflight = Math.max(0, this.inflight - bytes);
+    this.updateFlow();
+  }
+
+  stdin(data: Buffer, eof: boolean): void {
+    const stdin = this.child.stdin;
+    if (!stdin || stdin.destroyed) return;
+    if (data.length > 0) stdin.write(data);
+    if (eof) stdin.end();
+  }
+
+  signal(sig: SignalName): void {
+    const pid = this.child.pid;
+    if (pid === undefined || this.exitedAt !== 0) return;
+    try {
+      process.kill(-pid, sig);
+    } catch {
+      // The group is already gone; the exit event reports it.
+    }
+  }
+
+  /** Kills the command's process group; used when the host goes away. */
+  kill(): void {
+    this.signal("SIGKILL");
+  }
+
+  private pipe(stream: Readable | null, fd: 1 | 2): void {
+    if (!stream) return;
+    stream.on("data", (chunk: Buffer) => {
+      for (let off = 0; off < chunk.length; off += OUTPUT_CHUNK_BYTES) {
+        const part = chunk.subarray(off, off + OUTPUT_CHUNK_BYTES);
+        this.inflight += part.length;
+        this.channel.send({ t: "output", id: this.id, fd }, part);
+      }
+      this.updateFlow();
+      if (this.exitedAt !== 0) this.armGrace();
+    });
+    stream.on("error", () => undefined);
+  }
+
+  private updateFlow(): void {
+    const shouldPause = this.inflight >= OUTPUT_WINDOW_BYTES || this.channel.isCongested;
+    if (shouldPause === this.paused) return;
+    this.paused = shouldPause;
+    for (const s of [this.child.stdout, this.child.stderr]) {
+      if (shouldPause) s?.pause();
+      else s?.resume();
+    }
+    if (!shouldPause && this.exitedAt !== 0) this.armGrace();
+  }
+
+  /**
+   * A background job started by the command (`sleep 100 &`) keeps the pipes open after the shell
+   * exits. Once output has gone quiet for PIPE_GRACE_MS after exit, the command is over.
+   */
+  private armGrace(): void {
+    if (this.finished) return;
+    clearTimeout(this.graceTimer);
+    this.graceTimer = setTimeout(() => {
+      if (this.paused) return; // output still waiting for credit; updateFlow re-arms
+      this.child.stdout?.destroy();
+      this.child.stderr?.destroy();
+      this.finish(this.exitCode, this.exitSignal);
+    }, PIPE_GRACE_MS);
+  }
+
+  private finish(code: number | null, signal: NodeJS.Signals | null): void {
+    if (this.finished) return;
+    this.finished = true;
+    clearTimeout(this.graceTimer);
+    this.stopDrainWatch();
+    this.channel.send({ t: "exited", id: this.id, code, signal });
+    this.onDone(this.id);
+  }
+}

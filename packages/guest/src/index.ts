@@ -1,0 +1,1 @@
+export { Channel } from "./channel.ts";

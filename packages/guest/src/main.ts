@@ -1,0 +1,101 @@
+import { hostFrame, PROTOCOL_GENERATION, type RawFrame } from "@bothy/protocol";
+import { Channel } from "./channel.ts";
+import { Command } from "./exec.ts";
+import { AtomicWrite, fileOpError, readToChannel, statPath } from "./files.ts";
+
+const AGENT_VERSION = "bothy-agent/0.1.0";
+/** The host may not be listening yet (QEMU drops writes without a peer): repeat hello until answered. */
+const HELLO_REPEAT_MS = 200;
+
+// The agent's stdout is the protocol channel: nothing else may write to it.
+console.log = console.info = console.warn = console.error;
+
+const childEnv: NodeJS.ProcessEnv = { ...process.env };
+const commands = new Map<number, Command>();
+const writes = new Map<number, AtomicWrite>();
+let acked = false;
+
+const channel = new Channel(process.stdin, process.stdout, onFrame, shutdown);
+
+function sendError(id: number | undefined, code: "bad_frame" | "unknown_request" | "not_found" | "io_error" | "precondition_failed" | "busy", message: string): void {
+  channel.send({ t: "error", ...(id === undefined ? {} : { id }), code, message: message.slice(0, 4000) });
+}
+
+function onFrame(raw: RawFrame): void {
+  const parsed = hostFrame.safeParse(raw.header);
+  if (!parsed.success) {
+    const id = (raw.header as { id?: unknown } | null)?.id;
+    sendError(typeof id === "number" ? id : undefined, "bad_frame", parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; "));
+    return;
+  }
+  const frame = parsed.data;
+  switch (frame.t) {
+    case "hello_ack":
+      acked = true;
+      return;
+    case "exec":
+      if (commands.has(frame.id) || writes.has(frame.id)) return sendError(frame.id, "busy", `request id ${frame.id} is in use`);
+      commands.set(frame.id, new Command(frame.id, frame, childEnv, channel, (id) => commands.delete(id)));
+      return;
+    case "stdin": {
+      const cmd = commands.get(frame.id);
+      if (!cmd) return sendError(frame.id, "unknown_request", `no running command ${frame.id}`);
+      cmd.stdin(raw.payload, frame.eof);
+      return;
+    }
+    case "signal":
+      commands.get(frame.id)?.signal(frame.signal);
+      return;
+    case "credit":
+      commands.get(frame.id)?.credit(frame.bytes);
+      return;
+    case "stat":
+      statPath(frame.path).then(
+        (stat) => channel.send({ t: "stat_result", id: frame.id, stat }),
+        (err) => sendFileError(frame.id, err),
+      );
+      return;
+    case "file_read":
+      readToChannel(frame.id, frame.path, channel).catch((err) => sendFileError(frame.id, err));
+      return;
+    case "file_write":
+      if (commands.has(frame.id) || writes.has(frame.id)) return sendError(frame.id, "busy", `request id ${frame.id} is in use`);
+      writes.set(frame.id, new AtomicWrite(frame));
+      return;
+    case "file_chunk": {
+      const write = writes.get(frame.id);
+      if (!write) return sendError(frame.id, "unknown_request", `no file write ${frame.id}`);
+      write.write(raw.payload).catch(() => undefined);
+      if (!frame.eof) return;
+      writes.delete(frame.id);
+      write.commit().then(
+        (done) => channel.send({ t: "file_done", id: frame.id, ...done }),
+        async (err) => {
+          await write.abort();
+          sendFileError(frame.id, err);
+        },
+      );
+      return;
+    }
+  }
+}
+
+function sendFileError(id: number, err: unknown): void {
+  const e = fileOpError(err);
+  sendError(id, e.code, e.message);
+}
+
+function shutdown(reason: string): void {
+  process.stderr.write(`bothy-agent: ${reason}; exiting\n`);
+  for (const cmd of commands.values()) cmd.kill();
+  for (const write of writes.values()) void write.abort();
+  setTimeout(() => process.exit(0), 50);
+}
+
+function hello(): void {
+  if (acked) return;
+  channel.send({ t: "hello", gen: PROTOCOL_GENERATION, agent: AGENT_VERSION, pid: process.pid });
+  setTimeout(hello, HELLO_REPEAT_MS).unref();
+}
+
+hello();

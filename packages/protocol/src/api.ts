@@ -1,0 +1,90 @@
+import { z } from "zod";
+import { signalName } from "./guest-frames.ts";
+
+/** Template names are plain identifiers: no path characters, so they can never escape the store. */
+export const TEMPLATE_NAME_RE = /^[a-z0-9][a-z0-9-]{0,62}$/;
+/** Sandbox ids: `sbx_` and 20 lowercase base32 characters. */
+export const SANDBOX_ID_RE = /^sbx_[a-z2-7]{20}$/;
+export const COMMAND_ID_RE = /^cmd_[a-z2-7]{20}$/;
+/** Idempotency keys: printable ASCII without spaces, as in the IETF Idempotency-Key draft. */
+export const IDEMPOTENCY_KEY_RE = /^[\x21-\x7e]{1,255}$/;
+
+export const SANDBOX_STATES = ["creating", "running", "deleting", "deleted", "failed"] as const;
+export const sandboxState = z.enum(SANDBOX_STATES);
+export type SandboxState = z.infer<typeof sandboxState>;
+/** States in which a sandbox still owns host resources. */
+export const LIVE_STATES: readonly SandboxState[] = ["creating", "running", "deleting"];
+
+export const createSandboxRequest = z
+  .object({
+    template: z.string().default("seed"),
+    vcpu: z.number().int().default(1),
+    memory_mib: z.number().int().default(512),
+  })
+  .strict();
+export type CreateSandboxRequest = z.input<typeof createSandboxRequest>;
+
+export const sandboxInfo = z.object({
+  sandbox_id: z.string(),
+  state: sandboxState,
+  template: z.string(),
+  driver: z.string(),
+  vcpu: z.number().int(),
+  memory_mib: z.number().int(),
+  created_at: z.string(),
+  deleted_at: z.string().nullable(),
+  error: z.string().nullable().optional(),
+});
+export type SandboxInfo = z.infer<typeof sandboxInfo>;
+
+export const sandboxList = z.object({ sandboxes: z.array(sandboxInfo) });
+
+export const healthz = z.object({
+  status: z.literal("ok"),
+  uptime_s: z.number(),
+  sandboxes: z.record(z.string(), z.number().int()),
+});
+
+// ---- the command WebSocket ------------------------------------------------------------------------
+
+const envMap = z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment names are letters, digits and _"), z.string());
+
+/** The first message on `/sandboxes/{id}/command`; `type` may be omitted. */
+export const commandRequest = z
+  .object({
+    type: z.literal("command").optional(),
+    cmd: z.string().min(1, "cmd must not be empty").max(256 * 1024),
+    cwd: z.string().min(1).max(4096).optional(),
+    env: envMap.optional(),
+    timeout_s: z.number().positive().max(86400).optional(),
+    stdin: z.boolean().optional(),
+  })
+  .strict();
+export type CommandRequest = z.infer<typeof commandRequest>;
+
+/** Messages a client may send while its command runs. */
+export const commandInput = z.discriminatedUnion("type", [
+  z.object({ type: z.literal("stdin"), data: z.string(), encoding: z.enum(["utf8", "base64"]).optional() }).strict(),
+  z.object({ type: z.literal("stdin_eof") }).strict(),
+  z.object({ type: z.literal("signal"), signal: signalName }).strict(),
+]);
+export type CommandInput = z.infer<typeof commandInput>;
+
+export const commandEvent = z.discriminatedUnion("type", [
+  z.object({ type: z.literal("started"), command_id: z.string(), sandbox_id: z.string(), pid: z.number().int() }),
+  z.object({
+    type: z.enum(["stdout", "stderr"]),
+    command_id: z.string(),
+    data: z.string(),
+    encoding: z.literal("base64").optional(),
+  }),
+  z.object({
+    type: z.literal("process_exited"),
+    command_id: z.string(),
+    exit_code: z.number().int().nullable(),
+    signal: z.string().optional(),
+    timed_out: z.boolean().optional(),
+  }),
+  z.object({ type: z.literal("error"), code: z.string(), message: z.string(), command_id: z.string().optional() }),
+]);
+export type CommandEvent = z.infer<typeof commandEvent>;

@@ -1,0 +1,143 @@
+/**
+ * The error-code registry. Every error that leaves a bothy component carries one of these codes;
+ * the status map is exhaustive, so a new code without an HTTP status fails the type check.
+ */
+export const ERROR_CODES = [
+  "invalid_json",
+  "invalid_request",
+  "unsupported_media_type",
+  "body_too_large",
+  "invalid_template_name",
+  "template_not_found",
+  "template_not_built",
+  "invalid_sandbox_id",
+  "sandbox_not_found",
+  "sandbox_not_running",
+  "idempotency_key_invalid",
+  "idempotency_key_reused",
+  "idempotency_key_in_flight",
+  "invalid_command",
+  "route_not_found",
+  "method_not_allowed",
+  "capacity_exhausted",
+  "create_failed",
+  "agent_unavailable",
+  "agent_protocol_error",
+  "file_not_found",
+  "file_error",
+  "not_supported",
+  "shutting_down",
+  "internal",
+] as const;
+
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+export const ERROR_STATUS: Record<ErrorCode, number> = {
+  invalid_json: 400,
+  invalid_request: 400,
+  unsupported_media_type: 415,
+  body_too_large: 413,
+  invalid_template_name: 400,
+  template_not_found: 404,
+  template_not_built: 409,
+  invalid_sandbox_id: 400,
+  sandbox_not_found: 404,
+  sandbox_not_running: 409,
+  idempotency_key_invalid: 400,
+  idempotency_key_reused: 422,
+  idempotency_key_in_flight: 409,
+  invalid_command: 400,
+  route_not_found: 404,
+  method_not_allowed: 405,
+  capacity_exhausted: 503,
+  create_failed: 500,
+  agent_unavailable: 502,
+  agent_protocol_error: 502,
+  file_not_found: 404,
+  file_error: 400,
+  not_supported: 501,
+  shutting_down: 503,
+  internal: 500,
+};
+
+const TITLES: Record<ErrorCode, string> = {
+  invalid_json: "Malformed JSON",
+  invalid_request: "Invalid request",
+  unsupported_media_type: "Unsupported media type",
+  body_too_large: "Request body too large",
+  invalid_template_name: "Invalid template name",
+  template_not_found: "Template not found",
+  template_not_built: "Template not built",
+  invalid_sandbox_id: "Invalid sandbox id",
+  sandbox_not_found: "Sandbox not found",
+  sandbox_not_running: "Sandbox not running",
+  idempotency_key_invalid: "Invalid Idempotency-Key",
+  idempotency_key_reused: "Idempotency-Key reused with another request",
+  idempotency_key_in_flight: "Request with this Idempotency-Key in progress",
+  invalid_command: "Invalid command message",
+  route_not_found: "Not found",
+  method_not_allowed: "Method not allowed",
+  capacity_exhausted: "No capacity",
+  create_failed: "Sandbox creation failed",
+  agent_unavailable: "Guest agent unavailable",
+  agent_protocol_error: "Guest agent protocol error",
+  file_not_found: "File not found",
+  file_error: "File operation failed",
+  not_supported: "Not supported",
+  shutting_down: "Server shutting down",
+  internal: "Internal error",
+};
+
+export function errorTitle(code: ErrorCode): string {
+  return TITLES[code];
+}
+
+export function isErrorCode(value: unknown): value is ErrorCode {
+  return typeof value === "string" && (ERROR_CODES as readonly string[]).includes(value);
+}
+
+/** The one error type of bothy: a stable code, a message that says what to do, an optional cause. */
+export class BothyError extends Error {
+  readonly code: ErrorCode;
+  readonly details: Record<string, unknown> | undefined;
+
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; details?: Record<string, unknown> }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    this.code = code;
+    this.details = options?.details;
+  }
+
+  get status(): number {
+    return ERROR_STATUS[this.code];
+  }
+}
+
+/** Converts any thrown value into a BothyError; unknown errors become `internal` without leaking their text. */
+export function toBothyError(err: unknown): BothyError {
+  if (err instanceof BothyError) return err;
+  return new BothyError("internal", "An internal error occurred; the server log has the details.", { cause: err });
+}
+
+/** RFC 9457 problem details, with bothy's stable `code`. */
+export interface Problem {
+  type: string;
+  title: string;
+  status: number;
+  code: ErrorCode;
+  detail: string;
+  instance?: string;
+  [extra: string]: unknown;
+}
+
+export function toProblem(err: BothyError, instance?: string): Problem {
+  return {
+    type: `https://bothy.dev/errors/${err.code}`,
+    title: errorTitle(err.code),
+    status: err.status,
+    code: err.code,
+    detail: err.message,
+    ...(instance === undefined ? {} : { instance }),
+    ...(err.details ?? {}),
+  };
+}

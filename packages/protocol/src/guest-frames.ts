@@ -1,0 +1,83 @@
+import { z } from "zod";
+
+/** The host-guest protocol generation. Bump it on any incompatible change to the frames below. */
+export const PROTOCOL_GENERATION = 1;
+
+/** Unacknowledged output bytes a command may have in flight before the agent pauses it. */
+export const OUTPUT_WINDOW_BYTES = 1024 * 1024;
+/** Largest output chunk the agent sends in one frame. */
+export const OUTPUT_CHUNK_BYTES = 64 * 1024;
+
+const requestId = z.number().int().min(1).max(2 ** 31 - 1);
+const guestPath = z.string().min(1).max(4096).refine((p) => !p.includes("\0"), "path contains a NUL byte");
+export const SIGNALS = ["SIGINT", "SIGTERM", "SIGKILL", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"] as const;
+export const signalName = z.enum(SIGNALS);
+export type SignalName = z.infer<typeof signalName>;
+const envMap = z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment names are letters, digits and _"), z.string().max(65536));
+
+// ---- host → guest -------------------------------------------------------------------------------
+
+export const hostFrame = z.discriminatedUnion("t", [
+  z.object({ t: z.literal("hello_ack"), gen: z.number().int() }).strict(),
+  z
+    .object({
+      t: z.literal("exec"),
+      id: requestId,
+      cmd: z.string().min(1).max(256 * 1024),
+      cwd: guestPath.optional(),
+      env: envMap.optional(),
+      stdin: z.boolean().default(false),
+    })
+    .strict(),
+  /** Input for a running command; payload holds the bytes. `eof` closes its stdin after them. */
+  z.object({ t: z.literal("stdin"), id: requestId, eof: z.boolean().default(false) }).strict(),
+  z.object({ t: z.literal("signal"), id: requestId, signal: signalName }).strict(),
+  /** The host has consumed `bytes` more output bytes of command `id`. */
+  z.object({ t: z.literal("credit"), id: requestId, bytes: z.number().int().min(1).max(2 ** 31) }).strict(),
+  z.object({ t: z.literal("file_read"), id: requestId, path: guestPath }).strict(),
+  /** Starts an atomic write; the data follows in `file_chunk` frames, the last with `eof`. */
+  z
+    .object({
+      t: z.literal("file_write"),
+      id: requestId,
+      path: guestPath,
+      mode: z.number().int().min(0).max(0o7777).optional(),
+      if_sha256: z.string().regex(/^[0-9a-f]{64}$/).optional(),
+    })
+    .strict(),
+  z.object({ t: z.literal("file_chunk"), id: requestId, eof: z.boolean().default(false) }).strict(),
+  z.object({ t: z.literal("stat"), id: requestId, path: guestPath }).strict(),
+]);
+export type HostFrame = z.input<typeof hostFrame>;
+export type ParsedHostFrame = z.output<typeof hostFrame>;
+
+// ---- guest → host -------------------------------------------------------------------------------
+
+export const fileStat = z.object({
+  type: z.enum(["file", "dir", "symlink", "other"]),
+  size: z.number().int().min(0),
+  mode: z.number().int().min(0),
+  mtime_ms: z.number(),
+});
+export type FileStat = z.infer<typeof fileStat>;
+
+export const guestFrame = z.discriminatedUnion("t", [
+  z.object({ t: z.literal("hello"), gen: z.number().int(), agent: z.string().max(200), pid: z.number().int() }).strict(),
+  z.object({ t: z.literal("started"), id: requestId, pid: z.number().int() }).strict(),
+  /** Output of command `id` on fd 1 (stdout) or 2 (stderr); payload holds the bytes. */
+  z.object({ t: z.literal("output"), id: requestId, fd: z.union([z.literal(1), z.literal(2)]) }).strict(),
+  z.object({ t: z.literal("exited"), id: requestId, code: z.number().int().nullable(), signal: z.string().max(32).nullable() }).strict(),
+  /** A chunk of a file being read; payload holds the bytes. */
+  z.object({ t: z.literal("file_chunk"), id: requestId }).strict(),
+  z.object({ t: z.literal("file_done"), id: requestId, size: z.number().int().min(0), sha256: z.string() }).strict(),
+  z.object({ t: z.literal("stat_result"), id: requestId, stat: fileStat }).strict(),
+  z
+    .object({
+      t: z.literal("error"),
+      id: requestId.optional(),
+      code: z.enum(["bad_frame", "unknown_request", "spawn_failed", "not_found", "io_error", "precondition_failed", "busy"]),
+      message: z.string().max(4096),
+    })
+    .strict(),
+]);
+export type GuestFrame = z.infer<typeof guestFrame>;

@@ -1,0 +1,4 @@
+export * from "./errors.ts";
+export * from "./codec.ts";
+export * from "./guest-frames.ts";
+export * from "./api.ts";

@@ -1,0 +1,56 @@
+import type { Readable, Writable } from "node:stream";
+
+/** What a driver needs to make one sandbox. */
+export interface SandboxSpec {
+  id: string;
+  /** The template's root tree, shared read-only by every sandbox of that template. */
+  templateRoot: string;
+  templateEnv: Record<string, string>;
+  vcpu: number;
+  memoryMib: number;
+  /** A directory the sandbox owns; everything the driver makes on disk lives under it. */
+  dir: string;
+}
+
+/** The byte stream to the guest agent. */
+export interface GuestStream {
+  input: Readable;
+  output: Writable;
+}
+
+export interface ExitInfo {
+  code: number | null;
+  signal: string | null;
+}
+
+/**
+ * One sandbox on the host. `start` runs once; `wait` is shared by every caller; `shutdown` asks
+ * the guest to stop, `kill` does not ask; `destroy` removes every host object the sandbox has,
+ * and is safe to call again.
+ */
+export interface SandboxHandle {
+  readonly id: string;
+  start(signal?: AbortSignal): Promise<GuestStream>;
+  wait(): Promise<ExitInfo>;
+  shutdown(timeoutMs: number): Promise<void>;
+  kill(): Promise<void>;
+  destroy(): Promise<void>;
+}
+
+/** A host object that exists for a sandbox: found by `reconcile`, removable without a handle. */
+export interface HostObject {
+  sandboxId: string;
+  kind: string;
+  description: string;
+}
+
+export interface Driver {
+  readonly name: string;
+  /** Checks the host can run this driver; throws a BothyError saying what to install or fix. */
+  preflight(): Promise<void>;
+  create(spec: SandboxSpec): SandboxHandle;
+  /** Every host object this driver's sandboxes hold, whether or not a handle exists for them. */
+  reconcile(): Promise<HostObject[]>;
+  /** Removes all host objects of a sandbox that has no live handle. */
+  removeOrphan(sandboxId: string): Promise<void>;
+}

@@ -1,0 +1,66 @@
+import type { SandboxSpec } from "./driver.ts";
+
+/** Where the agent appears inside every sandbox. */
+export const GUEST_AGENT_PATH = "/opt/bothy/agent.mjs";
+
+const CPU_PERIOD_US = 100_000;
+
+/** Docker's default set: enough for a root user to install packages and manage files. */
+const CAPABILITIES = [
+  "CAP_CHOWN",
+  "CAP_DAC_OVERRIDE",
+  "CAP_FSETID",
+  "CAP_FOWNER",
+  "CAP_MKNOD",
+  "CAP_NET_RAW",
+  "CAP_SETGID",
+  "CAP_SETUID",
+  "CAP_SETFCAP",
+  "CAP_SETPCAP",
+  "CAP_NET_BIND_SERVICE",
+  "CAP_SYS_CHROOT",
+  "CAP_KILL",
+  "CAP_AUDIT_WRITE",
+];
+
+/** The OCI runtime spec of one sandbox: the agent as the only process, talking over stdio. */
+export function buildOciSpec(spec: SandboxSpec & { rootfs: string; agentPath: string }): object {
+  const env = {
+    PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    HOME: "/root",
+    TERM: "xterm",
+    LANG: "C.UTF-8",
+    ...spec.templateEnv,
+    HOSTNAME: spec.id,
+    BOTHY_SANDBOX_ID: spec.id,
+  };
+  return {
+    ociVersion: "1.0.2",
+    process: {
+      terminal: false,
+      user: { uid: 0, gid: 0 },
+      args: ["/usr/bin/node", GUEST_AGENT_PATH],
+      env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
+      cwd: "/",
+      capabilities: Object.fromEntries(["bounding", "effective", "inheritable", "permitted"].map((k) => [k, CAPABILITIES])),
+      rlimits: [{ type: "RLIMIT_NOFILE", hard: 1_048_576, soft: 1_048_576 }],
+    },
+    root: { path: spec.rootfs, readonly: false },
+    hostname: spec.id,
+    mounts: [
+      { destination: "/proc", type: "proc", source: "proc" },
+      { destination: "/dev", type: "tmpfs", source: "tmpfs" },
+      { destination: "/sys", type: "sysfs", source: "sysfs", options: ["nosuid", "noexec", "nodev", "ro"] },
+      { destination: GUEST_AGENT_PATH, type: "bind", source: spec.agentPath, options: ["rbind", "ro"] },
+    ],
+    linux: {
+      cgroupsPath: `/bothy/${spec.id}`,
+      resources: {
+        cpu: { quota: Math.round(spec.vcpu * CPU_PERIOD_US), period: CPU_PERIOD_US },
+        memory: { limit: spec.memoryMib * 1024 * 1024 },
+        pids: { limit: 4096 },
+      },
+      namespaces: [{ type: "pid" }, { type: "network" }, { type: "ipc" }, { type: "uts" }, { type: "mount" }],
+    },
+  };
+}

@@ -1,0 +1,294 @@
+/**
+ * Built templates on disk, keyed by content hash: `<storeDir>/<name>/<hash>/{rootfs,meta.json}`.
+ * A build happens under `<storeDir>/.tmp/` and is renamed into place only once complete, so a
+ * directory at the final path is always a whole tree. One build per template at a time: shared
+ * within a process, serialized across processes by a lock file.
+ */
+import { randomBytes } from "node:crypto";
+import { chmod, mkdir, mkdtemp, readFile, readdir, realpath, rename, writeFile } from "node:fs/promises";
+import path from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { z } from "zod";
+import { planBuild, removeTree, type BuildProgress } from "./template-builder.ts";
+import { acquireLock } from "./template-lock.ts";
+import { loadTemplate, TEMPLATE_FILE, TEMPLATE_FORMAT_VERSION, type LoadedTemplate } from "./template-spec.ts";
+
+export type { BuildProgress } from "./template-builder.ts";
+
+export interface BuiltTemplate {
+  name: string;
+  hash: string;
+  /** Absolute path of the root tree; treat it as read-only (sandboxes use it as an overlay's lower layer). */
+  rootfs: string;
+  /** Environment every command in a sandbox of this template gets. */
+  env: Record<string, string>;
+  builtAt: string;
+}
+
+export interface TemplateStoreOptions {
+  /** The repository's `templates/` folder, holding `<name>/template.yaml`. */
+  sourceDir: string;
+  /** Where builds live, e.g. `$BOTHY_HOME/templates`. */
+  storeDir: string;
+  /** Debian mirror for debootstrap; default `$BOTHY_DEBIAN_MIRROR` or deb.debian.org. */
+  mirror?: string;
+}
+
+export interface BuildOptions {
+  onProgress?: (ev: BuildProgress) => void;
+  signal?: AbortSignal;
+  /** Rebuild even when a build for the current hash exists (the parent is still taken from cache). */
+  force?: boolean;
+}
+
+const DEFAULT_MIRROR = "http://deb.debian.org/debian";
+
+const metaSchema = z.object({
+  formatVersion: z.number(),
+  name: z.string(),
+  hash: z.string(),
+  env: z.record(z.string(), z.string()),
+  builtAt: z.string(),
+  parent: z.object({ name: z.string(), hash: z.string() }).nullable(),
+  base: z.string().nullable(),
+  packages: z.array(z.string()),
+  buildSeconds: z.number(),
+});
+type TemplateMeta = z.infer<typeof metaSchema>;
+
+interface Flight {
+  promise: Promise<BuiltTemplate>;
+  controller: AbortController;
+  listeners: Set<(ev: BuildProgress) => void>;
+  waiters: number;
+}
+
+export class TemplateStore {
+  readonly sourceDir: string;
+  readonly storeDir: string;
+  readonly mirror: string;
+  private readonly flights = new Map<string, Flight>();
+
+  constructor(opts: TemplateStoreOptions) {
+    this.sourceDir = path.resolve(opts.sourceDir);
+    this.storeDir = path.resolve(opts.storeDir);
+    this.mirror = opts.mirror ?? process.env["BOTHY_DEBIAN_MIRROR"] ?? DEFAULT_MIRROR;
+  }
+
+  /** The built template for the current definition, or undefined when it must be built. */
+  async resolve(name: string): Promise<BuiltTemplate | undefined> {
+    return this.readBuilt(await loadTemplate(this.sourceDir, name));
+  }
+
+  /** Builds `name` (and its parents), or returns the build for the current hash. */
+  async build(name: string, opts: BuildOptions = {}): Promise<BuiltTemplate> {
+    opts.signal?.throwIfAborted();
+    return this.buildLoaded(await loadTemplate(this.sourceDir, name), opts);
+  }
+
+  /** Every template with a definition; `error` says why one cannot be loaded. */
+  async list(): Promise<Array<{ name: string; built: BuiltTemplate | undefined; error?: string }>> {
+    const entries = await readdir(this.sourceDir, { withFileTypes: true });
+    const names = entries.filter((e) => e.isDirectory()).map((e) => e.name).sort();
+    const out: Array<{ name: string; built: BuiltTemplate | undefined; error?: string }> = [];
+    for (const name of names) {
+      try {
+        out.push({ name, built: await this.resolve(name) });
+      } catch (err) {
+        // A folder without a definition is not a template; any other failure is worth showing.
+        if ((err as { code?: unknown }).code === "template_not_found" && !(await hasDefinition(this.sourceDir, name))) continue;
+        out.push({ name, built: undefined, error: err instanceof Error ? err.message : String(err) });
+      }
+    }
+    return out;
+  }
+
+  private buildLoaded(t: LoadedTemplate, opts: BuildOptions): Promise<BuiltTemplate> {
+    const key = `${t.name}@${t.hash}${opts.force === true ? "!" : ""}`;
+    let flight = this.flights.get(key);
+    if (flight === undefined) {
+      const controller = new AbortController();
+      const listeners = new Set<(ev: BuildProgress) => void>();
+      const emit = (ev: BuildProgress): void => listeners.forEach((l) => l(ev));
+      const started: Flight = {
+        controller,
+        listeners,
+        waiters: 0,
+        promise: this.runBuild(t, opts.force === true, controller.signal, emit).finally(() => {
+          if (this.flights.get(key) === started) this.flights.delete(key);
+        }),
+      };
+      // Callers that all gave up leave nobody to observe the rejection.
+      started.promise.catch(() => undefined);
+      this.flights.set(key, started);
+      flight = started;
+    }
+    return this.join(key, flight, opts);
+  }
+
+  /** Attaches one caller to a shared build; the build is aborted only when every caller aborted. */
+  private join(key: string, flight: Flight, opts: BuildOptions): Promise<BuiltTemplate> {
+    const listener = opts.onProgress;
+    if (listener !== undefined) flight.listeners.add(listener);
+    flight.waiters++;
+    return new Promise<BuiltTemplate>((resolve, reject) => {
+      let settled = false;
+      const leave = (): void => {
+        settled = true;
+        if (listener !== undefined) flight.listeners.delete(listener);
+        opts.signal?.removeEventListener("abort", onAbort);
+        flight.waiters--;
+      };
+      const onAbort = (): void => {
+        if (settled) return;
+        leave();
+        reject(opts.signal?.reason);
+        if (flight.waiters === 0) {
+          // A later caller must start afresh rather than join a build that is being torn down.
+          if (this.flights.get(key) === flight) this.flights.delete(key);
+          flight.controller.abort(opts.signal?.reason);
+        }
+      };
+      opts.signal?.addEventListener("abort", onAbort, { once: true });
+      flight.promise.then(
+        (built) => settled || (leave(), resolve(built)),
+        (err: unknown) => settled || (leave(), reject(err)),
+      );
+      if (opts.signal?.aborted === true) onAbort();
+    });
+  }
+
+  private async runBuild(t: LoadedTemplate, force: boolean, signal: AbortSignal, emit: (ev: BuildProgress) => void): Promise<BuiltTemplate> {
+    if (!force) {
+      const cached = await this.readBuilt(t);
+      if (cached !== undefined) return cached;
+    }
+    const parent =
+      t.parent === undefined
+        ? undefined
+        : await this.buildLoaded(t.parent, {
+            signal,
+            onProgress: (ev) => emit({ ...ev, title: `${t.parent?.name ?? ""}: ${ev.title}` }),
+          });
+
+    await mkdir(path.join(this.storeDir, ".tmp"), { recursive: true });
+    await mkdir(path.join(this.storeDir, ".locks"), { recursive: true });
+    const release = await acquireLock(path.join(this.storeDir, ".locks", `${t.name}.lock`), signal, (holder) =>
+      emit({ step: 0, steps: 0, title: "waiting", line: `another build of "${t.name}" is running (pid ${holder})` }),
+    );
+    try {
+      // The process that held the lock may have just built this very hash.
+      if (!force) {
+        const cached = await this.readBuilt(t);
+        if (cached !== undefined) return cached;
+      }
+      await this.removeStaleTemps(t.name);
+      return await this.buildInto(t, parent, signal, emit);
+    } finally {
+      await release();
+    }
+  }
+
+  private async buildInto(
+    t: LoadedTemplate,
+    parent: BuiltTemplate | undefined,
+    signal: AbortSignal,
+    emit: (ev: BuildProgress) => void,
+  ): Promise<BuiltTemplate> {
+    const started = Date.now();
+    // realpath: mount points in /proc/self/mountinfo are real paths, and cleanup matches on them.
+    const work = await realpath(await mkdtemp(path.join(this.storeDir, ".tmp", `${t.name}.`)));
+    const tree = path.join(work, "rootfs");
+    const finalDir = this.buildDir(t.name, t.hash);
+    try {
+      const steps = planBuild({ template: t, tree, parentRootfs: parent?.rootfs, mirror: this.mirror, signal });
+      steps.push({
+        title: "finalize",
+        run: async () => {
+          const meta: TemplateMeta = {
+            formatVersion: TEMPLATE_FORMAT_VERSION,
+            name: t.name,
+            hash: t.hash,
+            env: t.env,
+            builtAt: new Date().toISOString(),
+            parent: t.parent === undefined ? null : { name: t.parent.name, hash: t.parent.hash },
+            base: t.def.base ?? null,
+            packages: t.def.packages,
+            buildSeconds: Math.round((Date.now() - started) / 100) / 10,
+          };
+          await writeFile(path.join(work, "meta.json"), `${JSON.stringify(meta, null, 2)}\n`);
+          await chmod(work, 0o755);
+          signal.throwIfAborted();
+          await mkdir(path.dirname(finalDir), { recursive: true });
+          await this.moveIntoPlace(t.name, work, finalDir);
+        },
+      });
+      for (const [i, step] of steps.entries()) {
+        signal.throwIfAborted();
+        const ev = { step: i + 1, steps: steps.length, title: step.title };
+        emit(ev);
+        await step.run((line) => emit({ ...ev, line }));
+      }
+    } catch (err) {
+      await removeTree(work);
+      throw err;
+    }
+    const built = await this.readBuilt(t);
+    if (built === undefined) throw new Error(`template "${t.name}" was built but ${finalDir} cannot be read back`);
+    return built;
+  }
+
+  /** rename is atomic; a forced rebuild first moves the old build aside, then deletes it. */
+  private async moveIntoPlace(name: string, work: string, finalDir: string): Promise<void> {
+    const old = path.join(this.storeDir, ".tmp", `${name}.replaced-${randomBytes(4).toString("hex")}`);
+    let replaced = false;
+    try {
+      await rename(finalDir, old);
+      replaced = true;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+    }
+    await rename(work, finalDir);
+    if (replaced) await removeTree(old);
+  }
+
+  /** Temp dirs of this template that no build owns any more: we hold its lock, so they are a crashed build's. */
+  private async removeStaleTemps(name: string): Promise<void> {
+    const tmp = await realpath(path.join(this.storeDir, ".tmp"));
+    for (const entry of await readdir(tmp)) {
+      // `.` cannot occur in a template name, so `seed.` never matches `seed-2.`'s temps.
+      if (entry.startsWith(`${name}.`)) await removeTree(path.join(tmp, entry));
+    }
+  }
+
+  private buildDir(name: string, hash: string): string {
+    return path.join(this.storeDir, name, hash);
+  }
+
+  private async readBuilt(t: LoadedTemplate): Promise<BuiltTemplate | undefined> {
+    const dir = this.buildDir(t.name, t.hash);
+    let text: string;
+    try {
+      text = await readFile(path.join(dir, "meta.json"), "utf8");
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+      throw err;
+    }
+    const meta = metaSchema.parse(JSON.parse(text));
+    return { name: t.name, hash: t.hash, rootfs: path.join(dir, "rootfs"), env: meta.env, builtAt: meta.builtAt };
+  }
+}
+
+async function hasDefinition(sourceDir: string, name: string): Promise<boolean> {
+  try {
+    await readFile(path.join(sourceDir, name, TEMPLATE_FILE));
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Exposed for tests that need to wait on the filesystem rather than on a promise. */
+export async function waitFor(check: () => Promise<boolean>, signal: AbortSignal, everyMs = 250): Promise<void> {
+  while (!(await check())) await sleep(everyMs, undefined, { signal });
+}

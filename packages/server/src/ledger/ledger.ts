@@ -1,0 +1,179 @@
+import Database from "better-sqlite3";
+import { LIVE_STATES, type SandboxInfo, type SandboxState } from "@bothy/protocol";
+
+/** Schema steps in order; `PRAGMA user_version` records how many have run. */
+const MIGRATIONS = [
+  `CREATE TABLE sandboxes (
+     id TEXT PRIMARY KEY,
+     template TEXT NOT NULL,
+     template_hash TEXT NOT NULL,
+     driver TEXT NOT NULL,
+     vcpu INTEGER NOT NULL,
+     memory_mib INTEGER NOT NULL,
+     state TEXT NOT NULL,
+     created_at TEXT NOT NULL,
+     updated_at TEXT NOT NULL,
+     deleted_at TEXT,
+     error TEXT
+   );
+   CREATE INDEX sandboxes_state ON sandboxes(state);
+   CREATE TABLE commands (
+     id TEXT PRIMARY KEY,
+     sandbox_id TEXT NOT NULL REFERENCES sandboxes(id),
+     cmd TEXT NOT NULL,
+     state TEXT NOT NULL,
+     exit_code INTEGER,
+     signal TEXT,
+     started_at TEXT NOT NULL,
+     ended_at TEXT
+   );
+   CREATE INDEX commands_sandbox ON commands(sandbox_id);
+   CREATE TABLE idempotency_keys (
+     key TEXT PRIMARY KEY,
+     fingerprint TEXT NOT NULL,
+     sandbox_id TEXT NOT NULL REFERENCES sandboxes(id),
+     created_at TEXT NOT NULL
+   );`,
+];
+
+export interface SandboxRow {
+  id: string;
+  template: string;
+  template_hash: string;
+  driver: string;
+  vcpu: number;
+  memory_mib: number;
+  state: SandboxState;
+  created_at: string;
+  updated_at: string;
+  deleted_at: string | null;
+  error: string | null;
+}
+
+export interface CommandRow {
+  id: string;
+  sandbox_id: string;
+  cmd: string;
+  state: "running" | "exited" | "lost";
+  exit_code: number | null;
+  signal: string | null;
+  started_at: string;
+  ended_at: string | null;
+}
+
+const now = (): string => new Date().toISOString();
+
+/** The record of what exists. Every write is durable before it returns (synchronous=FULL). */
+export class Ledger {
+  private readonly db: Database.Database;
+
+  constructor(path: string) {
+    this.db = new Database(path);
+    this.db.pragma("journal_mode = WAL");
+    this.db.pragma("synchronous = FULL");
+    this.db.pragma("foreign_keys = ON");
+    this.db.pragma("busy_timeout = 5000");
+    this.migrate();
+  }
+
+  private migrate(): void {
+    const version = this.db.pragma("user_version", { simple: true }) as number;
+    for (let i = version; i < MIGRATIONS.length; i++) {
+      this.db.transaction(() => {
+        this.db.exec(MIGRATIONS[i] ?? "");
+        this.db.pragma(`user_version = ${i + 1}`);
+      })();
+    }
+  }
+
+  close(): void {
+    this.db.close();
+  }
+
+  insertSandbox(row: Omit<SandboxRow, "created_at" | "updated_at" | "deleted_at" | "error">, idempotency?: { key: string; fingerprint: string }): SandboxRow {
+    const t = now();
+    const full: SandboxRow = { ...row, created_at: t, updated_at: t, deleted_at: null, error: null };
+    this.db.transaction(() => {
+      this.db
+        .prepare(
+          `INSERT INTO sandboxes (id, template, template_hash, driver, vcpu, memory_mib, state, created_at, updated_at, deleted_at, error)
+           VALUES (@id, @template, @template_hash, @driver, @vcpu, @memory_mib, @state, @created_at, @updated_at, @deleted_at, @error)`,
+        )
+        .run(full);
+      if (idempotency) {
+        this.db
+          .prepare(`INSERT INTO idempotency_keys (key, fingerprint, sandbox_id, created_at) VALUES (?, ?, ?, ?)`)
+          .run(idempotency.key, idempotency.fingerprint, row.id, t);
+      }
+    })();
+    return full;
+  }
+
+  setState(id: string, state: SandboxState, error?: string): void {
+    const t = now();
+    this.db
+      .prepare(`UPDATE sandboxes SET state = ?, updated_at = ?, error = COALESCE(?, error), deleted_at = CASE WHEN ? = 'deleted' THEN ? ELSE deleted_at END WHERE id = ?`)
+      .run(state, t, error ?? null, state, t, id);
+  }
+
+  getSandbox(id: string): SandboxRow | undefined {
+    return this.db.prepare(`SELECT * FROM sandboxes WHERE id = ?`).get(id) as SandboxRow | undefined;
+  }
+
+  listSandboxes(options: { includeDeleted?: boolean } = {}): SandboxRow[] {
+    const sql = options.includeDeleted
+      ? `SELECT * FROM sandboxes ORDER BY created_at`
+      : `SELECT * FROM sandboxes WHERE state NOT IN ('deleted', 'failed') ORDER BY created_at`;
+    return this.db.prepare(sql).all() as SandboxRow[];
+  }
+
+  liveSandboxes(): SandboxRow[] {
+    const marks = LIVE_STATES.map(() => "?").join(", ");
+    return this.db.prepare(`SELECT * FROM sandboxes WHERE state IN (${marks})`).all(...LIVE_STATES) as SandboxRow[];
+  }
+
+  countByState(): Record<string, number> {
+    const rows = this.db.prepare(`SELECT state, COUNT(*) AS n FROM sandboxes GROUP BY state`).all() as Array<{ state: string; n: number }>;
+    return Object.fromEntries(rows.map((r) => [r.state, r.n]));
+  }
+
+  findIdempotencyKey(key: string): { fingerprint: string; sandbox_id: string } | undefined {
+    return this.db.prepare(`SELECT fingerprint, sandbox_id FROM idempotency_keys WHERE key = ?`).get(key) as { fingerprint: string; sandbox_id: string } | undefined;
+  }
+
+  /** A failed create frees its key, so the client may retry with the same one. */
+  forgetIdempotencyKey(key: string): void {
+    this.db.prepare(`DELETE FROM idempotency_keys WHERE key = ?`).run(key);
+  }
+
+  insertCommand(row: { id: string; sandbox_id: string; cmd: string }): void {
+    this.db.prepare(`INSERT INTO commands (id, sandbox_id, cmd, state, started_at) VALUES (?, ?, ?, 'running', ?)`).run(row.id, row.sandbox_id, row.cmd, now());
+  }
+
+  finishCommand(id: string, result: { state: "exited" | "lost"; exit_code: number | null; signal: string | null }): void {
+    this.db.prepare(`UPDATE commands SET state = ?, exit_code = ?, signal = ?, ended_at = ? WHERE id = ?`).run(result.state, result.exit_code, result.signal, now(), id);
+  }
+
+  /** Commands still marked running in a sandbox that has gone away did not finish. */
+  loseCommands(sandboxId: string): void {
+    this.db.prepare(`UPDATE commands SET state = 'lost', ended_at = ? WHERE sandbox_id = ? AND state = 'running'`).run(now(), sandboxId);
+  }
+
+  getCommand(id: string): CommandRow | undefined {
+    return this.db.prepare(`SELECT * FROM commands WHERE id = ?`).get(id) as CommandRow | undefined;
+  }
+}
+
+export function toSandboxInfo(row: SandboxRow): SandboxInfo {
+  return {
+    sandbox_id: row.id,
+    state: row.state,
+    template: row.template,
+    driver: row.driver,
+    vcpu: row.vcpu,
+    memory_mib: row.memory_mib,
+    created_at: row.created_at,
+    deleted_at: row.deleted_at,
+    error: row.error,
+  };
+}

@@ -1,0 +1,40 @@
+import { BothyError } from "@bothy/protocol";
+import { AgentClient } from "../agent/agent-client.ts";
+import type { Driver, SandboxHandle, SandboxSpec } from "../drivers/driver.ts";
+
+/** A sandbox whose guest agent has answered the handshake. */
+export interface BootedSandbox {
+  spec: SandboxSpec;
+  handle: SandboxHandle;
+  agent: AgentClient;
+}
+
+/**
+ * Boots one sandbox up to a ready agent. On any failure everything it made is destroyed before
+ * the error is thrown, so a failed boot leaves nothing on the host.
+ */
+export async function bootSandbox(driver: Driver, spec: SandboxSpec, timeoutMs: number, signal?: AbortSignal): Promise<BootedSandbox> {
+  const handle = driver.create(spec);
+  let agent: AgentClient | undefined;
+  try {
+    const stream = await handle.start(signal);
+    agent = new AgentClient(stream.input, stream.output);
+    const exited = handle.wait().then((exit) => {
+      throw new BothyError("create_failed", `The sandbox exited during boot (code ${exit.code ?? "none"}, signal ${exit.signal ?? "none"})${describe(handle)}.`);
+    });
+    await Promise.race([agent.handshake(timeoutMs, signal), exited]);
+    exited.catch(() => undefined);
+    return { spec, handle, agent };
+  } catch (err) {
+    const detail = describe(handle);
+    agent?.close(new BothyError("agent_unavailable", "Boot failed."));
+    await handle.destroy();
+    if (err instanceof BothyError && err.code === "create_failed") throw err;
+    throw new BothyError("create_failed", `Could not boot sandbox ${spec.id}: ${(err as Error).message}${detail}`, { cause: err });
+  }
+}
+
+function describe(handle: SandboxHandle): string {
+  const diag = (handle as { diagnostics?: string }).diagnostics;
+  return diag ? ` (driver said: ${diag.slice(-500)})` : "";
+}

@@ -1,0 +1,272 @@
+import { createHash } from "node:crypto";
+import { join } from "node:path";
+import {
+  BothyError,
+  createSandboxRequest,
+  IDEMPOTENCY_KEY_RE,
+  SANDBOX_ID_RE,
+  TEMPLATE_NAME_RE,
+  type SandboxInfo,
+} from "@bothy/protocol";
+import type { AgentClient } from "../agent/agent-client.ts";
+import type { Config } from "../config.ts";
+import type { Driver } from "../drivers/driver.ts";
+import { toSandboxInfo, type Ledger } from "../ledger/ledger.ts";
+import { newSandboxId } from "../util/ids.ts";
+import { bootSandbox, type BootedSandbox } from "./boot.ts";
+import { WarmPool, type PoolShape } from "./warm-pool.ts";
+
+export interface BuiltTemplateRef {
+  name: string;
+  hash: string;
+  rootfs: string;
+  env: Record<string, string>;
+}
+
+/** Where templates come from; the template store implements it. */
+export interface TemplateSource {
+  resolve(name: string): Promise<BuiltTemplateRef | undefined>;
+}
+
+export type Logger = (event: string, fields: Record<string, unknown>) => void;
+
+export interface CreateResult {
+  sandbox: SandboxInfo;
+  /** False when an Idempotency-Key replay returned an existing sandbox. */
+  created: boolean;
+}
+
+/**
+ * The lifecycle of sandboxes: create (idempotent), look up, delete (idempotent), and the
+ * start-up reconcile that removes whatever the ledger does not own.
+ */
+export class SandboxManager {
+  private readonly live = new Map<string, BootedSandbox>();
+  private readonly creating = new Map<string, Promise<CreateResult>>();
+  private readonly inflightKeys = new Map<string, Promise<CreateResult>>();
+  private readonly deleting = new Map<string, Promise<SandboxInfo>>();
+  private readonly pool: WarmPool;
+  private stopping = false;
+
+  constructor(
+    private readonly config: Config,
+    private readonly ledger: Ledger,
+    private readonly driver: Driver,
+    private readonly templates: TemplateSource,
+    private readonly log: Logger,
+  ) {
+    this.pool = new WarmPool(driver, config.poolSize, (id) => this.dirFor(id), config.bootTimeoutMs, log);
+  }
+
+  private dirFor(id: string): string {
+    return join(this.config.home, "sandboxes", id);
+  }
+
+  /** Removes host objects no live ledger row owns and closes rows whose sandbox is gone. */
+  async reconcile(): Promise<void> {
+    const owned = new Set([...this.live.keys(), ...this.creating.keys(), ...this.pool.ownedIds()]);
+    for (const row of this.ledger.liveSandboxes()) {
+      if (owned.has(row.id)) continue;
+      this.ledger.setState(row.id, "failed", "The server restarted; this sandbox did not survive it.");
+      this.ledger.loseCommands(row.id);
+      this.log("sandbox_lost", { sandbox_id: row.id, previous_state: row.state });
+    }
+    const seen = new Set<string>();
+    for (const obj of await this.driver.reconcile()) {
+      if (owned.has(obj.sandboxId) || seen.has(obj.sandboxId)) continue;
+      seen.add(obj.sandboxId);
+      this.log("orphan_removed", { sandbox_id: obj.sandboxId, kind: obj.kind, description: obj.description });
+      await this.driver.removeOrphan(obj.sandboxId);
+    }
+  }
+
+  /** Starts filling the warm pool for the default shape of a template. */
+  async warm(templateName: string): Promise<void> {
+    const template = await this.templates.resolve(templateName);
+    if (template) this.pool.refill(this.shape(template, 1, 512));
+  }
+
+  async create(body: unknown, idempotencyKey: string | undefined): Promise<CreateResult> {
+    if (this.stopping) throw new BothyError("shutting_down", "The server is shutting down; retry against its replacement.");
+    const req = this.validate(body);
+    if (idempotencyKey === undefined) return this.createNew(req, undefined);
+    if (!IDEMPOTENCY_KEY_RE.test(idempotencyKey)) {
+      throw new BothyError("idempotency_key_invalid", "Idempotency-Key must be 1-255 printable ASCII characters without spaces.");
+    }
+    const fingerprint = createHash("sha256").update(JSON.stringify(req)).digest("hex");
+    const known = this.ledger.findIdempotencyKey(idempotencyKey);
+    if (known) {
+      if (known.fingerprint !== fingerprint) {
+        throw new BothyError("idempotency_key_reused", "This Idempotency-Key was used for a different request body; use a new key for a new sandbox.");
+      }
+      const inflight = this.inflightKeys.get(idempotencyKey);
+      if (inflight) return { ...(await inflight), created: false };
+      const row = this.ledger.getSandbox(known.sandbox_id);
+      if (row) return { sandbox: toSandboxInfo(row), created: false };
+    }
+    const inflight = this.inflightKeys.get(idempotencyKey);
+    if (inflight) return { ...(await inflight), created: false };
+    const job = this.createNew(req, { key: idempotencyKey, fingerprint });
+    this.inflightKeys.set(idempotencyKey, job);
+    try {
+      return await job;
+    } finally {
+      this.inflightKeys.delete(idempotencyKey);
+    }
+  }
+
+  private validate(body: unknown): { template: string; vcpu: number; memory_mib: number } {
+    const parsed = createSandboxRequest.safeParse(body ?? {});
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0];
+      const where = issue?.path.length ? `${issue.path.join(".")}: ` : "";
+      throw new BothyError("invalid_request", `${where}${issue?.message ?? "invalid body"}. Expected {"template":"seed","vcpu":1,"memory_mib":1024}.`);
+    }
+    const req = parsed.data;
+    const { limits } = this.config;
+    if (!TEMPLATE_NAME_RE.test(req.template)) {
+      throw new BothyError("invalid_template_name", "Template names are lowercase letters, digits and '-', starting with a letter or digit (e.g. \"seed\").");
+    }
+    if (req.vcpu < limits.minVcpu || req.vcpu > limits.maxVcpu) {
+      throw new BothyError("invalid_request", `vcpu must be between ${limits.minVcpu} and ${limits.maxVcpu} on this host.`);
+    }
+    if (req.memory_mib < limits.minMemoryMib || req.memory_mib > limits.maxMemoryMib) {
+      throw new BothyError("invalid_request", `memory_mib must be between ${limits.minMemoryMib} and ${limits.maxMemoryMib} on this host.`);
+    }
+    return req;
+  }
+
+  private shape(t: BuiltTemplateRef, vcpu: number, memoryMib: number): PoolShape {
+    return { templateRoot: t.rootfs, templateHash: t.hash, templateEnv: t.env, vcpu, memoryMib };
+  }
+
+  private async createNew(req: { template: string; vcpu: number; memory_mib: number }, idem: { key: string; fingerprint: string } | undefined): Promise<CreateResult> {
+    const template = await this.templates.resolve(req.template);
+    if (!template) {
+      throw new BothyError("template_not_built", `Template "${req.template}" is defined but not built yet: run \`bothy template build ${req.template}\`.`);
+    }
+    if (this.live.size + this.creating.size >= this.config.limits.maxSandboxes) {
+      throw new BothyError("capacity_exhausted", `This host runs at most ${this.config.limits.maxSandboxes} sandboxes; delete one or raise BOTHY_MAX_SANDBOXES.`);
+    }
+    const shape = this.shape(template, req.vcpu, req.memory_mib);
+    const warm = this.pool.claim(shape);
+    const id = warm?.spec.id ?? newSandboxId();
+    this.ledger.insertSandbox(
+      { id, template: template.name, template_hash: template.hash, driver: this.driver.name, vcpu: req.vcpu, memory_mib: req.memory_mib, state: warm ? "running" : "creating" },
+      idem,
+    );
+    const job = (async (): Promise<CreateResult> => {
+      let booted = warm;
+      try {
+        booted ??= await bootSandbox(this.driver, { id, templateRoot: template.rootfs, templateEnv: template.env, vcpu: req.vcpu, memoryMib: req.memory_mib, dir: this.dirFor(id) }, this.config.bootTimeoutMs);
+      } catch (err) {
+        const e = err instanceof BothyError ? err : new BothyError("create_failed", "The sandbox failed to boot.", { cause: err });
+        this.ledger.setState(id, "failed", e.message);
+        if (idem) this.ledger.forgetIdempotencyKey(idem.key);
+        this.log("sandbox_create_failed", { sandbox_id: id, error: e.message });
+        throw e;
+      }
+      this.adopt(booted);
+      this.ledger.setState(id, "running");
+      this.log("sandbox_created", { sandbox_id: id, template: template.name, vcpu: req.vcpu, memory_mib: req.memory_mib, driver: this.driver.name, warm: warm !== undefined });
+      return { sandbox: this.info(id), created: true };
+    })();
+    this.creating.set(id, job);
+    try {
+      return await job;
+    } finally {
+      this.creating.delete(id);
+    }
+  }
+
+  /** Takes ownership of a booted sandbox and notices when it dies on its own. */
+  private adopt(booted: BootedSandbox): void {
+    const id = booted.spec.id;
+    this.live.set(id, booted);
+    void booted.handle.wait().then((exit) => {
+      if (this.live.get(id) !== booted || this.deleting.has(id) || this.stopping) return;
+      this.live.delete(id);
+      booted.agent.close(new BothyError("agent_unavailable", "The sandbox stopped."));
+      this.ledger.setState(id, "failed", `The sandbox stopped unexpectedly (code ${exit.code ?? "none"}, signal ${exit.signal ?? "none"}).`);
+      this.ledger.loseCommands(id);
+      this.log("sandbox_died", { sandbox_id: id, code: exit.code, signal: exit.signal });
+      void booted.handle.destroy();
+    });
+  }
+
+  info(id: string): SandboxInfo {
+    this.checkId(id);
+    const row = this.ledger.getSandbox(id);
+    if (!row) throw new BothyError("sandbox_not_found", `No sandbox ${id}; list them with GET /sandboxes.`);
+    return toSandboxInfo(row);
+  }
+
+  list(): SandboxInfo[] {
+    return this.ledger.listSandboxes().map(toSandboxInfo);
+  }
+
+  counts(): Record<string, number> {
+    return this.ledger.countByState();
+  }
+
+  /** The agent of a running sandbox, for commands and files. */
+  agent(id: string): AgentClient {
+    const info = this.info(id);
+    const booted = this.live.get(id);
+    if (info.state !== "running" || !booted || booted.agent.isClosed) {
+      throw new BothyError("sandbox_not_running", `Sandbox ${id} is ${info.state}; only a running sandbox takes commands.`);
+    }
+    return booted.agent;
+  }
+
+  async delete(id: string): Promise<SandboxInfo> {
+    const info = this.info(id);
+    if (info.state === "deleted" || info.state === "failed") return info;
+    const existing = this.deleting.get(id);
+    if (existing) return existing;
+    const job = (async () => {
+      await this.creating.get(id)?.catch(() => undefined);
+      const row = this.ledger.getSandbox(id);
+      if (row?.state === "failed") return this.info(id);
+      this.ledger.setState(id, "deleting");
+      const booted = this.live.get(id);
+      this.live.delete(id);
+      booted?.agent.close(new BothyError("sandbox_not_running", "The sandbox was deleted."));
+      if (booted) await booted.handle.destroy();
+      else await this.driver.removeOrphan(id);
+      this.ledger.loseCommands(id);
+      this.ledger.setState(id, "deleted");
+      this.log("sandbox_deleted", { sandbox_id: id });
+      return this.info(id);
+    })();
+    this.deleting.set(id, job);
+    try {
+      return await job;
+    } finally {
+      this.deleting.delete(id);
+    }
+  }
+
+  /** Stops every sandbox; they do not survive a server restart yet. */
+  async close(): Promise<void> {
+    this.stopping = true;
+    await Promise.allSettled([...this.creating.values()]);
+    await this.pool.close();
+    await Promise.allSettled(
+      [...this.live.keys()].map(async (id) => {
+        const booted = this.live.get(id);
+        this.live.delete(id);
+        booted?.agent.close(new BothyError("shutting_down", "The server is stopping."));
+        await booted?.handle.destroy();
+        this.ledger.loseCommands(id);
+        this.ledger.setState(id, "failed", "The server stopped; sandboxes do not survive a restart yet.");
+        this.log("sandbox_stopped", { sandbox_id: id });
+      }),
+    );
+    await Promise.allSettled([...this.deleting.values()]);
+  }
+
+  private checkId(id: string): void {
+    if (!SANDBOX_ID_RE.test(id)) throw new BothyError("invalid_sandbox_id", `"${id.slice(0, 64)}" is not a sandbox id; ids look like sbx_ followed by 20 letters and digits.`);
+  }
+}

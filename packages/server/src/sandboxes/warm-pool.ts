@@ -1,0 +1,94 @@
+import { BothyError } from "@bothy/protocol";
+import { newSandboxId } from "../util/ids.ts";
+import { bootSandbox, type BootedSandbox } from "./boot.ts";
+import type { Driver, SandboxSpec } from "../drivers/driver.ts";
+
+export interface PoolShape {
+  templateRoot: string;
+  templateHash: string;
+  templateEnv: Record<string, string>;
+  vcpu: number;
+  memoryMib: number;
+}
+
+/**
+ * Sandboxes booted ahead of demand, one set per shape (template build + vcpu + memory). Each has
+ * its own id, hostname and disk from the start; a claim only hands it over. The pool refills in
+ * the background, one boot at a time so it never starves live work of CPU.
+ */
+export class WarmPool {
+  private readonly ready = new Map<string, BootedSandbox[]>();
+  private readonly filling = new Map<string, Promise<void>>();
+  private readonly booting = new Set<string>();
+  private closed = false;
+
+  constructor(
+    private readonly driver: Driver,
+    private readonly size: number,
+    private readonly dirFor: (id: string) => string,
+    private readonly bootTimeoutMs: number,
+    private readonly log: (event: string, fields: Record<string, unknown>) => void,
+  ) {}
+
+  /** A booted sandbox of this shape, or undefined when none is ready. Starts a refill either way. */
+  claim(shape: PoolShape): BootedSandbox | undefined {
+    if (this.size === 0 || this.closed) return undefined;
+    const key = shapeKey(shape);
+    const list = this.ready.get(key) ?? [];
+    let found: BootedSandbox | undefined;
+    while ((found = list.shift())) {
+      if (!found.agent.isClosed) break;
+      void found.handle.destroy();
+    }
+    this.refill(shape);
+    return found;
+  }
+
+  /** Ids of sandboxes the pool owns (they have host objects but no ledger row). */
+  ownedIds(): Set<string> {
+    const ids = new Set(this.booting);
+    for (const list of this.ready.values()) for (const b of list) ids.add(b.spec.id);
+    return ids;
+  }
+
+  refill(shape: PoolShape): void {
+    if (this.size === 0 || this.closed) return;
+    const key = shapeKey(shape);
+    if (this.filling.has(key)) return;
+    const job = (async () => {
+      while (!this.closed && (this.ready.get(key)?.length ?? 0) < this.size) {
+        const id = newSandboxId();
+        const spec: SandboxSpec = { id, templateRoot: shape.templateRoot, templateEnv: shape.templateEnv, vcpu: shape.vcpu, memoryMib: shape.memoryMib, dir: this.dirFor(id) };
+        this.booting.add(id);
+        try {
+          const booted = await bootSandbox(this.driver, spec, this.bootTimeoutMs);
+          if (this.closed) {
+            await booted.handle.destroy();
+            return;
+          }
+          const list = this.ready.get(key) ?? [];
+          list.push(booted);
+          this.ready.set(key, list);
+        } catch (err) {
+          this.log("pool_boot_failed", { sandbox_id: id, error: err instanceof BothyError ? err.message : String(err) });
+          return; // a failing shape is not retried in a loop; the next claim tries again
+        } finally {
+          this.booting.delete(id);
+        }
+      }
+    })().finally(() => this.filling.delete(key));
+    this.filling.set(key, job);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    await Promise.allSettled([...this.filling.values()]);
+    const all = [...this.ready.values()].flat();
+    this.ready.clear();
+    await Promise.allSettled(all.map((b) => b.handle.destroy()));
+  }
+}
+
+function shapeKey(s: PoolShape): string {
+  return `${s.templateHash}/${s.vcpu}/${s.memoryMib}`;
+}

@@ -1,0 +1,13 @@
+import { randomBytes } from "node:crypto";
+
+const ALPHABET = "abcdefghijklmnopqrstuvwxyz234567";
+
+function base32(n: number): string {
+  const bytes = randomBytes(n);
+  let out = "";
+  for (const b of bytes) out += ALPHABET[b & 31];
+  return out;
+}
+
+export const newSandboxId = (): string => `sbx_${base32(20)}`;
+export const newCommandId = (): string => `cmd_${base32(20)}`;
