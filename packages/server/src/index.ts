@@ -1,0 +1,5 @@
+export { loadConfig, type Config } from "./config.ts";
+export { startServer, createLogger, type BothyServer } from "./server.ts";
+export { TemplateStore, type BuiltTemplate, type BuildProgress } from "./images/template-store.ts";
+export { Ledger } from "./ledger/ledger.ts";
+export { GvisorDriver } from "./drivers/gvisor-driver.ts";

@@ -1,0 +1,97 @@
+import { mkdir } from "node:fs/promises";
+import { join } from "node:path";
+import websocket from "@fastify/websocket";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
+import { pino, type Logger as PinoLogger } from "pino";
+import { BothyError, SANDBOX_ID_RE } from "@bothy/protocol";
+import { CommandSession } from "./api/command-session.ts";
+import { sendProblem } from "./api/problem.ts";
+import { sandboxRoutes } from "./api/sandbox-routes.ts";
+import type { Config } from "./config.ts";
+import { GvisorDriver } from "./drivers/gvisor-driver.ts";
+import { TemplateStore } from "./images/template-store.ts";
+import { Ledger } from "./ledger/ledger.ts";
+import { SandboxManager, type Logger, type TemplateSource } from "./sandboxes/sandbox-manager.ts";
+
+export interface BothyServer {
+  app: FastifyInstance;
+  manager: SandboxManager;
+  ledger: Ledger;
+  templates: TemplateStore;
+  /** The address it listens on, e.g. http://127.0.0.1:8080 */
+  url: string;
+  close(): Promise<void>;
+}
+
+export function createLogger(config: Config, destination?: NodeJS.WritableStream): PinoLogger {
+  return pino({ level: config.logLevel, base: { service: "bothy" } }, destination ?? process.stdout);
+}
+
+/** Builds and starts the server: ledger, driver preflight, reconcile, routes, listen. */
+export async function startServer(config: Config, logger: PinoLogger = createLogger(config), templates?: TemplateSource & { warmName?: string }): Promise<BothyServer> {
+  await mkdir(config.home, { recursive: true, mode: 0o700 });
+  const log: Logger = (event, fields) => logger.info({ event, ...fields }, event);
+  const store = new TemplateStore({ sourceDir: config.templateSources, storeDir: config.templatesDir });
+  const ledger = new Ledger(join(config.home, "ledger.sqlite"));
+  const driver = new GvisorDriver({
+    runscRoot: join(config.home, "runsc"),
+    sandboxesDir: join(config.home, "sandboxes"),
+    agentPath: config.agentPath,
+    log,
+  });
+  await driver.preflight();
+  const manager = new SandboxManager(config, ledger, driver, templates ?? store, log);
+  await manager.reconcile();
+
+  const startedAt = Date.now();
+  const app = Fastify({ loggerInstance: logger as FastifyBaseLogger, disableRequestLogging: true, bodyLimit: config.bodyLimitBytes, return503OnClosing: true });
+  await app.register(websocket, { options: { maxPayload: 2 * 1024 * 1024 } });
+
+  const logProblem = (err: BothyError): void => {
+    if (err.status >= 500) logger.error({ event: "request_error", code: err.code, err: err.cause ?? err }, err.message);
+  };
+  app.setErrorHandler((err, request, reply) => sendProblem(reply, request, err, logProblem));
+  app.setNotFoundHandler((request, reply) =>
+    sendProblem(reply, request, new BothyError("route_not_found", `No route ${request.method} ${request.url.split("?")[0]}; see the README for the API.`), logProblem),
+  );
+
+  sandboxRoutes(app, manager, startedAt);
+
+  app.route<{ Params: { id: string } }>({
+    method: "GET",
+    url: "/sandboxes/:id/command",
+    // Refuse before the upgrade, so a bad id gets a plain problem+json answer.
+    preValidation: async (request) => {
+      const { id } = request.params;
+      if (!SANDBOX_ID_RE.test(id)) manager.info(id);
+      const info = manager.info(id);
+      if (info.state !== "running") throw new BothyError("sandbox_not_running", `Sandbox ${id} is ${info.state}; only a running sandbox takes commands.`);
+    },
+    handler: async () => {
+      throw new BothyError("upgrade_required", "This endpoint is a WebSocket: connect with Upgrade: websocket (e.g. websocat ws://HOST/sandboxes/ID/command).");
+    },
+    wsHandler: (socket, request) => {
+      new CommandSession(socket, request.params.id, manager, ledger, log);
+    },
+  });
+
+  const address = await app.listen({ host: config.host, port: config.port });
+  logger.info({ event: "listening", address }, `bothy listening on ${address}`);
+
+  let closing: Promise<void> | undefined;
+  return {
+    app,
+    manager,
+    ledger,
+    templates: store,
+    url: address,
+    close: () => {
+      closing ??= (async () => {
+        await app.close();
+        await manager.close();
+        ledger.close();
+      })();
+      return closing;
+    },
+  };
+}
