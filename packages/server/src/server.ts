@@ -28,7 +28,7 @@ export function createLogger(config: Config, destination?: NodeJS.WritableStream
 }
 
 /** Builds and starts the server: ledger, driver preflight, reconcile, routes, listen. */
-export async function startServer(config: Config, logger: PinoLogger = createLogger(config), templates?: TemplateSource & { warmName?: string }): Promise<BothyServer> {
+export async function startServer(config: Config, logger: PinoLogger = createLogger(config), templates?: TemplateSource): Promise<BothyServer> {
   await mkdir(config.home, { recursive: true, mode: 0o700 });
   const log: Logger = (event, fields) => logger.info({ event, ...fields }, event);
   const store = new TemplateStore({ sourceDir: config.templateSources, storeDir: config.templatesDir });
@@ -44,7 +44,9 @@ export async function startServer(config: Config, logger: PinoLogger = createLog
   await manager.reconcile();
 
   const startedAt = Date.now();
-  const app = Fastify({ loggerInstance: logger as FastifyBaseLogger, disableRequestLogging: true, bodyLimit: config.bodyLimitBytes, return503OnClosing: true });
+  const app = Fastify({ loggerInstance: logger.child({}, { level: "warn" }) as FastifyBaseLogger, bodyLimit: config.bodyLimitBytes, return503OnClosing: true });
+  // JSON only: a text body would otherwise reach validation as a string and get a vaguer error.
+  app.removeContentTypeParser("text/plain");
   await app.register(websocket, { options: { maxPayload: 2 * 1024 * 1024 } });
 
   const logProblem = (err: BothyError): void => {

@@ -239,7 +239,7 @@ export function planBuild(inputs: BuildInputs): BuildStep[] {
       title: "apt install",
       run: (onLine) =>
         inChrootSession(tree, async () => {
-          const apt = ["apt-get", "-q", "-o", "Dpkg::Use-Pty=0", "-o", "Acquire::Retries=3"];
+          const apt = ["apt-get", "-q", "-o", "Dpkg::Use-Pty=0", "-o", "Acquire::Retries=3", "-o", "Acquire::Languages=none"];
           await chroot(inputs, [...apt, "update"], aptEnv, onLine);
           await chroot(inputs, [...apt, "install", "-y", "--no-install-recommends", "--", ...t.def.packages], aptEnv, onLine);
         }),

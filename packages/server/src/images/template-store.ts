@@ -5,9 +5,8 @@
  * within a process, serialized across processes by a lock file.
  */
 import { randomBytes } from "node:crypto";
-import { chmod, mkdir, mkdtemp, readFile, readdir, realpath, rename, writeFile } from "node:fs/promises";
+import { chmod, mkdir, mkdtemp, readFile, readdir, realpath, rename, stat, writeFile } from "node:fs/promises";
 import path from "node:path";
-import { setTimeout as sleep } from "node:timers/promises";
 import { z } from "zod";
 import { planBuild, removeTree, type BuildProgress } from "./template-builder.ts";
 import { acquireLock } from "./template-lock.ts";
@@ -92,11 +91,10 @@ export class TemplateStore {
     const names = entries.filter((e) => e.isDirectory()).map((e) => e.name).sort();
     const out: Array<{ name: string; built: BuiltTemplate | undefined; error?: string }> = [];
     for (const name of names) {
+      if (!(await hasDefinition(this.sourceDir, name))) continue;
       try {
         out.push({ name, built: await this.resolve(name) });
       } catch (err) {
-        // A folder without a definition is not a template; any other failure is worth showing.
-        if ((err as { code?: unknown }).code === "template_not_found" && !(await hasDefinition(this.sourceDir, name))) continue;
         out.push({ name, built: undefined, error: err instanceof Error ? err.message : String(err) });
       }
     }
@@ -281,14 +279,9 @@ export class TemplateStore {
 
 async function hasDefinition(sourceDir: string, name: string): Promise<boolean> {
   try {
-    await readFile(path.join(sourceDir, name, TEMPLATE_FILE));
-    return true;
-  } catch {
-    return false;
+    return (await stat(path.join(sourceDir, name, TEMPLATE_FILE))).isFile();
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return false;
+    throw err;
   }
-}
-
-/** Exposed for tests that need to wait on the filesystem rather than on a promise. */
-export async function waitFor(check: () => Promise<boolean>, signal: AbortSignal, everyMs = 250): Promise<void> {
-  while (!(await check())) await sleep(everyMs, undefined, { signal });
 }

@@ -1,0 +1,21 @@
+import { fileURLToPath } from "node:url";
+import { TemplateStore } from "../packages/server/src/images/template-store.ts";
+import { testTemplatesDir } from "./paths.ts";
+
+/**
+ * Integration tests need the `seed` template. It is built once into a persistent cache (keyed by
+ * the template's content hash), so only the first run on a machine pays for debootstrap.
+ */
+export default async function setup(): Promise<void> {
+  const store = new TemplateStore({
+    sourceDir: fileURLToPath(new URL("../templates", import.meta.url)),
+    storeDir: testTemplatesDir(),
+  });
+  if (await store.resolve("seed")) return;
+  process.stderr.write(`building template seed into ${testTemplatesDir()} (first run only)\n`);
+  await store.build("seed", {
+    onProgress: (ev) => {
+      if (ev.line === undefined) process.stderr.write(`[${ev.step}/${ev.steps}] ${ev.title}\n`);
+    },
+  });
+}

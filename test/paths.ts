@@ -1,0 +1,4 @@
+/** Where test runs keep built templates between runs (override with BOTHY_TEST_TEMPLATES_DIR). */
+export function testTemplatesDir(): string {
+  return process.env["BOTHY_TEST_TEMPLATES_DIR"] ?? "/var/cache/bothy-test/templates";
+}
