@@ -1,0 +1,167 @@
+import { spawn, type ChildProcessByStdio } from "node:child_process";
+import { mkdtemp, readFile, readdir, rm } from "node:fs/promises";
+import { join } from "node:path";
+import type { Readable, Writable } from "node:stream";
+import { fileURLToPath } from "node:url";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { encodeFrame, FrameDecoder, OUTPUT_WINDOW_BYTES, type RawFrame } from "@bothy/protocol";
+import { AgentClient } from "../../server/src/agent/agent-client.ts";
+
+/** The bundled agent, run by the host's Node over pipes: the same bytes a sandbox runs. */
+const AGENT = fileURLToPath(new URL("../dist/agent.mjs", import.meta.url));
+
+let child: ChildProcessByStdio<Writable, Readable, null>;
+let agent: AgentClient;
+let dir: string;
+
+beforeEach(async () => {
+  dir = await mkdtemp("/tmp/bothy-agent-");
+  child = spawn(process.execPath, [AGENT], { stdio: ["pipe", "pipe", "inherit"] });
+  agent = new AgentClient(child.stdout, child.stdin);
+  await agent.handshake(10_000);
+});
+
+afterEach(async () => {
+  child.kill("SIGKILL");
+  await rm(dir, { recursive: true, force: true });
+});
+
+function run(cmd: string, opts: { stdin?: boolean; credit?: boolean } = {}) {
+  const out: Record<1 | 2, Buffer[]> = { 1: [], 2: [] };
+  let bytes = 0;
+  const pendingCredit: Array<() => void> = [];
+  let resolveExit!: (v: { code: number | null; signal: string | null }) => void;
+  const exited = new Promise<{ code: number | null; signal: string | null }>((r) => (resolveExit = r));
+  let pid = 0;
+  const handle = agent.exec({ cmd, cwd: dir, stdin: opts.stdin }, {
+    onStarted: (p) => (pid = p),
+    onOutput: (fd, data, consumed) => {
+      bytes += data.length;
+      if (bytes < 64 * 1024) out[fd].push(Buffer.from(data));
+      if (opts.credit === false) pendingCredit.push(consumed);
+      else consumed();
+    },
+    onExited: (code, signal) => resolveExit({ code, signal }),
+    onError: () => undefined,
+  });
+  return { handle, exited, out, bytes: () => bytes, pid: () => pid, release: () => pendingCredit.splice(0).forEach((f) => f()) };
+}
+
+describe("guest agent", () => {
+  it("runs a command with separate stdout, stderr and exit code", async () => {
+    const r = run("echo out; echo err >&2; exit 5");
+    expect(await r.exited).toEqual({ code: 5, signal: null });
+    expect(Buffer.concat(r.out[1]).toString()).toBe("out\n");
+    expect(Buffer.concat(r.out[2]).toString()).toBe("err\n");
+  });
+
+  it("feeds stdin and closes it on request", async () => {
+    const r = run("tr a-z A-Z", { stdin: true });
+    r.handle.stdin(Buffer.from("hello "));
+    r.handle.stdin(Buffer.from("world"), true);
+    await r.exited;
+    expect(Buffer.concat(r.out[1]).toString()).toBe("HELLO WORLD");
+  });
+
+  it("signals the whole process group", async () => {
+    const r = run("sleep 30 | cat");
+    await new Promise((res) => setTimeout(res, 200));
+    r.handle.signal("SIGTERM");
+    expect((await r.exited).signal).toBe("SIGTERM");
+  });
+
+  it("stops producing when output is not acknowledged, without growing memory", async () => {
+    const rssBefore = await rssKb(child.pid ?? 0);
+    const r = run("head -c 100000000 /dev/zero", { credit: false });
+    await new Promise((res) => setTimeout(res, 1500));
+    const stalled = r.bytes();
+    expect(stalled).toBeGreaterThan(0);
+    expect(stalled).toBeLessThanOrEqual(OUTPUT_WINDOW_BYTES + 64 * 1024);
+    await new Promise((res) => setTimeout(res, 300));
+    expect(r.bytes()).toBe(stalled); // paused, not merely slow
+    // Now acknowledge as we go: everything arrives, and the agent stays small.
+    const timer = setInterval(() => r.release(), 1);
+    let peak = 0;
+    const sampler = setInterval(() => void rssKb(child.pid ?? 0).then((kb) => (peak = Math.max(peak, kb))), 50);
+    await r.exited;
+    clearInterval(timer);
+    clearInterval(sampler);
+    expect(r.bytes()).toBe(100_000_000);
+    expect(peak - rssBefore).toBeLessThan(64 * 1024); // KiB: far below the 100 MB that passed through
+  });
+
+  it("writes files atomically, reads and stats them", async () => {
+    const path = join(dir, "f.txt");
+    const first = await agent.writeFile(path, Buffer.from("one"));
+    expect(first.size).toBe(3);
+    expect((await agent.readFile(path)).toString()).toBe("one");
+    expect(await agent.stat(path)).toMatchObject({ type: "file", size: 3, mode: 0o644 });
+    // A write conditioned on a stale hash fails and leaves the file and directory as they were.
+    await expect(agent.writeFile(path, Buffer.from("two"), { ifSha256: "0".repeat(64) })).rejects.toMatchObject({ code: "file_error" });
+    expect(await readFile(path, "utf8")).toBe("one");
+    expect(await readdir(dir)).toEqual(["f.txt"]);
+    await agent.writeFile(path, Buffer.from("two"), { ifSha256: first.sha256, mode: 0o600 });
+    expect(await readFile(path, "utf8")).toBe("two");
+    expect((await agent.stat(path)).mode).toBe(0o600);
+    const big = Buffer.alloc(3 * 1024 * 1024 + 7, 7);
+    await agent.writeFile(join(dir, "big"), big);
+    expect((await agent.readFile(join(dir, "big"))).equals(big)).toBe(true);
+  });
+
+  it("reports missing files", async () => {
+    await expect(agent.readFile(join(dir, "nope"))).rejects.toMatchObject({ code: "file_not_found" });
+    await expect(agent.stat(join(dir, "nope"))).rejects.toMatchObject({ code: "file_not_found" });
+  });
+});
+
+describe("guest agent never trusts its input", () => {
+  it("answers an invalid frame with bad_frame and keeps working", async () => {
+    const { send, frames } = rawSession();
+    send({ t: "exec", id: 9, cmd: "true", evil: 1 });
+    send({ t: "exec", id: 10, cmd: "echo fine", cwd: dir });
+    await waitFor(() => frames.some((f) => (f.header as { t: string; id?: number }).t === "exited"));
+    expect(frames.find((f) => (f.header as { t: string }).t === "error")?.header).toMatchObject({ id: 9, code: "bad_frame" });
+  });
+
+  it("exits on an oversized frame instead of buffering it", async () => {
+    const prefix = Buffer.alloc(8);
+    prefix.writeUInt32BE(100, 0);
+    prefix.writeUInt32BE(0xffffffff, 4);
+    const exited = new Promise((r) => child.once("exit", r));
+    child.stdin.write(prefix);
+    await expect(exited).resolves.toBeDefined();
+  });
+
+  it("repeats hello until acknowledged", async () => {
+    const fresh = spawn(process.execPath, [AGENT], { stdio: ["pipe", "pipe", "inherit"] });
+    const dec = new FrameDecoder();
+    let hellos = 0;
+    fresh.stdout.on("data", (c: Buffer) => (hellos += dec.push(c).filter((f) => (f.header as { t: string }).t === "hello").length));
+    await new Promise((r) => setTimeout(r, 700));
+    fresh.kill("SIGKILL");
+    expect(hellos).toBeGreaterThanOrEqual(2);
+  });
+});
+
+/** Bypasses the client to send frames the client would never send. */
+function rawSession(): { send: (h: object) => void; frames: RawFrame[] } {
+  const frames: RawFrame[] = [];
+  const dec = new FrameDecoder();
+  child.stdout.removeAllListeners("data");
+  child.stdout.on("data", (c: Buffer) => frames.push(...dec.push(c)));
+  return { send: (h) => child.stdin.write(encodeFrame(h)), frames };
+}
+
+async function waitFor(pred: () => boolean, timeoutMs = 5000): Promise<void> {
+  const start = Date.now();
+  while (!pred()) {
+    if (Date.now() - start > timeoutMs) throw new Error("timed out");
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+async function rssKb(pid: number): Promise<number> {
+  const status = await readFile(`/proc/${pid}/status`, "utf8").catch(() => "");
+  return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
+}
+
