@@ -89,7 +89,8 @@ function shutdown(reason: string): void {
   process.stderr.write(`bothy-agent: ${reason}; exiting\n`);
   for (const cmd of commands.values()) cmd.kill();
   for (const write of writes.values()) void write.abort();
-  setTimeout(() => process.exit(0), 50);
+  // A moment for the stderr line above to leave; the host is already gone.
+  setTimeout(() => process.exit(0), 10);
 }
 
 function hello(): void {
