@@ -28,12 +28,14 @@ describe("template definition schema", () => {
         "  - { src: motd, dest: /etc/motd, mode: 0600 }",
         "  - { src: run.sh, dest: /usr/local/bin/run, mode: '0755' }",
         "  - { src: other, dest: /etc/other }",
+        "  - { src: tool, dest: /usr/local/bin/tool, mode: 755 }",
+        "  - { src: key, dest: /etc/key, mode: 0o400 }",
         "env: { LANG: C.UTF-8 }",
       ].join("\n"),
       "t.yaml",
     );
     expect(def.packages).toEqual(["bash", "g++", "libc6.1", "nodejs"]);
-    expect(def.files.map((f) => f.mode)).toEqual([0o600, 0o755, 0o644]);
+    expect(def.files.map((f) => f.mode)).toEqual([0o600, 0o755, 0o644, 0o755, 0o400]);
     expect(def.commands).toEqual([]);
     expect(def.env).toEqual({ LANG: "C.UTF-8" });
   });
@@ -53,6 +55,8 @@ describe("template definition schema", () => {
     ["a relative dest", "base: debian/bookworm\nfiles: [{ src: a, dest: etc/a }]", /files\[0\]\.dest: dest must be an absolute path/],
     ["a dest with ..", "base: debian/bookworm\nfiles: [{ src: a, dest: /etc/../a }]", /dest must be a normalized file path/],
     ["a non-octal mode string", "base: debian/bookworm\nfiles: [{ src: a, dest: /a, mode: '0888' }]", /mode must be octal/],
+    ["a non-octal mode number", "base: debian/bookworm\nfiles: [{ src: a, dest: /a, mode: 0888 }]", /files\[0\]\.mode: mode must be octal/],
+    ["a mode of more than four digits", "base: debian/bookworm\nfiles: [{ src: a, dest: /a, mode: 10644 }]", /mode must be octal/],
     ["env values that are not strings", "base: debian/bookworm\nenv: { PORT: 8080 }", /env\.PORT/],
     ["env names that are not identifiers", "base: debian/bookworm\nenv: { 'A-B': x }", /env names must be shell identifiers/],
     ["empty commands", "base: debian/bookworm\ncommands: ['']", /commands\[0\]: a command must not be empty/],

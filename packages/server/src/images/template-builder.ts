@@ -45,12 +45,12 @@ const CHROOT_ENV: Record<string, string> = {
 };
 
 const KILL_GRACE_MS = 5_000;
-const TAIL_LINES = 15;
 
 /**
  * Runs a host program with an argument array, forwarding each output line. It runs in its own
  * process group so an abort also stops what it started (debootstrap's dpkg, apt's http workers);
- * the promise settles only when every holder of its output pipes has gone.
+ * the promise settles only when every holder of its output pipes has gone. A failure names the
+ * command and its exit; the output it printed has gone to `onLine`.
  */
 export function runStreaming(
   file: string,
@@ -60,7 +60,6 @@ export function runStreaming(
   opts.signal.throwIfAborted();
   return new Promise((resolve, reject) => {
     const child = spawn(file, args, { env: opts.env, stdio: ["ignore", "pipe", "pipe"], detached: true });
-    const tail: string[] = [];
     const feed = (stream: Readable): void => {
       let rest = "";
       stream.setEncoding("utf8");
@@ -72,10 +71,7 @@ export function runStreaming(
       stream.on("end", () => rest !== "" && emit(rest));
     };
     const emit = (line: string): void => {
-      if (line.trim() === "") return;
-      tail.push(line);
-      if (tail.length > TAIL_LINES) tail.shift();
-      opts.onLine(line);
+      if (line.trim() !== "") opts.onLine(line);
     };
     const killGroup = (sig: NodeJS.Signals): void => {
       if (child.pid === undefined) return;
@@ -95,7 +91,7 @@ export function runStreaming(
     feed(child.stderr);
     child.on("error", (err) => {
       opts.signal.removeEventListener("abort", onAbort);
-      reject(new BothyError("internal", `Could not start ${file}: ${err.message}`, { cause: err }));
+      reject(new BothyError("template_build_failed", `Could not start ${file}: ${err.message}`, { cause: err }));
     });
     child.on("close", (code, sig) => {
       opts.signal.removeEventListener("abort", onAbort);
@@ -103,11 +99,7 @@ export function runStreaming(
       if (opts.signal.aborted) return reject(opts.signal.reason);
       if (code === 0) return resolve();
       const how = code === null ? `was killed by ${sig ?? "a signal"}` : `exited with code ${code}`;
-      reject(
-        new BothyError("internal", `${[file, ...args].join(" ")} ${how}; last output:\n${tail.join("\n")}`, {
-          details: { output: [...tail] },
-        }),
-      );
+      reject(new BothyError("template_build_failed", `${[file, ...args].join(" ")} ${how}`));
     });
   });
 }
@@ -138,7 +130,7 @@ export async function unmountUnder(dir: string): Promise<void> {
     await run("umount", [point]).catch(() => run("umount", ["--lazy", point]));
   }
   const left = await mountsUnder(dir);
-  if (left.length > 0) throw new BothyError("internal", `Could not unmount ${left.join(", ")}; remove them by hand.`);
+  if (left.length > 0) throw new BothyError("template_build_failed", `Could not unmount ${left.join(", ")}; remove them by hand.`);
 }
 
 /**

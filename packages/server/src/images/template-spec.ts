@@ -6,7 +6,7 @@ import { createHash } from "node:crypto";
 import { readFile, realpath, stat } from "node:fs/promises";
 import path from "node:path";
 import { BothyError, TEMPLATE_NAME_RE } from "@bothy/protocol";
-import { parseDocument, type ScalarTag } from "yaml";
+import { isMap, isScalar, isSeq, parseDocument, type Document } from "yaml";
 import { z } from "zod";
 
 /**
@@ -22,13 +22,10 @@ export const DEBIAN_PACKAGE_RE = /^[a-z0-9][a-z0-9+.-]+$/;
 const DEBIAN_BASE_RE = /^debian\/[a-z][a-z0-9-]*$/;
 const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
-const fileMode = z.union([
-  z.number().int().min(0).max(0o7777),
-  z
-    .string()
-    .regex(/^0?[0-7]{3,4}$/, "mode must be octal, like 0644")
-    .transform((s) => parseInt(s, 8)),
-]);
+const fileMode = z
+  .string()
+  .regex(/^(0o?)?[0-7]{3,4}$/, "mode must be octal, like 0644 or 755")
+  .transform((s) => parseInt(s.replace(/^0o/, ""), 8));
 
 const fileEntry = z.strictObject({
   src: z
@@ -55,7 +52,12 @@ export const templateDefinition = z
     files: z.array(fileEntry).default([]),
     commands: z.array(z.string().min(1, "a command must not be empty")).default([]),
     env: z
-      .record(z.string().regex(ENV_NAME_RE, "env names must be shell identifiers"), z.string())
+      .record(z.string(), z.string())
+      .superRefine((env, ctx) => {
+        for (const key of Object.keys(env)) {
+          if (!ENV_NAME_RE.test(key)) ctx.addIssue({ code: "custom", message: "env names must be shell identifiers", path: [key] });
+        }
+      })
       .default({}),
   })
   .superRefine((def, ctx) => {
@@ -87,22 +89,25 @@ export interface LoadedTemplate {
 }
 
 /**
- * YAML 1.2 reads `0644` as decimal 644; file modes are always written that way, so a leading zero
- * means octal, as in YAML 1.1 and chmod.
+ * A mode is read from the digits as written, always octal, as chmod reads them: YAML 1.2 alone
+ * would turn `0644` into decimal 644 and `755` into 0o1363, both silently wrong.
  */
-const legacyOctal: ScalarTag = {
-  identify: (v) => typeof v === "number",
-  default: true,
-  tag: "tag:yaml.org,2002:int",
-  format: "OCT",
-  test: /^0[0-7]+$/,
-  resolve: (s) => parseInt(s, 8),
-};
+function modesAsWritten(doc: Document): void {
+  const files = doc.get("files");
+  if (!isSeq(files)) return;
+  for (const entry of files.items) {
+    if (!isMap(entry)) continue;
+    const mode = entry.get("mode", true);
+    if (isScalar(mode) && mode.type === "PLAIN" && typeof mode.value === "number" && mode.source !== undefined) {
+      entry.set("mode", mode.source);
+    }
+  }
+}
 
 function invalid(file: string, message: string): BothyError {
   // No dedicated code exists for a broken definition on the server's disk: it is an operator's
   // error, not the client's, hence `internal`; the message names the file and the fix.
-  return new BothyError("internal", `${file}: ${message}`, { details: { template_file: file } });
+  return new BothyError("invalid_template", `${file}: ${message}`, { details: { template_file: file } });
 }
 
 function formatIssues(issues: readonly z.core.$ZodIssue[]): string {
@@ -117,9 +122,10 @@ function formatIssues(issues: readonly z.core.$ZodIssue[]): string {
 
 /** Parses and validates the text of a template.yaml; `file` only names it in errors. */
 export function parseTemplateDefinition(text: string, file: string): TemplateDefinition {
-  const doc = parseDocument(text, { customTags: (tags) => [legacyOctal, ...tags], uniqueKeys: true });
+  const doc = parseDocument(text, { uniqueKeys: true });
   const first = doc.errors[0];
   if (first !== undefined) throw invalid(file, `not valid YAML: ${first.message.split("\n")[0] ?? ""}`);
+  modesAsWritten(doc);
   const result = templateDefinition.safeParse(doc.toJS() ?? {});
   if (!result.success) throw invalid(file, formatIssues(result.error.issues));
   return result.data;

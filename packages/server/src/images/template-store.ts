@@ -7,6 +7,7 @@
 import { randomBytes } from "node:crypto";
 import { chmod, mkdir, mkdtemp, readFile, readdir, realpath, rename, stat, writeFile } from "node:fs/promises";
 import path from "node:path";
+import { BothyError } from "@bothy/protocol";
 import { z } from "zod";
 import { planBuild, removeTree, type BuildProgress } from "./template-builder.ts";
 import { acquireLock } from "./template-lock.ts";
@@ -41,6 +42,7 @@ export interface BuildOptions {
 }
 
 const DEFAULT_MIRROR = "http://deb.debian.org/debian";
+const ERROR_TAIL_LINES = 15;
 
 const metaSchema = z.object({
   formatVersion: z.number(),
@@ -140,12 +142,16 @@ export class TemplateStore {
       const onAbort = (): void => {
         if (settled) return;
         leave();
-        reject(opts.signal?.reason);
-        if (flight.waiters === 0) {
-          // A later caller must start afresh rather than join a build that is being torn down.
-          if (this.flights.get(key) === flight) this.flights.delete(key);
-          flight.controller.abort(opts.signal?.reason);
-        }
+        const reason: unknown = opts.signal?.reason;
+        if (flight.waiters > 0) return reject(reason);
+        // The last caller aborts the build itself, and hears back only once its tree is removed:
+        // a CLI that exits on the rejection must not cut the cleanup short.
+        if (this.flights.get(key) === flight) this.flights.delete(key);
+        flight.controller.abort(reason);
+        flight.promise.then(
+          () => reject(reason),
+          () => reject(reason),
+        );
       };
       opts.signal?.addEventListener("abort", onAbort, { once: true });
       flight.promise.then(
@@ -160,6 +166,12 @@ export class TemplateStore {
     if (!force) {
       const cached = await this.readBuilt(t);
       if (cached !== undefined) return cached;
+    }
+    if (process.getuid?.() !== 0) {
+      throw new BothyError(
+        "not_supported",
+        `Template "${t.name}" is not built, and building needs root (debootstrap, mount, chroot): run \`sudo bothy template build ${t.name}\`.`,
+      );
     }
     const parent =
       t.parent === undefined
@@ -225,10 +237,30 @@ export class TemplateStore {
         signal.throwIfAborted();
         const ev = { step: i + 1, steps: steps.length, title: step.title };
         emit(ev);
-        await step.run((line) => emit({ ...ev, line }));
+        // The step's last lines go into the error: a failed command's own output is often empty
+        // while the line that explains it came just before.
+        const tail: string[] = [];
+        try {
+          await step.run((line) => {
+            tail.push(line);
+            if (tail.length > ERROR_TAIL_LINES) tail.shift();
+            emit({ ...ev, line });
+          });
+        } catch (err) {
+          if (signal.aborted) throw signal.reason;
+          const message = `Building template "${t.name}" failed at step ${ev.step}/${ev.steps} (${ev.title}): ${err instanceof Error ? err.message : String(err)}`;
+          throw new BothyError("template_build_failed", tail.length > 0 ? `${message}; last output:\n${tail.join("\n")}` : message, {
+            cause: err,
+            details: { template: t.name, step: ev.title, output: tail },
+          });
+        }
       }
     } catch (err) {
-      await removeTree(work);
+      await removeTree(work).catch((cleanupErr: unknown) => {
+        // Rare (a mount that will not go away), and the operator must act: say both.
+        const why = cleanupErr instanceof Error ? cleanupErr.message : String(cleanupErr);
+        throw new BothyError("template_build_failed", `${err instanceof Error ? err.message : String(err)}; removing ${work} failed too: ${why}`, { cause: err });
+      });
       throw err;
     }
     const built = await this.readBuilt(t);
