@@ -34,6 +34,16 @@ const MIGRATIONS = [
      sandbox_id TEXT NOT NULL REFERENCES sandboxes(id),
      created_at TEXT NOT NULL
    );`,
+  `ALTER TABLE commands ADD COLUMN background INTEGER NOT NULL DEFAULT 0;
+   ALTER TABLE commands ADD COLUMN timed_out INTEGER NOT NULL DEFAULT 0;
+   CREATE TABLE events (
+     seq INTEGER PRIMARY KEY AUTOINCREMENT,
+     type TEXT NOT NULL,
+     sandbox_id TEXT,
+     data TEXT NOT NULL,
+     created_at TEXT NOT NULL
+   );
+   CREATE INDEX events_sandbox ON events(sandbox_id, seq);`,
 ];
 
 export interface SandboxRow {
