@@ -25,6 +25,7 @@ const SHUTDOWN_GRACE_MS = 3_000;
 
 export class GvisorDriver implements Driver {
   readonly name = "gvisor";
+  readonly acceleration = "ptrace";
   private readonly runsc: string;
 
   constructor(private readonly opts: GvisorOptions) {
@@ -74,22 +75,38 @@ export class GvisorDriver implements Driver {
 
   async removeOrphan(sandboxId: string): Promise<void> {
     if (!SANDBOX_ID_RE.test(sandboxId)) throw new BothyError("invalid_sandbox_id", `Refusing to remove ${sandboxId}: not a sandbox id.`);
-    await this.removeContainer(sandboxId);
-    await this.removeDisk(join(this.opts.sandboxesDir, sandboxId));
+    try {
+      if (await this.hasContainerState(sandboxId)) await this.removeContainer(sandboxId);
+    } finally {
+      // The disk goes even when runsc misbehaves: a mount left behind is the worse leak.
+      await this.removeDisk(join(this.opts.sandboxesDir, sandboxId));
+    }
   }
 
-  /** @internal */
+  /**
+   * Kills and deletes a container. A sandbox that is already on its way out makes runsc fail in
+   * several ways (control socket refused or reset, a delete that times out while stopping); what
+   * counts is that runsc holds no state for the id afterwards.
+   */
   async removeContainer(id: string): Promise<void> {
-    const gone = (err: unknown): boolean => err instanceof HostCommandError && /does not exist|not found|no such/i.test(err.stderr);
-    await run(this.runsc, this.runscArgs("kill", "--all", id, "KILL"), { timeoutMs: RUNSC_TIMEOUT_MS }).catch((err) => {
-      if (!gone(err) && !(err instanceof HostCommandError && /not running|stopped|cannot signal/i.test(err.stderr))) throw err;
-    });
-    await run(this.runsc, this.runscArgs("delete", "--force", id), { timeoutMs: RUNSC_TIMEOUT_MS }).catch((err) => {
-      if (!gone(err)) throw err;
-    });
+    const kill = await run(this.runsc, this.runscArgs("kill", "--all", id, "KILL"), { timeoutMs: RUNSC_TIMEOUT_MS }).then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    let lastError: unknown = kill;
+    for (let attempt = 0; attempt < 3 && (await this.hasContainerState(id)); attempt++) {
+      lastError = await run(this.runsc, this.runscArgs("delete", "--force", id), { timeoutMs: RUNSC_TIMEOUT_MS }).then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+    }
+    if (await this.hasContainerState(id)) {
+      throw new BothyError("internal", `runsc could not remove container ${id}: ${lastError instanceof Error ? lastError.message : "unknown error"}`, { cause: lastError });
+    }
+    if (lastError instanceof HostCommandError) this.opts.log("runsc_remove_retried", { sandbox_id: id, error: lastError.message.slice(0, 300) });
   }
 
-  /** @internal whether runsc still keeps state for this container (it removes it when `run` ends). */
+  /** Whether runsc still keeps state for this container (it removes it when `run` ends). */
   async hasContainerState(id: string): Promise<boolean> {
     const entries = await readdir(this.opts.runscRoot).catch(() => [] as string[]);
     return entries.some((e) => e.startsWith(`${id}_`));
@@ -160,6 +177,9 @@ class GvisorSandbox implements SandboxHandle {
       signal?.throwIfAborted();
       const child = spawn(this.driver.runscPath, this.driver.runscArgs("run", "--bundle", join(dir, "bundle"), this.id), {
         stdio: ["pipe", "pipe", "pipe"],
+        // Out of the server's process group: a terminal's Ctrl-C goes to the server, which then
+        // stops its sandboxes in order, instead of killing runsc mid-flight.
+        detached: true,
       });
       this.child = child;
       this.exit = new Promise<ExitInfo>((resolve) => {
@@ -199,7 +219,7 @@ class GvisorSandbox implements SandboxHandle {
   }
 
   async kill(): Promise<void> {
-    await this.driver.removeContainer(this.id);
+    if (await this.driver.hasContainerState(this.id)) await this.driver.removeContainer(this.id);
     const child = this.child;
     if (child && child.exitCode === null && child.signalCode === null) {
       const timer = new Promise<"timeout">((r) => setTimeout(() => r("timeout"), 5_000).unref());
@@ -212,10 +232,15 @@ class GvisorSandbox implements SandboxHandle {
     this.destroying ??= (async () => {
       // Closing the agent's stdin ends the container and runsc removes its own state: much
       // cheaper than two more runsc invocations. A wedged agent is killed after the grace time.
-      await this.shutdown(SHUTDOWN_GRACE_MS);
-      if (await this.driver.hasContainerState(this.id)) await this.driver.removeContainer(this.id);
-      await this.driver.removeDisk(this.spec.dir);
-    })();
+      try {
+        await this.shutdown(SHUTDOWN_GRACE_MS);
+      } finally {
+        await this.driver.removeOrphan(this.id);
+      }
+    })().catch((err: unknown) => {
+      this.destroying = undefined; // a failed destroy may be tried again
+      throw err;
+    });
     return this.destroying;
   }
 }

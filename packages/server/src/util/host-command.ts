@@ -1,4 +1,6 @@
-import { execFile } from "node:child_process";
+import { spawn } from "node:child_process";
+
+const MAX_OUTPUT_BYTES = 16 * 1024 * 1024;
 
 export interface HostCommandResult {
   stdout: string;
@@ -19,20 +21,40 @@ export class HostCommandError extends Error {
   }
 }
 
-/** Runs a host program with an argument array (never a shell), with a timeout. */
-export function run(file: string, args: readonly string[], options: { timeoutMs?: number; input?: string } = {}): Promise<HostCommandResult> {
+/**
+ * Runs a host program with an argument array (never a shell), with a timeout. It runs in its own
+ * process group: a Ctrl-C meant for the server must not kill a mount or a runsc delete halfway;
+ * the server decides when its host commands stop.
+ */
+export function run(file: string, args: readonly string[], options: { timeoutMs?: number; input?: string; cwd?: string } = {}): Promise<HostCommandResult> {
   return new Promise((resolve, reject) => {
-    const child = execFile(
-      file,
-      args,
-      { timeout: options.timeoutMs ?? 60_000, maxBuffer: 16 * 1024 * 1024, encoding: "utf8" },
-      (err, stdout, stderr) => {
-        if (err) {
-          const code = typeof (err as { code?: unknown }).code === "number" ? ((err as { code: number }).code) : null;
-          reject(new HostCommandError(file, args, code, stderr || err.message, err));
-        } else resolve({ stdout, stderr });
-      },
-    );
+    const child = spawn(file, args, { cwd: options.cwd, detached: true, stdio: [options.input === undefined ? "ignore" : "pipe", "pipe", "pipe"] });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    let size = 0;
+    const collect = (into: Buffer[]) => (chunk: Buffer) => {
+      size += chunk.length;
+      if (size <= MAX_OUTPUT_BYTES) into.push(chunk);
+    };
+    child.stdout?.on("data", collect(out));
+    child.stderr?.on("data", collect(err));
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      child.kill("SIGKILL");
+    }, options.timeoutMs ?? 60_000);
+    child.once("error", (e) => {
+      clearTimeout(timer);
+      reject(new HostCommandError(file, args, null, e.message, e));
+    });
+    child.once("close", (code, signal) => {
+      clearTimeout(timer);
+      const stdout = Buffer.concat(out).toString("utf8");
+      const stderr = Buffer.concat(err).toString("utf8");
+      if (code === 0) return resolve({ stdout, stderr });
+      const why = timedOut ? `timed out after ${options.timeoutMs ?? 60_000} ms` : signal ? `killed by ${signal}` : "";
+      reject(new HostCommandError(file, args, code, `${stderr}${why ? ` (${why})` : ""}`));
+    });
     if (options.input !== undefined) child.stdin?.end(options.input);
   });
 }

@@ -1,0 +1,230 @@
+/**
+ * bench/start [--runs R=20]: what one create → `echo ok` → delete costs through bothy with the
+ * warm pool on and off, against a raw `runsc run` of the same rootfs, command and runsc flags.
+ */
+import { spawn } from "node:child_process";
+import { existsSync } from "node:fs";
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { buildOciSpec } from "../packages/server/src/drivers/oci-spec.ts";
+import { loadConfig } from "../packages/server/src/index.ts";
+import { run } from "../packages/server/src/util/host-command.ts";
+import { startTestServer, type TestServer } from "../packages/server/test/helpers/test-server.ts";
+import { header, intArg, interruptSignal, median, parseArgs, secs, seedTemplate, stopAndInspect, summary, timedRun, withTimeout, type RunTimes } from "./bench-util.ts";
+
+/** The same flags the gVisor driver passes (gvisor-driver.ts runscArgs). */
+const RUNSC_FLAGS = ["--platform=ptrace", "--network=none", "--overlay2=none"];
+/** Quiet time before each timed run, so the previous run's teardown does not bleed into it. */
+const SETTLE_MS = 250;
+/** Each series first does one untimed run: the first of a kind pays for cold caches. */
+const WARMUP = 1;
+/** A failed run is reported and left out of the figures; this many in a row end the series. */
+const MAX_CONSECUTIVE_FAILURES = 3;
+
+const usage = "usage: bench/start [--runs R=20]";
+const { flags, positional } = parseArgs(process.argv.slice(2), ["runs"], usage);
+if (positional.length > 0) {
+  console.error(`unexpected argument ${positional[0]}\n${usage}`);
+  process.exit(2);
+}
+const runs = intArg(flags.get("runs"), 20, "--runs", 1, 10_000, usage);
+const interrupted = interruptSignal();
+const leaks: string[] = [];
+const failures: string[] = [];
+let consecutiveFailures = 0;
+
+console.log(await header());
+const seed = await seedTemplate();
+console.log(`# start: ${runs} runs per series (+${WARMUP} untimed), ${SETTLE_MS} ms settle before each, template seed ${seed.hash.slice(0, 12)}`);
+
+const scratch = await mkdtemp("/tmp/bothy-bench-start-");
+const runscRoot = join(scratch, "runsc");
+let exitCode = 0;
+try {
+  const warm = await bothySeries(1);
+  const cold = await bothySeries(0);
+  const rawOverlay = await rawSeries(true);
+  const rawPlain = await rawSeries(false);
+  report(warm, cold, rawOverlay, rawPlain);
+} catch (err) {
+  console.error(`failed: ${(err as Error).message}`);
+  exitCode = interrupted.aborted ? 130 : 1;
+} finally {
+  await cleanScratch();
+}
+console.log(failures.length === 0 ? "failed runs: none" : `failed runs: ${failures.length} (left out of the figures)`);
+for (const f of failures) console.log(`failure: ${f}`);
+if (leaks.length === 0) console.log("leaks: none");
+else for (const l of leaks) console.log(`leak: ${l}`);
+console.log(`# load at end: ${(await readFile("/proc/loadavg", "utf8")).split(" ").slice(0, 3).join(" ")}`);
+process.exit(exitCode !== 0 ? exitCode : leaks.length > 0 ? 1 : 0);
+
+/**
+ * create → exec → delete through a fresh server. With a pool, every timed create must find a
+ * booted sandbox: before each run we poll the pool until its refill has finished.
+ */
+async function bothySeries(poolSize: number): Promise<RunTimes[]> {
+  const label = poolSize > 0 ? "bothy warm" : "bothy cold";
+  const ts = await startTestServer({ BOTHY_POOL_SIZE: String(poolSize) });
+  const times: RunTimes[] = [];
+  try {
+    if (poolSize > 0) await ts.server.manager.warm("seed");
+    for (let i = 0; i < runs + WARMUP; i++) {
+      interrupted.throwIfAborted();
+      if (poolSize > 0) await poolReady(ts);
+      await sleep(SETTLE_MS);
+      const t = await attempt(label, i, () => timedRun(ts.url, ts.wsUrl));
+      if (t && i >= WARMUP) times.push(t);
+    }
+  } finally {
+    const found = await stopAndInspect(ts, "bench-start");
+    console.log(`# ${label}: warm creates ${found.creates.text} (incl. warm-up)${found.log ? `, server log kept at ${found.log}` : ""}`);
+    leaks.push(...found.leaks.map((l) => `${label}: ${l}`));
+  }
+  console.log(`# ${label}: done, median ${secs(median(times.map((t) => t.total)))}`);
+  return times;
+}
+
+/**
+ * Waits until the pool holds a booted sandbox and no refill is running. The pool keeps this
+ * private; reading it through element access keeps the check type-checked against the real
+ * fields, so a rename breaks the build instead of silently making creates cold.
+ */
+async function poolReady(ts: TestServer): Promise<void> {
+  const pool = ts.server.manager["pool"];
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const ready = [...pool["ready"].values()].reduce((n, list) => n + list.length, 0);
+    if (ready > 0 && pool["filling"].size === 0) return;
+    if (Date.now() > deadline) throw new Error("the warm pool did not refill within 60 s");
+    interrupted.throwIfAborted();
+    await sleep(20);
+  }
+}
+
+interface RawTimes {
+  /** mkdir + mount + bundle + runsc run + umount + rm: what bothy's create and delete do around it. */
+  total: number;
+  /** spawn of `runsc run` to its exit. */
+  runsc: number;
+}
+
+async function rawSeries(overlay: boolean): Promise<RawTimes[]> {
+  const agentPath = loadConfig({}).agentPath;
+  const times: RawTimes[] = [];
+  for (let i = 0; i < runs + WARMUP; i++) {
+    interrupted.throwIfAborted();
+    await sleep(SETTLE_MS);
+    const t = await attempt(overlay ? "raw overlay" : "raw read-only", i, () => rawRun(overlay, i, agentPath));
+    if (t && i >= WARMUP) times.push(t);
+  }
+  console.log(`# raw runsc, ${overlay ? "overlay root" : "read-only template root"}: done, median ${secs(median(times.map((t) => t.total)))}`);
+  return times;
+}
+
+/** Runs one timed run; a failure is recorded and yields undefined, unless too many came in a row. */
+async function attempt<T>(label: string, i: number, fn: () => Promise<T>): Promise<T | undefined> {
+  try {
+    const t = await fn();
+    consecutiveFailures = 0;
+    return t;
+  } catch (err) {
+    if (interrupted.aborted) throw err;
+    failures.push(`${label} run ${i}: ${(err as Error).message}`);
+    console.log(`# ${label} run ${i} FAILED (left out of the figures): ${(err as Error).message}`);
+    if (++consecutiveFailures >= MAX_CONSECUTIVE_FAILURES) throw new Error(`${consecutiveFailures} failures in a row in ${label}`, { cause: err });
+    return undefined;
+  }
+}
+
+/**
+ * `runsc run` of `/bin/sh -c "echo ok"` with bothy's own OCI spec (capabilities, cgroup limits,
+ * namespaces, mounts) and process swapped. With `overlay`, the root is a fresh overlay over the
+ * template, as the driver makes it; without, the template itself read-only.
+ */
+async function rawRun(overlay: boolean, i: number, agentPath: string): Promise<RawTimes> {
+  const id = `bench-${overlay ? "ov" : "ro"}-${i}-${process.pid}`;
+  const dir = join(scratch, id);
+  const rootfs = overlay ? join(dir, "rootfs") : seed.rootfs;
+  let mounted = false;
+  const t0 = performance.now();
+  let runscMs = 0;
+  try {
+    await mkdir(join(dir, "bundle"), { recursive: true });
+    if (overlay) {
+      await Promise.all(["upper", "work", "rootfs"].map((d) => mkdir(join(dir, d))));
+      await run("mount", ["-t", "overlay", "overlay", "-o", `lowerdir=${seed.rootfs},upperdir=${join(dir, "upper")},workdir=${join(dir, "work")}`, rootfs]);
+      mounted = true;
+    }
+    const spec = buildOciSpec({ id, templateRoot: seed.rootfs, templateEnv: seed.env, vcpu: 1, memoryMib: 512, dir, rootfs, agentPath }) as OciSpec;
+    spec.process.args = ["/bin/sh", "-c", "echo ok"];
+    spec.root.readonly = !overlay;
+    // A read-only root cannot get the agent's mount point; the raw command does not need it.
+    if (!overlay) spec.mounts = spec.mounts.filter((m) => m.type !== "bind");
+    await writeFile(join(dir, "bundle", "config.json"), JSON.stringify(spec));
+    const s0 = performance.now();
+    const out = await withTimeout(runsc(["run", "--bundle", join(dir, "bundle"), id]), `runsc run ${id}`);
+    runscMs = performance.now() - s0;
+    if (out.stdout !== "ok\n" || out.code !== 0) throw new Error(`runsc run ${id}: exit ${out.code}, stdout ${JSON.stringify(out.stdout)}, stderr ${out.stderr.slice(-300)}`);
+    if (mounted) await run("umount", [rootfs]);
+    mounted = false;
+    await rm(dir, { recursive: true });
+  } finally {
+    if (mounted) await run("umount", ["-l", rootfs]).catch((err: unknown) => leaks.push(`raw: umount ${rootfs}: ${(err as Error).message}`));
+    await rm(dir, { recursive: true, force: true });
+  }
+  const total = performance.now() - t0;
+  for (const c of ["cpu", "memory", "pids"]) if (existsSync(`/sys/fs/cgroup/${c}/bothy/${id}`)) leaks.push(`raw: cgroup /sys/fs/cgroup/${c}/bothy/${id} left by runsc`);
+  return { total, runsc: runscMs };
+}
+
+interface OciSpec {
+  process: { args: string[] };
+  root: { path: string; readonly: boolean };
+  mounts: Array<{ type: string }>;
+}
+
+function runsc(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn("runsc", ["--root", runscRoot, ...RUNSC_FLAGS, ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.setEncoding("utf8").on("data", (s: string) => (stdout += s));
+    child.stderr.setEncoding("utf8").on("data", (s: string) => (stderr = (stderr + s).slice(-4096)));
+    child.once("error", reject);
+    child.once("close", (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+/** Containers, mounts and files of the raw runs; anything found here is reported as a leak. */
+async function cleanScratch(): Promise<void> {
+  const listed = existsSync(runscRoot) ? await run("runsc", ["--root", runscRoot, "list", "-quiet"]).catch(() => ({ stdout: "" })) : { stdout: "" };
+  for (const id of listed.stdout.split("\n").filter(Boolean)) {
+    leaks.push(`raw: runsc container ${id} left behind`);
+    await run("runsc", ["--root", runscRoot, "delete", "--force", id]).catch((err: unknown) => leaks.push(`raw: runsc delete ${id}: ${(err as Error).message}`));
+  }
+  const mounts = (await readFile("/proc/mounts", "utf8")).split("\n").map((l) => l.split(" ")[1] ?? "").filter((t) => t.startsWith(`${scratch}/`));
+  for (const t of mounts.reverse()) {
+    leaks.push(`raw: mount ${t} left behind`);
+    await run("umount", ["-l", t]).catch((err: unknown) => leaks.push(`raw: umount ${t}: ${(err as Error).message}`));
+  }
+  await rm(scratch, { recursive: true, force: true });
+}
+
+function report(warm: RunTimes[], cold: RunTimes[], rawOverlay: RawTimes[], rawPlain: RawTimes[]): void {
+  const m = (xs: readonly { total: number }[]): number => median(xs.map((x) => x.total));
+  const raw = m(rawOverlay);
+  console.log("");
+  for (const [label, times] of [["(a) bothy, warm pool (size 1; before each run the pool was polled until refilled; every create warm)", warm], ["(b) bothy, pool off (cold boot)", cold]] as const) {
+    console.log(`${label}: median ${secs(m(times))}`);
+    console.log(`    total   ${summary(times.map((t) => t.total))}`);
+    for (const phase of ["create", "exec", "delete"] as const) console.log(`    ${phase.padEnd(7)} ${summary(times.map((t) => t[phase]))}`);
+  }
+  console.log(`(c) raw runsc run, overlay root: median ${secs(raw)} (runsc spawn→exit ${secs(median(rawOverlay.map((t) => t.runsc)))}, rest is mkdir/mount/umount/rm)`);
+  console.log(`    total   ${summary(rawOverlay.map((t) => t.total))}`);
+  console.log(`    raw runsc run, read-only template root, no overlay: median ${secs(m(rawPlain))} (runsc ${secs(median(rawPlain.map((t) => t.runsc)))})`);
+  console.log(`(d) bothy-warm / raw = ${(m(warm) / raw).toFixed(2)}, bothy-cold / raw = ${(m(cold) / raw).toFixed(2)}  (raw = overlay root)`);
+  console.log(`    vs no-overlay raw: warm ${(m(warm) / m(rawPlain)).toFixed(2)}, cold ${(m(cold) / m(rawPlain)).toFixed(2)}`);
+  console.log("    phases are per-phase medians; they need not sum to the median total.");
+}
