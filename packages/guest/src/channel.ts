@@ -6,7 +6,7 @@ import { encodeFrame, FrameDecoder, FrameError, type RawFrame } from "@bothy/pro
  * its users when the stream is congested so they can stop producing.
  */
 export class Channel {
-  private readonly decoder = new FrameDecoder();
+  private decoder = new FrameDecoder();
   private congested = false;
   private readonly drainWaiters = new Set<() => void>();
 
@@ -34,6 +34,11 @@ export class Channel {
       this.congested = false;
       for (const waiter of [...this.drainWaiters]) waiter();
     });
+  }
+
+  /** Drops a partly received frame: the peer that was sending it is gone. */
+  resetDecoder(): void {
+    this.decoder = new FrameDecoder();
   }
 
   send(header: object, payload?: Buffer): void {

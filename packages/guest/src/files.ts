@@ -1,9 +1,10 @@
-import { createHash, randomBytes } from "node:crypto";
+import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
 import { lstat, open, readFile, rename, rm, type FileHandle } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { OUTPUT_CHUNK_BYTES, type FileStat, type ParsedHostFrame } from "@bothy/protocol";
 import type { Channel } from "./channel.ts";
+import { kernelRandomBytes } from "./identity.ts";
 
 type GuestErrorCode = "not_found" | "io_error" | "precondition_failed";
 
@@ -67,7 +68,7 @@ export class AtomicWrite {
   private chain: Promise<unknown> = Promise.resolve();
 
   constructor(private readonly frame: WriteFrame) {
-    this.tmpPath = join(dirname(frame.path), `.${basename(frame.path)}.bothy-${randomBytes(6).toString("hex")}`);
+    this.tmpPath = join(dirname(frame.path), `.${basename(frame.path)}.bothy-${kernelRandomBytes(6).toString("hex")}`);
     this.handle = open(this.tmpPath, "wx", frame.mode ?? 0o644);
     this.handle.catch(() => undefined);
   }

@@ -2,20 +2,37 @@ import { hostFrame, PROTOCOL_GENERATION, type RawFrame } from "@bothy/protocol";
 import { Channel } from "./channel.ts";
 import { Command } from "./exec.ts";
 import { AtomicWrite, fileOpError, readToChannel, statPath } from "./files.ts";
+import { applyIdentity } from "./identity.ts";
+import { VirtioPort } from "./virtio-port.ts";
 
 const AGENT_VERSION = "bothy-agent/0.1.0";
 /** The host may not be listening yet (QEMU drops writes without a peer): repeat hello until answered. */
 const HELLO_REPEAT_MS = 200;
 
-// The agent's stdout is the protocol channel: nothing else may write to it.
+// With the stdio channel stdout is the protocol: nothing else may write to it.
 console.log = console.info = console.warn = console.error;
 
-const childEnv: NodeJS.ProcessEnv = { ...process.env };
+let childEnv: NodeJS.ProcessEnv = { ...process.env };
 const commands = new Map<number, Command>();
 const writes = new Map<number, AtomicWrite>();
 let acked = false;
 
-const channel = new Channel(process.stdin, process.stdout, onFrame, shutdown);
+/**
+ * stdio (gVisor) by default; a virtio-serial port (QEMU) when BOTHY_CHANNEL names one. A port's
+ * host comes and goes (pause, restore): the agent then keeps running and says hello again.
+ */
+const portPath = process.env["BOTHY_CHANNEL"];
+delete process.env["BOTHY_CHANNEL"];
+const port = portPath === undefined ? undefined : new VirtioPort(portPath, hostGone);
+const channel = port ? new Channel(port.input, port.output, onFrame, shutdown) : new Channel(process.stdin, process.stdout, onFrame, shutdown);
+
+function hostGone(): void {
+  // Whatever the old host sent last may have been cut mid-frame.
+  channel.resetDecoder();
+  if (!acked) return;
+  acked = false;
+  hello();
+}
 
 function sendError(id: number | undefined, code: "bad_frame" | "unknown_request" | "not_found" | "io_error" | "precondition_failed" | "busy", message: string): void {
   channel.send({ t: "error", ...(id === undefined ? {} : { id }), code, message: message.slice(0, 4000) });
@@ -33,6 +50,10 @@ function onFrame(raw: RawFrame): void {
     case "hello_ack":
       acked = true;
       return;
+    case "resync":
+      acked = false;
+      hello();
+      return;
     case "exec":
       if (commands.has(frame.id) || writes.has(frame.id)) return sendError(frame.id, "busy", `request id ${frame.id} is in use`);
       commands.set(frame.id, new Command(frame.id, frame, childEnv, channel, (id) => commands.delete(id)));
@@ -48,6 +69,15 @@ function onFrame(raw: RawFrame): void {
       return;
     case "credit":
       commands.get(frame.id)?.credit(frame.bytes);
+      return;
+    case "identity":
+      applyIdentity(frame, raw.payload).then(
+        (env) => {
+          childEnv = env;
+          channel.send({ t: "identity_done", id: frame.id });
+        },
+        (err: Error) => sendError(frame.id, "io_error", `identity: ${err.message}`),
+      );
       return;
     case "stat":
       statPath(frame.path).then(
@@ -93,10 +123,14 @@ function shutdown(reason: string): void {
   setTimeout(() => process.exit(0), 10);
 }
 
+let helloTimer: NodeJS.Timeout | undefined;
+
+/** Says hello now and every HELLO_REPEAT_MS until acknowledged; calling it again restarts it. */
 function hello(): void {
+  clearTimeout(helloTimer);
   if (acked) return;
   channel.send({ t: "hello", gen: PROTOCOL_GENERATION, agent: AGENT_VERSION, pid: process.pid });
-  setTimeout(hello, HELLO_REPEAT_MS).unref();
+  helloTimer = setTimeout(hello, HELLO_REPEAT_MS).unref();
 }
 
 hello();

@@ -19,6 +19,8 @@ const envMap = z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environmen
 
 export const hostFrame = z.discriminatedUnion("t", [
   z.object({ t: z.literal("hello_ack"), gen: z.number().int() }).strict(),
+  /** A host that connects to an agent already running (a restored VM) asks for a new hello. */
+  z.object({ t: z.literal("resync") }).strict(),
   z
     .object({
       t: z.literal("exec"),
@@ -47,6 +49,21 @@ export const hostFrame = z.discriminatedUnion("t", [
     .strict(),
   z.object({ t: z.literal("file_chunk"), id: requestId, eof: z.boolean().default(false) }).strict(),
   z.object({ t: z.literal("stat"), id: requestId, path: guestPath }).strict(),
+  /**
+   * Who the sandbox is, sent after the handshake by drivers whose guests share a boot (QEMU
+   * snapshots): hostname, the environment commands get, the host's clock, and fresh entropy in
+   * the payload (at least 32 bytes) that the guest credits to its kernel RNG before answering.
+   */
+  z
+    .object({
+      t: z.literal("identity"),
+      id: requestId,
+      sandbox_id: z.string().regex(/^[a-z0-9_]{1,64}$/),
+      hostname: z.string().regex(/^[a-zA-Z0-9][a-zA-Z0-9_-]{0,62}$/),
+      env: envMap,
+      time_ms: z.number().int().min(0),
+    })
+    .strict(),
 ]);
 export type HostFrame = z.input<typeof hostFrame>;
 export type ParsedHostFrame = z.output<typeof hostFrame>;
@@ -71,6 +88,7 @@ export const guestFrame = z.discriminatedUnion("t", [
   z.object({ t: z.literal("file_chunk"), id: requestId }).strict(),
   z.object({ t: z.literal("file_done"), id: requestId, size: z.number().int().min(0), sha256: z.string() }).strict(),
   z.object({ t: z.literal("stat_result"), id: requestId, stat: fileStat }).strict(),
+  z.object({ t: z.literal("identity_done"), id: requestId }).strict(),
   z
     .object({
       t: z.literal("error"),

@@ -86,6 +86,13 @@ describe("protocol surface", () => {
           },
           {
             "fields": [
+              "id",
+              "t",
+            ],
+            "t": "identity_done",
+          },
+          {
+            "fields": [
               "code",
               "id",
               "message",
@@ -101,6 +108,12 @@ describe("protocol surface", () => {
               "t",
             ],
             "t": "hello_ack",
+          },
+          {
+            "fields": [
+              "t",
+            ],
+            "t": "resync",
           },
           {
             "fields": [
@@ -170,6 +183,17 @@ describe("protocol surface", () => {
               "t",
             ],
             "t": "stat",
+          },
+          {
+            "fields": [
+              "env",
+              "hostname",
+              "id",
+              "sandbox_id",
+              "t",
+              "time_ms",
+            ],
+            "t": "identity",
           },
         ],
       }

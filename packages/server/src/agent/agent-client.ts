@@ -52,7 +52,16 @@ type Pending =
   | { kind: "exec"; events: ExecEvents }
   | { kind: "stat"; resolve: (s: FileStat) => void; reject: (e: BothyError) => void }
   | { kind: "read"; chunks: Buffer[]; size: number; limit: number; resolve: (b: Buffer) => void; reject: (e: BothyError) => void }
-  | { kind: "write"; resolve: (r: { size: number; sha256: string }) => void; reject: (e: BothyError) => void };
+  | { kind: "write"; resolve: (r: { size: number; sha256: string }) => void; reject: (e: BothyError) => void }
+  | { kind: "identity"; resolve: () => void; reject: (e: BothyError) => void };
+
+export interface GuestIdentity {
+  sandboxId: string;
+  hostname: string;
+  env: Record<string, string>;
+  /** Fresh host randomness the guest credits to its kernel RNG (at least 32 bytes). */
+  entropy: Buffer;
+}
 
 /**
  * The host's end of the guest-agent protocol over one byte stream: handshake, request ids,
@@ -78,10 +87,14 @@ export class AgentClient {
     output.on("error", (err) => this.close(new BothyError("agent_unavailable", `Guest channel error: ${err.message}`)));
   }
 
-  /** Resolves once the agent has said hello with our protocol generation. */
-  handshake(timeoutMs: number, signal?: AbortSignal): Promise<void> {
+  /**
+   * Resolves once the agent has said hello with our protocol generation. With `resync` the agent
+   * is already running (a restored VM) and is asked to say hello again.
+   */
+  handshake(timeoutMs: number, signal?: AbortSignal, resync = false): Promise<void> {
     if (this.helloSeen) return Promise.resolve();
     if (this.closed) return Promise.reject(this.closed);
+    if (resync) this.send({ t: "resync" });
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => fail(new BothyError("agent_unavailable", `The guest agent did not say hello within ${timeoutMs} ms.`)), timeoutMs);
       const onAbort = (): void => fail(new BothyError("agent_unavailable", "Handshake aborted."));
@@ -143,6 +156,14 @@ export class AgentClient {
         off += part.length;
         this.send({ t: "file_chunk", id, eof: off >= data.length }, part);
       } while (off < data.length);
+    });
+  }
+
+  /** Tells the guest who it is (see the `identity` frame); resolves once it has applied it. */
+  identify(identity: GuestIdentity): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const id = this.allocate({ kind: "identity", resolve, reject });
+      this.send({ t: "identity", id, sandbox_id: identity.sandboxId, hostname: identity.hostname, env: identity.env, time_ms: Date.now() }, identity.entropy);
     });
   }
 
@@ -220,6 +241,10 @@ export class AgentClient {
       case "exited":
         this.pending.delete(id);
         if (p.kind === "exec") p.events.onExited(frame.code, frame.signal);
+        return;
+      case "identity_done":
+        this.pending.delete(id);
+        if (p.kind === "identity") p.resolve();
         return;
       case "stat_result":
         this.pending.delete(id);

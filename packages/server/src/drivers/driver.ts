@@ -16,6 +16,11 @@ export interface SandboxSpec {
 export interface GuestStream {
   input: Readable;
   output: Writable;
+  /**
+   * The agent on the other end was already running (a restored VM): the host asks it to say
+   * hello again instead of waiting for the hello of a fresh start.
+   */
+  resync?: boolean;
 }
 
 export interface ExitInfo {
@@ -35,6 +40,12 @@ export interface SandboxHandle {
   shutdown(timeoutMs: number): Promise<void>;
   kill(): Promise<void>;
   destroy(): Promise<void>;
+  /** The guest learns its id, hostname, env, clock and entropy over the channel after hello. */
+  readonly needsIdentity?: boolean;
+  /** Saves the sandbox's memory to disk and ends its VM; absent where the driver cannot. */
+  pause?(): Promise<void>;
+  /** Brings a paused sandbox back; its agent then needs a resync handshake. */
+  resume?(signal?: AbortSignal): Promise<GuestStream>;
 }
 
 /** A host object that exists for a sandbox: found by `reconcile`, removable without a handle. */
@@ -46,6 +57,8 @@ export interface HostObject {
 
 export interface Driver {
   readonly name: string;
+  /** How guests run: "ptrace" (gVisor's platform), "kvm" or "tcg" (QEMU). */
+  readonly acceleration: string;
   /** Checks the host can run this driver; throws a BothyError saying what to install or fix. */
   preflight(): Promise<void>;
   create(spec: SandboxSpec): SandboxHandle;

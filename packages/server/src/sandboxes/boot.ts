@@ -1,5 +1,6 @@
 import { BothyError } from "@bothy/protocol";
-import { AgentClient } from "../agent/agent-client.ts";
+import { randomBytes } from "node:crypto";
+import { AgentClient, type GuestIdentity } from "../agent/agent-client.ts";
 import type { Driver, SandboxHandle, SandboxSpec } from "../drivers/driver.ts";
 
 /** A sandbox whose guest agent has answered the handshake. */
@@ -22,7 +23,8 @@ export async function bootSandbox(driver: Driver, spec: SandboxSpec, timeoutMs: 
     const exited = handle.wait().then((exit) => {
       throw new BothyError("create_failed", `The sandbox exited during boot (code ${exit.code ?? "none"}, signal ${exit.signal ?? "none"})${describe(handle)}.`);
     });
-    await Promise.race([agent.handshake(timeoutMs, signal), exited]);
+    await Promise.race([agent.handshake(timeoutMs, signal, stream.resync === true), exited]);
+    if (handle.needsIdentity) await Promise.race([agent.identify(guestIdentity(spec)), exited]);
     exited.catch(() => undefined);
     return { spec, handle, agent };
   } catch (err) {
@@ -32,6 +34,11 @@ export async function bootSandbox(driver: Driver, spec: SandboxSpec, timeoutMs: 
     if (err instanceof BothyError && err.code === "create_failed") throw err;
     throw new BothyError("create_failed", `Could not boot sandbox ${spec.id}: ${(err as Error).message}${detail}`, { cause: err });
   }
+}
+
+/** What a restored or freshly booted VM guest is told about itself; the entropy is new each time. */
+export function guestIdentity(spec: SandboxSpec): GuestIdentity {
+  return { sandboxId: spec.id, hostname: spec.id, env: spec.templateEnv, entropy: randomBytes(64) };
 }
 
 function describe(handle: SandboxHandle): string {

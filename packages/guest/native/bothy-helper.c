@@ -1,0 +1,53 @@
+/*
+ * bothy-helper: the two things the guest agent needs that Node cannot do (no ioctl, no
+ * clock_settime). Built statically by the host when it makes the initramfs.
+ *
+ *   bothy-helper reseed          credits the bytes on stdin (up to 512) to the kernel's input pool
+ *                                and forces the CRNG to reseed now: after a memory snapshot is
+ *                                restored, every clone would otherwise share the same RNG state.
+ *   bothy-helper settime S NS    sets CLOCK_REALTIME: a restored clock is the snapshot's clock.
+ *   bothy-helper identity S NS   both, in one process: spawning is slow under emulation.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/random.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
+
+static int reseed(void) {
+  struct { struct rand_pool_info info; unsigned char buf[512]; } req;
+  ssize_t n = 0;
+  while ((size_t)n < sizeof req.buf) {
+    ssize_t r = read(0, req.buf + n, sizeof req.buf - (size_t)n);
+    if (r < 0) { if (errno == EINTR) continue; perror("read"); return 1; }
+    if (r == 0) break;
+    n += r;
+  }
+  if (n < 32) { fprintf(stderr, "reseed: need at least 32 bytes on stdin, got %zd\n", n); return 1; }
+  int fd = open("/dev/urandom", O_RDWR);
+  if (fd < 0) { perror("open /dev/urandom"); return 1; }
+  req.info.entropy_count = (int)n * 8;
+  req.info.buf_size = (int)n;
+  if (ioctl(fd, RNDADDENTROPY, &req.info) < 0) { perror("RNDADDENTROPY"); return 1; }
+  if (ioctl(fd, RNDRESEEDCRNG) < 0) { perror("RNDRESEEDCRNG"); return 1; }
+  close(fd);
+  return 0;
+}
+
+static int settime(const char *s, const char *ns) {
+  struct timespec ts = { .tv_sec = strtoll(s, NULL, 10), .tv_nsec = strtol(ns, NULL, 10) };
+  if (clock_settime(CLOCK_REALTIME, &ts) < 0) { perror("clock_settime"); return 1; }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 2 && strcmp(argv[1], "reseed") == 0) return reseed();
+  if (argc == 4 && strcmp(argv[1], "settime") == 0) return settime(argv[2], argv[3]);
+  if (argc == 4 && strcmp(argv[1], "identity") == 0) return reseed() || settime(argv[2], argv[3]);
+  fprintf(stderr, "usage: bothy-helper reseed | settime SECONDS NANOSECONDS | identity SECONDS NANOSECONDS\n");
+  return 2;
+}

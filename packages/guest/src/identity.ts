@@ -1,0 +1,60 @@
+import { execFile } from "node:child_process";
+import { closeSync, openSync, readSync, writeFileSync } from "node:fs";
+import type { ParsedHostFrame } from "@bothy/protocol";
+
+type IdentityFrame = Extract<ParsedHostFrame, { t: "identity" }>;
+
+/** Installed beside the agent by the QEMU initramfs: RNG reseed and clock, which Node cannot do. */
+const HELPER = "/opt/bothy/bothy-helper";
+const BASE_ENV = { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", HOME: "/root", TERM: "xterm", LANG: "C.UTF-8" };
+
+function helper(args: string[], input?: Buffer): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = execFile(HELPER, args, { timeout: 10_000 }, (err, _out, stderr) => (err ? reject(new Error(`${HELPER} ${args[0] ?? ""}: ${String(stderr).trim() || err.message}`)) : resolve()));
+    child.stdin?.end(input);
+  });
+}
+
+/** Bytes straight from the kernel RNG, never from a generator whose state a snapshot copied. */
+export function kernelRandomBytes(n: number): Buffer {
+  const buf = Buffer.alloc(n);
+  const fd = openSync("/dev/urandom", "r");
+  try {
+    readSync(fd, buf, 0, n, null);
+  } finally {
+    closeSync(fd);
+  }
+  return buf;
+}
+
+/**
+ * Replaces Math.random with xorshift128+ seeded from the kernel: V8's own state was captured in
+ * the snapshot and would give every clone the same sequence.
+ */
+function reseedMathRandom(): void {
+  const seed = kernelRandomBytes(16);
+  let s0 = seed.readBigUInt64LE(0) | 1n;
+  let s1 = seed.readBigUInt64LE(8);
+  const mask = (1n << 64n) - 1n;
+  Math.random = () => {
+    let x = s0;
+    const y = s1;
+    s0 = y;
+    x = (x ^ (x << 23n)) & mask;
+    s1 = x ^ y ^ (x >> 17n) ^ (y >> 26n);
+    return Number(((s1 + y) & mask) >> 11n) / 2 ** 53;
+  };
+}
+
+/**
+ * Makes this guest the sandbox the host says it is: kernel RNG reseeded with the host's bytes
+ * (credited and forced, so clones of one snapshot diverge at once), clock set, hostname set,
+ * in-process generators reseeded, and the environment commands get. Returns that environment.
+ */
+export async function applyIdentity(frame: IdentityFrame, entropy: Buffer): Promise<NodeJS.ProcessEnv> {
+  if (entropy.length < 32) throw new Error(`identity carried ${entropy.length} bytes of entropy; at least 32 are needed`);
+  await helper(["identity", String(Math.floor(frame.time_ms / 1000)), String((frame.time_ms % 1000) * 1_000_000)], entropy);
+  writeFileSync("/proc/sys/kernel/hostname", frame.hostname);
+  reseedMathRandom();
+  return { ...BASE_ENV, ...frame.env, HOSTNAME: frame.hostname, BOTHY_SANDBOX_ID: frame.sandbox_id };
+}

@@ -1,0 +1,243 @@
+import { createHash } from "node:crypto";
+import { existsSync } from "node:fs";
+import { access, constants, mkdir, mkdtemp, readdir, readFile, rename, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { BothyError, SANDBOX_ID_RE } from "@bothy/protocol";
+import { AgentClient } from "../agent/agent-client.ts";
+import { ensureExt4Image } from "../images/ext4-image.ts";
+import { ensureInitramfs } from "../images/initramfs.ts";
+import { ensureKernel, type GuestKernel } from "../images/kernel.ts";
+import { run } from "../util/host-command.ts";
+import type { Driver, HostObject, SandboxHandle, SandboxSpec } from "./driver.ts";
+import { saveVm, VmProcess, vmFiles, type Acceleration, type VmConfig } from "./qemu-process.ts";
+import { QemuSandbox, VM_MARKER } from "./qemu-sandbox.ts";
+
+export interface QemuOptions {
+  home: string;
+  /** Parent of every sandbox directory; each sandbox dir is `<sandboxesDir>/<id>`. */
+  sandboxesDir: string;
+  agentPath: string;
+  qemuPath?: string;
+  /** Default: kvm when hardware virtualization is really usable, else tcg. */
+  accel?: Acceleration;
+  /** TCG translation cache in MiB; bounds an idle VM's memory beyond the guest's own. */
+  tbSizeMib?: number;
+  /** Restore new sandboxes from a per-template memory snapshot instead of booting each. */
+  warmStart?: boolean;
+  bootTimeoutMs?: number;
+  log: (event: string, fields: Record<string, unknown>) => void;
+}
+
+export interface BaseSnapshot {
+  dir: string;
+  disk: string;
+  memory: string;
+}
+
+const DEFAULT_TB_SIZE_MIB = 32;
+const SAVE_TIMEOUT_MS = 60_000;
+
+/**
+ * Whether KVM can really run a guest here. The device node alone says nothing (this project's
+ * development machine has a /dev/kvm that cannot run a stock kernel): the CPU must show vmx or
+ * svm, and the node must open.
+ */
+export async function hardwareVirtualization(): Promise<boolean> {
+  const flags = /^flags\s*:(.*)$/m.exec(await readFile("/proc/cpuinfo", "utf8").catch(() => ""))?.[1] ?? "";
+  if (!/\b(vmx|svm)\b/.test(flags)) return false;
+  return access("/dev/kvm", constants.R_OK | constants.W_OK).then(
+    () => true,
+    () => false,
+  );
+}
+
+/**
+ * The QEMU microvm driver: one VM per sandbox with its own qcow2 overlay over the template's
+ * read-only ext4 image, the agent on a virtio-serial port, QMP for control. New sandboxes are
+ * restored from a memory snapshot of the template booted once to agent-ready (warm start).
+ */
+export class QemuDriver implements Driver {
+  readonly name = "qemu";
+  private accel: Acceleration;
+  private kernel: GuestKernel | undefined;
+  private initramfs: string | undefined;
+  private readonly bases = new Map<string, Promise<BaseSnapshot>>();
+
+  constructor(private readonly opts: QemuOptions) {
+    this.accel = opts.accel ?? "tcg";
+  }
+
+  get acceleration(): Acceleration {
+    return this.accel;
+  }
+
+  get options(): QemuOptions {
+    return this.opts;
+  }
+
+  get snapshotsDir(): string {
+    return join(this.opts.home, "qemu", "snapshots");
+  }
+
+  async preflight(): Promise<void> {
+    try {
+      await run(this.qemuPath, ["--version"], { timeoutMs: 10_000 });
+    } catch (err) {
+      throw new BothyError("create_failed", "QEMU is not installed: run `apt-get install qemu-system-x86 qemu-utils`.", { cause: err });
+    }
+    if (!existsSync(this.opts.agentPath)) throw new BothyError("create_failed", `The guest agent bundle ${this.opts.agentPath} is missing: run \`npm run build\`.`);
+    if (this.opts.accel === undefined) this.accel = (await hardwareVirtualization()) ? "kvm" : "tcg";
+    this.kernel = await ensureKernel(this.opts.home, this.opts.log);
+    this.initramfs = await ensureInitramfs({ home: this.opts.home, kernel: this.kernel, agentPath: this.opts.agentPath });
+    await mkdir(this.opts.sandboxesDir, { recursive: true, mode: 0o700 });
+    await mkdir(this.snapshotsDir, { recursive: true, mode: 0o700 });
+  }
+
+  create(spec: SandboxSpec): SandboxHandle {
+    return new QemuSandbox(spec, this);
+  }
+
+  get qemuPath(): string {
+    return this.opts.qemuPath ?? "qemu-system-x86_64";
+  }
+
+  /** @internal the parts of a VM's configuration every VM of this driver shares. */
+  vmConfig(spec: { vcpu: number; memoryMib: number }, dir: string, disk: string, incoming?: string): VmConfig {
+    if (!this.kernel || !this.initramfs) throw new BothyError("internal", "The QEMU driver was used before its preflight.");
+    return {
+      qemuPath: this.qemuPath,
+      accel: this.accel,
+      tbSizeMib: this.opts.tbSizeMib ?? DEFAULT_TB_SIZE_MIB,
+      vmlinuz: this.kernel.vmlinuz,
+      initramfs: this.initramfs,
+      disk,
+      vcpu: spec.vcpu,
+      memoryMib: spec.memoryMib,
+      dir,
+      ...(incoming === undefined ? {} : { incoming }),
+    };
+  }
+
+  get warmStart(): boolean {
+    return this.opts.warmStart ?? true;
+  }
+
+  /** A qcow2 overlay at `path` over `backing` (raw template image or a snapshot's qcow2). */
+  async createOverlay(path: string, backing: string, backingFormat: "raw" | "qcow2"): Promise<void> {
+    await run("qemu-img", ["create", "-q", "-f", "qcow2", "-F", backingFormat, "-b", backing, path], { timeoutMs: 30_000 });
+  }
+
+  /**
+   * The memory snapshot new sandboxes of this template and shape restore from: made on first
+   * use by booting the template once to agent-ready, then kept (like the ext4 image, a cache).
+   */
+  baseSnapshot(templateRoot: string, shape: { vcpu: number; memoryMib: number }): Promise<BaseSnapshot> {
+    const keyed = async (): Promise<{ key: string; image: string }> => {
+      const image = await ensureExt4Image(templateRoot);
+      const cfg = this.vmConfig(shape, "", "");
+      const key = createHash("sha256").update(JSON.stringify({ image, ...cfg, v: 1 })).digest("hex").slice(0, 24);
+      return { key, image };
+    };
+    return keyed().then(({ key, image }) => {
+      let job = this.bases.get(key);
+      if (job === undefined) {
+        job = this.makeBase(key, image, shape);
+        job.catch(() => this.bases.delete(key));
+        this.bases.set(key, job);
+      }
+      return job;
+    });
+  }
+
+  private async makeBase(key: string, image: string, shape: { vcpu: number; memoryMib: number }): Promise<BaseSnapshot> {
+    const dir = join(this.snapshotsDir, key);
+    const done: BaseSnapshot = { dir, disk: join(dir, "disk.qcow2"), memory: join(dir, "memory.state") };
+    if (existsSync(done.memory) && existsSync(done.disk)) return done;
+    const started = Date.now();
+    const work = await mkdtemp(join(this.snapshotsDir, `.tmp-${key}-`));
+    let vm: VmProcess | undefined;
+    try {
+      await this.createOverlay(join(work, "disk.qcow2"), image, "raw");
+      vm = await VmProcess.spawn(this.vmConfig(shape, work, join(work, "disk.qcow2")));
+      const qmp = await vm.qmp();
+      const sock = await vm.connectSocket(vmFiles(work).agentSocket);
+      const agent = new AgentClient(sock, sock);
+      await agent.handshake(this.opts.bootTimeoutMs ?? 60_000);
+      // The host leaves before the save, so a restored agent starts out waiting for a host.
+      agent.close(new BothyError("agent_unavailable", "Snapshot taken."));
+      await saveVm(qmp, join(work, "memory.state"), SAVE_TIMEOUT_MS);
+      await vm.stop(qmp, 5_000);
+      qmp.close();
+      for (const f of Object.values(vmFiles(work))) await rm(f, { force: true });
+      await rename(work, dir);
+      this.opts.log("qemu_base_snapshot", { key, image, ms: Date.now() - started });
+      return done;
+    } catch (err) {
+      const diag = vm ? await vm.diagnostics() : "";
+      throw new BothyError("create_failed", `Making the warm-start snapshot failed: ${(err as Error).message}${diag ? ` (${diag})` : ""}`, { cause: err });
+    } finally {
+      if (vm?.running) await vm.stop(undefined, 0);
+      await rm(work, { recursive: true, force: true });
+    }
+  }
+
+  async reconcile(): Promise<HostObject[]> {
+    const found: HostObject[] = [];
+    for (const p of await this.findProcesses()) {
+      if (p.sandboxId) found.push({ sandboxId: p.sandboxId, kind: "qemu-process", description: `qemu pid ${p.pid}` });
+    }
+    for (const id of await readdir(this.opts.sandboxesDir).catch(() => [] as string[])) {
+      if (SANDBOX_ID_RE.test(id) && existsSync(join(this.opts.sandboxesDir, id, VM_MARKER))) {
+        found.push({ sandboxId: id, kind: "vm-dir", description: join(this.opts.sandboxesDir, id) });
+      }
+    }
+    // A snapshot half made when the server stopped: its VM and temp dir go now.
+    for (const p of await this.findProcesses()) if (!p.sandboxId) await this.killPid(p.pid);
+    for (const e of await readdir(this.snapshotsDir).catch(() => [] as string[])) {
+      if (e.startsWith(".tmp-")) await rm(join(this.snapshotsDir, e), { recursive: true, force: true });
+    }
+    return found;
+  }
+
+  async removeOrphan(sandboxId: string): Promise<void> {
+    if (!SANDBOX_ID_RE.test(sandboxId)) throw new BothyError("invalid_sandbox_id", `Refusing to remove ${sandboxId}: not a sandbox id.`);
+    await this.killSandboxProcesses(sandboxId);
+    await rm(join(this.opts.sandboxesDir, sandboxId), { recursive: true, force: true });
+  }
+
+  /** @internal kills every QEMU whose command line names this sandbox's directory. */
+  async killSandboxProcesses(sandboxId: string): Promise<void> {
+    for (const p of await this.findProcesses()) if (p.sandboxId === sandboxId) await this.killPid(p.pid);
+  }
+
+  /** QEMU processes of this bothy home, found by their command lines (pid files can be stale). */
+  private async findProcesses(): Promise<Array<{ pid: number; sandboxId: string | undefined }>> {
+    const out: Array<{ pid: number; sandboxId: string | undefined }> = [];
+    const prefix = `${this.opts.sandboxesDir.replace(/\/$/, "")}/`;
+    const snaps = `${this.snapshotsDir}/`;
+    for (const entry of await readdir("/proc")) {
+      if (!/^\d+$/.test(entry)) continue;
+      const argv = await readFile(`/proc/${entry}/cmdline`, "utf8").then((s) => s.split("\0"), () => [] as string[]);
+      if (!argv[0]?.includes("qemu-system")) continue;
+      const joined = argv.join(" ");
+      const at = joined.indexOf(prefix);
+      if (at >= 0) out.push({ pid: Number(entry), sandboxId: joined.slice(at + prefix.length).split("/")[0] });
+      else if (joined.includes(snaps)) out.push({ pid: Number(entry), sandboxId: undefined });
+    }
+    return out;
+  }
+
+  private async killPid(pid: number): Promise<void> {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ESRCH") return;
+      throw err;
+    }
+    for (let i = 0; i < 100 && existsSync(`/proc/${pid}/cmdline`); i++) {
+      // A zombie child of ours keeps its /proc entry until reaped; its cmdline is then empty.
+      if ((await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "")) === "") return;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+}

@@ -1,0 +1,194 @@
+/**
+ * One QEMU microvm process: its command line, its sockets, and the save/restore verbs (memory to
+ * a file and back). The flags are the ones measured to work here (shared/traps.md, QEMU): microvm
+ * keeps ACPI on (this kernel finds virtio-mmio devices only through it), the command line carries
+ * tsc_early_khz (without it boot can hang at "Marking TSC unstable"), and under TCG the
+ * translation cache is bounded, which is most of an idle VM's memory beyond the guest's own.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { existsSync } from "node:fs";
+import { readFile } from "node:fs/promises";
+import { connect, type Socket } from "node:net";
+import { join } from "node:path";
+import { BothyError } from "@bothy/protocol";
+import { AGENT_PORT_NAME } from "../images/guest-init.ts";
+import type { ExitInfo } from "./driver.ts";
+import { QmpClient } from "./qmp-client.ts";
+
+export type Acceleration = "kvm" | "tcg";
+
+export interface VmConfig {
+  qemuPath: string;
+  accel: Acceleration;
+  /** Translation cache size in MiB under TCG. */
+  tbSizeMib: number;
+  vmlinuz: string;
+  initramfs: string;
+  /** The VM's own writable disk (a qcow2 overlay). */
+  disk: string;
+  vcpu: number;
+  memoryMib: number;
+  /** Where the VM's sockets, pid file and console log live. */
+  dir: string;
+  /** A memory state file to restore from instead of booting. */
+  incoming?: string;
+}
+
+const SOCKET_WAIT_MS = 10_000;
+/** Paths that go into QEMU's `exec:` migration URIs, which QEMU runs with /bin/sh. */
+const SHELL_SAFE_PATH = /^\/[A-Za-z0-9._/-]+$/;
+
+export const vmFiles = (dir: string) => ({
+  agentSocket: join(dir, "agent.sock"),
+  qmpSocket: join(dir, "qmp.sock"),
+  pidFile: join(dir, "qemu.pid"),
+  console: join(dir, "console.log"),
+});
+
+let hostKhz: number | undefined;
+/** The host TSC frequency the guest kernel is told (tsc_early_khz), from /proc/cpuinfo. */
+export async function hostCpuKhz(): Promise<number> {
+  if (hostKhz !== undefined) return hostKhz;
+  const mhz = /cpu MHz\s*:\s*([0-9.]+)/.exec(await readFile("/proc/cpuinfo", "utf8"))?.[1];
+  hostKhz = mhz === undefined ? 2_000_000 : Math.round(Number(mhz) * 1000);
+  return hostKhz;
+}
+
+export async function qemuArgs(c: VmConfig): Promise<string[]> {
+  const f = vmFiles(c.dir);
+  const khz = await hostCpuKhz();
+  const args = [
+    "-M", "microvm",
+    "-accel", c.accel === "kvm" ? "kvm" : `tcg,tb-size=${c.tbSizeMib}`,
+    "-cpu", c.accel === "kvm" ? "host" : "max",
+    "-smp", String(c.vcpu),
+    "-m", `${c.memoryMib}M`,
+    "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+    "-kernel", c.vmlinuz,
+    "-initrd", c.initramfs,
+    "-append", `console=ttyS0 quiet panic=-1 tsc_early_khz=${khz}`,
+    "-serial", `file:${f.console}`,
+    "-drive", `id=root,file=${c.disk},format=qcow2,if=none,cache=writeback,discard=unmap`,
+    "-device", "virtio-blk-device,drive=root",
+    "-device", "virtio-serial-device",
+    "-chardev", `socket,id=agent,path=${f.agentSocket},server=on,wait=off`,
+    "-device", `virtserialport,chardev=agent,name=${AGENT_PORT_NAME}`,
+    "-qmp", `unix:${f.qmpSocket},server=on,wait=off`,
+    "-pidfile", f.pidFile,
+  ];
+  if (c.incoming !== undefined) args.push("-incoming", `exec:cat ${shellSafe(c.incoming)}`);
+  return args;
+}
+
+function shellSafe(path: string): string {
+  if (!SHELL_SAFE_PATH.test(path)) throw new BothyError("create_failed", `The path ${path} has characters QEMU's exec: URI cannot take; use a plain BOTHY_HOME.`);
+  return path;
+}
+
+/** A started QEMU: its child process, exit promise, and the tail of what it printed. */
+export class VmProcess {
+  readonly exited: Promise<ExitInfo>;
+  private stderrTail = "";
+
+  private constructor(
+    readonly child: ChildProcess,
+    readonly config: VmConfig,
+  ) {
+    this.exited = new Promise<ExitInfo>((resolve) => {
+      child.once("error", (err) => {
+        this.stderrTail += `\n${err.message}`;
+        resolve({ code: null, signal: null });
+      });
+      child.once("exit", (code, signal) => resolve({ code, signal }));
+    });
+    child.stderr?.setEncoding("utf8");
+    child.stderr?.on("data", (s: string) => {
+      this.stderrTail = (this.stderrTail + s).slice(-4096);
+    });
+  }
+
+  static async spawn(config: VmConfig): Promise<VmProcess> {
+    const child = spawn(config.qemuPath, await qemuArgs(config), { stdio: ["ignore", "ignore", "pipe"] });
+    return new VmProcess(child, config);
+  }
+
+  get running(): boolean {
+    return this.child.exitCode === null && this.child.signalCode === null;
+  }
+
+  /** What QEMU printed and the guest console's last lines: why a boot failed, usually. */
+  async diagnostics(): Promise<string> {
+    const consoleTail = await readFile(vmFiles(this.config.dir).console, "utf8").then(
+      (s) => s.trim().split("\n").slice(-5).join(" | "),
+      () => "",
+    );
+    return [this.stderrTail.trim(), consoleTail].filter(Boolean).join("; console: ");
+  }
+
+  /** Connects to one of QEMU's server sockets once it exists; fails if QEMU exits first. */
+  async connectSocket(path: string, signal?: AbortSignal): Promise<Socket> {
+    const deadline = Date.now() + SOCKET_WAIT_MS;
+    for (;;) {
+      signal?.throwIfAborted();
+      if (!this.running) throw new BothyError("create_failed", `QEMU exited before opening ${path}: ${await this.diagnostics()}`);
+      if (existsSync(path)) {
+        const sock = await new Promise<Socket | undefined>((resolve) => {
+          const s = connect(path);
+          s.once("connect", () => resolve(s));
+          s.once("error", () => resolve(undefined));
+        });
+        if (sock) return sock;
+      }
+      if (Date.now() > deadline) throw new BothyError("create_failed", `QEMU did not open ${path} within ${SOCKET_WAIT_MS} ms.`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+
+  async qmp(signal?: AbortSignal): Promise<QmpClient> {
+    return QmpClient.over(await this.connectSocket(vmFiles(this.config.dir).qmpSocket, signal));
+  }
+
+  /** Ends the process: QMP `quit` when given, SIGKILL when it does not go within `graceMs`. */
+  async stop(qmp: QmpClient | undefined, graceMs: number): Promise<void> {
+    if (!this.running) return;
+    if (qmp) await qmp.command("quit", undefined, graceMs).catch(() => undefined);
+    const timer = new Promise<"timeout">((r) => setTimeout(() => r("timeout"), graceMs).unref());
+    if ((await Promise.race([this.exited, timer])) === "timeout") this.child.kill("SIGKILL");
+    await this.exited;
+  }
+}
+
+/**
+ * Saves the stopped VM's memory and device state to `file`. The bandwidth cap is raised (QEMU's
+ * default is 32 MiB/s); the writer renames its temp file into place only when it has finished,
+ * since QEMU reports "completed" before the writer process exits.
+ */
+export async function saveVm(qmp: QmpClient, file: string, timeoutMs: number): Promise<void> {
+  const tmp = `${file}.partial`;
+  await qmp.command("migrate-set-parameters", { "max-bandwidth": 64 * 1024 * 1024 * 1024 });
+  await qmp.command("stop");
+  await qmp.command("migrate", { uri: `exec:cat > ${shellSafe(tmp)} && mv ${shellSafe(tmp)} ${shellSafe(file)}` });
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const info = (await qmp.command("query-migrate")) as { status?: string; "error-desc"?: string };
+    if (info.status === "failed" || info.status === "cancelled") throw new BothyError("internal", `Saving the VM failed: ${info["error-desc"] ?? info.status}`);
+    if (info.status === "completed" && existsSync(file)) return;
+    if (Date.now() > deadline) throw new BothyError("internal", `Saving the VM did not finish within ${timeoutMs} ms (status ${info.status ?? "?"}).`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** Waits until an `-incoming` VM has loaded its state, then lets it run. */
+export async function resumeIncoming(qmp: QmpClient, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const st = (await qmp.command("query-status")) as { status?: string };
+    if (st.status !== "inmigrate") {
+      if (st.status === "internal-error" || st.status === "shutdown") throw new BothyError("create_failed", `Restoring the VM failed (state ${st.status}).`);
+      break;
+    }
+    if (Date.now() > deadline) throw new BothyError("create_failed", `Restoring the VM did not finish within ${timeoutMs} ms.`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  await qmp.command("cont");
+}

@@ -1,0 +1,154 @@
+import { readFileSync } from "node:fs";
+import { mkdir, rm, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { BothyError } from "@bothy/protocol";
+import { ensureExt4Image } from "../images/ext4-image.ts";
+import type { ExitInfo, GuestStream, SandboxHandle, SandboxSpec } from "./driver.ts";
+import type { QemuDriver } from "./qemu-driver.ts";
+import { resumeIncoming, saveVm, VmProcess, vmFiles } from "./qemu-process.ts";
+import type { QmpClient } from "./qmp-client.ts";
+
+/** Written first into a QEMU sandbox's directory, so reconcile knows the directory is a VM's. */
+export const VM_MARKER = "vm.json";
+const RESTORE_TIMEOUT_MS = 60_000;
+const SAVE_TIMEOUT_MS = 60_000;
+const QUIT_GRACE_MS = 3_000;
+
+/**
+ * One QEMU sandbox. Its directory holds the disk overlay, sockets, pid file, console log and,
+ * while paused, the memory state. `wait()` resolves when the sandbox ends for good: a pause ends
+ * the QEMU process but not the sandbox.
+ */
+export class QemuSandbox implements SandboxHandle {
+  readonly needsIdentity = true;
+  private vm: VmProcess | undefined;
+  private qmp: QmpClient | undefined;
+  private started = false;
+  private paused = false;
+  private destroying: Promise<void> | undefined;
+  private resolveEnd!: (exit: ExitInfo) => void;
+  private readonly ended = new Promise<ExitInfo>((r) => (this.resolveEnd = r));
+
+  constructor(
+    private readonly spec: SandboxSpec,
+    private readonly driver: QemuDriver,
+  ) {}
+
+  get id(): string {
+    return this.spec.id;
+  }
+
+  private get disk(): string {
+    return join(this.spec.dir, "disk.qcow2");
+  }
+
+  private get memoryState(): string {
+    return join(this.spec.dir, "memory.state");
+  }
+
+  async start(signal?: AbortSignal): Promise<GuestStream> {
+    if (this.started || this.destroying) throw new BothyError("internal", `Sandbox ${this.id} was already started.`);
+    this.started = true;
+    try {
+      await mkdir(this.spec.dir, { recursive: false, mode: 0o700 });
+      await writeFile(join(this.spec.dir, VM_MARKER), JSON.stringify({ driver: "qemu", id: this.id }));
+      signal?.throwIfAborted();
+      if (this.driver.warmStart) {
+        const base = await this.driver.baseSnapshot(this.spec.templateRoot, this.spec);
+        signal?.throwIfAborted();
+        await this.driver.createOverlay(this.disk, base.disk, "qcow2");
+        return await this.launch(base.memory, signal);
+      }
+      await this.driver.createOverlay(this.disk, await ensureExt4Image(this.spec.templateRoot), "raw");
+      return await this.launch(undefined, signal);
+    } catch (err) {
+      const diag = this.diagnostics;
+      await this.destroy();
+      if (err instanceof BothyError) throw err;
+      throw new BothyError("create_failed", `Could not start the QEMU sandbox: ${(err as Error).message}${diag ? ` (${diag})` : ""}`, { cause: err });
+    }
+  }
+
+  /** Starts QEMU on this sandbox's disk: a cold boot, or a restore of `incoming`. */
+  private async launch(incoming: string | undefined, signal?: AbortSignal): Promise<GuestStream> {
+    const vm = await VmProcess.spawn(this.driver.vmConfig(this.spec, this.spec.dir, this.disk, incoming));
+    this.vm = vm;
+    void vm.exited.then((exit) => {
+      // A pause ends the process on purpose; anything else ends the sandbox.
+      if (this.vm === vm && !this.paused) this.resolveEnd(exit);
+    });
+    this.qmp = await vm.qmp(signal);
+    if (incoming !== undefined) await resumeIncoming(this.qmp, RESTORE_TIMEOUT_MS);
+    const sock = await vm.connectSocket(vmFiles(this.spec.dir).agentSocket, signal);
+    return { input: sock, output: sock, resync: incoming !== undefined };
+  }
+
+  /** QEMU's last words and the guest console's last lines. */
+  get diagnostics(): string {
+    let consoleTail = "";
+    try {
+      consoleTail = readFileSync(vmFiles(this.spec.dir).console, "utf8").trim().split("\n").slice(-5).join(" | ");
+    } catch {
+      consoleTail = ""; // no console file: QEMU never got that far
+    }
+    return consoleTail ? `console: ${consoleTail}` : "";
+  }
+
+  wait(): Promise<ExitInfo> {
+    return this.ended;
+  }
+
+  async shutdown(timeoutMs: number): Promise<void> {
+    // `quit` flushes the disk and ends QEMU; the guest has no one listening for ACPI power-off.
+    await this.vm?.stop(this.qmp, timeoutMs);
+  }
+
+  async kill(): Promise<void> {
+    if (this.vm?.running) this.vm.child.kill("SIGKILL");
+    await this.vm?.exited;
+  }
+
+  /** Saves memory and device state into the sandbox's directory and ends QEMU. */
+  async pause(): Promise<void> {
+    if (this.destroying) throw new BothyError("sandbox_not_running", `Sandbox ${this.id} is being deleted.`);
+    if (this.paused) return;
+    const vm = this.vm;
+    const qmp = this.qmp;
+    if (!vm?.running || !qmp) throw new BothyError("sandbox_not_running", `Sandbox ${this.id} has no running VM to pause.`);
+    await saveVm(qmp, this.memoryState, SAVE_TIMEOUT_MS);
+    this.paused = true;
+    await vm.stop(qmp, QUIT_GRACE_MS);
+    qmp.close();
+    this.qmp = undefined;
+    for (const f of [vmFiles(this.spec.dir).agentSocket, vmFiles(this.spec.dir).qmpSocket]) await rm(f, { force: true });
+  }
+
+  /** Restores a paused sandbox from its memory state; the state file goes once QEMU runs it. */
+  async resume(signal?: AbortSignal): Promise<GuestStream> {
+    if (this.destroying) throw new BothyError("sandbox_not_running", `Sandbox ${this.id} is being deleted.`);
+    if (!this.paused) throw new BothyError("internal", `Sandbox ${this.id} is not paused.`);
+    try {
+      const stream = await this.launch(this.memoryState, signal);
+      this.paused = false;
+      await rm(this.memoryState, { force: true });
+      return stream;
+    } catch (err) {
+      // Still paused: the state file is kept and a later resume may try again.
+      const vm = this.vm;
+      await vm?.stop(undefined, 0);
+      throw new BothyError("agent_unavailable", `Resuming sandbox ${this.id} failed: ${(err as Error).message}`, { cause: err });
+    }
+  }
+
+  destroy(): Promise<void> {
+    this.destroying ??= (async () => {
+      await this.vm?.stop(this.qmp, QUIT_GRACE_MS);
+      this.qmp?.close();
+      // Discovery, not memory: whatever QEMU of this sandbox still runs goes too.
+      await this.driver.killSandboxProcesses(this.id);
+      await rm(this.spec.dir, { recursive: true, force: true });
+      this.resolveEnd({ code: null, signal: null });
+    })();
+    return this.destroying;
+  }
+}

@@ -1,0 +1,73 @@
+/**
+ * The shell scripts that boot a QEMU guest. `/init` runs from the initramfs: it loads the virtio
+ * modules (the cloud kernel builds them as modules), mounts the sandbox's disk as the root, puts
+ * the agent on a read-only tmpfs at /opt/bothy (the template never holds the agent, as with
+ * gVisor's bind mount) and switches root. PID 1 after that is a small busybox shell that starts
+ * the agent, reaps orphans, and powers the VM off when the agent ends.
+ */
+
+/** The virtio-serial port name the host gives the agent's channel. */
+export const AGENT_PORT_NAME = "bothy.agent";
+
+/** Module files under `lib/modules/<release>/kernel`, in load order (each needs the ones before). */
+export const GUEST_MODULES = [
+  "drivers/virtio/virtio_ring.ko",
+  "drivers/virtio/virtio.ko",
+  "drivers/virtio/virtio_mmio.ko",
+  "drivers/block/virtio_blk.ko",
+  "drivers/char/virtio_console.ko",
+] as const;
+
+/** Applets the init script calls by name; linked to busybox in the initramfs. */
+export const INIT_APPLETS = ["sh", "mount", "umount", "insmod", "mkdir", "cat", "cp", "sleep", "switch_root", "echo", "reboot"] as const;
+
+export const INIT_SCRIPT = `#!/bin/sh
+# bothy initramfs /init: see packages/server/src/images/guest-init.ts
+fail() { echo "bothy-init: $*" >/dev/console; sleep 1; reboot -f; }
+mkdir -p /dev /proc /sys /newroot
+mount -t devtmpfs devtmpfs /dev
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+for m in ${GUEST_MODULES.map((m) => m.split("/").pop()).join(" ")}; do
+  insmod /lib/modules/$m || fail "insmod $m failed"
+done
+i=0
+while [ ! -b /dev/vda ]; do
+  i=$((i + 1)); [ $i -gt 400 ] && fail "the root disk /dev/vda never appeared"
+  sleep 0.05
+done
+mount -t ext4 -o rw,noatime,noinit_itable /dev/vda /newroot || fail "cannot mount /dev/vda"
+mkdir -p /newroot/opt/bothy /newroot/dev /newroot/proc /newroot/sys
+mount -t tmpfs -o mode=0755,size=8m bothy-agent /newroot/opt/bothy || fail "cannot mount /opt/bothy"
+cp /bothy/agent.mjs /bothy/bothy-helper /bothy/pid1.sh /newroot/opt/bothy/ && cp /bin/busybox /newroot/opt/bothy/busybox || fail "cannot copy the agent"
+mount -o remount,ro /newroot/opt/bothy
+port=
+i=0
+while [ -z "$port" ]; do
+  for p in /sys/class/virtio-ports/*; do
+    [ "$(cat "$p/name" 2>/dev/null)" = "${AGENT_PORT_NAME}" ] && port="/dev/\${p##*/}"
+  done
+  i=$((i + 1)); [ $i -gt 400 ] && fail "the agent port ${AGENT_PORT_NAME} never appeared"
+  [ -z "$port" ] && sleep 0.05
+done
+mount --move /dev /newroot/dev
+mount --move /proc /newroot/proc
+mount --move /sys /newroot/sys
+exec switch_root /newroot /opt/bothy/busybox sh /opt/bothy/pid1.sh "$port"
+`;
+
+export const PID1_SCRIPT = `# bothy PID 1 inside the guest: see packages/server/src/images/guest-init.ts
+bb=/opt/bothy/busybox
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8
+$bb mkdir -p /dev/pts /dev/shm /tmp
+$bb mount -t devpts -o gid=5,mode=620 devpts /dev/pts
+$bb mount -t tmpfs -o mode=1777 shm /dev/shm
+$bb ln -sf /proc/self/fd /dev/fd 2>/dev/null
+BOTHY_CHANNEL="$1" /usr/bin/node /opt/bothy/agent.mjs </dev/null >/dev/console 2>&1 &
+agent=$!
+# A blocking wait also reaps orphans re-parented to PID 1; loop until the agent itself is gone.
+while $bb kill -0 $agent 2>/dev/null; do wait; done
+echo "bothy: the agent ended; powering off" >/dev/console
+$bb sync
+$bb reboot -f
+`;
