@@ -58,6 +58,8 @@ export const commandRequest = z
     env: envMap.optional(),
     timeout_s: z.number().positive().max(86400).optional(),
     stdin: z.boolean().optional(),
+    /** Keep running after the socket closes; re-attach at /sandboxes/{id}/commands/{command_id}. */
+    background: z.boolean().optional(),
   })
   .strict();
 export type CommandRequest = z.infer<typeof commandRequest>;
@@ -86,5 +88,34 @@ export const commandEvent = z.discriminatedUnion("type", [
     timed_out: z.boolean().optional(),
   }),
   z.object({ type: z.literal("error"), code: z.string(), message: z.string(), command_id: z.string().optional() }),
+  /** On re-attach: this many bytes of older output were dropped from the bounded replay buffer. */
+  z.object({ type: z.literal("output_dropped"), command_id: z.string(), bytes: z.number().int() }),
 ]);
 export type CommandEvent = z.infer<typeof commandEvent>;
+
+export const COMMAND_STATES = ["running", "exited", "lost"] as const;
+
+export const commandInfo = z.object({
+  command_id: z.string(),
+  sandbox_id: z.string(),
+  cmd: z.string(),
+  state: z.enum(COMMAND_STATES),
+  background: z.boolean(),
+  exit_code: z.number().int().nullable(),
+  signal: z.string().nullable(),
+  timed_out: z.boolean(),
+  started_at: z.string(),
+  ended_at: z.string().nullable(),
+});
+export type CommandInfo = z.infer<typeof commandInfo>;
+
+/** What `GET /events` streams and the webhook posts. */
+export const EVENT_TYPES = ["sandbox.created", "sandbox.deleted", "sandbox.failed", "command.exited"] as const;
+export const bothyEvent = z.object({
+  seq: z.number().int(),
+  type: z.enum(EVENT_TYPES),
+  sandbox_id: z.string().nullable(),
+  data: z.record(z.string(), z.unknown()),
+  created_at: z.string(),
+});
+export type BothyEvent = z.infer<typeof bothyEvent>;

@@ -16,6 +16,9 @@ const envSchema = z.object({
   BOTHY_POOL_SIZE: z.coerce.number().int().min(0).max(32).default(1),
   BOTHY_LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
   BOTHY_BOOT_TIMEOUT_S: int(60),
+  BOTHY_WEBHOOK_URL: z.url({ protocol: /^https?$/ }).optional(),
+  BOTHY_WEBHOOK_RETRY_MS: int(1000),
+  BOTHY_COMMAND_REPLAY_BYTES: int(1024 * 1024),
 });
 
 export interface Config {
@@ -30,6 +33,8 @@ export interface Config {
   logLevel: z.infer<typeof envSchema>["BOTHY_LOG_LEVEL"];
   bootTimeoutMs: number;
   bodyLimitBytes: number;
+  webhook: { url: string; retryBaseMs: number } | undefined;
+  commandReplayBytes: number;
 }
 
 const repoRoot = fileURLToPath(new URL("../../../", import.meta.url));
@@ -54,6 +59,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     logLevel: e.BOTHY_LOG_LEVEL,
     bootTimeoutMs: e.BOTHY_BOOT_TIMEOUT_S * 1000,
     bodyLimitBytes: 1024 * 1024,
+    webhook: e.BOTHY_WEBHOOK_URL === undefined ? undefined : { url: e.BOTHY_WEBHOOK_URL, retryBaseMs: e.BOTHY_WEBHOOK_RETRY_MS },
+    commandReplayBytes: e.BOTHY_COMMAND_REPLAY_BYTES,
     ...overrides,
   };
 }

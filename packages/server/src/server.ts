@@ -3,10 +3,14 @@ import { join } from "node:path";
 import websocket from "@fastify/websocket";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
 import { pino, type Logger as PinoLogger } from "pino";
-import { BothyError, SANDBOX_ID_RE } from "@bothy/protocol";
-import { CommandSession } from "./api/command-session.ts";
+import { BothyError } from "@bothy/protocol";
+import { commandRoutes } from "./api/command-routes.ts";
+import { eventRoutes } from "./api/event-routes.ts";
 import { sendProblem } from "./api/problem.ts";
 import { sandboxRoutes } from "./api/sandbox-routes.ts";
+import { CommandRegistry } from "./commands/command-registry.ts";
+import { EventBus } from "./events/event-bus.ts";
+import { WebhookSender } from "./events/webhook.ts";
 import type { Config } from "./config.ts";
 import { GvisorDriver } from "./drivers/gvisor-driver.ts";
 import { TemplateStore } from "./images/template-store.ts";
@@ -17,6 +21,7 @@ export interface BothyServer {
   app: FastifyInstance;
   manager: SandboxManager;
   ledger: Ledger;
+  events: EventBus;
   templates: TemplateStore;
   /** The address it listens on, e.g. http://127.0.0.1:8080 */
   url: string;
@@ -40,11 +45,31 @@ export async function startServer(config: Config, logger: PinoLogger = createLog
     log,
   });
   await driver.preflight();
-  const manager = new SandboxManager(config, ledger, driver, templates ?? store, log);
+  const events = new EventBus(ledger);
+  const webhook = config.webhook && new WebhookSender({ ...config.webhook, attempts: 6, timeoutMs: 10_000, log });
+  if (webhook) events.subscribe((ev) => webhook.send(ev));
+  const registry = new CommandRegistry(ledger, {
+    replayBytes: config.commandReplayBytes,
+    keepFinished: 50,
+    log,
+    onExited: (info) => events.publish("command.exited", info.sandbox_id, info),
+  });
+  // The manager reports lifecycle steps through this hook: logged, and the ones clients care
+  // about become events.
+  const lifecycle: Logger = (event, fields) => {
+    log(event, fields);
+    const id = typeof fields["sandbox_id"] === "string" ? fields["sandbox_id"] : null;
+    if (event === "sandbox_created") events.publish("sandbox.created", id, fields);
+    else if (event === "sandbox_deleted") {
+      if (id) registry.forget(id);
+      events.publish("sandbox.deleted", id, fields);
+    } else if (event === "sandbox_died" || event === "sandbox_lost") events.publish("sandbox.failed", id, { ...fields, reason: event });
+  };
+  const manager = new SandboxManager(config, ledger, driver, templates ?? store, lifecycle);
   await manager.reconcile();
 
   const startedAt = Date.now();
-  const app = Fastify({ loggerInstance: logger.child({}, { level: "warn" }) as FastifyBaseLogger, bodyLimit: config.bodyLimitBytes, return503OnClosing: true });
+  const app = Fastify({ loggerInstance: logger.child({}, { level: "warn" }) as FastifyBaseLogger, bodyLimit: config.bodyLimitBytes, return503OnClosing: true, forceCloseConnections: true });
   // JSON only: a text body would otherwise reach validation as a string and get a vaguer error.
   app.removeContentTypeParser("text/plain");
   await app.register(websocket, { options: { maxPayload: 2 * 1024 * 1024 } });
@@ -59,23 +84,8 @@ export async function startServer(config: Config, logger: PinoLogger = createLog
 
   sandboxRoutes(app, manager, startedAt);
 
-  app.route<{ Params: { id: string } }>({
-    method: "GET",
-    url: "/sandboxes/:id/command",
-    // Refuse before the upgrade, so a bad id gets a plain problem+json answer.
-    preValidation: async (request) => {
-      const { id } = request.params;
-      if (!SANDBOX_ID_RE.test(id)) manager.info(id);
-      const info = manager.info(id);
-      if (info.state !== "running") throw new BothyError("sandbox_not_running", `Sandbox ${id} is ${info.state}; only a running sandbox takes commands.`);
-    },
-    handler: async () => {
-      throw new BothyError("upgrade_required", "This endpoint is a WebSocket: connect with Upgrade: websocket (e.g. websocat ws://HOST/sandboxes/ID/command).");
-    },
-    wsHandler: (socket, request) => {
-      new CommandSession(socket, request.params.id, manager, ledger, log);
-    },
-  });
+  commandRoutes(app, manager, registry);
+  eventRoutes(app, events);
 
   const address = await app.listen({ host: config.host, port: config.port });
   logger.info({ event: "listening", address }, `bothy listening on ${address}`);
@@ -85,12 +95,14 @@ export async function startServer(config: Config, logger: PinoLogger = createLog
     app,
     manager,
     ledger,
+    events,
     templates: store,
     url: address,
     close: () => {
       closing ??= (async () => {
         await app.close();
         await manager.close();
+        webhook?.close();
         ledger.close();
       })();
       return closing;

@@ -1,44 +1,46 @@
 import type { WebSocket } from "ws";
-import { BothyError, commandInput, commandRequest, toBothyError, type CommandEvent, type CommandRequest } from "@bothy/protocol";
-import type { ExecHandle } from "../agent/agent-client.ts";
-import type { Ledger } from "../ledger/ledger.ts";
-import type { Logger, SandboxManager } from "../sandboxes/sandbox-manager.ts";
-import { newCommandId } from "../util/ids.ts";
-import { Utf8Chunker } from "../util/utf8-chunker.ts";
+import { BothyError, commandInput, commandRequest, toBothyError, type CommandEvent } from "@bothy/protocol";
+import type { CommandRegistry, RunningCommand } from "../commands/command-registry.ts";
+import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 
 /** How long a fresh socket may stay silent before it must have sent its command. */
 const FIRST_MESSAGE_TIMEOUT_MS = 30_000;
 
+export type SessionTarget = { kind: "new" } | { kind: "attach"; commandId: string };
+
 /**
- * One command over one WebSocket: the first message starts it, later messages feed stdin or send
- * signals, output is streamed as it comes, and `process_exited` (or `error`) is always last.
- * Output is acknowledged to the guest only once the socket has written it, so a slow client
- * slows the command rather than growing the server's memory.
+ * One WebSocket attached to one command. On `/command` the first message starts the command; on
+ * `/commands/{id}` the socket re-attaches to a running or finished one, replaying what the buffer
+ * kept. Later messages feed stdin or send signals. `process_exited` (or a final `error`) is
+ * always the last message. Output is acknowledged to the guest only once this socket has written
+ * it, so a slow client slows the command rather than growing the server's memory.
  */
 export class CommandSession {
-  private exec: ExecHandle | undefined;
-  private commandId: string | undefined;
-  private finished = false;
-  private timedOut = false;
-  private timeout: NodeJS.Timeout | undefined;
-  private readonly firstMessageTimer: NodeJS.Timeout;
-  private readonly chunkers = { 1: new Utf8Chunker(), 2: new Utf8Chunker() };
+  private command: RunningCommand | undefined;
+  private detach: (() => void) | undefined;
+  private closed = false;
+  /** The socket that started a foreground command owns it; re-attached sockets only watch. */
+  private readonly owner: boolean;
+  private readonly outstanding = new Set<() => void>();
+  private readonly firstMessageTimer: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly socket: WebSocket,
     private readonly sandboxId: string,
     private readonly manager: SandboxManager,
-    private readonly ledger: Ledger,
-    private readonly log: Logger,
+    private readonly registry: CommandRegistry,
+    target: SessionTarget,
   ) {
-    this.firstMessageTimer = setTimeout(() => this.fail(new BothyError("invalid_command", `Send the command as the first message within ${FIRST_MESSAGE_TIMEOUT_MS / 1000} s.`)), FIRST_MESSAGE_TIMEOUT_MS);
+    this.owner = target.kind === "new";
     socket.on("message", (data, isBinary) => this.onMessage(data as Buffer, isBinary));
     socket.on("close", () => this.onClientGone());
     socket.on("error", () => this.onClientGone());
+    if (target.kind === "attach") this.attach(target.commandId);
+    else this.firstMessageTimer = setTimeout(() => this.fail(new BothyError("invalid_command", `Send the command as the first message within ${FIRST_MESSAGE_TIMEOUT_MS / 1000} s.`)), FIRST_MESSAGE_TIMEOUT_MS);
   }
 
   private onMessage(data: Buffer, isBinary: boolean): void {
-    if (this.finished) return;
+    if (this.closed) return;
     let json: unknown;
     try {
       json = isBinary ? undefined : JSON.parse(data.toString("utf8"));
@@ -46,95 +48,78 @@ export class CommandSession {
       json = undefined;
     }
     if (json === undefined) return this.fail(new BothyError("invalid_command", "Messages are JSON text, e.g. {\"cmd\":\"echo hi\"}."));
-    if (!this.exec) return this.start(json);
+    if (!this.command) return this.start(json);
     const input = commandInput.safeParse(json);
     if (!input.success) return this.fail(new BothyError("invalid_command", `Unexpected message while the command runs: ${summarize(input.error.issues)}. Send {"type":"stdin","data":"..."}, {"type":"stdin_eof"} or {"type":"signal","signal":"SIGINT"}.`));
     const msg = input.data;
-    if (msg.type === "stdin") this.exec.stdin(Buffer.from(msg.data, msg.encoding === "base64" ? "base64" : "utf8"));
-    else if (msg.type === "stdin_eof") this.exec.stdin(Buffer.alloc(0), true);
-    else this.exec.signal(msg.signal);
+    if (msg.type === "stdin") this.command.stdin(Buffer.from(msg.data, msg.encoding === "base64" ? "base64" : "utf8"), false);
+    else if (msg.type === "stdin_eof") this.command.stdin(Buffer.alloc(0), true);
+    else this.command.signal(msg.signal);
   }
 
   private start(json: unknown): void {
     clearTimeout(this.firstMessageTimer);
     const parsed = commandRequest.safeParse(json);
-    if (!parsed.success) return this.fail(new BothyError("invalid_command", `${summarize(parsed.error.issues)}. The first message is {"cmd":"<shell line>"} with optional cwd, env, timeout_s, stdin.`));
-    const req: CommandRequest = parsed.data;
-    let agent;
+    if (!parsed.success) return this.fail(new BothyError("invalid_command", `${summarize(parsed.error.issues)}. The first message is {"cmd":"<shell line>"} with optional cwd, env, timeout_s, stdin, background.`));
     try {
-      agent = this.manager.agent(this.sandboxId);
+      this.command = this.registry.start(this.sandboxId, this.manager.agent(this.sandboxId), parsed.data);
     } catch (err) {
       return this.fail(toBothyError(err));
     }
-    const commandId = newCommandId();
-    this.commandId = commandId;
-    this.exec = agent.exec(
-      { cmd: req.cmd, cwd: req.cwd, env: req.env, stdin: req.stdin ?? false },
-      {
-        onStarted: (pid) => {
-          this.ledger.insertCommand({ id: commandId, sandbox_id: this.sandboxId, cmd: req.cmd });
-          this.log("command_started", { sandbox_id: this.sandboxId, command_id: commandId, pid });
-          this.send({ type: "started", command_id: commandId, sandbox_id: this.sandboxId, pid });
-        },
-        onOutput: (fd, bytes, consumed) => {
-          const chunk = this.chunkers[fd].push(bytes);
-          if (!chunk) return consumed();
-          this.send({ type: fd === 1 ? "stdout" : "stderr", command_id: commandId, ...chunk }, consumed);
-        },
-        onExited: (code, signal) => this.onExited(code, signal),
-        onError: (err) => {
-          if (err.code === "invalid_command") this.send({ type: "error", code: err.code, message: err.message, command_id: commandId });
-          else this.fail(err);
-        },
-      },
-    );
-    if (req.timeout_s !== undefined) {
-      this.timeout = setTimeout(() => {
-        this.timedOut = true;
-        this.exec?.signal("SIGKILL");
-      }, req.timeout_s * 1000);
+    this.listen(this.command, false);
+  }
+
+  private attach(commandId: string): void {
+    const live = this.registry.get(this.sandboxId, commandId);
+    if (live) {
+      this.command = live;
+      this.listen(live, true);
+      return;
+    }
+    // Not held in memory any more: the ledger still knows how it ended.
+    try {
+      const info = this.registry.info(this.sandboxId, commandId);
+      if (info.state === "exited") {
+        this.send({ type: "process_exited", command_id: commandId, exit_code: info.exit_code, ...(info.signal ? { signal: info.signal } : {}), ...(info.timed_out ? { timed_out: true } : {}) });
+        this.close(1000, "process exited");
+      } else {
+        this.fail(new BothyError("agent_unavailable", `Command ${commandId} was lost when its sandbox stopped; its output is gone.`));
+      }
+    } catch (err) {
+      this.fail(toBothyError(err));
     }
   }
 
-  private onExited(code: number | null, signal: string | null): void {
-    clearTimeout(this.timeout);
-    const commandId = this.commandId ?? "";
-    for (const fd of [1, 2] as const) {
-      const rest = this.chunkers[fd].flush();
-      if (rest) this.send({ type: fd === 1 ? "stdout" : "stderr", command_id: commandId, ...rest });
-    }
-    if (this.ledger.getCommand(commandId)) this.ledger.finishCommand(commandId, { state: "exited", exit_code: code, signal });
-    this.log("command_exited", { sandbox_id: this.sandboxId, command_id: commandId, exit_code: code, signal, timed_out: this.timedOut });
-    this.send({
-      type: "process_exited",
-      command_id: commandId,
-      exit_code: code,
-      ...(signal === null ? {} : { signal }),
-      ...(this.timedOut ? { timed_out: true } : {}),
-    });
-    this.finished = true;
-    this.socket.close(1000, "process exited");
+  private listen(command: RunningCommand, replay: boolean): void {
+    this.detach = command.attach((event, written) => {
+      this.send(event, written);
+      const final = event.type === "process_exited" || (event.type === "error" && command.finished);
+      if (final) this.close(1000, event.type === "error" ? event.code : "process exited");
+    }, replay);
   }
 
-  /** Ends the session with an error message; a running command is killed. */
+  /** Ends the session with an error message; a foreground command is killed. */
   private fail(err: BothyError): void {
-    if (this.finished) return;
-    this.finished = true;
-    clearTimeout(this.firstMessageTimer);
-    clearTimeout(this.timeout);
-    this.exec?.signal("SIGKILL");
-    if (err.code === "internal") this.log("command_error", { sandbox_id: this.sandboxId, command_id: this.commandId, error: String(err.cause ?? err.message) });
-    this.send({ type: "error", code: err.code, message: err.message, ...(this.commandId ? { command_id: this.commandId } : {}) });
-    this.socket.close(err.code === "invalid_command" ? 1008 : 1011, err.code);
+    if (this.closed) return;
+    this.send({ type: "error", code: err.code, message: err.message, ...(this.command ? { command_id: this.command.id } : {}) });
+    this.close(err.code === "invalid_command" ? 1008 : 1011, err.code);
+  }
+
+  private close(code: number, reason: string): void {
+    this.onClientGone();
+    this.socket.close(code, reason);
   }
 
   /** A foreground command belongs to its socket: when the client goes, the command goes. */
   private onClientGone(): void {
+    if (this.closed) return;
+    this.closed = true;
     clearTimeout(this.firstMessageTimer);
-    if (this.finished) return;
-    this.finished = true;
-    clearTimeout(this.timeout);
-    this.exec?.signal("SIGKILL");
+    this.detach?.();
+    for (const written of [...this.outstanding]) written();
+    this.outstanding.clear();
+    const cmd = this.command;
+    if (this.owner && cmd && !cmd.finished && !cmd.request.background) cmd.signal("SIGKILL");
   }
 
   private send(event: CommandEvent, written?: () => void): void {
@@ -142,7 +127,19 @@ export class CommandSession {
       written?.();
       return;
     }
-    this.socket.send(JSON.stringify(event), () => written?.());
+    if (!written) {
+      this.socket.send(JSON.stringify(event));
+      return;
+    }
+    let once = false;
+    const done = (): void => {
+      if (once) return;
+      once = true;
+      this.outstanding.delete(done);
+      written();
+    };
+    this.outstanding.add(done);
+    this.socket.send(JSON.stringify(event), done);
   }
 }
 

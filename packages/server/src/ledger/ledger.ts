@@ -69,6 +69,16 @@ export interface CommandRow {
   signal: string | null;
   started_at: string;
   ended_at: string | null;
+  background: number;
+  timed_out: number;
+}
+
+export interface EventRow {
+  seq: number;
+  type: string;
+  sandbox_id: string | null;
+  data: string;
+  created_at: string;
 }
 
 const now = (): string => new Date().toISOString();
@@ -156,12 +166,34 @@ export class Ledger {
     this.db.prepare(`DELETE FROM idempotency_keys WHERE key = ?`).run(key);
   }
 
-  insertCommand(row: { id: string; sandbox_id: string; cmd: string }): void {
-    this.db.prepare(`INSERT INTO commands (id, sandbox_id, cmd, state, started_at) VALUES (?, ?, ?, 'running', ?)`).run(row.id, row.sandbox_id, row.cmd, now());
+  insertCommand(row: { id: string; sandbox_id: string; cmd: string; background?: boolean }): void {
+    this.db
+      .prepare(`INSERT INTO commands (id, sandbox_id, cmd, state, started_at, background) VALUES (?, ?, ?, 'running', ?, ?)`)
+      .run(row.id, row.sandbox_id, row.cmd, now(), row.background ? 1 : 0);
   }
 
-  finishCommand(id: string, result: { state: "exited" | "lost"; exit_code: number | null; signal: string | null }): void {
-    this.db.prepare(`UPDATE commands SET state = ?, exit_code = ?, signal = ?, ended_at = ? WHERE id = ?`).run(result.state, result.exit_code, result.signal, now(), id);
+  finishCommand(id: string, result: { state: "exited" | "lost"; exit_code: number | null; signal: string | null; timed_out?: boolean }): void {
+    this.db
+      .prepare(`UPDATE commands SET state = ?, exit_code = ?, signal = ?, timed_out = ?, ended_at = ? WHERE id = ?`)
+      .run(result.state, result.exit_code, result.signal, result.timed_out ? 1 : 0, now(), id);
+  }
+
+  listCommands(sandboxId: string): CommandRow[] {
+    return this.db.prepare(`SELECT * FROM commands WHERE sandbox_id = ? ORDER BY started_at, rowid`).all(sandboxId) as CommandRow[];
+  }
+
+  /** Appends an event and returns its sequence number (the SSE event id). */
+  insertEvent(type: string, sandboxId: string | null, data: object): EventRow {
+    const created_at = now();
+    const json = JSON.stringify(data);
+    const info = this.db.prepare(`INSERT INTO events (type, sandbox_id, data, created_at) VALUES (?, ?, ?, ?)`).run(type, sandboxId, json, created_at);
+    return { seq: Number(info.lastInsertRowid), type, sandbox_id: sandboxId, data: json, created_at };
+  }
+
+  eventsSince(seq: number, sandboxId?: string, limit = 1000): EventRow[] {
+    return sandboxId === undefined
+      ? (this.db.prepare(`SELECT * FROM events WHERE seq > ? ORDER BY seq LIMIT ?`).all(seq, limit) as EventRow[])
+      : (this.db.prepare(`SELECT * FROM events WHERE seq > ? AND sandbox_id = ? ORDER BY seq LIMIT ?`).all(seq, sandboxId, limit) as EventRow[]);
   }
 
   /** Commands still marked running in a sandbox that has gone away did not finish. */

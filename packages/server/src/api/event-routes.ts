@@ -1,0 +1,43 @@
+import type { FastifyInstance } from "fastify";
+import { BothyError, SANDBOX_ID_RE, type BothyEvent } from "@bothy/protocol";
+import type { EventBus } from "../events/event-bus.ts";
+
+const KEEPALIVE_MS = 15_000;
+
+/**
+ * `GET /events`: Server-Sent Events. `?sandbox_id=` filters; `Last-Event-ID` (or `?since=`)
+ * replays what was missed from the ledger before live events follow.
+ */
+export function eventRoutes(app: FastifyInstance, bus: EventBus): void {
+  app.get<{ Querystring: { sandbox_id?: string; since?: string } }>("/events", async (request, reply) => {
+    const { sandbox_id: sandboxId, since } = request.query;
+    if (sandboxId !== undefined && !SANDBOX_ID_RE.test(sandboxId)) throw new BothyError("invalid_sandbox_id", "sandbox_id must be a sandbox id (sbx_ and 20 letters and digits).");
+    const lastId = request.headers["last-event-id"] ?? since;
+    const from = lastId === undefined ? undefined : Number(lastId);
+    if (from !== undefined && (!Number.isInteger(from) || from < 0)) throw new BothyError("invalid_request", "Last-Event-ID and since are event sequence numbers (integers >= 0).");
+
+    reply.hijack();
+    const res = reply.raw;
+    res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache", connection: "keep-alive", "x-accel-buffering": "no" });
+    res.write(": bothy events\n\n");
+    const write = (ev: BothyEvent): void => {
+      if (sandboxId !== undefined && ev.sandbox_id !== sandboxId) return;
+      res.write(`id: ${ev.seq}\nevent: ${ev.type}\ndata: ${JSON.stringify(ev)}\n\n`);
+    };
+    // Replay and subscribe happen in one synchronous run (the ledger is synchronous), so no event
+    // can fall between them.
+    if (from !== undefined) {
+      let cursor = from;
+      for (let batch = bus.since(cursor, sandboxId); batch.length > 0; batch = bus.since(cursor, sandboxId)) {
+        for (const ev of batch) write(ev);
+        cursor = batch.at(-1)?.seq ?? cursor;
+      }
+    }
+    const unsubscribe = bus.subscribe(write);
+    const keepalive = setInterval(() => res.write(": keepalive\n\n"), KEEPALIVE_MS);
+    request.raw.on("close", () => {
+      clearInterval(keepalive);
+      unsubscribe();
+    });
+  });
+}

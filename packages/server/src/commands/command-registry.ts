@@ -1,0 +1,213 @@
+import { BothyError, type CommandEvent, type CommandInfo, type CommandRequest, type SignalName } from "@bothy/protocol";
+import type { AgentClient, ExecHandle } from "../agent/agent-client.ts";
+import type { CommandRow, Ledger } from "../ledger/ledger.ts";
+import { newCommandId } from "../util/ids.ts";
+import { Utf8Chunker } from "../util/utf8-chunker.ts";
+import { ReplayBuffer } from "./replay-buffer.ts";
+
+/** Receives a command's events; calls `written` once the event has left (for flow control). */
+export type CommandListener = (event: CommandEvent, written: () => void) => void;
+
+export interface RegistryOptions {
+  replayBytes: number;
+  /** Finished commands kept in memory per sandbox for late re-attach. */
+  keepFinished: number;
+  onExited: (info: CommandInfo) => void;
+  log: (event: string, fields: Record<string, unknown>) => void;
+}
+
+/**
+ * One command's life on the host: its output goes to every attached listener and into a bounded
+ * replay buffer. The guest is credited once every listener has written a chunk, or at once when
+ * none is attached, so a background command never stalls for want of a reader.
+ */
+export class RunningCommand {
+  private readonly listeners = new Set<CommandListener>();
+  private readonly buffer: ReplayBuffer;
+  private readonly chunkers = { 1: new Utf8Chunker(), 2: new Utf8Chunker() };
+  private exec: ExecHandle | undefined;
+  private final: CommandEvent | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private timedOut = false;
+
+  constructor(
+    readonly id: string,
+    readonly sandboxId: string,
+    readonly request: CommandRequest,
+    replayBytes: number,
+    private readonly onFinal: (cmd: RunningCommand, event: CommandEvent) => void,
+  ) {
+    this.buffer = new ReplayBuffer(replayBytes);
+  }
+
+  get finished(): boolean {
+    return this.final !== undefined;
+  }
+
+  start(agent: AgentClient, ledger: Ledger, log: RegistryOptions["log"]): void {
+    const req = this.request;
+    this.exec = agent.exec(
+      { cmd: req.cmd, cwd: req.cwd, env: req.env, stdin: req.stdin ?? false },
+      {
+        onStarted: (pid) => {
+          ledger.insertCommand({ id: this.id, sandbox_id: this.sandboxId, cmd: req.cmd, background: req.background });
+          log("command_started", { sandbox_id: this.sandboxId, command_id: this.id, pid, background: req.background ?? false });
+          this.emit({ type: "started", command_id: this.id, sandbox_id: this.sandboxId, pid });
+        },
+        onOutput: (fd, bytes, consumed) => {
+          const chunk = this.chunkers[fd].push(bytes);
+          if (!chunk) return consumed();
+          this.output({ type: fd === 1 ? "stdout" : "stderr", command_id: this.id, ...chunk }, consumed);
+        },
+        onExited: (code, signal) => {
+          clearTimeout(this.timer);
+          for (const fd of [1, 2] as const) {
+            const rest = this.chunkers[fd].flush();
+            if (rest) this.output({ type: fd === 1 ? "stdout" : "stderr", command_id: this.id, ...rest }, () => undefined);
+          }
+          this.finish({
+            type: "process_exited",
+            command_id: this.id,
+            exit_code: code,
+            ...(signal === null ? {} : { signal }),
+            ...(this.timedOut ? { timed_out: true } : {}),
+          });
+        },
+        onError: (err) => {
+          // A command that cannot start still ends with its own `exited` frame.
+          if (err.code === "invalid_command") this.emit({ type: "error", code: err.code, message: err.message, command_id: this.id });
+          else this.finish({ type: "error", code: err.code, message: err.message, command_id: this.id });
+        },
+      },
+    );
+    if (req.timeout_s !== undefined) {
+      this.timer = setTimeout(() => {
+        this.timedOut = true;
+        this.signal("SIGKILL");
+      }, req.timeout_s * 1000);
+    }
+  }
+
+  get wasTimedOut(): boolean {
+    return this.timedOut;
+  }
+
+  /** Adds a listener; with `replay`, it first gets the buffered output (and the end, if over). */
+  attach(listener: CommandListener, replay: boolean): () => void {
+    if (replay) for (const ev of this.buffer.replay(this.id)) listener(ev, () => undefined);
+    if (this.final) {
+      listener(this.final, () => undefined);
+      return () => undefined;
+    }
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  signal(signal: SignalName): void {
+    if (!this.final) this.exec?.signal(signal);
+  }
+
+  stdin(data: Buffer, eof: boolean): void {
+    if (!this.final) this.exec?.stdin(data, eof);
+  }
+
+  private output(event: Extract<CommandEvent, { type: "stdout" | "stderr" }>, consumed: () => void): void {
+    this.buffer.push(event);
+    this.emit(event, consumed);
+  }
+
+  private emit(event: CommandEvent, consumed: () => void = () => undefined): void {
+    let remaining = this.listeners.size;
+    if (remaining === 0) return consumed();
+    let done = false;
+    for (const listener of [...this.listeners]) {
+      listener(event, () => {
+        if (done || --remaining > 0) return;
+        done = true;
+        consumed();
+      });
+    }
+  }
+
+  private finish(event: CommandEvent): void {
+    if (this.final) return;
+    this.final = event;
+    clearTimeout(this.timer);
+    this.emit(event);
+    this.listeners.clear();
+    this.onFinal(this, event);
+  }
+}
+
+export class CommandRegistry {
+  private readonly bySandbox = new Map<string, Map<string, RunningCommand>>();
+
+  constructor(
+    private readonly ledger: Ledger,
+    private readonly opts: RegistryOptions,
+  ) {}
+
+  start(sandboxId: string, agent: AgentClient, request: CommandRequest): RunningCommand {
+    const cmd = new RunningCommand(newCommandId(), sandboxId, request, this.opts.replayBytes, (c, ev) => this.onFinal(c, ev));
+    const map = this.bySandbox.get(sandboxId) ?? new Map<string, RunningCommand>();
+    map.set(cmd.id, cmd);
+    this.bySandbox.set(sandboxId, map);
+    cmd.start(agent, this.ledger, this.opts.log);
+    return cmd;
+  }
+
+  get(sandboxId: string, commandId: string): RunningCommand | undefined {
+    return this.bySandbox.get(sandboxId)?.get(commandId);
+  }
+
+  /** The ledger's record of a command, for one that is no longer held in memory. */
+  info(sandboxId: string, commandId: string): CommandInfo {
+    const row = this.ledger.getCommand(commandId);
+    if (!row || row.sandbox_id !== sandboxId) throw new BothyError("command_not_found", `No command ${commandId} in sandbox ${sandboxId}; list them with GET /sandboxes/${sandboxId}/commands.`);
+    return toCommandInfo(row);
+  }
+
+  list(sandboxId: string): CommandInfo[] {
+    return this.ledger.listCommands(sandboxId).map(toCommandInfo);
+  }
+
+  /** Drops everything held for a sandbox that is gone. */
+  forget(sandboxId: string): void {
+    this.bySandbox.delete(sandboxId);
+  }
+
+  private onFinal(cmd: RunningCommand, event: CommandEvent): void {
+    if (event.type === "process_exited") {
+      if (this.ledger.getCommand(cmd.id)) this.ledger.finishCommand(cmd.id, { state: "exited", exit_code: event.exit_code, signal: event.signal ?? null, timed_out: event.timed_out ?? false });
+      this.opts.log("command_exited", { sandbox_id: cmd.sandboxId, command_id: cmd.id, exit_code: event.exit_code, signal: event.signal ?? null, timed_out: event.timed_out ?? false });
+    } else if (this.ledger.getCommand(cmd.id)) {
+      this.ledger.finishCommand(cmd.id, { state: "lost", exit_code: null, signal: null });
+      this.opts.log("command_lost", { sandbox_id: cmd.sandboxId, command_id: cmd.id, reason: event.type === "error" ? event.message : "" });
+    }
+    const row = this.ledger.getCommand(cmd.id);
+    if (row) this.opts.onExited(toCommandInfo(row));
+    this.trim(cmd.sandboxId);
+  }
+
+  private trim(sandboxId: string): void {
+    const map = this.bySandbox.get(sandboxId);
+    if (!map) return;
+    const finished = [...map.values()].filter((c) => c.finished);
+    for (const old of finished.slice(0, Math.max(0, finished.length - this.opts.keepFinished))) map.delete(old.id);
+  }
+}
+
+export function toCommandInfo(row: CommandRow): CommandInfo {
+  return {
+    command_id: row.id,
+    sandbox_id: row.sandbox_id,
+    cmd: row.cmd,
+    state: row.state,
+    background: row.background === 1,
+    exit_code: row.exit_code,
+    signal: row.signal,
+    timed_out: row.timed_out === 1,
+    started_at: row.started_at,
+    ended_at: row.ended_at,
+  };
+}

@@ -1,0 +1,32 @@
+import type { CommandEvent } from "@bothy/protocol";
+
+type OutputEvent = Extract<CommandEvent, { type: "stdout" | "stderr" }>;
+
+/**
+ * The most recent output of one command, bounded in bytes, for clients that attach late. When
+ * older output has to go, the count of dropped bytes is kept so a re-attaching client is told.
+ */
+export class ReplayBuffer {
+  private events: OutputEvent[] = [];
+  private bytes = 0;
+  private droppedBytes = 0;
+
+  constructor(private readonly maxBytes: number) {}
+
+  push(event: OutputEvent): void {
+    this.events.push(event);
+    this.bytes += event.data.length;
+    while (this.bytes > this.maxBytes && this.events.length > 0) {
+      const old = this.events.shift();
+      if (!old) break;
+      this.bytes -= old.data.length;
+      this.droppedBytes += old.encoding === "base64" ? Math.floor((old.data.length * 3) / 4) : Buffer.byteLength(old.data);
+    }
+  }
+
+  /** What a client attaching now gets first: a drop marker when needed, then the kept output. */
+  replay(commandId: string): CommandEvent[] {
+    const head: CommandEvent[] = this.droppedBytes > 0 ? [{ type: "output_dropped", command_id: commandId, bytes: this.droppedBytes }] : [];
+    return [...head, ...this.events];
+  }
+}

@@ -1,0 +1,33 @@
+import type { BothyEvent } from "@bothy/protocol";
+import type { EventRow, Ledger } from "../ledger/ledger.ts";
+
+export type EventListener = (event: BothyEvent) => void;
+
+/**
+ * Lifecycle and command events: written to the ledger first (so a client that reconnects with
+ * its last event id misses nothing), then handed to live subscribers and the webhook.
+ */
+export class EventBus {
+  private readonly listeners = new Set<EventListener>();
+
+  constructor(private readonly ledger: Ledger) {}
+
+  publish(type: BothyEvent["type"], sandboxId: string | null, data: Record<string, unknown>): BothyEvent {
+    const event = toEvent(this.ledger.insertEvent(type, sandboxId, data));
+    for (const listener of [...this.listeners]) listener(event);
+    return event;
+  }
+
+  subscribe(listener: EventListener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  since(seq: number, sandboxId?: string): BothyEvent[] {
+    return this.ledger.eventsSince(seq, sandboxId).map(toEvent);
+  }
+}
+
+function toEvent(row: EventRow): BothyEvent {
+  return { seq: row.seq, type: row.type as BothyEvent["type"], sandbox_id: row.sandbox_id, data: JSON.parse(row.data) as Record<string, unknown>, created_at: row.created_at };
+}
