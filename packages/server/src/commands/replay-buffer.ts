@@ -16,11 +16,21 @@ export class ReplayBuffer {
   push(event: OutputEvent): void {
     this.events.push(event);
     this.bytes += event.data.length;
-    while (this.bytes > this.maxBytes && this.events.length > 0) {
+    while (this.bytes > this.maxBytes && this.events.length > 1) {
       const old = this.events.shift();
       if (!old) break;
       this.bytes -= old.data.length;
-      this.droppedBytes += old.encoding === "base64" ? Math.floor((old.data.length * 3) / 4) : Buffer.byteLength(old.data);
+      this.droppedBytes += rawBytes(old);
+    }
+    const only = this.events[0];
+    if (this.bytes > this.maxBytes && only) {
+      // One chunk larger than the whole buffer: keep its tail (whole base64 quads for binary).
+      const excess = this.bytes - this.maxBytes;
+      const cut = only.encoding === "base64" ? Math.ceil(excess / 4) * 4 : excess;
+      const kept = { ...only, data: only.data.slice(cut) };
+      this.droppedBytes += rawBytes(only) - rawBytes(kept);
+      this.events[0] = kept;
+      this.bytes = kept.data.length;
     }
   }
 
@@ -29,4 +39,8 @@ export class ReplayBuffer {
     const head: CommandEvent[] = this.droppedBytes > 0 ? [{ type: "output_dropped", command_id: commandId, bytes: this.droppedBytes }] : [];
     return [...head, ...this.events];
   }
+}
+
+function rawBytes(event: OutputEvent): number {
+  return event.encoding === "base64" ? Buffer.from(event.data, "base64").length : Buffer.byteLength(event.data);
 }
