@@ -9,17 +9,23 @@ export const COMMAND_ID_RE = /^cmd_[a-z2-7]{20}$/;
 /** Idempotency keys: printable ASCII without spaces, as in the IETF Idempotency-Key draft. */
 export const IDEMPOTENCY_KEY_RE = /^[\x21-\x7e]{1,255}$/;
 
-export const SANDBOX_STATES = ["creating", "running", "deleting", "deleted", "failed"] as const;
+export const SANDBOX_STATES = ["creating", "running", "paused", "deleting", "deleted", "failed"] as const;
 export const sandboxState = z.enum(SANDBOX_STATES);
 export type SandboxState = z.infer<typeof sandboxState>;
 /** States in which a sandbox still owns host resources. */
-export const LIVE_STATES: readonly SandboxState[] = ["creating", "running", "deleting"];
+export const LIVE_STATES: readonly SandboxState[] = ["creating", "running", "paused", "deleting"];
+
+/** Sandbox drivers: gVisor (a user-space kernel) and QEMU microvm (a VM per sandbox). */
+export const DRIVER_NAMES = ["gvisor", "qemu"] as const;
+export type DriverName = (typeof DRIVER_NAMES)[number];
 
 export const createSandboxRequest = z
   .object({
     template: z.string().default("seed"),
     vcpu: z.number().int().default(1),
     memory_mib: z.number().int().default(512),
+    /** Omitted: the server's default (BOTHY_DRIVER). */
+    driver: z.enum(DRIVER_NAMES).optional(),
   })
   .strict();
 export type CreateSandboxRequest = z.input<typeof createSandboxRequest>;
@@ -29,6 +35,8 @@ export const sandboxInfo = z.object({
   state: sandboxState,
   template: z.string(),
   driver: z.string(),
+  /** How the driver runs guests: "ptrace" (gVisor), "kvm" or "tcg" (QEMU software emulation). */
+  acceleration: z.string().nullable(),
   vcpu: z.number().int(),
   memory_mib: z.number().int(),
   created_at: z.string(),

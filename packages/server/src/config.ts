@@ -16,6 +16,14 @@ const envSchema = z.object({
   BOTHY_POOL_SIZE: z.coerce.number().int().min(0).max(32).default(1),
   BOTHY_LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
   BOTHY_BOOT_TIMEOUT_S: int(60),
+  /** The default driver; `auto` is qemu with KVM where hardware virtualization works, else gvisor. */
+  BOTHY_DRIVER: z.enum(["auto", "gvisor", "qemu"]).default("auto"),
+  /** QEMU: restore new sandboxes from a per-template memory snapshot (1) or boot each (0). */
+  BOTHY_QEMU_WARM: z.enum(["0", "1"]).default("1"),
+  /** QEMU under TCG: translation cache size, the bulk of an idle VM's memory beyond the guest's. */
+  BOTHY_QEMU_TB_MIB: int(32),
+  /** Where the QEMU guest kernel is unpacked; default `$BOTHY_HOME/kernel`. */
+  BOTHY_KERNEL_DIR: z.string().optional(),
   BOTHY_WEBHOOK_URL: z.url({ protocol: /^https?$/ }).optional(),
   BOTHY_WEBHOOK_RETRY_MS: int(1000),
   BOTHY_COMMAND_REPLAY_BYTES: int(1024 * 1024),
@@ -33,6 +41,8 @@ export interface Config {
   logLevel: z.infer<typeof envSchema>["BOTHY_LOG_LEVEL"];
   bootTimeoutMs: number;
   bodyLimitBytes: number;
+  driver: "auto" | "gvisor" | "qemu";
+  qemu: { warmStart: boolean; tbSizeMib: number; kernelDir: string };
   webhook: { url: string; retryBaseMs: number } | undefined;
   commandReplayBytes: number;
 }
@@ -59,6 +69,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     logLevel: e.BOTHY_LOG_LEVEL,
     bootTimeoutMs: e.BOTHY_BOOT_TIMEOUT_S * 1000,
     bodyLimitBytes: 1024 * 1024,
+    driver: e.BOTHY_DRIVER,
+    qemu: { warmStart: e.BOTHY_QEMU_WARM === "1", tbSizeMib: e.BOTHY_QEMU_TB_MIB, kernelDir: e.BOTHY_KERNEL_DIR ?? join(e.BOTHY_HOME, "kernel") },
     webhook: e.BOTHY_WEBHOOK_URL === undefined ? undefined : { url: e.BOTHY_WEBHOOK_URL, retryBaseMs: e.BOTHY_WEBHOOK_RETRY_MS },
     commandReplayBytes: e.BOTHY_COMMAND_REPLAY_BYTES,
     ...overrides,

@@ -12,7 +12,7 @@ import { CommandRegistry } from "./commands/command-registry.ts";
 import { EventBus } from "./events/event-bus.ts";
 import { WebhookSender } from "./events/webhook.ts";
 import type { Config } from "./config.ts";
-import { GvisorDriver } from "./drivers/gvisor-driver.ts";
+import { createDrivers } from "./drivers/driver-registry.ts";
 import { TemplateStore } from "./images/template-store.ts";
 import { Ledger } from "./ledger/ledger.ts";
 import { SandboxManager, type Logger, type TemplateSource } from "./sandboxes/sandbox-manager.ts";
@@ -38,13 +38,7 @@ export async function startServer(config: Config, logger: PinoLogger = createLog
   const log: Logger = (event, fields) => logger.info({ event, ...fields }, event);
   const store = new TemplateStore({ sourceDir: config.templateSources, storeDir: config.templatesDir });
   const ledger = new Ledger(join(config.home, "ledger.sqlite"));
-  const driver = new GvisorDriver({
-    runscRoot: join(config.home, "runsc"),
-    sandboxesDir: join(config.home, "sandboxes"),
-    agentPath: config.agentPath,
-    log,
-  });
-  await driver.preflight();
+  const drivers = await createDrivers(config, log);
   const events = new EventBus(ledger);
   const webhook = config.webhook && new WebhookSender({ ...config.webhook, attempts: 6, timeoutMs: 10_000, log });
   if (webhook) events.subscribe((ev) => webhook.send(ev));
@@ -65,7 +59,7 @@ export async function startServer(config: Config, logger: PinoLogger = createLog
       events.publish("sandbox.deleted", id, fields);
     } else if (event === "sandbox_died" || event === "sandbox_lost") events.publish("sandbox.failed", id, { ...fields, reason: event });
   };
-  const manager = new SandboxManager(config, ledger, driver, templates ?? store, lifecycle);
+  const manager = new SandboxManager(config, ledger, drivers, templates ?? store, lifecycle);
   await manager.reconcile();
 
   const startedAt = Date.now();

@@ -1,7 +1,17 @@
 import type { FastifyInstance } from "fastify";
+import { SANDBOX_ID_RE } from "@bothy/protocol";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 
+/** Routes that talk to a sandbox's agent: a paused sandbox is resumed before they run. */
+const AGENT_ROUTE = /^\/sandboxes\/:id\/(command|commands\/|files)/;
+
 export function sandboxRoutes(app: FastifyInstance, manager: SandboxManager, startedAt: number): void {
+  // Registered before the command and file routes, and run before their own checks.
+  app.addHook("preValidation", async (request) => {
+    const id = (request.params as { id?: unknown } | undefined)?.id;
+    if (typeof id === "string" && SANDBOX_ID_RE.test(id) && AGENT_ROUTE.test(request.routeOptions.url ?? "")) await manager.ensureRunning(id);
+  });
+
   app.post("/sandboxes", async (request, reply) => {
     const key = request.headers["idempotency-key"];
     const { sandbox, created } = await manager.create(request.body, Array.isArray(key) ? key[0] : key);
@@ -14,12 +24,16 @@ export function sandboxRoutes(app: FastifyInstance, manager: SandboxManager, sta
 
   app.delete<{ Params: { id: string } }>("/sandboxes/:id", async (request) => manager.delete(request.params.id));
 
+  app.post<{ Params: { id: string } }>("/sandboxes/:id/pause", async (request) => manager.pause(request.params.id));
+
+  app.post<{ Params: { id: string } }>("/sandboxes/:id/resume", async (request) => manager.resume(request.params.id));
+
   app.get("/healthz", async () => {
     const counts = manager.counts();
     return {
       status: "ok",
       uptime_s: Math.round((Date.now() - startedAt) / 100) / 10,
-      sandboxes: { creating: 0, running: 0, deleting: 0, deleted: 0, failed: 0, ...counts },
+      sandboxes: { creating: 0, running: 0, paused: 0, deleting: 0, deleted: 0, failed: 0, ...counts },
     };
   });
 }

@@ -14,6 +14,8 @@ import { QemuSandbox, VM_MARKER } from "./qemu-sandbox.ts";
 
 export interface QemuOptions {
   home: string;
+  /** Where unpacked guest kernels are cached; default `<home>/kernel`. */
+  kernelDir?: string;
   /** Parent of every sandbox directory; each sandbox dir is `<sandboxesDir>/<id>`. */
   sandboxesDir: string;
   agentPath: string;
@@ -87,7 +89,7 @@ export class QemuDriver implements Driver {
     }
     if (!existsSync(this.opts.agentPath)) throw new BothyError("create_failed", `The guest agent bundle ${this.opts.agentPath} is missing: run \`npm run build\`.`);
     if (this.opts.accel === undefined) this.accel = (await hardwareVirtualization()) ? "kvm" : "tcg";
-    this.kernel = await ensureKernel(this.opts.home, this.opts.log);
+    this.kernel = await ensureKernel(this.opts.kernelDir ?? join(this.opts.home, "kernel"), this.opts.log);
     this.initramfs = await ensureInitramfs({ home: this.opts.home, kernel: this.kernel, agentPath: this.opts.agentPath });
     await mkdir(this.opts.sandboxesDir, { recursive: true, mode: 0o700 });
     await mkdir(this.snapshotsDir, { recursive: true, mode: 0o700 });

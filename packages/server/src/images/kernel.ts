@@ -1,6 +1,6 @@
 /**
  * The guest kernel for the QEMU driver: Debian's cloud kernel, fetched with `apt-get download` and
- * unpacked with `dpkg-deb -x` into `$BOTHY_HOME/kernel/<release>/`. It is never installed on the
+ * unpacked with `dpkg-deb -x` into `<kernelDir>/<release>/` (default `$BOTHY_HOME/kernel`). It is never installed on the
  * host (that would change the host's boot menu). Unpacked once per release, then cached.
  */
 import { existsSync } from "node:fs";
@@ -38,8 +38,7 @@ function kernelAt(dir: string, release: string): GuestKernel {
  * The unpacked guest kernel, fetched on first use. When apt cannot resolve the package (no lists,
  * offline) a kernel unpacked earlier is used, the newest by name.
  */
-export async function ensureKernel(home: string, log: (event: string, fields: Record<string, unknown>) => void = () => undefined): Promise<GuestKernel> {
-  const root = join(home, "kernel");
+export async function ensureKernel(root: string, log: (event: string, fields: Record<string, unknown>) => void = () => undefined): Promise<GuestKernel> {
   let pkg: string;
   try {
     pkg = await resolveKernelPackage();

@@ -44,6 +44,8 @@ const MIGRATIONS = [
      created_at TEXT NOT NULL
    );
    CREATE INDEX events_sandbox ON events(sandbox_id, seq);`,
+  // 3: which acceleration a sandbox's driver used (ptrace, kvm, tcg); rows before it have none.
+  `ALTER TABLE sandboxes ADD COLUMN acceleration TEXT;`,
 ];
 
 export interface SandboxRow {
@@ -51,6 +53,7 @@ export interface SandboxRow {
   template: string;
   template_hash: string;
   driver: string;
+  acceleration: string | null;
   vcpu: number;
   memory_mib: number;
   state: SandboxState;
@@ -116,8 +119,8 @@ export class Ledger {
     this.db.transaction(() => {
       this.db
         .prepare(
-          `INSERT INTO sandboxes (id, template, template_hash, driver, vcpu, memory_mib, state, created_at, updated_at, deleted_at, error)
-           VALUES (@id, @template, @template_hash, @driver, @vcpu, @memory_mib, @state, @created_at, @updated_at, @deleted_at, @error)`,
+          `INSERT INTO sandboxes (id, template, template_hash, driver, acceleration, vcpu, memory_mib, state, created_at, updated_at, deleted_at, error)
+           VALUES (@id, @template, @template_hash, @driver, @acceleration, @vcpu, @memory_mib, @state, @created_at, @updated_at, @deleted_at, @error)`,
         )
         .run(full);
       if (idempotency) {
@@ -212,6 +215,7 @@ export function toSandboxInfo(row: SandboxRow): SandboxInfo {
     state: row.state,
     template: row.template,
     driver: row.driver,
+    acceleration: row.acceleration,
     vcpu: row.vcpu,
     memory_mib: row.memory_mib,
     created_at: row.created_at,

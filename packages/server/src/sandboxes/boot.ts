@@ -36,6 +36,26 @@ export async function bootSandbox(driver: Driver, spec: SandboxSpec, timeoutMs: 
   }
 }
 
+/**
+ * Brings a paused sandbox back: the driver restores it, a new agent client asks the running agent
+ * for a fresh hello, and the guest gets its identity again (the clock moved; new entropy does no
+ * harm). The old client was closed at pause.
+ */
+export async function reattachSandbox(booted: BootedSandbox, timeoutMs: number, signal?: AbortSignal): Promise<void> {
+  const resume = booted.handle.resume?.bind(booted.handle);
+  if (!resume) throw new BothyError("not_supported", "This driver cannot resume sandboxes.");
+  const stream = await resume(signal);
+  const agent = new AgentClient(stream.input, stream.output);
+  try {
+    await agent.handshake(timeoutMs, signal, true);
+    if (booted.handle.needsIdentity) await agent.identify(guestIdentity(booted.spec));
+  } catch (err) {
+    agent.close(new BothyError("agent_unavailable", "Resume failed."));
+    throw new BothyError("agent_unavailable", `Sandbox ${booted.spec.id} was restored but its agent did not answer: ${(err as Error).message}`, { cause: err });
+  }
+  booted.agent = agent;
+}
+
 /** What a restored or freshly booted VM guest is told about itself; the entropy is new each time. */
 export function guestIdentity(spec: SandboxSpec): GuestIdentity {
   return { sandboxId: spec.id, hostname: spec.id, env: spec.templateEnv, entropy: randomBytes(64) };

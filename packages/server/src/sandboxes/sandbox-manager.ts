@@ -11,9 +11,10 @@ import {
 import type { AgentClient } from "../agent/agent-client.ts";
 import type { Config } from "../config.ts";
 import type { Driver } from "../drivers/driver.ts";
+import type { DriverRegistry } from "../drivers/driver-registry.ts";
 import { toSandboxInfo, type Ledger } from "../ledger/ledger.ts";
 import { newSandboxId } from "../util/ids.ts";
-import { bootSandbox, type BootedSandbox } from "./boot.ts";
+import { bootSandbox, reattachSandbox, type BootedSandbox } from "./boot.ts";
 import { WarmPool, type PoolShape } from "./warm-pool.ts";
 
 export interface BuiltTemplateRef {
@@ -45,17 +46,19 @@ export class SandboxManager {
   private readonly creating = new Map<string, Promise<CreateResult>>();
   private readonly inflightKeys = new Map<string, Promise<CreateResult>>();
   private readonly deleting = new Map<string, Promise<SandboxInfo>>();
+  /** A pause or resume in progress per sandbox: they run one at a time. */
+  private readonly transitions = new Map<string, Promise<SandboxInfo>>();
   private readonly pool: WarmPool;
   private stopping = false;
 
   constructor(
     private readonly config: Config,
     private readonly ledger: Ledger,
-    private readonly driver: Driver,
+    private readonly drivers: DriverRegistry,
     private readonly templates: TemplateSource,
     private readonly log: Logger,
   ) {
-    this.pool = new WarmPool(driver, config.poolSize, (id) => this.dirFor(id), config.bootTimeoutMs, log);
+    this.pool = new WarmPool(config.poolSize, (id) => this.dirFor(id), config.bootTimeoutMs, log);
   }
 
   private dirFor(id: string): string {
@@ -72,18 +75,18 @@ export class SandboxManager {
       this.log("sandbox_lost", { sandbox_id: row.id, previous_state: row.state });
     }
     const seen = new Set<string>();
-    for (const obj of await this.driver.reconcile()) {
+    for (const obj of (await Promise.all(this.drivers.all().map((d) => d.reconcile()))).flat()) {
       if (owned.has(obj.sandboxId) || seen.has(obj.sandboxId)) continue;
       seen.add(obj.sandboxId);
       this.log("orphan_removed", { sandbox_id: obj.sandboxId, kind: obj.kind, description: obj.description });
-      await this.driver.removeOrphan(obj.sandboxId);
+      await this.drivers.removeOrphan(obj.sandboxId);
     }
   }
 
   /** Starts filling the warm pool for the default shape of a template. */
   async warm(templateName: string): Promise<void> {
     const template = await this.templates.resolve(templateName);
-    if (template) this.pool.refill(this.shape(template, 1, 512));
+    if (template) this.pool.refill(this.shape(template, 1, 512, this.drivers.default));
   }
 
   async create(body: unknown, idempotencyKey: string | undefined): Promise<CreateResult> {
@@ -115,7 +118,7 @@ export class SandboxManager {
     }
   }
 
-  private validate(body: unknown): { template: string; vcpu: number; memory_mib: number } {
+  private validate(body: unknown): { template: string; vcpu: number; memory_mib: number; driver?: string } {
     const parsed = createSandboxRequest.safeParse(body ?? {});
     if (!parsed.success) {
       const issue = parsed.error.issues[0];
@@ -136,11 +139,11 @@ export class SandboxManager {
     return req;
   }
 
-  private shape(t: BuiltTemplateRef, vcpu: number, memoryMib: number): PoolShape {
-    return { templateRoot: t.rootfs, templateHash: t.hash, templateEnv: t.env, vcpu, memoryMib };
+  private shape(t: BuiltTemplateRef, vcpu: number, memoryMib: number, driver: Driver): PoolShape {
+    return { driver, templateRoot: t.rootfs, templateHash: t.hash, templateEnv: t.env, vcpu, memoryMib };
   }
 
-  private async createNew(req: { template: string; vcpu: number; memory_mib: number }, idem: { key: string; fingerprint: string } | undefined): Promise<CreateResult> {
+  private async createNew(req: { template: string; vcpu: number; memory_mib: number; driver?: string }, idem: { key: string; fingerprint: string } | undefined): Promise<CreateResult> {
     const template = await this.templates.resolve(req.template);
     if (!template) {
       throw new BothyError("template_not_built", `Template "${req.template}" is defined but not built yet: run \`bothy template build ${req.template}\`.`);
@@ -148,17 +151,18 @@ export class SandboxManager {
     if (this.live.size + this.creating.size >= this.config.limits.maxSandboxes) {
       throw new BothyError("capacity_exhausted", `This host runs at most ${this.config.limits.maxSandboxes} sandboxes; delete one or raise BOTHY_MAX_SANDBOXES.`);
     }
-    const shape = this.shape(template, req.vcpu, req.memory_mib);
+    const driver = this.drivers.get(req.driver);
+    const shape = this.shape(template, req.vcpu, req.memory_mib, driver);
     const warm = this.pool.claim(shape);
     const id = warm?.spec.id ?? newSandboxId();
     this.ledger.insertSandbox(
-      { id, template: template.name, template_hash: template.hash, driver: this.driver.name, vcpu: req.vcpu, memory_mib: req.memory_mib, state: warm ? "running" : "creating" },
+      { id, template: template.name, template_hash: template.hash, driver: driver.name, acceleration: driver.acceleration, vcpu: req.vcpu, memory_mib: req.memory_mib, state: warm ? "running" : "creating" },
       idem,
     );
     const job = (async (): Promise<CreateResult> => {
       let booted = warm;
       try {
-        booted ??= await bootSandbox(this.driver, { id, templateRoot: template.rootfs, templateEnv: template.env, vcpu: req.vcpu, memoryMib: req.memory_mib, dir: this.dirFor(id) }, this.config.bootTimeoutMs);
+        booted ??= await bootSandbox(driver, { id, templateRoot: template.rootfs, templateEnv: template.env, vcpu: req.vcpu, memoryMib: req.memory_mib, dir: this.dirFor(id) }, this.config.bootTimeoutMs);
       } catch (err) {
         const e = err instanceof BothyError ? err : new BothyError("create_failed", "The sandbox failed to boot.", { cause: err });
         this.ledger.setState(id, "failed", e.message);
@@ -168,7 +172,7 @@ export class SandboxManager {
       }
       this.adopt(booted);
       this.ledger.setState(id, "running");
-      this.log("sandbox_created", { sandbox_id: id, template: template.name, vcpu: req.vcpu, memory_mib: req.memory_mib, driver: this.driver.name, warm: warm !== undefined });
+      this.log("sandbox_created", { sandbox_id: id, template: template.name, vcpu: req.vcpu, memory_mib: req.memory_mib, driver: driver.name, warm: warm !== undefined });
       return { sandbox: this.info(id), created: true };
     })();
     this.creating.set(id, job);
@@ -219,6 +223,67 @@ export class SandboxManager {
     return booted.agent;
   }
 
+  /**
+   * Saves a sandbox's memory to disk and stops its VM (QEMU only). Its files and background
+   * processes come back with `resume`; commands attached at the time end.
+   */
+  pause(id: string): Promise<SandboxInfo> {
+    return this.transition(id, async (booted) => {
+      if (this.info(id).state === "paused") return;
+      const pause = booted.handle.pause?.bind(booted.handle);
+      if (!pause) throw new BothyError("not_supported", `The ${this.info(id).driver} driver cannot pause sandboxes; create the sandbox with "driver": "qemu" to use pause.`);
+      booted.agent.close(new BothyError("sandbox_not_running", "The sandbox was paused."));
+      await pause();
+      this.ledger.loseCommands(id);
+      this.ledger.setState(id, "paused");
+      this.log("sandbox_paused", { sandbox_id: id });
+    });
+  }
+
+  resume(id: string): Promise<SandboxInfo> {
+    return this.transition(id, async (booted) => {
+      if (this.info(id).state !== "paused") return;
+      try {
+        await reattachSandbox(booted, this.config.bootTimeoutMs);
+      } catch (err) {
+        // A sandbox that cannot come back is over: its state file and disk go with it.
+        this.live.delete(id);
+        await booted.handle.destroy();
+        this.ledger.setState(id, "failed", (err as Error).message);
+        this.log("sandbox_resume_failed", { sandbox_id: id, error: (err as Error).message });
+        throw err;
+      }
+      this.ledger.setState(id, "running");
+      this.log("sandbox_resumed", { sandbox_id: id });
+    });
+  }
+
+  /** Resumes a paused sandbox first, so commands and file calls need not know about pause. */
+  async ensureRunning(id: string): Promise<SandboxInfo> {
+    const info = this.info(id);
+    return info.state === "paused" ? this.resume(id) : info;
+  }
+
+  private async transition(id: string, step: (booted: BootedSandbox) => Promise<void>): Promise<SandboxInfo> {
+    const info = this.info(id);
+    const booted = this.live.get(id);
+    if (!booted || (info.state !== "running" && info.state !== "paused")) {
+      throw new BothyError("sandbox_not_running", `Sandbox ${id} is ${info.state}; only a running or paused sandbox can be paused or resumed.`);
+    }
+    const previous = this.transitions.get(id) ?? Promise.resolve(info);
+    const job = previous.catch(() => undefined).then(async () => {
+      if (this.live.get(id) !== booted || this.deleting.has(id)) throw new BothyError("sandbox_not_running", `Sandbox ${id} is being deleted.`);
+      await step(booted);
+      return this.info(id);
+    });
+    this.transitions.set(id, job);
+    try {
+      return await job;
+    } finally {
+      if (this.transitions.get(id) === job) this.transitions.delete(id);
+    }
+  }
+
   async delete(id: string): Promise<SandboxInfo> {
     const info = this.info(id);
     if (info.state === "deleted" || info.state === "failed") return info;
@@ -226,6 +291,7 @@ export class SandboxManager {
     if (existing) return existing;
     const job = (async () => {
       await this.creating.get(id)?.catch(() => undefined);
+      await this.transitions.get(id)?.catch(() => undefined);
       const row = this.ledger.getSandbox(id);
       if (row?.state === "failed") return this.info(id);
       this.ledger.setState(id, "deleting");
@@ -233,7 +299,7 @@ export class SandboxManager {
       this.live.delete(id);
       booted?.agent.close(new BothyError("sandbox_not_running", "The sandbox was deleted."));
       if (booted) await booted.handle.destroy();
-      else await this.driver.removeOrphan(id);
+      else await this.drivers.removeOrphan(id);
       this.ledger.loseCommands(id);
       this.ledger.setState(id, "deleted");
       this.log("sandbox_deleted", { sandbox_id: id });

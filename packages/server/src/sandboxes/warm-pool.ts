@@ -4,6 +4,7 @@ import { bootSandbox, type BootedSandbox } from "./boot.ts";
 import type { Driver, SandboxSpec } from "../drivers/driver.ts";
 
 export interface PoolShape {
+  driver: Driver;
   templateRoot: string;
   templateHash: string;
   templateEnv: Record<string, string>;
@@ -12,7 +13,7 @@ export interface PoolShape {
 }
 
 /**
- * Sandboxes booted ahead of demand, one set per shape (template build + vcpu + memory). Each has
+ * Sandboxes booted ahead of demand, one set per shape (driver + template build + vcpu + memory). Each has
  * its own id, hostname and disk from the start; a claim only hands it over. The pool refills in
  * the background, one boot at a time so it never starves live work of CPU.
  */
@@ -23,7 +24,6 @@ export class WarmPool {
   private closed = false;
 
   constructor(
-    private readonly driver: Driver,
     private readonly size: number,
     private readonly dirFor: (id: string) => string,
     private readonly bootTimeoutMs: number,
@@ -61,7 +61,7 @@ export class WarmPool {
         const spec: SandboxSpec = { id, templateRoot: shape.templateRoot, templateEnv: shape.templateEnv, vcpu: shape.vcpu, memoryMib: shape.memoryMib, dir: this.dirFor(id) };
         this.booting.add(id);
         try {
-          const booted = await bootSandbox(this.driver, spec, this.bootTimeoutMs);
+          const booted = await bootSandbox(shape.driver, spec, this.bootTimeoutMs);
           if (this.closed) {
             await booted.handle.destroy();
             return;
@@ -90,5 +90,5 @@ export class WarmPool {
 }
 
 function shapeKey(s: PoolShape): string {
-  return `${s.templateHash}/${s.vcpu}/${s.memoryMib}`;
+  return `${s.driver.name}/${s.templateHash}/${s.vcpu}/${s.memoryMib}`;
 }

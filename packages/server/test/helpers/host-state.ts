@@ -8,6 +8,7 @@ const pexec = promisify(execFile);
 
 export interface HostLeaks {
   runscProcesses: string[];
+  qemuProcesses: string[];
   runscContainers: string[];
   mounts: string[];
   sandboxDirs: string[];
@@ -18,6 +19,7 @@ export interface HostLeaks {
 export async function hostLeaks(home: string): Promise<HostLeaks> {
   const { stdout: ps } = await pexec("ps", ["-eo", "pid=,args="]);
   const runscProcesses = ps.split("\n").filter((l) => /runsc/.test(l) && l.includes(join(home, "runsc")));
+  const qemuProcesses = ps.split("\n").filter((l) => /qemu-system/.test(l) && l.includes(`${home}/`));
   let runscContainers: string[] = [];
   try {
     const { stdout } = await pexec("runsc", ["--root", join(home, "runsc"), "list", "-quiet"]);
@@ -30,14 +32,14 @@ export async function hostLeaks(home: string): Promise<HostLeaks> {
   let liveLedgerRows: string[] = [];
   try {
     const db = new Database(join(home, "ledger.sqlite"), { readonly: true, fileMustExist: true });
-    liveLedgerRows = (db.prepare(`SELECT id FROM sandboxes WHERE state IN ('creating','running','deleting')`).all() as Array<{ id: string }>).map((r) => r.id);
+    liveLedgerRows = (db.prepare(`SELECT id FROM sandboxes WHERE state IN ('creating','running','paused','deleting')`).all() as Array<{ id: string }>).map((r) => r.id);
     db.close();
   } catch {
     liveLedgerRows = [];
   }
-  return { runscProcesses, runscContainers, mounts, sandboxDirs, liveLedgerRows };
+  return { runscProcesses, qemuProcesses, runscContainers, mounts, sandboxDirs, liveLedgerRows };
 }
 
 export function noLeaks(): HostLeaks {
-  return { runscProcesses: [], runscContainers: [], mounts: [], sandboxDirs: [], liveLedgerRows: [] };
+  return { runscProcesses: [], qemuProcesses: [], runscContainers: [], mounts: [], sandboxDirs: [], liveLedgerRows: [] };
 }

@@ -2,7 +2,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { createWriteStream } from "node:fs";
 import { join } from "node:path";
 import { loadConfig, startServer, createLogger, type BothyServer, type Config } from "../../src/index.ts";
-import { testTemplatesDir } from "../../../../test/paths.ts";
+import { testKernelDir, testTemplatesDir } from "../../../../test/paths.ts";
 import type { TemplateSource } from "../../src/sandboxes/sandbox-manager.ts";
 import { hostLeaks, type HostLeaks } from "./host-state.ts";
 
@@ -27,6 +27,7 @@ export async function startTestServer(env: Record<string, string> = {}, template
     ...process.env,
     BOTHY_HOME: home,
     BOTHY_TEMPLATES_DIR: testTemplatesDir(),
+    BOTHY_KERNEL_DIR: testKernelDir(),
     BOTHY_PORT: "0",
     BOTHY_HOST: "127.0.0.1",
     BOTHY_POOL_SIZE: "0",

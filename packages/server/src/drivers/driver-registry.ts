@@ -1,0 +1,79 @@
+import { join } from "node:path";
+import { BothyError, DRIVER_NAMES, type DriverName } from "@bothy/protocol";
+import type { Config } from "../config.ts";
+import type { Driver } from "./driver.ts";
+import { GvisorDriver } from "./gvisor-driver.ts";
+import { hardwareVirtualization, QemuDriver } from "./qemu-driver.ts";
+
+type Log = (event: string, fields: Record<string, unknown>) => void;
+
+/**
+ * The drivers this host can run, and the default one. A driver whose preflight failed is kept
+ * as the reason it failed, so a request for it gets an answer that says what to install.
+ */
+export class DriverRegistry {
+  constructor(
+    private readonly ready: ReadonlyMap<DriverName, Driver>,
+    private readonly unavailable: ReadonlyMap<DriverName, string>,
+    readonly defaultName: DriverName,
+  ) {}
+
+  get default(): Driver {
+    return this.get(this.defaultName);
+  }
+
+  /** The driver of that name (the default when omitted), or a `not_supported` error saying why not. */
+  get(name?: string): Driver {
+    const wanted = (name ?? this.defaultName) as DriverName;
+    const driver = this.ready.get(wanted);
+    if (driver) return driver;
+    const why = this.unavailable.get(wanted);
+    throw new BothyError("not_supported", why ? `The ${wanted} driver is not available on this host: ${why}` : `Unknown driver "${String(name)}"; drivers are ${DRIVER_NAMES.join(", ")}.`);
+  }
+
+  all(): Driver[] {
+    return [...this.ready.values()];
+  }
+
+  /** Removes a sandbox's host objects whichever driver made them; each driver finds its own. */
+  async removeOrphan(sandboxId: string): Promise<void> {
+    for (const d of this.all()) await d.removeOrphan(sandboxId);
+  }
+}
+
+/**
+ * Preflights every driver. The configured default must work; the others are offered when they
+ * do. `auto` means QEMU where hardware virtualization really works (KVM), gVisor elsewhere:
+ * QEMU under software emulation works but boots several times slower.
+ */
+export async function createDrivers(config: Config, log: Log): Promise<DriverRegistry> {
+  const sandboxesDir = join(config.home, "sandboxes");
+  const candidates: Record<DriverName, Driver> = {
+    gvisor: new GvisorDriver({ runscRoot: join(config.home, "runsc"), sandboxesDir, agentPath: config.agentPath, log }),
+    qemu: new QemuDriver({
+      home: config.home,
+      kernelDir: config.qemu.kernelDir,
+      sandboxesDir,
+      agentPath: config.agentPath,
+      tbSizeMib: config.qemu.tbSizeMib,
+      warmStart: config.qemu.warmStart,
+      bootTimeoutMs: config.bootTimeoutMs,
+      log,
+    }),
+  };
+  const ready = new Map<DriverName, Driver>();
+  const unavailable = new Map<DriverName, string>();
+  for (const name of DRIVER_NAMES) {
+    try {
+      await candidates[name].preflight();
+      ready.set(name, candidates[name]);
+    } catch (err) {
+      unavailable.set(name, err instanceof Error ? err.message : String(err));
+    }
+  }
+  const defaultName: DriverName = config.driver !== "auto" ? config.driver : ready.has("qemu") && (await hardwareVirtualization()) ? "qemu" : "gvisor";
+  const why = unavailable.get(defaultName);
+  if (why !== undefined) throw new BothyError("create_failed", `The default driver ${defaultName} cannot run here: ${why}`);
+  log("drivers", { default: defaultName, ready: [...ready.keys()], unavailable: Object.fromEntries(unavailable), acceleration: ready.get("qemu")?.acceleration ?? null });
+  return new DriverRegistry(ready, unavailable, defaultName);
+}

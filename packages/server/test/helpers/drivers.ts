@@ -1,0 +1,50 @@
+import { accessSync, constants } from "node:fs";
+import { delimiter, join } from "node:path";
+import { DRIVER_NAMES, type DriverName } from "@bothy/protocol";
+
+export interface TestDriver {
+  name: DriverName;
+  /** Why this machine cannot run the driver's tests, or undefined when it can. */
+  missing: string | undefined;
+}
+
+function onPath(program: string): boolean {
+  return (process.env["PATH"] ?? "").split(delimiter).some((dir) => {
+    try {
+      accessSync(join(dir, program), constants.X_OK);
+      return true;
+    } catch {
+      return false;
+    }
+  });
+}
+
+const NEEDS: Record<DriverName, Array<[string, string]>> = {
+  gvisor: [["runsc", "runsc (apt-get install runsc)"]],
+  qemu: [
+    ["qemu-system-x86_64", "qemu-system-x86_64 (apt-get install qemu-system-x86)"],
+    ["qemu-img", "qemu-img (apt-get install qemu-utils)"],
+    ["gcc", "gcc and libc6-dev for the guest helper"],
+    ["mkfs.ext4", "mkfs.ext4 (e2fsprogs)"],
+    ["apt-get", "apt-get, to fetch linux-image-cloud-amd64"],
+  ],
+};
+
+/**
+ * The drivers the integration tests run against: `BOTHY_TEST_DRIVERS` (comma-separated), or all.
+ * A driver this machine cannot run is still listed, with what it needs, so its tests show as
+ * skipped with that reason instead of vanishing.
+ */
+export function testDrivers(): TestDriver[] {
+  const wanted = (process.env["BOTHY_TEST_DRIVERS"] ?? DRIVER_NAMES.join(",")).split(",").map((s) => s.trim()).filter(Boolean);
+  return DRIVER_NAMES.filter((d) => wanted.includes(d)).map((name) => {
+    const lacking = NEEDS[name].filter(([program]) => !onPath(program)).map(([, what]) => what);
+    if (process.getuid?.() !== 0) lacking.push("root");
+    return { name, missing: lacking.length > 0 ? lacking.join(", ") : undefined };
+  });
+}
+
+/** A describe title that says why it is skipped, when it is. */
+export function driverTitle(d: TestDriver, title: string): string {
+  return d.missing ? `${title} [${d.name}: skipped, needs ${d.missing}]` : `${title} [${d.name}]`;
+}
