@@ -1,7 +1,7 @@
-import { hostFrame, PROTOCOL_GENERATION, type RawFrame } from "@bothy/protocol";
+import { hostFrame, PROTOCOL_GENERATION, type GuestFrame, type RawFrame } from "@bothy/protocol";
 import { Channel } from "./channel.ts";
 import { Command } from "./exec.ts";
-import { AtomicWrite, fileOpError, readToChannel, statPath } from "./files.ts";
+import { AtomicWrite, FileRead, fileOpError, listDir, makeDir, removePath, renamePath, resolveGuestPath, statPath } from "./files.ts";
 import { applyIdentity } from "./identity.ts";
 import { VirtioPort } from "./virtio-port.ts";
 
@@ -15,6 +15,7 @@ console.log = console.info = console.warn = console.error;
 let childEnv: NodeJS.ProcessEnv = { ...process.env };
 const commands = new Map<number, Command>();
 const writes = new Map<number, AtomicWrite>();
+const reads = new Map<number, FileRead>();
 let acked = false;
 
 /**
@@ -34,7 +35,7 @@ function hostGone(): void {
   hello();
 }
 
-function sendError(id: number | undefined, code: "bad_frame" | "unknown_request" | "not_found" | "io_error" | "precondition_failed" | "busy", message: string): void {
+function sendError(id: number | undefined, code: Extract<GuestFrame, { t: "error" }>["code"], message: string): void {
   channel.send({ t: "error", ...(id === undefined ? {} : { id }), code, message: message.slice(0, 4000) });
 }
 
@@ -69,6 +70,7 @@ function onFrame(raw: RawFrame): void {
       return;
     case "credit":
       commands.get(frame.id)?.credit(frame.bytes);
+      reads.get(frame.id)?.credit(frame.bytes);
       return;
     case "identity":
       applyIdentity(frame, raw.payload).then(
@@ -80,22 +82,51 @@ function onFrame(raw: RawFrame): void {
       );
       return;
     case "stat":
-      statPath(frame.path).then(
+      statPath(resolveGuestPath(frame.path), frame.sha256).then(
         (stat) => channel.send({ t: "stat_result", id: frame.id, stat }),
         (err) => sendFileError(frame.id, err),
       );
       return;
+    case "list":
+      listDir(resolveGuestPath(frame.path)).then(
+        ({ entries, truncated }) => channel.send({ t: "list_result", id: frame.id, truncated }, Buffer.from(JSON.stringify(entries))),
+        (err) => sendFileError(frame.id, err),
+      );
+      return;
+    case "cancel":
+      reads.get(frame.id)?.cancel();
+      reads.delete(frame.id);
+      void writes.get(frame.id)?.abort();
+      writes.delete(frame.id);
+      return;
+    case "mkdir":
+      return reply(frame.id, makeDir(resolveGuestPath(frame.path), frame.parents));
+    case "remove":
+      return reply(frame.id, removePath(resolveGuestPath(frame.path), frame.recursive));
+    case "rename":
+      return reply(frame.id, renamePath(resolveGuestPath(frame.from), resolveGuestPath(frame.to)));
     case "file_read":
-      readToChannel(frame.id, frame.path, channel).catch((err) => sendFileError(frame.id, err));
+      if (reads.has(frame.id)) return sendError(frame.id, "busy", `request id ${frame.id} is in use`);
+      reads.set(
+        frame.id,
+        new FileRead(frame.id, resolveGuestPath(frame.path), channel, (err) => {
+          reads.delete(frame.id);
+          if (err) sendFileError(frame.id, err);
+        }),
+      );
       return;
     case "file_write":
       if (commands.has(frame.id) || writes.has(frame.id)) return sendError(frame.id, "busy", `request id ${frame.id} is in use`);
-      writes.set(frame.id, new AtomicWrite(frame));
+      writes.set(frame.id, new AtomicWrite({ ...frame, path: resolveGuestPath(frame.path) }));
       return;
     case "file_chunk": {
       const write = writes.get(frame.id);
       if (!write) return sendError(frame.id, "unknown_request", `no file write ${frame.id}`);
-      write.write(raw.payload).catch(() => undefined);
+      const bytes = raw.payload.length;
+      write.write(raw.payload).then(
+        () => channel.send({ t: "file_ack", id: frame.id, bytes }),
+        () => undefined, // the commit reports the failure
+      );
       if (!frame.eof) return;
       writes.delete(frame.id);
       write.commit().then(
@@ -110,6 +141,13 @@ function onFrame(raw: RawFrame): void {
   }
 }
 
+function reply(id: number, op: Promise<void>): void {
+  op.then(
+    () => channel.send({ t: "done", id }),
+    (err) => sendFileError(id, err),
+  );
+}
+
 function sendFileError(id: number, err: unknown): void {
   const e = fileOpError(err);
   sendError(id, e.code, e.message);
@@ -119,6 +157,7 @@ function shutdown(reason: string): void {
   process.stderr.write(`bothy-agent: ${reason}; exiting\n`);
   for (const cmd of commands.values()) cmd.kill();
   for (const write of writes.values()) void write.abort();
+  for (const read of reads.values()) read.cancel();
   // A moment for the stderr line above to leave; the host is already gone.
   setTimeout(() => process.exit(0), 10);
 }

@@ -1,4 +1,5 @@
 import { spawn, type ChildProcessByStdio } from "node:child_process";
+import { createHash } from "node:crypto";
 import { mkdtemp, readFile, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Readable, Writable } from "node:stream";
@@ -97,7 +98,7 @@ describe("guest agent", () => {
     expect((await agent.readFile(path)).toString()).toBe("one");
     expect(await agent.stat(path)).toMatchObject({ type: "file", size: 3, mode: 0o644 });
     // A write conditioned on a stale hash fails and leaves the file and directory as they were.
-    await expect(agent.writeFile(path, Buffer.from("two"), { ifSha256: "0".repeat(64) })).rejects.toMatchObject({ code: "file_error" });
+    await expect(agent.writeFile(path, Buffer.from("two"), { ifSha256: "0".repeat(64) })).rejects.toMatchObject({ code: "precondition_failed" });
     expect(await readFile(path, "utf8")).toBe("one");
     expect(await readdir(dir)).toEqual(["f.txt"]);
     await agent.writeFile(path, Buffer.from("two"), { ifSha256: first.sha256, mode: 0o600 });
@@ -106,6 +107,31 @@ describe("guest agent", () => {
     const big = Buffer.alloc(3 * 1024 * 1024 + 7, 7);
     await agent.writeFile(join(dir, "big"), big);
     expect((await agent.readFile(join(dir, "big"))).equals(big)).toBe(true);
+  });
+
+  it("lists, makes, renames and removes, and stats with a hash", async () => {
+    await agent.mkdir(join(dir, "a/b/c"), true);
+    await expect(agent.mkdir(join(dir, "a"))).rejects.toMatchObject({ code: "file_exists" });
+    await agent.writeFile(join(dir, "a/x.txt"), Buffer.from("xyz"));
+    expect((await agent.list(join(dir, "a"))).entries.map((e) => [e.name, e.type, e.size])).toEqual([
+      ["b", "dir", expect.any(Number)],
+      ["x.txt", "file", 3],
+    ]);
+    const st = await agent.stat(join(dir, "a/x.txt"), { sha256: true });
+    expect(st.sha256).toBe(createHash("sha256").update("xyz").digest("hex"));
+    await agent.rename(join(dir, "a/x.txt"), join(dir, "a/y.txt"));
+    await expect(agent.remove(join(dir, "a"))).rejects.toMatchObject({ code: "file_error" }); // not empty
+    await agent.remove(join(dir, "a"), true);
+    expect(await readdir(dir)).toEqual([]);
+  });
+
+  it("stops a read the host cancels", async () => {
+    const big = join(dir, "big");
+    await agent.writeFile(big, Buffer.alloc(8 * 1024 * 1024, 1));
+    const stream = agent.readStream(big);
+    for await (const _chunk of stream) break; // takes one chunk, then gives up
+    // The agent still answers, so the cancelled read did not wedge the channel.
+    expect((await agent.stat(big)).size).toBe(8 * 1024 * 1024);
   });
 
   it("reports missing files", async () => {

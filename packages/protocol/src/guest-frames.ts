@@ -5,6 +5,8 @@ export const PROTOCOL_GENERATION = 1;
 
 /** Unacknowledged output bytes a command may have in flight before the agent pauses it. */
 export const OUTPUT_WINDOW_BYTES = 1024 * 1024;
+/** Unacknowledged upload bytes the host may have in flight to the agent. */
+export const UPLOAD_WINDOW_BYTES = 2 * 1024 * 1024;
 /** Largest output chunk the agent sends in one frame. */
 export const OUTPUT_CHUNK_BYTES = 64 * 1024;
 
@@ -48,7 +50,15 @@ export const hostFrame = z.discriminatedUnion("t", [
     })
     .strict(),
   z.object({ t: z.literal("file_chunk"), id: requestId, eof: z.boolean().default(false) }).strict(),
-  z.object({ t: z.literal("stat"), id: requestId, path: guestPath }).strict(),
+  /** With `sha256`, a regular file's stat also carries its content hash (the file is read). */
+  z.object({ t: z.literal("stat"), id: requestId, path: guestPath, sha256: z.boolean().default(false) }).strict(),
+  /** Lists a directory: `list_result` with the entries as JSON in its payload. */
+  z.object({ t: z.literal("list"), id: requestId, path: guestPath }).strict(),
+  /** The host gives up on file read or write `id`; an unfinished write is discarded. */
+  z.object({ t: z.literal("cancel"), id: requestId }).strict(),
+  z.object({ t: z.literal("mkdir"), id: requestId, path: guestPath, parents: z.boolean().default(false) }).strict(),
+  z.object({ t: z.literal("remove"), id: requestId, path: guestPath, recursive: z.boolean().default(false) }).strict(),
+  z.object({ t: z.literal("rename"), id: requestId, from: guestPath, to: guestPath }).strict(),
   /**
    * Who the sandbox is, sent after the handshake by drivers whose guests share a boot (QEMU
    * snapshots): hostname, the environment commands get, the host's clock, and fresh entropy in
@@ -75,7 +85,14 @@ export const fileStat = z.object({
   size: z.number().int().min(0),
   mode: z.number().int().min(0),
   mtime_ms: z.number(),
+  sha256: z.string().regex(/^[0-9a-f]{64}$/).optional(),
 });
+
+/** Directory entries travel in a list_result payload; at most this many per listing. */
+export const MAX_LIST_ENTRIES = 5000;
+export const dirEntry = fileStat.omit({ sha256: true }).extend({ name: z.string().min(1).max(4096) });
+export const dirEntries = z.array(dirEntry).max(MAX_LIST_ENTRIES);
+export type DirEntry = z.infer<typeof dirEntry>;
 export type FileStat = z.infer<typeof fileStat>;
 
 export const guestFrame = z.discriminatedUnion("t", [
@@ -88,12 +105,17 @@ export const guestFrame = z.discriminatedUnion("t", [
   z.object({ t: z.literal("file_chunk"), id: requestId }).strict(),
   z.object({ t: z.literal("file_done"), id: requestId, size: z.number().int().min(0), sha256: z.string() }).strict(),
   z.object({ t: z.literal("stat_result"), id: requestId, stat: fileStat }).strict(),
+  z.object({ t: z.literal("list_result"), id: requestId, truncated: z.boolean() }).strict(),
+  /** A file operation without a result (mkdir, remove, rename) has completed. */
+  z.object({ t: z.literal("done"), id: requestId }).strict(),
+  /** `bytes` more of an upload have been written; the host may send that much more. */
+  z.object({ t: z.literal("file_ack"), id: requestId, bytes: z.number().int().min(0) }).strict(),
   z.object({ t: z.literal("identity_done"), id: requestId }).strict(),
   z
     .object({
       t: z.literal("error"),
       id: requestId.optional(),
-      code: z.enum(["bad_frame", "unknown_request", "spawn_failed", "not_found", "io_error", "precondition_failed", "busy"]),
+      code: z.enum(["bad_frame", "unknown_request", "spawn_failed", "not_found", "exists", "io_error", "precondition_failed", "busy"]),
       message: z.string().max(4096),
     })
     .strict(),

@@ -88,6 +88,29 @@ describe("protocol surface", () => {
             "fields": [
               "id",
               "t",
+              "truncated",
+            ],
+            "t": "list_result",
+          },
+          {
+            "fields": [
+              "id",
+              "t",
+            ],
+            "t": "done",
+          },
+          {
+            "fields": [
+              "bytes",
+              "id",
+              "t",
+            ],
+            "t": "file_ack",
+          },
+          {
+            "fields": [
+              "id",
+              "t",
             ],
             "t": "identity_done",
           },
@@ -180,9 +203,52 @@ describe("protocol surface", () => {
             "fields": [
               "id",
               "path",
+              "sha256",
               "t",
             ],
             "t": "stat",
+          },
+          {
+            "fields": [
+              "id",
+              "path",
+              "t",
+            ],
+            "t": "list",
+          },
+          {
+            "fields": [
+              "id",
+              "t",
+            ],
+            "t": "cancel",
+          },
+          {
+            "fields": [
+              "id",
+              "parents",
+              "path",
+              "t",
+            ],
+            "t": "mkdir",
+          },
+          {
+            "fields": [
+              "id",
+              "path",
+              "recursive",
+              "t",
+            ],
+            "t": "remove",
+          },
+          {
+            "fields": [
+              "from",
+              "id",
+              "t",
+              "to",
+            ],
+            "t": "rename",
           },
           {
             "fields": [

@@ -1,16 +1,21 @@
 import type { Readable, Writable } from "node:stream";
 import {
   BothyError,
+  dirEntries,
   encodeFrame,
   FrameDecoder,
   guestFrame,
   MAX_PAYLOAD_BYTES,
   PROTOCOL_GENERATION,
+  UPLOAD_WINDOW_BYTES,
+  type DirEntry,
+  type ErrorCode,
   type FileStat,
   type GuestFrame,
   type HostFrame,
   type SignalName,
 } from "@bothy/protocol";
+import { ReadSink } from "./read-sink.ts";
 
 export interface ExecOptions {
   cmd: string;
@@ -51,8 +56,10 @@ export class ExecHandle {
 type Pending =
   | { kind: "exec"; events: ExecEvents }
   | { kind: "stat"; resolve: (s: FileStat) => void; reject: (e: BothyError) => void }
-  | { kind: "read"; chunks: Buffer[]; size: number; limit: number; resolve: (b: Buffer) => void; reject: (e: BothyError) => void }
-  | { kind: "write"; resolve: (r: { size: number; sha256: string }) => void; reject: (e: BothyError) => void }
+  | { kind: "read"; sink: ReadSink; reject: (e: BothyError) => void }
+  | { kind: "write"; resolve: (r: { size: number; sha256: string }) => void; reject: (e: BothyError) => void; acked: (bytes: number) => void }
+  | { kind: "list"; resolve: (r: { entries: DirEntry[]; truncated: boolean }) => void; reject: (e: BothyError) => void }
+  | { kind: "done"; resolve: () => void; reject: (e: BothyError) => void }
   | { kind: "identity"; resolve: () => void; reject: (e: BothyError) => void };
 
 export interface GuestIdentity {
@@ -132,31 +139,117 @@ export class AgentClient {
     return new ExecHandle(this, id);
   }
 
-  stat(path: string): Promise<FileStat> {
+  stat(path: string, options: { sha256?: boolean } = {}): Promise<FileStat> {
     return new Promise((resolve, reject) => {
       const id = this.allocate({ kind: "stat", resolve, reject });
-      this.send({ t: "stat", id, path });
+      this.send({ t: "stat", id, path, sha256: options.sha256 });
     });
   }
 
-  readFile(path: string, limit = 64 * 1024 * 1024): Promise<Buffer> {
+  list(path: string): Promise<{ entries: DirEntry[]; truncated: boolean }> {
     return new Promise((resolve, reject) => {
-      const id = this.allocate({ kind: "read", chunks: [], size: 0, limit, resolve, reject });
-      this.send({ t: "file_read", id, path });
+      const id = this.allocate({ kind: "list", resolve, reject });
+      this.send({ t: "list", id, path });
     });
+  }
+
+  mkdir(path: string, parents = false): Promise<void> {
+    return this.simple((id) => ({ t: "mkdir", id, path, parents }));
+  }
+
+  remove(path: string, recursive = false): Promise<void> {
+    return this.simple((id) => ({ t: "remove", id, path, recursive }));
+  }
+
+  rename(from: string, to: string): Promise<void> {
+    return this.simple((id) => ({ t: "rename", id, from, to }));
+  }
+
+  private simple(frame: (id: number) => HostFrame): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const id = this.allocate({ kind: "done", resolve, reject });
+      this.send(frame(id));
+    });
+  }
+
+  /**
+   * Streams a file out of the guest. The guest sends at most a credit window ahead of what the
+   * returned stream's reader has taken, so a slow reader never makes anything buffer the file.
+   */
+  readStream(path: string): Readable {
+    const sink = new ReadSink((bytes) => this.send({ t: "credit", id, bytes }));
+    const id = this.allocate({ kind: "read", sink, reject: (e) => sink.fail(e) });
+    sink.onCancel(() => {
+      this.pending.delete(id);
+      this.send({ t: "cancel", id });
+    });
+    this.send({ t: "file_read", id, path });
+    return sink;
+  }
+
+  async readFile(path: string, limit = 64 * 1024 * 1024): Promise<Buffer> {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const chunk of this.readStream(path)) {
+      size += (chunk as Buffer).length;
+      if (size > limit) throw new BothyError("file_error", `The file is larger than ${limit} bytes.`);
+      chunks.push(chunk as Buffer);
+    }
+    return Buffer.concat(chunks);
   }
 
   writeFile(path: string, data: Buffer, options: { mode?: number; ifSha256?: string } = {}): Promise<{ size: number; sha256: string }> {
-    return new Promise((resolve, reject) => {
-      const id = this.allocate({ kind: "write", resolve, reject });
-      this.send({ t: "file_write", id, path, mode: options.mode, if_sha256: options.ifSha256 });
-      let off = 0;
-      do {
-        const part = data.subarray(off, off + MAX_PAYLOAD_BYTES);
-        off += part.length;
-        this.send({ t: "file_chunk", id, eof: off >= data.length }, part);
-      } while (off < data.length);
+    return this.writeStream(path, [data], options);
+  }
+
+  /**
+   * Streams data into a guest file, replaced atomically at the end. At most a window of
+   * unacknowledged bytes is in flight, so a 1 GB upload holds about a megabyte in memory.
+   */
+  async writeStream(path: string, source: AsyncIterable<Buffer | Uint8Array> | Iterable<Buffer | Uint8Array>, options: { mode?: number; ifSha256?: string } = {}): Promise<{ size: number; sha256: string }> {
+    let inflight = 0;
+    let wake: (() => void) | undefined;
+    let failure: BothyError | undefined;
+    let resolveDone!: (r: { size: number; sha256: string }) => void;
+    let rejectDone!: (e: BothyError) => void;
+    const done = new Promise<{ size: number; sha256: string }>((res, rej) => {
+      resolveDone = res;
+      rejectDone = rej;
     });
+    done.catch(() => undefined);
+    const id = this.allocate({
+      kind: "write",
+      resolve: (r) => resolveDone(r),
+      reject: (e) => {
+        failure = e;
+        rejectDone(e);
+        wake?.();
+      },
+      acked: (bytes) => {
+        inflight -= bytes;
+        wake?.();
+      },
+    });
+    this.send({ t: "file_write", id, path, mode: options.mode, if_sha256: options.ifSha256 });
+    try {
+      for await (const chunk of source) {
+        const buf = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+        for (let off = 0; off < buf.length; off += MAX_PAYLOAD_BYTES) {
+          const part = buf.subarray(off, off + MAX_PAYLOAD_BYTES);
+          while (inflight + part.length > UPLOAD_WINDOW_BYTES && !failure) await new Promise<void>((r) => (wake = r));
+          if (failure) throw failure;
+          inflight += part.length;
+          this.send({ t: "file_chunk", id, eof: false }, part);
+        }
+      }
+    } catch (err) {
+      // Never commit a partial upload: the guest removes its temporary file.
+      this.pending.delete(id);
+      this.send({ t: "cancel", id });
+      throw err instanceof BothyError ? err : new BothyError("file_error", `Upload aborted: ${(err as Error).message}`, { cause: err });
+    }
+    this.send({ t: "file_chunk", id, eof: true });
+    return done;
   }
 
   /** Tells the guest who it is (see the `identity` frame); resolves once it has applied it. */
@@ -250,23 +343,31 @@ export class AgentClient {
         this.pending.delete(id);
         if (p.kind === "stat") p.resolve(frame.stat);
         return;
+      case "list_result": {
+        this.pending.delete(id);
+        if (p.kind !== "list") return;
+        const entries = parseEntries(payload);
+        if (entries) p.resolve({ entries, truncated: frame.truncated });
+        else this.close(new BothyError("agent_protocol_error", "The guest agent sent an invalid directory listing."));
+        return;
+      }
+      case "done":
+        this.pending.delete(id);
+        if (p.kind === "done") p.resolve();
+        return;
+      case "file_ack":
+        if (p.kind === "write") p.acked(frame.bytes);
+        return;
       case "file_chunk":
-        if (p.kind !== "read") return;
-        p.size += payload.length;
-        if (p.size > p.limit) {
-          this.pending.delete(id);
-          p.reject(new BothyError("file_error", `The file is larger than ${p.limit} bytes.`));
-          return;
-        }
-        p.chunks.push(Buffer.from(payload));
+        if (p.kind === "read") p.sink.chunk(payload);
         return;
       case "file_done":
         this.pending.delete(id);
-        if (p.kind === "read") p.resolve(Buffer.concat(p.chunks));
+        if (p.kind === "read") p.sink.end();
         else if (p.kind === "write") p.resolve({ size: frame.size, sha256: frame.sha256 });
         return;
       case "error": {
-        const err = new BothyError(frame.code === "not_found" ? "file_not_found" : "file_error", frame.message, { details: { guest_code: frame.code } });
+        const err = guestFileError(frame.code, frame.message);
         if (p.kind === "exec") {
           if (frame.code === "spawn_failed") p.events.onError(new BothyError("invalid_command", `The command could not start: ${frame.message}`));
           return; // an exec still ends with its own `exited` frame
@@ -276,5 +377,24 @@ export class AgentClient {
         return;
       }
     }
+  }
+}
+
+const GUEST_FILE_ERRORS: Partial<Record<string, ErrorCode>> = {
+  not_found: "file_not_found",
+  exists: "file_exists",
+  precondition_failed: "precondition_failed",
+};
+
+function guestFileError(code: string, message: string): BothyError {
+  return new BothyError(GUEST_FILE_ERRORS[code] ?? "file_error", message, { details: { guest_code: code } });
+}
+
+function parseEntries(payload: Buffer): DirEntry[] | undefined {
+  try {
+    const parsed = dirEntries.safeParse(JSON.parse(payload.toString("utf8")));
+    return parsed.success ? parsed.data : undefined;
+  } catch {
+    return undefined;
   }
 }

@@ -1,0 +1,48 @@
+import { Readable } from "node:stream";
+import type { BothyError } from "@bothy/protocol";
+
+/**
+ * The readable end of a file coming out of the guest. Each chunk is credited back to the guest
+ * only once the reader has room for more, so the guest's credit window is the only buffer.
+ */
+export class ReadSink extends Readable {
+  private owed = 0;
+  private ended = false;
+  private cancelListener: (() => void) | undefined;
+
+  constructor(private readonly credit: (bytes: number) => void) {
+    super({ highWaterMark: 256 * 1024 });
+  }
+
+  chunk(data: Buffer): void {
+    if (this.destroyed) return;
+    if (this.push(Buffer.from(data))) this.credit(data.length);
+    else this.owed += data.length;
+  }
+
+  end(): void {
+    this.ended = true;
+    this.push(null);
+  }
+
+  fail(err: BothyError): void {
+    this.destroy(err);
+  }
+
+  /** Called once if the reader gives up before the end. */
+  onCancel(fn: () => void): void {
+    this.cancelListener = fn;
+  }
+
+  override _read(): void {
+    if (this.owed === 0) return;
+    const owed = this.owed;
+    this.owed = 0;
+    this.credit(owed);
+  }
+
+  override _destroy(err: Error | null, callback: (error?: Error | null) => void): void {
+    if (!this.ended) this.cancelListener?.();
+    callback(err);
+  }
+}
