@@ -1,23 +1,23 @@
 /**
  * A template's root tree as a read-only ext4 image, the backing file of every QEMU sandbox's
- * qcow2 overlay. It sits beside the build it was made from (`<store>/<name>/<hash>/rootfs.ext4`),
- * so it shares the build's content hash and goes away with it.
+ * qcow2 overlay. It sits beside the tree it was made from (`<store>/<name>/<hash>/rootfs.ext4`),
+ * so it shares the build's content hash and goes away with it. Trees are immutable once built,
+ * so an image that exists is never stale.
  */
 import { existsSync } from "node:fs";
 import { chmod, mkdtemp, rename, rm } from "node:fs/promises";
-import { dirname, join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import { BothyError } from "@bothy/protocol";
 import { run } from "../util/host-command.ts";
 
 /** The guest's disk size; the image is sparse, so only the tree's blocks take host space. */
 export const ROOT_IMAGE_BYTES = 4 * 1024 * 1024 * 1024;
-export const ROOT_IMAGE_NAME = "rootfs.ext4";
 
 const inflight = new Map<string, Promise<string>>();
 
 /** The ext4 image of `rootfs` (a built template's tree), made on first use. */
 export function ensureExt4Image(rootfs: string): Promise<string> {
-  const image = join(dirname(rootfs), ROOT_IMAGE_NAME);
+  const image = join(dirname(rootfs), `${basename(rootfs)}.ext4`);
   if (existsSync(image)) return Promise.resolve(image);
   let job = inflight.get(image);
   if (job === undefined) {
@@ -31,7 +31,7 @@ async function build(rootfs: string, image: string): Promise<string> {
   // Built in a temp dir beside the target and renamed in: a present image is always whole, and
   // two servers building at once both end with a good one.
   const work = await mkdtemp(join(dirname(image), ".ext4-"));
-  const tmp = join(work, ROOT_IMAGE_NAME);
+  const tmp = join(work, "image.ext4");
   try {
     await run("truncate", ["-s", String(ROOT_IMAGE_BYTES), tmp], { timeoutMs: 10_000 });
     // Inode tables and journal are left to be zero (the file is sparse) instead of written, so

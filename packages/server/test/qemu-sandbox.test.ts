@@ -1,0 +1,109 @@
+import { execFile } from "node:child_process";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { noLeaks } from "./helpers/host-state.ts";
+import { api, createSandbox, runCommand } from "./helpers/client.ts";
+import { driverTitle, testDrivers } from "./helpers/drivers.ts";
+import { startTestServer, type TestServer } from "./helpers/test-server.ts";
+
+const pexec = promisify(execFile);
+const qemu = testDrivers().find((d) => d.name === "qemu") ?? { name: "qemu" as const, missing: "BOTHY_TEST_DRIVERS to include qemu" };
+const gvisor = testDrivers().find((d) => d.name === "gvisor");
+
+/** QEMU processes whose command line names this sandbox's directory. */
+async function vmProcesses(ts: TestServer, id: string): Promise<string[]> {
+  const { stdout } = await pexec("ps", ["-eo", "pid=,args="]);
+  return stdout.split("\n").filter((l) => l.includes("qemu-system") && l.includes(join(ts.home, "sandboxes", id)));
+}
+
+async function sh(ts: TestServer, id: string, cmd: string): Promise<string> {
+  const r = await runCommand(ts.wsUrl, id, { cmd });
+  if (r.exit?.exit_code !== 0) throw new Error(`${id}: ${cmd} → ${JSON.stringify(r.exit ?? r.error)} ${r.stderr}`);
+  return r.stdout;
+}
+
+describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "QEMU sandboxes"), () => {
+  let ts: TestServer;
+
+  beforeAll(async () => {
+    ts = await startTestServer({ BOTHY_DRIVER: "qemu" });
+  });
+
+  afterAll(async () => {
+    expect(await ts?.stop()).toEqual(noLeaks());
+  });
+
+  it("restores two sandboxes from one snapshot with their own identity and different random bytes", async () => {
+    const ids = [await createSandbox(ts.url), await createSandbox(ts.url)];
+    try {
+      const probe = "hostname; echo $BOTHY_SANDBOX_ID; date +%s; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo; node -e 'console.log(require(\"crypto\").randomBytes(16).toString(\"hex\"))'";
+      const [a, b] = await Promise.all(ids.map((id) => sh(ts, id, probe).then((s) => s.trim().split("\n"))));
+      for (const [id, lines] of [[ids[0], a], [ids[1], b]] as const) {
+        expect(lines?.[0]).toBe(id);
+        expect(lines?.[1]).toBe(id);
+        // The clock is the host's, not the snapshot's (generous bound: this is not a speed test).
+        expect(Math.abs(Number(lines?.[2]) - Date.now() / 1000)).toBeLessThan(300);
+      }
+      expect(a?.[3]).toMatch(/^[0-9a-f]{64}$/);
+      expect(a?.[3]).not.toBe(b?.[3]);
+      expect(a?.[4]).not.toBe(b?.[4]);
+      const info = await api(ts.url, "GET", `/sandboxes/${ids[0]}`);
+      expect(info.json).toMatchObject({ driver: "qemu", acceleration: expect.stringMatching(/^(tcg|kvm)$/) });
+    } finally {
+      for (const id of ids) await api(ts.url, "DELETE", `/sandboxes/${id}`);
+    }
+  });
+
+  it("pauses to disk and resumes with files and background processes intact", async () => {
+    const id = await createSandbox(ts.url);
+    try {
+      const pid = (await sh(ts, id, "echo kept > /workspace/note; (while true; do echo tick >> /workspace/ticks; sleep 1; done) >/dev/null 2>&1 & echo $!")).trim();
+      expect(pid).toMatch(/^\d+$/);
+
+      const paused = await api(ts.url, "POST", `/sandboxes/${id}/pause`);
+      expect(paused.status).toBe(200);
+      expect(paused.json["state"]).toBe("paused");
+      expect(await vmProcesses(ts, id)).toEqual([]);
+      expect(existsSync(join(ts.home, "sandboxes", id, "memory.state"))).toBe(true);
+
+      const resumed = await api(ts.url, "POST", `/sandboxes/${id}/resume`);
+      expect(resumed.json["state"]).toBe("running");
+      expect(await sh(ts, id, "cat /workspace/note")).toBe("kept\n");
+      expect(await sh(ts, id, `kill -0 ${pid} && echo alive`)).toBe("alive\n");
+      expect(existsSync(join(ts.home, "sandboxes", id, "memory.state"))).toBe(false);
+
+      // A command on a paused sandbox resumes it first.
+      await api(ts.url, "POST", `/sandboxes/${id}/pause`);
+      expect(await sh(ts, id, `cat /workspace/note; kill -0 ${pid} && echo alive`)).toBe("kept\nalive\n");
+      expect((await api(ts.url, "GET", `/sandboxes/${id}`)).json["state"]).toBe("running");
+    } finally {
+      await api(ts.url, "DELETE", `/sandboxes/${id}`);
+    }
+  });
+
+  it("deletes a paused sandbox with its state file, overlay and sockets", async () => {
+    const id = await createSandbox(ts.url);
+    await api(ts.url, "POST", `/sandboxes/${id}/pause`);
+    const del = await api(ts.url, "DELETE", `/sandboxes/${id}`);
+    expect(del.json["state"]).toBe("deleted");
+    expect(existsSync(join(ts.home, "sandboxes", id))).toBe(false);
+    expect(await vmProcesses(ts, id)).toEqual([]);
+  });
+
+  it.skipIf(gvisor?.missing !== undefined)("takes a driver per request, and gVisor answers pause with not_supported", async () => {
+    const res = await api(ts.url, "POST", "/sandboxes", { template: "seed", driver: "gvisor" });
+    expect(res.status).toBe(201);
+    const id = res.json["sandbox_id"] as string;
+    try {
+      expect(res.json).toMatchObject({ driver: "gvisor", acceleration: "ptrace" });
+      const pause = await api(ts.url, "POST", `/sandboxes/${id}/pause`);
+      expect(pause.status).toBe(501);
+      expect(pause.json["code"]).toBe("not_supported");
+      expect(String(pause.json["detail"])).toMatch(/qemu/);
+    } finally {
+      await api(ts.url, "DELETE", `/sandboxes/${id}`);
+    }
+  });
+});
