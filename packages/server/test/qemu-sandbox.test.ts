@@ -1,5 +1,6 @@
 import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -16,6 +17,26 @@ const gvisor = testDrivers().find((d) => d.name === "gvisor");
 async function vmProcesses(ts: TestServer, id: string): Promise<string[]> {
   const { stdout } = await pexec("ps", ["-eo", "pid=,args="]);
   return stdout.split("\n").filter((l) => l.includes("qemu-system") && l.includes(join(ts.home, "sandboxes", id)));
+}
+
+/**
+ * A VM's private memory (RssAnon) and the part of it that is guest RAM (the resident pages of the
+ * one anonymous mapping of exactly the guest's size), in MiB. Shared pages of the QEMU binary and
+ * its libraries (RssFile) are left out: every VM on the host shares them.
+ */
+async function vmMemory(ts: TestServer, id: string, memoryMib: number): Promise<{ privateMib: number; guestMib: number }> {
+  const pid = (await readFile(join(ts.home, "sandboxes", id, "qemu.pid"), "utf8")).trim();
+  const status = await readFile(`/proc/${pid}/status`, "utf8");
+  const privateKb = Number(/RssAnon:\s+(\d+)/.exec(status)?.[1]);
+  let guestKb = 0;
+  let inGuestRam = false;
+  for (const line of (await readFile(`/proc/${pid}/smaps`, "utf8")).split("\n")) {
+    const range = /^([0-9a-f]+)-([0-9a-f]+) /.exec(line);
+    if (range) inGuestRam = parseInt(range[2] ?? "0", 16) - parseInt(range[1] ?? "0", 16) === memoryMib * 1024 * 1024;
+    const rss = /^Rss:\s+(\d+) kB/.exec(line);
+    if (rss && inGuestRam) guestKb += Number(rss[1]);
+  }
+  return { privateMib: privateKb / 1024, guestMib: guestKb / 1024 };
 }
 
 async function sh(ts: TestServer, id: string, cmd: string): Promise<string> {
@@ -78,6 +99,18 @@ describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "QEMU sandboxes"),
       await api(ts.url, "POST", `/sandboxes/${id}/pause`);
       expect(await sh(ts, id, `cat /workspace/note; kill -0 ${pid} && echo alive`)).toBe("kept\nalive\n");
       expect((await api(ts.url, "GET", `/sandboxes/${id}`)).json["state"]).toBe("running");
+    } finally {
+      await api(ts.url, "DELETE", `/sandboxes/${id}`);
+    }
+  });
+
+  it("keeps an idle VM's own memory within the guest memory it uses plus 64 MB", async () => {
+    const id = await createSandbox(ts.url, { template: "seed", vcpu: 1, memory_mib: 512 });
+    try {
+      await sh(ts, id, "echo warm");
+      const m = await vmMemory(ts, id, 512);
+      expect(m.guestMib).toBeGreaterThan(0);
+      expect(m.privateMib - m.guestMib).toBeLessThanOrEqual(64);
     } finally {
       await api(ts.url, "DELETE", `/sandboxes/${id}`);
     }

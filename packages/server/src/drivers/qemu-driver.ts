@@ -36,7 +36,7 @@ export interface BaseSnapshot {
   memory: string;
 }
 
-const DEFAULT_TB_SIZE_MIB = 32;
+const DEFAULT_TB_SIZE_MIB = 16;
 const SAVE_TIMEOUT_MS = 60_000;
 
 /**
