@@ -1,5 +1,7 @@
 // Bundles the agent into one file that runs on the template's Node (bookworm ships Node 18).
 import { build } from "esbuild";
+import { execFileSync } from "node:child_process";
+import { writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 
 const here = fileURLToPath(new URL(".", import.meta.url));
@@ -14,3 +16,8 @@ await build({
   legalComments: "none",
   logLevel: "warning",
 });
+
+// gVisor compatibility shim, preloaded into every process of a gVisor sandbox (see the C file).
+// Built here with the host's compiler: the host and the templates are both Debian bookworm.
+execFileSync("gcc", ["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o", `${here}dist/statx-compat.so`, `${here}native/statx-compat.c`], { stdio: "inherit" });
+writeFileSync(`${here}dist/ld.so.preload`, "/opt/bothy/statx-compat.so\n");

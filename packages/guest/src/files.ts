@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { createReadStream, type ReadStream, type Stats } from "node:fs";
-import { lstat, mkdir, open, opendir, rename, rm, rmdir, type FileHandle } from "node:fs/promises";
+import { lstat, mkdir, open, opendir, realpath, rename, rm, rmdir, type FileHandle } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
 import { MAX_LIST_ENTRIES, OUTPUT_CHUNK_BYTES, OUTPUT_WINDOW_BYTES, type DirEntry, type FileStat, type ParsedHostFrame } from "@bothy/protocol";
 import type { Channel } from "./channel.ts";
@@ -139,15 +139,22 @@ type WriteFrame = Extract<ParsedHostFrame, { t: "file_write" }>;
  * rename only after fsync, so a reader sees the old file or the new one, never a mix.
  */
 export class AtomicWrite {
-  private readonly tmpPath: string;
+  private tmpPath: string | undefined;
+  private target: string;
   private handle: Promise<FileHandle>;
   private readonly hash = createHash("sha256");
   private size = 0;
   private chain: Promise<unknown> = Promise.resolve();
 
   constructor(private readonly frame: WriteFrame) {
-    this.tmpPath = join(dirname(frame.path), `.${basename(frame.path)}.bothy-${kernelRandomBytes(6).toString("hex")}`);
-    this.handle = open(this.tmpPath, "wx", frame.mode ?? 0o644);
+    this.target = frame.path;
+    // Work in the directory's real path: the temporary file and the rename must be in the same
+    // directory, and gVisor refuses an exclusive create through a symlinked directory (EEXIST).
+    this.handle = realpath(dirname(frame.path)).then((dir) => {
+      this.target = join(dir, basename(frame.path));
+      this.tmpPath = join(dir, `.${basename(frame.path)}.bothy-${kernelRandomBytes(6).toString("hex")}`);
+      return open(this.tmpPath, "wx", frame.mode ?? 0o644);
+    });
     this.handle.catch(() => undefined);
   }
 
@@ -174,17 +181,19 @@ export class AtomicWrite {
       await fh.close();
     }
     if (this.frame.if_sha256 !== undefined) {
-      const currentHash = await hashFile(this.frame.path).catch(() => "");
+      const currentHash = await hashFile(this.target).catch(() => "");
       if (currentHash !== this.frame.if_sha256) {
         throw new FileOpError("precondition_failed", `${this.frame.path} changed since it was read (sha256 ${currentHash || "absent"})`);
       }
     }
-    await rename(this.tmpPath, this.frame.path);
+    if (this.tmpPath === undefined) throw new FileOpError("io_error", "internal: no temporary file");
+    await rename(this.tmpPath, this.target);
     return { size: this.size, sha256: this.hash.digest("hex") };
   }
 
   async abort(): Promise<void> {
     await this.handle.then((fh) => fh.close()).catch(() => undefined);
-    await rm(this.tmpPath, { force: true });
+    // Best effort: the temporary file may never have been created.
+    if (this.tmpPath !== undefined) await rm(this.tmpPath, { force: true }).catch(() => undefined);
   }
 }

@@ -25,6 +25,9 @@ let acked = false;
 const portPath = process.env["BOTHY_CHANNEL"];
 delete process.env["BOTHY_CHANNEL"];
 const port = portPath === undefined ? undefined : new VirtioPort(portPath, hostGone);
+// One failed request must not take the whole sandbox's agent down with it.
+process.on("unhandledRejection", (err) => process.stderr.write(`bothy-agent: unhandled rejection: ${String(err)}\n`));
+
 const channel = port ? new Channel(port.input, port.output, onFrame, shutdown) : new Channel(process.stdin, process.stdout, onFrame, shutdown);
 
 function hostGone(): void {

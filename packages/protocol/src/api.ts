@@ -127,3 +127,21 @@ export const bothyEvent = z.object({
   created_at: z.string(),
 });
 export type BothyEvent = z.infer<typeof bothyEvent>;
+
+// ---- files ------------------------------------------------------------------------------------
+
+/** A path inside the sandbox: absolute, or relative to /workspace. Resolved by the guest agent. */
+export const sandboxPath = z
+  .string()
+  .min(1, "path must not be empty")
+  .max(4096)
+  .refine((p) => !p.includes("\0"), "path contains a NUL byte");
+
+const flag = z.enum(["true", "false", "1", "0"]).transform((v) => v === "true" || v === "1");
+
+export const fileQuery = z.object({ path: sandboxPath }).strict();
+export const fileWriteQuery = z.object({ path: sandboxPath, mode: z.string().regex(/^[0-7]{3,4}$/, "mode is octal, e.g. 644").optional() }).strict();
+export const fileDeleteQuery = z.object({ path: sandboxPath, recursive: flag.optional() }).strict();
+export const fileStatQuery = z.object({ path: sandboxPath, sha256: flag.optional() }).strict();
+export const mkdirRequest = z.object({ path: sandboxPath, parents: z.boolean().optional() }).strict();
+export const renameRequest = z.object({ from: sandboxPath, to: sandboxPath }).strict();

@@ -6,6 +6,7 @@ import { pino, type Logger as PinoLogger } from "pino";
 import { BothyError } from "@bothy/protocol";
 import { commandRoutes } from "./api/command-routes.ts";
 import { eventRoutes } from "./api/event-routes.ts";
+import { fileRoutes } from "./api/file-routes.ts";
 import { sendProblem } from "./api/problem.ts";
 import { sandboxRoutes } from "./api/sandbox-routes.ts";
 import { CommandRegistry } from "./commands/command-registry.ts";
@@ -80,6 +81,7 @@ export async function startServer(config: Config, logger: PinoLogger = createLog
 
   commandRoutes(app, manager, registry);
   eventRoutes(app, events);
+  await fileRoutes(app, manager);
 
   const address = await app.listen({ host: config.host, port: config.port });
   logger.info({ event: "listening", address }, `bothy listening on ${address}`);

@@ -161,6 +161,13 @@ for (const driver of testDrivers()) {
         expect(slow.exit).toMatchObject({ signal: "SIGKILL", timed_out: true });
       });
 
+      it("runs coreutils that stat files (ls -l, stat)", async () => {
+        const r = await runCommand(ts.wsUrl, sandboxId, { cmd: "ls -la / >/dev/null && stat -c %F /etc && ls -l /etc/hostname | wc -l" });
+        expect(r.stderr).toBe("");
+        expect(r.stdout).toBe("directory\n1\n");
+        expect(r.exit?.exit_code).toBe(0);
+      });
+
       it("finishes a command whose background child keeps the pipes open", async () => {
         const r = await runCommand(ts.wsUrl, sandboxId, { cmd: "sleep 60 & echo started-bg" });
         expect(r.stdout).toBe("started-bg\n");

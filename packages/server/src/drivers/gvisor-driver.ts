@@ -1,12 +1,12 @@
 import { spawn, type ChildProcessByStdio } from "node:child_process";
 import { existsSync } from "node:fs";
 import { mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import type { Readable, Writable } from "node:stream";
 import { BothyError, SANDBOX_ID_RE } from "@bothy/protocol";
 import { HostCommandError, run } from "../util/host-command.ts";
 import type { Driver, ExitInfo, GuestStream, HostObject, SandboxHandle, SandboxSpec } from "./driver.ts";
-import { buildOciSpec } from "./oci-spec.ts";
+import { buildOciSpec, GVISOR_COMPAT_FILES } from "./oci-spec.ts";
 
 export interface GvisorOptions {
   /** Where runsc keeps its container state. */
@@ -38,8 +38,8 @@ export class GvisorDriver implements Driver {
     } catch (err) {
       throw new BothyError("create_failed", "runsc (gVisor) is not installed: run `apt-get install runsc`.", { cause: err });
     }
-    if (!existsSync(this.opts.agentPath)) {
-      throw new BothyError("create_failed", `The guest agent bundle ${this.opts.agentPath} is missing: run \`npm run build\`.`);
+    for (const file of [this.opts.agentPath, ...GVISOR_COMPAT_FILES.map((f) => join(dirname(this.opts.agentPath), f.name))]) {
+      if (!existsSync(file)) throw new BothyError("create_failed", `${file} is missing: run \`npm run build\`.`);
     }
     await mkdir(this.opts.runscRoot, { recursive: true, mode: 0o700 });
     await mkdir(this.opts.sandboxesDir, { recursive: true, mode: 0o700 });

@@ -1,7 +1,14 @@
+import { dirname, join } from "node:path";
 import type { SandboxSpec } from "./driver.ts";
 
 /** Where the agent appears inside every sandbox. */
 export const GUEST_AGENT_PATH = "/opt/bothy/agent.mjs";
+
+/** Files built beside the agent bundle and bind-mounted into gVisor sandboxes. */
+export const GVISOR_COMPAT_FILES = [
+  { name: "statx-compat.so", guestPath: "/opt/bothy/statx-compat.so" },
+  { name: "ld.so.preload", guestPath: "/etc/ld.so.preload" },
+];
 
 const CPU_PERIOD_US = 100_000;
 
@@ -52,6 +59,9 @@ export function buildOciSpec(spec: SandboxSpec & { rootfs: string; agentPath: st
       { destination: "/dev", type: "tmpfs", source: "tmpfs" },
       { destination: "/sys", type: "sysfs", source: "sysfs", options: ["nosuid", "noexec", "nodev", "ro"] },
       { destination: GUEST_AGENT_PATH, type: "bind", source: spec.agentPath, options: ["rbind", "ro"] },
+      // runsc 2022-12 refuses statx's AT_NO_AUTOMOUNT, which coreutils always passes (`ls -l`
+      // and `stat` fail with EINVAL); a preloaded shim drops the flag. See statx-compat.c.
+      ...GVISOR_COMPAT_FILES.map((f) => ({ destination: f.guestPath, type: "bind", source: join(dirname(spec.agentPath), f.name), options: ["rbind", "ro"] })),
     ],
     linux: {
       cgroupsPath: `/bothy/${spec.id}`,

@@ -1,0 +1,89 @@
+import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { Readable } from "node:stream";
+import type { z } from "zod";
+import {
+  BothyError,
+  fileDeleteQuery,
+  fileQuery,
+  fileStatQuery,
+  fileWriteQuery,
+  mkdirRequest,
+  renameRequest,
+} from "@bothy/protocol";
+import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
+
+type Params = { Params: { id: string } };
+
+function parse<T extends z.ZodType>(schema: T, value: unknown, what: string): z.output<T> {
+  const parsed = schema.safeParse(value ?? {});
+  if (parsed.success) return parsed.data;
+  const issue = parsed.error.issues[0];
+  const where = issue?.path.length ? `${issue.path.join(".")}: ` : "";
+  throw new BothyError("invalid_request", `${what}: ${where}${issue?.message ?? "invalid"}.`);
+}
+
+/** `If-Match: "<sha256>"` (quotes optional) guards a write against a file changed since read. */
+function ifMatch(request: FastifyRequest): string | undefined {
+  const raw = request.headers["if-match"];
+  if (raw === undefined) return undefined;
+  const value = (Array.isArray(raw) ? raw[0] : raw)?.trim().replace(/^W\//, "").replace(/^"|"$/g, "") ?? "";
+  if (!/^[0-9a-f]{64}$/.test(value)) throw new BothyError("invalid_request", "If-Match takes the file's sha256 (64 hex digits), as GET /files/stat?sha256=true reports it.");
+  return value;
+}
+
+/**
+ * The files API. Every path is resolved by the guest agent inside the sandbox (relative paths
+ * from /workspace); the server never opens a path on the host for it. Reads and writes stream
+ * under the guest protocol's credit windows, so large files pass without being buffered.
+ */
+export async function fileRoutes(app: FastifyInstance, manager: SandboxManager): Promise<void> {
+  await app.register(async (scope) => {
+    // Uploads are raw bytes of any type; the route streams the request body itself.
+    scope.addContentTypeParser("*", (_request, payload, done) => done(null, payload));
+
+    scope.get<Params & { Querystring: Record<string, string> }>("/sandboxes/:id/files", async (request, reply) => {
+      const { path } = parse(fileQuery, request.query, "GET /files?path=<file>");
+      const agent = manager.agent(request.params.id);
+      const stat = await agent.stat(path);
+      if (stat.type === "dir") throw new BothyError("file_error", `${path} is a directory; list it with GET /sandboxes/${request.params.id}/files/list?path=...`);
+      return reply.type("application/octet-stream").header("content-length", stat.size).send(agent.readStream(path));
+    });
+
+    scope.put<Params & { Querystring: Record<string, string> }>("/sandboxes/:id/files", async (request) => {
+      const { path, mode } = parse(fileWriteQuery, request.query, "PUT /files?path=<file>");
+      const expected = ifMatch(request);
+      const body = (request.body as Readable | undefined) ?? [];
+      const agent = manager.agent(request.params.id);
+      const written = await agent.writeStream(path, body, { mode: mode === undefined ? undefined : parseInt(mode, 8), ifSha256: expected });
+      return { path, ...written };
+    });
+
+    scope.delete<Params & { Querystring: Record<string, string> }>("/sandboxes/:id/files", async (request) => {
+      const { path, recursive } = parse(fileDeleteQuery, request.query, "DELETE /files?path=<path>");
+      await manager.agent(request.params.id).remove(path, recursive ?? false);
+      return { path, deleted: true };
+    });
+
+    scope.get<Params & { Querystring: Record<string, string> }>("/sandboxes/:id/files/stat", async (request) => {
+      const { path, sha256 } = parse(fileStatQuery, request.query, "GET /files/stat?path=<path>");
+      return { path, ...(await manager.agent(request.params.id).stat(path, { sha256: sha256 ?? false })) };
+    });
+
+    scope.get<Params & { Querystring: Record<string, string> }>("/sandboxes/:id/files/list", async (request) => {
+      const { path } = parse(fileQuery, request.query, "GET /files/list?path=<dir>");
+      return { path, ...(await manager.agent(request.params.id).list(path)) };
+    });
+
+    scope.post<Params>("/sandboxes/:id/files/mkdir", async (request) => {
+      const { path, parents } = parse(mkdirRequest, request.body, "POST /files/mkdir");
+      await manager.agent(request.params.id).mkdir(path, parents ?? false);
+      return { path, created: true };
+    });
+
+    scope.post<Params>("/sandboxes/:id/files/rename", async (request) => {
+      const { from, to } = parse(renameRequest, request.body, "POST /files/rename");
+      await manager.agent(request.params.id).rename(from, to);
+      return { from, to, renamed: true };
+    });
+  });
+}

@@ -1,0 +1,102 @@
+import { createHash, randomBytes } from "node:crypto";
+import { existsSync } from "node:fs";
+import { hostname as hostname_ } from "node:os";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { noLeaks } from "./helpers/host-state.ts";
+import { api, createSandbox, runCommand } from "./helpers/client.ts";
+import { driverTitle, testDrivers } from "./helpers/drivers.ts";
+import { startTestServer, type TestServer } from "./helpers/test-server.ts";
+
+for (const driver of testDrivers()) {
+  describe.skipIf(driver.missing !== undefined)(driverTitle(driver, "files API"), () => {
+    let ts: TestServer;
+    let id: string;
+
+    beforeAll(async () => {
+      ts = await startTestServer({ BOTHY_DRIVER: driver.name });
+      id = await createSandbox(ts.url);
+    });
+
+    afterAll(async () => {
+      expect(await ts?.stop()).toEqual(noLeaks());
+    });
+
+    const filesUrl = (query: Record<string, string>, sub = ""): string => `${ts.url}/sandboxes/${id}/files${sub}?${new URLSearchParams(query).toString()}`;
+    const sha = (b: Buffer | string): string => createHash("sha256").update(b).digest("hex");
+
+    async function put(path: string, body: Buffer | string, headers: Record<string, string> = {}): Promise<Response> {
+      return fetch(filesUrl({ path }), { method: "PUT", body, headers: { "content-type": "application/octet-stream", ...headers } });
+    }
+
+    describe("files API", () => {
+      it("writes and reads back bytes exactly, with their sha256", async () => {
+        const data = randomBytes(200_000);
+        const res = await put("/workspace/blob.bin", data);
+        expect(res.status).toBe(200);
+        expect(await res.json()).toMatchObject({ path: "/workspace/blob.bin", size: data.length, sha256: sha(data) });
+        const back = await fetch(filesUrl({ path: "/workspace/blob.bin" }));
+        expect(back.headers.get("content-type")).toBe("application/octet-stream");
+        expect(Number(back.headers.get("content-length"))).toBe(data.length);
+        expect(Buffer.from(await back.arrayBuffer()).equals(data)).toBe(true);
+      });
+
+      it("resolves relative paths from /workspace, inside the sandbox", async () => {
+        await put("notes/../rel.txt", "relative");
+        const r = await runCommand(ts.wsUrl, id, { cmd: "cat /workspace/rel.txt" });
+        expect(r.stdout).toBe("relative");
+      });
+
+      it("refuses a stale write with 412 and accepts a current one (If-Match)", async () => {
+        const first = (await (await put("guarded.txt", "v1")).json()) as { sha256: string };
+        const stale = await put("guarded.txt", "v2", { "if-match": `"${sha("something else")}"` });
+        expect(stale.status).toBe(412);
+        expect(await stale.json()).toMatchObject({ code: "precondition_failed" });
+        expect(await (await fetch(filesUrl({ path: "guarded.txt" }))).text()).toBe("v1");
+        const ok = await put("guarded.txt", "v2", { "if-match": `"${first.sha256}"` });
+        expect(ok.status).toBe(200);
+        expect(await (await fetch(filesUrl({ path: "guarded.txt" }))).text()).toBe("v2");
+        const stat = await api(ts.url, "GET", `/sandboxes/${id}/files/stat?path=guarded.txt&sha256=true`);
+        expect(stat.json).toMatchObject({ type: "file", size: 2, sha256: sha("v2") });
+      });
+
+      it("lists, makes directories, renames and deletes", async () => {
+        expect((await api(ts.url, "POST", `/sandboxes/${id}/files/mkdir`, { path: "tree/a/b", parents: true })).status).toBe(200);
+        expect((await api(ts.url, "POST", `/sandboxes/${id}/files/mkdir`, { path: "tree" })).json["code"]).toBe("file_exists");
+        await put("tree/one.txt", "1");
+        expect((await api(ts.url, "POST", `/sandboxes/${id}/files/rename`, { from: "tree/one.txt", to: "tree/two.txt" })).status).toBe(200);
+        const list = await api(ts.url, "GET", `/sandboxes/${id}/files/list?path=tree`);
+        expect((list.json["entries"] as Array<{ name: string; type: string }>).map((e) => `${e.name}:${e.type}`)).toEqual(["a:dir", "two.txt:file"]);
+        expect((await api(ts.url, "DELETE", `/sandboxes/${id}/files?path=tree`)).json["code"]).toBe("file_error");
+        expect((await api(ts.url, "DELETE", `/sandboxes/${id}/files?path=tree&recursive=true`)).status).toBe(200);
+        expect((await api(ts.url, "GET", `/sandboxes/${id}/files/stat?path=tree`)).status).toBe(404);
+      });
+
+      it("never reaches the host, whatever the path", async () => {
+        const marker = `bothy-escape-${Date.now()}`;
+        // Absolute, dot-dot and symlinked paths all land in the sandbox's own tree.
+        await put(`/../../../../tmp/${marker}`, "x");
+        await put(`../../../../../tmp/${marker}-2`, "x");
+        await runCommand(ts.wsUrl, id, { cmd: "ln -sfn / /workspace/hostroot && ln -sfn /tmp /workspace/hosttmp" });
+        await put(`/workspace/hostroot/tmp/${marker}-3`, "x");
+        await put(`/workspace/hosttmp/${marker}-4`, "x");
+        for (const suffix of ["", "-2", "-3", "-4"]) expect(existsSync(`/tmp/${marker}${suffix}`)).toBe(false);
+        const inside = await runCommand(ts.wsUrl, id, { cmd: `ls /tmp | grep -c ${marker}` });
+        expect(inside.stdout.trim()).toBe("4");
+        // Reading the host's files by path gets the sandbox's files instead.
+        const hostname = await (await fetch(filesUrl({ path: "/etc/hostname" }))).text();
+        expect(hostname.trim()).not.toBe(hostname_());
+      });
+
+      it("answers bad file requests with problem+json", async () => {
+        const missing = await fetch(filesUrl({ path: "/nope/nothing" }));
+        expect(missing.status).toBe(404);
+        expect(await missing.json()).toMatchObject({ code: "file_not_found" });
+        expect((await api(ts.url, "GET", `/sandboxes/${id}/files?path=/workspace`)).json["code"]).toBe("file_error");
+        expect((await api(ts.url, "GET", `/sandboxes/${id}/files`)).json["code"]).toBe("invalid_request");
+        expect((await api(ts.url, "GET", `/sandboxes/${id}/files?path=a%00b`)).json["code"]).toBe("invalid_request");
+        expect((await put("x.txt", "x", { "if-match": "nope" })).status).toBe(400);
+        expect((await api(ts.url, "GET", `/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaa/files?path=x`)).status).toBe(404);
+      });
+    });
+  });
+}
