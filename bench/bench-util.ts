@@ -116,7 +116,7 @@ export async function stopAndInspect(ts: TestServer, keepLogAs: string, keepLog 
   const closeError = await ts.server.close().then(() => undefined, (err: unknown) => `server close failed: ${(err as Error).message}`);
   const perRoot = await hostLeaks(ts.home);
   const leaks = [...(closeError === undefined ? [] : [closeError]), ...leakLines(perRoot)];
-  const seen = new Set([...perRoot.runscProcesses, ...perRoot.mounts]);
+  const seen = new Set([...perRoot.runscProcesses, ...perRoot.qemuProcesses, ...perRoot.mounts]);
   leaks.push(...(await globalLeaks(ts.home, ledgerIds(join(ts.home, "ledger.sqlite")), seen)));
   const creates = await createsFromLog(ts.logPath);
   let log: string | undefined;
@@ -145,14 +145,14 @@ function ledgerIds(path: string): string[] {
 }
 
 /**
- * Beyond the helper's per-root checks: any runsc process (runsc, runsc-gofer, runsc-sandbox)
- * whose arguments mention the home, any mount line (target or overlay options) under it, and
+ * Beyond the helper's per-root checks: any runsc process (runsc, runsc-gofer, runsc-sandbox) or
+ * QEMU whose arguments mention the home, any mount line (target or overlay options) under it, and
  * any cgroup runsc made for one of its sandboxes (the OCI spec puts them under /bothy/<id>).
  */
 async function globalLeaks(home: string, ids: readonly string[], alreadyReported: Set<string>): Promise<string[]> {
   const fresh = (l: string): boolean => l.includes(home) && !alreadyReported.has(l);
   const { stdout } = await pexec("ps", ["-eo", "pid=,args="]);
-  const procs = stdout.split("\n").filter((l) => /runsc/.test(l) && fresh(l)).map((l) => `global process: ${l.trim()}`);
+  const procs = stdout.split("\n").filter((l) => /runsc|qemu-system/.test(l) && fresh(l)).map((l) => `global process: ${l.trim()}`);
   const mounts = (await readFile("/proc/mounts", "utf8")).split("\n").filter(fresh).map((l) => `global mount: ${l}`);
   const controllers = await readdir("/sys/fs/cgroup").catch(() => [] as string[]);
   const cgroups = controllers.flatMap((c) => ids.map((id) => `/sys/fs/cgroup/${c}/bothy/${id}`)).filter((d) => existsSync(d));

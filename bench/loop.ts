@@ -1,5 +1,5 @@
 /**
- * bench/loop [N=100] [--pool K]: N sequential create → `echo ok` → delete runs against a fresh
+ * bench/loop [N=100] [--pool K] [--driver gvisor|qemu]: N sequential create → `echo ok` → delete runs against a fresh
  * server, then a look at the host for anything the server left behind. Prints figures; exits 1
  * on a failed run or a leak.
  */
@@ -9,15 +9,20 @@ import { header, intArg, interruptSignal, mean, median, parseArgs, secs, seedTem
 /** Stop early rather than hammer a server that has plainly broken. */
 const MAX_CONSECUTIVE_FAILURES = 10;
 
-const usage = "usage: bench/loop [N=100] [--pool K (default $BOTHY_POOL_SIZE, else 1)]";
-const { flags, positional } = parseArgs(process.argv.slice(2), ["pool"], usage);
+const usage = "usage: bench/loop [N=100] [--pool K (default $BOTHY_POOL_SIZE, else 1)] [--driver gvisor|qemu (default $BOTHY_DRIVER, else auto)]";
+const { flags, positional } = parseArgs(process.argv.slice(2), ["pool", "driver"], usage);
 const runs = intArg(positional[0], 100, "N", 1, 100_000, usage);
 const pool = intArg(flags.get("pool") ?? process.env["BOTHY_POOL_SIZE"], 1, "--pool", 0, 32, usage);
+const driver = flags.get("driver") ?? process.env["BOTHY_DRIVER"] ?? "auto";
+if (!["auto", "gvisor", "qemu"].includes(driver)) {
+  console.error(`--driver must be gvisor or qemu\n${usage}`);
+  process.exit(2);
+}
 const interrupted = interruptSignal();
 
 console.log(await header());
 const seed = await seedTemplate();
-console.log(`# loop: ${runs} runs, pool size ${pool}, template seed ${seed.hash.slice(0, 12)}`);
+console.log(`# loop: ${runs} runs, driver ${driver}, pool size ${pool}, template seed ${seed.hash.slice(0, 12)}`);
 
 const times: RunTimes[] = [];
 const failures: string[] = [];
@@ -25,7 +30,7 @@ let ts: TestServer | undefined;
 let leaks: string[] = [];
 let creates: Creates | undefined;
 try {
-  ts = await startTestServer({ BOTHY_POOL_SIZE: String(pool) });
+  ts = await startTestServer({ BOTHY_POOL_SIZE: String(pool), BOTHY_DRIVER: driver });
   console.log(`# server ${ts.url}, home ${ts.home}`);
   // As `bothy serve` does: the pool starts filling at start-up, not at the first create.
   if (pool > 0) await ts.server.manager.warm("seed");

@@ -1,6 +1,8 @@
 /**
- * bench/start [--runs R=20]: what one create → `echo ok` → delete costs through bothy with the
- * warm pool on and off, against a raw `runsc run` of the same rootfs, command and runsc flags.
+ * bench/start [--runs R=20] [--driver gvisor|qemu|all]: what one create → `echo ok` → delete costs
+ * through bothy with the warm pool on and off, against a raw `runsc run` of the same rootfs,
+ * command and runsc flags; with qemu, cold boot and warm restore against a raw QEMU boot
+ * (bench/qemu-start.ts).
  */
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
@@ -11,6 +13,7 @@ import { buildOciSpec } from "../packages/server/src/drivers/oci-spec.ts";
 import { loadConfig } from "../packages/server/src/index.ts";
 import { run } from "../packages/server/src/util/host-command.ts";
 import { startTestServer, type TestServer } from "../packages/server/test/helpers/test-server.ts";
+import { qemuSeries, reportQemu } from "./qemu-start.ts";
 import { header, intArg, interruptSignal, median, parseArgs, secs, seedTemplate, stopAndInspect, summary, timedRun, withTimeout, type RunTimes } from "./bench-util.ts";
 
 /** The same flags the gVisor driver passes (gvisor-driver.ts runscArgs). */
@@ -22,8 +25,13 @@ const WARMUP = 1;
 /** A failed run is reported and left out of the figures; this many in a row end the series. */
 const MAX_CONSECUTIVE_FAILURES = 3;
 
-const usage = "usage: bench/start [--runs R=20]";
-const { flags, positional } = parseArgs(process.argv.slice(2), ["runs"], usage);
+const usage = "usage: bench/start [--runs R=20] [--driver gvisor|qemu|all (default gvisor)]";
+const { flags, positional } = parseArgs(process.argv.slice(2), ["runs", "driver"], usage);
+const driver = flags.get("driver") ?? "gvisor";
+if (!["gvisor", "qemu", "all"].includes(driver)) {
+  console.error(`--driver must be gvisor, qemu or all\n${usage}`);
+  process.exit(2);
+}
 if (positional.length > 0) {
   console.error(`unexpected argument ${positional[0]}\n${usage}`);
   process.exit(2);
@@ -42,11 +50,14 @@ const scratch = await mkdtemp("/tmp/bothy-bench-start-");
 const runscRoot = join(scratch, "runsc");
 let exitCode = 0;
 try {
-  const warm = await bothySeries(1);
-  const cold = await bothySeries(0);
-  const rawOverlay = await rawSeries(true);
-  const rawPlain = await rawSeries(false);
-  report(warm, cold, rawOverlay, rawPlain);
+  if (driver !== "qemu") {
+    const warm = await bothySeries(1);
+    const cold = await bothySeries(0);
+    const rawOverlay = await rawSeries(true);
+    const rawPlain = await rawSeries(false);
+    report(warm, cold, rawOverlay, rawPlain);
+  }
+  if (driver !== "gvisor") reportQemu(await qemuSeries(runs, WARMUP, scratch, attempt, leaks));
 } catch (err) {
   console.error(`failed: ${(err as Error).message}`);
   exitCode = interrupted.aborted ? 130 : 1;
@@ -66,7 +77,7 @@ process.exit(exitCode !== 0 ? exitCode : leaks.length > 0 ? 1 : 0);
  */
 async function bothySeries(poolSize: number): Promise<RunTimes[]> {
   const label = poolSize > 0 ? "bothy warm" : "bothy cold";
-  const ts = await startTestServer({ BOTHY_POOL_SIZE: String(poolSize) });
+  const ts = await startTestServer({ BOTHY_POOL_SIZE: String(poolSize), BOTHY_DRIVER: "gvisor" });
   const times: RunTimes[] = [];
   try {
     if (poolSize > 0) await ts.server.manager.warm("seed");
