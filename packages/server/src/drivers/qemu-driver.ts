@@ -64,6 +64,8 @@ export class QemuDriver implements Driver {
   private kernel: GuestKernel | undefined;
   private initramfs: string | undefined;
   private readonly bases = new Map<string, Promise<BaseSnapshot>>();
+  /** Snapshots being made now: their VM and temp dir are not leftovers for reconcile to remove. */
+  private snapshotsInFlight = 0;
 
   constructor(private readonly opts: QemuOptions) {
     this.accel = opts.accel ?? "tcg";
@@ -156,9 +158,11 @@ export class QemuDriver implements Driver {
     const done: BaseSnapshot = { dir, disk: join(dir, "disk.qcow2"), memory: join(dir, "memory.state") };
     if (existsSync(done.memory) && existsSync(done.disk)) return done;
     const started = Date.now();
-    const work = await mkdtemp(join(this.snapshotsDir, `.tmp-${key}-`));
+    this.snapshotsInFlight++;
+    let work: string | undefined;
     let vm: VmProcess | undefined;
     try {
+      work = await mkdtemp(join(this.snapshotsDir, `.tmp-${key}-`));
       await this.createOverlay(join(work, "disk.qcow2"), image, "raw");
       vm = await VmProcess.spawn(this.vmConfig(shape, work, join(work, "disk.qcow2")));
       const qmp = await vm.qmp();
@@ -179,7 +183,8 @@ export class QemuDriver implements Driver {
       throw new BothyError("create_failed", `Making the warm-start snapshot failed: ${(err as Error).message}${diag ? ` (${diag})` : ""}`, { cause: err });
     } finally {
       if (vm?.running) await vm.stop(undefined, 0);
-      await rm(work, { recursive: true, force: true });
+      if (work !== undefined) await rm(work, { recursive: true, force: true });
+      this.snapshotsInFlight--;
     }
   }
 
@@ -193,10 +198,13 @@ export class QemuDriver implements Driver {
         found.push({ sandboxId: id, kind: "vm-dir", description: join(this.opts.sandboxesDir, id) });
       }
     }
-    // A snapshot half made when the server stopped: its VM and temp dir go now.
-    for (const p of await this.findProcesses()) if (!p.sandboxId) await this.killPid(p.pid);
-    for (const e of await readdir(this.snapshotsDir).catch(() => [] as string[])) {
-      if (e.startsWith(".tmp-")) await rm(join(this.snapshotsDir, e), { recursive: true, force: true });
+    // A snapshot half made when the server stopped: its VM and temp dir go now (reconcile also
+    // runs periodically, so never while this process is making one).
+    if (this.snapshotsInFlight === 0) {
+      for (const p of await this.findProcesses()) if (!p.sandboxId && this.snapshotsInFlight === 0) await this.killPid(p.pid);
+      for (const e of await readdir(this.snapshotsDir).catch(() => [] as string[])) {
+        if (e.startsWith(".tmp-") && this.snapshotsInFlight === 0) await rm(join(this.snapshotsDir, e), { recursive: true, force: true });
+      }
     }
     return found;
   }
