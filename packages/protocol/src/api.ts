@@ -26,9 +26,18 @@ export const createSandboxRequest = z
     memory_mib: z.number().int().default(512),
     /** Omitted: the server's default (BOTHY_DRIVER). */
     driver: z.enum(DRIVER_NAMES).optional(),
+    /** Seconds from when it runs until the sweeper deletes it; omitted: BOTHY_DEFAULT_TIMEOUT_S. Range checked by the server. */
+    timeout_s: z.number().int().optional(),
+    /** Delete it when its last WebSocket drops without a clean close and none comes back in time. */
+    delete_on_disconnect: z.boolean().optional(),
+    /** That grace period in seconds; omitted: BOTHY_DISCONNECT_GRACE_S. */
+    disconnect_grace_s: z.number().int().optional(),
   })
   .strict();
 export type CreateSandboxRequest = z.input<typeof createSandboxRequest>;
+
+/** `POST /sandboxes/{id}/timeout`: the sandbox now expires `timeout_s` seconds from now. */
+export const setTimeoutRequest = z.object({ timeout_s: z.number().int() }).strict();
 
 export const sandboxInfo = z.object({
   sandbox_id: z.string(),
@@ -41,6 +50,9 @@ export const sandboxInfo = z.object({
   memory_mib: z.number().int(),
   created_at: z.string(),
   deleted_at: z.string().nullable(),
+  /** When the sweeper deletes it (ISO time); null for sandboxes made before timeouts existed. */
+  expires_at: z.string().nullable(),
+  delete_on_disconnect: z.boolean(),
   error: z.string().nullable().optional(),
 });
 export type SandboxInfo = z.infer<typeof sandboxInfo>;

@@ -31,6 +31,13 @@ const envSchema = z.object({
   BOTHY_WEBHOOK_URL: z.url({ protocol: /^https?$/ }).optional(),
   BOTHY_WEBHOOK_RETRY_MS: int(1000),
   BOTHY_COMMAND_REPLAY_BYTES: int(1024 * 1024),
+  /** Sandbox lifetime when a create names none, and the most a create or POST /timeout may ask. */
+  BOTHY_DEFAULT_TIMEOUT_S: int(3600),
+  BOTHY_MAX_TIMEOUT_S: int(86400),
+  /** How long a delete_on_disconnect sandbox waits for its client to come back. */
+  BOTHY_DISCONNECT_GRACE_S: z.coerce.number().int().min(0).max(3600).default(10),
+  /** How often the sweeper deletes expired sandboxes, checks deaths and removes orphans. */
+  BOTHY_SWEEP_INTERVAL_S: int(30),
 });
 
 export interface Config {
@@ -49,6 +56,7 @@ export interface Config {
   qemu: { warmStart: boolean; tbSizeMib: number; kernelDir: string };
   webhook: { url: string; retryBaseMs: number } | undefined;
   commandReplayBytes: number;
+  lifecycle: { defaultTimeoutS: number; maxTimeoutS: number; disconnectGraceS: number; sweepIntervalMs: number };
 }
 
 const repoRoot = fileURLToPath(new URL("../../../", import.meta.url));
@@ -61,6 +69,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     throw new Error(`Invalid configuration: ${issues}`);
   }
   const e = parsed.data;
+  if (e.BOTHY_DEFAULT_TIMEOUT_S > e.BOTHY_MAX_TIMEOUT_S) throw new Error(`Invalid configuration: BOTHY_DEFAULT_TIMEOUT_S (${e.BOTHY_DEFAULT_TIMEOUT_S}) exceeds BOTHY_MAX_TIMEOUT_S (${e.BOTHY_MAX_TIMEOUT_S})`);
   return {
     host: e.BOTHY_HOST,
     port: e.BOTHY_PORT,
@@ -77,6 +86,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     qemu: { warmStart: e.BOTHY_QEMU_WARM === "1", tbSizeMib: e.BOTHY_QEMU_TB_MIB, kernelDir: e.BOTHY_KERNEL_DIR ?? join(e.BOTHY_HOME, "kernel") },
     webhook: e.BOTHY_WEBHOOK_URL === undefined ? undefined : { url: e.BOTHY_WEBHOOK_URL, retryBaseMs: e.BOTHY_WEBHOOK_RETRY_MS },
     commandReplayBytes: e.BOTHY_COMMAND_REPLAY_BYTES,
+    lifecycle: { defaultTimeoutS: e.BOTHY_DEFAULT_TIMEOUT_S, maxTimeoutS: e.BOTHY_MAX_TIMEOUT_S, disconnectGraceS: e.BOTHY_DISCONNECT_GRACE_S, sweepIntervalMs: e.BOTHY_SWEEP_INTERVAL_S * 1000 },
     ...overrides,
   };
 }

@@ -7,6 +7,8 @@ import { BothyError } from "@bothy/protocol";
 import { commandRoutes } from "./api/command-routes.ts";
 import { eventRoutes } from "./api/event-routes.ts";
 import { fileRoutes } from "./api/file-routes.ts";
+import { lifecycleRoutes } from "./api/lifecycle-routes.ts";
+import { metricsRoutes } from "./api/metrics-routes.ts";
 import { sendProblem } from "./api/problem.ts";
 import { sandboxRoutes } from "./api/sandbox-routes.ts";
 import { CommandRegistry } from "./commands/command-registry.ts";
@@ -16,7 +18,10 @@ import type { Config } from "./config.ts";
 import { createDrivers } from "./drivers/driver-registry.ts";
 import { TemplateStore } from "./images/template-store.ts";
 import { Ledger } from "./ledger/ledger.ts";
+import { Metrics } from "./metrics/metrics.ts";
+import { DisconnectWatch } from "./sandboxes/disconnect-watch.ts";
 import { SandboxManager, type Logger, type TemplateSource } from "./sandboxes/sandbox-manager.ts";
+import { Sweeper } from "./sandboxes/sweeper.ts";
 
 export interface BothyServer {
   app: FastifyInstance;
@@ -36,7 +41,12 @@ export function createLogger(config: Config, destination?: NodeJS.WritableStream
 /** Builds and starts the server: ledger, driver preflight, reconcile, routes, listen. */
 export async function startServer(config: Config, logger: PinoLogger = createLogger(config), templates?: TemplateSource): Promise<BothyServer> {
   await mkdir(config.home, { recursive: true, mode: 0o700 });
-  const log: Logger = (event, fields) => logger.info({ event, ...fields }, event);
+  // Every logged event also feeds the metrics' counters.
+  const metrics = new Metrics();
+  const log: Logger = (event, fields) => {
+    metrics.observe(event, fields);
+    logger.info({ event, ...fields }, event);
+  };
   const store = new TemplateStore({ sourceDir: config.templateSources, storeDir: config.templatesDir });
   const ledger = new Ledger(join(config.home, "ledger.sqlite"));
   const drivers = await createDrivers(config, log);
@@ -62,6 +72,8 @@ export async function startServer(config: Config, logger: PinoLogger = createLog
   };
   const manager = new SandboxManager(config, ledger, drivers, templates ?? store, lifecycle);
   await manager.reconcile();
+  const sweeper = new Sweeper(manager, ledger, drivers, config.lifecycle.sweepIntervalMs, lifecycle);
+  const watch = new DisconnectWatch(manager, ledger, lifecycle);
 
   const startedAt = Date.now();
   const app = Fastify({ loggerInstance: logger.child({}, { level: "warn" }) as FastifyBaseLogger, bodyLimit: config.bodyLimitBytes, return503OnClosing: true, forceCloseConnections: true });
@@ -70,6 +82,7 @@ export async function startServer(config: Config, logger: PinoLogger = createLog
   await app.register(websocket, { options: { maxPayload: 2 * 1024 * 1024 } });
 
   const logProblem = (err: BothyError): void => {
+    metrics.error(err.code);
     if (err.status >= 500) logger.error({ event: "request_error", code: err.code, err: err.cause ?? err }, err.message);
   };
   app.setErrorHandler((err, request, reply) => sendProblem(reply, request, err, logProblem));
@@ -79,12 +92,15 @@ export async function startServer(config: Config, logger: PinoLogger = createLog
 
   sandboxRoutes(app, manager, startedAt);
 
-  commandRoutes(app, manager, registry);
+  lifecycleRoutes(app, manager);
+  metricsRoutes(app, metrics, () => ({ sandboxes: ledger.countByStateAndDriver(), drivers: drivers.all().map((d) => d.name) }));
+  commandRoutes(app, manager, registry, watch);
   eventRoutes(app, events);
   await fileRoutes(app, manager);
 
   const address = await app.listen({ host: config.host, port: config.port });
   logger.info({ event: "listening", address }, `bothy listening on ${address}`);
+  sweeper.start();
 
   let closing: Promise<void> | undefined;
   return {
@@ -96,6 +112,8 @@ export async function startServer(config: Config, logger: PinoLogger = createLog
     url: address,
     close: () => {
       closing ??= (async () => {
+        watch.close();
+        await sweeper.stop();
         await app.close();
         await manager.close();
         webhook?.close();

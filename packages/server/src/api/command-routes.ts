@@ -1,12 +1,13 @@
 import type { FastifyInstance } from "fastify";
 import { BothyError, COMMAND_ID_RE } from "@bothy/protocol";
 import type { CommandRegistry } from "../commands/command-registry.ts";
+import type { DisconnectWatch } from "../sandboxes/disconnect-watch.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { CommandSession } from "./command-session.ts";
 
 const UPGRADE_HINT = "This endpoint is a WebSocket: connect with Upgrade: websocket (e.g. websocat ws://HOST/sandboxes/ID/command).";
 
-export function commandRoutes(app: FastifyInstance, manager: SandboxManager, registry: CommandRegistry): void {
+export function commandRoutes(app: FastifyInstance, manager: SandboxManager, registry: CommandRegistry, watch: DisconnectWatch): void {
   app.get<{ Params: { id: string } }>("/sandboxes/:id/commands", async (request) => {
     manager.info(request.params.id);
     return { commands: registry.list(request.params.id) };
@@ -24,7 +25,8 @@ export function commandRoutes(app: FastifyInstance, manager: SandboxManager, reg
       throw new BothyError("upgrade_required", UPGRADE_HINT);
     },
     wsHandler: (socket, request) => {
-      new CommandSession(socket, request.params.id, manager, registry, { kind: "new" });
+      const session = new CommandSession(socket, request.params.id, manager, registry, { kind: "new" });
+      watch.track(request.params.id, socket, () => session.endedByServer);
     },
   });
 
@@ -44,7 +46,8 @@ export function commandRoutes(app: FastifyInstance, manager: SandboxManager, reg
       return registry.info(request.params.id, request.params.commandId);
     },
     wsHandler: (socket, request) => {
-      new CommandSession(socket, request.params.id, manager, registry, { kind: "attach", commandId: request.params.commandId });
+      const session = new CommandSession(socket, request.params.id, manager, registry, { kind: "attach", commandId: request.params.commandId });
+      watch.track(request.params.id, socket, () => session.endedByServer);
     },
   });
 }

@@ -19,6 +19,7 @@ export class CommandSession {
   private command: RunningCommand | undefined;
   private detach: (() => void) | undefined;
   private closed = false;
+  private serverEnded = false;
   /** The socket that started a foreground command owns it; re-attached sockets only watch. */
   private readonly owner: boolean;
   private readonly outstanding = new Set<() => void>();
@@ -105,7 +106,13 @@ export class CommandSession {
     this.close(err.code === "invalid_command" ? 1008 : 1011, err.code);
   }
 
+  /** The server ended this session (the command finished, or an error): the client did not leave. */
+  get endedByServer(): boolean {
+    return this.serverEnded;
+  }
+
   private close(code: number, reason: string): void {
+    this.serverEnded = true;
     this.onClientGone();
     this.socket.close(code, reason);
   }

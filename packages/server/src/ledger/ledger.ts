@@ -46,6 +46,11 @@ const MIGRATIONS = [
    CREATE INDEX events_sandbox ON events(sandbox_id, seq);`,
   // 3: which acceleration a sandbox's driver used (ptrace, kvm, tcg); rows before it have none.
   `ALTER TABLE sandboxes ADD COLUMN acceleration TEXT;`,
+  // 4: lifetime: when the sweeper deletes it, and whether a dropped client deletes it sooner.
+  `ALTER TABLE sandboxes ADD COLUMN expires_at TEXT;
+   ALTER TABLE sandboxes ADD COLUMN delete_on_disconnect INTEGER NOT NULL DEFAULT 0;
+   ALTER TABLE sandboxes ADD COLUMN disconnect_grace_s INTEGER;
+   CREATE INDEX sandboxes_expires ON sandboxes(expires_at) WHERE expires_at IS NOT NULL;`,
 ];
 
 export interface SandboxRow {
@@ -61,6 +66,9 @@ export interface SandboxRow {
   updated_at: string;
   deleted_at: string | null;
   error: string | null;
+  expires_at: string | null;
+  delete_on_disconnect: number;
+  disconnect_grace_s: number | null;
 }
 
 export interface CommandRow {
@@ -113,14 +121,14 @@ export class Ledger {
     this.db.close();
   }
 
-  insertSandbox(row: Omit<SandboxRow, "created_at" | "updated_at" | "deleted_at" | "error">, idempotency?: { key: string; fingerprint: string }): SandboxRow {
+  insertSandbox(row: Omit<SandboxRow, "created_at" | "updated_at" | "deleted_at" | "error" | "expires_at" | "delete_on_disconnect" | "disconnect_grace_s"> & Partial<Pick<SandboxRow, "expires_at" | "delete_on_disconnect" | "disconnect_grace_s">>, idempotency?: { key: string; fingerprint: string }): SandboxRow {
     const t = now();
-    const full: SandboxRow = { ...row, created_at: t, updated_at: t, deleted_at: null, error: null };
+    const full: SandboxRow = { expires_at: null, delete_on_disconnect: 0, disconnect_grace_s: null, ...row, created_at: t, updated_at: t, deleted_at: null, error: null };
     this.db.transaction(() => {
       this.db
         .prepare(
-          `INSERT INTO sandboxes (id, template, template_hash, driver, acceleration, vcpu, memory_mib, state, created_at, updated_at, deleted_at, error)
-           VALUES (@id, @template, @template_hash, @driver, @acceleration, @vcpu, @memory_mib, @state, @created_at, @updated_at, @deleted_at, @error)`,
+          `INSERT INTO sandboxes (id, template, template_hash, driver, acceleration, vcpu, memory_mib, state, created_at, updated_at, deleted_at, error, expires_at, delete_on_disconnect, disconnect_grace_s)
+           VALUES (@id, @template, @template_hash, @driver, @acceleration, @vcpu, @memory_mib, @state, @created_at, @updated_at, @deleted_at, @error, @expires_at, @delete_on_disconnect, @disconnect_grace_s)`,
         )
         .run(full);
       if (idempotency) {
@@ -153,6 +161,19 @@ export class Ledger {
   liveSandboxes(): SandboxRow[] {
     const marks = LIVE_STATES.map(() => "?").join(", ");
     return this.db.prepare(`SELECT * FROM sandboxes WHERE state IN (${marks})`).all(...LIVE_STATES) as SandboxRow[];
+  }
+
+  setExpiresAt(id: string, expiresAt: string): void {
+    this.db.prepare(`UPDATE sandboxes SET expires_at = ?, updated_at = ? WHERE id = ?`).run(expiresAt, now(), id);
+  }
+
+  /** Running or paused sandboxes whose time ran out at `at` (an ISO time; ISO times of one format sort as text). */
+  expiredSandboxes(at: string): SandboxRow[] {
+    return this.db.prepare(`SELECT * FROM sandboxes WHERE expires_at <= ? AND state IN ('running', 'paused')`).all(at) as SandboxRow[];
+  }
+
+  countByStateAndDriver(): Array<{ state: string; driver: string; n: number }> {
+    return this.db.prepare(`SELECT state, driver, COUNT(*) AS n FROM sandboxes GROUP BY state, driver`).all() as Array<{ state: string; driver: string; n: number }>;
   }
 
   countByState(): Record<string, number> {
@@ -220,6 +241,8 @@ export function toSandboxInfo(row: SandboxRow): SandboxInfo {
     memory_mib: row.memory_mib,
     created_at: row.created_at,
     deleted_at: row.deleted_at,
+    expires_at: row.expires_at,
+    delete_on_disconnect: row.delete_on_disconnect === 1,
     error: row.error,
   };
 }

@@ -4,6 +4,7 @@ import {
   BothyError,
   createSandboxRequest,
   IDEMPOTENCY_KEY_RE,
+  LIVE_STATES,
   SANDBOX_ID_RE,
   TEMPLATE_NAME_RE,
   type SandboxInfo,
@@ -15,6 +16,7 @@ import type { DriverRegistry } from "../drivers/driver-registry.ts";
 import { toSandboxInfo, type Ledger } from "../ledger/ledger.ts";
 import { newSandboxId } from "../util/ids.ts";
 import { bootSandbox, reattachSandbox, type BootedSandbox } from "./boot.ts";
+import { expiryFrom, lifetimeOf, parseSetTimeout } from "./lifetime.ts";
 import { WarmPool, type PoolShape } from "./warm-pool.ts";
 
 export interface BuiltTemplateRef {
@@ -30,6 +32,8 @@ export interface TemplateSource {
 }
 
 export type Logger = (event: string, fields: Record<string, unknown>) => void;
+
+type CreateRequest = ReturnType<typeof createSandboxRequest.parse>;
 
 export interface CreateResult {
   sandbox: SandboxInfo;
@@ -48,6 +52,8 @@ export class SandboxManager {
   private readonly deleting = new Map<string, Promise<SandboxInfo>>();
   /** A pause or resume in progress per sandbox: they run one at a time. */
   private readonly transitions = new Map<string, Promise<SandboxInfo>>();
+  /** Sandboxes that died on their own, while their host objects are being removed. */
+  private readonly reaping = new Set<string>();
   private readonly pool: WarmPool;
   private stopping = false;
 
@@ -67,13 +73,8 @@ export class SandboxManager {
 
   /** Removes host objects no live ledger row owns and closes rows whose sandbox is gone. */
   async reconcile(): Promise<void> {
-    const owned = new Set([...this.live.keys(), ...this.creating.keys(), ...this.pool.ownedIds()]);
-    for (const row of this.ledger.liveSandboxes()) {
-      if (owned.has(row.id)) continue;
-      this.ledger.setState(row.id, "failed", "The server restarted; this sandbox did not survive it.");
-      this.ledger.loseCommands(row.id);
-      this.log("sandbox_lost", { sandbox_id: row.id, previous_state: row.state });
-    }
+    const owned = this.ownedIds();
+    this.closeUnownedRows("The server restarted; this sandbox did not survive it.");
     const seen = new Set<string>();
     for (const obj of (await Promise.all(this.drivers.all().map((d) => d.reconcile()))).flat()) {
       if (owned.has(obj.sandboxId) || seen.has(obj.sandboxId)) continue;
@@ -81,6 +82,51 @@ export class SandboxManager {
       this.log("orphan_removed", { sandbox_id: obj.sandboxId, kind: obj.kind, description: obj.description });
       await this.drivers.removeOrphan(obj.sandboxId);
     }
+  }
+
+  /**
+   * Ids of every sandbox whose host objects the manager answers for: live, being created,
+   * deleted, paused or resumed, dying, and the warm pool's (which have no ledger row).
+   */
+  ownedIds(): Set<string> {
+    return new Set([...this.live.keys(), ...this.creating.keys(), ...this.deleting.keys(), ...this.transitions.keys(), ...this.reaping, ...this.pool.ownedIds()]);
+  }
+
+  /** Ids of the sandboxes held live right now (running or paused). */
+  liveIds(): Set<string> {
+    return new Set(this.live.keys());
+  }
+
+  /** Live ledger rows that no sandbox in this process stands behind become `failed`. */
+  closeUnownedRows(reason: string): string[] {
+    const owned = this.ownedIds();
+    const closed: string[] = [];
+    for (const row of this.ledger.liveSandboxes()) {
+      if (owned.has(row.id)) continue;
+      this.ledger.setState(row.id, "failed", reason);
+      this.ledger.loseCommands(row.id);
+      this.log("sandbox_lost", { sandbox_id: row.id, previous_state: row.state });
+      closed.push(row.id);
+    }
+    return closed;
+  }
+
+  /**
+   * The sweeper's double-check of deaths the driver's `wait()` should have reported: a sandbox
+   * of `before` (live when the drivers were asked) that is still running but whose agent
+   * channel has closed, or of which the drivers found nothing on the host, is handled as dead.
+   */
+  checkAlive(before: ReadonlySet<string>, onHost: ReadonlySet<string>): string[] {
+    const dead: string[] = [];
+    for (const [id, booted] of [...this.live]) {
+      if (!before.has(id) || this.creating.has(id) || this.deleting.has(id) || this.transitions.has(id)) continue;
+      if (this.ledger.getSandbox(id)?.state !== "running") continue;
+      const why = booted.agent.isClosed ? "its agent channel closed" : !onHost.has(id) ? "the driver found nothing of it on the host" : undefined;
+      if (why === undefined) continue;
+      this.lose(id, booted, `The sandbox stopped unexpectedly: ${why}.`, { detected_by: "sweeper", reason: why });
+      dead.push(id);
+    }
+    return dead;
   }
 
   /** Starts filling the warm pool for the default shape of a template. */
@@ -118,7 +164,7 @@ export class SandboxManager {
     }
   }
 
-  private validate(body: unknown): { template: string; vcpu: number; memory_mib: number; driver?: string } {
+  private validate(body: unknown): CreateRequest {
     const parsed = createSandboxRequest.safeParse(body ?? {});
     if (!parsed.success) {
       const issue = parsed.error.issues[0];
@@ -136,6 +182,7 @@ export class SandboxManager {
     if (req.memory_mib < limits.minMemoryMib || req.memory_mib > limits.maxMemoryMib) {
       throw new BothyError("invalid_request", `memory_mib must be between ${limits.minMemoryMib} and ${limits.maxMemoryMib} on this host.`);
     }
+    lifetimeOf(req, this.config.lifecycle);
     return req;
   }
 
@@ -143,7 +190,7 @@ export class SandboxManager {
     return { driver, templateRoot: t.rootfs, templateHash: t.hash, templateEnv: t.env, vcpu, memoryMib };
   }
 
-  private async createNew(req: { template: string; vcpu: number; memory_mib: number; driver?: string }, idem: { key: string; fingerprint: string } | undefined): Promise<CreateResult> {
+  private async createNew(req: CreateRequest, idem: { key: string; fingerprint: string } | undefined): Promise<CreateResult> {
     const template = await this.templates.resolve(req.template);
     if (!template) {
       throw new BothyError("template_not_built", `Template "${req.template}" is defined but not built yet: run \`bothy template build ${req.template}\`.`);
@@ -152,11 +199,14 @@ export class SandboxManager {
       throw new BothyError("capacity_exhausted", `This host runs at most ${this.config.limits.maxSandboxes} sandboxes; delete one or raise BOTHY_MAX_SANDBOXES.`);
     }
     const driver = this.drivers.get(req.driver);
+    const lifetime = lifetimeOf(req, this.config.lifecycle);
+    const started = Date.now();
     const shape = this.shape(template, req.vcpu, req.memory_mib, driver);
     const warm = this.pool.claim(shape);
     const id = warm?.spec.id ?? newSandboxId();
     this.ledger.insertSandbox(
-      { id, template: template.name, template_hash: template.hash, driver: driver.name, acceleration: driver.acceleration, vcpu: req.vcpu, memory_mib: req.memory_mib, state: warm ? "running" : "creating" },
+      { id, template: template.name, template_hash: template.hash, driver: driver.name, acceleration: driver.acceleration, vcpu: req.vcpu, memory_mib: req.memory_mib, state: warm ? "running" : "creating",
+        expires_at: expiryFrom(lifetime.timeoutS, started), delete_on_disconnect: lifetime.deleteOnDisconnect ? 1 : 0, disconnect_grace_s: lifetime.disconnectGraceS },
       idem,
     );
     const job = (async (): Promise<CreateResult> => {
@@ -172,7 +222,9 @@ export class SandboxManager {
       }
       this.adopt(booted);
       this.ledger.setState(id, "running");
-      this.log("sandbox_created", { sandbox_id: id, template: template.name, vcpu: req.vcpu, memory_mib: req.memory_mib, driver: driver.name, warm: warm !== undefined });
+      // A sandbox's time counts from when it runs, not from a boot that may have been slow.
+      if (!warm) this.ledger.setExpiresAt(id, expiryFrom(lifetime.timeoutS));
+      this.log("sandbox_created", { sandbox_id: id, template: template.name, vcpu: req.vcpu, memory_mib: req.memory_mib, driver: driver.name, warm: warm !== undefined, ms: Date.now() - started });
       return { sandbox: this.info(id), created: true };
     })();
     this.creating.set(id, job);
@@ -189,13 +241,23 @@ export class SandboxManager {
     this.live.set(id, booted);
     void booted.handle.wait().then((exit) => {
       if (this.live.get(id) !== booted || this.deleting.has(id) || this.stopping) return;
-      this.live.delete(id);
-      booted.agent.close(new BothyError("agent_unavailable", "The sandbox stopped."));
-      this.ledger.setState(id, "failed", `The sandbox stopped unexpectedly (code ${exit.code ?? "none"}, signal ${exit.signal ?? "none"}).`);
-      this.ledger.loseCommands(id);
-      this.log("sandbox_died", { sandbox_id: id, code: exit.code, signal: exit.signal });
-      void booted.handle.destroy();
+      this.lose(id, booted, `The sandbox stopped unexpectedly (code ${exit.code ?? "none"}, signal ${exit.signal ?? "none"}).`, { code: exit.code, signal: exit.signal });
     });
+  }
+
+  /** A sandbox that stopped on its own: `failed`, its commands lost, its host objects removed. */
+  private lose(id: string, booted: BootedSandbox, reason: string, fields: Record<string, unknown>): void {
+    this.live.delete(id);
+    booted.agent.close(new BothyError("agent_unavailable", "The sandbox stopped."));
+    this.ledger.setState(id, "failed", reason);
+    this.ledger.loseCommands(id);
+    this.log("sandbox_died", { sandbox_id: id, ...fields });
+    this.reaping.add(id);
+    // What is left after a failed destroy is an orphan to the sweeper's next pass.
+    void booted.handle
+      .destroy()
+      .catch((err: unknown) => this.log("sandbox_destroy_failed", { sandbox_id: id, error: (err as Error).message }))
+      .finally(() => this.reaping.delete(id));
   }
 
   info(id: string): SandboxInfo {
@@ -258,6 +320,19 @@ export class SandboxManager {
     });
   }
 
+  /** The sandbox now expires `timeout_s` (from the body) seconds from now, sooner or later than before. */
+  setTimeout(id: string, body: unknown): SandboxInfo {
+    const info = this.info(id);
+    const timeoutS = parseSetTimeout(body, this.config.lifecycle.maxTimeoutS);
+    if (!LIVE_STATES.includes(info.state) || info.state === "deleting") {
+      throw new BothyError("sandbox_not_running", `Sandbox ${id} is ${info.state}; only a live sandbox has a timeout.`);
+    }
+    const expiresAt = expiryFrom(timeoutS);
+    this.ledger.setExpiresAt(id, expiresAt);
+    this.log("sandbox_timeout_set", { sandbox_id: id, timeout_s: timeoutS, expires_at: expiresAt });
+    return this.info(id);
+  }
+
   /** Resumes a paused sandbox first, so commands and file calls need not know about pause. */
   async ensureRunning(id: string): Promise<SandboxInfo> {
     const info = this.info(id);
@@ -284,7 +359,8 @@ export class SandboxManager {
     }
   }
 
-  async delete(id: string): Promise<SandboxInfo> {
+  /** `reason` is logged: "requested", or who else asked (the sweeper, a dropped client). */
+  async delete(id: string, reason = "requested"): Promise<SandboxInfo> {
     const info = this.info(id);
     if (info.state === "deleted" || info.state === "failed") return info;
     const existing = this.deleting.get(id);
@@ -302,7 +378,7 @@ export class SandboxManager {
       else await this.drivers.removeOrphan(id);
       this.ledger.loseCommands(id);
       this.ledger.setState(id, "deleted");
-      this.log("sandbox_deleted", { sandbox_id: id });
+      this.log("sandbox_deleted", { sandbox_id: id, reason });
       return this.info(id);
     })();
     this.deleting.set(id, job);

@@ -1,0 +1,70 @@
+import type { WebSocket } from "ws";
+import type { Ledger } from "../ledger/ledger.ts";
+import type { Logger, SandboxManager } from "./sandbox-manager.ts";
+
+/** Close codes of a client that leaves on purpose: normal, going away, and a close frame without a code. */
+const CLEAN_CLOSE = new Set([1000, 1001, 1005]);
+
+interface Watched {
+  sockets: number;
+  timer: NodeJS.Timeout | undefined;
+}
+
+/**
+ * Deletes `delete_on_disconnect` sandboxes whose client went away. Every WebSocket to a sandbox
+ * (command and re-attach) is counted; when the last one ends without a clean close from the
+ * client (a code other than 1000/1001, or a dropped connection; a close frame without a
+ * code is clean) a grace timer starts, and any new
+ * socket to the sandbox stops it. A socket the server ended (the command exited, an error) is
+ * not a client leaving, whatever code the peer answered with.
+ */
+export class DisconnectWatch {
+  private readonly sandboxes = new Map<string, Watched>();
+  private closed = false;
+
+  constructor(
+    private readonly manager: SandboxManager,
+    private readonly ledger: Ledger,
+    private readonly log: Logger,
+  ) {}
+
+  /** Counts `socket` against its sandbox until it closes; `endedByServer` is asked then. */
+  track(sandboxId: string, socket: WebSocket, endedByServer: () => boolean): void {
+    if (this.closed) return;
+    const w = this.sandboxes.get(sandboxId) ?? { sockets: 0, timer: undefined };
+    this.sandboxes.set(sandboxId, w);
+    w.sockets++;
+    if (w.timer) {
+      clearTimeout(w.timer);
+      w.timer = undefined;
+      this.log("disconnect_grace_cancelled", { sandbox_id: sandboxId });
+    }
+    socket.once("close", (code: number) => this.ended(sandboxId, w, CLEAN_CLOSE.has(code) || endedByServer(), code));
+  }
+
+  private ended(sandboxId: string, w: Watched, clean: boolean, code: number): void {
+    w.sockets--;
+    if (this.closed || w.sockets > 0) return;
+    const row = this.ledger.getSandbox(sandboxId);
+    if (clean || row?.delete_on_disconnect !== 1) {
+      this.sandboxes.delete(sandboxId);
+      return;
+    }
+    const graceS = row.disconnect_grace_s ?? 0;
+    this.log("disconnect_grace_started", { sandbox_id: sandboxId, close_code: code, grace_s: graceS });
+    w.timer = setTimeout(() => {
+      w.timer = undefined;
+      if (this.closed || w.sockets > 0) return;
+      this.sandboxes.delete(sandboxId);
+      this.manager.delete(sandboxId, "disconnected").catch((err: unknown) => this.log("disconnect_delete_failed", { sandbox_id: sandboxId, error: (err as Error).message }));
+    }, graceS * 1000);
+    w.timer.unref();
+  }
+
+  /** Stops every timer: a server that is stopping closes its sockets itself. */
+  close(): void {
+    this.closed = true;
+    for (const w of this.sandboxes.values()) clearTimeout(w.timer);
+    this.sandboxes.clear();
+  }
+}

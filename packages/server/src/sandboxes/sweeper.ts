@@ -1,0 +1,92 @@
+import type { DriverRegistry } from "../drivers/driver-registry.ts";
+import type { HostObject } from "../drivers/driver.ts";
+import type { Ledger } from "../ledger/ledger.ts";
+import type { Logger, SandboxManager } from "./sandbox-manager.ts";
+
+/**
+ * The periodic pass that keeps the host honest: it deletes sandboxes whose time ran out, marks
+ * the ones that died without the driver saying so, and removes every host object no sandbox of
+ * this server owns. One pass runs at start and then every `intervalMs`; passes never overlap.
+ *
+ * An object is removed only when two passes in a row found it unowned, so one that a create,
+ * delete or death was handling while the drivers were listed is never raced, and the log does not
+ * report what its owner removed a moment later.
+ */
+export class Sweeper {
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | undefined;
+  private suspects = new Set<string>();
+  private stopped = false;
+
+  constructor(
+    private readonly manager: SandboxManager,
+    private readonly ledger: Ledger,
+    private readonly drivers: DriverRegistry,
+    private readonly intervalMs: number,
+    private readonly log: Logger,
+  ) {}
+
+  start(): void {
+    void this.sweep();
+    this.timer = setInterval(() => void this.sweep(), this.intervalMs);
+    this.timer.unref();
+  }
+
+  /** Runs one pass now, or waits for the one in progress. */
+  sweep(): Promise<void> {
+    if (this.stopped) return Promise.resolve();
+    this.running ??= this.pass()
+      .catch((err: unknown) => this.log("sweep_failed", { error: (err as Error).message }))
+      .finally(() => (this.running = undefined));
+    return this.running;
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearInterval(this.timer);
+    await this.running;
+  }
+
+  private async pass(): Promise<void> {
+    await this.deleteExpired();
+    if (this.stopped) return;
+    const before = this.manager.liveIds();
+    const objects = (await Promise.all(this.drivers.all().map((d) => d.reconcile()))).flat();
+    if (this.stopped) return;
+    this.manager.checkAlive(before, new Set(objects.map((o) => o.sandboxId)));
+    this.manager.closeUnownedRows("The sandbox was gone from the host; the sweeper closed its record.");
+    await this.removeOrphans(objects);
+  }
+
+  private async deleteExpired(): Promise<void> {
+    for (const row of this.ledger.expiredSandboxes(new Date().toISOString())) {
+      if (this.stopped) return;
+      this.log("sandbox_expired", { sandbox_id: row.id, expires_at: row.expires_at });
+      try {
+        await this.manager.delete(row.id, "expired");
+      } catch (err) {
+        this.log("sweep_delete_failed", { sandbox_id: row.id, error: (err as Error).message });
+      }
+    }
+  }
+
+  private async removeOrphans(objects: HostObject[]): Promise<void> {
+    const owned = this.manager.ownedIds();
+    const byId = new Map<string, HostObject[]>();
+    for (const o of objects) if (!owned.has(o.sandboxId)) byId.set(o.sandboxId, [...(byId.get(o.sandboxId) ?? []), o]);
+    const confirmed = [...byId.keys()].filter((id) => this.suspects.has(id));
+    this.suspects = new Set([...byId.keys()].filter((id) => !confirmed.includes(id)));
+    for (const id of confirmed) {
+      // Ownership is checked again at the last moment: a create may have taken the id since.
+      if (this.stopped || this.manager.ownedIds().has(id)) continue;
+      const found = byId.get(id) ?? [];
+      this.log("orphan_removed", { sandbox_id: id, kind: found.map((o) => o.kind).join(","), description: found.map((o) => o.description).join("; "), by: "sweeper" });
+      try {
+        await this.drivers.removeOrphan(id);
+      } catch (err) {
+        this.suspects.add(id); // tried again next pass
+        this.log("orphan_remove_failed", { sandbox_id: id, error: (err as Error).message });
+      }
+    }
+  }
+}
