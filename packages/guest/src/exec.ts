@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import type { Readable } from "node:stream";
 import { OUTPUT_CHUNK_BYTES, OUTPUT_WINDOW_BYTES, type ParsedHostFrame, type SignalName } from "@bothy/protocol";
 import type { Channel } from "./channel.ts";
+import { ptyArgs, resizePty, SCRIPT_PATH, signalSession, type PtySize } from "./pty.ts";
 
 type ExecFrame = Extract<ParsedHostFrame, { t: "exec" }>;
 
@@ -23,6 +24,7 @@ export class Command {
   private exitedAt = 0;
   private graceTimer: NodeJS.Timeout | undefined;
   private readonly stopDrainWatch: () => void;
+  private pty: PtySize | undefined;
 
   constructor(
     readonly id: number,
@@ -31,17 +33,22 @@ export class Command {
     private readonly channel: Channel,
     private readonly onDone: (id: number) => void,
   ) {
-    this.child = spawn("/bin/sh", ["-c", frame.cmd], {
+    this.pty = frame.pty;
+    const env = { ...baseEnv, ...(frame.pty ? { TERM: "xterm-256color", BOTHY_PTY_CMD: frame.cmd } : {}), ...frame.env };
+    const [file, args] = frame.pty ? [SCRIPT_PATH, ptyArgs(frame.pty)] : ["/bin/sh", ["-c", frame.cmd]];
+    this.child = spawn(file, args, {
       cwd: frame.cwd ?? "/workspace",
-      env: { ...baseEnv, ...frame.env },
-      stdio: [frame.stdin ? "pipe" : "ignore", "pipe", "pipe"],
+      env,
+      // A terminal always has input; without one the command still gets a pipe only on request.
+      stdio: [frame.stdin || frame.pty ? "pipe" : "ignore", "pipe", "pipe"],
       // Its own process group, so a signal reaches the whole pipeline the shell started.
       detached: true,
     });
     this.stopDrainWatch = channel.onDrain(() => this.updateFlow());
     this.child.once("spawn", () => channel.send({ t: "started", id, pid: this.child.pid ?? -1 }));
     this.child.once("error", (err) => {
-      channel.send({ t: "error", id, code: "spawn_failed", message: err.message });
+      const message = frame.pty && (err as NodeJS.ErrnoException).code === "ENOENT" ? `PTY mode needs ${SCRIPT_PATH} (util-linux) in the template` : err.message;
+      channel.send({ t: "error", id, code: "spawn_failed", message });
       this.finish(127, null);
     });
     this.child.stdin?.on("error", () => undefined); // EPIPE when the command ignores its input
@@ -68,9 +75,21 @@ export class Command {
     if (eof) stdin.end();
   }
 
+  /** New terminal size for a PTY command; ignored otherwise. */
+  resize(size: PtySize): void {
+    const pid = this.child.pid;
+    if (!this.pty || pid === undefined || this.exitedAt !== 0) return;
+    this.pty = size;
+    void resizePty(pid, size);
+  }
+
   signal(sig: SignalName): void {
     const pid = this.child.pid;
     if (pid === undefined || this.exitedAt !== 0) return;
+    if (this.pty) {
+      void signalSession(pid, sig);
+      return;
+    }
     try {
       process.kill(-pid, sig);
     } catch {

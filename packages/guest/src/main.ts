@@ -71,6 +71,9 @@ function onFrame(raw: RawFrame): void {
     case "signal":
       commands.get(frame.id)?.signal(frame.signal);
       return;
+    case "resize":
+      commands.get(frame.id)?.resize({ cols: frame.cols, rows: frame.rows });
+      return;
     case "credit":
       commands.get(frame.id)?.credit(frame.bytes);
       reads.get(frame.id)?.credit(frame.bytes);

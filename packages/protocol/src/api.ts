@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { signalName } from "./guest-frames.ts";
+import { ptySize, signalName } from "./guest-frames.ts";
 
 /** Template names are plain identifiers: no path characters, so they can never escape the store. */
 export const TEMPLATE_NAME_RE = /^[a-z0-9][a-z0-9-]{0,62}$/;
@@ -80,6 +80,8 @@ export const commandRequest = z
     stdin: z.boolean().optional(),
     /** Keep running after the socket closes; re-attach at /sandboxes/{id}/commands/{command_id}. */
     background: z.boolean().optional(),
+    /** Run on a terminal (`true`: 80x24); output arrives as stdout only, stdin is open. */
+    pty: z.union([z.literal(true), ptySize]).optional(),
   })
   .strict();
 export type CommandRequest = z.infer<typeof commandRequest>;
@@ -89,6 +91,7 @@ export const commandInput = z.discriminatedUnion("type", [
   z.object({ type: z.literal("stdin"), data: z.string(), encoding: z.enum(["utf8", "base64"]).optional() }).strict(),
   z.object({ type: z.literal("stdin_eof") }).strict(),
   z.object({ type: z.literal("signal"), signal: signalName }).strict(),
+  z.object({ type: z.literal("resize"), cols: ptySize.shape.cols, rows: ptySize.shape.rows }).strict(),
 ]);
 export type CommandInput = z.infer<typeof commandInput>;
 

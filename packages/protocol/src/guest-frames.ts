@@ -15,6 +15,7 @@ const guestPath = z.string().min(1).max(4096).refine((p) => !p.includes("\0"), "
 export const SIGNALS = ["SIGINT", "SIGTERM", "SIGKILL", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"] as const;
 export const signalName = z.enum(SIGNALS);
 export type SignalName = z.infer<typeof signalName>;
+export const ptySize = z.object({ cols: z.number().int().min(1).max(1000), rows: z.number().int().min(1).max(1000) }).strict();
 const envMap = z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment names are letters, digits and _"), z.string().max(65536));
 
 // ---- host → guest -------------------------------------------------------------------------------
@@ -31,8 +32,11 @@ export const hostFrame = z.discriminatedUnion("t", [
       cwd: guestPath.optional(),
       env: envMap.optional(),
       stdin: z.boolean().default(false),
+      /** Run on a pseudo-terminal of this size; stdout and stderr arrive together on fd 1. */
+      pty: ptySize.optional(),
     })
     .strict(),
+  z.object({ t: z.literal("resize"), id: requestId, cols: ptySize.shape.cols, rows: ptySize.shape.rows }).strict(),
   /** Input for a running command; payload holds the bytes. `eof` closes its stdin after them. */
   z.object({ t: z.literal("stdin"), id: requestId, eof: z.boolean().default(false) }).strict(),
   z.object({ t: z.literal("signal"), id: requestId, signal: signalName }).strict(),

@@ -144,10 +144,20 @@ describe("protocol surface", () => {
               "cwd",
               "env",
               "id",
+              "pty",
               "stdin",
               "t",
             ],
             "t": "exec",
+          },
+          {
+            "fields": [
+              "cols",
+              "id",
+              "rows",
+              "t",
+            ],
+            "t": "resize",
           },
           {
             "fields": [

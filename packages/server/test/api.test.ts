@@ -161,6 +161,13 @@ for (const driver of testDrivers()) {
         expect(slow.exit).toMatchObject({ signal: "SIGKILL", timed_out: true });
       });
 
+      it("reaps orphaned processes: no zombies pile up", async () => {
+        await runCommand(ts.wsUrl, sandboxId, { cmd: "for i in 1 2 3 4 5; do sleep 0.1 & done; echo spawned" });
+        await new Promise((r) => setTimeout(r, 1500));
+        const r = await runCommand(ts.wsUrl, sandboxId, { cmd: "cat /proc/[0-9]*/stat 2>/dev/null | awk '$3 == \"Z\"' | wc -l" });
+        expect(r.stdout.trim()).toBe("0");
+      });
+
       it("runs coreutils that stat files (ls -l, stat)", async () => {
         const r = await runCommand(ts.wsUrl, sandboxId, { cmd: "ls -la / >/dev/null && stat -c %F /etc && ls -l /etc/hostname | wc -l" });
         expect(r.stderr).toBe("");

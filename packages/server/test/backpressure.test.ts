@@ -18,9 +18,12 @@ afterAll(async () => {
 
 const TOTAL = 100_000_000;
 
-/** The agent is PID 1 in the sandbox; gVisor has no VmHWM, so sample VmRSS for a while. */
+/** The agent's resident memory, sampled for a while (gVisor has no VmHWM). */
 async function agentRssKb(seconds: number): Promise<number[]> {
-  const r = await runCommand(ts.wsUrl, id, { cmd: `for i in $(seq 1 ${seconds * 10}); do grep VmRSS /proc/1/status; sleep 0.1; done` });
+  // The agent is the node process running agent.mjs (under gVisor, PID 1 is bothy-init).
+  const find = `for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q '^[^ ]*node [^ ]*agent.mjs' && s=$p/status; done`;
+  const r = await runCommand(ts.wsUrl, id, { cmd: `${find}; for i in $(seq 1 ${seconds * 10}); do grep VmRSS $s; sleep 0.1; done` });
+  expect(r.stdout).toContain("VmRSS");
   return [...r.stdout.matchAll(/(\d+) kB/g)].map((m) => Number(m[1]));
 }
 

@@ -22,6 +22,7 @@ export interface ExecOptions {
   cwd?: string;
   env?: Record<string, string>;
   stdin?: boolean;
+  pty?: { cols: number; rows: number };
 }
 
 export interface ExecEvents {
@@ -50,6 +51,10 @@ export class ExecHandle {
 
   signal(signal: SignalName): void {
     this.client.send({ t: "signal", id: this.requestId, signal });
+  }
+
+  resize(cols: number, rows: number): void {
+    this.client.send({ t: "resize", id: this.requestId, cols, rows });
   }
 }
 
@@ -135,7 +140,7 @@ export class AgentClient {
 
   exec(options: ExecOptions, events: ExecEvents): ExecHandle {
     const id = this.allocate({ kind: "exec", events });
-    this.send({ t: "exec", id, cmd: options.cmd, cwd: options.cwd, env: options.env, stdin: options.stdin ?? false });
+    this.send({ t: "exec", id, cmd: options.cmd, cwd: options.cwd, env: options.env, stdin: options.stdin ?? false, pty: options.pty });
     return new ExecHandle(this, id);
   }
 

@@ -51,17 +51,18 @@ export class CommandSession {
     if (json === undefined) return this.fail(new BothyError("invalid_command", "Messages are JSON text, e.g. {\"cmd\":\"echo hi\"}."));
     if (!this.command) return this.start(json);
     const input = commandInput.safeParse(json);
-    if (!input.success) return this.fail(new BothyError("invalid_command", `Unexpected message while the command runs: ${summarize(input.error.issues)}. Send {"type":"stdin","data":"..."}, {"type":"stdin_eof"} or {"type":"signal","signal":"SIGINT"}.`));
+    if (!input.success) return this.fail(new BothyError("invalid_command", `Unexpected message while the command runs: ${summarize(input.error.issues)}. Send {"type":"stdin","data":"..."}, {"type":"stdin_eof"}, {"type":"signal","signal":"SIGINT"} or {"type":"resize","cols":80,"rows":24}.`));
     const msg = input.data;
     if (msg.type === "stdin") this.command.stdin(Buffer.from(msg.data, msg.encoding === "base64" ? "base64" : "utf8"), false);
     else if (msg.type === "stdin_eof") this.command.stdin(Buffer.alloc(0), true);
+    else if (msg.type === "resize") this.command.resize(msg.cols, msg.rows);
     else this.command.signal(msg.signal);
   }
 
   private start(json: unknown): void {
     clearTimeout(this.firstMessageTimer);
     const parsed = commandRequest.safeParse(json);
-    if (!parsed.success) return this.fail(new BothyError("invalid_command", `${summarize(parsed.error.issues)}. The first message is {"cmd":"<shell line>"} with optional cwd, env, timeout_s, stdin, background.`));
+    if (!parsed.success) return this.fail(new BothyError("invalid_command", `${summarize(parsed.error.issues)}. The first message is {"cmd":"<shell line>"} with optional cwd, env, timeout_s, stdin, background, pty.`));
     try {
       this.command = this.registry.start(this.sandboxId, this.manager.agent(this.sandboxId), parsed.data);
     } catch (err) {

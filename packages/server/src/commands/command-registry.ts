@@ -47,7 +47,7 @@ export class RunningCommand {
   start(agent: AgentClient, ledger: Ledger, log: RegistryOptions["log"]): void {
     const req = this.request;
     this.exec = agent.exec(
-      { cmd: req.cmd, cwd: req.cwd, env: req.env, stdin: req.stdin ?? false },
+      { cmd: req.cmd, cwd: req.cwd, env: req.env, stdin: req.stdin ?? false, pty: req.pty === true ? { cols: 80, rows: 24 } : req.pty },
       {
         onStarted: (pid) => {
           ledger.insertCommand({ id: this.id, sandbox_id: this.sandboxId, cmd: req.cmd, background: req.background });
@@ -109,6 +109,10 @@ export class RunningCommand {
 
   stdin(data: Buffer, eof: boolean): void {
     if (!this.final) this.exec?.stdin(data, eof);
+  }
+
+  resize(cols: number, rows: number): void {
+    if (!this.final) this.exec?.resize(cols, rows);
   }
 
   private output(event: Extract<CommandEvent, { type: "stdout" | "stderr" }>, consumed: () => void): void {

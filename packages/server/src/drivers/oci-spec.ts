@@ -8,6 +8,7 @@ export const GUEST_AGENT_PATH = "/opt/bothy/agent.mjs";
 export const GVISOR_COMPAT_FILES = [
   { name: "statx-compat.so", guestPath: "/opt/bothy/statx-compat.so" },
   { name: "ld.so.preload", guestPath: "/etc/ld.so.preload" },
+  { name: "bothy-init", guestPath: "/opt/bothy/bothy-init" },
 ];
 
 const CPU_PERIOD_US = 100_000;
@@ -46,7 +47,8 @@ export function buildOciSpec(spec: SandboxSpec & { rootfs: string; agentPath: st
     process: {
       terminal: false,
       user: { uid: 0, gid: 0 },
-      args: ["/usr/bin/node", GUEST_AGENT_PATH],
+      // A small init as PID 1 reaps orphaned processes, which Node cannot do.
+      args: ["/opt/bothy/bothy-init", "/usr/bin/node", GUEST_AGENT_PATH],
       env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
       cwd: "/",
       capabilities: Object.fromEntries(["bounding", "effective", "inheritable", "permitted"].map((k) => [k, CAPABILITIES])),
