@@ -1,0 +1,148 @@
+/**
+ * A sandbox: create, connect, list, kill, pause/resume and its lifetime, with `commands`,
+ * `pty` and `files` for what runs inside. Everything goes over bothy's public API.
+ */
+import { sandboxInfo, sandboxList, type DriverName, type SandboxInfo, type SandboxState } from "@bothy/protocol";
+import { Commands } from "./commands.ts";
+import { streamEvents, type BothyEvent, type EventOptions } from "./events.ts";
+import { NotFoundError } from "./errors.ts";
+import { Files } from "./files.ts";
+import { HttpClient, type CallOptions, type ConnectionOptions } from "./http-client.ts";
+import { Pty } from "./pty.ts";
+
+export type { DriverName, SandboxInfo, SandboxState };
+
+export interface SandboxOptions extends ConnectionOptions, CallOptions {}
+
+export interface SandboxCreateOptions extends SandboxOptions {
+  /** Template name (default "seed"). */
+  template?: string;
+  vcpu?: number;
+  memoryMib?: number;
+  /** Seconds from when it runs until the server deletes it (default: the server's, 1 h). */
+  timeoutS?: number;
+  /** gvisor or qemu (default: the server's BOTHY_DRIVER). */
+  driver?: DriverName;
+  /** The same key with the same options answers the same sandbox instead of booting another. */
+  idempotencyKey?: string;
+  /** Delete the sandbox when this client's sockets drop without a clean close. */
+  deleteOnDisconnect?: boolean;
+  disconnectGraceS?: number;
+}
+
+export class Sandbox {
+  readonly sandboxId: string;
+  readonly commands: Commands;
+  readonly pty: Pty;
+  readonly files: Files;
+  private readonly http: HttpClient;
+  private last: SandboxInfo;
+
+  private constructor(http: HttpClient, info: SandboxInfo) {
+    this.http = http;
+    this.sandboxId = info.sandbox_id;
+    this.last = info;
+    this.commands = new Commands(http, info.sandbox_id);
+    this.pty = new Pty(this.commands);
+    this.files = new Files(http, info.sandbox_id);
+  }
+
+  /** Boots a new sandbox and answers once it runs. */
+  static async create(options: SandboxCreateOptions = {}): Promise<Sandbox> {
+    const http = new HttpClient(options);
+    const body = {
+      ...(options.template === undefined ? {} : { template: options.template }),
+      ...(options.vcpu === undefined ? {} : { vcpu: options.vcpu }),
+      ...(options.memoryMib === undefined ? {} : { memory_mib: options.memoryMib }),
+      ...(options.timeoutS === undefined ? {} : { timeout_s: options.timeoutS }),
+      ...(options.driver === undefined ? {} : { driver: options.driver }),
+      ...(options.deleteOnDisconnect === undefined ? {} : { delete_on_disconnect: options.deleteOnDisconnect }),
+      ...(options.disconnectGraceS === undefined ? {} : { disconnect_grace_s: options.disconnectGraceS }),
+    };
+    const info = await http.json("POST", "/sandboxes", sandboxInfo, {
+      body,
+      ...(options.idempotencyKey === undefined ? {} : { headers: { "idempotency-key": options.idempotencyKey } }),
+      ...signalOf(options),
+    });
+    return new Sandbox(http, info);
+  }
+
+  /** A handle on an existing sandbox (NotFoundError when there is none; a deleted one is still answered). */
+  static async connect(sandboxId: string, options: SandboxOptions = {}): Promise<Sandbox> {
+    const http = new HttpClient(options);
+    return new Sandbox(http, await http.json("GET", `/sandboxes/${sandboxId}`, sandboxInfo, signalOf(options)));
+  }
+
+  /** The live sandboxes (creating, running, paused, deleting). */
+  static async list(options: SandboxOptions = {}): Promise<SandboxInfo[]> {
+    return (await new HttpClient(options).json("GET", "/sandboxes", sandboxList, signalOf(options))).sandboxes;
+  }
+
+  /** Deletes a sandbox by id; answers false when there was none. Deleting twice is fine. */
+  static async kill(sandboxId: string, options: SandboxOptions = {}): Promise<boolean> {
+    try {
+      await new HttpClient(options).json("DELETE", `/sandboxes/${sandboxId}`, sandboxInfo, signalOf(options));
+      return true;
+    } catch (err) {
+      if (err instanceof NotFoundError) return false;
+      throw err;
+    }
+  }
+
+  /** Sandbox and command events (`sandbox.created`, `command.exited`, …) for all sandboxes. */
+  static events(options: SandboxOptions & EventOptions = {}): AsyncGenerator<BothyEvent> {
+    return streamEvents(new HttpClient(options), options);
+  }
+
+  /** The server's address and key this sandbox was reached with. */
+  get connection(): ConnectionOptions {
+    return this.http.connection;
+  }
+
+  /** What the server last said about this sandbox (refresh with `getInfo()`). */
+  get info(): SandboxInfo {
+    return this.last;
+  }
+
+  async getInfo(options: CallOptions = {}): Promise<SandboxInfo> {
+    return this.update(this.http.json("GET", `/sandboxes/${this.sandboxId}`, sandboxInfo, signalOf(options)));
+  }
+
+  async isRunning(options: CallOptions = {}): Promise<boolean> {
+    return (await this.getInfo(options)).state === "running";
+  }
+
+  /** Deletes the sandbox and everything in it. Safe to call twice. */
+  async kill(options: CallOptions = {}): Promise<void> {
+    await this.update(this.http.json("DELETE", `/sandboxes/${this.sandboxId}`, sandboxInfo, signalOf(options)));
+  }
+
+  /** The sandbox now expires `timeoutS` seconds from now (extends or shortens its life). */
+  async setTimeout(timeoutS: number, options: CallOptions = {}): Promise<SandboxInfo> {
+    return this.update(this.http.json("POST", `/sandboxes/${this.sandboxId}/timeout`, sandboxInfo, { body: { timeout_s: timeoutS }, ...signalOf(options) }));
+  }
+
+  /** Saves memory to disk and stops the VM (QEMU driver; gVisor throws NotSupportedError). */
+  async pause(options: CallOptions = {}): Promise<SandboxInfo> {
+    return this.update(this.http.json("POST", `/sandboxes/${this.sandboxId}/pause`, sandboxInfo, signalOf(options)));
+  }
+
+  /** Resumes a paused sandbox (commands and file calls also resume it on their own). */
+  async resume(options: CallOptions = {}): Promise<SandboxInfo> {
+    return this.update(this.http.json("POST", `/sandboxes/${this.sandboxId}/resume`, sandboxInfo, signalOf(options)));
+  }
+
+  /** This sandbox's events, replayed from `since` and then live (unless `follow: false`). */
+  events(options: EventOptions = {}): AsyncGenerator<BothyEvent> {
+    return streamEvents(this.http, { ...options, sandboxId: this.sandboxId });
+  }
+
+  private async update(info: Promise<SandboxInfo>): Promise<SandboxInfo> {
+    this.last = await info;
+    return this.last;
+  }
+}
+
+function signalOf(options: CallOptions): CallOptions {
+  return options.signal ? { signal: options.signal } : {};
+}
