@@ -2,3 +2,4 @@ export * from "./errors.ts";
 export * from "./codec.ts";
 export * from "./guest-frames.ts";
 export * from "./api.ts";
+export * from "./tools-api.ts";
