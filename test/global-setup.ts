@@ -3,7 +3,7 @@ import { TemplateStore } from "../packages/server/src/images/template-store.ts";
 import { testTemplatesDir } from "./paths.ts";
 
 /**
- * Integration tests need the `seed` template. It is built once into a persistent cache (keyed by
+ * Integration tests need the `seed` and `charts` templates. They are built once into a persistent cache (keyed by
  * the template's content hash), so only the first run on a machine pays for debootstrap.
  */
 export default async function setup(): Promise<void> {
@@ -11,11 +11,14 @@ export default async function setup(): Promise<void> {
     sourceDir: fileURLToPath(new URL("../templates", import.meta.url)),
     storeDir: testTemplatesDir(),
   });
-  if (await store.resolve("seed")) return;
-  process.stderr.write(`building template seed into ${testTemplatesDir()} (first run only)\n`);
-  await store.build("seed", {
-    onProgress: (ev) => {
-      if (ev.line === undefined) process.stderr.write(`[${ev.step}/${ev.steps}] ${ev.title}\n`);
-    },
-  });
+  // charts (seed + matplotlib and pandas, ~70 s) is for the agent tools' tests.
+  for (const name of ["seed", "charts"]) {
+    if (await store.resolve(name)) continue;
+    process.stderr.write(`building template ${name} into ${testTemplatesDir()} (first run only)\n`);
+    await store.build(name, {
+      onProgress: (ev) => {
+        if (ev.line === undefined) process.stderr.write(`[${ev.step}/${ev.steps}] ${ev.title}\n`);
+      },
+    });
+  }
 }

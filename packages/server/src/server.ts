@@ -4,6 +4,7 @@ import websocket from "@fastify/websocket";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
 import { pino, type Logger as PinoLogger } from "pino";
 import { BothyError } from "@bothy/protocol";
+import { agentToolRoutes } from "./api/agent-tool-routes.ts";
 import { commandRoutes } from "./api/command-routes.ts";
 import { eventRoutes } from "./api/event-routes.ts";
 import { fileRoutes } from "./api/file-routes.ts";
@@ -97,6 +98,7 @@ export async function startServer(config: Config, logger: PinoLogger = createLog
   commandRoutes(app, manager, registry, watch);
   eventRoutes(app, events);
   await fileRoutes(app, manager);
+  await agentToolRoutes(app, config, logger);
 
   const address = await app.listen({ host: config.host, port: config.port });
   logger.info({ event: "listening", address }, `bothy listening on ${address}`);

@@ -1,0 +1,107 @@
+/**
+ * The agent tools (packages/tools) on this server: MCP over streamable HTTP at `/mcp`, the corpus
+ * at `/corpus`, conversations and turns at `/conversations`. The tools reach sandboxes through
+ * this server's own public API over loopback, as any client would.
+ */
+import { createReadStream } from "node:fs";
+import type { AddressInfo } from "node:net";
+import type { FastifyInstance } from "fastify";
+import type { Logger as PinoLogger } from "pino";
+import type { z } from "zod";
+import { BothyError, beginTurnRequest, corpusUploadQuery, createConversationRequest } from "@bothy/protocol";
+import { AgentTools, corpusMediaType, McpHttpSessions } from "@bothy/tools";
+import type { Config } from "../config.ts";
+
+/** MCP messages carry whole files (computer_write_file), so /mcp takes more than the API's JSON limit. */
+const MCP_BODY_LIMIT = 32 * 1024 * 1024;
+const CORPUS_BODY_LIMIT = 64 * 1024 * 1024;
+
+type Conv = { Params: { id: string } };
+type Turn = { Params: { id: string; turn: string } };
+
+function parse<T extends z.ZodType>(schema: T, value: unknown, what: string): z.output<T> {
+  const parsed = schema.safeParse(value ?? {});
+  if (parsed.success) return parsed.data;
+  const issue = parsed.error.issues[0];
+  const where = issue?.path.length ? `${issue.path.join(".")}: ` : "";
+  throw new BothyError("invalid_request", `${what}: ${where}${issue?.message ?? "invalid"}.`);
+}
+
+function loopbackUrl(app: FastifyInstance): string {
+  const address = app.server.address() as AddressInfo | null;
+  if (!address) throw new BothyError("shutting_down", "The server is not listening.");
+  const host = address.address === "0.0.0.0" ? "127.0.0.1" : address.address === "::" ? "[::1]" : address.family === "IPv6" ? `[${address.address}]` : address.address;
+  return `http://${host}:${address.port}`;
+}
+
+export async function agentToolRoutes(app: FastifyInstance, config: Config, logger: PinoLogger): Promise<void> {
+  const tools = await AgentTools.open({
+    home: config.home,
+    apiUrl: () => loopbackUrl(app),
+    defaultTemplate: process.env["BOTHY_TOOLS_TEMPLATE"] ?? "workspace",
+    log: (level, event, fields) => logger[level]({ event, ...fields }, event),
+  });
+  const sessions = new McpHttpSessions(tools);
+  app.addHook("onClose", async () => {
+    await sessions.close();
+    tools.close();
+  });
+
+  await app.register(async (scope) => {
+    scope.route({
+      method: ["GET", "POST", "DELETE"],
+      url: "/mcp",
+      bodyLimit: MCP_BODY_LIMIT,
+      handler: async (request, reply) => {
+        reply.hijack();
+        await sessions.handle(request.raw, reply.raw, request.body);
+      },
+    });
+
+    // Documents are raw bytes; the route checks their type itself.
+    scope.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: CORPUS_BODY_LIMIT }, (_request, body, done) => done(null, body));
+    scope.post<{ Querystring: Record<string, string> }>("/corpus", { bodyLimit: CORPUS_BODY_LIMIT }, async (request, reply) => {
+      const { name } = parse(corpusUploadQuery, request.query, "POST /corpus?name=<file name>");
+      const type = corpusMediaType(request.headers["content-type"], name);
+      if (!type) throw new BothyError("unsupported_media_type", "The corpus takes CSV, plain text and Markdown: send Content-Type text/csv, text/plain or text/markdown (or a .csv/.txt/.md name).");
+      if (!Buffer.isBuffer(request.body)) throw new BothyError("invalid_request", "POST /corpus takes the document's bytes as the body.");
+      return reply.code(201).send(await tools.corpus.add(name, type, request.body));
+    });
+  });
+
+  app.get("/corpus", async () => ({ documents: tools.store.documents() }));
+  app.get<Conv>("/corpus/:id", async (request) => {
+    const doc = tools.store.document(request.params.id);
+    if (!doc) throw new BothyError("document_not_found", `No corpus document ${request.params.id.slice(0, 64)}; GET /corpus lists them.`);
+    return doc;
+  });
+  app.delete<Conv>("/corpus/:id", async (request) => {
+    if (!tools.store.deleteDocument(request.params.id)) throw new BothyError("document_not_found", `No corpus document ${request.params.id.slice(0, 64)}; GET /corpus lists them.`);
+    return { document_id: request.params.id, deleted: true };
+  });
+
+  app.post("/conversations", async (request, reply) => {
+    const body = parse(createConversationRequest, request.body, "POST /conversations");
+    const existed = body.conversation_id !== undefined && tools.store.conversation(body.conversation_id) !== undefined;
+    return reply.code(existed ? 200 : 201).send(tools.createConversation(body));
+  });
+  app.get<Conv>("/conversations/:id", async (request) => ({ ...tools.conversation(request.params.id), turns: tools.store.turns(request.params.id) }));
+  app.delete<Conv>("/conversations/:id", async (request) => tools.deleteConversation(request.params.id));
+  app.post<Conv>("/conversations/:id/turns", async (request, reply) => {
+    const { turn_id } = parse(beginTurnRequest, request.body, "POST /conversations/{id}/turns");
+    return reply.code(201).send(tools.beginTurn(request.params.id, turn_id));
+  });
+  app.get<Turn>("/conversations/:id/turns/:turn", async (request) => tools.turnView(request.params.id, request.params.turn));
+  app.post<Turn>("/conversations/:id/turns/:turn/end", async (request) => tools.endTurn(request.params.id, request.params.turn));
+  app.get<{ Params: { id: string; turn: string; export: string } }>("/conversations/:id/turns/:turn/attachments/:export", async (request, reply) => {
+    const { id, turn, export: exportId } = request.params;
+    const file = tools.attachment(id, turn, exportId);
+    const name = file.name.replace(/[^\x20-\x7e]|["\\]/g, "_");
+    return reply
+      .type(file.media_type)
+      .header("content-length", file.size)
+      .header("content-disposition", `attachment; filename="${name}"; filename*=UTF-8''${encodeURIComponent(file.name)}`)
+      .header("x-content-sha256", file.sha256)
+      .send(createReadStream(tools.exportPath(file.export_id)));
+  });
+}

@@ -1,0 +1,288 @@
+/**
+ * The state behind the tools: conversations (each with one sandbox, made on first use), their
+ * turns (with the end-of-turn check), the export store and what each turn sent, and the corpus.
+ */
+import { createHash } from "node:crypto";
+import { createWriteStream } from "node:fs";
+import { mkdir, open, rename, rm } from "node:fs/promises";
+import { basename, join } from "node:path";
+import { pipeline } from "node:stream/promises";
+import { Transform } from "node:stream";
+import { BothyError, CLIENT_ID_RE } from "@bothy/protocol";
+import { Corpus } from "./corpus.ts";
+import { SandboxApi } from "./sandbox-api.ts";
+import { mediaTypeOf } from "./text-view.ts";
+import { newId, ToolStore, type ConversationRow, type ExportRow, type TurnRow } from "./tool-store.ts";
+
+export const CONVERSATION_ID_RE = CLIENT_ID_RE;
+export const TURN_ID_RE = CONVERSATION_ID_RE;
+
+export type ToolLog = (level: "info" | "warn", event: string, fields: Record<string, unknown>) => void;
+
+export interface AgentToolsOptions {
+  /** State lives under `<home>/tools/`. */
+  home: string;
+  /** The sandbox API's base URL (read when first needed: the server knows it only once listening). */
+  apiUrl: () => string;
+  /** Template of a conversation's sandbox when its creator names none. */
+  defaultTemplate: string;
+  defaultMemoryMib?: number;
+  log: ToolLog;
+}
+
+export interface ConversationShape {
+  conversation_id?: string | undefined;
+  template?: string | undefined;
+  vcpu?: number | undefined;
+  memory_mib?: number | undefined;
+}
+
+export interface ExportView {
+  export_id: string;
+  name: string;
+  size: number;
+  media_type: string;
+  sha256: string;
+  source_path: string;
+  created_at: string;
+}
+
+export interface TurnView {
+  conversation_id: string;
+  turn_id: string;
+  state: TurnRow["state"];
+  started_at: string;
+  ended_at: string | null;
+  warnings: string[];
+  exports: ExportView[];
+  attachments: Array<ExportView & { sent_at: string; url: string }>;
+}
+
+export interface SandboxLease {
+  sandboxId: string;
+  /** Made for this call: the conversation had none, or its old one was gone (with its files). */
+  fresh: boolean;
+  replaced: boolean;
+}
+
+const exportView = (e: ExportRow): ExportView => ({
+  export_id: e.id,
+  name: e.name,
+  size: e.size,
+  media_type: e.media_type,
+  sha256: e.sha256,
+  source_path: e.source_path,
+  created_at: e.created_at,
+});
+
+export class AgentTools {
+  readonly store: ToolStore;
+  readonly corpus: Corpus;
+  readonly api: SandboxApi;
+  private readonly exportsDir: string;
+  private readonly leasing = new Map<string, Promise<SandboxLease>>();
+
+  private constructor(
+    private readonly options: AgentToolsOptions,
+    dir: string,
+  ) {
+    this.store = new ToolStore(join(dir, "tools.sqlite"));
+    this.corpus = new Corpus(this.store, join(dir, "corpus"));
+    this.exportsDir = join(dir, "exports");
+    this.api = new SandboxApi(options.apiUrl);
+  }
+
+  static async open(options: AgentToolsOptions): Promise<AgentTools> {
+    const dir = join(options.home, "tools");
+    for (const sub of ["corpus", "exports"]) await mkdir(join(dir, sub), { recursive: true, mode: 0o700 });
+    return new AgentTools(options, dir);
+  }
+
+  close(): void {
+    this.store.close();
+  }
+
+  // ---- conversations ------------------------------------------------------------------------
+
+  createConversation(shape: ConversationShape): ConversationRow {
+    const id = shape.conversation_id ?? newId("conv");
+    if (!CONVERSATION_ID_RE.test(id)) throw new BothyError("invalid_request", "conversation_id: 1 to 128 letters, digits and _ . : -, starting with a letter or digit.");
+    return this.store.ensureConversation(id, { template: shape.template ?? this.options.defaultTemplate, vcpu: shape.vcpu, memory_mib: shape.memory_mib ?? this.options.defaultMemoryMib });
+  }
+
+  conversation(id: string): ConversationRow {
+    const row = this.store.conversation(id);
+    if (!row) throw new BothyError("conversation_not_found", `No conversation ${id.slice(0, 128)}; create it with POST /conversations or just use it in a tool call.`);
+    return row;
+  }
+
+  /** The conversation's running sandbox, made on first use; one create at a time per conversation. */
+  sandboxFor(conversationId: string): Promise<SandboxLease> {
+    const pending = this.leasing.get(conversationId);
+    if (pending) return pending;
+    const lease = this.lease(conversationId).finally(() => this.leasing.delete(conversationId));
+    this.leasing.set(conversationId, lease);
+    return lease;
+  }
+
+  private async lease(conversationId: string): Promise<SandboxLease> {
+    const conv = this.conversation(conversationId);
+    if (conv.deleted_at) throw new BothyError("conversation_not_found", `Conversation ${conversationId} was deleted; start a new one.`);
+    if (conv.sandbox_id) {
+      const info = await this.api.get(conv.sandbox_id);
+      if (info && (info.state === "running" || info.state === "paused")) return { sandboxId: conv.sandbox_id, fresh: false, replaced: false };
+    }
+    const info = await this.api.create({
+      template: conv.template,
+      ...(conv.vcpu === null ? {} : { vcpu: conv.vcpu }),
+      ...(conv.memory_mib === null ? {} : { memory_mib: conv.memory_mib }),
+    });
+    this.store.setSandbox(conversationId, info.sandbox_id);
+    this.options.log("info", "conversation_sandbox", { conversation_id: conversationId, sandbox_id: info.sandbox_id, replaced: conv.sandbox_id });
+    return { sandboxId: info.sandbox_id, fresh: true, replaced: conv.sandbox_id !== null };
+  }
+
+  /** Deletes the conversation's sandbox; its turns, exports and attachments stay readable. */
+  async deleteConversation(id: string): Promise<ConversationRow> {
+    const conv = this.conversation(id);
+    await this.leasing.get(id)?.catch(() => undefined);
+    const sandboxId = this.store.conversation(id)?.sandbox_id;
+    if (sandboxId) await this.api.delete(sandboxId);
+    if (conv.current_turn) this.endTurn(id, conv.current_turn);
+    this.store.markDeleted(id);
+    return this.conversation(id);
+  }
+
+  // ---- turns --------------------------------------------------------------------------------
+
+  /** Begins a turn (ending the conversation's open one first, with its check). */
+  beginTurn(conversationId: string, turnId: string = newId("turn")): TurnView {
+    if (!TURN_ID_RE.test(turnId)) throw new BothyError("invalid_request", "turn_id: 1 to 128 letters, digits and _ . : -, starting with a letter or digit.");
+    const conv = this.conversation(conversationId);
+    if (this.store.turn(conversationId, turnId)) throw new BothyError("invalid_request", `Turn ${turnId} already exists in conversation ${conversationId}; use a new turn id.`);
+    if (conv.current_turn) this.endTurn(conversationId, conv.current_turn);
+    this.store.beginTurn(conversationId, turnId);
+    return this.turnView(conversationId, turnId);
+  }
+
+  /** The turn a tool call belongs to: the one it names (begun if new), else the open one, else a new one. */
+  turnForCall(conversationId: string, requested: string | undefined): string {
+    const conv = this.conversation(conversationId);
+    if (requested !== undefined) {
+      const turn = this.store.turn(conversationId, requested);
+      if (turn?.state === "ended") throw new BothyError("turn_ended", `Turn ${requested} has ended; tool calls need an open turn: begin a new one with a new turn id.`);
+      if (!turn) this.beginTurn(conversationId, requested);
+      return requested;
+    }
+    return conv.current_turn ?? this.beginTurn(conversationId).turn_id;
+  }
+
+  /**
+   * Ends a turn. The end-of-turn check: a turn that exported files but sent none ends with a
+   * warning, in the turn's record and in the log.
+   */
+  endTurn(conversationId: string, turnId: string): TurnView {
+    const turn = this.turnRow(conversationId, turnId);
+    if (turn.state === "ended") return this.turnView(conversationId, turnId);
+    const exported = this.store.exportsOfTurn(conversationId, turnId);
+    const sent = this.store.attachments(conversationId, turnId);
+    const warnings: string[] = [];
+    if (exported.length > 0 && sent.length === 0) {
+      const names = exported.map((e) => `${e.name} (${e.id})`).join(", ");
+      warnings.push(`This turn exported ${exported.length} file(s) but sent none, so the user received nothing: ${names}. Call send_file with an export id to deliver a file.`);
+      this.options.log("warn", "turn_exports_unsent", { conversation_id: conversationId, turn_id: turnId, exports: exported.map((e) => e.id) });
+    }
+    this.store.endTurn(conversationId, turnId, warnings);
+    this.options.log("info", "turn_ended", { conversation_id: conversationId, turn_id: turnId, exports: exported.length, attachments: sent.length });
+    return this.turnView(conversationId, turnId);
+  }
+
+  private turnRow(conversationId: string, turnId: string): TurnRow {
+    this.conversation(conversationId);
+    const turn = this.store.turn(conversationId, turnId);
+    if (!turn) throw new BothyError("turn_not_found", `Conversation ${conversationId} has no turn ${turnId.slice(0, 128)}.`);
+    return turn;
+  }
+
+  turnView(conversationId: string, turnId: string): TurnView {
+    const turn = this.turnRow(conversationId, turnId);
+    const base = `/conversations/${encodeURIComponent(conversationId)}/turns/${encodeURIComponent(turnId)}`;
+    return {
+      conversation_id: conversationId,
+      turn_id: turnId,
+      state: turn.state,
+      started_at: turn.started_at,
+      ended_at: turn.ended_at,
+      warnings: turn.warnings,
+      exports: this.store.exportsOfTurn(conversationId, turnId).map(exportView),
+      attachments: this.store.attachments(conversationId, turnId).map((a) => ({ ...exportView(a), sent_at: a.sent_at, url: `${base}/attachments/${a.id}` })),
+    };
+  }
+
+  // ---- exports ------------------------------------------------------------------------------
+
+  exportPath(id: string): string {
+    return join(this.exportsDir, id);
+  }
+
+  /** Copies a sandbox file into the export store, streaming and hashing it on the way. */
+  async exportFile(conversationId: string, turnId: string, sandboxId: string, path: string, name?: string): Promise<ExportView> {
+    const id = newId("exp");
+    const tmp = `${this.exportPath(id)}.tmp`;
+    const hash = createHash("sha256");
+    let size = 0;
+    const counter = new Transform({
+      transform(chunk: Buffer, _enc, done) {
+        hash.update(chunk);
+        size += chunk.length;
+        done(null, chunk);
+      },
+    });
+    try {
+      await pipeline(await this.api.readStream(sandboxId, path), counter, createWriteStream(tmp, { mode: 0o600 }));
+      await rename(tmp, this.exportPath(id));
+    } catch (err) {
+      await rm(tmp, { force: true });
+      throw err;
+    }
+    const head = Buffer.alloc(16);
+    const fh = await open(this.exportPath(id));
+    try {
+      await fh.read(head, 0, 16, 0);
+    } finally {
+      await fh.close();
+    }
+    const fileName = name ?? basename(path);
+    const row: ExportRow = {
+      id,
+      conversation_id: conversationId,
+      turn_id: turnId,
+      source_path: path,
+      name: fileName,
+      size,
+      media_type: mediaTypeOf(fileName, head.subarray(0, Math.min(size, 16))),
+      sha256: hash.digest("hex"),
+      created_at: new Date().toISOString(),
+    };
+    this.store.addExport(row);
+    this.options.log("info", "file_exported", { conversation_id: conversationId, turn_id: turnId, export_id: id, size, media_type: row.media_type });
+    return exportView(row);
+  }
+
+  /** Attaches an export of this conversation to the turn's reply. */
+  send(conversationId: string, turnId: string, exportId: string): ExportView {
+    const row = this.store.export(exportId);
+    if (!row || row.conversation_id !== conversationId) throw new BothyError("export_not_found", `No export ${exportId.slice(0, 64)} in this conversation; export the file with computer_export_file and use the export_id it returns.`);
+    this.store.attach(conversationId, turnId, exportId);
+    this.options.log("info", "file_sent", { conversation_id: conversationId, turn_id: turnId, export_id: exportId });
+    return exportView(row);
+  }
+
+  /** An attachment of a turn, for serving its bytes. */
+  attachment(conversationId: string, turnId: string, exportId: string): ExportView {
+    this.turnRow(conversationId, turnId);
+    const found = this.store.attachments(conversationId, turnId).find((a) => a.id === exportId);
+    if (!found) throw new BothyError("export_not_found", `Turn ${turnId} of conversation ${conversationId} has no attachment ${exportId.slice(0, 64)}.`);
+    return exportView(found);
+  }
+}

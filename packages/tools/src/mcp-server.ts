@@ -1,0 +1,35 @@
+/** The MCP server: every tool, the guidance as instructions and as the `computer_guidance` prompt. */
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import type { AgentTools } from "./agent-tools.ts";
+import { GUIDANCE } from "./guidance.ts";
+import { registerComputerBash } from "./tools/computer-bash.ts";
+import { registerCorpusTools } from "./tools/corpus-tools.ts";
+import { registerDeliveryTools } from "./tools/delivery-tools.ts";
+import { registerFileTools } from "./tools/file-tools.ts";
+
+export const TOOL_NAMES = [
+  "computer_bash",
+  "computer_read_file",
+  "computer_edit_file",
+  "computer_write_file",
+  "computer_view_file",
+  "computer_export_file",
+  "send_file",
+  "computer_fetch_document",
+  "rag_search",
+] as const;
+
+/** One MCP server per session (the SDK binds a server to one transport). */
+export function createMcpServer(tools: AgentTools): McpServer {
+  const server = new McpServer({ name: "bothy", version: "0.1.0" }, { instructions: GUIDANCE, capabilities: { logging: {} } });
+  registerComputerBash(server, tools);
+  registerFileTools(server, tools);
+  registerDeliveryTools(server, tools);
+  registerCorpusTools(server, tools);
+  server.registerPrompt(
+    "computer_guidance",
+    { title: "How to use the computer tools", description: "Read before edit, view charts before claiming success, export then send, totals need the whole file, aggregate big files in SQL." },
+    () => ({ messages: [{ role: "user", content: { type: "text", text: GUIDANCE } }] }),
+  );
+  return server;
+}

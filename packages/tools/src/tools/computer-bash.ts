@@ -1,0 +1,100 @@
+/** `computer_bash`: a shell command in the conversation's sandbox, its output streamed as it runs. */
+import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import { z } from "zod";
+import type { AgentTools } from "../agent-tools.ts";
+import { DESCRIPTIONS } from "../guidance.ts";
+import { MiddleTruncator } from "../text-view.ts";
+import { okResult, untrustedResult } from "../tool-result.ts";
+import { withContext, type Extra } from "../tool-context.ts";
+
+const FLUSH_MS = 250;
+const MAX_NOTIFICATION_CHARS = 8000;
+
+/**
+ * Sends output as it arrives, coalesced every 250 ms: as `notifications/progress` when the
+ * caller gave a progress token, and always as a `notifications/message` log line.
+ */
+class OutputStreamer {
+  private pending = "";
+  private timer: NodeJS.Timeout | undefined;
+  private sent = 0;
+
+  constructor(private readonly extra: Extra) {}
+
+  push(text: string): void {
+    this.pending += text;
+    this.timer ??= setTimeout(() => this.flush(), FLUSH_MS);
+  }
+
+  flush(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    if (!this.pending) return;
+    const text = this.pending.length > MAX_NOTIFICATION_CHARS ? `…${this.pending.slice(-MAX_NOTIFICATION_CHARS)}` : this.pending;
+    this.pending = "";
+    this.sent += 1;
+    const token = this.extra._meta?.progressToken;
+    const send = (n: Parameters<Extra["sendNotification"]>[0]): void => void this.extra.sendNotification(n).catch(() => undefined);
+    if (token !== undefined) send({ method: "notifications/progress", params: { progressToken: token, progress: this.sent, message: text } });
+    send({ method: "notifications/message", params: { level: "info", logger: "computer_bash", data: { untrusted: true, output: text } } });
+  }
+}
+
+export function registerComputerBash(server: McpServer, tools: AgentTools): void {
+  server.registerTool(
+    "computer_bash",
+    {
+      title: "Run a command",
+      description: DESCRIPTIONS.computer_bash,
+      inputSchema: {
+        command: z.string().min(1).max(256 * 1024).describe("The shell line, run with bash -c in /workspace."),
+        timeout_s: z.number().int().min(1).max(3600).optional().describe("Kill it after this many seconds (default 300)."),
+        background: z.boolean().optional().describe("Start it and return at once; redirect its output to a file to read later."),
+      },
+      annotations: { openWorldHint: true },
+    },
+    withContext(tools, async (args: { command: string; timeout_s?: number | undefined; background?: boolean | undefined }, ctx) => {
+      const sandboxId = await ctx.sandbox();
+      const cmd = `exec bash -c ${shellQuote(args.command)}`;
+      if (args.background) {
+        const started = await tools.api.exec(sandboxId, { cmd, cwd: "/workspace", background: true, ...(args.timeout_s ? { timeout_s: args.timeout_s } : {}) }, () => undefined);
+        return okResult(
+          `Started in the background as ${started.command_id}. Its output is not returned: if you did not redirect it to a file (cmd > /workspace/job.log 2>&1 &), you cannot read it. Check on it with computer_bash (e.g. cat the log, or ps).`,
+          { command_id: started.command_id },
+        );
+      }
+      const output = new MiddleTruncator();
+      const streamer = new OutputStreamer(ctx.extra);
+      let result;
+      try {
+        result = await tools.api.exec(
+          sandboxId,
+          { cmd, cwd: "/workspace", timeout_s: args.timeout_s ?? 300 },
+          (_stream, text) => {
+            output.push(text);
+            streamer.push(text);
+          },
+          ctx.extra.signal,
+        );
+      } finally {
+        streamer.flush();
+      }
+      const status = result.timed_out
+        ? `Timed out after ${args.timeout_s ?? 300} s and was killed.`
+        : result.exit_code === null
+          ? `Ended by signal ${result.signal ?? "?"}.`
+          : `Exit code ${result.exit_code}.`;
+      const text = output.toString();
+      return untrustedResult("sandbox", `${status}${text ? " Output (stdout and stderr):" : " No output."}`, text, {
+        command_id: result.command_id,
+        exit_code: result.exit_code,
+        ...(result.signal ? { signal: result.signal } : {}),
+        ...(output.omitted > 0 ? { omitted_chars: output.omitted } : {}),
+      });
+    }),
+  );
+}
+
+function shellQuote(s: string): string {
+  return `'${s.replaceAll("'", `'\\''`)}'`;
+}

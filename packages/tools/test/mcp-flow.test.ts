@@ -1,0 +1,265 @@
+/**
+ * The agent tools end to end: a real bothy server (gVisor sandboxes of the `charts` template),
+ * the MCP SDK's own Client over streamable HTTP and over stdio (`bothy mcp`).
+ */
+import { readFile } from "node:fs/promises";
+import { fileURLToPath } from "node:url";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { noLeaks } from "../../server/test/helpers/host-state.ts";
+import { api } from "../../server/test/helpers/client.ts";
+import { driverTitle, testDrivers } from "../../server/test/helpers/drivers.ts";
+import { startTestServer, type TestServer } from "../../server/test/helpers/test-server.ts";
+import { TOOL_NAMES } from "../src/index.ts";
+
+const BOTHY = fileURLToPath(new URL("../../cli/bin/bothy.js", import.meta.url));
+const gvisor = testDrivers().find((d) => d.name === "gvisor") ?? { name: "gvisor" as const, missing: "BOTHY_TEST_DRIVERS to include gvisor" };
+
+const REGIONS = ["North", "South", "East", "West"];
+/** 120 rows of sales: revenue per region is known, so the chart's totals can be checked. */
+function salesCsv(): { csv: string; totals: Record<string, number> } {
+  const totals: Record<string, number> = {};
+  const rows = ["date,region,product,revenue"];
+  for (let i = 0; i < 120; i++) {
+    const region = REGIONS[i % 4] ?? "North";
+    const revenue = 100 + ((i * 37) % 250);
+    totals[region] = (totals[region] ?? 0) + revenue;
+    rows.push(`2026-01-${String((i % 28) + 1).padStart(2, "0")},${region},widget-${i % 3},${revenue}`);
+  }
+  return { csv: `${rows.join("\n")}\n`, totals };
+}
+
+const CHART_PY = `import pandas as pd
+import matplotlib.pyplot as plt
+df = pd.read_csv("/workspace/documents/sales.csv")
+by_region = df.groupby("region")["revenue"].sum().sort_index()
+print("rendering chart")
+for region, total in by_region.items():
+    print(f"{region}={total}")
+ax = by_region.plot.bar(title="Revenue by region")
+ax.set_ylabel("revenue")
+plt.tight_layout()
+plt.savefig("/workspace/revenue.png", dpi=60)
+print("saved")
+`;
+
+function text(result: CallToolResult): string {
+  return result.content.map((c) => (c.type === "text" ? c.text : `[${c.type}]`)).join("\n");
+}
+
+function refusalOf(result: CallToolResult): unknown {
+  return result._meta?.["bothy/refusal"];
+}
+
+describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools over MCP"), () => {
+  let ts: TestServer;
+  let documentId: string;
+  const expected = salesCsv();
+  const conversations: string[] = [];
+
+  beforeAll(async () => {
+    ts = await startTestServer({ BOTHY_DRIVER: "gvisor", BOTHY_NETWORK: "off" });
+    const res = await fetch(`${ts.url}/corpus?name=sales.csv`, { method: "POST", headers: { "content-type": "text/csv" }, body: expected.csv });
+    expect(res.status).toBe(201);
+    documentId = ((await res.json()) as { id: string }).id;
+  });
+
+  afterAll(async () => {
+    for (const id of conversations) {
+      const res = await api(ts.url, "DELETE", `/conversations/${id}`);
+      expect(res.status).toBe(200);
+    }
+    expect(await ts?.stop()).toEqual(noLeaks());
+  });
+
+  async function conversation(id: string): Promise<void> {
+    const res = await api(ts.url, "POST", "/conversations", { conversation_id: id, template: "charts", memory_mib: 1024 });
+    expect(res.status).toBe(201);
+    conversations.push(id);
+  }
+
+  /** A tool call in a conversation and turn, named in _meta as a client would. */
+  function caller(client: Client, conversationId: string) {
+    return async (name: string, args: Record<string, unknown>, turn: string, onprogress?: (message: string) => void): Promise<CallToolResult> =>
+      (await client.callTool(
+        { name, arguments: args, _meta: { "bothy/conversation_id": conversationId, "bothy/turn_id": turn } },
+        undefined,
+        onprogress ? { onprogress: (p) => onprogress(p.message ?? ""), timeout: 120_000 } : { timeout: 120_000 },
+      )) as CallToolResult;
+  }
+
+  /** Upload → fetch → chart with matplotlib → view → export → send → the turn's attachment is the PNG. */
+  async function chartFlow(client: Client, conversationId: string): Promise<void> {
+    const call = caller(client, conversationId);
+    const search = await call("rag_search", { query: "North widget revenue" }, "t1");
+    expect(search.isError).toBeFalsy();
+    expect(search._meta?.["bothy/untrusted"]).toEqual({ untrusted: true, source: "corpus" });
+    const results = search._meta?.["results"] as Array<{ document_id: string; fragment: boolean }>;
+    expect(results.length).toBeGreaterThan(0);
+    expect(results.every((r) => r.fragment && r.document_id === documentId)).toBe(true);
+    expect(text(search).match(/FRAGMENT: This is a fragment/g)?.length).toBe(results.length);
+    expect(text(search)).toContain("computer_fetch_document");
+
+    const fetched = await call("computer_fetch_document", { document_id: documentId }, "t1");
+    expect(text(fetched)).toContain("/workspace/documents/sales.csv");
+    expect(text(fetched)).toContain("120 data rows");
+
+    expect((await call("computer_write_file", { path: "chart.py", content: CHART_PY }, "t1")).isError).toBeFalsy();
+    const progress: string[] = [];
+    const run = await call("computer_bash", { command: "python3 chart.py" }, "t1", (m) => progress.push(m));
+    expect(text(run)).toContain("Exit code 0.");
+    expect(run._meta?.["bothy/untrusted"]).toEqual({ untrusted: true, source: "sandbox" });
+    expect(text(run)).toMatch(/<untrusted-[0-9a-f]{12}>[\s\S]*rendering chart[\s\S]*<\/untrusted-[0-9a-f]{12}>/);
+    for (const region of REGIONS) expect(text(run)).toContain(`${region}=${expected.totals[region]}`);
+    expect(progress.join("")).toContain("rendering chart");
+
+    const view = await call("computer_view_file", { path: "revenue.png" }, "t1");
+    const image = view.content.find((c) => c.type === "image");
+    expect(image).toMatchObject({ type: "image", mimeType: "image/png" });
+
+    const exported = await call("computer_export_file", { path: "/workspace/revenue.png" }, "t1");
+    const exportId = exported._meta?.["export_id"] as string;
+    expect(exportId).toMatch(/^exp_/);
+    expect(exported._meta).toMatchObject({ name: "revenue.png", media_type: "image/png" });
+    expect(text(exported)).toContain("send_file");
+    expect((await call("send_file", { export_id: exportId }, "t1")).isError).toBeFalsy();
+
+    const ended = await api(ts.url, "POST", `/conversations/${conversationId}/turns/t1/end`);
+    expect(ended.json).toMatchObject({ state: "ended", warnings: [] });
+    const turn = await api(ts.url, "GET", `/conversations/${conversationId}/turns/t1`);
+    const attachments = turn.json["attachments"] as Array<{ export_id: string; media_type: string; url: string; size: number }>;
+    expect(attachments).toHaveLength(1);
+    expect(attachments[0]).toMatchObject({ export_id: exportId, media_type: "image/png" });
+
+    const served = await fetch(`${ts.url}${attachments[0]?.url}`);
+    expect(served.headers.get("content-type")).toBe("image/png");
+    const bytes = Buffer.from(await served.arrayBuffer());
+    const sandboxId = (await api(ts.url, "GET", `/conversations/${conversationId}`)).json["sandbox_id"] as string;
+    const inSandbox = Buffer.from(await (await fetch(`${ts.url}/sandboxes/${sandboxId}/files?path=/workspace/revenue.png`)).arrayBuffer());
+    expect(bytes.subarray(0, 8).toString("latin1")).toBe("\x89PNG\r\n\x1a\n");
+    expect(bytes.equals(inSandbox)).toBe(true);
+    expect(Buffer.from((image as { data: string }).data, "base64").equals(inSandbox)).toBe(true);
+  }
+
+  describe("over streamable HTTP", () => {
+    let client: Client;
+
+    beforeAll(async () => {
+      await conversation("flow-http");
+      client = new Client({ name: "bothy-test", version: "1.0.0" });
+      await client.connect(new StreamableHTTPClientTransport(new URL(`${ts.url}/mcp`)));
+    });
+
+    afterAll(async () => {
+      await client?.close();
+    });
+
+    it("lists the tools with their guidance, and the guidance prompt", async () => {
+      const { tools } = await client.listTools();
+      expect(tools.map((t) => t.name).sort()).toEqual([...TOOL_NAMES].sort());
+      const desc = Object.fromEntries(tools.map((t) => [t.name, t.description ?? ""]));
+      expect(desc["computer_edit_file"]).toContain("read in this turn");
+      expect(desc["computer_view_file"]).toContain("check every chart");
+      expect(desc["computer_export_file"]).toContain("send_file");
+      expect(desc["rag_search"]).toContain("fragment");
+      expect(desc["computer_bash"]).toContain("sqlite3");
+      const prompt = await client.getPrompt({ name: "computer_guidance" });
+      expect(JSON.stringify(prompt.messages)).toContain("Export, then send");
+      expect(client.getInstructions()).toContain("Read before you edit");
+    });
+
+    it("charts a corpus CSV and sends the PNG: the turn's attachment is byte-identical to the sandbox file", async () => {
+      await chartFlow(client, "flow-http");
+    });
+
+    it("ends a turn that exported but sent nothing with a warning, in its result and the log", async () => {
+      const call = caller(client, "flow-http");
+      const exported = await call("computer_export_file", { path: "revenue.png", name: "unsent.png" }, "t2");
+      expect(exported.isError).toBeFalsy();
+      const ended = await api(ts.url, "POST", `/conversations/flow-http/turns/t2/end`);
+      const warnings = ended.json["warnings"] as string[];
+      expect(warnings).toHaveLength(1);
+      expect(warnings[0]).toContain("sent none");
+      expect(warnings[0]).toContain("send_file");
+      expect(await readFile(ts.logPath, "utf8")).toMatch(/"event":"turn_exports_unsent".*"turn_id":"t2"/);
+      // A tool call in an ended turn is refused.
+      expect(refusalOf(await call("computer_bash", { command: "true" }, "t2"))).toBe("turn_ended");
+    });
+
+    it("guards edits and writes: unread, partly read, and changed since the read are refused", async () => {
+      const call = caller(client, "flow-http");
+      await call("computer_bash", { command: "seq 1 50 | sed 's/^/line /' > notes.txt" }, "t3");
+
+      const unread = await call("computer_edit_file", { path: "notes.txt", old_string: "line 7\n", new_string: "line seven\n" }, "t3");
+      expect(refusalOf(unread)).toBe("not_read");
+      expect(text(unread)).toContain("computer_read_file");
+
+      const part = await call("computer_read_file", { path: "notes.txt", start_line: 5, end_line: 9 }, "t3");
+      expect(text(part)).toContain("     7\tline 7");
+      expect(part._meta).toMatchObject({ whole: false, total_lines: 50 });
+      const partial = await call("computer_write_file", { path: "notes.txt", content: "replaced\n" }, "t3");
+      expect(refusalOf(partial)).toBe("partial_read");
+      expect(text(partial)).toContain("Read the whole file");
+
+      // An edit needs only a read in this turn, not a whole one.
+      const edited = await call("computer_edit_file", { path: "notes.txt", old_string: "line 7\n", new_string: "line seven\n" }, "t3");
+      expect(edited.isError).toBeFalsy();
+      const ambiguous = await call("computer_edit_file", { path: "notes.txt", old_string: "line 1", new_string: "x" }, "t3");
+      expect(refusalOf(ambiguous)).toBe("not_unique");
+
+      const whole = await call("computer_read_file", { path: "notes.txt" }, "t3");
+      expect(whole._meta).toMatchObject({ whole: true });
+      await call("computer_bash", { command: "echo appended >> notes.txt" }, "t3");
+      const stale = await call("computer_edit_file", { path: "notes.txt", old_string: "line seven", new_string: "line 7" }, "t3");
+      expect(refusalOf(stale)).toBe("changed_since_read");
+      expect(text(stale)).toContain("Read it again");
+      expect(refusalOf(await call("computer_write_file", { path: "notes.txt", content: "replaced\n" }, "t3"))).toBe("changed_since_read");
+
+      // After a fresh whole read the write goes through; a read from another turn does not count.
+      await call("computer_read_file", { path: "notes.txt" }, "t3");
+      expect((await call("computer_write_file", { path: "notes.txt", content: "replaced\n" }, "t3")).isError).toBeFalsy();
+      expect(refusalOf(await call("computer_edit_file", { path: "notes.txt", old_string: "replaced", new_string: "again" }, "t4"))).toBe("not_read");
+      const check = await call("computer_bash", { command: "cat notes.txt" }, "t4");
+      expect(text(check)).toContain("replaced");
+    });
+
+    it("cuts long output from the middle with a notice, and starts background commands at once", async () => {
+      const call = caller(client, "flow-http");
+      const long = await call("computer_bash", { command: "seq 1 100000" }, "t5");
+      const out = text(long);
+      expect(out).toContain("Exit code 0.");
+      expect(out).toMatch(/\n1\n2\n3\n/);
+      expect(out).toContain("\n100000\n");
+      expect(out).toMatch(/characters omitted from the middle of the output/);
+      expect(out).not.toContain("\n50000\n");
+
+      const t0 = Date.now();
+      const bg = await call("computer_bash", { command: "sleep 2; echo done > bg.txt", background: true }, "t5");
+      expect(Date.now() - t0).toBeLessThan(2000);
+      expect(bg._meta?.["command_id"]).toMatch(/^cmd_/);
+      await new Promise((r) => setTimeout(r, 2500));
+      expect(text(await call("computer_bash", { command: "cat bg.txt" }, "t5"))).toContain("done");
+    });
+  });
+
+  describe("over stdio (bothy mcp)", () => {
+    let client: Client;
+
+    beforeAll(async () => {
+      await conversation("flow-stdio");
+      client = new Client({ name: "bothy-test-stdio", version: "1.0.0" });
+      await client.connect(new StdioClientTransport({ command: process.execPath, args: [BOTHY, "mcp", "--url", ts.url, "--conversation", "flow-stdio"], stderr: "inherit" }));
+    });
+
+    afterAll(async () => {
+      await client?.close();
+    });
+
+    it("charts a corpus CSV and sends the PNG through the stdio relay", async () => {
+      await chartFlow(client, "flow-stdio");
+    });
+  });
+});
