@@ -173,8 +173,12 @@ export class Commands {
     return handle.wait(options.signal ? { signal: options.signal } : {});
   }
 
-  /** @internal Starts a command with extra request fields (PTY). */
-  async start(cmd: string, options: CommandOptions & { background?: boolean }, extra: Partial<CommandRequest>): Promise<CommandHandle> {
+  /**
+   * Starts a command and answers its handle at once, without waiting for it to end. Unless
+   * `background: true`, the command belongs to the handle: it is killed when the handle
+   * disconnects. `extra` adds raw request fields (the PTY size).
+   */
+  async start(cmd: string, options: CommandOptions & { background?: boolean } = {}, extra: Partial<CommandRequest> = {}): Promise<CommandHandle> {
     const request: CommandRequest = {
       cmd,
       ...(options.cwd === undefined ? {} : { cwd: options.cwd }),

@@ -1,0 +1,46 @@
+/**
+ * The commands that work through bothy's public API (via @bothy/sdk), one file each under
+ * commands/. `main` hands them argv; usage errors print the command's usage with status 2.
+ */
+import { UsageError } from "./args/parse.ts";
+import type { Command } from "./command.ts";
+import { cpCommand } from "./commands/cp.ts";
+import { createCommand } from "./commands/create.ts";
+import { doctorCommand } from "./commands/doctor.ts";
+import { execCommand } from "./commands/exec.ts";
+import { infoCommand } from "./commands/info.ts";
+import { logsCommand } from "./commands/logs.ts";
+import { lsCommand } from "./commands/ls.ts";
+import { pauseCommand } from "./commands/pause.ts";
+import { resumeCommand } from "./commands/resume.ts";
+import { rmCommand } from "./commands/rm.ts";
+import { shellCommand } from "./commands/shell.ts";
+
+export const API_COMMANDS: Command[] = [createCommand, lsCommand, infoCommand, execCommand, shellCommand, cpCommand, rmCommand, pauseCommand, resumeCommand, logsCommand, doctorCommand];
+
+export const API_USAGE = `${API_COMMANDS.map((c) => `  ${c.name.padEnd(30)}${c.summary}`).join("\n")}
+  (bothy COMMAND --help for its options)
+
+API commands talk to BOTHY_URL (default http://127.0.0.1:8080; or --url) with BOTHY_API_KEY
+(or --api-key).`;
+
+/** Runs an API command; undefined when `argv` names none. Errors other than usage propagate. */
+export async function runApiCommand(argv: string[]): Promise<number | undefined> {
+  const command = API_COMMANDS.find((c) => c.name === argv[0]);
+  if (!command) return undefined;
+  try {
+    return await command.run(argv.slice(1));
+  } catch (err) {
+    if (err instanceof UsageError) {
+      process.stderr.write(`bothy ${command.name}: ${err.message}\n\n${command.usage}`);
+      return 2;
+    }
+    throw err;
+  }
+}
+
+/** `bothy: message (code)` for an error that ends a command. */
+export function errorLine(err: unknown): string {
+  const code = err instanceof Error && "code" in err && typeof err.code === "string" ? ` (${err.code})` : "";
+  return `bothy: ${err instanceof Error ? err.message : String(err)}${code}\n`;
+}

@@ -1,0 +1,177 @@
+import { spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { noLeaks } from "../../server/test/helpers/host-state.ts";
+import { startTestServer, type TestServer } from "../../server/test/helpers/test-server.ts";
+
+const BOTHY = fileURLToPath(new URL("../bin/bothy.js", import.meta.url));
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+describe("bothy CLI against a real server [gvisor]", () => {
+  let ts: TestServer;
+  let dir: string;
+  const created: string[] = [];
+
+  /** Runs the bothy binary as a user would, with BOTHY_URL pointing at the test server. */
+  function bothy(args: string[], options: { input?: string; env?: Record<string, string> } = {}): Promise<Run> {
+    return new Promise((resolve, reject) => {
+      const child = spawn(process.execPath, [BOTHY, ...args], { env: { ...process.env, BOTHY_URL: ts.url, ...options.env }, stdio: ["pipe", "pipe", "pipe"] });
+      const out: Buffer[] = [];
+      const err: Buffer[] = [];
+      child.stdout.on("data", (c: Buffer) => out.push(c));
+      child.stderr.on("data", (c: Buffer) => err.push(c));
+      child.on("error", reject);
+      child.on("close", (code) => resolve({ code, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() }));
+      child.stdin.end(options.input ?? "");
+    });
+  }
+
+  async function newSandbox(): Promise<string> {
+    const r = await bothy(["create", "--timeout", "600"]);
+    expect(r.stderr).toBe("");
+    const id = r.stdout.trim();
+    expect(id).toMatch(/^sbx_[a-z2-7]{20}$/);
+    created.push(id);
+    return id;
+  }
+
+  beforeAll(async () => {
+    ts = await startTestServer({ BOTHY_DRIVER: "gvisor" });
+    dir = await mkdtemp(join(tmpdir(), "bothy-cli-"));
+  });
+
+  afterAll(async () => {
+    try {
+      for (const id of created) await fetch(`${ts.url}/sandboxes/${id}`, { method: "DELETE" });
+      await rm(dir, { recursive: true, force: true });
+    } finally {
+      expect(await ts?.stop()).toEqual(noLeaks());
+    }
+  });
+
+  it("create, ls, info, exec, rm: text and --json", async () => {
+    const created = await bothy(["create", "--json", "--vcpu", "1", "--memory", "512"]);
+    const info = JSON.parse(created.stdout) as { sandbox_id: string; state: string };
+    const id = info.sandbox_id;
+    try {
+      expect(info.state).toBe("running");
+      const ls = await bothy(["ls"]);
+      expect(ls.stdout).toMatch(/^ID\s+STATE\s+TEMPLATE/);
+      expect(ls.stdout).toContain(`${id}  running`);
+      const lsJson = JSON.parse((await bothy(["ls", "--json"])).stdout) as { sandboxes: Array<{ sandbox_id: string }> };
+      expect(lsJson.sandboxes.map((s) => s.sandbox_id)).toContain(id);
+      expect((await bothy(["info", id])).stdout).toMatch(new RegExp(`^id:\\s+${id}\\nstate:\\s+running\\n`));
+
+      const exec = await bothy(["exec", id, "--", "echo out; echo err >&2; exit 7"]);
+      expect(exec).toEqual({ code: 7, stdout: "out\n", stderr: "err\n" });
+      const words = await bothy(["exec", id, "-e", "X=a b", "--cwd", "/tmp", "--", "printf", "%s|", "$X", "it's"]);
+      expect(words.stdout).toBe("$X|it's|");
+      const piped = await bothy(["exec", "-i", id, "--", "tr a-z A-Z"], { input: "shout\n" });
+      expect(piped.stdout).toBe("SHOUT\n");
+      expect((await bothy(["exec", id, "--", "kill -TERM $$"])).code).toBe(128 + 15);
+    } finally {
+      const removed = await bothy(["rm", id]);
+      expect(removed).toMatchObject({ code: 0, stdout: `${id}\n` });
+    }
+    expect((await bothy(["ls", "-q"])).stdout).not.toContain(id);
+    expect((await bothy(["info", "--json", id])).stdout).toContain('"state": "deleted"');
+  });
+
+  it("reports API errors with exit status 1 and usage errors with 2", async () => {
+    const missing = await bothy(["exec", "sbx_aaaaaaaaaaaaaaaaaaaa", "--", "true"]);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toMatch(/^bothy: No sandbox sbx_a+; .*\(sandbox_not_found\)\n$/);
+    const usage = await bothy(["exec", "sbx_aaaaaaaaaaaaaaaaaaaa"]);
+    expect(usage.code).toBe(2);
+    expect(usage.stderr).toContain("usage: bothy exec ID");
+    expect((await bothy(["rm", "sbx_aaaaaaaaaaaaaaaaaaaa"])).code).toBe(1);
+    const down = await bothy(["ls"], { env: { BOTHY_URL: "http://127.0.0.1:9" } });
+    expect(down.code).toBe(1);
+    expect(down.stderr).toContain("Cannot reach bothy at http://127.0.0.1:9");
+  });
+
+  it("cp copies files in and out, keeping the bytes; logs shows events and command output", async () => {
+    const id = await newSandbox();
+    const local = join(dir, "blob.bin");
+    const bytes = randomBytes(3 * 1024 * 1024 + 17);
+    await writeFile(local, bytes);
+    const up = await bothy(["cp", "--json", local, `${id}:/workspace/`]);
+    expect(up.code).toBe(0);
+    expect(JSON.parse(up.stdout)).toMatchObject({ path: "/workspace/blob.bin", size: bytes.length });
+    expect((await bothy(["exec", id, "--", "sha256sum blob.bin | cut -c1-64"])).stdout.trim()).toBe((JSON.parse(up.stdout) as { sha256: string }).sha256);
+    const down = await bothy(["cp", `${id}:blob.bin`, join(dir, "back.bin")]);
+    expect(down).toMatchObject({ code: 0, stderr: "" });
+    expect((await readFile(join(dir, "back.bin"))).equals(bytes)).toBe(true);
+    expect((await bothy(["cp", "-", `${id}:note.txt`], { input: "from stdin" })).code).toBe(0);
+    expect((await bothy(["cp", `${id}:note.txt`, "-"])).stdout).toBe("from stdin");
+
+    const bg = await bothy(["exec", "-d", id, "--", "echo first; sleep 1; echo second; exit 3"]);
+    const commandId = bg.stdout.trim();
+    expect(commandId).toMatch(/^cmd_/);
+    const output = await bothy(["logs", id, commandId]);
+    expect(output).toMatchObject({ code: 3, stdout: "first\nsecond\n" });
+    const events = await bothy(["logs", id]);
+    expect(events.stdout).toMatch(/sandbox\.created/);
+    expect(events.stdout).toMatch(new RegExp(`command\\.exited  command_id="${commandId}".*exit_code=3`));
+    const json = (await bothy(["logs", "--json", id])).stdout.trim().split("\n").map((l) => JSON.parse(l) as { type: string });
+    expect(json[0]?.type).toBe("sandbox.created");
+  });
+
+  it("shell: an interactive PTY through a real terminal (script), with resize and the exit status", async () => {
+    const id = await newSandbox();
+    // `script` gives bothy a terminal of 100x30; 4 s in, a background stty resizes it to 120x40,
+    // and the kernel's SIGWINCH must reach the sandbox's terminal.
+    const inner = `stty cols 100 rows 30; (sleep 4; stty cols 120 rows 40 </dev/tty) & exec ${process.execPath} ${BOTHY} shell ${id}`;
+    const child = spawn("script", ["-qfec", inner, "/dev/null"], { env: { ...process.env, BOTHY_URL: ts.url, TERM: "xterm" }, stdio: ["pipe", "pipe", "pipe"] });
+    let out = "";
+    child.stdout.on("data", (c: Buffer) => (out += c.toString()));
+    child.stderr.on("data", (c: Buffer) => (out += c.toString()));
+    const exited = new Promise<number | null>((r) => child.on("close", (code) => r(code)));
+    const until = async (re: RegExp, ms = 20_000): Promise<void> => {
+      const end = Date.now() + ms;
+      while (!re.test(out)) {
+        if (Date.now() > end) throw new Error(`no ${re} in terminal output: ${JSON.stringify(out)}`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    };
+    try {
+      await until(/# $/);
+      child.stdin.write("stty size; hostname\r");
+      await until(new RegExp(`30 100\\r+\\n${id}`));
+      await until(/40 120|# $/, 8000);
+      for (let i = 0; i < 20 && !/40 120/.test(out); i++) {
+        child.stdin.write("stty size\r");
+        await new Promise((r) => setTimeout(r, 500));
+      }
+      expect(out).toContain("40 120");
+      child.stdin.write("exit 5\r");
+      expect(await exited).toBe(5);
+    } finally {
+      child.kill("SIGKILL");
+    }
+  });
+
+  it("doctor checks the host and template ls lists templates", async () => {
+    const r = await bothy(["doctor", "--json"]);
+    const report = JSON.parse(r.stdout) as { ok: boolean; checks: Array<{ name: string; status: string; fix?: string }> };
+    expect(report.checks.map((c) => c.name)).toEqual(["root", "runsc", "qemu", "guest kernel", "host kernel", "KVM", "nftables", "ip_forward", "disk space", "server"]);
+    expect(r.code).toBe(report.ok ? 0 : 1);
+    for (const c of report.checks) if (c.status !== "ok") expect(c.fix).toBeTruthy();
+    expect(report.checks.find((c) => c.name === "runsc")?.status).toBe("ok");
+    expect(report.checks.find((c) => c.name === "server")?.status).toBe("ok");
+    const text = await bothy(["doctor"]);
+    expect(text.stdout).toMatch(/^ok\s+root\s+running as root$/m);
+
+    const templates = await bothy(["template", "ls", "--json"], { env: { BOTHY_TEMPLATES_DIR: ts.config.templatesDir } });
+    expect((JSON.parse(templates.stdout) as { templates: Array<{ name: string }> }).templates.map((t) => t.name)).toContain("seed");
+  });
+});
