@@ -15,15 +15,19 @@ export type CorpusMediaType = (typeof CORPUS_MEDIA_TYPES)[number];
 const CSV_ROWS_PER_PASSAGE = 20;
 const TEXT_CHARS_PER_PASSAGE = 1200;
 
-/** The corpus type of an upload: its Content-Type when that is one we take, else its name's extension. */
+/**
+ * The corpus type of an upload: a specific Content-Type (text/csv, text/markdown) wins; else the
+ * name's extension (clients often send text/plain or octet-stream for any file); else text/plain
+ * when that was the Content-Type.
+ */
 export function corpusMediaType(contentType: string | undefined, name: string): CorpusMediaType | undefined {
   const type = (contentType ?? "").split(";")[0]?.trim().toLowerCase() ?? "";
-  if ((CORPUS_MEDIA_TYPES as readonly string[]).includes(type)) return type as CorpusMediaType;
+  if (type === "text/csv" || type === "text/markdown") return type;
   if (type === "text/x-markdown") return "text/markdown";
   const ext = name.toLowerCase().split(".").pop();
   if (ext === "csv") return "text/csv";
   if (ext === "md" || ext === "markdown") return "text/markdown";
-  if (ext === "txt" || ext === "text") return "text/plain";
+  if (ext === "txt" || ext === "text" || type === "text/plain") return "text/plain";
   return undefined;
 }
 

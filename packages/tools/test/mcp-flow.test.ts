@@ -245,6 +245,39 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
     });
   });
 
+  it("gives a session that names no conversation its own, deleted with the session", async () => {
+    const transport = new StreamableHTTPClientTransport(new URL(`${ts.url}/mcp`));
+    const client = new Client({ name: "bothy-test-session", version: "1.0.0" });
+    await client.connect(transport);
+    const sessionId = transport.sessionId ?? "";
+    let sandboxId = "";
+    try {
+      // The default template (workspace) is not built in tests: name one for the session's conversation.
+      expect((await api(ts.url, "POST", "/conversations", { conversation_id: sessionId, template: "charts" })).status).toBe(201);
+      const hello = (await client.callTool({ name: "computer_bash", arguments: { command: "echo hello from $(hostname)" } })) as CallToolResult;
+      expect(text(hello)).toContain("hello from");
+      expect(hello._meta?.["bothy/conversation_id"]).toBe(sessionId);
+      expect(hello._meta?.["bothy/turn_id"]).toMatch(/^turn_/);
+      sandboxId = (await api(ts.url, "GET", `/conversations/${sessionId}`)).json["sandbox_id"] as string;
+      expect((await api(ts.url, "GET", `/sandboxes/${sandboxId}`)).json["state"]).toBe("running");
+    } finally {
+      await transport.terminateSession();
+      await client.close();
+    }
+    await expect.poll(async () => (await api(ts.url, "GET", `/conversations/${sessionId}`)).json["deleted_at"], { timeout: 15_000 }).not.toBeNull();
+    expect((await api(ts.url, "GET", `/sandboxes/${sandboxId}`)).json["state"]).toBe("deleted");
+  });
+
+  it("takes CSV, text and Markdown into the corpus and refuses other types", async () => {
+    const pdf = await fetch(`${ts.url}/corpus?name=report.pdf`, { method: "POST", headers: { "content-type": "application/pdf" }, body: "%PDF-1.7" });
+    expect(pdf.status).toBe(415);
+    expect(((await pdf.json()) as { detail: string }).detail).toContain("text/csv");
+    const md = await fetch(`${ts.url}/corpus?name=notes.md`, { method: "POST", body: "# Notes\n\nRegional targets for the year.\n" });
+    expect(md.status).toBe(201);
+    const list = await api(ts.url, "GET", "/corpus");
+    expect((list.json["documents"] as Array<{ name: string; media_type: string }>).map((d) => `${d.name}:${d.media_type}`)).toEqual(["sales.csv:text/csv", "notes.md:text/markdown"]);
+  });
+
   describe("over stdio (bothy mcp)", () => {
     let client: Client;
 

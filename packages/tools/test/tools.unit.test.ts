@@ -72,6 +72,8 @@ describe("corpus", () => {
     expect(corpusMediaType("text/csv; charset=utf-8", "x")).toBe("text/csv");
     expect(corpusMediaType(undefined, "notes.md")).toBe("text/markdown");
     expect(corpusMediaType("application/octet-stream", "a.txt")).toBe("text/plain");
+    expect(corpusMediaType("text/plain;charset=UTF-8", "notes.md")).toBe("text/markdown");
+    expect(corpusMediaType("text/plain", "README")).toBe("text/plain");
     expect(corpusMediaType("application/pdf", "a.pdf")).toBeUndefined();
   });
 

@@ -18,6 +18,8 @@ class OutputStreamer {
   private pending = "";
   private timer: NodeJS.Timeout | undefined;
   private sent = 0;
+  /** Notifications go out one after another, and all before the result (a client drops progress that comes after it). */
+  private chain: Promise<void> = Promise.resolve();
 
   constructor(private readonly extra: Extra) {}
 
@@ -26,17 +28,25 @@ class OutputStreamer {
     this.timer ??= setTimeout(() => this.flush(), FLUSH_MS);
   }
 
-  flush(): void {
+  private flush(): void {
     clearTimeout(this.timer);
     this.timer = undefined;
     if (!this.pending) return;
     const text = this.pending.length > MAX_NOTIFICATION_CHARS ? `…${this.pending.slice(-MAX_NOTIFICATION_CHARS)}` : this.pending;
     this.pending = "";
     this.sent += 1;
+    const progress = this.sent;
     const token = this.extra._meta?.progressToken;
-    const send = (n: Parameters<Extra["sendNotification"]>[0]): void => void this.extra.sendNotification(n).catch(() => undefined);
-    if (token !== undefined) send({ method: "notifications/progress", params: { progressToken: token, progress: this.sent, message: text } });
-    send({ method: "notifications/message", params: { level: "info", logger: "computer_bash", data: { untrusted: true, output: text } } });
+    const send = (n: Parameters<Extra["sendNotification"]>[0]): Promise<void> => this.extra.sendNotification(n).catch(() => undefined);
+    this.chain = this.chain
+      .then(() => (token === undefined ? undefined : send({ method: "notifications/progress", params: { progressToken: token, progress, message: text } })))
+      .then(() => send({ method: "notifications/message", params: { level: "info", logger: "computer_bash", data: { untrusted: true, output: text } } }));
+  }
+
+  /** Sends what is pending and waits until every notification is out. */
+  async drain(): Promise<void> {
+    this.flush();
+    await this.chain;
   }
 }
 
@@ -77,7 +87,7 @@ export function registerComputerBash(server: McpServer, tools: AgentTools): void
           ctx.extra.signal,
         );
       } finally {
-        streamer.flush();
+        await streamer.drain();
       }
       const status = result.timed_out
         ? `Timed out after ${args.timeout_s ?? 300} s and was killed.`
