@@ -3,3 +3,4 @@ export * from "./codec.ts";
 export * from "./guest-frames.ts";
 export * from "./api.ts";
 export * from "./tools-api.ts";
+export * from "./api-responses.ts";

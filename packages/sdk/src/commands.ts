@@ -3,8 +3,7 @@
  * or start it in the background and hold a handle with separate verbs: `wait`, `kill`,
  * `disconnect`, `sendStdin`.
  */
-import { commandInfo, type CommandInfo, type CommandRequest, type SignalName } from "@bothy/protocol";
-import { z } from "zod";
+import { commandInfo, commandList, type CommandInfo, type CommandRequest, type SignalName } from "@bothy/protocol";
 import { CommandSocket, type OutputStream, type ProcessExit, type SocketListener } from "./command-socket.ts";
 import { CommandExitError, TimeoutError, type CommandResult } from "./errors.ts";
 import type { CallOptions, HttpClient } from "./http-client.ts";
@@ -154,8 +153,6 @@ export class CommandHandle {
     }
   }
 }
-
-const commandList = z.object({ commands: z.array(commandInfo) });
 
 export class Commands {
   /** @internal */

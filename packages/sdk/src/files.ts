@@ -4,7 +4,7 @@
  * never need to fit in memory: read with `format: "stream"`, write a ReadableStream or any async
  * iterable of bytes (a Node fs.ReadStream).
  */
-import { dirEntry, fileStat } from "@bothy/protocol";
+import { dirListing, fileStatResult, fileWriteResult } from "@bothy/protocol";
 import { z } from "zod";
 import { NotFoundError, ConflictError } from "./errors.ts";
 import type { CallOptions, HttpClient, RequestBody } from "./http-client.ts";
@@ -43,9 +43,6 @@ export interface WriteOptions extends CallOptions {
   ifMatch?: string;
 }
 
-const writeAnswer = z.object({ path: z.string(), size: z.number().int(), sha256: z.string() });
-const statAnswer = fileStat.extend({ path: z.string() });
-const listAnswer = z.object({ path: z.string(), entries: z.array(dirEntry), truncated: z.boolean() });
 const okAnswer = z.looseObject({});
 
 function joinPath(dir: string, name: string): string {
@@ -104,11 +101,11 @@ export class Files {
       timeout: false,
       ...(options.signal ? { signal: options.signal } : {}),
     });
-    return writeAnswer.parse(await res.json());
+    return fileWriteResult.parse(await res.json());
   }
 
   async stat(path: string, options: CallOptions & { sha256?: boolean } = {}): Promise<FileInfo> {
-    const s = await this.http.json("GET", this.path("/stat"), statAnswer, { query: { path, sha256: options.sha256 ? "true" : undefined }, ...signalOf(options) });
+    const s = await this.http.json("GET", this.path("/stat"), fileStatResult, { query: { path, sha256: options.sha256 ? "true" : undefined }, ...signalOf(options) });
     return { path: s.path, type: s.type, size: s.size, mode: s.mode, mtime: new Date(s.mtime_ms), ...(s.sha256 === undefined ? {} : { sha256: s.sha256 }) };
   }
 
@@ -125,7 +122,7 @@ export class Files {
 
   /** The directory's entries (at most 5000; see `truncated` on the raw API for more). */
   async list(path: string, options: CallOptions = {}): Promise<EntryInfo[]> {
-    const l = await this.http.json("GET", this.path("/list"), listAnswer, { query: { path }, ...signalOf(options) });
+    const l = await this.http.json("GET", this.path("/list"), dirListing, { query: { path }, ...signalOf(options) });
     return l.entries.map((e) => ({ name: e.name, path: joinPath(l.path, e.name), type: e.type, size: e.size, mode: e.mode, mtime: new Date(e.mtime_ms) }));
   }
 

@@ -10,6 +10,7 @@ import { eventRoutes } from "./api/event-routes.ts";
 import { fileRoutes } from "./api/file-routes.ts";
 import { lifecycleRoutes } from "./api/lifecycle-routes.ts";
 import { metricsRoutes } from "./api/metrics-routes.ts";
+import { openapiRoutes, recordRoutes, type RouteRecord } from "./api/openapi.ts";
 import { sendProblem } from "./api/problem.ts";
 import { sandboxRoutes } from "./api/sandbox-routes.ts";
 import { CommandRegistry } from "./commands/command-registry.ts";
@@ -32,6 +33,8 @@ export interface BothyServer {
   templates: TemplateStore;
   /** The address it listens on, e.g. http://127.0.0.1:8080 */
   url: string;
+  /** Every route it serves, as registered (for the OpenAPI completeness test). */
+  routes: readonly RouteRecord[];
   close(): Promise<void>;
 }
 
@@ -81,6 +84,7 @@ export async function startServer(config: Config, logger: PinoLogger = createLog
   // JSON only: a text body would otherwise reach validation as a string and get a vaguer error.
   app.removeContentTypeParser("text/plain");
   await app.register(websocket, { options: { maxPayload: 2 * 1024 * 1024 } });
+  const routes = recordRoutes(app);
 
   const logProblem = (err: BothyError): void => {
     metrics.error(err.code);
@@ -99,6 +103,7 @@ export async function startServer(config: Config, logger: PinoLogger = createLog
   eventRoutes(app, events);
   await fileRoutes(app, manager);
   await agentToolRoutes(app, config, logger);
+  openapiRoutes(app);
 
   const address = await app.listen({ host: config.host, port: config.port });
   logger.info({ event: "listening", address }, `bothy listening on ${address}`);
@@ -112,6 +117,7 @@ export async function startServer(config: Config, logger: PinoLogger = createLog
     events,
     templates: store,
     url: address,
+    routes,
     close: () => {
       closing ??= (async () => {
         watch.close();

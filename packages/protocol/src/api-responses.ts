@@ -1,0 +1,26 @@
+/**
+ * Answers of the REST API that have no request twin: file results, listings, command lists and
+ * the problem+json body. The server documents them in /openapi.json; the SDK checks them.
+ */
+import { z } from "zod";
+import { commandInfo } from "./api.ts";
+import { ERROR_CODES } from "./errors.ts";
+import { dirEntry, fileStat } from "./guest-frames.ts";
+
+export const fileWriteResult = z.object({ path: z.string(), size: z.number().int(), sha256: z.string() });
+export const fileStatResult = fileStat.extend({ path: z.string() });
+export const dirListing = z.object({ path: z.string(), entries: z.array(dirEntry), truncated: z.boolean() });
+export const fileDeleteResult = z.object({ path: z.string(), deleted: z.literal(true) });
+export const mkdirResult = z.object({ path: z.string(), created: z.literal(true) });
+export const renameResult = z.object({ from: z.string(), to: z.string(), renamed: z.literal(true) });
+export const commandList = z.object({ commands: z.array(commandInfo) });
+
+/** RFC 9457 problem details with bothy's stable `code`; extra members may follow. */
+export const problemDetails = z.looseObject({
+  type: z.string(),
+  title: z.string(),
+  status: z.number().int(),
+  code: z.enum(ERROR_CODES),
+  detail: z.string(),
+  instance: z.string().optional(),
+});
