@@ -28,9 +28,12 @@ describe("SDK against a real server [gvisor]", () => {
   it("quick start: create, run, write and read a file, delete", async () => {
     await withSandbox(baseUrl, async (sandbox) => {
       expect(sandbox.info).toMatchObject({ state: "running", template: "seed", driver: "gvisor" });
-      const r = await sandbox.commands.run("echo hello > greeting.txt && cat greeting.txt");
-      expect(r).toMatchObject({ exitCode: 0, stdout: "hello\n", stderr: "" });
-      expect(await sandbox.files.read("/workspace/greeting.txt")).toBe("hello\n");
+      // The README's quick start.
+      const r = await sandbox.commands.run("echo hello > greeting.txt && uname -sr");
+      expect(r).toMatchObject({ exitCode: 0, stdout: expect.stringMatching(/^Linux \S+\n$/), stderr: "" });
+      expect(await sandbox.files.read("greeting.txt")).toBe("hello\n");
+      await sandbox.files.write("hello.js", "console.log('hi')");
+      expect((await sandbox.commands.run("node hello.js")).stdout).toBe("hi\n");
       expect((await Sandbox.list({ baseUrl })).map((s) => s.sandbox_id)).toContain(sandbox.sandboxId);
     });
   });
