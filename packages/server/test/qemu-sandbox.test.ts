@@ -99,6 +99,14 @@ describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "QEMU sandboxes"),
       await api(ts.url, "POST", `/sandboxes/${id}/pause`);
       expect(await sh(ts, id, `cat /workspace/note; kill -0 ${pid} && echo alive`)).toBe("kept\nalive\n");
       expect((await api(ts.url, "GET", `/sandboxes/${id}`)).json["state"]).toBe("running");
+
+      // So does a file call; and the next request on the same connection is served (the
+      // download ends at its Content-Length, not when the slower guest says it is done).
+      await api(ts.url, "POST", `/sandboxes/${id}/pause`);
+      const file = await fetch(`${ts.url}/sandboxes/${id}/files?path=/workspace/note`);
+      expect(file.status).toBe(200);
+      expect(await file.text()).toBe("kept\n");
+      expect((await api(ts.url, "GET", `/sandboxes/${id}`)).json["state"]).toBe("running");
     } finally {
       await api(ts.url, "DELETE", `/sandboxes/${id}`);
     }

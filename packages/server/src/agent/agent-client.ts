@@ -181,8 +181,8 @@ export class AgentClient {
    * Streams a file out of the guest. The guest sends at most a credit window ahead of what the
    * returned stream's reader has taken, so a slow reader never makes anything buffer the file.
    */
-  readStream(path: string): Readable {
-    const sink = new ReadSink((bytes) => this.send({ t: "credit", id, bytes }));
+  readStream(path: string, options: { length?: number } = {}): Readable {
+    const sink = new ReadSink((bytes) => this.send({ t: "credit", id, bytes }), options.length);
     const id = this.allocate({ kind: "read", sink, reject: (e) => sink.fail(e) });
     sink.onCancel(() => {
       this.pending.delete(id);

@@ -10,17 +10,32 @@ export class ReadSink extends Readable {
   private ended = false;
   private cancelListener: (() => void) | undefined;
 
-  constructor(private readonly credit: (bytes: number) => void) {
+  /**
+   * With `length`, the stream is exactly that long: it ends as soon as that many bytes have come
+   * (an HTTP response with that Content-Length is then complete, whatever the guest does next)
+   * and drops anything beyond, as for a file that grew after its stat.
+   */
+  constructor(
+    private readonly credit: (bytes: number) => void,
+    private remaining?: number,
+  ) {
     super({ highWaterMark: 256 * 1024 });
   }
 
   chunk(data: Buffer): void {
-    if (this.destroyed) return;
-    if (this.push(Buffer.from(data))) this.credit(data.length);
+    if (this.destroyed || this.ended) return;
+    const part = this.remaining === undefined ? data : data.subarray(0, this.remaining);
+    if (this.remaining !== undefined) this.remaining -= part.length;
+    if (this.push(Buffer.from(part))) this.credit(data.length);
     else this.owed += data.length;
+    if (this.remaining === 0) {
+      this.end();
+      this.cancelListener?.(); // the guest need not send the rest
+    }
   }
 
   end(): void {
+    if (this.ended) return;
     this.ended = true;
     this.push(null);
   }

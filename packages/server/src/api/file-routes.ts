@@ -46,7 +46,7 @@ export async function fileRoutes(app: FastifyInstance, manager: SandboxManager):
       const agent = manager.agent(request.params.id);
       const stat = await agent.stat(path);
       if (stat.type === "dir") throw new BothyError("file_error", `${path} is a directory; list it with GET /sandboxes/${request.params.id}/files/list?path=...`);
-      return reply.type("application/octet-stream").header("content-length", stat.size).send(agent.readStream(path));
+      return reply.type("application/octet-stream").header("content-length", stat.size).send(agent.readStream(path, { length: stat.size }));
     });
 
     scope.put<Params & { Querystring: Record<string, string> }>("/sandboxes/:id/files", async (request) => {
