@@ -1,8 +1,5 @@
 #!/usr/bin/env node
 import { API_USAGE, errorLine, runApiCommand } from "./api-commands.ts";
-import { mcp } from "./commands/mcp.ts";
-import { serve } from "./commands/serve.ts";
-import { templateBuild, templateList } from "./commands/template-build.ts";
 
 const USAGE = `usage: bothy <command>
 
@@ -17,10 +14,11 @@ environment: BOTHY_HOME (default /var/lib/bothy), BOTHY_HOST, BOTHY_PORT, BOTHY_
 
 async function main(argv: string[]): Promise<number> {
   const [cmd, sub, ...rest] = argv;
-  if (cmd === "serve") return serve([sub ?? "", ...rest].filter(Boolean));
-  if (cmd === "template" && sub === "build") return templateBuild(rest);
-  if (cmd === "template" && (sub === "list" || sub === "ls")) return templateList(rest);
-  if (cmd === "mcp") return mcp([sub ?? "", ...rest].filter(Boolean));
+  // The server-side commands load the server's code only when used: the API commands start fast.
+  if (cmd === "serve") return (await import("./commands/serve.ts")).serve([sub ?? "", ...rest].filter(Boolean));
+  if (cmd === "template" && sub === "build") return (await import("./commands/template-build.ts")).templateBuild(rest);
+  if (cmd === "template" && (sub === "list" || sub === "ls")) return (await import("./commands/template-build.ts")).templateList(rest);
+  if (cmd === "mcp") return (await import("./commands/mcp.ts")).mcp([sub ?? "", ...rest].filter(Boolean));
   const code = await runApiCommand(argv);
   if (code !== undefined) return code;
   process.stderr.write(`${USAGE}\n`);
