@@ -7,10 +7,10 @@ import { createReadStream } from "node:fs";
 import type { AddressInfo } from "node:net";
 import type { FastifyInstance } from "fastify";
 import type { Logger as PinoLogger } from "pino";
-import type { z } from "zod";
 import { BothyError, beginTurnRequest, corpusUploadQuery, createConversationRequest } from "@bothy/protocol";
 import { AgentTools, corpusMediaType, McpHttpSessions } from "@bothy/tools";
 import type { Config } from "../config.ts";
+import { parseInput } from "./parse-input.ts";
 
 /** MCP messages carry whole files (computer_write_file), so /mcp takes more than the API's JSON limit. */
 const MCP_BODY_LIMIT = 32 * 1024 * 1024;
@@ -18,14 +18,6 @@ const CORPUS_BODY_LIMIT = 64 * 1024 * 1024;
 
 type Conv = { Params: { id: string } };
 type Turn = { Params: { id: string; turn: string } };
-
-function parse<T extends z.ZodType>(schema: T, value: unknown, what: string): z.output<T> {
-  const parsed = schema.safeParse(value ?? {});
-  if (parsed.success) return parsed.data;
-  const issue = parsed.error.issues[0];
-  const where = issue?.path.length ? `${issue.path.join(".")}: ` : "";
-  throw new BothyError("invalid_request", `${what}: ${where}${issue?.message ?? "invalid"}.`);
-}
 
 function loopbackUrl(app: FastifyInstance): string {
   const address = app.server.address() as AddressInfo | null;
@@ -61,7 +53,7 @@ export async function agentToolRoutes(app: FastifyInstance, config: Config, logg
     // Documents are raw bytes; the route checks their type itself.
     scope.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: CORPUS_BODY_LIMIT }, (_request, body, done) => done(null, body));
     scope.post<{ Querystring: Record<string, string> }>("/corpus", { bodyLimit: CORPUS_BODY_LIMIT }, async (request, reply) => {
-      const { name } = parse(corpusUploadQuery, request.query, "POST /corpus?name=<file name>");
+      const { name } = parseInput(corpusUploadQuery, request.query, "POST /corpus?name=<file name>");
       const type = corpusMediaType(request.headers["content-type"], name);
       if (!type) throw new BothyError("unsupported_media_type", "The corpus takes CSV, plain text and Markdown: send Content-Type text/csv, text/plain or text/markdown (or a .csv/.txt/.md name).");
       if (!Buffer.isBuffer(request.body)) throw new BothyError("invalid_request", "POST /corpus takes the document's bytes as the body.");
@@ -81,14 +73,14 @@ export async function agentToolRoutes(app: FastifyInstance, config: Config, logg
   });
 
   app.post("/conversations", async (request, reply) => {
-    const body = parse(createConversationRequest, request.body, "POST /conversations");
+    const body = parseInput(createConversationRequest, request.body, "POST /conversations");
     const existed = body.conversation_id !== undefined && tools.store.conversation(body.conversation_id) !== undefined;
     return reply.code(existed ? 200 : 201).send(tools.createConversation(body));
   });
   app.get<Conv>("/conversations/:id", async (request) => ({ ...tools.conversation(request.params.id), turns: tools.store.turns(request.params.id) }));
   app.delete<Conv>("/conversations/:id", async (request) => tools.deleteConversation(request.params.id));
   app.post<Conv>("/conversations/:id/turns", async (request, reply) => {
-    const { turn_id } = parse(beginTurnRequest, request.body, "POST /conversations/{id}/turns");
+    const { turn_id } = parseInput(beginTurnRequest, request.body, "POST /conversations/{id}/turns");
     return reply.code(201).send(tools.beginTurn(request.params.id, turn_id));
   });
   app.get<Turn>("/conversations/:id/turns/:turn", async (request) => tools.turnView(request.params.id, request.params.turn));

@@ -1,6 +1,5 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { Readable } from "node:stream";
-import type { z } from "zod";
 import {
   BothyError,
   fileDeleteQuery,
@@ -11,16 +10,9 @@ import {
   renameRequest,
 } from "@bothy/protocol";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
+import { parseInput } from "./parse-input.ts";
 
 type Params = { Params: { id: string } };
-
-function parse<T extends z.ZodType>(schema: T, value: unknown, what: string): z.output<T> {
-  const parsed = schema.safeParse(value ?? {});
-  if (parsed.success) return parsed.data;
-  const issue = parsed.error.issues[0];
-  const where = issue?.path.length ? `${issue.path.join(".")}: ` : "";
-  throw new BothyError("invalid_request", `${what}: ${where}${issue?.message ?? "invalid"}.`);
-}
 
 /** `If-Match: "<sha256>"` (quotes optional) guards a write against a file changed since read. */
 function ifMatch(request: FastifyRequest): string | undefined {
@@ -42,7 +34,7 @@ export async function fileRoutes(app: FastifyInstance, manager: SandboxManager):
     scope.addContentTypeParser("*", (_request, payload, done) => done(null, payload));
 
     scope.get<Params & { Querystring: Record<string, string> }>("/sandboxes/:id/files", async (request, reply) => {
-      const { path } = parse(fileQuery, request.query, "GET /files?path=<file>");
+      const { path } = parseInput(fileQuery, request.query, "GET /files?path=<file>");
       const agent = manager.agent(request.params.id);
       const stat = await agent.stat(path);
       if (stat.type === "dir") throw new BothyError("file_error", `${path} is a directory; list it with GET /sandboxes/${request.params.id}/files/list?path=...`);
@@ -50,7 +42,7 @@ export async function fileRoutes(app: FastifyInstance, manager: SandboxManager):
     });
 
     scope.put<Params & { Querystring: Record<string, string> }>("/sandboxes/:id/files", async (request) => {
-      const { path, mode } = parse(fileWriteQuery, request.query, "PUT /files?path=<file>");
+      const { path, mode } = parseInput(fileWriteQuery, request.query, "PUT /files?path=<file>");
       const expected = ifMatch(request);
       const body = (request.body as Readable | undefined) ?? [];
       const agent = manager.agent(request.params.id);
@@ -59,29 +51,29 @@ export async function fileRoutes(app: FastifyInstance, manager: SandboxManager):
     });
 
     scope.delete<Params & { Querystring: Record<string, string> }>("/sandboxes/:id/files", async (request) => {
-      const { path, recursive } = parse(fileDeleteQuery, request.query, "DELETE /files?path=<path>");
+      const { path, recursive } = parseInput(fileDeleteQuery, request.query, "DELETE /files?path=<path>");
       await manager.agent(request.params.id).remove(path, recursive ?? false);
       return { path, deleted: true };
     });
 
     scope.get<Params & { Querystring: Record<string, string> }>("/sandboxes/:id/files/stat", async (request) => {
-      const { path, sha256 } = parse(fileStatQuery, request.query, "GET /files/stat?path=<path>");
+      const { path, sha256 } = parseInput(fileStatQuery, request.query, "GET /files/stat?path=<path>");
       return { path, ...(await manager.agent(request.params.id).stat(path, { sha256: sha256 ?? false })) };
     });
 
     scope.get<Params & { Querystring: Record<string, string> }>("/sandboxes/:id/files/list", async (request) => {
-      const { path } = parse(fileQuery, request.query, "GET /files/list?path=<dir>");
+      const { path } = parseInput(fileQuery, request.query, "GET /files/list?path=<dir>");
       return { path, ...(await manager.agent(request.params.id).list(path)) };
     });
 
     scope.post<Params>("/sandboxes/:id/files/mkdir", async (request) => {
-      const { path, parents } = parse(mkdirRequest, request.body, "POST /files/mkdir");
+      const { path, parents } = parseInput(mkdirRequest, request.body, "POST /files/mkdir");
       await manager.agent(request.params.id).mkdir(path, parents ?? false);
       return { path, created: true };
     });
 
     scope.post<Params>("/sandboxes/:id/files/rename", async (request) => {
-      const { from, to } = parse(renameRequest, request.body, "POST /files/rename");
+      const { from, to } = parseInput(renameRequest, request.body, "POST /files/rename");
       await manager.agent(request.params.id).rename(from, to);
       return { from, to, renamed: true };
     });
