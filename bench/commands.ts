@@ -1,0 +1,69 @@
+/**
+ * bench/commands [--runs R=50] [--mb M=100] [--driver gvisor|qemu]: what the API adds to running
+ * commands, each figure against a baseline measured in the same run:
+ *  - round trip of `true`: over the API (WebSocket connect, command, process_exited) vs straight
+ *    through the driver's guest channel (the server's own AgentClient, no HTTP);
+ *  - stdout throughput: M MB streamed to an API client vs the same bytes through a plain pipe
+ *    inside the same sandbox (`head | tr | cat > /dev/null`).
+ * Prints figures and ratios; no pass/fail.
+ */
+import { startTestServer, type TestServer } from "../packages/server/test/helpers/test-server.ts";
+import { createSandbox, runCommand } from "../packages/server/test/helpers/client.ts";
+import { header, intArg, median, parseArgs, seedTemplate, stopAndInspect } from "./bench-util.ts";
+
+const usage = "usage: bench/commands [--runs R=50] [--mb M=100] [--driver gvisor|qemu]";
+const { flags } = parseArgs(process.argv.slice(2), ["runs", "mb", "driver"], usage);
+const runs = intArg(flags.get("runs"), 50, "--runs", 1, 10_000, usage);
+const mb = intArg(flags.get("mb"), 100, "--mb", 1, 10_000, usage);
+const driver = flags.get("driver") ?? "gvisor";
+
+console.log(await header());
+await seedTemplate();
+let ts: TestServer | undefined;
+try {
+  ts = await startTestServer({ BOTHY_DRIVER: driver, BOTHY_POOL_SIZE: "0" });
+  const id = await createSandbox(ts.url);
+  const agent = ts.server.manager.agent(id);
+  const direct = (cmd: string): Promise<void> =>
+    new Promise((resolve, reject) => {
+      agent.exec({ cmd }, { onStarted: () => undefined, onOutput: (_fd, _d, consumed) => consumed(), onExited: () => resolve(), onError: reject });
+    });
+
+  // Warm both paths once: the first spawn in a fresh sandbox is slower.
+  await direct("true");
+  await runCommand(ts.wsUrl, id, { cmd: "true" });
+
+  const viaApi: number[] = [];
+  const viaChannel: number[] = [];
+  for (let i = 0; i < runs; i++) {
+    // Interleaved, so load changes hit both series alike.
+    let t = performance.now();
+    await runCommand(ts.wsUrl, id, { cmd: "true" }, { keepEvents: false });
+    viaApi.push(performance.now() - t);
+    t = performance.now();
+    await direct("true");
+    viaChannel.push(performance.now() - t);
+  }
+  const rtApi = median(viaApi);
+  const rtChannel = median(viaChannel);
+  console.log(`round trip of \`true\` (${runs} runs, medians): API ${rtApi.toFixed(1)} ms, guest channel ${rtChannel.toFixed(1)} ms, ratio ${(rtApi / rtChannel).toFixed(2)} (goal <= 1.3)`);
+
+  const bytes = mb * 1_000_000;
+  const flood = `head -c ${bytes} /dev/zero | tr '\\0' a`;
+  let t = performance.now();
+  let received = 0;
+  await runCommand(ts.wsUrl, id, { cmd: flood }, { keepEvents: false, onEvent: (ev) => void (ev.type === "stdout" && (received += ev.data.length)) });
+  const apiSecs = (performance.now() - t) / 1000;
+  t = performance.now();
+  const raw = await runCommand(ts.wsUrl, id, { cmd: `${flood} | cat > /dev/null` });
+  const rawSecs = (performance.now() - t) / 1000;
+  if (received !== bytes || raw.exit?.exit_code !== 0) console.log(`WARNING: received ${received} of ${bytes} bytes; raw pipe exit ${JSON.stringify(raw.exit)}`);
+  const apiRate = mb / apiSecs;
+  const rawRate = mb / rawSecs;
+  console.log(`stdout throughput (${mb} MB): API ${apiRate.toFixed(1)} MB/s, raw pipe in the sandbox ${rawRate.toFixed(1)} MB/s, ratio ${(apiRate / rawRate).toFixed(2)} (goal >= 0.5)`);
+} finally {
+  if (ts) {
+    const { leaks } = await stopAndInspect(ts, "commands");
+    console.log(leaks.length === 0 ? "leaks: none" : `leaks:\n  ${leaks.join("\n  ")}`);
+  }
+}
