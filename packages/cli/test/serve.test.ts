@@ -13,7 +13,7 @@ describe("bothy serve", () => {
   it("serves the API as its own process, logs lifecycle events, and stops cleanly on SIGTERM", async () => {
     const home = await mkdtemp("/tmp/bothy-serve-");
     const child = spawn(process.execPath, [BOTHY, "serve"], {
-      env: { ...process.env, BOTHY_HOME: home, BOTHY_TEMPLATES_DIR: testTemplatesDir(), BOTHY_PORT: "0", BOTHY_POOL_SIZE: "1" },
+      env: { ...process.env, BOTHY_HOME: home, BOTHY_TEMPLATES_DIR: testTemplatesDir(), BOTHY_PORT: "0", BOTHY_POOL_SIZE: "1", BOTHY_NETWORK: "off" },
       stdio: ["ignore", "pipe", "inherit"],
     });
     const logs: Array<Record<string, unknown>> = [];

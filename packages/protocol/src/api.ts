@@ -19,6 +19,23 @@ export const LIVE_STATES: readonly SandboxState[] = ["creating", "running", "pau
 export const DRIVER_NAMES = ["gvisor", "qemu"] as const;
 export type DriverName = (typeof DRIVER_NAMES)[number];
 
+/** An IPv4 address or CIDR block (`203.0.113.7`, `203.0.113.0/24`); sandboxes have no IPv6. */
+export const IPV4_CIDR_RE = /^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}(\/(3[0-2]|[12]?\d))?$/;
+const ipv4Cidr = z.string().regex(IPV4_CIDR_RE, "an IPv4 address or CIDR block, e.g. 203.0.113.0/24");
+export const MAX_EGRESS_RULES = 64;
+
+/** A sandbox's effective network policy as the server applies it. */
+export const networkPolicy = z.object({
+  /** False when the server runs without networking (BOTHY_NETWORK=off): the sandbox has no interface. */
+  enabled: z.boolean(),
+  internet: z.boolean(),
+  allow_out: z.array(z.string()),
+  deny_out: z.array(z.string()),
+  /** Resolvers named in the guest's /etc/resolv.conf. */
+  dns: z.array(z.string()),
+});
+export type NetworkPolicy = z.infer<typeof networkPolicy>;
+
 export const createSandboxRequest = z
   .object({
     template: z.string().default("seed"),
@@ -32,6 +49,12 @@ export const createSandboxRequest = z
     delete_on_disconnect: z.boolean().optional(),
     /** That grace period in seconds; omitted: BOTHY_DISCONNECT_GRACE_S. */
     disconnect_grace_s: z.number().int().optional(),
+    /** false: no egress at all (only `allow_out` destinations). Default true. */
+    internet: z.boolean().optional(),
+    /** Destinations opened even when private or denied: an `allow_out` entry wins over everything else. */
+    allow_out: z.array(ipv4Cidr).max(MAX_EGRESS_RULES).optional(),
+    /** Destinations blocked in addition to the private ranges. */
+    deny_out: z.array(ipv4Cidr).max(MAX_EGRESS_RULES).optional(),
   })
   .strict();
 export type CreateSandboxRequest = z.input<typeof createSandboxRequest>;
@@ -53,6 +76,8 @@ export const sandboxInfo = z.object({
   /** When the sweeper deletes it (ISO time); null for sandboxes made before timeouts existed. */
   expires_at: z.string().nullable(),
   delete_on_disconnect: z.boolean(),
+  /** Null for sandboxes made before network policies existed. */
+  network: networkPolicy.nullable().optional(),
   error: z.string().nullable().optional(),
 });
 export type SandboxInfo = z.infer<typeof sandboxInfo>;

@@ -38,6 +38,16 @@ const envSchema = z.object({
   BOTHY_DISCONNECT_GRACE_S: z.coerce.number().int().min(0).max(3600).default(10),
   /** How often the sweeper deletes expired sandboxes, checks deaths and removes orphans. */
   BOTHY_SWEEP_INTERVAL_S: int(30),
+  /** Per-sandbox networking with the egress posture of packages/server/src/network/ (off: no network at all). */
+  BOTHY_NETWORK: z.enum(["on", "off"]).default("on"),
+  /** IPv4 block each sandbox's /30 is carved from. */
+  BOTHY_NET_POOL: z.string().default("10.179.0.0/16"),
+  /** Interface sandboxes' traffic leaves by (NAT); default: the default route's interface. */
+  BOTHY_UPLINK: z.string().optional(),
+  /** Resolvers for the guests' resolv.conf, comma-separated; must be public addresses. */
+  BOTHY_DNS: z.string().default("1.1.1.1,8.8.8.8"),
+  /** More destinations every sandbox is refused, comma-separated CIDRs (e.g. a cloud's metadata on a public address). */
+  BOTHY_NET_BLOCK: z.string().default(""),
 });
 
 export interface Config {
@@ -57,7 +67,10 @@ export interface Config {
   webhook: { url: string; retryBaseMs: number } | undefined;
   commandReplayBytes: number;
   lifecycle: { defaultTimeoutS: number; maxTimeoutS: number; disconnectGraceS: number; sweepIntervalMs: number };
+  network: { enabled: boolean; pool: string; uplink: string | undefined; dns: string[]; extraBlocked: string[] };
 }
+
+const list = (s: string): string[] => s.split(",").map((x) => x.trim()).filter(Boolean);
 
 const repoRoot = fileURLToPath(new URL("../../../", import.meta.url));
 
@@ -87,6 +100,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     webhook: e.BOTHY_WEBHOOK_URL === undefined ? undefined : { url: e.BOTHY_WEBHOOK_URL, retryBaseMs: e.BOTHY_WEBHOOK_RETRY_MS },
     commandReplayBytes: e.BOTHY_COMMAND_REPLAY_BYTES,
     lifecycle: { defaultTimeoutS: e.BOTHY_DEFAULT_TIMEOUT_S, maxTimeoutS: e.BOTHY_MAX_TIMEOUT_S, disconnectGraceS: e.BOTHY_DISCONNECT_GRACE_S, sweepIntervalMs: e.BOTHY_SWEEP_INTERVAL_S * 1000 },
+    network: { enabled: e.BOTHY_NETWORK === "on", pool: e.BOTHY_NET_POOL, uplink: e.BOTHY_UPLINK, dns: list(e.BOTHY_DNS), extraBlocked: list(e.BOTHY_NET_BLOCK) },
     ...overrides,
   };
 }

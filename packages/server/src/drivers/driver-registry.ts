@@ -4,6 +4,8 @@ import type { Config } from "../config.ts";
 import type { Driver } from "./driver.ts";
 import { GvisorDriver } from "./gvisor-driver.ts";
 import { hardwareVirtualization, QemuDriver } from "./qemu-driver.ts";
+import { HostNetwork } from "../network/host-network.ts";
+import { NetworkedDriver } from "../network/networked-driver.ts";
 
 type Log = (event: string, fields: Record<string, unknown>) => void;
 
@@ -58,15 +60,20 @@ export async function createDrivers(config: Config, log: Log): Promise<DriverReg
       tbSizeMib: config.qemu.tbSizeMib,
       warmStart: config.qemu.warmStart,
       bootTimeoutMs: config.bootTimeoutMs,
+      network: config.network.enabled,
       log,
     }),
   };
+  // Networking is checked first: with it on, a host that cannot give sandboxes their posture
+  // does not start (the error says what to run, or to set BOTHY_NETWORK=off).
+  const network = config.network.enabled ? new HostNetwork({ ...config.network, log }) : undefined;
+  await network?.preflight();
   const ready = new Map<DriverName, Driver>();
   const unavailable = new Map<DriverName, string>();
   for (const name of DRIVER_NAMES) {
     try {
       await candidates[name].preflight();
-      ready.set(name, candidates[name]);
+      ready.set(name, network ? new NetworkedDriver(candidates[name], network, name === "gvisor" ? "veth" : "tap") : candidates[name]);
     } catch (err) {
       unavailable.set(name, err instanceof Error ? err.message : String(err));
     }

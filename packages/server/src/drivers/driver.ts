@@ -10,6 +10,29 @@ export interface SandboxSpec {
   memoryMib: number;
   /** A directory the sandbox owns; everything the driver makes on disk lives under it. */
   dir: string;
+  /** What the sandbox may reach (network/); absent: the server's default posture. */
+  egress?: EgressPolicy;
+  /** The sandbox's network, made by network/ before start; absent: no network at all. */
+  network?: GuestNetwork;
+}
+
+/** Per-sandbox egress options of a create; see network/nft-ruleset.ts for how they apply. */
+export interface EgressPolicy {
+  internet: boolean;
+  allowOut: string[];
+  denyOut: string[];
+}
+
+/** One sandbox's link to the host: a /30 between the host's end (gateway) and the guest. */
+export interface GuestNetwork {
+  guest: string;
+  gateway: string;
+  prefix: number;
+  dns: string[];
+  /** gVisor: the network namespace (name under /run/netns) whose interface runsc takes over. */
+  netns?: string;
+  /** VMs: the tap device the VM's virtio-net is backed by. */
+  tap?: string;
 }
 
 /** The byte stream to the guest agent. */
@@ -46,6 +69,8 @@ export interface SandboxHandle {
   pause?(): Promise<void>;
   /** Brings a paused sandbox back; its agent then needs a resync handshake. */
   resume?(signal?: AbortSignal): Promise<GuestStream>;
+  /** The guest's network, when the guest configures it itself over the channel after identity (VMs). */
+  readonly guestNetwork?: GuestNetwork;
 }
 
 /** A host object that exists for a sandbox: found by `reconcile`, removable without a handle. */

@@ -54,6 +54,19 @@ export class GvisorDriver implements Driver {
     return ["--root", this.opts.runscRoot, "--platform=ptrace", "--network=none", "--overlay2=none", ...args];
   }
 
+  /**
+   * The `runsc run` command line. With a network, runsc runs with `--network=sandbox` under a
+   * private mount namespace where a read-only tmpfs hides /proc/sys/net: this runsc decides "root
+   * network namespace" by a file every namespace has on this kernel and refuses to start
+   * (shared/traps.md, gVisor).
+   */
+  runCommand(bundle: string, id: string, networked: boolean): [string, string[]] {
+    const args = this.runscArgs("run", "--bundle", bundle, id);
+    if (!networked) return [this.runsc, args];
+    const withNetwork = args.map((a) => (a === "--network=none" ? "--network=sandbox" : a));
+    return ["unshare", ["--mount", "--propagation", "private", "sh", "-c", 'mount -t tmpfs -o ro,size=4k bothy-nonet /proc/sys/net && exec "$@"', "bothy-runsc", this.runsc, ...withNetwork]];
+  }
+
   get runscPath(): string {
     return this.runsc;
   }
@@ -172,10 +185,14 @@ class GvisorSandbox implements SandboxHandle {
       await run("mount", ["-t", "overlay", "overlay", "-o", `lowerdir=${this.spec.templateRoot},upperdir=${join(dir, "upper")},workdir=${join(dir, "work")}`, rootfs], {
         timeoutMs: MOUNT_TIMEOUT_MS,
       });
-      const oci = buildOciSpec({ ...this.spec, rootfs, agentPath: this.driver.options.agentPath });
+      const network = this.spec.network;
+      const resolvConf = network ? join(dir, "bundle", "resolv.conf") : undefined;
+      if (network && resolvConf) await writeFile(resolvConf, network.dns.map((d) => `nameserver ${d}\n`).join(""), { mode: 0o644 });
+      const oci = buildOciSpec({ ...this.spec, rootfs, agentPath: this.driver.options.agentPath, ...(resolvConf ? { resolvConf } : {}) });
       await writeFile(join(dir, "bundle", "config.json"), JSON.stringify(oci));
       signal?.throwIfAborted();
-      const child = spawn(this.driver.runscPath, this.driver.runscArgs("run", "--bundle", join(dir, "bundle"), this.id), {
+      const [file, args] = this.driver.runCommand(join(dir, "bundle"), this.id, network !== undefined);
+      const child = spawn(file, args, {
         stdio: ["pipe", "pipe", "pipe"],
         // Out of the server's process group: a terminal's Ctrl-C goes to the server, which then
         // stops its sandboxes in order, instead of killing runsc mid-flight.

@@ -32,7 +32,7 @@ const CAPABILITIES = [
 ];
 
 /** The OCI runtime spec of one sandbox: the agent as the only process, talking over stdio. */
-export function buildOciSpec(spec: SandboxSpec & { rootfs: string; agentPath: string }): object {
+export function buildOciSpec(spec: SandboxSpec & { rootfs: string; agentPath: string; resolvConf?: string }): object {
   const env = {
     PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     HOME: "/root",
@@ -64,6 +64,8 @@ export function buildOciSpec(spec: SandboxSpec & { rootfs: string; agentPath: st
       // runsc 2022-12 refuses statx's AT_NO_AUTOMOUNT, which coreutils always passes (`ls -l`
       // and `stat` fail with EINVAL); a preloaded shim drops the flag. See statx-compat.c.
       ...GVISOR_COMPAT_FILES.map((f) => ({ destination: f.guestPath, type: "bind", source: join(dirname(spec.agentPath), f.name), options: ["rbind", "ro"] })),
+      // The public resolvers bothy names (network/): the template's own resolv.conf is the build host's.
+      ...(spec.resolvConf === undefined ? [] : [{ destination: "/etc/resolv.conf", type: "bind", source: spec.resolvConf, options: ["rbind", "ro"] }]),
     ],
     linux: {
       cgroupsPath: `/bothy/${spec.id}`,
@@ -72,7 +74,8 @@ export function buildOciSpec(spec: SandboxSpec & { rootfs: string; agentPath: st
         memory: { limit: spec.memoryMib * 1024 * 1024 },
         pids: { limit: 4096 },
       },
-      namespaces: [{ type: "pid" }, { type: "network" }, { type: "ipc" }, { type: "uts" }, { type: "mount" }],
+      // With a network, the sandbox joins the namespace network/ made, and gVisor takes over its eth0.
+      namespaces: [{ type: "pid" }, spec.network?.netns ? { type: "network", path: `/run/netns/${spec.network.netns}` } : { type: "network" }, { type: "ipc" }, { type: "uts" }, { type: "mount" }],
     },
   };
 }

@@ -27,6 +27,8 @@ export interface QemuOptions {
   /** Restore new sandboxes from a per-template memory snapshot instead of booting each. */
   warmStart?: boolean;
   bootTimeoutMs?: number;
+  /** Sandboxes get a virtio-net on a tap (network/); the warm-start snapshot then has one too. */
+  network?: boolean;
   log: (event: string, fields: Record<string, unknown>) => void;
 }
 
@@ -106,7 +108,7 @@ export class QemuDriver implements Driver {
   }
 
   /** @internal the parts of a VM's configuration every VM of this driver shares. */
-  vmConfig(spec: { vcpu: number; memoryMib: number }, dir: string, disk: string, incoming?: string): VmConfig {
+  vmConfig(spec: { vcpu: number; memoryMib: number; network?: { tap?: string } }, dir: string, disk: string, incoming?: string): VmConfig {
     if (!this.kernel || !this.initramfs) throw new BothyError("internal", "The QEMU driver was used before its preflight.");
     return {
       qemuPath: this.qemuPath,
@@ -119,6 +121,7 @@ export class QemuDriver implements Driver {
       memoryMib: spec.memoryMib,
       dir,
       ...(incoming === undefined ? {} : { incoming }),
+      ...(spec.network?.tap === undefined ? {} : { tap: spec.network.tap }),
     };
   }
 
@@ -139,7 +142,7 @@ export class QemuDriver implements Driver {
     const keyed = async (): Promise<{ key: string; image: string }> => {
       const image = await ensureExt4Image(templateRoot);
       const cfg = this.vmConfig(shape, "", "");
-      const key = createHash("sha256").update(JSON.stringify({ image, ...cfg, v: 1 })).digest("hex").slice(0, 24);
+      const key = createHash("sha256").update(JSON.stringify({ image, ...cfg, network: this.opts.network === true, v: 1 })).digest("hex").slice(0, 24);
       return { key, image };
     };
     return keyed().then(({ key, image }) => {
@@ -164,7 +167,10 @@ export class QemuDriver implements Driver {
     try {
       work = await mkdtemp(join(this.snapshotsDir, `.tmp-${key}-`));
       await this.createOverlay(join(work, "disk.qcow2"), image, "raw");
-      vm = await VmProcess.spawn(this.vmConfig(shape, work, join(work, "disk.qcow2")));
+      // A restore needs the snapshot's devices: with networking the snapshot VM has a NIC too, on a
+      // transient tap QEMU makes itself, down and without an address, gone when QEMU ends.
+      const network = this.opts.network ? { tap: `bs-${key.slice(0, 12)}` } : undefined;
+      vm = await VmProcess.spawn(this.vmConfig({ ...shape, ...(network ? { network } : {}) }, work, join(work, "disk.qcow2")));
       const qmp = await vm.qmp();
       const sock = await vm.connectSocket(vmFiles(work).agentSocket);
       const agent = new AgentClient(sock, sock);

@@ -32,6 +32,8 @@ export interface VmConfig {
   dir: string;
   /** A memory state file to restore from instead of booting. */
   incoming?: string;
+  /** The tap device behind the VM's virtio-net (QEMU makes a transient one when it does not exist). */
+  tap?: string;
 }
 
 const SOCKET_WAIT_MS = 10_000;
@@ -76,6 +78,7 @@ export async function qemuArgs(c: VmConfig): Promise<string[]> {
     "-qmp", `unix:${f.qmpSocket},server=on,wait=off`,
     "-pidfile", f.pidFile,
   ];
+  if (c.tap !== undefined) args.push("-netdev", `tap,id=net0,ifname=${c.tap},script=no,downscript=no`, "-device", "virtio-net-device,netdev=net0");
   if (c.incoming !== undefined) args.push("-incoming", `exec:cat ${shellSafe(c.incoming)}`);
   return args;
 }

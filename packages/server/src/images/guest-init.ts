@@ -16,6 +16,9 @@ export const GUEST_MODULES = [
   "drivers/virtio/virtio_mmio.ko",
   "drivers/block/virtio_blk.ko",
   "drivers/char/virtio_console.ko",
+  "net/core/failover.ko",
+  "drivers/net/net_failover.ko",
+  "drivers/net/virtio_net.ko",
 ] as const;
 
 /** Applets the init script calls by name; linked to busybox in the initramfs. */

@@ -1,5 +1,5 @@
 import Database from "better-sqlite3";
-import { LIVE_STATES, type SandboxInfo, type SandboxState } from "@bothy/protocol";
+import { LIVE_STATES, type NetworkPolicy, type SandboxInfo, type SandboxState } from "@bothy/protocol";
 
 /** Schema steps in order; `PRAGMA user_version` records how many have run. */
 const MIGRATIONS = [
@@ -51,6 +51,8 @@ const MIGRATIONS = [
    ALTER TABLE sandboxes ADD COLUMN delete_on_disconnect INTEGER NOT NULL DEFAULT 0;
    ALTER TABLE sandboxes ADD COLUMN disconnect_grace_s INTEGER;
    CREATE INDEX sandboxes_expires ON sandboxes(expires_at) WHERE expires_at IS NOT NULL;`,
+  // 5: the sandbox's effective network policy (JSON of protocol's networkPolicy); null before it.
+  `ALTER TABLE sandboxes ADD COLUMN network TEXT;`,
 ];
 
 export interface SandboxRow {
@@ -69,6 +71,7 @@ export interface SandboxRow {
   expires_at: string | null;
   delete_on_disconnect: number;
   disconnect_grace_s: number | null;
+  network: string | null;
 }
 
 export interface CommandRow {
@@ -121,14 +124,14 @@ export class Ledger {
     this.db.close();
   }
 
-  insertSandbox(row: Omit<SandboxRow, "created_at" | "updated_at" | "deleted_at" | "error" | "expires_at" | "delete_on_disconnect" | "disconnect_grace_s"> & Partial<Pick<SandboxRow, "expires_at" | "delete_on_disconnect" | "disconnect_grace_s">>, idempotency?: { key: string; fingerprint: string }): SandboxRow {
+  insertSandbox(row: Omit<SandboxRow, "created_at" | "updated_at" | "deleted_at" | "error" | "expires_at" | "delete_on_disconnect" | "disconnect_grace_s" | "network"> & Partial<Pick<SandboxRow, "expires_at" | "delete_on_disconnect" | "disconnect_grace_s" | "network">>, idempotency?: { key: string; fingerprint: string }): SandboxRow {
     const t = now();
-    const full: SandboxRow = { expires_at: null, delete_on_disconnect: 0, disconnect_grace_s: null, ...row, created_at: t, updated_at: t, deleted_at: null, error: null };
+    const full: SandboxRow = { expires_at: null, delete_on_disconnect: 0, disconnect_grace_s: null, network: null, ...row, created_at: t, updated_at: t, deleted_at: null, error: null };
     this.db.transaction(() => {
       this.db
         .prepare(
-          `INSERT INTO sandboxes (id, template, template_hash, driver, acceleration, vcpu, memory_mib, state, created_at, updated_at, deleted_at, error, expires_at, delete_on_disconnect, disconnect_grace_s)
-           VALUES (@id, @template, @template_hash, @driver, @acceleration, @vcpu, @memory_mib, @state, @created_at, @updated_at, @deleted_at, @error, @expires_at, @delete_on_disconnect, @disconnect_grace_s)`,
+          `INSERT INTO sandboxes (id, template, template_hash, driver, acceleration, vcpu, memory_mib, state, created_at, updated_at, deleted_at, error, expires_at, delete_on_disconnect, disconnect_grace_s, network)
+           VALUES (@id, @template, @template_hash, @driver, @acceleration, @vcpu, @memory_mib, @state, @created_at, @updated_at, @deleted_at, @error, @expires_at, @delete_on_disconnect, @disconnect_grace_s, @network)`,
         )
         .run(full);
       if (idempotency) {
@@ -243,6 +246,7 @@ export function toSandboxInfo(row: SandboxRow): SandboxInfo {
     deleted_at: row.deleted_at,
     expires_at: row.expires_at,
     delete_on_disconnect: row.delete_on_disconnect === 1,
+    network: row.network === null ? null : (JSON.parse(row.network) as NetworkPolicy),
     error: row.error,
   };
 }

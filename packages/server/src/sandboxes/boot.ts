@@ -2,6 +2,7 @@ import { BothyError } from "@bothy/protocol";
 import { randomBytes } from "node:crypto";
 import { AgentClient, type GuestIdentity } from "../agent/agent-client.ts";
 import type { Driver, SandboxHandle, SandboxSpec } from "../drivers/driver.ts";
+import { configureGuestNetwork } from "../network/guest-config.ts";
 
 /** A sandbox whose guest agent has answered the handshake. */
 export interface BootedSandbox {
@@ -25,6 +26,7 @@ export async function bootSandbox(driver: Driver, spec: SandboxSpec, timeoutMs: 
     });
     await Promise.race([agent.handshake(timeoutMs, signal, stream.resync === true), exited]);
     if (handle.needsIdentity) await Promise.race([agent.identify(guestIdentity(spec)), exited]);
+    if (handle.guestNetwork) await Promise.race([configureGuestNetwork(agent, handle.guestNetwork), exited]);
     exited.catch(() => undefined);
     return { spec, handle, agent };
   } catch (err) {

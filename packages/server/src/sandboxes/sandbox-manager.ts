@@ -7,11 +7,13 @@ import {
   LIVE_STATES,
   SANDBOX_ID_RE,
   TEMPLATE_NAME_RE,
+  type NetworkPolicy,
   type SandboxInfo,
 } from "@bothy/protocol";
 import type { AgentClient } from "../agent/agent-client.ts";
 import type { Config } from "../config.ts";
-import type { Driver } from "../drivers/driver.ts";
+import type { Driver, EgressPolicy } from "../drivers/driver.ts";
+import { egressFromRequest, isDefaultPolicy } from "../network/host-network.ts";
 import type { DriverRegistry } from "../drivers/driver-registry.ts";
 import { toSandboxInfo, type Ledger } from "../ledger/ledger.ts";
 import { newSandboxId } from "../util/ids.ts";
@@ -183,7 +185,18 @@ export class SandboxManager {
       throw new BothyError("invalid_request", `memory_mib must be between ${limits.minMemoryMib} and ${limits.maxMemoryMib} on this host.`);
     }
     lifetimeOf(req, this.config.lifecycle);
+    this.networkPolicy(req);
     return req;
+  }
+
+  /** The egress the request asks for, and the policy shown on the sandbox. */
+  private networkPolicy(req: CreateRequest): { egress: EgressPolicy; shown: NetworkPolicy } {
+    const egress = egressFromRequest(req);
+    const { enabled, dns } = this.config.network;
+    if (!enabled && (egress.allowOut.length > 0 || req.internet === true)) {
+      throw new BothyError("not_supported", "Networking is off on this host (BOTHY_NETWORK=off): sandboxes have no network, so internet and allow_out cannot be given.");
+    }
+    return { egress, shown: { enabled, internet: enabled && egress.internet, allow_out: egress.allowOut, deny_out: egress.denyOut, dns: enabled ? dns : [] } };
   }
 
   private shape(t: BuiltTemplateRef, vcpu: number, memoryMib: number, driver: Driver): PoolShape {
@@ -202,17 +215,19 @@ export class SandboxManager {
     const lifetime = lifetimeOf(req, this.config.lifecycle);
     const started = Date.now();
     const shape = this.shape(template, req.vcpu, req.memory_mib, driver);
-    const warm = this.pool.claim(shape);
+    const network = this.networkPolicy(req);
+    // Pool sandboxes were made with the default posture; any other policy boots its own.
+    const warm = isDefaultPolicy(network.egress) ? this.pool.claim(shape) : undefined;
     const id = warm?.spec.id ?? newSandboxId();
     this.ledger.insertSandbox(
       { id, template: template.name, template_hash: template.hash, driver: driver.name, acceleration: driver.acceleration, vcpu: req.vcpu, memory_mib: req.memory_mib, state: warm ? "running" : "creating",
-        expires_at: expiryFrom(lifetime.timeoutS, started), delete_on_disconnect: lifetime.deleteOnDisconnect ? 1 : 0, disconnect_grace_s: lifetime.disconnectGraceS },
+        expires_at: expiryFrom(lifetime.timeoutS, started), delete_on_disconnect: lifetime.deleteOnDisconnect ? 1 : 0, disconnect_grace_s: lifetime.disconnectGraceS, network: JSON.stringify(network.shown) },
       idem,
     );
     const job = (async (): Promise<CreateResult> => {
       let booted = warm;
       try {
-        booted ??= await bootSandbox(driver, { id, templateRoot: template.rootfs, templateEnv: template.env, vcpu: req.vcpu, memoryMib: req.memory_mib, dir: this.dirFor(id) }, this.config.bootTimeoutMs);
+        booted ??= await bootSandbox(driver, { id, templateRoot: template.rootfs, templateEnv: template.env, vcpu: req.vcpu, memoryMib: req.memory_mib, dir: this.dirFor(id), egress: network.egress }, this.config.bootTimeoutMs);
       } catch (err) {
         const e = err instanceof BothyError ? err : new BothyError("create_failed", "The sandbox failed to boot.", { cause: err });
         this.ledger.setState(id, "failed", e.message);

@@ -32,6 +32,8 @@ export async function startTestServer(env: Record<string, string> = {}, template
     BOTHY_HOST: "127.0.0.1",
     BOTHY_POOL_SIZE: "0",
     BOTHY_LOG_LEVEL: "info",
+    // The network battery (network.test.ts) turns it on inside namespaces it builds itself.
+    BOTHY_NETWORK: "off",
     ...env,
   });
   const logPath = join(home, "server.log");

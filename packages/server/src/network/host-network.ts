@@ -1,0 +1,260 @@
+/**
+ * Per-sandbox networking on the host: a /30 from the pool for each sandbox, the link (a veth into
+ * the sandbox's own network namespace for gVisor, a tap for VMs), and the sandbox's nftables chain.
+ * Names derive from the sandbox id, so every object can be found again without memory: the
+ * namespace `bothy-<id suffix>`, the interface `bv-…`/`bt-…` (15-character limit; its alias holds
+ * the full id) and the chain `sbx_…` in table `inet bothy`.
+ */
+import { existsSync } from "node:fs";
+import { readdir, readFile, writeFile } from "node:fs/promises";
+import { BothyError, SANDBOX_ID_RE } from "@bothy/protocol";
+import type { EgressPolicy, GuestNetwork, HostObject } from "../drivers/driver.ts";
+import { run } from "../util/host-command.ts";
+import { cidrContains, cidrsOverlap, formatCidr, normalizeCidr, parseCidr, parseIpv4, poolCapacity, subnetAt, type Cidr } from "./ipv4.ts";
+import { PRIVATE_RANGES, renderBase, renderSandboxAdd, renderSandboxRemove, TABLE } from "./nft-ruleset.ts";
+
+export type LinkKind = "veth" | "tap";
+
+export interface HostNetworkOptions {
+  pool: string;
+  /** Default: the default route's interface. */
+  uplink: string | undefined;
+  dns: string[];
+  extraBlocked: string[];
+  log: (event: string, fields: Record<string, unknown>) => void;
+}
+
+/** A sandbox's network as planned: names and addresses are fixed before anything is made. */
+export interface PlannedNetwork {
+  sandboxId: string;
+  kind: LinkKind;
+  iface: string;
+  policy: EgressPolicy;
+  guest: GuestNetwork;
+}
+
+const NETNS_DIR = "/run/netns";
+const NETNS_RE = /^bothy-([a-z2-7]{20})$/;
+const IFACE_RE = /^b[vt]-[a-z2-7]{12}$/;
+const CMD_TIMEOUT_MS = 15_000;
+
+export const netnsName = (sandboxId: string): string => `bothy-${sandboxId.slice(4)}`;
+export const ifaceName = (sandboxId: string, kind: LinkKind): string => `${kind === "veth" ? "bv-" : "bt-"}${sandboxId.slice(4, 16)}`;
+
+export const DEFAULT_POLICY: EgressPolicy = { internet: true, allowOut: [], denyOut: [] };
+
+/** The policy a create asks for, normalized (host bits cleared, duplicates gone). */
+export function egressFromRequest(req: { internet?: boolean | undefined; allow_out?: string[] | undefined; deny_out?: string[] | undefined }): EgressPolicy {
+  const norm = (list: string[] | undefined): string[] => [...new Set((list ?? []).map(normalizeCidr))];
+  return { internet: req.internet ?? true, allowOut: norm(req.allow_out), denyOut: norm(req.deny_out) };
+}
+
+export const isDefaultPolicy = (p: EgressPolicy): boolean => p.internet && p.allowOut.length === 0 && p.denyOut.length === 0;
+
+export class HostNetwork {
+  private readonly pool: Cidr;
+  private readonly capacity: number;
+  /** Subnet index per sandbox; an index is free again only once its sandbox's teardown succeeded. */
+  private readonly used = new Map<string, number>();
+  private uplinkName = "";
+  private ipv6 = false;
+
+  constructor(private readonly opts: HostNetworkOptions) {
+    this.pool = parseCidr(opts.pool);
+    this.capacity = poolCapacity(this.pool);
+  }
+
+  get uplink(): string {
+    return this.uplinkName;
+  }
+
+  get dns(): string[] {
+    return this.opts.dns;
+  }
+
+  /**
+   * Checks the host can give sandboxes a network and installs the base ruleset. Every failure
+   * says what to run, or to start with BOTHY_NETWORK=off.
+   */
+  async preflight(): Promise<void> {
+    const off = "or start bothy with BOTHY_NETWORK=off (sandboxes then have no network at all)";
+    await run("nft", ["--version"], { timeoutMs: CMD_TIMEOUT_MS }).catch((err: unknown) => {
+      throw new BothyError("create_failed", `nft is not installed: run \`apt-get install nftables\`, ${off}.`, { cause: err });
+    });
+    await run("ip", ["-V"], { timeoutMs: CMD_TIMEOUT_MS }).catch((err: unknown) => {
+      throw new BothyError("create_failed", `ip is not installed: run \`apt-get install iproute2\`, ${off}.`, { cause: err });
+    });
+    this.uplinkName = this.opts.uplink ?? (await defaultRouteInterface());
+    if (!this.uplinkName) throw new BothyError("create_failed", `No uplink: this host has no default route; set BOTHY_UPLINK to the interface sandboxes reach the internet by, ${off}.`);
+    if (!(await linkNames()).includes(this.uplinkName)) throw new BothyError("create_failed", `The uplink interface ${this.uplinkName} does not exist; set BOTHY_UPLINK to an existing interface, ${off}.`);
+    for (const server of this.opts.dns) {
+      const addr = parseIpv4(server);
+      const blocked = [...PRIVATE_RANGES, this.opts.pool, ...this.opts.extraBlocked].find((r) => cidrContains(parseCidr(r), addr));
+      if (blocked) throw new BothyError("create_failed", `BOTHY_DNS names ${server}, inside ${blocked}, which sandboxes may not reach; name public resolvers (default 1.1.1.1,8.8.8.8).`);
+    }
+    for (const r of this.opts.extraBlocked) parseCidr(r);
+    for (const clash of (await hostAddresses()).filter((a) => cidrContains(this.pool, parseIpv4(a)))) {
+      if (!(await this.isOurs(clash))) throw new BothyError("create_failed", `BOTHY_NET_POOL ${formatCidr(this.pool)} holds ${clash}, an address this host already uses; choose a free block.`);
+    }
+    if (PRIVATE_RANGES.every((r) => !cidrsOverlap(parseCidr(r), this.pool))) this.opts.log("network_pool_public", { pool: formatCidr(this.pool) });
+    await this.ensureForwarding();
+    this.ipv6 = existsSync("/proc/sys/net/ipv6");
+    await nft(renderBase({ pool: formatCidr(this.pool), uplink: this.uplinkName, extraBlocked: this.opts.extraBlocked }));
+    this.opts.log("network_ready", { pool: formatCidr(this.pool), uplink: this.uplinkName, dns: this.opts.dns, table: TABLE });
+  }
+
+  /** Only an address on one of our own interfaces (a leftover reconcile will remove) may sit in the pool. */
+  private async isOurs(addr: string): Promise<boolean> {
+    const { stdout } = await run("ip", ["-j", "-4", "addr", "show", "to", `${addr}/32`], { timeoutMs: CMD_TIMEOUT_MS });
+    return (JSON.parse(stdout || "[]") as Array<{ ifname?: string }>).every((l) => IFACE_RE.test(l.ifname ?? ""));
+  }
+
+  private async ensureForwarding(): Promise<void> {
+    const path = "/proc/sys/net/ipv4/ip_forward";
+    if ((await readFile(path, "utf8")).trim() === "1") return;
+    try {
+      await writeFile(path, "1\n");
+    } catch (err) {
+      throw new BothyError("create_failed", `net.ipv4.ip_forward is off and bothy could not turn it on (${(err as Error).message}): run \`sysctl -w net.ipv4.ip_forward=1\` as root, or start bothy with BOTHY_NETWORK=off.`, { cause: err });
+    }
+    this.opts.log("ip_forward_enabled", { sysctl: "net.ipv4.ip_forward=1", why: "sandboxes' traffic is routed through this host" });
+  }
+
+  /** Reserves the sandbox's subnet and names; nothing exists on the host until `plumb`. */
+  allocate(sandboxId: string, kind: LinkKind, policy: EgressPolicy): PlannedNetwork {
+    let index = this.used.get(sandboxId);
+    if (index === undefined) {
+      const taken = new Set(this.used.values());
+      // Index 0 would put the gateway on the pool's first address; leave it out for readability.
+      for (let i = 1; i < this.capacity; i++) {
+        if (!taken.has(i)) {
+          index = i;
+          break;
+        }
+      }
+      if (index === undefined) throw new BothyError("capacity_exhausted", `The network pool ${formatCidr(this.pool)} has no free /30 left; delete a sandbox or give BOTHY_NET_POOL a larger block.`);
+      this.used.set(sandboxId, index);
+    }
+    const subnet = subnetAt(this.pool, index);
+    const iface = ifaceName(sandboxId, kind);
+    const guest: GuestNetwork = { guest: subnet.guest, gateway: subnet.gateway, prefix: subnet.prefix, dns: this.opts.dns, ...(kind === "veth" ? { netns: netnsName(sandboxId) } : { tap: iface }) };
+    return { sandboxId, kind, iface, policy, guest };
+  }
+
+  /** Makes the link and the chain. On failure whatever was made is removed before the error. */
+  async plumb(plan: PlannedNetwork): Promise<void> {
+    const { iface, guest } = plan;
+    const cidr = (a: string) => `${a}/${guest.prefix}`;
+    try {
+      if (plan.kind === "veth") {
+        const ns = netnsName(plan.sandboxId);
+        await ip(["netns", "add", ns]);
+        // Before eth0 exists, so it never gets an IPv6 link-local address for gVisor to copy.
+        if (this.ipv6) await ip(["netns", "exec", ns, "sh", "-c", "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6 && echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6"]);
+        await ipBatch([`link add ${iface} type veth peer name eth0 netns ${ns}`, `link set ${iface} alias ${plan.sandboxId}`]);
+        await this.disableIpv6(iface);
+        await ipBatch([`addr add ${cidr(guest.gateway)} dev ${iface}`, `link set ${iface} up`]);
+        await ipBatch([`addr add ${cidr(guest.guest)} dev eth0`, "link set eth0 up", "link set lo up", `route add default via ${guest.gateway}`], ns);
+      } else {
+        await ip(["tuntap", "add", "dev", iface, "mode", "tap"]);
+        await ip(["link", "set", iface, "alias", plan.sandboxId]);
+        await this.disableIpv6(iface);
+        await ipBatch([`addr add ${cidr(guest.gateway)} dev ${iface}`, `link set ${iface} up`]);
+      }
+      await nft(renderSandboxAdd({ sandboxId: plan.sandboxId, iface, guest: guest.guest, policy: plan.policy }));
+    } catch (err) {
+      await this.teardown(plan.sandboxId).catch((e: unknown) => this.opts.log("network_teardown_failed", { sandbox_id: plan.sandboxId, error: (e as Error).message }));
+      throw new BothyError("create_failed", `Could not set up the sandbox's network: ${(err as Error).message}`, { cause: err });
+    }
+  }
+
+  private async disableIpv6(iface: string): Promise<void> {
+    if (this.ipv6) await writeFile(`/proc/sys/net/ipv6/conf/${iface}/disable_ipv6`, "1\n");
+  }
+
+  /** Removes the sandbox's chain, interfaces and namespace, whichever exist; safe to repeat. */
+  async teardown(sandboxId: string): Promise<void> {
+    if (!SANDBOX_ID_RE.test(sandboxId)) throw new BothyError("invalid_sandbox_id", `Refusing to remove the network of ${sandboxId}: not a sandbox id.`);
+    const rules = await this.listRules();
+    const keys = rules.elements.filter((e) => e.target === sandboxId).map((e) => e.key);
+    const script = renderSandboxRemove(sandboxId, keys, rules.chains.includes(sandboxId));
+    if (script) await nft(script);
+    // Deleting the host end removes the veth pair at once; a deleted namespace frees its links later.
+    for (const link of await listLinks()) if (link.alias === sandboxId || link.name === ifaceName(sandboxId, "veth") || link.name === ifaceName(sandboxId, "tap")) await ip(["link", "del", link.name]);
+    const ns = netnsName(sandboxId);
+    if (existsSync(`${NETNS_DIR}/${ns}`)) await ip(["netns", "del", ns]);
+    this.used.delete(sandboxId);
+  }
+
+  /** Every network object of a sandbox on this host: namespaces, interfaces, chains. */
+  async reconcile(): Promise<HostObject[]> {
+    const found: HostObject[] = [];
+    for (const name of await readdir(NETNS_DIR).catch(() => [] as string[])) {
+      const m = NETNS_RE.exec(name);
+      if (m) found.push({ sandboxId: `sbx_${m[1] ?? ""}`, kind: "netns", description: `network namespace ${name}` });
+    }
+    for (const link of await listLinks()) {
+      if (IFACE_RE.test(link.name) && link.alias && SANDBOX_ID_RE.test(link.alias)) found.push({ sandboxId: link.alias, kind: "interface", description: `interface ${link.name}` });
+    }
+    const rules = await this.listRules();
+    for (const chain of rules.chains) if (SANDBOX_ID_RE.test(chain)) found.push({ sandboxId: chain, kind: "nft-chain", description: `nft chain ${TABLE} ${chain}` });
+    for (const e of rules.elements) if (SANDBOX_ID_RE.test(e.target) && !rules.chains.includes(e.target)) found.push({ sandboxId: e.target, kind: "nft-map-element", description: `nft map element ${e.key}` });
+    return found;
+  }
+
+  private async listRules(): Promise<{ chains: string[]; elements: Array<{ key: string; target: string }> }> {
+    let text: string;
+    try {
+      text = (await run("nft", ["-j", "list", "table", ...TABLE.split(" ")], { timeoutMs: CMD_TIMEOUT_MS })).stdout;
+    } catch (err) {
+      if (/No such file or directory/.test((err as Error).message)) return { chains: [], elements: [] };
+      throw err;
+    }
+    const items = (JSON.parse(text) as { nftables?: Array<Record<string, unknown>> }).nftables ?? [];
+    const chains: string[] = [];
+    const elements: Array<{ key: string; target: string }> = [];
+    for (const item of items) {
+      const chain = item["chain"] as { name?: string } | undefined;
+      if (chain?.name) chains.push(chain.name);
+      const map = item["map"] as { name?: string; elem?: unknown[] } | undefined;
+      if (map?.name !== "egress") continue;
+      for (const el of map.elem ?? []) {
+        if (!Array.isArray(el) || typeof el[0] !== "string") continue;
+        const verdict = el[1] as { goto?: { target?: string }; jump?: { target?: string } } | undefined;
+        elements.push({ key: el[0], target: verdict?.goto?.target ?? verdict?.jump?.target ?? "" });
+      }
+    }
+    return { chains, elements };
+  }
+}
+
+async function ip(args: string[]): Promise<void> {
+  await run("ip", args, { timeoutMs: CMD_TIMEOUT_MS });
+}
+
+async function ipBatch(lines: string[], netns?: string): Promise<void> {
+  await run("ip", [...(netns ? ["-n", netns] : []), "-batch", "-"], { timeoutMs: CMD_TIMEOUT_MS, input: lines.join("\n") + "\n" });
+}
+
+async function nft(script: string): Promise<void> {
+  await run("nft", ["-f", "-"], { timeoutMs: CMD_TIMEOUT_MS, input: script });
+}
+
+async function listLinks(): Promise<Array<{ name: string; alias: string | undefined }>> {
+  const { stdout } = await run("ip", ["-j", "link", "show"], { timeoutMs: CMD_TIMEOUT_MS });
+  return (JSON.parse(stdout || "[]") as Array<{ ifname: string; ifalias?: string }>).map((l) => ({ name: l.ifname, alias: l.ifalias }));
+}
+
+async function linkNames(): Promise<string[]> {
+  return (await listLinks()).map((l) => l.name);
+}
+
+async function hostAddresses(): Promise<string[]> {
+  const { stdout } = await run("ip", ["-j", "-4", "addr", "show"], { timeoutMs: CMD_TIMEOUT_MS });
+  return (JSON.parse(stdout || "[]") as Array<{ addr_info?: Array<{ local?: string }> }>).flatMap((l) => (l.addr_info ?? []).map((a) => a.local ?? "")).filter(Boolean);
+}
+
+async function defaultRouteInterface(): Promise<string> {
+  const { stdout } = await run("ip", ["-j", "-4", "route", "show", "default"], { timeoutMs: CMD_TIMEOUT_MS });
+  return (JSON.parse(stdout || "[]") as Array<{ dev?: string }>)[0]?.dev ?? "";
+}

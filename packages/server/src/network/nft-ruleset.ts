@@ -1,0 +1,122 @@
+/**
+ * The nftables text bothy feeds to `nft -f -`. Everything lives in one table, `inet bothy`, that
+ * bothy owns: base chains hooked into forward, input and NAT postrouting, a verdict map from a
+ * sandbox's host-side interface to that sandbox's own chain, and one chain per sandbox
+ * (`sbx_<id>`). Adding or removing a sandbox is one nft transaction, atomic in the kernel.
+ *
+ * gVisor ignores ICMP "administratively prohibited" (shared/traps.md), so TCP is refused with a
+ * reset: a blocked connect fails at once instead of timing out. The rest gets the ICMP reject.
+ */
+import type { EgressPolicy } from "../drivers/driver.ts";
+import { cidrContains, formatCidr, parseCidr, type Cidr } from "./ipv4.ts";
+
+export const TABLE = "inet bothy";
+/** Host-side interface names: `bv-` veths (gVisor), `bt-` taps (VMs). */
+export const IFACE_PREFIXES = ["bv-", "bt-"] as const;
+
+/** Ranges no sandbox reaches unless an `allow_out` entry names them. */
+export const PRIVATE_RANGES = [
+  "0.0.0.0/8",
+  "10.0.0.0/8",
+  "100.64.0.0/10",
+  "127.0.0.0/8",
+  "169.254.0.0/16",
+  "172.16.0.0/12",
+  "192.168.0.0/16",
+  "224.0.0.0/3",
+] as const;
+
+export interface SandboxRules {
+  sandboxId: string;
+  iface: string;
+  guest: string;
+  policy: EgressPolicy;
+}
+
+export interface BaseRules {
+  /** Every sandbox subnet: blocked as a destination (no sandbox reaches another), masqueraded as a source. */
+  pool: string;
+  uplink: string;
+  /** Blocked on top of PRIVATE_RANGES (BOTHY_NET_BLOCK). */
+  extraBlocked: string[];
+}
+
+/** A sandbox's chain is named by its id (`sbx_…`), so reconcile maps a chain back to its sandbox. */
+export const chainName = (sandboxId: string): string => sandboxId;
+
+const set = (items: readonly string[]): string => `{ ${items.join(", ")} }`;
+const quoted = (s: string): string => `"${s}"`;
+const wildcards = IFACE_PREFIXES.map((p) => quoted(`${p}*`));
+
+/**
+ * Collapses CIDRs nft would reject as overlapping elements of one anonymous interval set:
+ * a block inside another is dropped.
+ */
+export function mergeCidrs(items: readonly string[]): string[] {
+  const parsed = items.map(parseCidr).sort((a, b) => a.prefix - b.prefix || a.base - b.base);
+  const kept: Cidr[] = [];
+  for (const c of parsed) if (!kept.some((k) => k.prefix <= c.prefix && cidrContains(k, c.base))) kept.push(c);
+  return kept.map(formatCidr);
+}
+
+/**
+ * Creates the table and its base chains if missing and rewrites the base chains' rules. Per-sandbox
+ * chains and map elements are left alone (reconcile removes the orphans among them).
+ */
+export function renderBase(b: BaseRules): string {
+  const blockedLine = `ip daddr ${set(mergeCidrs([...PRIVATE_RANGES, b.pool, ...b.extraBlocked]))} goto refuse`;
+  return [
+    `add table ${TABLE}`,
+    `add map ${TABLE} egress { type ifname : verdict; }`,
+    `add chain ${TABLE} refuse`,
+    `add chain ${TABLE} blocked`,
+    `add chain ${TABLE} forward { type filter hook forward priority filter; policy accept; }`,
+    `add chain ${TABLE} input { type filter hook input priority filter; policy accept; }`,
+    `add chain ${TABLE} postrouting { type nat hook postrouting priority srcnat; policy accept; }`,
+    ...["refuse", "blocked", "forward", "input", "postrouting"].map((c) => `flush chain ${TABLE} ${c}`),
+    // IPv6 is dropped silently; IPv4 TCP gets a reset (gVisor ignores ICMP admin-prohibited).
+    `add rule ${TABLE} refuse meta nfproto ipv6 drop`,
+    `add rule ${TABLE} refuse meta l4proto tcp reject with tcp reset`,
+    `add rule ${TABLE} refuse reject with icmpx admin-prohibited`,
+    `add rule ${TABLE} blocked ${blockedLine}`,
+    // A sandbox's traffic goes to its own chain; an interface of ours without one sends nothing.
+    `add rule ${TABLE} forward iifname vmap @egress`,
+    ...wildcards.map((w) => `add rule ${TABLE} forward iifname ${w} drop`),
+    // Nothing from outside starts a connection to a sandbox.
+    ...wildcards.map((w) => `add rule ${TABLE} forward oifname ${w} ct state established,related accept`),
+    ...wildcards.map((w) => `add rule ${TABLE} forward oifname ${w} drop`),
+    // Every address of the host itself, gateway included, is delivered through input: refused.
+    ...wildcards.map((w) => `add rule ${TABLE} input iifname ${w} goto refuse`),
+    `add rule ${TABLE} postrouting ip saddr ${b.pool} oifname ${quoted(b.uplink)} masquerade`,
+  ].join("\n") + "\n";
+}
+
+/**
+ * One sandbox's chain: no IPv6, no spoofed sources, replies to its own connections, then
+ * `allow_out` (wins over everything), `deny_out`, the private ranges and every other sandbox,
+ * and the rest only when `internet` is on.
+ */
+export function renderSandboxAdd(r: SandboxRules): string {
+  const chain = chainName(r.sandboxId);
+  const lines = [
+    `add chain ${TABLE} ${chain}`,
+    `flush chain ${TABLE} ${chain}`,
+    `add rule ${TABLE} ${chain} meta nfproto ipv6 drop`,
+    `add rule ${TABLE} ${chain} ip saddr != ${r.guest} drop`,
+    `add rule ${TABLE} ${chain} ct state established,related accept`,
+  ];
+  if (r.policy.allowOut.length > 0) lines.push(`add rule ${TABLE} ${chain} ip daddr ${set(mergeCidrs(r.policy.allowOut))} accept`);
+  if (r.policy.denyOut.length > 0) lines.push(`add rule ${TABLE} ${chain} ip daddr ${set(mergeCidrs(r.policy.denyOut))} goto refuse`);
+  lines.push(`add rule ${TABLE} ${chain} jump blocked`);
+  lines.push(r.policy.internet ? `add rule ${TABLE} ${chain} accept` : `add rule ${TABLE} ${chain} goto refuse`);
+  lines.push(`add element ${TABLE} egress { ${quoted(r.iface)} : goto ${chain} }`);
+  return lines.join("\n") + "\n";
+}
+
+/** Removes what exists of one sandbox's rules (nft 1.0.6 has no `destroy`: delete only what is there). */
+export function renderSandboxRemove(sandboxId: string, mapKeys: readonly string[], hasChain: boolean): string {
+  const chain = chainName(sandboxId);
+  const lines = mapKeys.map((k) => `delete element ${TABLE} egress { ${quoted(k)} }`);
+  if (hasChain) lines.push(`delete chain ${TABLE} ${chain}`);
+  return lines.length > 0 ? lines.join("\n") + "\n" : "";
+}

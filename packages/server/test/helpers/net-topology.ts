@@ -1,0 +1,131 @@
+/**
+ * The network tests' own little world, which never touches the real network: a namespace `host`
+ * where the bothy server runs, whose only uplink is a veth to a namespace `wan` that plays the
+ * internet (HTTP at 203.0.113.10, DNS at 198.51.100.53), a namespace `lan` with private hosts at
+ * 10.200.0.10 and .11, and a control veth from the test's own namespace to `host` for the API.
+ * `wan` has no route anywhere else. Everything is named with a random tag and removed by `destroy`.
+ */
+import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+
+const pexec = promisify(execFile);
+const FIXTURE = fileURLToPath(new URL("../fixtures/net-fixture.mjs", import.meta.url));
+
+export const PUBLIC_HTTP = "203.0.113.10";
+export const PUBLIC_DNS = "198.51.100.53";
+export const PRIVATE_HOST = "10.200.0.10";
+export const PRIVATE_HOST_2 = "10.200.0.11";
+export const HOST_UPLINK_ADDR = "198.18.0.2";
+export const HOST_LAN_ADDR = "10.200.0.1";
+/** A port every host address listens on (from a fixture in `host`), so a refusal means the filter. */
+export const HOST_PORT = 8099;
+export const TEST_NAME = "probe.bothy.test";
+export const TEST_ANSWER = "203.0.113.77";
+
+export async function sh(file: string, args: string[], input?: string): Promise<string> {
+  if (input === undefined) return (await pexec(file, args)).stdout;
+  return new Promise((resolve, reject) => {
+    const child = execFile(file, args, (err, stdout) => (err ? reject(err) : resolve(stdout)));
+    child.stdin?.end(input);
+  });
+}
+
+export class NetTopology {
+  readonly tag = randomBytes(3).toString("hex");
+  readonly host = `bnt${this.tag}-host`;
+  readonly wan = `bnt${this.tag}-wan`;
+  readonly lan = `bnt${this.tag}-lan`;
+  /** The test side of the control link, and the server's side of it (the API listens there). */
+  readonly ctlIf = `bnt${this.tag}c0`;
+  readonly ctlHostAddr: string;
+  private readonly ctlTestAddr: string;
+  private readonly children: ChildProcess[] = [];
+
+  constructor() {
+    // A /30 in 10.252/16 chosen by the tag, so two runs on one machine do not collide.
+    const n = (parseInt(this.tag, 16) % 16000) * 4;
+    this.ctlTestAddr = `10.252.${Math.floor(n / 256)}.${(n % 256) + 1}`;
+    this.ctlHostAddr = `10.252.${Math.floor(n / 256)}.${(n % 256) + 2}`;
+  }
+
+  get netnsPath(): string {
+    return `/run/netns/${this.host}`;
+  }
+
+  async create(): Promise<void> {
+    const t = this.tag;
+    for (const ns of [this.host, this.wan, this.lan]) {
+      await sh("ip", ["netns", "add", ns]);
+      await sh("ip", ["-n", ns, "link", "set", "lo", "up"]);
+    }
+    // host <-> wan: the only uplink.
+    await sh("ip", ["link", "add", `bnt${t}u0`, "netns", this.host, "type", "veth", "peer", "name", `bnt${t}u1`, "netns", this.wan]);
+    await batch(this.host, [`addr add ${HOST_UPLINK_ADDR}/24 dev bnt${t}u0`, `link set bnt${t}u0 up`, "route add default via 198.18.0.1"]);
+    await batch(this.wan, [`addr add 198.18.0.1/24 dev bnt${t}u1`, `link set bnt${t}u1 up`, `addr add ${PUBLIC_HTTP}/32 dev lo`, `addr add ${PUBLIC_DNS}/32 dev lo`]);
+    // host <-> lan: private hosts behind the server's host.
+    await sh("ip", ["link", "add", `bnt${t}l0`, "netns", this.host, "type", "veth", "peer", "name", `bnt${t}l1`, "netns", this.lan]);
+    await batch(this.host, [`addr add ${HOST_LAN_ADDR}/24 dev bnt${t}l0`, `link set bnt${t}l0 up`]);
+    await batch(this.lan, [`addr add ${PRIVATE_HOST}/24 dev bnt${t}l1`, `addr add ${PRIVATE_HOST_2}/24 dev bnt${t}l1`, `link set bnt${t}l1 up`, `route add default via ${HOST_LAN_ADDR}`]);
+    // test <-> host: the API.
+    await sh("ip", ["link", "add", this.ctlIf, "type", "veth", "peer", "name", `bnt${t}c1`, "netns", this.host]);
+    await sh("ip", ["addr", "add", `${this.ctlTestAddr}/30`, "dev", this.ctlIf]);
+    await sh("ip", ["link", "set", this.ctlIf, "up"]);
+    await batch(this.host, [`addr add ${this.ctlHostAddr}/30 dev bnt${t}c1`, `link set bnt${t}c1 up`]);
+
+    await this.fixture(this.wan, ["--name", "wan", "--http", `${PUBLIC_HTTP}:80`, "--dns", `${PUBLIC_DNS}:53`]);
+    await this.fixture(this.lan, ["--name", "lan", "--http", `0.0.0.0:80`, "--dns", `${PRIVATE_HOST}:53`]);
+    // A resolver and a listener on the host's own addresses: sandboxes must reach neither.
+    await this.fixture(this.host, ["--name", "host", "--http", `0.0.0.0:${HOST_PORT}`, "--dns", `${HOST_UPLINK_ADDR}:53`, "--dns", `${HOST_LAN_ADDR}:53`]);
+  }
+
+  /** Starts a fixture server in a namespace and waits until it listens. */
+  private async fixture(ns: string, args: string[]): Promise<void> {
+    const child = spawn("ip", ["netns", "exec", ns, process.execPath, FIXTURE, ...args], { stdio: ["ignore", "pipe", "inherit"] });
+    this.children.push(child);
+    await new Promise<void>((resolve, reject) => {
+      child.once("exit", (code) => reject(new Error(`fixture in ${ns} exited (${code})`)));
+      createInterface({ input: child.stdout! }).on("line", (l) => l === "ready" && resolve());
+    });
+  }
+
+  /** Spawns a process inside the `host` namespace (network only: the mount namespace stays ours). */
+  spawnInHost(file: string, args: string[], env: NodeJS.ProcessEnv): ChildProcess {
+    return spawn("nsenter", [`--net=${this.netnsPath}`, "--", file, ...args], { env, stdio: ["ignore", "pipe", "inherit"] });
+  }
+
+  /** Runs a command in the `host` namespace and returns its stdout. */
+  inHost(file: string, args: string[]): Promise<string> {
+    return sh("nsenter", [`--net=${this.netnsPath}`, "--", file, ...args]);
+  }
+
+  /** What bothy's network objects still exist: namespaces, interfaces (in `host`) and chains. */
+  async bothyObjects(): Promise<{ netns: string[]; links: string[]; chains: string[]; mapElements: number }> {
+    const netns = (await sh("ip", ["netns", "list"])).split("\n").map((l) => l.split(" ")[0] ?? "").filter((n) => /^bothy-/.test(n));
+    const links = (JSON.parse(await this.inHost("ip", ["-j", "link", "show"])) as Array<{ ifname: string }>).map((l) => l.ifname).filter((n) => /^b[vt]-/.test(n));
+    let chains: string[] = [];
+    let mapElements = 0;
+    try {
+      const items = (JSON.parse(await this.inHost("nft", ["-j", "list", "table", "inet", "bothy"])) as { nftables: Array<Record<string, { name?: string; elem?: unknown[] }>> }).nftables;
+      chains = items.flatMap((i) => (i["chain"]?.name ? [i["chain"].name] : [])).filter((n) => n.startsWith("sbx_"));
+      mapElements = items.reduce((n, i) => n + (i["map"]?.elem?.length ?? 0), 0);
+    } catch {
+      chains = []; // no table: nothing of ours either
+    }
+    return { netns, links, chains, mapElements };
+  }
+
+  /** Kills the fixtures (by pid) and removes every namespace and link this topology made. */
+  async destroy(): Promise<void> {
+    for (const c of this.children) if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
+    // Interfaces in the host namespace go with it; bothy's own leftovers are reported by the test.
+    await sh("ip", ["link", "del", this.ctlIf]).catch(() => undefined);
+    for (const ns of [this.host, this.wan, this.lan]) await sh("ip", ["netns", "del", ns]).catch(() => undefined);
+  }
+}
+
+function batch(ns: string, lines: string[]): Promise<string> {
+  return sh("ip", ["-n", ns, "-batch", "-"], lines.join("\n") + "\n");
+}

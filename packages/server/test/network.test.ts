@@ -1,0 +1,169 @@
+/**
+ * Network isolation end to end, on every driver, against a world the test builds itself
+ * (helpers/net-topology.ts): the real `bothy serve` runs inside a namespace whose only uplink
+ * leads to a namespace playing the internet. Nothing here sends a packet off this machine.
+ */
+import { type ChildProcess } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { testKernelDir, testTemplatesDir } from "../../../test/paths.ts";
+import { api, createSandbox, runCommand } from "./helpers/client.ts";
+import { driverTitle, testDrivers } from "./helpers/drivers.ts";
+import { ipv4Of, probe, sandboxNetwork, type Outcome } from "./helpers/net-probe.ts";
+import {
+  HOST_LAN_ADDR,
+  HOST_PORT,
+  HOST_UPLINK_ADDR,
+  NetTopology,
+  PRIVATE_HOST,
+  PRIVATE_HOST_2,
+  PUBLIC_DNS,
+  PUBLIC_HTTP,
+  TEST_ANSWER,
+  TEST_NAME,
+} from "./helpers/net-topology.ts";
+
+const BOTHY = fileURLToPath(new URL("../../cli/bin/bothy.js", import.meta.url));
+const root = process.getuid?.() === 0;
+const drivers = testDrivers();
+
+/** Refused by the filter: an error, quickly (a reset or an ICMP reject, never a timeout). */
+function refusedFast(o: Outcome | undefined, what: string): void {
+  expect(o, what).toBeDefined();
+  expect(o?.ok, `${what} should be blocked: ${JSON.stringify(o)}`).toBe(false);
+  expect(o?.err, `${what} should fail fast, not time out: ${JSON.stringify(o)}`).not.toBe("timeout");
+  expect(o?.ms ?? Infinity, `${what} took ${o?.ms} ms`).toBeLessThan(2000);
+}
+
+function unanswered(o: Outcome | undefined, what: string): void {
+  expect(o?.ok, `${what} should not answer: ${JSON.stringify(o)}`).toBe(false);
+}
+
+describe.skipIf(!root)("network isolation", () => {
+  const topo = new NetTopology();
+  let server: ChildProcess | undefined;
+  let home = "";
+  let base = "";
+  const logs: Array<Record<string, unknown>> = [];
+  const made: string[] = [];
+
+  beforeAll(async () => {
+    home = await mkdtemp("/tmp/bothy-net-");
+    await topo.create();
+    server = topo.spawnInHost(process.execPath, [BOTHY, "serve"], {
+      ...process.env,
+      BOTHY_HOME: home,
+      BOTHY_TEMPLATES_DIR: testTemplatesDir(),
+      BOTHY_KERNEL_DIR: testKernelDir(),
+      BOTHY_HOST: topo.ctlHostAddr,
+      BOTHY_PORT: "0",
+      BOTHY_POOL_SIZE: "0",
+      BOTHY_NETWORK: "on",
+      BOTHY_DNS: PUBLIC_DNS,
+      BOTHY_DRIVER: "gvisor",
+    });
+    const child = server;
+    base = await new Promise<string>((resolve, reject) => {
+      child.once("exit", (code) => reject(new Error(`bothy serve exited (${code}); last logs: ${JSON.stringify(logs.slice(-3))}`)));
+      createInterface({ input: child.stdout! }).on("line", (line) => {
+        const entry = JSON.parse(line) as Record<string, unknown>;
+        logs.push(entry);
+        if (entry["event"] === "listening") resolve(String(entry["address"]));
+      });
+    });
+  });
+
+  afterAll(async () => {
+    try {
+      for (const id of made) await api(base, "DELETE", `/sandboxes/${id}`).catch(() => undefined);
+      if (server && server.exitCode === null) {
+        const exited = new Promise((r) => server?.once("exit", r));
+        server.kill("SIGTERM");
+        await Promise.race([exited, new Promise((r) => setTimeout(r, 20_000))]);
+        if (server.exitCode === null) server.kill("SIGKILL");
+      }
+    } finally {
+      await topo.destroy();
+      await rm(home, { recursive: true, force: true });
+    }
+  });
+
+  it("enables forwarding and installs its table in the server's namespace", async () => {
+    expect(logs.find((l) => l["event"] === "network_ready")).toMatchObject({ uplink: expect.stringMatching(/u0$/), dns: [PUBLIC_DNS] });
+    expect((await topo.inHost("cat", ["/proc/sys/net/ipv4/ip_forward"])).trim()).toBe("1");
+  });
+
+  describe.each(drivers)("$name", (d) => {
+    it.skipIf(d.missing !== undefined)(driverTitle(d, "public answers; private, host, peer, metadata and IPv6 fail fast; DNS only public; internet:false and allow_out"), async () => {
+      const create = async (body: Record<string, unknown> = {}) => {
+        const id = await createSandbox(base, { driver: d.name, ...body });
+        made.push(id);
+        return id;
+      };
+      const [a, peer, closed, allowed] = await Promise.all([create(), create(), create({ internet: false }), create({ allow_out: [PRIVATE_HOST], deny_out: ["203.0.113.0/24"] })]);
+      expect(await sandboxNetwork(base, a)).toEqual({ enabled: true, internet: true, allow_out: [], deny_out: [], dns: [PUBLIC_DNS] });
+      expect(await sandboxNetwork(base, closed)).toMatchObject({ internet: false });
+      expect(await sandboxNetwork(base, allowed)).toMatchObject({ internet: true, allow_out: [`${PRIVATE_HOST}/32`], deny_out: ["203.0.113.0/24"] });
+
+      // The peer listens on a port; it reaches its own listener, so a refusal from `a` is the filter.
+      await runCommand(base.replace(/^http/, "ws"), peer, { cmd: "node -e \"require('net').createServer((s) => s.end('peer')).listen(8080)\"", background: true }, { onEvent: (ev, ws) => ev.type === "started" && ws.close() });
+      let self = await probe(base, peer, { own: { tcp: ["127.0.0.1", 8080] } });
+      for (let i = 0; i < 20 && !self.results["own"]?.ok; i++) self = await probe(base, peer, { own: { tcp: ["127.0.0.1", 8080] } });
+      const peerAddr = ipv4Of(self);
+      expect(self.results["own"]?.ok).toBe(true);
+
+      const p = await probe(base, a, {
+        public: { get: [PUBLIC_HTTP, 80] },
+        private: { tcp: [PRIVATE_HOST, 80] },
+        hostUplink: { tcp: [HOST_UPLINK_ADDR, HOST_PORT] },
+        hostLan: { tcp: [HOST_LAN_ADDR, HOST_PORT] },
+        hostControl: { tcp: [topo.ctlHostAddr, HOST_PORT] },
+        hostApi: { tcp: [topo.ctlHostAddr, Number(new URL(base).port)] },
+        peer: { tcp: [peerAddr, 8080] },
+        metadata: { tcp: ["169.254.169.254", 80] },
+        ipv6: { tcp: ["2001:db8::10", 80] },
+        dnsPublic: { dns: [PUBLIC_DNS, TEST_NAME] },
+        dnsSystem: { lookup: TEST_NAME },
+        dnsHostUplink: { dns: [HOST_UPLINK_ADDR, TEST_NAME] },
+        dnsHostLan: { dns: [HOST_LAN_ADDR, TEST_NAME] },
+        dnsPrivate: { dns: [PRIVATE_HOST, TEST_NAME] },
+      });
+      const own = ipv4Of(p);
+      const gateway = own.replace(/\d+$/, (n) => String(Number(n) - 1));
+      const gw = await probe(base, a, { gateway: { tcp: [gateway, HOST_PORT] } });
+      expect(p.addrs.filter((x) => x.family === "IPv6" || x.family === 6), "no IPv6 address in the guest").toEqual([]);
+      expect(p.resolv).toContain(`nameserver ${PUBLIC_DNS}`);
+      expect(p.results["public"], JSON.stringify(p.results["public"])).toMatchObject({ ok: true, body: "OK wan\n" });
+      for (const k of ["private", "hostUplink", "hostLan", "hostControl", "hostApi", "peer", "metadata", "ipv6"]) refusedFast(p.results[k], k);
+      refusedFast(gw.results["gateway"], "gateway");
+      expect(p.results["dnsPublic"]).toMatchObject({ ok: true, addrs: [TEST_ANSWER] });
+      expect(p.results["dnsSystem"]).toMatchObject({ ok: true, addrs: [TEST_ANSWER] });
+      for (const k of ["dnsHostUplink", "dnsHostLan", "dnsPrivate"]) unanswered(p.results[k], k);
+
+      const c = await probe(base, closed, { public: { get: [PUBLIC_HTTP, 80] }, dns: { dns: [PUBLIC_DNS, TEST_NAME] } });
+      refusedFast(c.results["public"], "public with internet:false");
+      unanswered(c.results["dns"], "DNS with internet:false");
+
+      const o = await probe(base, allowed, { named: { get: [PRIVATE_HOST, 80] }, unnamed: { tcp: [PRIVATE_HOST_2, 80] }, denied: { tcp: [PUBLIC_HTTP, 80] }, dns: { dns: [PUBLIC_DNS, TEST_NAME] } });
+      expect(o.results["named"], JSON.stringify(o.results["named"])).toMatchObject({ ok: true, body: "OK lan\n" });
+      refusedFast(o.results["unnamed"], "a private host allow_out does not name");
+      refusedFast(o.results["denied"], "a deny_out destination");
+      expect(o.results["dns"]).toMatchObject({ ok: true });
+
+      const ids = [a, peer, closed, allowed];
+      for (const id of ids) expect((await api(base, "DELETE", `/sandboxes/${id}`)).status).toBe(200);
+      const left = await topo.bothyObjects();
+      const suffixes = ids.map((id) => id.slice(4, 16));
+      expect(left.netns.filter((n) => suffixes.some((s) => n.includes(s)))).toEqual([]);
+      expect(left.links.filter((n) => suffixes.some((s) => n.endsWith(s)))).toEqual([]);
+      expect(left.chains.filter((c2) => ids.includes(c2))).toEqual([]);
+    }, 600_000);
+  });
+
+  it("leaves no namespace, interface, chain or map element once every sandbox is gone", async () => {
+    for (const id of made) await api(base, "DELETE", `/sandboxes/${id}`);
+    expect(await topo.bothyObjects()).toEqual({ netns: [], links: [], chains: [], mapElements: 0 });
+  });
+});
