@@ -126,7 +126,8 @@ describe("background commands", () => {
 
   it("bounds the replay buffer and says how much was dropped", async () => {
     const commandId = await startBackground("seq 1 5000");
-    await readEvents(`?sandbox_id=${id}`, (evs) => evs.some((e) => e.type === "command.exited" && e.data["command_id"] === commandId));
+    // since=0: the command may have ended before this subscription starts.
+    await readEvents(`?sandbox_id=${id}&since=0`, (evs) => evs.some((e) => e.type === "command.exited" && e.data["command_id"] === commandId));
     const events = await attach(commandId);
     expect(events[0]).toMatchObject({ type: "output_dropped", command_id: commandId });
     expect((events[0] as { bytes: number }).bytes).toBeGreaterThan(20_000);
@@ -146,8 +147,9 @@ describe("background commands", () => {
 describe("completion events", () => {
   it("streams command.exited on GET /events, filtered by sandbox", async () => {
     const other = await createSandbox(ts.url);
-    const seen = readEvents(`?sandbox_id=${id}`, (evs) => evs.some((e) => e.type === "command.exited"));
-    await new Promise((r) => setTimeout(r, 200));
+    // Resume from the newest event so far: nothing is missed however long the subscription takes.
+    const last = ts.server.events.since(0, id).at(-1)?.seq ?? 0;
+    const seen = readEvents(`?sandbox_id=${id}&since=${last}`, (evs) => evs.some((e) => e.type === "command.exited"));
     await runCommand(ts.wsUrl, other, { cmd: "exit 9" });
     const r = await runCommand(ts.wsUrl, id, { cmd: "exit 3" });
     const events = await seen;
