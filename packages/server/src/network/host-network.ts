@@ -145,6 +145,7 @@ export class HostNetwork {
   async plumb(plan: PlannedNetwork): Promise<void> {
     const { iface, guest } = plan;
     const cidr = (a: string) => `${a}/${guest.prefix}`;
+    const started = Date.now();
     try {
       if (plan.kind === "veth") {
         const ns = netnsName(plan.sandboxId);
@@ -162,6 +163,7 @@ export class HostNetwork {
         await ipBatch([`addr add ${cidr(guest.gateway)} dev ${iface}`, `link set ${iface} up`]);
       }
       await nft(renderSandboxAdd({ sandboxId: plan.sandboxId, iface, guest: guest.guest, policy: plan.policy }));
+      this.opts.log("network_plumbed", { sandbox_id: plan.sandboxId, iface, guest: guest.guest, ms: Date.now() - started });
     } catch (err) {
       await this.teardown(plan.sandboxId).catch((e: unknown) => this.opts.log("network_teardown_failed", { sandbox_id: plan.sandboxId, error: (e as Error).message }));
       throw new BothyError("create_failed", `Could not set up the sandbox's network: ${(err as Error).message}`, { cause: err });

@@ -1,0 +1,102 @@
+/**
+ * bench/network [N] [--driver gvisor|qemu]: N sandboxes (default 20) created and deleted all at
+ * once, with networking on and then off, by a real `bothy serve` inside the test topology
+ * (packages/server/test/helpers/net-topology.ts: no packet leaves this machine). Prints the
+ * create times both ways, the network set-up time the server logged per sandbox, and what network
+ * objects (namespaces, interfaces, nft chains, map elements) are left after the deletes: none.
+ */
+import { type ChildProcess } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { api, createSandbox } from "../packages/server/test/helpers/client.ts";
+import { NetTopology, PUBLIC_DNS } from "../packages/server/test/helpers/net-topology.ts";
+import { testKernelDir, testTemplatesDir } from "../test/paths.ts";
+import { median, secs } from "./bench-util.ts";
+
+const BOTHY = fileURLToPath(new URL("../packages/cli/bin/bothy.js", import.meta.url));
+const args = process.argv.slice(2);
+const n = Number(args.find((a) => /^\d+$/.test(a)) ?? 20);
+const driver = args.includes("--driver") ? (args[args.indexOf("--driver") + 1] ?? "gvisor") : "gvisor";
+
+interface Round {
+  createMs: number[];
+  plumbMs: number[];
+  wallMs: number;
+  failures: string[];
+}
+
+async function round(topo: NetTopology, network: boolean): Promise<Round> {
+  const home = await mkdtemp("/tmp/bothy-bench-net-");
+  const logs: Array<Record<string, unknown>> = [];
+  const server: ChildProcess = topo.spawnInHost(process.execPath, [BOTHY, "serve"], {
+    ...process.env,
+    BOTHY_HOME: home,
+    BOTHY_TEMPLATES_DIR: testTemplatesDir(),
+    BOTHY_KERNEL_DIR: testKernelDir(),
+    BOTHY_HOST: topo.ctlHostAddr,
+    BOTHY_PORT: "0",
+    BOTHY_POOL_SIZE: "0",
+    BOTHY_NETWORK: network ? "on" : "off",
+    BOTHY_DNS: PUBLIC_DNS,
+    BOTHY_DRIVER: driver,
+    BOTHY_MAX_SANDBOXES: String(Math.max(64, n)),
+  });
+  try {
+    const base = await new Promise<string>((resolve, reject) => {
+      server.once("exit", (code) => reject(new Error(`bothy serve exited (${code})`)));
+      createInterface({ input: server.stdout! }).on("line", (line) => {
+        const entry = JSON.parse(line) as Record<string, unknown>;
+        logs.push(entry);
+        if (entry["event"] === "listening") resolve(String(entry["address"]));
+      });
+    });
+    // One sandbox first, so a QEMU warm-start snapshot is not part of the measured round.
+    await api(base, "DELETE", `/sandboxes/${await createSandbox(base, { driver })}`);
+    const failures: string[] = [];
+    const createMs: number[] = [];
+    const t0 = Date.now();
+    await Promise.all(
+      Array.from({ length: n }, async () => {
+        const t = Date.now();
+        try {
+          const id = await createSandbox(base, { driver });
+          createMs.push(Date.now() - t);
+          const del = await api(base, "DELETE", `/sandboxes/${id}`);
+          if (del.status !== 200) failures.push(`delete ${id}: ${del.status}`);
+        } catch (err) {
+          failures.push((err as Error).message);
+        }
+      }),
+    );
+    const wallMs = Date.now() - t0;
+    const plumbMs = logs.filter((l) => l["event"] === "network_plumbed").slice(1).map((l) => Number(l["ms"]));
+    return { createMs, plumbMs, wallMs, failures };
+  } finally {
+    const exited = new Promise((r) => server.once("exit", r));
+    server.kill("SIGTERM");
+    await Promise.race([exited, new Promise((r) => setTimeout(r, 30_000))]);
+    if (server.exitCode === null && server.signalCode === null) server.kill("SIGKILL");
+    await rm(home, { recursive: true, force: true });
+  }
+}
+
+const topo = new NetTopology();
+let failed = false;
+try {
+  await topo.create();
+  console.log(`bench/network: ${n} sandboxes (${driver}) created and deleted concurrently, networking on, then off`);
+  const on = await round(topo, true);
+  const leftOn = await topo.bothyObjects();
+  const off = await round(topo, false);
+  const row = (name: string, r: Round) => console.log(`  ${name.padEnd(14)} create median ${secs(median(r.createMs))}, max ${secs(Math.max(...r.createMs))}, all ${n} in ${secs(r.wallMs)}${r.failures.length ? `, ${r.failures.length} failed: ${r.failures.slice(0, 3).join("; ")}` : ""}`);
+  row("network on", on);
+  row("network off", off);
+  console.log(`  network set-up per sandbox (server log, under this load): median ${secs(median(on.plumbMs))}, max ${secs(Math.max(...on.plumbMs))}`);
+  console.log(`  added create time of networking (median on - median off): ${secs(median(on.createMs) - median(off.createMs))}`);
+  console.log(`  network objects left after the deletes: ${JSON.stringify(leftOn)}`);
+  failed = on.failures.length + off.failures.length > 0 || leftOn.netns.length + leftOn.links.length + leftOn.chains.length + leftOn.mapElements > 0;
+} finally {
+  await topo.destroy();
+}
+process.exit(failed ? 1 : 0);
