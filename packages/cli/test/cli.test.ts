@@ -59,11 +59,12 @@ describe("bothy CLI against a real server [gvisor]", () => {
   });
 
   it("create, ls, info, exec, rm: text and --json", async () => {
-    const created = await bothy(["create", "--json", "--vcpu", "1", "--memory", "512"]);
-    const info = JSON.parse(created.stdout) as { sandbox_id: string; state: string };
+    const created = await bothy(["create", "--json", "--vcpu", "1", "--memory", "512", "--meta", "team=agents", "--meta", "run=7"]);
+    const info = JSON.parse(created.stdout) as { sandbox_id: string; state: string; metadata: Record<string, string> };
     const id = info.sandbox_id;
     try {
       expect(info.state).toBe("running");
+      expect(info.metadata).toEqual({ team: "agents", run: "7" });
       const ls = await bothy(["ls"]);
       expect(ls.stdout).toMatch(/^ID\s+STATE\s+TEMPLATE/);
       expect(ls.stdout).toContain(`${id}  running`);
@@ -90,6 +91,11 @@ describe("bothy CLI against a real server [gvisor]", () => {
     const missing = await bothy(["exec", "sbx_aaaaaaaaaaaaaaaaaaaa", "--", "true"]);
     expect(missing.code).toBe(1);
     expect(missing.stderr).toMatch(/^bothy: No sandbox sbx_a+; .*\(sandbox_not_found\)\n$/);
+    // Networking is off on this test server: the policy reaches it and is refused, not dropped.
+    const noNet = await bothy(["create", "--no-internet", "--allow-out", "203.0.113.10"]);
+    expect(noNet.code).toBe(1);
+    expect(noNet.stderr).toMatch(/internet and allow_out.*\(not_supported\)/);
+    expect((await bothy(["create", "--meta", "novalue"])).code).toBe(2);
     const usage = await bothy(["exec", "sbx_aaaaaaaaaaaaaaaaaaaa"]);
     expect(usage.code).toBe(2);
     expect(usage.stderr).toContain("usage: bothy exec ID");

@@ -36,6 +36,11 @@ export const networkPolicy = z.object({
 });
 export type NetworkPolicy = z.infer<typeof networkPolicy>;
 
+export const MAX_METADATA_KEYS = 32;
+export const sandboxMetadata = z
+  .record(z.string().regex(/^[A-Za-z0-9_.:-]{1,64}$/, "metadata keys are 1-64 letters, digits or _ . : -"), z.string().max(1024, "metadata values are at most 1024 characters"))
+  .refine((m) => Object.keys(m).length <= MAX_METADATA_KEYS, `at most ${MAX_METADATA_KEYS} metadata keys`);
+
 export const createSandboxRequest = z
   .object({
     template: z.string().default("seed"),
@@ -55,6 +60,8 @@ export const createSandboxRequest = z
     allow_out: z.array(ipv4Cidr).max(MAX_EGRESS_RULES).optional(),
     /** Destinations blocked in addition to the private ranges. */
     deny_out: z.array(ipv4Cidr).max(MAX_EGRESS_RULES).optional(),
+    /** The caller's own labels (e.g. a conversation or user id), returned with the sandbox. */
+    metadata: sandboxMetadata.optional(),
   })
   .strict();
 export type CreateSandboxRequest = z.input<typeof createSandboxRequest>;
@@ -64,6 +71,7 @@ export const setTimeoutRequest = z.object({ timeout_s: z.number().int() }).stric
 
 export const sandboxInfo = z.object({
   sandbox_id: z.string(),
+  metadata: z.record(z.string(), z.string()),
   state: sandboxState,
   template: z.string(),
   driver: z.string(),

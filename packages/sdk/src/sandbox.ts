@@ -28,6 +28,14 @@ export interface SandboxCreateOptions extends SandboxOptions {
   /** Delete the sandbox when this client's sockets drop without a clean close. */
   deleteOnDisconnect?: boolean;
   disconnectGraceS?: number;
+  /** Your own labels, returned with the sandbox (at most 32 keys). */
+  metadata?: Record<string, string>;
+  /**
+   * Egress: `internet: false` blocks all of it; `allowOut` opens IPv4 addresses or CIDR blocks
+   * even inside private ranges (it wins over everything, so open only what you must);
+   * `denyOut` blocks more. Needs networking on the server (BOTHY_NETWORK=on).
+   */
+  network?: { internet?: boolean; allowOut?: string[]; denyOut?: string[] };
 }
 
 export class Sandbox {
@@ -58,6 +66,10 @@ export class Sandbox {
       ...(options.driver === undefined ? {} : { driver: options.driver }),
       ...(options.deleteOnDisconnect === undefined ? {} : { delete_on_disconnect: options.deleteOnDisconnect }),
       ...(options.disconnectGraceS === undefined ? {} : { disconnect_grace_s: options.disconnectGraceS }),
+      ...(options.metadata === undefined ? {} : { metadata: options.metadata }),
+      ...(options.network?.internet === undefined ? {} : { internet: options.network.internet }),
+      ...(options.network?.allowOut === undefined ? {} : { allow_out: options.network.allowOut }),
+      ...(options.network?.denyOut === undefined ? {} : { deny_out: options.network.denyOut }),
     };
     const info = await http.json("POST", "/sandboxes", sandboxInfo, {
       body,

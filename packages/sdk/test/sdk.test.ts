@@ -167,6 +167,22 @@ describe("SDK against a real server [gvisor]", () => {
     expect(await f.exists("d")).toBe(false);
   });
 
+  it("labels a sandbox with metadata and passes the network policy to the server", async () => {
+    const labelled = await Sandbox.create({ baseUrl, metadata: { conversation: "c-42", user: "ada" } });
+    try {
+      expect(labelled.info.metadata).toEqual({ conversation: "c-42", user: "ada" });
+      expect((await Sandbox.connect(labelled.sandboxId, { baseUrl })).info.metadata).toEqual({ conversation: "c-42", user: "ada" });
+    } finally {
+      await labelled.kill();
+    }
+    await expect(Sandbox.create({ baseUrl, metadata: { "bad key": "x" } })).rejects.toBeInstanceOf(InvalidArgumentError);
+    // This test server runs with networking off, so a policy is refused: proof that it reached
+    // the server as internet/allow_out (network.test.ts proves the policy itself).
+    const refused = await Sandbox.create({ baseUrl, network: { internet: false, allowOut: ["203.0.113.10"] } }).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(NotSupportedError);
+    expect(String((refused as Error).message)).toMatch(/internet and allow_out/);
+  });
+
   it("rebuilds typed errors from the server's codes", async () => {
     const notFound = await Sandbox.connect("sbx_aaaaaaaaaaaaaaaaaaaa", { baseUrl }).catch((e: unknown) => e);
     expect(notFound).toBeInstanceOf(NotFoundError);

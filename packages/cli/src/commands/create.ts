@@ -3,7 +3,7 @@ import { CONNECTION_FLAGS, connection, intFlag, JSON_FLAG, parse, UsageError } f
 import type { Command } from "../command.ts";
 import { printJson } from "../output.ts";
 
-const USAGE = `usage: bothy create [--template NAME] [--vcpu N] [--memory MIB] [--timeout S] [--driver gvisor|qemu] [--idempotency-key KEY] [--json]
+const USAGE = `usage: bothy create [--template NAME] [--vcpu N] [--memory MIB] [--timeout S] [--driver gvisor|qemu] [--meta K=V]... [--no-internet] [--allow-out CIDR]... [--deny-out CIDR]... [--idempotency-key KEY] [--json]
 
 Boots a sandbox and prints its id (with --json: the whole sandbox).
 
@@ -12,6 +12,10 @@ Boots a sandbox and prints its id (with --json: the whole sandbox).
   --memory MIB      memory in MiB (default 512)
   --timeout S       delete it S seconds after it starts (default: the server's, 1 h)
   --driver D        gvisor or qemu (default: the server's)
+  --meta K=V        a label returned with the sandbox (repeatable)
+  --no-internet     no egress at all (except --allow-out destinations)
+  --allow-out CIDR  open this destination even if private (repeatable; it wins over all blocks)
+  --deny-out CIDR   block this destination too (repeatable)
   --idempotency-key KEY   the same key again answers the same sandbox
 `;
 
@@ -22,7 +26,8 @@ export const createCommand: Command = {
   async run(args) {
     const { values } = parse(
       args,
-      { ...CONNECTION_FLAGS, ...JSON_FLAG, template: { type: "string" }, vcpu: { type: "string" }, memory: { type: "string" }, timeout: { type: "string" }, driver: { type: "string" }, "idempotency-key": { type: "string" } },
+      { ...CONNECTION_FLAGS, ...JSON_FLAG, template: { type: "string" }, vcpu: { type: "string" }, memory: { type: "string" }, timeout: { type: "string" }, driver: { type: "string" }, "idempotency-key": { type: "string" },
+        meta: { type: "string", multiple: true }, "no-internet": { type: "boolean" }, "allow-out": { type: "string", multiple: true }, "deny-out": { type: "string", multiple: true } },
       { min: 0, max: 0, names: "" },
     );
     if (values.help) return help();
@@ -30,6 +35,12 @@ export const createCommand: Command = {
     const vcpu = intFlag(values.vcpu, "vcpu");
     const memoryMib = intFlag(values.memory, "memory");
     const timeoutS = intFlag(values.timeout, "timeout");
+    const metadata = labels(values.meta ?? []);
+    const network = {
+      ...(values["no-internet"] ? { internet: false } : {}),
+      ...(values["allow-out"] ? { allowOut: values["allow-out"] } : {}),
+      ...(values["deny-out"] ? { denyOut: values["deny-out"] } : {}),
+    };
     const sandbox = await Sandbox.create({
       ...connection(values),
       ...(values.template === undefined ? {} : { template: values.template }),
@@ -38,6 +49,8 @@ export const createCommand: Command = {
       ...(timeoutS === undefined ? {} : { timeoutS }),
       ...(values.driver === undefined ? {} : { driver: values.driver as DriverName }),
       ...(values["idempotency-key"] === undefined ? {} : { idempotencyKey: values["idempotency-key"] }),
+      ...(metadata === undefined ? {} : { metadata }),
+      ...(Object.keys(network).length === 0 ? {} : { network }),
     });
     if (values.json) printJson(sandbox.info);
     else process.stdout.write(`${sandbox.sandboxId}\n`);
@@ -48,4 +61,16 @@ export const createCommand: Command = {
 function help(): number {
   process.stdout.write(USAGE);
   return 0;
+}
+
+/** `--meta k=v` pairs as an object; a pair without `=` is a usage error. */
+function labels(pairs: string[]): Record<string, string> | undefined {
+  if (pairs.length === 0) return undefined;
+  const out: Record<string, string> = {};
+  for (const pair of pairs) {
+    const eq = pair.indexOf("=");
+    if (eq <= 0) throw new UsageError(`--meta takes KEY=VALUE, got "${pair}"`);
+    out[pair.slice(0, eq)] = pair.slice(eq + 1);
+  }
+  return out;
 }

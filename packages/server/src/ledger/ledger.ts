@@ -53,6 +53,7 @@ const MIGRATIONS = [
    CREATE INDEX sandboxes_expires ON sandboxes(expires_at) WHERE expires_at IS NOT NULL;`,
   // 5: the sandbox's effective network policy (JSON of protocol's networkPolicy); null before it.
   `ALTER TABLE sandboxes ADD COLUMN network TEXT;`,
+  `ALTER TABLE sandboxes ADD COLUMN metadata TEXT;`,
 ];
 
 export interface SandboxRow {
@@ -72,6 +73,8 @@ export interface SandboxRow {
   delete_on_disconnect: number;
   disconnect_grace_s: number | null;
   network: string | null;
+  /** JSON object of the caller's labels. */
+  metadata: string | null;
 }
 
 export interface CommandRow {
@@ -124,14 +127,14 @@ export class Ledger {
     this.db.close();
   }
 
-  insertSandbox(row: Omit<SandboxRow, "created_at" | "updated_at" | "deleted_at" | "error" | "expires_at" | "delete_on_disconnect" | "disconnect_grace_s" | "network"> & Partial<Pick<SandboxRow, "expires_at" | "delete_on_disconnect" | "disconnect_grace_s" | "network">>, idempotency?: { key: string; fingerprint: string }): SandboxRow {
+  insertSandbox(row: Omit<SandboxRow, "created_at" | "updated_at" | "deleted_at" | "error" | "expires_at" | "delete_on_disconnect" | "disconnect_grace_s" | "network" | "metadata"> & Partial<Pick<SandboxRow, "expires_at" | "delete_on_disconnect" | "disconnect_grace_s" | "network" | "metadata">>, idempotency?: { key: string; fingerprint: string }): SandboxRow {
     const t = now();
-    const full: SandboxRow = { expires_at: null, delete_on_disconnect: 0, disconnect_grace_s: null, network: null, ...row, created_at: t, updated_at: t, deleted_at: null, error: null };
+    const full: SandboxRow = { expires_at: null, delete_on_disconnect: 0, disconnect_grace_s: null, network: null, metadata: null, ...row, created_at: t, updated_at: t, deleted_at: null, error: null };
     this.db.transaction(() => {
       this.db
         .prepare(
-          `INSERT INTO sandboxes (id, template, template_hash, driver, acceleration, vcpu, memory_mib, state, created_at, updated_at, deleted_at, error, expires_at, delete_on_disconnect, disconnect_grace_s, network)
-           VALUES (@id, @template, @template_hash, @driver, @acceleration, @vcpu, @memory_mib, @state, @created_at, @updated_at, @deleted_at, @error, @expires_at, @delete_on_disconnect, @disconnect_grace_s, @network)`,
+          `INSERT INTO sandboxes (id, template, template_hash, driver, acceleration, vcpu, memory_mib, state, created_at, updated_at, deleted_at, error, expires_at, delete_on_disconnect, disconnect_grace_s, network, metadata)
+           VALUES (@id, @template, @template_hash, @driver, @acceleration, @vcpu, @memory_mib, @state, @created_at, @updated_at, @deleted_at, @error, @expires_at, @delete_on_disconnect, @disconnect_grace_s, @network, @metadata)`,
         )
         .run(full);
       if (idempotency) {
@@ -236,6 +239,7 @@ export class Ledger {
 export function toSandboxInfo(row: SandboxRow): SandboxInfo {
   return {
     sandbox_id: row.id,
+    metadata: row.metadata === null ? {} : (JSON.parse(row.metadata) as Record<string, string>),
     state: row.state,
     template: row.template,
     driver: row.driver,

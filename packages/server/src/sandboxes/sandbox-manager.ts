@@ -221,7 +221,7 @@ export class SandboxManager {
     const id = warm?.spec.id ?? newSandboxId();
     this.ledger.insertSandbox(
       { id, template: template.name, template_hash: template.hash, driver: driver.name, acceleration: driver.acceleration, vcpu: req.vcpu, memory_mib: req.memory_mib, state: warm ? "running" : "creating",
-        expires_at: expiryFrom(lifetime.timeoutS, started), delete_on_disconnect: lifetime.deleteOnDisconnect ? 1 : 0, disconnect_grace_s: lifetime.disconnectGraceS, network: JSON.stringify(network.shown) },
+        expires_at: expiryFrom(lifetime.timeoutS, started), delete_on_disconnect: lifetime.deleteOnDisconnect ? 1 : 0, disconnect_grace_s: lifetime.disconnectGraceS, network: JSON.stringify(network.shown), metadata: JSON.stringify(req.metadata ?? {}) },
       idem,
     );
     const job = (async (): Promise<CreateResult> => {
