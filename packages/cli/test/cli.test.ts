@@ -6,7 +6,11 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { noLeaks } from "../../server/test/helpers/host-state.ts";
+import { testDrivers } from "../../server/test/helpers/drivers.ts";
 import { startTestServer, type TestServer } from "../../server/test/helpers/test-server.ts";
+
+const qemuDriver = testDrivers().find((d) => d.name === "qemu");
+const qemuMissing = qemuDriver ? qemuDriver.missing : "BOTHY_TEST_DRIVERS to include qemu";
 
 const BOTHY = fileURLToPath(new URL("../bin/bothy.js", import.meta.url));
 
@@ -85,6 +89,19 @@ describe("bothy CLI against a real server [gvisor]", () => {
     }
     expect((await bothy(["ls", "-q"])).stdout).not.toContain(id);
     expect((await bothy(["info", "--json", id])).stdout).toContain('"state": "deleted"');
+  });
+
+  it.skipIf(qemuMissing !== undefined)("pause and resume a QEMU sandbox (gVisor cannot pause)", { timeout: 300_000 }, async () => {
+    const id = (await bothy(["create", "--driver", "qemu"])).stdout.trim();
+    try {
+      expect((await bothy(["exec", id, "--", "echo kept > /workspace/note"])).code).toBe(0);
+      expect(await bothy(["pause", id])).toMatchObject({ code: 0 });
+      expect((await bothy(["info", "--json", id])).stdout).toContain('"state": "paused"');
+      expect(await bothy(["resume", id])).toMatchObject({ code: 0 });
+      expect((await bothy(["exec", id, "--", "cat /workspace/note"])).stdout).toBe("kept\n");
+    } finally {
+      await bothy(["rm", id]);
+    }
   });
 
   it("reports API errors with exit status 1 and usage errors with 2", async () => {

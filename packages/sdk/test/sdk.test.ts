@@ -4,7 +4,11 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../../server/test/helpers/test-server.ts";
 import { noLeaks } from "../../server/test/helpers/host-state.ts";
 import { CommandExitError, ConflictError, ConnectionError, InvalidArgumentError, NotFoundError, NotSupportedError, Sandbox, SandboxError, TimeoutError } from "../src/index.ts";
+import { testDrivers } from "../../server/test/helpers/drivers.ts";
 import { withSandbox } from "./helpers/fixture.ts";
+
+const qemuDriver = testDrivers().find((d) => d.name === "qemu");
+const qemuMissing = qemuDriver ? qemuDriver.missing : "BOTHY_TEST_DRIVERS to include qemu";
 
 describe("SDK against a real server [gvisor]", () => {
   let ts: TestServer;
@@ -181,6 +185,18 @@ describe("SDK against a real server [gvisor]", () => {
     const refused = await Sandbox.create({ baseUrl, network: { internet: false, allowOut: ["203.0.113.10"] } }).catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(NotSupportedError);
     expect(String((refused as Error).message)).toMatch(/internet and allow_out/);
+  });
+
+  it.skipIf(qemuMissing !== undefined)("pauses and resumes a QEMU sandbox, keeping its files", { timeout: 300_000 }, async () => {
+    const vm = await Sandbox.create({ baseUrl, driver: "qemu" });
+    try {
+      await vm.files.write("note.txt", "kept");
+      expect((await vm.pause()).state).toBe("paused");
+      expect((await vm.resume()).state).toBe("running");
+      expect(await vm.files.read("note.txt")).toBe("kept");
+    } finally {
+      await vm.kill();
+    }
   });
 
   it("rebuilds typed errors from the server's codes", async () => {
