@@ -196,5 +196,10 @@ describe("bothy CLI against a real server [gvisor]", () => {
 
     const templates = await bothy(["template", "ls", "--json"], { env: { BOTHY_TEMPLATES_DIR: ts.config.templatesDir } });
     expect((JSON.parse(templates.stdout) as { templates: Array<{ name: string }> }).templates.map((t) => t.name)).toContain("seed");
+    // Built already in the shared cache: the build answers from it (a real build is template-build.test.ts).
+    const build = await bothy(["template", "build", "seed"], { env: { BOTHY_TEMPLATES_DIR: ts.config.templatesDir } });
+    expect(build.code).toBe(0);
+    expect(build.stdout + build.stderr).toMatch(/seed [0-9a-f]{12}/);
+    expect((await bothy(["template", "build", "../etc"], { env: { BOTHY_TEMPLATES_DIR: ts.config.templatesDir } })).code).not.toBe(0);
   });
 });
