@@ -23,6 +23,7 @@ import { Ledger } from "./ledger/ledger.ts";
 import { Metrics } from "./metrics/metrics.ts";
 import { DisconnectWatch } from "./sandboxes/disconnect-watch.ts";
 import { SandboxManager, type Logger, type TemplateSource } from "./sandboxes/sandbox-manager.ts";
+import { IdleSleep } from "./sandboxes/idle-sleep.ts";
 import { Sweeper } from "./sandboxes/sweeper.ts";
 
 export interface BothyServer {
@@ -61,7 +62,11 @@ export async function startServer(config: Config, logger: PinoLogger = createLog
     replayBytes: config.commandReplayBytes,
     keepFinished: 50,
     log,
-    onExited: (info) => events.publish("command.exited", info.sandbox_id, info),
+    onExited: (info) => {
+      events.publish("command.exited", info.sandbox_id, info);
+      // Idle sleep counts from the end of the last command.
+      manager.touch(info.sandbox_id);
+    },
   });
   // The manager reports lifecycle steps through this hook: logged, and the ones clients care
   // about become events.
@@ -78,6 +83,8 @@ export async function startServer(config: Config, logger: PinoLogger = createLog
   await manager.reconcile();
   const sweeper = new Sweeper(manager, ledger, drivers, config.lifecycle.sweepIntervalMs, lifecycle);
   const watch = new DisconnectWatch(manager, ledger, lifecycle);
+  const idle = new IdleSleep(manager, registry, watch, config.lifecycle.idleTimeoutMs, lifecycle);
+  sweeper.addStep(() => idle.pass());
 
   const startedAt = Date.now();
   const app = Fastify({ loggerInstance: logger.child({}, { level: "warn" }) as FastifyBaseLogger, bodyLimit: config.bodyLimitBytes, return503OnClosing: true, forceCloseConnections: true });

@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { checkTimeout, lifetimeOf, parseSetTimeout } from "../src/sandboxes/lifetime.ts";
 
 describe("sandbox lifetime", () => {
-  const limits = { defaultTimeoutS: 3600, maxTimeoutS: 86400, disconnectGraceS: 10, sweepIntervalMs: 30_000 };
+  const limits = { defaultTimeoutS: 3600, maxTimeoutS: 86400, disconnectGraceS: 10, sweepIntervalMs: 30_000, idleTimeoutMs: 900_000 };
 
   it("applies the defaults", () => {
     expect(lifetimeOf({}, limits)).toEqual({ timeoutS: 3600, deleteOnDisconnect: false, disconnectGraceS: 10 });

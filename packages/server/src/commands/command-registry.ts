@@ -160,6 +160,13 @@ export class CommandRegistry {
     return cmd;
   }
 
+  /** Commands of the sandbox that have not ended yet. */
+  running(sandboxId: string): number {
+    let n = 0;
+    for (const c of this.bySandbox.get(sandboxId)?.values() ?? []) if (!c.finished) n++;
+    return n;
+  }
+
   get(sandboxId: string, commandId: string): RunningCommand | undefined {
     return this.bySandbox.get(sandboxId)?.get(commandId);
   }

@@ -61,6 +61,11 @@ export class DisconnectWatch {
     w.timer.unref();
   }
 
+  /** WebSockets open to the sandbox right now. */
+  sockets(sandboxId: string): number {
+    return this.sandboxes.get(sandboxId)?.sockets ?? 0;
+  }
+
   /** Stops every timer: a server that is stopping closes its sockets itself. */
   close(): void {
     this.closed = true;

@@ -52,6 +52,8 @@ export class SandboxManager {
   private readonly creating = new Map<string, Promise<CreateResult>>();
   private readonly inflightKeys = new Map<string, Promise<CreateResult>>();
   private readonly deleting = new Map<string, Promise<SandboxInfo>>();
+  /** When each sandbox was last used, for idle sleep. */
+  private readonly lastActive = new Map<string, number>();
   /** A pause or resume in progress per sandbox: they run one at a time. */
   private readonly transitions = new Map<string, Promise<SandboxInfo>>();
   /** Sandboxes that died on their own, while their host objects are being removed. */
@@ -239,6 +241,7 @@ export class SandboxManager {
       this.ledger.setState(id, "running");
       // A sandbox's time counts from when it runs, not from a boot that may have been slow.
       if (!warm) this.ledger.setExpiresAt(id, expiryFrom(lifetime.timeoutS));
+      this.touch(id);
       this.log("sandbox_created", { sandbox_id: id, template: template.name, vcpu: req.vcpu, memory_mib: req.memory_mib, driver: driver.name, warm: warm !== undefined, ms: Date.now() - started });
       return { sandbox: this.info(id), created: true };
     })();
@@ -351,7 +354,30 @@ export class SandboxManager {
   /** Resumes a paused sandbox first, so commands and file calls need not know about pause. */
   async ensureRunning(id: string): Promise<SandboxInfo> {
     const info = this.info(id);
+    this.touch(id);
     return info.state === "paused" ? this.resume(id) : info;
+  }
+
+  /** Notes activity on a sandbox: idle sleep counts from the last one. */
+  touch(id: string): void {
+    this.lastActive.set(id, Date.now());
+  }
+
+  /** Forgets the activity of sandboxes that are no longer live. */
+  pruneActivity(live: ReadonlySet<string>): void {
+    for (const id of this.lastActive.keys()) if (!live.has(id)) this.lastActive.delete(id);
+  }
+
+  /** Milliseconds since the sandbox was last used (created, called, or a command ended). */
+  idleFor(id: string): number {
+    const last = this.lastActive.get(id) ?? Date.parse(this.ledger.getSandbox(id)?.updated_at ?? "");
+    return Number.isNaN(last) ? 0 : Date.now() - last;
+  }
+
+  /** Whether the sandbox is running on a driver that can put it to sleep (save its memory). */
+  canSleep(id: string): boolean {
+    const booted = this.live.get(id);
+    return booted !== undefined && booted.handle.pause !== undefined && this.info(id).state === "running" && !this.transitions.has(id);
   }
 
   private async transition(id: string, step: (booted: BootedSandbox) => Promise<void>): Promise<SandboxInfo> {

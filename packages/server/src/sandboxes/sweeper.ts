@@ -17,6 +17,7 @@ export class Sweeper {
   private running: Promise<void> | undefined;
   private suspects = new Set<string>();
   private stopped = false;
+  private readonly steps: Array<() => Promise<void>> = [];
 
   constructor(
     private readonly manager: SandboxManager,
@@ -25,6 +26,11 @@ export class Sweeper {
     private readonly intervalMs: number,
     private readonly log: Logger,
   ) {}
+
+  /** Adds a step every pass runs after deleting expired sandboxes (e.g. idle sleep). */
+  addStep(step: () => Promise<void>): void {
+    this.steps.push(step);
+  }
 
   start(): void {
     void this.sweep();
@@ -49,6 +55,10 @@ export class Sweeper {
 
   private async pass(): Promise<void> {
     await this.deleteExpired();
+    for (const step of this.steps) {
+      if (this.stopped) return;
+      await step();
+    }
     if (this.stopped) return;
     const before = this.manager.liveIds();
     const objects = (await Promise.all(this.drivers.all().map((d) => d.reconcile()))).flat();

@@ -1,0 +1,37 @@
+import type { CommandRegistry } from "../commands/command-registry.ts";
+import type { DisconnectWatch } from "./disconnect-watch.ts";
+import type { Logger, SandboxManager } from "./sandbox-manager.ts";
+
+/**
+ * Puts idle sandboxes to sleep: no command running, no WebSocket attached, and no call for
+ * `idleMs`. Sleep is the driver's pause (QEMU saves the VM's memory to disk and ends the
+ * process); the next command or file call wakes it, as for any paused sandbox. A sandbox running
+ * a command is never put to sleep, however long the command runs. gVisor sandboxes cannot be
+ * paused (see the driver), so they stay up until their timeout.
+ */
+export class IdleSleep {
+  constructor(
+    private readonly manager: SandboxManager,
+    private readonly registry: CommandRegistry,
+    private readonly watch: DisconnectWatch,
+    private readonly idleMs: number,
+    private readonly log: Logger,
+  ) {}
+
+  async pass(): Promise<void> {
+    const live = this.manager.liveIds();
+    this.manager.pruneActivity(live);
+    if (this.idleMs === 0) return;
+    for (const id of live) {
+      if (!this.manager.canSleep(id) || this.registry.running(id) > 0 || this.watch.sockets(id) > 0) continue;
+      const idle = this.manager.idleFor(id);
+      if (idle < this.idleMs) continue;
+      this.log("sandbox_idle", { sandbox_id: id, idle_ms: idle });
+      try {
+        await this.manager.pause(id);
+      } catch (err) {
+        this.log("sandbox_sleep_failed", { sandbox_id: id, error: (err as Error).message });
+      }
+    }
+  }
+}

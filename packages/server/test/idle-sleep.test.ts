@@ -1,0 +1,83 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import WebSocket from "ws";
+import { noLeaks } from "./helpers/host-state.ts";
+import { api, createSandbox, runCommand } from "./helpers/client.ts";
+import { driverTitle, testDrivers } from "./helpers/drivers.ts";
+import { startTestServer, type TestServer } from "./helpers/test-server.ts";
+
+const IDLE_S = 3;
+
+for (const driver of testDrivers()) {
+  describe.skipIf(driver.missing !== undefined)(driverTitle(driver, "idle sleep"), () => {
+    let ts: TestServer;
+
+    beforeAll(async () => {
+      ts = await startTestServer({ BOTHY_DRIVER: driver.name, BOTHY_IDLE_TIMEOUT_S: String(IDLE_S), BOTHY_SWEEP_INTERVAL_S: "1" });
+    });
+
+    afterAll(async () => {
+      expect(await ts?.stop()).toEqual(noLeaks());
+    });
+
+    const state = async (id: string): Promise<string> => String((await api(ts.url, "GET", `/sandboxes/${id}`)).json["state"]);
+
+    async function waitForState(id: string, want: string, seconds: number): Promise<string> {
+      let s = await state(id);
+      for (let i = 0; i < seconds * 4 && s !== want; i++) {
+        await new Promise((r) => setTimeout(r, 250));
+        s = await state(id);
+      }
+      return s;
+    }
+
+    if (driver.name === "qemu") {
+      it("puts an idle sandbox to sleep and wakes it on the next call, files intact", { timeout: 300_000 }, async () => {
+        const id = await createSandbox(ts.url);
+        try {
+          await runCommand(ts.wsUrl, id, { cmd: "echo kept > /workspace/note" });
+          expect(await waitForState(id, "paused", IDLE_S + 30)).toBe("paused");
+          const r = await runCommand(ts.wsUrl, id, { cmd: "cat /workspace/note" });
+          expect(r.stdout).toBe("kept\n");
+          expect(await state(id)).toBe("running");
+        } finally {
+          await api(ts.url, "DELETE", `/sandboxes/${id}`);
+        }
+      });
+
+      it("never sleeps while a command runs or a client is attached", { timeout: 300_000 }, async () => {
+        const id = await createSandbox(ts.url);
+        try {
+          // A command running three times the idle time keeps it awake throughout.
+          const long = runCommand(ts.wsUrl, id, { cmd: `sleep ${IDLE_S * 3}; echo done` });
+          const seen = new Set<string>();
+          for (let i = 0; i < IDLE_S * 3 * 2; i++) {
+            seen.add(await state(id));
+            await new Promise((r) => setTimeout(r, 500));
+          }
+          expect((await long).stdout).toBe("done\n");
+          expect([...seen]).toEqual(["running"]);
+
+          // So does an open socket that has not sent its command yet.
+          const ws = new WebSocket(`${ts.wsUrl}/sandboxes/${id}/command`);
+          await new Promise((r) => ws.once("open", r));
+          await new Promise((r) => setTimeout(r, (IDLE_S + 3) * 1000));
+          expect(await state(id)).toBe("running");
+          ws.close(1000);
+          expect(await waitForState(id, "paused", IDLE_S + 30)).toBe("paused");
+        } finally {
+          await api(ts.url, "DELETE", `/sandboxes/${id}`);
+        }
+      });
+    } else {
+      it("keeps sandboxes of a driver that cannot pause running", async () => {
+        const id = await createSandbox(ts.url);
+        try {
+          await new Promise((r) => setTimeout(r, (IDLE_S + 2) * 1000));
+          expect(await state(id)).toBe("running");
+        } finally {
+          await api(ts.url, "DELETE", `/sandboxes/${id}`);
+        }
+      });
+    }
+  });
+}
