@@ -166,7 +166,7 @@ export const commandInfo = z.object({
 export type CommandInfo = z.infer<typeof commandInfo>;
 
 /** What `GET /events` streams and the webhook posts. */
-export const EVENT_TYPES = ["sandbox.created", "sandbox.deleted", "sandbox.failed", "command.exited"] as const;
+export const EVENT_TYPES = ["sandbox.created", "sandbox.deleted", "sandbox.failed", "command.exited", "budget.exceeded"] as const;
 export const bothyEvent = z.object({
   seq: z.number().int(),
   type: z.enum(EVENT_TYPES),
@@ -193,3 +193,20 @@ export const fileDeleteQuery = z.object({ path: sandboxPath, recursive: flag.opt
 export const fileStatQuery = z.object({ path: sandboxPath, sha256: flag.optional() }).strict();
 export const mkdirRequest = z.object({ path: sandboxPath, parents: z.boolean().optional() }).strict();
 export const renameRequest = z.object({ from: sandboxPath, to: sandboxPath }).strict();
+
+// ---- usage ------------------------------------------------------------------------------------
+
+export const usageReport = z.object({
+  month: z.string(),
+  owners: z.array(
+    z.object({
+      owner: z.string(),
+      vcpu_hours: z.number(),
+      gib_hours: z.number(),
+      budget: z.object({ vcpu_hours: z.number().nullable(), gib_hours: z.number().nullable() }),
+      over_budget: z.array(z.string()),
+    }),
+  ),
+  sandbox: z.object({ sandbox_id: z.string(), vcpu_hours: z.number(), gib_hours: z.number() }).optional(),
+});
+export type UsageReportBody = z.infer<typeof usageReport>;

@@ -38,6 +38,11 @@ const envSchema = z.object({
   BOTHY_DISCONNECT_GRACE_S: z.coerce.number().int().min(0).max(3600).default(10),
   /** How often the sweeper deletes expired sandboxes, checks deaths and removes orphans. */
   BOTHY_SWEEP_INTERVAL_S: int(30),
+  /** Monthly caps for the owner's running sandboxes; crossing one warns (log, event, webhook). */
+  BOTHY_BUDGET_VCPU_HOURS: z.coerce.number().positive().optional(),
+  BOTHY_BUDGET_GIB_HOURS: z.coerce.number().positive().optional(),
+  /** How often running sandboxes' usage is added up. */
+  BOTHY_METER_INTERVAL_S: z.coerce.number().positive().default(15),
   /** A sandbox with no command running and no client attached this long goes to sleep (0: never). */
   BOTHY_IDLE_TIMEOUT_S: z.coerce.number().int().min(0).default(900),
   /** Per-sandbox networking with the egress posture of packages/server/src/network/ (off: no network at all). */
@@ -68,6 +73,7 @@ export interface Config {
   qemu: { warmStart: boolean; tbSizeMib: number; kernelDir: string };
   webhook: { url: string; retryBaseMs: number } | undefined;
   commandReplayBytes: number;
+  metering: { intervalMs: number; budget: { vcpuHours: number | undefined; gibHours: number | undefined } };
   lifecycle: { defaultTimeoutS: number; maxTimeoutS: number; disconnectGraceS: number; sweepIntervalMs: number; idleTimeoutMs: number };
   network: { enabled: boolean; pool: string; uplink: string | undefined; dns: string[]; extraBlocked: string[] };
 }
@@ -101,6 +107,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     qemu: { warmStart: e.BOTHY_QEMU_WARM === "1", tbSizeMib: e.BOTHY_QEMU_TB_MIB, kernelDir: e.BOTHY_KERNEL_DIR ?? join(e.BOTHY_HOME, "kernel") },
     webhook: e.BOTHY_WEBHOOK_URL === undefined ? undefined : { url: e.BOTHY_WEBHOOK_URL, retryBaseMs: e.BOTHY_WEBHOOK_RETRY_MS },
     commandReplayBytes: e.BOTHY_COMMAND_REPLAY_BYTES,
+    metering: { intervalMs: e.BOTHY_METER_INTERVAL_S * 1000, budget: { vcpuHours: e.BOTHY_BUDGET_VCPU_HOURS, gibHours: e.BOTHY_BUDGET_GIB_HOURS } },
     lifecycle: { defaultTimeoutS: e.BOTHY_DEFAULT_TIMEOUT_S, maxTimeoutS: e.BOTHY_MAX_TIMEOUT_S, disconnectGraceS: e.BOTHY_DISCONNECT_GRACE_S, sweepIntervalMs: e.BOTHY_SWEEP_INTERVAL_S * 1000, idleTimeoutMs: e.BOTHY_IDLE_TIMEOUT_S * 1000 },
     network: { enabled: e.BOTHY_NETWORK === "on", pool: e.BOTHY_NET_POOL, uplink: e.BOTHY_UPLINK, dns: list(e.BOTHY_DNS), extraBlocked: list(e.BOTHY_NET_BLOCK) },
     ...overrides,

@@ -24,6 +24,8 @@ import { Metrics } from "./metrics/metrics.ts";
 import { DisconnectWatch } from "./sandboxes/disconnect-watch.ts";
 import { SandboxManager, type Logger, type TemplateSource } from "./sandboxes/sandbox-manager.ts";
 import { IdleSleep } from "./sandboxes/idle-sleep.ts";
+import { UsageMeter } from "./metering/usage-meter.ts";
+import { usageRoutes } from "./api/usage-routes.ts";
 import { Sweeper } from "./sandboxes/sweeper.ts";
 
 export interface BothyServer {
@@ -85,6 +87,7 @@ export async function startServer(config: Config, logger: PinoLogger = createLog
   const watch = new DisconnectWatch(manager, ledger, lifecycle);
   const idle = new IdleSleep(manager, registry, watch, config.lifecycle.idleTimeoutMs, lifecycle);
   sweeper.addStep(() => idle.pass());
+  const meter = new UsageMeter(ledger, events, config.metering, (event, fields) => logger.warn({ event, ...fields }, event));
 
   const startedAt = Date.now();
   const app = Fastify({ loggerInstance: logger.child({}, { level: "warn" }) as FastifyBaseLogger, bodyLimit: config.bodyLimitBytes, return503OnClosing: true, forceCloseConnections: true });
@@ -110,11 +113,13 @@ export async function startServer(config: Config, logger: PinoLogger = createLog
   eventRoutes(app, events);
   await fileRoutes(app, manager);
   await agentToolRoutes(app, config, logger);
+  usageRoutes(app, meter, ledger);
   openapiRoutes(app);
 
   const address = await app.listen({ host: config.host, port: config.port });
   logger.info({ event: "listening", address }, `bothy listening on ${address}`);
   sweeper.start();
+  meter.start();
 
   let closing: Promise<void> | undefined;
   return {
@@ -129,6 +134,7 @@ export async function startServer(config: Config, logger: PinoLogger = createLog
       closing ??= (async () => {
         watch.close();
         await sweeper.stop();
+        meter.stop();
         await app.close();
         await manager.close();
         webhook?.close();

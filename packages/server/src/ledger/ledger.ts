@@ -54,6 +54,20 @@ const MIGRATIONS = [
   // 5: the sandbox's effective network policy (JSON of protocol's networkPolicy); null before it.
   `ALTER TABLE sandboxes ADD COLUMN network TEXT;`,
   `ALTER TABLE sandboxes ADD COLUMN metadata TEXT;`,
+  `CREATE TABLE usage_sandbox (
+     sandbox_id TEXT PRIMARY KEY,
+     owner TEXT NOT NULL,
+     vcpu_seconds REAL NOT NULL DEFAULT 0,
+     gib_seconds REAL NOT NULL DEFAULT 0
+   );
+   CREATE TABLE usage_owner (
+     owner TEXT NOT NULL,
+     month TEXT NOT NULL,
+     vcpu_seconds REAL NOT NULL DEFAULT 0,
+     gib_seconds REAL NOT NULL DEFAULT 0,
+     warned TEXT NOT NULL DEFAULT '',
+     PRIMARY KEY (owner, month)
+   );`,
 ];
 
 export interface SandboxRow {
@@ -233,6 +247,42 @@ export class Ledger {
 
   getCommand(id: string): CommandRow | undefined {
     return this.db.prepare(`SELECT * FROM commands WHERE id = ?`).get(id) as CommandRow | undefined;
+  }
+
+  /** Adds metered usage: per sandbox, and per owner and month, in one transaction. */
+  addUsage(entries: ReadonlyArray<{ sandboxId: string; owner: string; month: string; vcpuSeconds: number; gibSeconds: number }>): void {
+    const perSandbox = this.db.prepare(
+      `INSERT INTO usage_sandbox (sandbox_id, owner, vcpu_seconds, gib_seconds) VALUES (@sandboxId, @owner, @vcpuSeconds, @gibSeconds)
+       ON CONFLICT(sandbox_id) DO UPDATE SET vcpu_seconds = vcpu_seconds + excluded.vcpu_seconds, gib_seconds = gib_seconds + excluded.gib_seconds`,
+    );
+    const perOwner = this.db.prepare(
+      `INSERT INTO usage_owner (owner, month, vcpu_seconds, gib_seconds) VALUES (@owner, @month, @vcpuSeconds, @gibSeconds)
+       ON CONFLICT(owner, month) DO UPDATE SET vcpu_seconds = vcpu_seconds + excluded.vcpu_seconds, gib_seconds = gib_seconds + excluded.gib_seconds`,
+    );
+    this.db.transaction(() => {
+      for (const e of entries) {
+        perSandbox.run(e);
+        perOwner.run(e);
+      }
+    })();
+  }
+
+  ownerUsage(month: string): Array<{ owner: string; month: string; vcpu_seconds: number; gib_seconds: number; warned: string }> {
+    return this.db.prepare(`SELECT * FROM usage_owner WHERE month = ? ORDER BY owner`).all(month) as Array<{ owner: string; month: string; vcpu_seconds: number; gib_seconds: number; warned: string }>;
+  }
+
+  sandboxUsage(sandboxId: string): { vcpu_seconds: number; gib_seconds: number } | undefined {
+    return this.db.prepare(`SELECT vcpu_seconds, gib_seconds FROM usage_sandbox WHERE sandbox_id = ?`).get(sandboxId) as { vcpu_seconds: number; gib_seconds: number } | undefined;
+  }
+
+  /** Records that an owner was warned about `kind` this month; false when it already was. */
+  markWarned(owner: string, month: string, kind: string): boolean {
+    const row = this.db.prepare(`SELECT warned FROM usage_owner WHERE owner = ? AND month = ?`).get(owner, month) as { warned: string } | undefined;
+    const warned = new Set((row?.warned ?? "").split(",").filter(Boolean));
+    if (warned.has(kind)) return false;
+    warned.add(kind);
+    this.db.prepare(`UPDATE usage_owner SET warned = ? WHERE owner = ? AND month = ?`).run([...warned].join(","), owner, month);
+    return true;
   }
 }
 

@@ -1,0 +1,87 @@
+import type { EventBus } from "../events/event-bus.ts";
+import type { Ledger } from "../ledger/ledger.ts";
+import type { Logger } from "../sandboxes/sandbox-manager.ts";
+
+/** Until API keys and tenants exist, every sandbox belongs to one owner. */
+export const DEFAULT_OWNER = "default";
+
+export interface MeterOptions {
+  intervalMs: number;
+  /** Monthly caps; crossing one warns once per owner and month. */
+  budget: { vcpuHours: number | undefined; gibHours: number | undefined };
+}
+
+export interface UsageReport {
+  month: string;
+  owners: Array<{ owner: string; vcpu_hours: number; gib_hours: number; budget: { vcpu_hours: number | null; gib_hours: number | null }; over_budget: string[] }>;
+}
+
+/**
+ * Meters vCPU-seconds and GiB-seconds of memory of every running sandbox (a paused or deleted
+ * one costs nothing), per sandbox and per owner and month, in the ledger. When an owner's month
+ * crosses a budget, it warns once: a warning log line, a `budget.exceeded` event (and so the
+ * webhook, with its retries).
+ */
+export class UsageMeter {
+  private last = Date.now();
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly ledger: Ledger,
+    private readonly events: EventBus,
+    private readonly opts: MeterOptions,
+    private readonly warn: Logger,
+  ) {}
+
+  start(): void {
+    this.timer = setInterval(() => this.tick(), this.opts.intervalMs);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+    this.tick();
+  }
+
+  /** Adds the time since the last tick for every running sandbox, then checks the budgets. */
+  tick(now = Date.now()): void {
+    const seconds = Math.max(0, (now - this.last) / 1000);
+    this.last = now;
+    const month = monthOf(now);
+    const running = this.ledger.liveSandboxes().filter((r) => r.state === "running");
+    if (running.length > 0 && seconds > 0) {
+      this.ledger.addUsage(running.map((r) => ({ sandboxId: r.id, owner: DEFAULT_OWNER, month, vcpuSeconds: r.vcpu * seconds, gibSeconds: (r.memory_mib / 1024) * seconds })));
+    }
+    for (const owner of this.report(now).owners) {
+      for (const kind of owner.over_budget) {
+        if (!this.ledger.markWarned(owner.owner, month, kind)) continue;
+        const data = { owner: owner.owner, month, kind, vcpu_hours: owner.vcpu_hours, gib_hours: owner.gib_hours, budget: owner.budget };
+        this.warn("budget_exceeded", data);
+        this.events.publish("budget.exceeded", null, data);
+      }
+    }
+  }
+
+  report(now = Date.now()): UsageReport {
+    const month = monthOf(now);
+    const { vcpuHours, gibHours } = this.opts.budget;
+    return {
+      month,
+      owners: this.ledger.ownerUsage(month).map((o) => {
+        const vcpu = o.vcpu_seconds / 3600;
+        const gib = o.gib_seconds / 3600;
+        return {
+          owner: o.owner,
+          vcpu_hours: vcpu,
+          gib_hours: gib,
+          budget: { vcpu_hours: vcpuHours ?? null, gib_hours: gibHours ?? null },
+          over_budget: [...(vcpuHours !== undefined && vcpu >= vcpuHours ? ["vcpu_hours"] : []), ...(gibHours !== undefined && gib >= gibHours ? ["gib_hours"] : [])],
+        };
+      }),
+    };
+  }
+}
+
+function monthOf(ms: number): string {
+  return new Date(ms).toISOString().slice(0, 7);
+}
