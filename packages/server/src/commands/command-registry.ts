@@ -76,7 +76,7 @@ export class RunningCommand {
         onError: (err) => {
           // A command that cannot start still ends with its own `exited` frame.
           if (err.code === "invalid_command") this.emit({ type: "error", code: err.code, message: err.message, command_id: this.id });
-          else this.finish({ type: "error", code: err.code, message: err.message, command_id: this.id });
+          else this.finish({ type: "error", code: err.code, message: lostMessage(err, this.sandboxId), command_id: this.id });
         },
       },
     );
@@ -221,4 +221,14 @@ export function toCommandInfo(row: CommandRow): CommandInfo {
     started_at: row.started_at,
     ended_at: row.ended_at,
   };
+}
+
+/**
+ * Why a command ended without an exit status. When the agent's channel closed under it, the
+ * sandbox itself stopped: a deletion says so elsewhere, and the usual other cause is the sandbox
+ * hitting its memory limit, which under gVisor ends the whole sandbox.
+ */
+function lostMessage(err: { code: string; message: string }, sandboxId: string): string {
+  if (err.code !== "agent_unavailable") return err.message;
+  return `${err.message} The sandbox stopped while this command ran: if it was not deleted or paused, it most likely ran out of memory (memory_mib limits the whole sandbox); GET /sandboxes/${sandboxId} shows its state.`;
 }
