@@ -5,16 +5,11 @@
  * create times both ways, the network set-up time the server logged per sandbox, and what network
  * objects (namespaces, interfaces, nft chains, map elements) are left after the deletes: none.
  */
-import { type ChildProcess } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
-import { createInterface } from "node:readline";
-import { fileURLToPath } from "node:url";
 import { api, createSandbox } from "../packages/server/test/helpers/client.ts";
-import { NetTopology, PUBLIC_DNS } from "../packages/server/test/helpers/net-topology.ts";
-import { testKernelDir, testTemplatesDir } from "../test/paths.ts";
+import { NetTopology } from "../packages/server/test/helpers/net-topology.ts";
 import { median, secs } from "./bench-util.ts";
 
-const BOTHY = fileURLToPath(new URL("../packages/cli/bin/bothy.js", import.meta.url));
 const args = process.argv.slice(2);
 const n = Number(args.find((a) => /^\d+$/.test(a)) ?? 20);
 const driver = args.includes("--driver") ? (args[args.indexOf("--driver") + 1] ?? "gvisor") : "gvisor";
@@ -28,29 +23,10 @@ interface Round {
 
 async function round(topo: NetTopology, network: boolean): Promise<Round> {
   const home = await mkdtemp("/tmp/bothy-bench-net-");
-  const logs: Array<Record<string, unknown>> = [];
-  const server: ChildProcess = topo.spawnInHost(process.execPath, [BOTHY, "serve"], {
-    ...process.env,
-    BOTHY_HOME: home,
-    BOTHY_TEMPLATES_DIR: testTemplatesDir(),
-    BOTHY_KERNEL_DIR: testKernelDir(),
-    BOTHY_HOST: topo.ctlHostAddr,
-    BOTHY_PORT: "0",
-    BOTHY_POOL_SIZE: "0",
-    BOTHY_NETWORK: network ? "on" : "off",
-    BOTHY_DNS: PUBLIC_DNS,
-    BOTHY_DRIVER: driver,
-    BOTHY_MAX_SANDBOXES: String(Math.max(64, n)),
-  });
+  const server = topo.serveInHost(home, { BOTHY_NETWORK: network ? "on" : "off", BOTHY_DRIVER: driver, BOTHY_MAX_SANDBOXES: String(Math.max(64, n)) });
+  const { logs } = server;
   try {
-    const base = await new Promise<string>((resolve, reject) => {
-      server.once("exit", (code) => reject(new Error(`bothy serve exited (${code})`)));
-      createInterface({ input: server.stdout! }).on("line", (line) => {
-        const entry = JSON.parse(line) as Record<string, unknown>;
-        logs.push(entry);
-        if (entry["event"] === "listening") resolve(String(entry["address"]));
-      });
-    });
+    const base = await server.url;
     // One sandbox first, so a QEMU warm-start snapshot is not part of the measured round.
     await api(base, "DELETE", `/sandboxes/${await createSandbox(base, { driver })}`);
     const failures: string[] = [];
@@ -73,10 +49,7 @@ async function round(topo: NetTopology, network: boolean): Promise<Round> {
     const plumbMs = logs.filter((l) => l["event"] === "network_plumbed").slice(1).map((l) => Number(l["ms"]));
     return { createMs, plumbMs, wallMs, failures };
   } finally {
-    const exited = new Promise((r) => server.once("exit", r));
-    server.kill("SIGTERM");
-    await Promise.race([exited, new Promise((r) => setTimeout(r, 30_000))]);
-    if (server.exitCode === null && server.signalCode === null) server.kill("SIGKILL");
+    await server.stop(30_000);
     await rm(home, { recursive: true, force: true });
   }
 }

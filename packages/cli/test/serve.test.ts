@@ -1,11 +1,11 @@
 import { spawn } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
-import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { testTemplatesDir } from "../../../test/paths.ts";
 import { api, createSandbox, runCommand } from "../../server/test/helpers/client.ts";
 import { hostLeaks, noLeaks } from "../../server/test/helpers/host-state.ts";
+import { watchServe } from "../../server/test/helpers/serve-process.ts";
 
 const BOTHY = fileURLToPath(new URL("../bin/bothy.js", import.meta.url));
 
@@ -16,14 +16,7 @@ describe("bothy serve", () => {
       env: { ...process.env, BOTHY_HOME: home, BOTHY_TEMPLATES_DIR: testTemplatesDir(), BOTHY_PORT: "0", BOTHY_POOL_SIZE: "1", BOTHY_NETWORK: "off" },
       stdio: ["ignore", "pipe", "inherit"],
     });
-    const logs: Array<Record<string, unknown>> = [];
-    let resolveUrl!: (url: string) => void;
-    const url = new Promise<string>((r) => (resolveUrl = r));
-    createInterface({ input: child.stdout }).on("line", (line) => {
-      const entry = JSON.parse(line) as Record<string, unknown>;
-      logs.push(entry);
-      if (entry["event"] === "listening") resolveUrl(String(entry["address"]));
-    });
+    const { logs, url } = watchServe(child);
     const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
     try {
       const base = await url;

@@ -3,15 +3,12 @@
  * (helpers/net-topology.ts): the real `bothy serve` runs inside a namespace whose only uplink
  * leads to a namespace playing the internet. Nothing here sends a packet off this machine.
  */
-import { type ChildProcess } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
-import { createInterface } from "node:readline";
-import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { testKernelDir, testTemplatesDir } from "../../../test/paths.ts";
 import { api, createSandbox, runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
 import { ipv4Of, probe, sandboxNetwork, type Outcome } from "./helpers/net-probe.ts";
+import type { ServeProcess } from "./helpers/serve-process.ts";
 import {
   HOST_LAN_ADDR,
   HOST_PORT,
@@ -25,7 +22,6 @@ import {
   TEST_NAME,
 } from "./helpers/net-topology.ts";
 
-const BOTHY = fileURLToPath(new URL("../../cli/bin/bothy.js", import.meta.url));
 const root = process.getuid?.() === 0;
 const drivers = testDrivers();
 
@@ -43,47 +39,24 @@ function unanswered(o: Outcome | undefined, what: string): void {
 
 describe.skipIf(!root)("network isolation", () => {
   const topo = new NetTopology();
-  let server: ChildProcess | undefined;
+  let server: ServeProcess | undefined;
   let home = "";
   let base = "";
-  const logs: Array<Record<string, unknown>> = [];
+  let logs: Array<Record<string, unknown>> = [];
   const made: string[] = [];
 
   beforeAll(async () => {
     home = await mkdtemp("/tmp/bothy-net-");
     await topo.create();
-    server = topo.spawnInHost(process.execPath, [BOTHY, "serve"], {
-      ...process.env,
-      BOTHY_HOME: home,
-      BOTHY_TEMPLATES_DIR: testTemplatesDir(),
-      BOTHY_KERNEL_DIR: testKernelDir(),
-      BOTHY_HOST: topo.ctlHostAddr,
-      BOTHY_PORT: "0",
-      BOTHY_POOL_SIZE: "0",
-      BOTHY_NETWORK: "on",
-      BOTHY_DNS: PUBLIC_DNS,
-      BOTHY_DRIVER: "gvisor",
-    });
-    const child = server;
-    base = await new Promise<string>((resolve, reject) => {
-      child.once("exit", (code) => reject(new Error(`bothy serve exited (${code}); last logs: ${JSON.stringify(logs.slice(-3))}`)));
-      createInterface({ input: child.stdout! }).on("line", (line) => {
-        const entry = JSON.parse(line) as Record<string, unknown>;
-        logs.push(entry);
-        if (entry["event"] === "listening") resolve(String(entry["address"]));
-      });
-    });
+    server = topo.serveInHost(home, { BOTHY_DRIVER: "gvisor" });
+    logs = server.logs;
+    base = await server.url;
   });
 
   afterAll(async () => {
     try {
       for (const id of made) await api(base, "DELETE", `/sandboxes/${id}`).catch(() => undefined);
-      if (server && server.exitCode === null) {
-        const exited = new Promise((r) => server?.once("exit", r));
-        server.kill("SIGTERM");
-        await Promise.race([exited, new Promise((r) => setTimeout(r, 20_000))]);
-        if (server.exitCode === null) server.kill("SIGKILL");
-      }
+      await server?.stop();
     } finally {
       await topo.destroy();
       await rm(home, { recursive: true, force: true });

@@ -10,9 +10,12 @@ import { randomBytes } from "node:crypto";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
+import { testKernelDir, testTemplatesDir } from "../../../../test/paths.ts";
+import { watchServe, type ServeProcess } from "./serve-process.ts";
 
 const pexec = promisify(execFile);
 const FIXTURE = fileURLToPath(new URL("../fixtures/net-fixture.mjs", import.meta.url));
+const BOTHY = fileURLToPath(new URL("../../../cli/bin/bothy.js", import.meta.url));
 
 export const PUBLIC_HTTP = "203.0.113.10";
 export const PUBLIC_DNS = "198.51.100.53";
@@ -94,6 +97,27 @@ export class NetTopology {
   /** Spawns a process inside the `host` namespace (network only: the mount namespace stays ours). */
   spawnInHost(file: string, args: string[], env: NodeJS.ProcessEnv): ChildProcess {
     return spawn("nsenter", [`--net=${this.netnsPath}`, "--", file, ...args], { env, stdio: ["ignore", "pipe", "inherit"] });
+  }
+
+  /**
+   * Starts the real `bothy serve` in the `host` namespace with the shared test caches, listening
+   * on the control link; `env` adds to or overrides that (networking is on unless it says off).
+   */
+  serveInHost(home: string, env: Record<string, string> = {}): ServeProcess {
+    return watchServe(
+      this.spawnInHost(process.execPath, [BOTHY, "serve"], {
+        ...process.env,
+        BOTHY_HOME: home,
+        BOTHY_TEMPLATES_DIR: testTemplatesDir(),
+        BOTHY_KERNEL_DIR: testKernelDir(),
+        BOTHY_HOST: this.ctlHostAddr,
+        BOTHY_PORT: "0",
+        BOTHY_POOL_SIZE: "0",
+        BOTHY_NETWORK: "on",
+        BOTHY_DNS: PUBLIC_DNS,
+        ...env,
+      }),
+    );
   }
 
   /** Runs a command in the `host` namespace and returns its stdout. */
