@@ -1,8 +1,8 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { noLeaks } from "./helpers/host-state.ts";
+import { describe, expect, it } from "vitest";
 import { api, createSandbox, runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
-import { startTestServer, type TestServer } from "./helpers/test-server.ts";
+import { useServerWithSandbox } from "./helpers/suite.ts";
+import type { TestServer } from "./helpers/test-server.ts";
 
 // The same contract on every driver: the server's default driver is the one under test.
 for (const driver of testDrivers()) {
@@ -10,14 +10,9 @@ for (const driver of testDrivers()) {
     let ts: TestServer;
     let sandboxId: string;
 
-    beforeAll(async () => {
-      ts = await startTestServer({ BOTHY_DRIVER: driver.name });
-      sandboxId = await createSandbox(ts.url);
-    });
-
-    afterAll(async () => {
-      const leaks = await ts?.stop();
-      expect(leaks).toEqual(noLeaks());
+    useServerWithSandbox(driver.name, (server, sandbox) => {
+      ts = server;
+      sandboxId = sandbox;
     });
 
     describe("sandbox lifecycle", () => {

@@ -1,22 +1,18 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import WebSocket from "ws";
-import { noLeaks } from "./helpers/host-state.ts";
-import { createSandbox, runCommand } from "./helpers/client.ts";
+import { runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
-import { startTestServer, type TestServer } from "./helpers/test-server.ts";
+import { useServerWithSandbox } from "./helpers/suite.ts";
+import type { TestServer } from "./helpers/test-server.ts";
 
 for (const driver of testDrivers()) {
   describe.skipIf(driver.missing !== undefined)(driverTitle(driver, "backpressure"), () => {
     let ts: TestServer;
     let id: string;
 
-    beforeAll(async () => {
-      ts = await startTestServer({ BOTHY_DRIVER: driver.name });
-      id = await createSandbox(ts.url);
-    });
-
-    afterAll(async () => {
-      expect(await ts?.stop()).toEqual(noLeaks());
+    useServerWithSandbox(driver.name, (server, sandbox) => {
+      ts = server;
+      id = sandbox;
     });
 
     // Software-emulated QEMU moves ~1.5 MB/s through a shell pipeline; a smaller flood still

@@ -1,24 +1,20 @@
 import { createHash, randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { hostname as hostname_ } from "node:os";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { noLeaks } from "./helpers/host-state.ts";
-import { api, createSandbox, runCommand } from "./helpers/client.ts";
+import { describe, expect, it } from "vitest";
+import { api, runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
-import { startTestServer, type TestServer } from "./helpers/test-server.ts";
+import { useServerWithSandbox } from "./helpers/suite.ts";
+import type { TestServer } from "./helpers/test-server.ts";
 
 for (const driver of testDrivers()) {
   describe.skipIf(driver.missing !== undefined)(driverTitle(driver, "files API"), () => {
     let ts: TestServer;
     let id: string;
 
-    beforeAll(async () => {
-      ts = await startTestServer({ BOTHY_DRIVER: driver.name });
-      id = await createSandbox(ts.url);
-    });
-
-    afterAll(async () => {
-      expect(await ts?.stop()).toEqual(noLeaks());
+    useServerWithSandbox(driver.name, (server, sandbox) => {
+      ts = server;
+      id = sandbox;
     });
 
     const filesUrl = (query: Record<string, string>, sub = ""): string => `${ts.url}/sandboxes/${id}/files${sub}?${new URLSearchParams(query).toString()}`;

@@ -1,21 +1,17 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { noLeaks } from "./helpers/host-state.ts";
-import { createSandbox, runCommand } from "./helpers/client.ts";
+import { describe, expect, it } from "vitest";
+import { runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
-import { startTestServer, type TestServer } from "./helpers/test-server.ts";
+import { useServerWithSandbox } from "./helpers/suite.ts";
+import type { TestServer } from "./helpers/test-server.ts";
 
 for (const driver of testDrivers()) {
   describe.skipIf(driver.missing !== undefined)(driverTitle(driver, "PTY mode"), () => {
     let ts: TestServer;
     let id: string;
 
-    beforeAll(async () => {
-      ts = await startTestServer({ BOTHY_DRIVER: driver.name });
-      id = await createSandbox(ts.url);
-    });
-
-    afterAll(async () => {
-      expect(await ts?.stop()).toEqual(noLeaks());
+    useServerWithSandbox(driver.name, (server, sandbox) => {
+      ts = server;
+      id = sandbox;
     });
 
     it("runs the command on a terminal of the requested size", async () => {
