@@ -25,6 +25,7 @@ export class Command {
   private graceTimer: NodeJS.Timeout | undefined;
   private readonly stopDrainWatch: () => void;
   private pty: PtySize | undefined;
+  private resizing: Promise<void> = Promise.resolve();
 
   constructor(
     readonly id: number,
@@ -80,7 +81,9 @@ export class Command {
     const pid = this.child.pid;
     if (!this.pty || pid === undefined || this.exitedAt !== 0) return;
     this.pty = size;
-    void resizePty(pid, size);
+    // One stty at a time, each applying the newest size: resizes that overlap (a terminal sends
+    // one per SIGWINCH, and a window change can be two) must not finish out of order.
+    this.resizing = this.resizing.then(() => (this.pty && this.exitedAt === 0 ? resizePty(pid, this.pty) : undefined)).catch(() => undefined);
   }
 
   signal(sig: SignalName): void {
