@@ -7,7 +7,7 @@ import { fileURLToPath } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { LoggingMessageNotificationSchema, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { noLeaks } from "../../server/test/helpers/host-state.ts";
 import { api } from "../../server/test/helpers/client.ts";
@@ -91,8 +91,13 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
       )) as CallToolResult;
   }
 
-  /** Upload → fetch → chart with matplotlib → view → export → send → the turn's attachment is the PNG. */
-  async function chartFlow(client: Client, conversationId: string): Promise<void> {
+  /**
+   * Upload → fetch → chart with matplotlib → view → export → send → the turn's attachment is the PNG.
+   * `streamed` is the command output the client saw while it ran: over stdio the SDK's client
+   * drops progress that reaches it in the same read as the result (its progress handler is gone
+   * by the time the notification is handled), so there the log notifications are what count.
+   */
+  async function chartFlow(client: Client, conversationId: string, streamed?: string[]): Promise<void> {
     const call = caller(client, conversationId);
     const search = await call("rag_search", { query: "North widget revenue" }, "t1");
     expect(search.isError).toBeFalsy();
@@ -114,7 +119,7 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
     expect(run._meta?.["bothy/untrusted"]).toEqual({ untrusted: true, source: "sandbox" });
     expect(text(run)).toMatch(/<untrusted-[0-9a-f]{12}>[\s\S]*rendering chart[\s\S]*<\/untrusted-[0-9a-f]{12}>/);
     for (const region of REGIONS) expect(text(run)).toContain(`${region}=${expected.totals[region]}`);
-    expect(progress.join("")).toContain("rendering chart");
+    expect((streamed ?? progress).join("")).toContain("rendering chart");
 
     const view = await call("computer_view_file", { path: "revenue.png" }, "t1");
     const image = view.content.find((c) => c.type === "image");
@@ -280,10 +285,15 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
 
   describe("over stdio (bothy mcp)", () => {
     let client: Client;
+    const logged: string[] = [];
 
     beforeAll(async () => {
       await conversation("flow-stdio");
       client = new Client({ name: "bothy-test-stdio", version: "1.0.0" });
+      client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => {
+        const data = n.params.data as { output?: unknown };
+        if (n.params.logger === "computer_bash" && typeof data.output === "string") logged.push(data.output);
+      });
       await client.connect(new StdioClientTransport({ command: process.execPath, args: [BOTHY, "mcp", "--url", ts.url, "--conversation", "flow-stdio"], stderr: "inherit" }));
     });
 
@@ -292,7 +302,7 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
     });
 
     it("charts a corpus CSV and sends the PNG through the stdio relay", async () => {
-      await chartFlow(client, "flow-stdio");
+      await chartFlow(client, "flow-stdio", logged);
     });
   });
 });
