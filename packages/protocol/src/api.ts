@@ -9,11 +9,18 @@ export const COMMAND_ID_RE = /^cmd_[a-z2-7]{20}$/;
 /** Idempotency keys: printable ASCII without spaces, as in the IETF Idempotency-Key draft. */
 export const IDEMPOTENCY_KEY_RE = /^[\x21-\x7e]{1,255}$/;
 
-export const SANDBOX_STATES = ["creating", "running", "paused", "deleting", "deleted", "failed"] as const;
+/**
+ * `paused`: memory saved to disk (QEMU). `stopped`: no processes, disk kept (gVisor asleep, a
+ * sandbox whose VM died, every running sandbox after a server restart). The next call to a paused
+ * or stopped sandbox starts it again with the same id and files.
+ */
+export const SANDBOX_STATES = ["creating", "running", "paused", "stopped", "deleting", "deleted", "failed"] as const;
 export const sandboxState = z.enum(SANDBOX_STATES);
 export type SandboxState = z.infer<typeof sandboxState>;
 /** States in which a sandbox still owns host resources. */
-export const LIVE_STATES: readonly SandboxState[] = ["creating", "running", "paused", "deleting"];
+export const LIVE_STATES: readonly SandboxState[] = ["creating", "running", "paused", "stopped", "deleting"];
+/** States of a sandbox that exists but runs nothing; the next call wakes it. */
+export const DORMANT_STATES: readonly SandboxState[] = ["paused", "stopped"];
 
 /** Sandbox drivers: gVisor (a user-space kernel) and QEMU microvm (a VM per sandbox). */
 export const DRIVER_NAMES = ["gvisor", "qemu"] as const;
@@ -166,7 +173,7 @@ export const commandInfo = z.object({
 export type CommandInfo = z.infer<typeof commandInfo>;
 
 /** What `GET /events` streams and the webhook posts. */
-export const EVENT_TYPES = ["sandbox.created", "sandbox.deleted", "sandbox.failed", "command.exited", "budget.exceeded"] as const;
+export const EVENT_TYPES = ["sandbox.created", "sandbox.deleted", "sandbox.failed", "sandbox.stopped", "sandbox.woken", "command.exited", "budget.exceeded"] as const;
 export const bothyEvent = z.object({
   seq: z.number().int(),
   type: z.enum(EVENT_TYPES),

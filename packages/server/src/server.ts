@@ -79,7 +79,9 @@ export async function startServer(config: Config, logger: PinoLogger = createLog
     else if (event === "sandbox_deleted") {
       if (id) registry.forget(id);
       events.publish("sandbox.deleted", id, fields);
-    } else if (event === "sandbox_died" || event === "sandbox_lost") events.publish("sandbox.failed", id, { ...fields, reason: event });
+    } else if (event === "sandbox_lost") events.publish("sandbox.failed", id, { ...fields, reason: event });
+    else if (event === "sandbox_died" || event === "sandbox_slept") events.publish("sandbox.stopped", id, { ...fields, reason: event });
+    else if (event === "sandbox_woken") events.publish("sandbox.woken", id, fields);
   };
   const manager = new SandboxManager(config, ledger, drivers, templates ?? store, lifecycle);
   await manager.reconcile();

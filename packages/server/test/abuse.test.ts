@@ -51,7 +51,9 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "abuse"), () =
       const r = await run;
       console.info(`${name}: neighbour round trip idle ${idle.join("/")} ms, during ${during.join("/")} ms`);
       expect(r.error).toMatchObject({ code: "agent_unavailable", message: expect.stringMatching(/ran out of memory/) });
-      expect((await api(ts.url, "GET", `/sandboxes/${abuser}`)).json["state"]).toBe("failed");
+      // It is stopped, not lost: the next call starts it again, fresh processes on the same disk.
+      expect((await api(ts.url, "GET", `/sandboxes/${abuser}`)).json["state"]).toBe("stopped");
+      expect((await runCommand(ts.wsUrl, abuser, { cmd: "echo back" })).stdout).toBe("back\n");
       await api(ts.url, "DELETE", `/sandboxes/${abuser}`);
     });
   }

@@ -175,15 +175,22 @@ for (const driver of testDrivers()) {
         expect(await logHas("orphan_removed", orphan)).toBe(true);
       });
 
-      it("marks a sandbox whose process was killed failed and removes what it left", async () => {
+      it("brings a sandbox whose process was killed back from its disk, with the same id", { timeout: 180_000 }, async () => {
         const id = await create({});
+        // A VM killed outright loses what its guest had not yet written to disk, as a machine losing power does.
+        expect((await runCommand(ts.wsUrl, id, { cmd: "echo survived > /workspace/note && sync" })).exit?.exit_code).toBe(0);
         const pids = await sandboxPids(id);
         expect(pids.length).toBeGreaterThan(0);
         for (const pid of pids) process.kill(pid, "SIGKILL");
-        await until(`${id} to be failed`, 15_000, async () => (await state(id)) === "failed");
-        expect((await api(ts.url, "GET", `/sandboxes/${id}`)).json["error"]).toMatch(/stopped unexpectedly/);
-        await until(`${id}'s host objects to go`, 15_000, async () => !(await hostHas(ts, id)));
+        await until(`${id} to be stopped`, 15_000, async () => (await state(id)) === "stopped");
+        expect((await api(ts.url, "GET", `/sandboxes/${id}`)).json["error"]).toMatch(/stopped unexpectedly.*files are kept/);
         expect(await logHas("sandbox_died", id)).toBe(true);
+        await until(`${id}'s processes to go`, 15_000, async () => (await sandboxPids(id)).length === 0);
+
+        const back = await runCommand(ts.wsUrl, id, { cmd: "cat /workspace/note" });
+        expect(back.stdout).toBe("survived\n");
+        expect(await state(id)).toBe("running");
+        expect(await logHas("sandbox_woken", id)).toBe(true);
       });
     });
 

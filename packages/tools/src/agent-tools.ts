@@ -130,7 +130,7 @@ export class AgentTools {
     if (conv.deleted_at) throw new BothyError("conversation_not_found", `Conversation ${conversationId} was deleted; start a new one.`);
     if (conv.sandbox_id) {
       const info = await this.api.get(conv.sandbox_id);
-      if (info && (info.state === "running" || info.state === "paused")) return { sandboxId: conv.sandbox_id, fresh: false, replaced: false };
+      if (info && (info.state === "running" || info.state === "paused" || info.state === "stopped")) return { sandboxId: conv.sandbox_id, fresh: false, replaced: false };
     }
     const info = await this.api.create({
       template: conv.template,

@@ -41,6 +41,11 @@ export class DriverRegistry {
   async removeOrphan(sandboxId: string): Promise<void> {
     for (const d of this.all()) await d.removeOrphan(sandboxId);
   }
+
+  /** Removes a sandbox's host objects but its disk, whichever driver made them. */
+  async release(sandboxId: string): Promise<void> {
+    for (const d of this.all()) await d.release(sandboxId);
+  }
 }
 
 /**

@@ -14,6 +14,11 @@ export interface SandboxSpec {
   egress?: EgressPolicy;
   /** The sandbox's network, made by network/ before start; absent: no network at all. */
   network?: GuestNetwork;
+  /**
+   * Start on the disk a stopped sandbox left in `dir` (same files, fresh processes) instead of
+   * a new one; a QEMU sandbox paused before a restart comes back from its saved memory.
+   */
+  reuseDisk?: boolean;
 }
 
 /** Per-sandbox egress options of a create; see network/nft-ruleset.ts for how they apply. */
@@ -53,8 +58,8 @@ export interface ExitInfo {
 
 /**
  * One sandbox on the host. `start` runs once; `wait` is shared by every caller; `shutdown` asks
- * the guest to stop, `kill` does not ask; `destroy` removes every host object the sandbox has,
- * and is safe to call again.
+ * the guest to stop, `kill` does not ask; `stop` ends it and removes every host object but its
+ * disk; `destroy` removes every host object the sandbox has. Both are safe to call again.
  */
 export interface SandboxHandle {
   readonly id: string;
@@ -62,6 +67,7 @@ export interface SandboxHandle {
   wait(): Promise<ExitInfo>;
   shutdown(timeoutMs: number): Promise<void>;
   kill(): Promise<void>;
+  stop(): Promise<void>;
   destroy(): Promise<void>;
   /** The guest learns its id, hostname, env, clock and entropy over the channel after hello. */
   readonly needsIdentity?: boolean;
@@ -78,6 +84,8 @@ export interface HostObject {
   sandboxId: string;
   kind: string;
   description: string;
+  /** The sandbox's disk (its files): kept while the sandbox is stopped or paused. */
+  disk?: boolean;
 }
 
 export interface Driver {
@@ -91,4 +99,6 @@ export interface Driver {
   reconcile(): Promise<HostObject[]>;
   /** Removes all host objects of a sandbox that has no live handle. */
   removeOrphan(sandboxId: string): Promise<void>;
+  /** Removes every host object of a sandbox that has no live handle except its disk. */
+  release(sandboxId: string): Promise<void>;
 }

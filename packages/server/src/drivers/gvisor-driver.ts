@@ -81,7 +81,7 @@ export class GvisorDriver implements Driver {
     for (const m of await this.listMounts()) found.push({ sandboxId: m.id, kind: "overlay-mount", description: `overlay mount ${m.target}` });
     const entries = await readdir(this.opts.sandboxesDir).catch(() => [] as string[]);
     for (const id of entries) {
-      if (SANDBOX_ID_RE.test(id)) found.push({ sandboxId: id, kind: "sandbox-dir", description: join(this.opts.sandboxesDir, id) });
+      if (SANDBOX_ID_RE.test(id)) found.push({ sandboxId: id, kind: "sandbox-dir", description: join(this.opts.sandboxesDir, id), disk: true });
     }
     return found;
   }
@@ -93,6 +93,16 @@ export class GvisorDriver implements Driver {
     } finally {
       // The disk goes even when runsc misbehaves: a mount left behind is the worse leak.
       await this.removeDisk(join(this.opts.sandboxesDir, sandboxId));
+    }
+  }
+
+  /** Ends the container and unmounts its root; the upper directory (its files) stays. */
+  async release(sandboxId: string): Promise<void> {
+    if (!SANDBOX_ID_RE.test(sandboxId)) throw new BothyError("invalid_sandbox_id", `Refusing to release ${sandboxId}: not a sandbox id.`);
+    try {
+      if (await this.hasContainerState(sandboxId)) await this.removeContainer(sandboxId);
+    } finally {
+      await this.unmountRoot(join(this.opts.sandboxesDir, sandboxId));
     }
   }
 
@@ -127,6 +137,11 @@ export class GvisorDriver implements Driver {
 
   /** @internal unmounts the sandbox's root overlay and removes its directory. */
   async removeDisk(dir: string): Promise<void> {
+    await this.unmountRoot(dir);
+    await rm(dir, { recursive: true, force: true });
+  }
+
+  private async unmountRoot(dir: string): Promise<void> {
     const rootfs = join(dir, "rootfs");
     if ((await this.listMounts()).some((m) => m.target === rootfs)) {
       await run("umount", [rootfs], { timeoutMs: MOUNT_TIMEOUT_MS }).catch(async (err) => {
@@ -135,7 +150,6 @@ export class GvisorDriver implements Driver {
         await run("umount", ["-l", rootfs], { timeoutMs: MOUNT_TIMEOUT_MS });
       });
     }
-    await rm(dir, { recursive: true, force: true });
   }
 
   private async listContainers(): Promise<string[]> {
@@ -178,8 +192,10 @@ class GvisorSandbox implements SandboxHandle {
     const { dir } = this.spec;
     const rootfs = join(dir, "rootfs");
     try {
-      await mkdir(dir, { recursive: false, mode: 0o700 });
-      await Promise.all(["upper", "work", "rootfs", "bundle"].map((d) => mkdir(join(dir, d))));
+      // A new sandbox's directory must not exist yet; a stopped one's holds its files in upper/.
+      const reuse = this.spec.reuseDisk === true;
+      await mkdir(dir, { recursive: reuse, mode: 0o700 });
+      await Promise.all(["upper", "work", "rootfs", "bundle"].map((d) => mkdir(join(dir, d), { recursive: reuse })));
       signal?.throwIfAborted();
       // The template stays read-only underneath; every write lands in this sandbox's upper dir.
       await run("mount", ["-t", "overlay", "overlay", "-o", `lowerdir=${this.spec.templateRoot},upperdir=${join(dir, "upper")},workdir=${join(dir, "work")}`, rootfs], {
@@ -212,7 +228,8 @@ class GvisorSandbox implements SandboxHandle {
       });
       return { input: child.stdout, output: child.stdin };
     } catch (err) {
-      await this.destroy();
+      // A failed restart keeps the disk: the files are the sandbox's, not this attempt's.
+      await (this.spec.reuseDisk ? this.stop() : this.destroy());
       if (err instanceof BothyError) throw err;
       throw new BothyError("create_failed", `Could not start the gVisor sandbox: ${(err as Error).message}`, { cause: err });
     }
@@ -242,6 +259,14 @@ class GvisorSandbox implements SandboxHandle {
       const timer = new Promise<"timeout">((r) => setTimeout(() => r("timeout"), 5_000).unref());
       if ((await Promise.race([this.wait(), timer])) === "timeout") child.kill("SIGKILL");
       await this.wait();
+    }
+  }
+
+  async stop(): Promise<void> {
+    try {
+      await this.shutdown(SHUTDOWN_GRACE_MS);
+    } finally {
+      await this.driver.release(this.id);
     }
   }
 

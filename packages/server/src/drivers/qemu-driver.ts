@@ -201,7 +201,7 @@ export class QemuDriver implements Driver {
     }
     for (const id of await readdir(this.opts.sandboxesDir).catch(() => [] as string[])) {
       if (SANDBOX_ID_RE.test(id) && existsSync(join(this.opts.sandboxesDir, id, VM_MARKER))) {
-        found.push({ sandboxId: id, kind: "vm-dir", description: join(this.opts.sandboxesDir, id) });
+        found.push({ sandboxId: id, kind: "vm-dir", description: join(this.opts.sandboxesDir, id), disk: true });
       }
     }
     // A snapshot half made when the server stopped: its VM and temp dir go now (reconcile also
@@ -219,6 +219,14 @@ export class QemuDriver implements Driver {
     if (!SANDBOX_ID_RE.test(sandboxId)) throw new BothyError("invalid_sandbox_id", `Refusing to remove ${sandboxId}: not a sandbox id.`);
     await this.killSandboxProcesses(sandboxId);
     await rm(join(this.opts.sandboxesDir, sandboxId), { recursive: true, force: true });
+  }
+
+  /** Kills the sandbox's QEMU and removes its sockets; the disk overlay and any saved memory stay. */
+  async release(sandboxId: string): Promise<void> {
+    if (!SANDBOX_ID_RE.test(sandboxId)) throw new BothyError("invalid_sandbox_id", `Refusing to release ${sandboxId}: not a sandbox id.`);
+    await this.killSandboxProcesses(sandboxId);
+    const files = vmFiles(join(this.opts.sandboxesDir, sandboxId));
+    for (const f of [files.agentSocket, files.qmpSocket, files.pidFile]) await rm(f, { force: true });
   }
 
   /** @internal kills every QEMU whose command line names this sandbox's directory. */

@@ -1,4 +1,4 @@
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { mkdir, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { BothyError } from "@bothy/protocol";
@@ -49,6 +49,7 @@ export class QemuSandbox implements SandboxHandle {
   async start(signal?: AbortSignal): Promise<GuestStream> {
     if (this.started || this.destroying) throw new BothyError("internal", `Sandbox ${this.id} was already started.`);
     this.started = true;
+    if (this.spec.reuseDisk) return this.restart(signal);
     try {
       await mkdir(this.spec.dir, { recursive: false, mode: 0o700 });
       await writeFile(join(this.spec.dir, VM_MARKER), JSON.stringify({ driver: "qemu", id: this.id }));
@@ -66,6 +67,40 @@ export class QemuSandbox implements SandboxHandle {
       await this.destroy();
       if (err instanceof BothyError) throw err;
       throw new BothyError("create_failed", `Could not start the QEMU sandbox: ${(err as Error).message}${diag ? ` (${diag})` : ""}`, { cause: err });
+    }
+  }
+
+  /**
+   * Starts a stopped sandbox again on its own disk: from the memory it saved when paused, if a
+   * pause left one (a server restart between pause and resume), else a cold boot. The disk stays
+   * whatever happens; a failed start leaves the sandbox stopped.
+   */
+  private async restart(signal?: AbortSignal): Promise<GuestStream> {
+    try {
+      if (!existsSync(this.disk)) throw new BothyError("create_failed", `Sandbox ${this.id} has no disk left to start from.`);
+      if (existsSync(this.memoryState)) {
+        // Until the restore holds, its QEMU ending is not the sandbox ending.
+        this.paused = true;
+        try {
+          const stream = await this.launch(this.memoryState, signal);
+          this.paused = false;
+          await rm(this.memoryState, { force: true });
+          return stream;
+        } catch (err) {
+          // A save cut short by a crash cannot be restored; the disk is still whole.
+          this.driver.options.log("qemu_restore_failed", { sandbox_id: this.id, error: (err as Error).message });
+          await this.vm?.stop(undefined, 0);
+          this.qmp?.close();
+          this.paused = false;
+          await rm(this.memoryState, { force: true });
+        }
+      }
+      return await this.launch(undefined, signal);
+    } catch (err) {
+      const diag = this.diagnostics;
+      await this.stop();
+      if (err instanceof BothyError) throw err;
+      throw new BothyError("create_failed", `Could not start the QEMU sandbox again: ${(err as Error).message}${diag ? ` (${diag})` : ""}`, { cause: err });
     }
   }
 
@@ -138,6 +173,14 @@ export class QemuSandbox implements SandboxHandle {
       await vm?.stop(undefined, 0);
       throw new BothyError("agent_unavailable", `Resuming sandbox ${this.id} failed: ${(err as Error).message}`, { cause: err });
     }
+  }
+
+  /** Ends the VM (QEMU's `quit` flushes the disk first); the disk stays for a later start. */
+  async stop(): Promise<void> {
+    await this.vm?.stop(this.qmp, QUIT_GRACE_MS);
+    this.qmp?.close();
+    await this.driver.release(this.id);
+    this.resolveEnd({ code: null, signal: null });
   }
 
   destroy(): Promise<void> {

@@ -81,6 +81,11 @@ export class TemplateStore {
     return this.readBuilt(await loadTemplate(this.sourceDir, name));
   }
 
+  /** The build of `name` with this hash, if it is still on disk (a sandbox made from an older definition). */
+  resolveBuild(name: string, hash: string): Promise<BuiltTemplate | undefined> {
+    return this.readBuilt({ name, hash });
+  }
+
   /** Builds `name` (and its parents), or returns the build for the current hash. */
   async build(name: string, opts: BuildOptions = {}): Promise<BuiltTemplate> {
     opts.signal?.throwIfAborted();
@@ -295,7 +300,7 @@ export class TemplateStore {
     return path.join(this.storeDir, name, hash);
   }
 
-  private async readBuilt(t: LoadedTemplate): Promise<BuiltTemplate | undefined> {
+  private async readBuilt(t: { name: string; hash: string }): Promise<BuiltTemplate | undefined> {
     const dir = this.buildDir(t.name, t.hash);
     let text: string;
     try {

@@ -210,6 +210,11 @@ export class Ledger {
     this.db.prepare(`DELETE FROM idempotency_keys WHERE key = ?`).run(key);
   }
 
+  /** The keys of a create the server did not live to finish: a retry with the same key makes a new sandbox. */
+  forgetIdempotencyKeysOf(sandboxId: string): void {
+    this.db.prepare(`DELETE FROM idempotency_keys WHERE sandbox_id = ?`).run(sandboxId);
+  }
+
   insertCommand(row: { id: string; sandbox_id: string; cmd: string; background?: boolean }): void {
     this.db
       .prepare(`INSERT INTO commands (id, sandbox_id, cmd, state, started_at, background) VALUES (?, ?, ?, 'running', ?, ?)`)

@@ -79,6 +79,7 @@ export interface Gauges {
 
 export class Metrics {
   private readonly createSeconds = new Histogram("bothy_sandbox_create_seconds", "Time from create request to a running sandbox, by driver and whether the warm pool served it.", CREATE_BUCKETS);
+  private readonly wakeSeconds = new Histogram("bothy_sandbox_wake_seconds", "Time to start a paused or stopped sandbox again on the next call, by driver and the state it woke from.", CREATE_BUCKETS);
   private readonly creates = new Counter("bothy_sandboxes_created_total", "Sandboxes created, by driver.", []);
   private readonly createFailures = new Counter("bothy_sandbox_create_failures_total", "Creates that failed to boot.");
   private readonly deletions = new Counter("bothy_sandboxes_deleted_total", "Sandboxes deleted, by reason: requested, expired (the sweeper), disconnected (client gone).", ["requested", "expired", "disconnected"].map((reason) => ({ reason })));
@@ -98,6 +99,9 @@ export class Metrics {
       case "sandbox_created":
         this.creates.inc({ driver: str("driver") });
         if (typeof fields["ms"] === "number") this.createSeconds.observe(fields["ms"] / 1000, { driver: str("driver"), warm: String(fields["warm"] === true) });
+        break;
+      case "sandbox_woken":
+        if (typeof fields["ms"] === "number") this.wakeSeconds.observe(fields["ms"] / 1000, { driver: str("driver"), from: str("from") });
         break;
       case "sandbox_create_failed":
         this.createFailures.inc();
@@ -145,6 +149,7 @@ export class Metrics {
     for (const c of gauges.sandboxes) counts.set(labelText({ state: c.state, driver: c.driver }), c.n);
     for (const [labels, n] of counts) lines.push(`bothy_sandboxes${labels} ${n}`);
     lines.push(...this.createSeconds.render());
+    lines.push(...this.wakeSeconds.render());
     for (const c of this.all) lines.push(...c.render());
     return `${lines.join("\n")}\n`;
   }

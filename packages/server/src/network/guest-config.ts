@@ -1,5 +1,6 @@
 import { BothyError } from "@bothy/protocol";
 import type { AgentClient } from "../agent/agent-client.ts";
+import { execQuiet } from "../agent/quiet-exec.ts";
 import type { GuestNetwork } from "../drivers/driver.ts";
 import { parseIpv4 } from "./ipv4.ts";
 
@@ -30,32 +31,7 @@ export const resolvConf = (dns: readonly string[]): string => `${dns.map((d) => 
  */
 export async function configureGuestNetwork(agent: AgentClient, net: GuestNetwork): Promise<void> {
   for (const d of net.dns) parseIpv4(d);
-  const { code, output } = await execQuiet(agent, guestNetworkScript(net));
+  const { code, output } = await execQuiet(agent, guestNetworkScript(net), CONFIGURE_TIMEOUT_MS, "Configuring the guest's network");
   if (code !== 0) throw new BothyError("create_failed", `Configuring the guest's network failed (exit ${code ?? "none"}): ${output.slice(-500)}`);
   await agent.writeFile("/etc/resolv.conf", Buffer.from(resolvConf(net.dns)), { mode: 0o644 });
-}
-
-function execQuiet(agent: AgentClient, cmd: string): Promise<{ code: number | null; output: string }> {
-  return new Promise((resolve, reject) => {
-    let output = "";
-    const timer = setTimeout(() => reject(new BothyError("create_failed", `Configuring the guest's network took over ${CONFIGURE_TIMEOUT_MS} ms.`)), CONFIGURE_TIMEOUT_MS);
-    agent.exec(
-      { cmd, cwd: "/" },
-      {
-        onStarted: () => undefined,
-        onOutput: (_fd, data, consumed) => {
-          output = (output + data.toString("utf8")).slice(-2000);
-          consumed();
-        },
-        onExited: (code) => {
-          clearTimeout(timer);
-          resolve({ code, output });
-        },
-        onError: (err) => {
-          clearTimeout(timer);
-          reject(err);
-        },
-      },
-    );
-  });
 }

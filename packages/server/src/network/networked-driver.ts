@@ -42,6 +42,15 @@ export class NetworkedDriver implements Driver {
       await this.net.teardown(sandboxId);
     }
   }
+
+  /** A stopped sandbox has no network: it gets a new one when it starts again. */
+  async release(sandboxId: string): Promise<void> {
+    try {
+      await this.inner.release(sandboxId);
+    } finally {
+      await this.net.teardown(sandboxId);
+    }
+  }
 }
 
 class NetworkedHandle implements SandboxHandle {
@@ -94,6 +103,14 @@ class NetworkedHandle implements SandboxHandle {
 
   kill(): Promise<void> {
     return this.inner.kill();
+  }
+
+  async stop(): Promise<void> {
+    try {
+      await this.inner.stop();
+    } finally {
+      await this.net.teardown(this.plan.sandboxId);
+    }
   }
 
   destroy(): Promise<void> {

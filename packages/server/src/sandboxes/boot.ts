@@ -32,7 +32,8 @@ export async function bootSandbox(driver: Driver, spec: SandboxSpec, timeoutMs: 
   } catch (err) {
     const detail = describe(handle);
     agent?.close(new BothyError("agent_unavailable", "Boot failed."));
-    await handle.destroy();
+    // A sandbox started again on its disk keeps it: the files are not this boot's to remove.
+    await (spec.reuseDisk ? handle.stop() : handle.destroy());
     if (err instanceof BothyError && err.code === "create_failed") throw err;
     throw new BothyError("create_failed", `Could not boot sandbox ${spec.id}: ${(err as Error).message}${detail}`, { cause: err });
   }

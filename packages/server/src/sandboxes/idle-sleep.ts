@@ -4,10 +4,10 @@ import type { Logger, SandboxManager } from "./sandbox-manager.ts";
 
 /**
  * Puts idle sandboxes to sleep: no command running, no WebSocket attached, and no call for
- * `idleMs`. Sleep is the driver's pause (QEMU saves the VM's memory to disk and ends the
- * process); the next command or file call wakes it, as for any paused sandbox. A sandbox running
- * a command is never put to sleep, however long the command runs. gVisor sandboxes cannot be
- * paused (see the driver), so they stay up until their timeout.
+ * `idleMs`. Sleep is the driver's pause where it has one (QEMU saves the VM's memory to disk and
+ * ends the process), else a stop that keeps the disk (gVisor: files stay, processes end). The next
+ * command, file call or attach wakes it. A sandbox running a command is never put to sleep,
+ * however long the command runs.
  */
 export class IdleSleep {
   constructor(
@@ -28,7 +28,7 @@ export class IdleSleep {
       if (idle < this.idleMs) continue;
       this.log("sandbox_idle", { sandbox_id: id, idle_ms: idle });
       try {
-        await this.manager.pause(id);
+        await this.manager.sleep(id);
       } catch (err) {
         this.log("sandbox_sleep_failed", { sandbox_id: id, error: (err as Error).message });
       }

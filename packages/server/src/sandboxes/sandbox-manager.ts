@@ -3,6 +3,7 @@ import { join } from "node:path";
 import {
   BothyError,
   createSandboxRequest,
+  DORMANT_STATES,
   IDEMPOTENCY_KEY_RE,
   LIVE_STATES,
   SANDBOX_ID_RE,
@@ -11,11 +12,12 @@ import {
   type SandboxInfo,
 } from "@bothy/protocol";
 import type { AgentClient } from "../agent/agent-client.ts";
+import { execQuiet } from "../agent/quiet-exec.ts";
 import type { Config } from "../config.ts";
-import type { Driver, EgressPolicy } from "../drivers/driver.ts";
+import type { Driver, EgressPolicy, HostObject } from "../drivers/driver.ts";
 import { egressFromRequest, isDefaultPolicy } from "../network/host-network.ts";
 import type { DriverRegistry } from "../drivers/driver-registry.ts";
-import { toSandboxInfo, type Ledger } from "../ledger/ledger.ts";
+import { toSandboxInfo, type Ledger, type SandboxRow } from "../ledger/ledger.ts";
 import { newSandboxId } from "../util/ids.ts";
 import { bootSandbox, reattachSandbox, type BootedSandbox } from "./boot.ts";
 import { expiryFrom, lifetimeOf, parseSetTimeout } from "./lifetime.ts";
@@ -31,9 +33,14 @@ export interface BuiltTemplateRef {
 /** Where templates come from; the template store implements it. */
 export interface TemplateSource {
   resolve(name: string): Promise<BuiltTemplateRef | undefined>;
+  /** A build by its hash, if still on disk: a stopped sandbox starts again on the template it was made from. */
+  resolveBuild?(name: string, hash: string): Promise<BuiltTemplateRef | undefined>;
 }
 
 export type Logger = (event: string, fields: Record<string, unknown>) => void;
+
+/** How long a guest gets to write its caches to disk before a deliberate stop. */
+const FLUSH_TIMEOUT_MS = 10_000;
 
 type CreateRequest = ReturnType<typeof createSandboxRequest.parse>;
 
@@ -56,8 +63,8 @@ export class SandboxManager {
   private readonly lastActive = new Map<string, number>();
   /** A pause or resume in progress per sandbox: they run one at a time. */
   private readonly transitions = new Map<string, Promise<SandboxInfo>>();
-  /** Sandboxes that died on their own, while their host objects are being removed. */
-  private readonly reaping = new Set<string>();
+  /** Sandboxes being stopped (died on their own, or put to sleep) while their host objects go. */
+  private readonly reaping = new Map<string, Promise<void>>();
   private readonly pool: WarmPool;
   private stopping = false;
 
@@ -75,17 +82,64 @@ export class SandboxManager {
     return join(this.config.home, "sandboxes", id);
   }
 
-  /** Removes host objects no live ledger row owns and closes rows whose sandbox is gone. */
+  /**
+   * Start-up recovery, after a clean stop or a crash at any moment. Running sandboxes become
+   * stopped (their processes ended with the server, or are ended now; the disk stays and the next
+   * call starts them again); half-made ones fail; deletes in flight complete; paused and stopped
+   * ones stay as they are. Then every host object no row owns is removed, and a dormant
+   * sandbox's objects except its disk.
+   */
   async reconcile(): Promise<void> {
-    const owned = this.ownedIds();
-    this.closeUnownedRows("The server restarted; this sandbox did not survive it.");
-    const seen = new Set<string>();
-    for (const obj of (await Promise.all(this.drivers.all().map((d) => d.reconcile()))).flat()) {
-      if (owned.has(obj.sandboxId) || seen.has(obj.sandboxId)) continue;
-      seen.add(obj.sandboxId);
-      this.log("orphan_removed", { sandbox_id: obj.sandboxId, kind: obj.kind, description: obj.description });
-      await this.drivers.removeOrphan(obj.sandboxId);
+    const deleting: string[] = [];
+    for (const row of this.ledger.liveSandboxes()) {
+      if (row.state === "running") {
+        this.ledger.setState(row.id, "stopped", "The server restarted and its processes ended; its files are kept and the next call starts it again.");
+        this.ledger.loseCommands(row.id);
+        this.log("sandbox_recovered", { sandbox_id: row.id, previous_state: row.state, state: "stopped" });
+      } else if (row.state === "creating") {
+        this.ledger.setState(row.id, "failed", "The server restarted while this sandbox was being created.");
+        this.ledger.forgetIdempotencyKeysOf(row.id);
+        this.log("sandbox_lost", { sandbox_id: row.id, previous_state: row.state });
+      } else if (row.state === "deleting") {
+        deleting.push(row.id);
+      }
     }
+    for (const id of deleting) {
+      await this.drivers.removeOrphan(id);
+      this.ledger.loseCommands(id);
+      this.ledger.setState(id, "deleted");
+      this.log("sandbox_deleted", { sandbox_id: id, reason: "completed after restart" });
+    }
+    const objects = (await Promise.all(this.drivers.all().map((d) => d.reconcile()))).flat();
+    for (const [id, found] of this.unowned(objects)) await this.removeUnowned(id, found, "start-up");
+  }
+
+  /**
+   * Host objects by sandbox that this server does not answer for: everything of an id with no
+   * live handle or row, and, of a paused or stopped sandbox, all but its disk.
+   */
+  unowned(objects: readonly HostObject[]): Map<string, HostObject[]> {
+    const owned = this.ownedIds();
+    const dormant = this.dormantIds();
+    const byId = new Map<string, HostObject[]>();
+    for (const o of objects) {
+      if (owned.has(o.sandboxId) || (dormant.has(o.sandboxId) && o.disk === true)) continue;
+      byId.set(o.sandboxId, [...(byId.get(o.sandboxId) ?? []), o]);
+    }
+    return byId;
+  }
+
+  /** Removes what `unowned` found of one sandbox, unless it was taken since; a dormant sandbox keeps its disk. */
+  async removeUnowned(id: string, found: readonly HostObject[], by: string): Promise<void> {
+    if (this.ownedIds().has(id)) return;
+    const keepDisk = this.dormantIds().has(id);
+    this.log("orphan_removed", { sandbox_id: id, kind: found.map((o) => o.kind).join(","), description: found.map((o) => o.description).join("; "), by, ...(keepDisk ? { disk_kept: true } : {}) });
+    await (keepDisk ? this.drivers.release(id) : this.drivers.removeOrphan(id));
+  }
+
+  /** Paused or stopped sandboxes without a handle in this process: their disk is theirs, nothing else. */
+  dormantIds(): Set<string> {
+    return new Set(this.ledger.liveSandboxes().filter((r) => DORMANT_STATES.includes(r.state) && !this.live.has(r.id)).map((r) => r.id));
   }
 
   /**
@@ -93,7 +147,7 @@ export class SandboxManager {
    * deleted, paused or resumed, dying, and the warm pool's (which have no ledger row).
    */
   ownedIds(): Set<string> {
-    return new Set([...this.live.keys(), ...this.creating.keys(), ...this.deleting.keys(), ...this.transitions.keys(), ...this.reaping, ...this.pool.ownedIds()]);
+    return new Set([...this.live.keys(), ...this.creating.keys(), ...this.deleting.keys(), ...this.transitions.keys(), ...this.reaping.keys(), ...this.pool.ownedIds()]);
   }
 
   /** Ids of the sandboxes held live right now (running or paused). */
@@ -101,12 +155,12 @@ export class SandboxManager {
     return new Set(this.live.keys());
   }
 
-  /** Live ledger rows that no sandbox in this process stands behind become `failed`. */
+  /** Live ledger rows that no sandbox in this process stands behind become `failed` (dormant ones need none). */
   closeUnownedRows(reason: string): string[] {
     const owned = this.ownedIds();
     const closed: string[] = [];
     for (const row of this.ledger.liveSandboxes()) {
-      if (owned.has(row.id)) continue;
+      if (owned.has(row.id) || DORMANT_STATES.includes(row.state)) continue;
       this.ledger.setState(row.id, "failed", reason);
       this.ledger.loseCommands(row.id);
       this.log("sandbox_lost", { sandbox_id: row.id, previous_state: row.state });
@@ -263,19 +317,39 @@ export class SandboxManager {
     });
   }
 
-  /** A sandbox that stopped on its own: `failed`, its commands lost, its host objects removed. */
+  /**
+   * A sandbox that stopped on its own (its VM or container died or was killed): `stopped`, its
+   * commands lost, its host objects but the disk removed. The next call starts it again from its
+   * disk with the same id.
+   */
   private lose(id: string, booted: BootedSandbox, reason: string, fields: Record<string, unknown>): void {
-    this.live.delete(id);
-    booted.agent.close(new BothyError("agent_unavailable", "The sandbox stopped."));
-    this.ledger.setState(id, "failed", reason);
-    this.ledger.loseCommands(id);
     this.log("sandbox_died", { sandbox_id: id, ...fields });
-    this.reaping.add(id);
-    // What is left after a failed destroy is an orphan to the sweeper's next pass.
-    void booted.handle
-      .destroy()
-      .catch((err: unknown) => this.log("sandbox_destroy_failed", { sandbox_id: id, error: (err as Error).message }))
+    this.stopHeld(id, booted, `${reason} Its files are kept; the next call starts it again.`, new BothyError("agent_unavailable", "The sandbox stopped."));
+  }
+
+  /**
+   * Stops a sandbox on purpose (sleep, server stop): the guest writes its caches to disk first, as
+   * a machine does before it powers off, so nothing written before the stop is lost.
+   */
+  private async stopOnPurpose(id: string, booted: BootedSandbox, reason: string, closeWith: BothyError): Promise<void> {
+    this.live.delete(id);
+    await execQuiet(booted.agent, "sync", FLUSH_TIMEOUT_MS, "Flushing the disk").catch((err: unknown) => this.log("sandbox_flush_failed", { sandbox_id: id, error: (err as Error).message }));
+    await this.stopHeld(id, booted, reason, closeWith);
+  }
+
+  /** Lets go of a held sandbox: `stopped` in the ledger at once, its processes and network removed in the background. */
+  private stopHeld(id: string, booted: BootedSandbox, reason: string, closeWith: BothyError): Promise<void> {
+    this.live.delete(id);
+    booted.agent.close(closeWith);
+    this.ledger.setState(id, "stopped", reason);
+    this.ledger.loseCommands(id);
+    // What is left after a failed stop is for the sweeper's next pass.
+    const job = booted.handle
+      .stop()
+      .catch((err: unknown) => this.log("sandbox_stop_failed", { sandbox_id: id, error: (err as Error).message }))
       .finally(() => this.reaping.delete(id));
+    this.reaping.set(id, job);
+    return job;
   }
 
   info(id: string): SandboxInfo {
@@ -310,17 +384,34 @@ export class SandboxManager {
   pause(id: string): Promise<SandboxInfo> {
     return this.transition(id, async (booted) => {
       if (this.info(id).state === "paused") return;
-      const pause = booted.handle.pause?.bind(booted.handle);
-      if (!pause) throw new BothyError("not_supported", `The ${this.info(id).driver} driver cannot pause sandboxes; create the sandbox with "driver": "qemu" to use pause.`);
-      booted.agent.close(new BothyError("sandbox_not_running", "The sandbox was paused."));
-      await pause();
-      this.ledger.loseCommands(id);
-      this.ledger.setState(id, "paused");
-      this.log("sandbox_paused", { sandbox_id: id });
+      if (!booted.handle.pause) throw new BothyError("not_supported", `The ${this.info(id).driver} driver cannot pause sandboxes; create the sandbox with "driver": "qemu" to use pause.`);
+      await this.pauseHeld(id, booted);
+    });
+  }
+
+  private async pauseHeld(id: string, booted: BootedSandbox): Promise<void> {
+    booted.agent.close(new BothyError("sandbox_not_running", "The sandbox was paused."));
+    await booted.handle.pause?.();
+    this.ledger.loseCommands(id);
+    this.ledger.setState(id, "paused");
+    this.log("sandbox_paused", { sandbox_id: id });
+  }
+
+  /**
+   * Puts an idle sandbox to sleep: paused where the driver saves memory (QEMU), else stopped with
+   * its disk kept (gVisor). Either way the next call wakes it.
+   */
+  sleep(id: string): Promise<SandboxInfo> {
+    return this.transition(id, async (booted) => {
+      if (this.info(id).state !== "running") return;
+      if (booted.handle.pause) return this.pauseHeld(id, booted);
+      await this.stopOnPurpose(id, booted, "Asleep after being idle; the next call starts it again.", new BothyError("sandbox_not_running", "The sandbox went to sleep."));
+      this.log("sandbox_slept", { sandbox_id: id });
     });
   }
 
   resume(id: string): Promise<SandboxInfo> {
+    if (this.info(id).state === "stopped" || (this.info(id).state === "paused" && !this.live.has(id))) return this.revive(id);
     return this.transition(id, async (booted) => {
       if (this.info(id).state !== "paused") return;
       try {
@@ -351,11 +442,47 @@ export class SandboxManager {
     return this.info(id);
   }
 
-  /** Resumes a paused sandbox first, so commands and file calls need not know about pause. */
+  /** Wakes a paused or stopped sandbox first, so commands and file calls need not know about sleep. */
   async ensureRunning(id: string): Promise<SandboxInfo> {
     const info = this.info(id);
     this.touch(id);
-    return info.state === "paused" ? this.resume(id) : info;
+    return DORMANT_STATES.includes(info.state) ? this.resume(id) : info;
+  }
+
+  /**
+   * Starts a stopped sandbox again on its disk, with the same id, template build, shape and
+   * network policy (a QEMU one paused before a restart comes back from its saved memory). A
+   * failed start leaves it stopped with its files, and says why.
+   */
+  private revive(id: string): Promise<SandboxInfo> {
+    return this.serialized(id, async () => {
+      const row = this.ledger.getSandbox(id);
+      if (!row || !DORMANT_STATES.includes(row.state) || this.live.has(id)) return;
+      await this.reaping.get(id);
+      if (this.stopping || this.deleting.has(id)) throw new BothyError("sandbox_not_running", `Sandbox ${id} is being deleted or the server is stopping.`);
+      if (this.live.size + this.creating.size >= this.config.limits.maxSandboxes) {
+        throw new BothyError("capacity_exhausted", `This host runs at most ${this.config.limits.maxSandboxes} sandboxes; delete one or raise BOTHY_MAX_SANDBOXES to wake ${id}.`);
+      }
+      const started = Date.now();
+      const booted = await this.bootFromDisk(row).catch((err: unknown) => {
+        const message = err instanceof Error ? err.message : String(err);
+        this.log("sandbox_wake_failed", { sandbox_id: id, error: message });
+        throw new BothyError("sandbox_not_running", `Sandbox ${id} could not be started again; its files are kept: ${message}`, { cause: err });
+      });
+      this.adopt(booted);
+      this.ledger.setState(id, "running");
+      this.log("sandbox_woken", { sandbox_id: id, from: row.state, driver: row.driver, ms: Date.now() - started });
+    });
+  }
+
+  private async bootFromDisk(row: SandboxRow): Promise<BootedSandbox> {
+    const lookup = this.templates.resolveBuild ? this.templates.resolveBuild(row.template, row.template_hash) : this.templates.resolve(row.template);
+    const template = await lookup;
+    if (template?.hash !== row.template_hash) throw new BothyError("template_not_built", `its template build ${row.template}@${row.template_hash.slice(0, 12)} is no longer on this host.`);
+    const shown = row.network ? (JSON.parse(row.network) as NetworkPolicy) : undefined;
+    const egress = egressFromRequest(shown ? { internet: shown.internet, allow_out: shown.allow_out, deny_out: shown.deny_out } : {});
+    const spec = { id: row.id, templateRoot: template.rootfs, templateEnv: template.env, vcpu: row.vcpu, memoryMib: row.memory_mib, dir: this.dirFor(row.id), egress, reuseDisk: true };
+    return bootSandbox(this.drivers.get(row.driver), spec, this.config.bootTimeoutMs);
   }
 
   /** Notes activity on a sandbox: idle sleep counts from the last one. */
@@ -374,22 +501,28 @@ export class SandboxManager {
     return Number.isNaN(last) ? 0 : Date.now() - last;
   }
 
-  /** Whether the sandbox is running on a driver that can put it to sleep (save its memory). */
+  /** Whether the sandbox is running and nothing else is changing its state. */
   canSleep(id: string): boolean {
-    const booted = this.live.get(id);
-    return booted !== undefined && booted.handle.pause !== undefined && this.info(id).state === "running" && !this.transitions.has(id);
+    return this.live.has(id) && this.info(id).state === "running" && !this.transitions.has(id) && !this.deleting.has(id);
   }
 
-  private async transition(id: string, step: (booted: BootedSandbox) => Promise<void>): Promise<SandboxInfo> {
+  private transition(id: string, step: (booted: BootedSandbox) => Promise<void>): Promise<SandboxInfo> {
     const info = this.info(id);
     const booted = this.live.get(id);
     if (!booted || (info.state !== "running" && info.state !== "paused")) {
       throw new BothyError("sandbox_not_running", `Sandbox ${id} is ${info.state}; only a running or paused sandbox can be paused or resumed.`);
     }
-    const previous = this.transitions.get(id) ?? Promise.resolve(info);
-    const job = previous.catch(() => undefined).then(async () => {
-      if (this.live.get(id) !== booted || this.deleting.has(id)) throw new BothyError("sandbox_not_running", `Sandbox ${id} is being deleted.`);
+    return this.serialized(id, async () => {
+      if (this.live.get(id) !== booted || this.deleting.has(id)) throw new BothyError("sandbox_not_running", `Sandbox ${id} is being deleted or has stopped.`);
       await step(booted);
+    });
+  }
+
+  /** Runs pause, resume, sleep and wake of one sandbox one at a time. */
+  private async serialized(id: string, step: () => Promise<void>): Promise<SandboxInfo> {
+    const previous = this.transitions.get(id) ?? Promise.resolve();
+    const job = previous.catch(() => undefined).then(async () => {
+      await step();
       return this.info(id);
     });
     this.transitions.set(id, job);
@@ -409,6 +542,7 @@ export class SandboxManager {
     const job = (async () => {
       await this.creating.get(id)?.catch(() => undefined);
       await this.transitions.get(id)?.catch(() => undefined);
+      await this.reaping.get(id);
       const row = this.ledger.getSandbox(id);
       if (row?.state === "failed") return this.info(id);
       this.ledger.setState(id, "deleting");
@@ -430,23 +564,26 @@ export class SandboxManager {
     }
   }
 
-  /** Stops every sandbox; they do not survive a server restart yet. */
+  /**
+   * Stops every sandbox, keeping its disk: after a restart the next call to it starts it again
+   * (a paused one keeps its saved memory too).
+   */
   async close(): Promise<void> {
     this.stopping = true;
     await Promise.allSettled([...this.creating.values()]);
+    await Promise.allSettled([...this.transitions.values()]);
     await this.pool.close();
     await Promise.allSettled(
-      [...this.live.keys()].map(async (id) => {
-        const booted = this.live.get(id);
-        this.live.delete(id);
-        booted?.agent.close(new BothyError("shutting_down", "The server is stopping."));
-        await booted?.handle.destroy();
-        this.ledger.loseCommands(id);
-        this.ledger.setState(id, "failed", "The server stopped; sandboxes do not survive a restart yet.");
+      [...this.live].map(async ([id, booted]) => {
+        if (this.ledger.getSandbox(id)?.state === "paused") {
+          this.live.delete(id); // its VM ended at pause; the saved memory stays with the disk
+          return;
+        }
+        await this.stopOnPurpose(id, booted, "The server stopped; its files are kept and the next call after a restart starts it again.", new BothyError("shutting_down", "The server is stopping."));
         this.log("sandbox_stopped", { sandbox_id: id });
       }),
     );
-    await Promise.allSettled([...this.deleting.values()]);
+    await Promise.allSettled([...this.deleting.values(), ...this.reaping.values()]);
   }
 
   private checkId(id: string): void {

@@ -81,18 +81,14 @@ export class Sweeper {
   }
 
   private async removeOrphans(objects: HostObject[]): Promise<void> {
-    const owned = this.manager.ownedIds();
-    const byId = new Map<string, HostObject[]>();
-    for (const o of objects) if (!owned.has(o.sandboxId)) byId.set(o.sandboxId, [...(byId.get(o.sandboxId) ?? []), o]);
+    const byId = this.manager.unowned(objects);
     const confirmed = [...byId.keys()].filter((id) => this.suspects.has(id));
     this.suspects = new Set([...byId.keys()].filter((id) => !confirmed.includes(id)));
     for (const id of confirmed) {
-      // Ownership is checked again at the last moment: a create may have taken the id since.
-      if (this.stopped || this.manager.ownedIds().has(id)) continue;
-      const found = byId.get(id) ?? [];
-      this.log("orphan_removed", { sandbox_id: id, kind: found.map((o) => o.kind).join(","), description: found.map((o) => o.description).join("; "), by: "sweeper" });
+      // Ownership is checked again at the last moment (in removeUnowned): a create or wake may have taken the id since.
+      if (this.stopped) return;
       try {
-        await this.drivers.removeOrphan(id);
+        await this.manager.removeUnowned(id, byId.get(id) ?? [], "sweeper");
       } catch (err) {
         this.suspects.add(id); // tried again next pass
         this.log("orphan_remove_failed", { sandbox_id: id, error: (err as Error).message });

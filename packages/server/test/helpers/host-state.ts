@@ -15,10 +15,14 @@ export interface HostLeaks {
   liveLedgerRows: string[];
 }
 
-/** What a bothy home still holds on the host: processes, containers, mounts, dirs, live rows. */
+/**
+ * What a bothy home still holds on the host: processes, containers, mounts, directories no paused
+ * or stopped sandbox owns, and rows of sandboxes that should have a process.
+ */
 export async function hostLeaks(home: string): Promise<HostLeaks> {
   const { stdout: ps } = await pexec("ps", ["-eo", "pid=,args="]);
-  const runscProcesses = ps.split("\n").filter((l) => /runsc/.test(l) && l.includes(join(home, "runsc")));
+  // A `runsc list` is a query a running server (its sweeper) makes, not a sandbox.
+  const runscProcesses = ps.split("\n").filter((l) => /runsc/.test(l) && l.includes(join(home, "runsc")) && !/ list -quiet$/.test(l));
   const qemuProcesses = ps.split("\n").filter((l) => /qemu-system/.test(l) && l.includes(`${home}/`));
   let runscContainers: string[] = [];
   try {
@@ -28,15 +32,18 @@ export async function hostLeaks(home: string): Promise<HostLeaks> {
     runscContainers = []; // no runsc root: nothing was ever started
   }
   const mounts = (await readFile("/proc/self/mounts", "utf8")).split("\n").filter((l) => l.split(" ")[1]?.startsWith(home));
-  const sandboxDirs = await readdir(join(home, "sandboxes")).catch(() => [] as string[]);
   let liveLedgerRows: string[] = [];
+  let dormant = new Set<string>();
   try {
     const db = new Database(join(home, "ledger.sqlite"), { readonly: true, fileMustExist: true });
-    liveLedgerRows = (db.prepare(`SELECT id FROM sandboxes WHERE state IN ('creating','running','paused','deleting')`).all() as Array<{ id: string }>).map((r) => r.id);
+    liveLedgerRows = (db.prepare(`SELECT id FROM sandboxes WHERE state IN ('creating','running','deleting')`).all() as Array<{ id: string }>).map((r) => r.id);
+    dormant = new Set((db.prepare(`SELECT id FROM sandboxes WHERE state IN ('paused','stopped')`).all() as Array<{ id: string }>).map((r) => r.id));
     db.close();
   } catch {
     liveLedgerRows = [];
   }
+  // A paused or stopped sandbox keeps its directory (its disk) by design; any other is a leak.
+  const sandboxDirs = (await readdir(join(home, "sandboxes")).catch(() => [] as string[])).filter((d) => !dormant.has(d));
   return { runscProcesses, qemuProcesses, runscContainers, mounts, sandboxDirs, liveLedgerRows };
 }
 
