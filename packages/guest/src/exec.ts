@@ -19,6 +19,8 @@ export class Command {
   private inflight = 0;
   private paused = false;
   private finished = false;
+  /** Its host is gone: the command runs on, its output is read and dropped, its end not reported. */
+  private detached = false;
   private exitCode: number | null = null;
   private exitSignal: NodeJS.Signals | null = null;
   private exitedAt = 0;
@@ -105,9 +107,24 @@ export class Command {
     this.signal("SIGKILL");
   }
 
+  /**
+   * The host that started it is gone (a server restart, a pause): the command keeps running,
+   * since a later host cannot know it, its output is drained so it never blocks on a full pipe.
+   */
+  detach(): void {
+    this.detached = true;
+    this.inflight = 0;
+    this.stopDrainWatch();
+    this.child.stdin?.destroy();
+    this.paused = false;
+    this.child.stdout?.resume();
+    this.child.stderr?.resume();
+  }
+
   private pipe(stream: Readable | null, fd: 1 | 2): void {
     if (!stream) return;
     stream.on("data", (chunk: Buffer) => {
+      if (this.detached) return;
       for (let off = 0; off < chunk.length; off += OUTPUT_CHUNK_BYTES) {
         const part = chunk.subarray(off, off + OUTPUT_CHUNK_BYTES);
         this.inflight += part.length;
@@ -120,6 +137,7 @@ export class Command {
   }
 
   private updateFlow(): void {
+    if (this.detached) return;
     const shouldPause = this.inflight >= OUTPUT_WINDOW_BYTES || this.channel.isCongested;
     if (shouldPause === this.paused) return;
     this.paused = shouldPause;
@@ -150,7 +168,7 @@ export class Command {
     this.finished = true;
     clearTimeout(this.graceTimer);
     this.stopDrainWatch();
-    this.channel.send({ t: "exited", id: this.id, code, signal });
+    if (!this.detached) this.channel.send({ t: "exited", id: this.id, code, signal });
     this.onDone(this.id);
   }
 }

@@ -33,6 +33,13 @@ const channel = port ? new Channel(port.input, port.output, onFrame, shutdown) :
 function hostGone(): void {
   // Whatever the old host sent last may have been cut mid-frame.
   channel.resetDecoder();
+  // Its requests die with it; commands run on, detached, and their ids are free for the next host.
+  for (const cmd of commands.values()) cmd.detach();
+  commands.clear();
+  for (const write of writes.values()) void write.abort();
+  writes.clear();
+  for (const read of reads.values()) read.cancel();
+  reads.clear();
   if (!acked) return;
   acked = false;
   hello();
@@ -58,10 +65,14 @@ function onFrame(raw: RawFrame): void {
       acked = false;
       hello();
       return;
-    case "exec":
+    case "exec": {
       if (commands.has(frame.id) || writes.has(frame.id)) return sendError(frame.id, "busy", `request id ${frame.id} is in use`);
-      commands.set(frame.id, new Command(frame.id, frame, childEnv, channel, (id) => commands.delete(id)));
+      const cmd: Command = new Command(frame.id, frame, childEnv, channel, (id) => {
+        if (commands.get(id) === cmd) commands.delete(id); // a detached command's id may be taken again
+      });
+      commands.set(frame.id, cmd);
       return;
+    }
     case "stdin": {
       const cmd = commands.get(frame.id);
       if (!cmd) return sendError(frame.id, "unknown_request", `no running command ${frame.id}`);

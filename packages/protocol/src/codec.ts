@@ -42,8 +42,45 @@ export class FrameDecoder {
   private buffered = 0;
 
   push(chunk: Buffer): RawFrame[] {
+    this.append(chunk);
+    return this.decode();
+  }
+
+  /** Buffers bytes without decoding them (see `seek`). */
+  append(chunk: Buffer): void {
     this.chunks.push(chunk);
     this.buffered += chunk.length;
+  }
+
+  /**
+   * For a reader that joins a stream mid-frame (a host re-attaching to a running agent): drops
+   * buffered bytes up to the next frame whose header starts with `marker` and whose lengths `fits`
+   * accepts, and answers whether one was found. What came before is dropped, never misread.
+   */
+  seek(marker: Buffer, fits: (headerLength: number, payloadLength: number) => boolean): boolean {
+    const all = Buffer.concat(this.chunks);
+    for (let from = FRAME_PREFIX_BYTES; ; ) {
+      const at = all.indexOf(marker, from);
+      if (at < 0) {
+        // Keep only what could still be the start of a marked frame.
+        const tail = all.subarray(Math.max(0, all.length - (marker.length + FRAME_PREFIX_BYTES - 1)));
+        this.chunks = tail.length > 0 ? [tail] : [];
+        this.buffered = tail.length;
+        return false;
+      }
+      const start = at - FRAME_PREFIX_BYTES;
+      if (fits(all.readUInt32BE(start), all.readUInt32BE(start + 4))) {
+        const rest = all.subarray(start);
+        this.chunks = [rest];
+        this.buffered = rest.length;
+        return true;
+      }
+      from = at + 1;
+    }
+  }
+
+  /** Takes every whole frame buffered so far. */
+  decode(): RawFrame[] {
     const frames: RawFrame[] = [];
     for (;;) {
       if (this.buffered < FRAME_PREFIX_BYTES) break;

@@ -44,4 +44,25 @@ describe("frame codec", () => {
     prefix.writeUInt32BE(head.length, 0);
     expect(() => new FrameDecoder().push(Buffer.concat([prefix, head]))).toThrow(/not valid JSON/);
   });
+
+  it("seeks past the tail of a cut frame to the next marked frame, in pieces, and skips look-alikes", () => {
+    const marker = Buffer.from('{"t":"hello"');
+    const fits = (head: number, payload: number): boolean => head <= 1024 && payload === 0;
+    const cut = encodeFrame({ t: "output", id: 7, fd: 1 }, Buffer.from('padding {"t":"hello" inside a payload')).subarray(5);
+    const hello = encodeFrame({ t: "hello", gen: 1 });
+    const after = encodeFrame({ t: "output", id: 8, fd: 1 }, Buffer.from("next"));
+    const stream = Buffer.concat([cut, hello, after]);
+    const d = new FrameDecoder();
+    let found = false;
+    let i = 0;
+    // Byte by byte: the marker may arrive split over reads.
+    for (; i < stream.length && !found; i++) {
+      d.append(stream.subarray(i, i + 1));
+      found = d.seek(marker, fits);
+    }
+    expect(found).toBe(true);
+    const frames = [...d.decode(), ...d.push(stream.subarray(i))];
+    expect(frames.map((f) => f.header)).toEqual([{ t: "hello", gen: 1 }, { t: "output", id: 8, fd: 1 }]);
+    expect(frames[1]?.payload.toString()).toBe("next");
+  });
 });

@@ -80,6 +80,10 @@ export interface GuestIdentity {
  * multiplexed commands and file operations. Every frame from the guest is validated; a guest that
  * breaks the protocol is disconnected.
  */
+/** How every hello header starts (the agent encodes `{ t: "hello", ... }` with JSON.stringify). */
+const HELLO_MARKER = Buffer.from('{"t":"hello"');
+const MAX_HELLO_HEADER_BYTES = 1024;
+
 export class AgentClient {
   private readonly decoder = new FrameDecoder();
   private readonly pending = new Map<number, Pending>();
@@ -87,6 +91,8 @@ export class AgentClient {
   private closed: BothyError | undefined;
   private helloWaiter: { resolve: () => void; reject: (e: BothyError) => void } | undefined;
   private helloSeen = false;
+  /** Re-attached to a running agent: until its hello, the stream may start mid-frame. */
+  private hunting = false;
   private readonly closeListeners = new Set<(reason: BothyError) => void>();
 
   constructor(
@@ -106,7 +112,10 @@ export class AgentClient {
   handshake(timeoutMs: number, signal?: AbortSignal, resync = false): Promise<void> {
     if (this.helloSeen) return Promise.resolve();
     if (this.closed) return Promise.reject(this.closed);
-    if (resync) this.send({ t: "resync" });
+    if (resync) {
+      this.hunting = true;
+      this.send({ t: "resync" });
+    }
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => fail(new BothyError("agent_unavailable", `The guest agent did not say hello within ${timeoutMs} ms.`)), timeoutMs);
       const onAbort = (): void => fail(new BothyError("agent_unavailable", "Handshake aborted."));
@@ -295,6 +304,13 @@ export class AgentClient {
   }
 
   private onData(chunk: Buffer): void {
+    if (this.hunting) {
+      // Whatever the agent sent before its hello may be the tail of a frame for a host that is gone.
+      this.decoder.append(chunk);
+      if (!this.decoder.seek(HELLO_MARKER, (head, payload) => head <= MAX_HELLO_HEADER_BYTES && payload === 0)) return;
+      this.hunting = false;
+      chunk = Buffer.alloc(0);
+    }
     let frames;
     try {
       frames = this.decoder.push(chunk);

@@ -19,6 +19,11 @@ export interface SandboxSpec {
    * a new one; a QEMU sandbox paused before a restart comes back from its saved memory.
    */
   reuseDisk?: boolean;
+  /**
+   * The sandbox still runs from before a server restart: connect to it instead of starting it
+   * (drivers with `attaches`); its agent is asked to say hello again.
+   */
+  attach?: boolean;
 }
 
 /** Per-sandbox egress options of a create; see network/nft-ruleset.ts for how they apply. */
@@ -90,6 +95,8 @@ export interface HostObject {
 
 export interface Driver {
   readonly name: string;
+  /** Whether its sandboxes outlive the server's process, so a restarted server can attach to them. */
+  readonly attaches: boolean;
   /** How guests run: "ptrace" (gVisor's platform), "kvm" or "tcg" (QEMU). */
   readonly acceleration: string;
   /** Checks the host can run this driver; throws a BothyError saying what to install or fix. */

@@ -26,6 +26,8 @@ const SHUTDOWN_GRACE_MS = 3_000;
 export class GvisorDriver implements Driver {
   readonly name = "gvisor";
   readonly acceleration = "ptrace";
+  /** The agent's channel is runsc's stdio, which ends with the server: its sandboxes stop with it. */
+  readonly attaches = false;
   private readonly runsc: string;
 
   constructor(private readonly opts: GvisorOptions) {

@@ -62,6 +62,8 @@ export async function hardwareVirtualization(): Promise<boolean> {
  */
 export class QemuDriver implements Driver {
   readonly name = "qemu";
+  /** A VM runs on when the server dies (its own session); its sockets take a new server. */
+  readonly attaches = true;
   private accel: Acceleration;
   private kernel: GuestKernel | undefined;
   private initramfs: string | undefined;
@@ -226,7 +228,13 @@ export class QemuDriver implements Driver {
     if (!SANDBOX_ID_RE.test(sandboxId)) throw new BothyError("invalid_sandbox_id", `Refusing to release ${sandboxId}: not a sandbox id.`);
     await this.killSandboxProcesses(sandboxId);
     const files = vmFiles(join(this.opts.sandboxesDir, sandboxId));
-    for (const f of [files.agentSocket, files.qmpSocket, files.pidFile]) await rm(f, { force: true });
+    // A save cut short leaves a partial state file; a whole one (memory.state) stays.
+    for (const f of [files.agentSocket, files.qmpSocket, files.pidFile, join(this.opts.sandboxesDir, sandboxId, "memory.state.partial")]) await rm(f, { force: true });
+  }
+
+  /** @internal the QEMU running for this sandbox, if any. */
+  async sandboxPid(sandboxId: string): Promise<number | undefined> {
+    return (await this.findProcesses()).find((p) => p.sandboxId === sandboxId)?.pid;
   }
 
   /** @internal kills every QEMU whose command line names this sandbox's directory. */

@@ -6,10 +6,11 @@
  * translation cache is bounded, which is most of an idle VM's memory beyond the guest's own.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { connect, type Socket } from "node:net";
 import { join } from "node:path";
+import type { Readable } from "node:stream";
 import { BothyError } from "@bothy/protocol";
 import { AGENT_PORT_NAME } from "../images/guest-init.ts";
 import type { ExitInfo } from "./driver.ts";
@@ -88,35 +89,94 @@ function shellSafe(path: string): string {
   return path;
 }
 
-/** A started QEMU: its child process, exit promise, and the tail of what it printed. */
+/** How the server holds a QEMU: as its child, or by pid after a restart (the VM outlived the old server). */
+interface HeldProcess {
+  readonly pid: number | undefined;
+  readonly exited: Promise<ExitInfo>;
+  running(): boolean;
+  kill(): void;
+}
+
+const ADOPTED_POLL_MS = 500;
+
+function childProcess(child: ChildProcess, onError: (message: string) => void): HeldProcess {
+  const exited = new Promise<ExitInfo>((resolve) => {
+    child.once("error", (err) => {
+      onError(err.message);
+      resolve({ code: null, signal: null });
+    });
+    child.once("exit", (code, signal) => resolve({ code, signal }));
+  });
+  return { pid: child.pid, exited, running: () => child.exitCode === null && child.signalCode === null, kill: () => child.kill("SIGKILL") };
+}
+
+/** A process another server started: alive while /proc has it (its parent is gone, so it is never our zombie). */
+function adoptedProcess(pid: number): HeldProcess {
+  const alive = (): boolean => existsSync(`/proc/${pid}/cmdline`) && readFileSync(`/proc/${pid}/cmdline`, "utf8") !== "";
+  const exited = new Promise<ExitInfo>((resolve) => {
+    const timer = setInterval(() => {
+      if (alive()) return;
+      clearInterval(timer);
+      resolve({ code: null, signal: null });
+    }, ADOPTED_POLL_MS);
+    timer.unref();
+  });
+  return {
+    pid,
+    exited,
+    running: alive,
+    kill: () => {
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        // already gone
+      }
+    },
+  };
+}
+
+/** A started QEMU: its process, exit promise, and the tail of what it printed. */
 export class VmProcess {
   readonly exited: Promise<ExitInfo>;
   private stderrTail = "";
 
   private constructor(
-    readonly child: ChildProcess,
+    private readonly proc: HeldProcess,
     readonly config: VmConfig,
+    stderr?: Readable | null,
   ) {
-    this.exited = new Promise<ExitInfo>((resolve) => {
-      child.once("error", (err) => {
-        this.stderrTail += `\n${err.message}`;
-        resolve({ code: null, signal: null });
-      });
-      child.once("exit", (code, signal) => resolve({ code, signal }));
-    });
-    child.stderr?.setEncoding("utf8");
-    child.stderr?.on("data", (s: string) => {
+    this.exited = proc.exited;
+    stderr?.setEncoding("utf8");
+    stderr?.on("data", (s: string) => {
       this.stderrTail = (this.stderrTail + s).slice(-4096);
     });
   }
 
   static async spawn(config: VmConfig): Promise<VmProcess> {
-    const child = spawn(config.qemuPath, await qemuArgs(config), { stdio: ["ignore", "ignore", "pipe"] });
-    return new VmProcess(child, config);
+    // Its own session: a terminal's Ctrl-C goes to the server, not to every VM, and a VM outlives
+    // a server that crashed, so the next one can attach to it.
+    const child = spawn(config.qemuPath, await qemuArgs(config), { stdio: ["ignore", "ignore", "pipe"], detached: true });
+    const errors: string[] = [];
+    const vm = new VmProcess(childProcess(child, (message) => errors.push(message)), config, child.stderr);
+    void vm.exited.then(() => errors.forEach((m) => vm.noteError(m)));
+    return vm;
+  }
+
+  /** The QEMU of `pid`, started by an earlier server, whose sockets are in `config.dir`. */
+  static adopt(pid: number, config: VmConfig): VmProcess {
+    return new VmProcess(adoptedProcess(pid), config);
+  }
+
+  private noteError(message: string): void {
+    this.stderrTail += `\n${message}`;
   }
 
   get running(): boolean {
-    return this.child.exitCode === null && this.child.signalCode === null;
+    return this.proc.running();
+  }
+
+  kill(): void {
+    this.proc.kill();
   }
 
   /** What QEMU printed and the guest console's last lines: why a boot failed, usually. */
@@ -156,7 +216,7 @@ export class VmProcess {
     if (!this.running) return;
     if (qmp) await qmp.command("quit", undefined, graceMs).catch(() => undefined);
     const timer = new Promise<"timeout">((r) => setTimeout(() => r("timeout"), graceMs).unref());
-    if ((await Promise.race([this.exited, timer])) === "timeout") this.child.kill("SIGKILL");
+    if ((await Promise.race([this.exited, timer])) === "timeout") this.proc.kill();
     await this.exited;
   }
 }

@@ -49,6 +49,7 @@ export class QemuSandbox implements SandboxHandle {
   async start(signal?: AbortSignal): Promise<GuestStream> {
     if (this.started || this.destroying) throw new BothyError("internal", `Sandbox ${this.id} was already started.`);
     this.started = true;
+    if (this.spec.attach) return this.attach(signal);
     if (this.spec.reuseDisk) return this.restart(signal);
     try {
       await mkdir(this.spec.dir, { recursive: false, mode: 0o700 });
@@ -104,6 +105,32 @@ export class QemuSandbox implements SandboxHandle {
     }
   }
 
+  /**
+   * Takes over the VM an earlier server started (it crashed or was killed): QMP and the agent's
+   * socket accept the new server, and the agent, which noticed its host leave, says hello again.
+   * A VM that is not running (stopped in the middle of a pause) is not taken over: it is stopped
+   * and its disk kept.
+   */
+  private async attach(signal?: AbortSignal): Promise<GuestStream> {
+    try {
+      const pid = await this.driver.sandboxPid(this.id);
+      if (pid === undefined) throw new BothyError("create_failed", `Sandbox ${this.id} has no running VM to attach to.`);
+      const vm = VmProcess.adopt(pid, this.driver.vmConfig(this.spec, this.spec.dir, this.disk));
+      this.vm = vm;
+      void vm.exited.then((exit) => {
+        if (this.vm === vm && !this.paused) this.resolveEnd(exit);
+      });
+      this.qmp = await vm.qmp(signal);
+      const status = ((await this.qmp.command("query-status")) as { status?: string }).status;
+      if (status !== "running") throw new BothyError("create_failed", `Sandbox ${this.id}'s VM is ${status ?? "in an unknown state"}, not running.`);
+      const sock = await vm.connectSocket(vmFiles(this.spec.dir).agentSocket, signal);
+      return { input: sock, output: sock, resync: true };
+    } catch (err) {
+      await this.stop();
+      throw err;
+    }
+  }
+
   /** Starts QEMU on this sandbox's disk: a cold boot, or a restore of `incoming`. */
   private async launch(incoming: string | undefined, signal?: AbortSignal): Promise<GuestStream> {
     const vm = await VmProcess.spawn(this.driver.vmConfig(this.spec, this.spec.dir, this.disk, incoming));
@@ -139,7 +166,7 @@ export class QemuSandbox implements SandboxHandle {
   }
 
   async kill(): Promise<void> {
-    if (this.vm?.running) this.vm.child.kill("SIGKILL");
+    if (this.vm?.running) this.vm.kill();
     await this.vm?.exited;
   }
 

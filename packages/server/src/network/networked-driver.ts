@@ -21,6 +21,11 @@ export class NetworkedDriver implements Driver {
     return this.inner.acceleration;
   }
 
+  /** Not yet: the network a running sandbox had would have to be taken over too (open work). */
+  get attaches(): boolean {
+    return false;
+  }
+
   preflight(): Promise<void> {
     return this.inner.preflight();
   }

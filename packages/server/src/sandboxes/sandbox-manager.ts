@@ -83,7 +83,8 @@ export class SandboxManager {
   }
 
   /**
-   * Start-up recovery, after a clean stop or a crash at any moment. Running sandboxes become
+   * Start-up recovery, after a clean stop or a crash at any moment. A running sandbox whose VM
+   * outlived the old server is attached to and keeps running; other running sandboxes become
    * stopped (their processes ended with the server, or are ended now; the disk stays and the next
    * call starts them again); half-made ones fail; deletes in flight complete; paused and stopped
    * ones stay as they are. Then every host object no row owns is removed, and a dormant
@@ -93,8 +94,10 @@ export class SandboxManager {
     const deleting: string[] = [];
     for (const row of this.ledger.liveSandboxes()) {
       if (row.state === "running") {
-        this.ledger.setState(row.id, "stopped", "The server restarted and its processes ended; its files are kept and the next call starts it again.");
+        // Commands of the old server cannot be followed by this one; they run on in the guest, detached.
         this.ledger.loseCommands(row.id);
+        if (await this.attachAfterRestart(row)) continue;
+        this.ledger.setState(row.id, "stopped", "The server restarted and its processes ended; its files are kept and the next call starts it again.");
         this.log("sandbox_recovered", { sandbox_id: row.id, previous_state: row.state, state: "stopped" });
       } else if (row.state === "creating") {
         this.ledger.setState(row.id, "failed", "The server restarted while this sandbox was being created.");
@@ -475,13 +478,30 @@ export class SandboxManager {
     });
   }
 
-  private async bootFromDisk(row: SandboxRow): Promise<BootedSandbox> {
+  /** Takes over a sandbox that still runs from before the restart; false when it cannot (then it is stopped). */
+  private async attachAfterRestart(row: SandboxRow): Promise<boolean> {
+    const driver = this.drivers.all().find((d) => d.name === row.driver);
+    if (!driver?.attaches) return false;
+    const started = Date.now();
+    try {
+      const booted = await this.bootFromDisk(row, { attach: true });
+      this.adopt(booted);
+      this.touch(row.id);
+      this.log("sandbox_reattached", { sandbox_id: row.id, driver: row.driver, ms: Date.now() - started });
+      return true;
+    } catch (err) {
+      this.log("sandbox_reattach_failed", { sandbox_id: row.id, error: (err as Error).message });
+      return false;
+    }
+  }
+
+  private async bootFromDisk(row: SandboxRow, how: { attach?: boolean } = {}): Promise<BootedSandbox> {
     const lookup = this.templates.resolveBuild ? this.templates.resolveBuild(row.template, row.template_hash) : this.templates.resolve(row.template);
     const template = await lookup;
     if (template?.hash !== row.template_hash) throw new BothyError("template_not_built", `its template build ${row.template}@${row.template_hash.slice(0, 12)} is no longer on this host.`);
     const shown = row.network ? (JSON.parse(row.network) as NetworkPolicy) : undefined;
     const egress = egressFromRequest(shown ? { internet: shown.internet, allow_out: shown.allow_out, deny_out: shown.deny_out } : {});
-    const spec = { id: row.id, templateRoot: template.rootfs, templateEnv: template.env, vcpu: row.vcpu, memoryMib: row.memory_mib, dir: this.dirFor(row.id), egress, reuseDisk: true };
+    const spec = { id: row.id, templateRoot: template.rootfs, templateEnv: template.env, vcpu: row.vcpu, memoryMib: row.memory_mib, dir: this.dirFor(row.id), egress, reuseDisk: true, ...how };
     return bootSandbox(this.drivers.get(row.driver), spec, this.config.bootTimeoutMs);
   }
 
