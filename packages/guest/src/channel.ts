@@ -1,5 +1,5 @@
 import type { Readable, Writable } from "node:stream";
-import { encodeFrame, FrameDecoder, FrameError, type RawFrame } from "@bothy/protocol";
+import { encodeFrame, FrameDecoder, RESYNC_END, type RawFrame } from "@bothy/protocol";
 
 /**
  * The agent's end of the one byte stream to the host. Decodes frames, encodes frames, and tells
@@ -8,6 +8,8 @@ import { encodeFrame, FrameDecoder, FrameError, type RawFrame } from "@bothy/pro
 export class Channel {
   private decoder = new FrameDecoder();
   private congested = false;
+  /** After a framing error: bytes are dropped until the resync end marker (see `resyncPreamble`). */
+  private hunting = false;
   private readonly drainWaiters = new Set<() => void>();
 
   constructor(
@@ -17,15 +19,21 @@ export class Channel {
     private readonly onClose: (reason: string) => void,
   ) {
     input.on("data", (chunk: Buffer) => {
-      let frames: RawFrame[];
-      try {
-        frames = this.decoder.push(chunk);
-      } catch (err) {
-        // A framing error means the stream is out of step; nothing after it can be trusted.
-        this.onClose(err instanceof FrameError ? err.message : "frame decoding failed");
-        return;
+      this.decoder.append(chunk);
+      for (;;) {
+        if (this.hunting) {
+          if (!this.decoder.skipPast(RESYNC_END)) return;
+          this.hunting = false;
+        }
+        try {
+          for (const frame of this.decoder.decode()) this.onFrame(frame);
+          return;
+        } catch {
+          // Out of step: a host that died mid-frame, and a new one that sent its resync preamble.
+          // Nothing is trusted until the end marker; a stream that never sends one stays silent.
+          this.hunting = true;
+        }
       }
-      for (const frame of frames) this.onFrame(frame);
     });
     input.on("end", () => this.onClose("host closed the channel"));
     input.on("error", (err) => this.onClose(`channel read error: ${err.message}`));

@@ -30,16 +30,20 @@ process.on("unhandledRejection", (err) => process.stderr.write(`bothy-agent: unh
 
 const channel = port ? new Channel(port.input, port.output, onFrame, shutdown) : new Channel(process.stdin, process.stdout, onFrame, shutdown);
 
-function hostGone(): void {
-  // Whatever the old host sent last may have been cut mid-frame.
-  channel.resetDecoder();
-  // Its requests die with it; commands run on, detached, and their ids are free for the next host.
+/** The host that made these requests is gone: commands run on, detached, and their ids are free for the next host. */
+function dropHostRequests(): void {
   for (const cmd of commands.values()) cmd.detach();
   commands.clear();
   for (const write of writes.values()) void write.abort();
   writes.clear();
   for (const read of reads.values()) read.cancel();
   reads.clear();
+}
+
+function hostGone(): void {
+  // Whatever the old host sent last may have been cut mid-frame.
+  channel.resetDecoder();
+  dropHostRequests();
   if (!acked) return;
   acked = false;
   hello();
@@ -62,6 +66,8 @@ function onFrame(raw: RawFrame): void {
       acked = true;
       return;
     case "resync":
+      // A new host took over the stream (a server restart); the old one's requests are over.
+      dropHostRequests();
       acked = false;
       hello();
       return;

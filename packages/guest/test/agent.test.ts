@@ -5,7 +5,7 @@ import { join } from "node:path";
 import type { Readable, Writable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { encodeFrame, FrameDecoder, OUTPUT_WINDOW_BYTES, type RawFrame } from "@bothy/protocol";
+import { encodeFrame, FrameDecoder, OUTPUT_WINDOW_BYTES, resyncPreamble, type RawFrame } from "@bothy/protocol";
 import { AgentClient } from "../../server/src/agent/agent-client.ts";
 
 /** The bundled agent, run by the host's Node over pipes: the same bytes a sandbox runs. */
@@ -149,13 +149,27 @@ describe("guest agent never trusts its input", () => {
     expect(frames.find((f) => (f.header as { t: string }).t === "error")?.header).toMatchObject({ id: 9, code: "bad_frame" });
   });
 
-  it("exits on an oversized frame instead of buffering it", async () => {
+  it("drops input after a framing error, without buffering it, until a resync preamble; then works again", async () => {
+    const { send, frames } = rawSession();
     const prefix = Buffer.alloc(8);
     prefix.writeUInt32BE(100, 0);
     prefix.writeUInt32BE(0xffffffff, 4);
-    const exited = new Promise((r) => child.once("exit", r));
     child.stdin.write(prefix);
-    await expect(exited).resolves.toBeDefined();
+    // A host that died in the middle of a frame, and bytes that mean nothing.
+    child.stdin.write(encodeFrame({ t: "exec", id: 20, cmd: "echo lost", cwd: dir }).subarray(0, 11));
+    send({ t: "exec", id: 21, cmd: "echo ignored", cwd: dir });
+    await new Promise((r) => setTimeout(r, 300));
+    expect(frames.filter((f) => (f.header as { id?: number }).id === 21)).toEqual([]);
+    expect(child.exitCode).toBeNull();
+
+    child.stdin.write(resyncPreamble());
+    send({ t: "resync" });
+    send({ t: "exec", id: 22, cmd: "echo back", cwd: dir });
+    await waitFor(() => frames.some((f) => (f.header as { t: string; id?: number }).t === "exited" && (f.header as { id?: number }).id === 22));
+    expect(frames.some((f) => (f.header as { t: string }).t === "hello")).toBe(true);
+    const out = frames.filter((f) => (f.header as { t: string; id?: number }).t === "output" && (f.header as { id?: number }).id === 22);
+    expect(Buffer.concat(out.map((f) => f.payload)).toString()).toBe("back\n");
+    expect(await rssKb(child.pid ?? 0)).toBeLessThan(200 * 1024);
   });
 
   it("repeats hello until acknowledged", async () => {

@@ -23,6 +23,18 @@ export class FrameError extends Error {
 
 const EMPTY = Buffer.alloc(0);
 
+/**
+ * What a host that takes over a running agent's byte stream (after the previous host died, maybe
+ * in the middle of a frame) writes before its first frame: enough 0xFF bytes to complete any frame
+ * the agent was still reading (0xFF can never start a valid frame: its length would be out of
+ * range), then an end marker. The agent, on the framing error this causes, drops everything up to
+ * and including the marker, and the new host's frames follow in step.
+ */
+export const RESYNC_END = Buffer.from("\xffBOTHY-RESYNC-END\x00", "latin1");
+export function resyncPreamble(): Buffer {
+  return Buffer.concat([Buffer.alloc(FRAME_PREFIX_BYTES + MAX_HEADER_BYTES + MAX_PAYLOAD_BYTES + 1, 0xff), RESYNC_END]);
+}
+
 export function encodeFrame(header: object, payload: Buffer | Uint8Array = EMPTY): Buffer {
   const head = Buffer.from(JSON.stringify(header), "utf8");
   if (head.length > MAX_HEADER_BYTES) throw new FrameError(`frame header of ${head.length} bytes exceeds ${MAX_HEADER_BYTES}`);
@@ -77,6 +89,16 @@ export class FrameDecoder {
       }
       from = at + 1;
     }
+  }
+
+  /** Drops buffered bytes up to and including the first `marker`; answers whether it was there. */
+  skipPast(marker: Buffer): boolean {
+    const all = Buffer.concat(this.chunks);
+    const at = all.indexOf(marker);
+    const rest = at < 0 ? all.subarray(Math.max(0, all.length - marker.length + 1)) : all.subarray(at + marker.length);
+    this.chunks = rest.length > 0 ? [rest] : [];
+    this.buffered = rest.length;
+    return at >= 0;
   }
 
   /** Takes every whole frame buffered so far. */

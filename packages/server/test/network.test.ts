@@ -135,6 +135,29 @@ describe.skipIf(!root)("network isolation", () => {
     }, 600_000);
   });
 
+  describe.each(drivers)("$name", (d) => {
+    it.skipIf(d.missing !== undefined)(driverTitle(d, "a sandbox keeps its network and its rules across a crash of the server"), async () => {
+      const id = await createSandbox(base, { driver: d.name });
+      made.push(id);
+      const before = await probe(base, id, { public: { get: [PUBLIC_HTTP, 80] } });
+      expect(before.results["public"]).toMatchObject({ ok: true });
+      const child = server?.child;
+      const gone = new Promise((r) => child?.once("exit", r));
+      child?.kill("SIGKILL");
+      await gone;
+      server = topo.serveInHost(home, { BOTHY_DRIVER: "gvisor" });
+      logs = server.logs;
+      base = await server.url;
+      expect(logs.find((l) => l["event"] === "sandbox_reattached" && l["sandbox_id"] === id), JSON.stringify(logs.filter((l) => l["sandbox_id"] === id))).toBeDefined();
+      expect((await api(base, "GET", `/sandboxes/${id}`)).json["state"]).toBe("running");
+      const after = await probe(base, id, { public: { get: [PUBLIC_HTTP, 80] }, private: { tcp: [PRIVATE_HOST, 80] } });
+      expect(ipv4Of(after)).toBe(ipv4Of(before));
+      expect(after.results["public"]).toMatchObject({ ok: true, body: "OK wan\n" });
+      refusedFast(after.results["private"], "private after the restart");
+      expect((await api(base, "DELETE", `/sandboxes/${id}`)).status).toBe(200);
+    }, 600_000);
+  });
+
   it("leaves no namespace, interface, chain or map element once every sandbox is gone", async () => {
     for (const id of made) await api(base, "DELETE", `/sandboxes/${id}`);
     expect(await topo.bothyObjects()).toEqual({ netns: [], links: [], chains: [], mapElements: 0 });

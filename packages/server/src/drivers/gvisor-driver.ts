@@ -1,9 +1,9 @@
-import { spawn, type ChildProcessByStdio } from "node:child_process";
-import { existsSync } from "node:fs";
+import { spawn, type ChildProcess } from "node:child_process";
+import { closeSync, constants as fsConstants, existsSync, openSync, readFileSync } from "node:fs";
+import { Socket } from "node:net";
 import { mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import type { Readable, Writable } from "node:stream";
-import { BothyError, SANDBOX_ID_RE } from "@bothy/protocol";
+import { BothyError, resyncPreamble, SANDBOX_ID_RE } from "@bothy/protocol";
 import { HostCommandError, run } from "../util/host-command.ts";
 import type { Driver, ExitInfo, GuestStream, HostObject, SandboxHandle, SandboxSpec } from "./driver.ts";
 import { buildOciSpec, GVISOR_COMPAT_FILES } from "./oci-spec.ts";
@@ -26,8 +26,8 @@ const SHUTDOWN_GRACE_MS = 3_000;
 export class GvisorDriver implements Driver {
   readonly name = "gvisor";
   readonly acceleration = "ptrace";
-  /** The agent's channel is runsc's stdio, which ends with the server: its sandboxes stop with it. */
-  readonly attaches = false;
+  /** Containers run on when the server dies; the agent's FIFOs take a new server. */
+  readonly attaches = true;
   private readonly runsc: string;
 
   constructor(private readonly opts: GvisorOptions) {
@@ -131,6 +131,18 @@ export class GvisorDriver implements Driver {
     if (lastError instanceof HostCommandError) this.opts.log("runsc_remove_retried", { sandbox_id: id, error: lastError.message.slice(0, 300) });
   }
 
+  /** Whether runsc reports the container as running. */
+  async containerRunning(id: string): Promise<boolean> {
+    if (!(await this.hasContainerState(id))) return false;
+    const state = await run(this.runsc, this.runscArgs("state", id), { timeoutMs: RUNSC_TIMEOUT_MS }).catch(() => undefined);
+    if (!state) return false;
+    try {
+      return (JSON.parse(state.stdout) as { status?: string }).status === "running";
+    } catch {
+      return false;
+    }
+  }
+
   /** Whether runsc still keeps state for this container (it removes it when `run` ends). */
   async hasContainerState(id: string): Promise<boolean> {
     const entries = await readdir(this.opts.runscRoot).catch(() => [] as string[]);
@@ -174,10 +186,23 @@ export class GvisorDriver implements Driver {
   }
 }
 
+/** The agent's channel: two FIFOs in the sandbox's directory, and where runsc writes its own messages. */
+function channelFiles(dir: string): { toGuest: string; fromGuest: string; log: string } {
+  return { toGuest: join(dir, "agent.in"), fromGuest: join(dir, "agent.out"), log: join(dir, "runsc.log") };
+}
+
+/**
+ * One gVisor sandbox. The agent's stdio are two FIFOs that runsc holds open at both ends, not
+ * pipes to the server: when the server dies the agent sees no end of input and its writes wait
+ * for a reader, so the sandbox runs on, and a restarted server opens the FIFOs again (`attach`),
+ * sending the resync preamble first since the old server may have died in the middle of a frame.
+ */
 class GvisorSandbox implements SandboxHandle {
-  private child: ChildProcessByStdio<Writable, Readable, Readable> | undefined;
+  private started = false;
+  private ended = false;
   private exit: Promise<ExitInfo> | undefined;
-  private stderrTail = "";
+  /** The runsc process this server started, or `runsc wait` for one it attached to. */
+  private watcher: ChildProcess | undefined;
   private destroying: Promise<void> | undefined;
 
   constructor(
@@ -190,10 +215,12 @@ class GvisorSandbox implements SandboxHandle {
   }
 
   async start(signal?: AbortSignal): Promise<GuestStream> {
-    if (this.child || this.destroying) throw new BothyError("internal", `Sandbox ${this.id} was already started.`);
+    if (this.started || this.destroying) throw new BothyError("internal", `Sandbox ${this.id} was already started.`);
+    this.started = true;
     const { dir } = this.spec;
     const rootfs = join(dir, "rootfs");
     try {
+      if (this.spec.attach) return await this.attach();
       // A new sandbox's directory must not exist yet; a stopped one's holds its files in upper/.
       const reuse = this.spec.reuseDisk === true;
       await mkdir(dir, { recursive: reuse, mode: 0o700 });
@@ -208,27 +235,21 @@ class GvisorSandbox implements SandboxHandle {
       if (network && resolvConf) await writeFile(resolvConf, network.dns.map((d) => `nameserver ${d}\n`).join(""), { mode: 0o644 });
       const oci = buildOciSpec({ ...this.spec, rootfs, agentPath: this.driver.options.agentPath, ...(resolvConf ? { resolvConf } : {}) });
       await writeFile(join(dir, "bundle", "config.json"), JSON.stringify(oci));
+      const files = channelFiles(dir);
+      await Promise.all([files.toGuest, files.fromGuest].map((f) => rm(f, { force: true })));
+      await run("mkfifo", ["-m", "600", files.toGuest, files.fromGuest], { timeoutMs: MOUNT_TIMEOUT_MS });
       signal?.throwIfAborted();
       const [file, args] = this.driver.runCommand(join(dir, "bundle"), this.id, network !== undefined);
-      const child = spawn(file, args, {
-        stdio: ["pipe", "pipe", "pipe"],
-        // Out of the server's process group: a terminal's Ctrl-C goes to the server, which then
-        // stops its sandboxes in order, instead of killing runsc mid-flight.
-        detached: true,
-      });
-      this.child = child;
-      this.exit = new Promise<ExitInfo>((resolve) => {
-        child.once("error", (err) => {
-          this.stderrTail += `\n${err.message}`;
-          resolve({ code: null, signal: null });
-        });
-        child.once("exit", (code, sig) => resolve({ code, signal: sig }));
-      });
-      child.stderr.setEncoding("utf8");
-      child.stderr.on("data", (s: string) => {
-        this.stderrTail = (this.stderrTail + s).slice(-4096);
-      });
-      return { input: child.stdout, output: child.stdin };
+      // Read-write opens never block on a FIFO and keep both ends open in runsc for its lifetime.
+      const fds = [openSync(files.toGuest, fsConstants.O_RDWR), openSync(files.fromGuest, fsConstants.O_RDWR), openSync(files.log, "a", 0o600)];
+      try {
+        // Out of the server's process group and session: a terminal's Ctrl-C goes to the server,
+        // which stops its sandboxes in order, and a server that dies leaves them running.
+        this.watch(spawn(file, args, { stdio: fds, detached: true }), true);
+      } finally {
+        for (const fd of fds) closeSync(fd);
+      }
+      return this.connect(false);
     } catch (err) {
       // A failed restart keeps the disk: the files are the sandbox's, not this attempt's.
       await (this.spec.reuseDisk ? this.stop() : this.destroy());
@@ -237,9 +258,39 @@ class GvisorSandbox implements SandboxHandle {
     }
   }
 
+  /** Takes over a container an earlier server started: `runsc wait` tells when it ends. */
+  private async attach(): Promise<GuestStream> {
+    if (!(await this.driver.containerRunning(this.id))) throw new BothyError("create_failed", `Sandbox ${this.id} has no running container to attach to.`);
+    this.watch(spawn(this.driver.runscPath, this.driver.runscArgs("wait", this.id), { stdio: "ignore" }), false);
+    return this.connect(true);
+  }
+
+  private watch(child: ChildProcess, exitIsTheSandbox: boolean): void {
+    this.watcher = child;
+    this.exit = new Promise<ExitInfo>((resolve) => {
+      child.once("error", () => resolve({ code: null, signal: null }));
+      child.once("exit", (code, sig) => resolve(exitIsTheSandbox ? { code, signal: sig } : { code: null, signal: null }));
+    }).finally(() => {
+      this.ended = true;
+    });
+  }
+
+  /** Opens the server's ends of the agent's FIFOs (never blocking: runsc holds the other ends). */
+  private connect(resync: boolean): GuestStream {
+    const files = channelFiles(this.spec.dir);
+    const output = new Socket({ fd: openSync(files.toGuest, fsConstants.O_WRONLY | fsConstants.O_NONBLOCK), readable: false, writable: true });
+    const input = new Socket({ fd: openSync(files.fromGuest, fsConstants.O_RDONLY | fsConstants.O_NONBLOCK), readable: true, writable: false });
+    if (resync) output.write(resyncPreamble());
+    return { input, output, resync };
+  }
+
   /** What runsc printed last; useful when the agent never said hello. */
   get diagnostics(): string {
-    return this.stderrTail.trim();
+    try {
+      return readFileSync(channelFiles(this.spec.dir).log, "utf8").slice(-4096).trim();
+    } catch {
+      return "";
+    }
   }
 
   wait(): Promise<ExitInfo> {
@@ -247,17 +298,17 @@ class GvisorSandbox implements SandboxHandle {
   }
 
   async shutdown(timeoutMs: number): Promise<void> {
-    if (!this.child || this.child.exitCode !== null || this.child.signalCode !== null) return;
-    // The agent exits when its channel closes; the container ends with it.
-    this.child.stdin.end();
+    if (!this.watcher || this.ended) return;
+    // bothy-init passes SIGTERM to the agent, which ends its commands and exits; the container ends with it.
+    await run(this.driver.runscPath, this.driver.runscArgs("kill", this.id, "TERM"), { timeoutMs: RUNSC_TIMEOUT_MS }).catch(() => undefined);
     const timer = new Promise<"timeout">((r) => setTimeout(() => r("timeout"), timeoutMs).unref());
     if ((await Promise.race([this.wait(), timer])) === "timeout") await this.kill();
   }
 
   async kill(): Promise<void> {
     if (await this.driver.hasContainerState(this.id)) await this.driver.removeContainer(this.id);
-    const child = this.child;
-    if (child && child.exitCode === null && child.signalCode === null) {
+    const child = this.watcher;
+    if (child && !this.ended) {
       const timer = new Promise<"timeout">((r) => setTimeout(() => r("timeout"), 5_000).unref());
       if ((await Promise.race([this.wait(), timer])) === "timeout") child.kill("SIGKILL");
       await this.wait();
@@ -274,8 +325,8 @@ class GvisorSandbox implements SandboxHandle {
 
   destroy(): Promise<void> {
     this.destroying ??= (async () => {
-      // Closing the agent's stdin ends the container and runsc removes its own state: much
-      // cheaper than two more runsc invocations. A wedged agent is killed after the grace time.
+      // The agent is asked to exit, the container ends and runsc removes its own state; a wedged
+      // agent is killed after the grace time.
       try {
         await this.shutdown(SHUTDOWN_GRACE_MS);
       } finally {

@@ -141,6 +141,24 @@ export class HostNetwork {
     return { sandboxId, kind, iface, policy, guest };
   }
 
+  /**
+   * Takes over the network of a sandbox that outlived a server restart: its link's gateway
+   * address says which subnet it has, and its chain must still be there. Nothing on the host
+   * changes; undefined when the network is not whole (the sandbox is then stopped and rebuilt).
+   */
+  async adopt(sandboxId: string, kind: LinkKind, policy: EgressPolicy): Promise<PlannedNetwork | undefined> {
+    const iface = ifaceName(sandboxId, kind);
+    const shown = await run("ip", ["-j", "-4", "addr", "show", "dev", iface], { timeoutMs: CMD_TIMEOUT_MS }).catch(() => undefined);
+    const local = (JSON.parse(shown?.stdout || "[]") as Array<{ addr_info?: Array<{ local?: string }> }>)[0]?.addr_info?.[0]?.local;
+    if (local === undefined) return undefined;
+    const index = (parseIpv4(local) - this.pool.base - 1) / 4;
+    if (!Number.isInteger(index) || index < 1 || index >= this.capacity || [...this.used].some(([id, i]) => i === index && id !== sandboxId)) return undefined;
+    if (kind === "veth" && !existsSync(`${NETNS_DIR}/${netnsName(sandboxId)}`)) return undefined;
+    if (!(await this.listRules()).chains.includes(sandboxId)) return undefined;
+    this.used.set(sandboxId, index);
+    return this.allocate(sandboxId, kind, policy);
+  }
+
   /** Makes the link and the chain. On failure whatever was made is removed before the error. */
   async plumb(plan: PlannedNetwork): Promise<void> {
     const { iface, guest } = plan;

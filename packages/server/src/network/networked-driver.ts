@@ -1,3 +1,4 @@
+import { BothyError } from "@bothy/protocol";
 import type { Driver, ExitInfo, GuestNetwork, GuestStream, HostObject, SandboxHandle, SandboxSpec } from "../drivers/driver.ts";
 import { DEFAULT_POLICY, type HostNetwork, type LinkKind, type PlannedNetwork } from "./host-network.ts";
 
@@ -21,9 +22,9 @@ export class NetworkedDriver implements Driver {
     return this.inner.acceleration;
   }
 
-  /** Not yet: the network a running sandbox had would have to be taken over too (open work). */
+  /** A sandbox that outlived the server keeps its network too: `adopt` takes it over. */
   get attaches(): boolean {
-    return false;
+    return this.inner.attaches;
   }
 
   preflight(): Promise<void> {
@@ -31,8 +32,17 @@ export class NetworkedDriver implements Driver {
   }
 
   create(spec: SandboxSpec): SandboxHandle {
-    const plan = this.net.allocate(spec.id, this.kind, spec.egress ?? DEFAULT_POLICY);
-    return new NetworkedHandle(this.inner.create({ ...spec, network: plan.guest }), plan, this.net, this.kind === "tap");
+    const policy = spec.egress ?? DEFAULT_POLICY;
+    if (spec.attach) {
+      const adopt = async (): Promise<PlannedNetwork> => {
+        const plan = await this.net.adopt(spec.id, this.kind, policy);
+        if (!plan) throw new BothyError("create_failed", `Sandbox ${spec.id}'s network is not whole any more; it cannot be taken over.`);
+        return plan;
+      };
+      return new NetworkedHandle(spec, adopt, false, (plan) => this.inner.create({ ...spec, network: plan.guest }), this.net, this.kind === "tap");
+    }
+    const plan = this.net.allocate(spec.id, this.kind, policy);
+    return new NetworkedHandle(spec, () => Promise.resolve(plan), true, (p) => this.inner.create({ ...spec, network: p.guest }), this.net, this.kind === "tap");
   }
 
   async reconcile(): Promise<HostObject[]> {
@@ -58,72 +68,90 @@ export class NetworkedDriver implements Driver {
   }
 }
 
+/**
+ * A sandbox with its network: the network is made (or, for one that outlived a server restart,
+ * taken over) first, then the inner driver's sandbox starts on it. Until `start` there is no
+ * inner handle.
+ */
 class NetworkedHandle implements SandboxHandle {
-  readonly pause?: () => Promise<void>;
-  readonly resume?: (signal?: AbortSignal) => Promise<GuestStream>;
-  readonly guestNetwork?: GuestNetwork;
+  private inner: SandboxHandle | undefined;
+  private plan: PlannedNetwork | undefined;
   private destroying: Promise<void> | undefined;
 
   constructor(
-    private readonly inner: SandboxHandle,
-    private readonly plan: PlannedNetwork,
+    private readonly spec: SandboxSpec,
+    private readonly planNetwork: () => Promise<PlannedNetwork>,
+    private readonly plumb: boolean,
+    private readonly makeInner: (plan: PlannedNetwork) => SandboxHandle,
     private readonly net: HostNetwork,
-    configureInGuest: boolean,
-  ) {
-    if (inner.pause) this.pause = inner.pause.bind(inner);
-    if (inner.resume) this.resume = inner.resume.bind(inner);
-    if (configureInGuest) this.guestNetwork = plan.guest;
-  }
+    private readonly configureInGuest: boolean,
+  ) {}
 
   get id(): string {
-    return this.inner.id;
+    return this.spec.id;
   }
 
   get needsIdentity(): boolean | undefined {
-    return this.inner.needsIdentity;
+    return this.inner?.needsIdentity;
+  }
+
+  get pause(): (() => Promise<void>) | undefined {
+    return this.inner?.pause?.bind(this.inner);
+  }
+
+  get resume(): ((signal?: AbortSignal) => Promise<GuestStream>) | undefined {
+    return this.inner?.resume?.bind(this.inner);
+  }
+
+  /** VMs configure their address over the agent channel (gVisor's comes with its namespace). */
+  get guestNetwork(): GuestNetwork | undefined {
+    return this.configureInGuest ? this.plan?.guest : undefined;
   }
 
   /** The inner driver's diagnostics, which boot failures quote. */
   get diagnostics(): string | undefined {
-    return (this.inner as { diagnostics?: string }).diagnostics;
+    return (this.inner as { diagnostics?: string } | undefined)?.diagnostics;
   }
 
   async start(signal?: AbortSignal): Promise<GuestStream> {
-    await this.net.plumb(this.plan);
+    const plan = await this.planNetwork();
+    this.plan = plan;
+    if (this.plumb) await this.net.plumb(plan);
+    this.inner = this.makeInner(plan);
     try {
       return await this.inner.start(signal);
     } catch (err) {
-      await this.net.teardown(this.plan.sandboxId);
+      await this.net.teardown(plan.sandboxId);
       throw err;
     }
   }
 
   wait(): Promise<ExitInfo> {
-    return this.inner.wait();
+    return this.inner?.wait() ?? Promise.resolve({ code: null, signal: null });
   }
 
-  shutdown(timeoutMs: number): Promise<void> {
-    return this.inner.shutdown(timeoutMs);
+  async shutdown(timeoutMs: number): Promise<void> {
+    await this.inner?.shutdown(timeoutMs);
   }
 
-  kill(): Promise<void> {
-    return this.inner.kill();
+  async kill(): Promise<void> {
+    await this.inner?.kill();
   }
 
   async stop(): Promise<void> {
     try {
-      await this.inner.stop();
+      await this.inner?.stop();
     } finally {
-      await this.net.teardown(this.plan.sandboxId);
+      await this.net.teardown(this.spec.id);
     }
   }
 
   destroy(): Promise<void> {
     this.destroying ??= (async () => {
       try {
-        await this.inner.destroy();
+        await this.inner?.destroy();
       } finally {
-        await this.net.teardown(this.plan.sandboxId);
+        await this.net.teardown(this.spec.id);
       }
     })().catch((err: unknown) => {
       this.destroying = undefined; // a failed destroy may be tried again

@@ -25,8 +25,9 @@ export async function bootSandbox(driver: Driver, spec: SandboxSpec, timeoutMs: 
       throw new BothyError("create_failed", `The sandbox exited during boot (code ${exit.code ?? "none"}, signal ${exit.signal ?? "none"})${describe(handle)}.`);
     });
     await Promise.race([agent.handshake(timeoutMs, signal, stream.resync === true), exited]);
-    if (handle.needsIdentity) await Promise.race([agent.identify(guestIdentity(spec)), exited]);
-    if (handle.guestNetwork) await Promise.race([configureGuestNetwork(agent, handle.guestNetwork), exited]);
+    // A sandbox taken over after a server restart already has its identity and network.
+    if (handle.needsIdentity && !spec.attach) await Promise.race([agent.identify(guestIdentity(spec)), exited]);
+    if (handle.guestNetwork && !spec.attach) await Promise.race([configureGuestNetwork(agent, handle.guestNetwork), exited]);
     exited.catch(() => undefined);
     return { spec, handle, agent };
   } catch (err) {
