@@ -5,12 +5,13 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { BothyEvent } from "@bothy/protocol";
 import { noLeaks } from "./helpers/host-state.ts";
 import { api, createSandbox } from "./helpers/client.ts";
+import { driverTitle, testDrivers } from "./helpers/drivers.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
 
 /** A tiny budget (0.5 vCPU-seconds) that one running sandbox crosses within a second or two. */
 const BUDGET_VCPU_HOURS = 0.5 / 3600;
 
-describe("usage metering and the budget tripwire", () => {
+for (const driver of testDrivers()) describe.skipIf(driver.missing !== undefined)(driverTitle(driver, "usage metering and the budget tripwire"), () => {
   let ts: TestServer;
   let hook: Server;
   const received: BothyEvent[] = [];
@@ -26,6 +27,7 @@ describe("usage metering and the budget tripwire", () => {
     });
     await new Promise<void>((r) => hook.listen(0, "127.0.0.1", r));
     ts = await startTestServer({
+      BOTHY_DRIVER: driver.name,
       BOTHY_BUDGET_VCPU_HOURS: String(BUDGET_VCPU_HOURS),
       BOTHY_METER_INTERVAL_S: "0.5",
       BOTHY_WEBHOOK_URL: `http://127.0.0.1:${(hook.address() as AddressInfo).port}/hook`,
@@ -37,7 +39,7 @@ describe("usage metering and the budget tripwire", () => {
     await new Promise((r) => hook.close(r));
   });
 
-  it("meters a running sandbox, warns once when the budget is crossed, and reports /usage", async () => {
+  it("meters a running sandbox, warns once when the budget is crossed, and reports /usage", { timeout: 180_000 }, async () => {
     const id = await createSandbox(ts.url, { template: "seed", vcpu: 2, memory_mib: 512 });
     try {
       let warning: BothyEvent | undefined;

@@ -22,7 +22,10 @@ export const TOOL_NAMES = [
 /** One MCP server per session (the SDK binds a server to one transport). */
 export function createMcpServer(tools: AgentTools): McpServer {
   const server = new McpServer({ name: "bothy", version: "0.1.0" }, { instructions: GUIDANCE, capabilities: { logging: {} } });
-  registerComputerBash(server, tools);
+  // Work that outlives a tool call (watching a background command) stops with the session.
+  const session = new AbortController();
+  server.server.onclose = () => session.abort();
+  registerComputerBash(server, tools, session.signal);
   registerFileTools(server, tools);
   registerDeliveryTools(server, tools);
   registerCorpusTools(server, tools);

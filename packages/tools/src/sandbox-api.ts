@@ -6,7 +6,7 @@
 import { Readable } from "node:stream";
 import WebSocket from "ws";
 import { z } from "zod";
-import { BothyError, commandEvent, fileStat, isErrorCode, sandboxInfo, type SandboxInfo } from "@bothy/protocol";
+import { BothyError, bothyEvent, commandEvent, fileStat, isErrorCode, sandboxInfo, type SandboxInfo } from "@bothy/protocol";
 
 export type FileStat = z.infer<typeof fileStat>;
 
@@ -81,6 +81,39 @@ export class SandboxApi {
 
   async delete(id: string): Promise<void> {
     await this.call("DELETE", `/sandboxes/${id}`);
+  }
+
+  /**
+   * Waits for a background command to end, on the server's event stream (replayed from the start
+   * for this sandbox, so an end that came first is not missed). Undefined when the sandbox is
+   * deleted first, the stream ends, or `signal` aborts.
+   */
+  async waitForCommand(sandboxId: string, commandId: string, signal: AbortSignal): Promise<{ exit_code: number | null; signal: string | null } | undefined> {
+    const res = await fetch(this.url("/events", { sandbox_id: sandboxId, since: "0" }), { signal }).catch(() => undefined);
+    if (!res?.ok || !res.body) return undefined;
+    const decoder = new TextDecoder();
+    let buffered = "";
+    try {
+      for await (const chunk of res.body) {
+        buffered += decoder.decode(chunk as Uint8Array, { stream: true });
+        let end: number;
+        while ((end = buffered.indexOf("\n\n")) >= 0) {
+          const data = buffered.slice(0, end).split("\n").find((l) => l.startsWith("data: "));
+          buffered = buffered.slice(end + 2);
+          if (!data) continue;
+          const ev = bothyEvent.safeParse(JSON.parse(data.slice(6)));
+          if (!ev.success) continue;
+          if (ev.data.type === "sandbox.deleted") return undefined;
+          const d = ev.data.data as { command_id?: unknown; exit_code?: unknown; signal?: unknown };
+          if (ev.data.type === "command.exited" && d.command_id === commandId) {
+            return { exit_code: typeof d.exit_code === "number" ? d.exit_code : null, signal: typeof d.signal === "string" ? d.signal : null };
+          }
+        }
+      }
+    } catch {
+      // aborted, or the server went away
+    }
+    return undefined;
   }
 
   /**

@@ -2,7 +2,7 @@
  * The agent tools end to end: a real bothy server (gVisor sandboxes of the `charts` template),
  * the MCP SDK's own Client over streamable HTTP and over stdio (`bothy mcp`).
  */
-import { readFile } from "node:fs/promises";
+import { readdir, readFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
@@ -149,6 +149,59 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
     expect(Buffer.from((image as { data: string }).data, "base64").equals(inSandbox)).toBe(true);
   }
 
+  /** A turn that exported but sent nothing ends with a warning, in its result and the log. */
+  async function unsentExportWarns(client: Client, conversationId: string): Promise<void> {
+    const call = caller(client, conversationId);
+    const exported = await call("computer_export_file", { path: "revenue.png", name: "unsent.png" }, "t2");
+    expect(exported.isError).toBeFalsy();
+    const ended = await api(ts.url, "POST", `/conversations/${conversationId}/turns/t2/end`);
+    const warnings = ended.json["warnings"] as string[];
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]).toContain("sent none");
+    expect(warnings[0]).toContain("send_file");
+    expect(await readFile(ts.logPath, "utf8")).toMatch(/"event":"turn_exports_unsent".*"turn_id":"t2"/);
+    // A tool call in an ended turn is refused.
+    expect(refusalOf(await call("computer_bash", { command: "true" }, "t2"))).toBe("turn_ended");
+  }
+
+  /** Edits and writes: unread, partly read, and changed since the read are refused. */
+  async function guardCases(client: Client, conversationId: string): Promise<void> {
+    const call = caller(client, conversationId);
+    await call("computer_bash", { command: "seq 1 50 | sed 's/^/line /' > notes.txt" }, "t3");
+
+    const unread = await call("computer_edit_file", { path: "notes.txt", old_string: "line 7\n", new_string: "line seven\n" }, "t3");
+    expect(refusalOf(unread)).toBe("not_read");
+    expect(text(unread)).toContain("computer_read_file");
+
+    const part = await call("computer_read_file", { path: "notes.txt", start_line: 5, end_line: 9 }, "t3");
+    expect(text(part)).toContain("     7\tline 7");
+    expect(part._meta).toMatchObject({ whole: false, total_lines: 50 });
+    const partial = await call("computer_write_file", { path: "notes.txt", content: "replaced\n" }, "t3");
+    expect(refusalOf(partial)).toBe("partial_read");
+    expect(text(partial)).toContain("Read the whole file");
+
+    // An edit needs only a read in this turn, not a whole one.
+    const edited = await call("computer_edit_file", { path: "notes.txt", old_string: "line 7\n", new_string: "line seven\n" }, "t3");
+    expect(edited.isError).toBeFalsy();
+    const ambiguous = await call("computer_edit_file", { path: "notes.txt", old_string: "line 1", new_string: "x" }, "t3");
+    expect(refusalOf(ambiguous)).toBe("not_unique");
+
+    const whole = await call("computer_read_file", { path: "notes.txt" }, "t3");
+    expect(whole._meta).toMatchObject({ whole: true });
+    await call("computer_bash", { command: "echo appended >> notes.txt" }, "t3");
+    const stale = await call("computer_edit_file", { path: "notes.txt", old_string: "line seven", new_string: "line 7" }, "t3");
+    expect(refusalOf(stale)).toBe("changed_since_read");
+    expect(text(stale)).toContain("Read it again");
+    expect(refusalOf(await call("computer_write_file", { path: "notes.txt", content: "replaced\n" }, "t3"))).toBe("changed_since_read");
+
+    // After a fresh whole read the write goes through; a read from another turn does not count.
+    await call("computer_read_file", { path: "notes.txt" }, "t3");
+    expect((await call("computer_write_file", { path: "notes.txt", content: "replaced\n" }, "t3")).isError).toBeFalsy();
+    expect(refusalOf(await call("computer_edit_file", { path: "notes.txt", old_string: "replaced", new_string: "again" }, "t4"))).toBe("not_read");
+    const check = await call("computer_bash", { command: "cat notes.txt" }, "t4");
+    expect(text(check)).toContain("replaced");
+  }
+
   describe("over streamable HTTP", () => {
     let client: Client;
 
@@ -181,54 +234,11 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
     });
 
     it("ends a turn that exported but sent nothing with a warning, in its result and the log", async () => {
-      const call = caller(client, "flow-http");
-      const exported = await call("computer_export_file", { path: "revenue.png", name: "unsent.png" }, "t2");
-      expect(exported.isError).toBeFalsy();
-      const ended = await api(ts.url, "POST", `/conversations/flow-http/turns/t2/end`);
-      const warnings = ended.json["warnings"] as string[];
-      expect(warnings).toHaveLength(1);
-      expect(warnings[0]).toContain("sent none");
-      expect(warnings[0]).toContain("send_file");
-      expect(await readFile(ts.logPath, "utf8")).toMatch(/"event":"turn_exports_unsent".*"turn_id":"t2"/);
-      // A tool call in an ended turn is refused.
-      expect(refusalOf(await call("computer_bash", { command: "true" }, "t2"))).toBe("turn_ended");
+      await unsentExportWarns(client, "flow-http");
     });
 
     it("guards edits and writes: unread, partly read, and changed since the read are refused", async () => {
-      const call = caller(client, "flow-http");
-      await call("computer_bash", { command: "seq 1 50 | sed 's/^/line /' > notes.txt" }, "t3");
-
-      const unread = await call("computer_edit_file", { path: "notes.txt", old_string: "line 7\n", new_string: "line seven\n" }, "t3");
-      expect(refusalOf(unread)).toBe("not_read");
-      expect(text(unread)).toContain("computer_read_file");
-
-      const part = await call("computer_read_file", { path: "notes.txt", start_line: 5, end_line: 9 }, "t3");
-      expect(text(part)).toContain("     7\tline 7");
-      expect(part._meta).toMatchObject({ whole: false, total_lines: 50 });
-      const partial = await call("computer_write_file", { path: "notes.txt", content: "replaced\n" }, "t3");
-      expect(refusalOf(partial)).toBe("partial_read");
-      expect(text(partial)).toContain("Read the whole file");
-
-      // An edit needs only a read in this turn, not a whole one.
-      const edited = await call("computer_edit_file", { path: "notes.txt", old_string: "line 7\n", new_string: "line seven\n" }, "t3");
-      expect(edited.isError).toBeFalsy();
-      const ambiguous = await call("computer_edit_file", { path: "notes.txt", old_string: "line 1", new_string: "x" }, "t3");
-      expect(refusalOf(ambiguous)).toBe("not_unique");
-
-      const whole = await call("computer_read_file", { path: "notes.txt" }, "t3");
-      expect(whole._meta).toMatchObject({ whole: true });
-      await call("computer_bash", { command: "echo appended >> notes.txt" }, "t3");
-      const stale = await call("computer_edit_file", { path: "notes.txt", old_string: "line seven", new_string: "line 7" }, "t3");
-      expect(refusalOf(stale)).toBe("changed_since_read");
-      expect(text(stale)).toContain("Read it again");
-      expect(refusalOf(await call("computer_write_file", { path: "notes.txt", content: "replaced\n" }, "t3"))).toBe("changed_since_read");
-
-      // After a fresh whole read the write goes through; a read from another turn does not count.
-      await call("computer_read_file", { path: "notes.txt" }, "t3");
-      expect((await call("computer_write_file", { path: "notes.txt", content: "replaced\n" }, "t3")).isError).toBeFalsy();
-      expect(refusalOf(await call("computer_edit_file", { path: "notes.txt", old_string: "replaced", new_string: "again" }, "t4"))).toBe("not_read");
-      const check = await call("computer_bash", { command: "cat notes.txt" }, "t4");
-      expect(text(check)).toContain("replaced");
+      await guardCases(client, "flow-http");
     });
 
     it("cuts long output from the middle with a notice, and starts background commands at once", async () => {
@@ -241,11 +251,18 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
       expect(out).toMatch(/characters omitted from the middle of the output/);
       expect(out).not.toContain("\n50000\n");
 
+      const ended: Array<Record<string, unknown>> = [];
+      client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => {
+        const data = n.params.data as Record<string, unknown>;
+        if (data["event"] === "command_exited") ended.push(data);
+      });
       const t0 = Date.now();
-      const bg = await call("computer_bash", { command: "sleep 2; echo done > bg.txt", background: true }, "t5");
+      const bg = await call("computer_bash", { command: "sleep 2; echo done > bg.txt; exit 3", background: true }, "t5");
       expect(Date.now() - t0).toBeLessThan(2000);
       expect(bg._meta?.["command_id"]).toMatch(/^cmd_/);
-      await new Promise((r) => setTimeout(r, 2500));
+      // Its end is reported on the session later, with its exit code.
+      for (let i = 0; i < 100 && ended.length === 0; i++) await new Promise((r) => setTimeout(r, 100));
+      expect(ended).toEqual([{ event: "command_exited", conversation_id: "flow-http", command_id: bg._meta?.["command_id"], exit_code: 3, signal: null }]);
       expect(text(await call("computer_bash", { command: "cat bg.txt" }, "t5"))).toContain("done");
     });
   });
@@ -303,6 +320,34 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
 
     it("charts a corpus CSV and sends the PNG through the stdio relay", async () => {
       await chartFlow(client, "flow-stdio", logged);
+    });
+
+    it("warns at the end of a turn that exported but sent nothing", async () => {
+      await unsentExportWarns(client, "flow-stdio");
+    });
+
+    it("guards edits and writes the same way", async () => {
+      await guardCases(client, "flow-stdio");
+    });
+
+    it("brings the conversation's computer back from its disk when its sandbox died: same sandbox, files kept", async () => {
+      const sandboxId = (await api(ts.url, "GET", "/conversations/flow-stdio")).json["sandbox_id"] as string;
+      const call = caller(client, "flow-stdio");
+      expect(text(await call("computer_bash", { command: "echo kept > kept.txt && sync" }, "t6"))).toContain("Exit code 0.");
+      for (const entry of await readdir("/proc")) {
+        if (!/^\d+$/.test(entry)) continue;
+        const argv = await readFile(`/proc/${entry}/cmdline`, "utf8").catch(() => "");
+        if (argv.includes(sandboxId) && /runsc/.test(argv)) process.kill(Number(entry), "SIGKILL");
+      }
+      for (let i = 0; i < 60 && (await api(ts.url, "GET", `/sandboxes/${sandboxId}`)).json["state"] !== "stopped"; i++) await new Promise((r) => setTimeout(r, 250));
+      expect((await api(ts.url, "GET", `/sandboxes/${sandboxId}`)).json["state"]).toBe("stopped");
+
+      const back = await call("computer_bash", { command: "ls revenue.png notes.txt && cat kept.txt" }, "t6");
+      expect(text(back)).toContain("Exit code 0.");
+      expect(text(back)).toContain("kept");
+      expect(text(back)).not.toContain("previous sandbox was gone");
+      expect((await api(ts.url, "GET", "/conversations/flow-stdio")).json["sandbox_id"]).toBe(sandboxId);
+      expect((await api(ts.url, "GET", `/sandboxes/${sandboxId}`)).json["state"]).toBe("running");
     });
   });
 });

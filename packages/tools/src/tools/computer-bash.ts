@@ -50,7 +50,25 @@ class OutputStreamer {
   }
 }
 
-export function registerComputerBash(server: McpServer, tools: AgentTools): void {
+/**
+ * Tells the client when a background command ends: a log notification on the session (no
+ * request to hang it on any more), while the session lasts. The platform's event stream and
+ * webhook carry the same `command.exited` for clients that are gone.
+ */
+function reportWhenDone(server: McpServer, tools: AgentTools, session: AbortSignal, ids: { conversationId: string; sandboxId: string; commandId: string }): void {
+  void tools.api
+    .waitForCommand(ids.sandboxId, ids.commandId, session)
+    .then(async (exit) => {
+      if (!exit || session.aborted) return;
+      await server.server.notification({
+        method: "notifications/message",
+        params: { level: "info", logger: "computer_bash", data: { event: "command_exited", conversation_id: ids.conversationId, command_id: ids.commandId, exit_code: exit.exit_code, signal: exit.signal } },
+      });
+    })
+    .catch(() => undefined);
+}
+
+export function registerComputerBash(server: McpServer, tools: AgentTools, session: AbortSignal): void {
   server.registerTool(
     "computer_bash",
     {
@@ -68,8 +86,9 @@ export function registerComputerBash(server: McpServer, tools: AgentTools): void
       const cmd = `exec bash -c ${shellQuote(args.command)}`;
       if (args.background) {
         const started = await tools.api.exec(sandboxId, { cmd, cwd: "/workspace", background: true, ...(args.timeout_s ? { timeout_s: args.timeout_s } : {}) }, () => undefined);
+        reportWhenDone(server, tools, session, { conversationId: ctx.conversationId, sandboxId, commandId: started.command_id });
         return okResult(
-          `Started in the background as ${started.command_id}. Its output is not returned: if you did not redirect it to a file (cmd > /workspace/job.log 2>&1 &), you cannot read it. Check on it with computer_bash (e.g. cat the log, or ps).`,
+          `Started in the background as ${started.command_id}. Its output is not returned: if you did not redirect it to a file (cmd > /workspace/job.log 2>&1 &), you cannot read it. You are told when it ends (a log notification with its exit code); check on it with computer_bash (e.g. cat the log, or ps).`,
           { command_id: started.command_id },
         );
       }
