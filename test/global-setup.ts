@@ -3,16 +3,17 @@ import { TemplateStore } from "../packages/server/src/images/template-store.ts";
 import { testTemplatesDir } from "./paths.ts";
 
 /**
- * Integration tests need the `seed` and `charts` templates. They are built once into a persistent cache (keyed by
- * the template's content hash), so only the first run on a machine pays for debootstrap.
+ * Integration tests need the `seed`, `charts` and `workspace` templates. They are built once into a persistent
+ * cache (keyed by the template's content hash), so only the first run on a machine pays for debootstrap and apt.
  */
 export default async function setup(): Promise<void> {
   const store = new TemplateStore({
     sourceDir: fileURLToPath(new URL("../templates", import.meta.url)),
     storeDir: testTemplatesDir(),
   });
-  // charts (seed + matplotlib and pandas, ~70 s) is for the agent tools' tests.
-  for (const name of ["seed", "charts"]) {
+  // charts (seed + matplotlib and pandas, ~70 s) is for the agent tools' flow tests; workspace
+  // (~3 min, 2.6 GB) is the conversations' default computer, checked by workspace-template.test.ts.
+  for (const name of ["seed", "charts", "workspace"]) {
     if (await store.resolve(name)) continue;
     process.stderr.write(`building template ${name} into ${testTemplatesDir()} (first run only)\n`);
     await store.build(name, {
