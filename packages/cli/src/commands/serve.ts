@@ -10,7 +10,14 @@ export async function serve(_args: string[]): Promise<number> {
     const code = await templateBuild(["seed"]);
     if (code !== 0) return code;
   }
+  // A start-up step that waits on nothing that can wake it would let Node exit 0 in silence.
+  const stalled = (): void => {
+    process.stderr.write("bothy: start-up stalled (a step waited on nothing that could finish it); this is a bug, please report it\n");
+    process.exit(1);
+  };
+  process.once("beforeExit", stalled);
   const server = await startServer(config, createLogger(config));
+  process.off("beforeExit", stalled);
   void server.manager.warm("seed");
   await new Promise<void>((resolve) => {
     const stop = (signal: string): void => {

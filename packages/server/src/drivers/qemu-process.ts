@@ -114,12 +114,12 @@ function childProcess(child: ChildProcess, onError: (message: string) => void): 
 function adoptedProcess(pid: number): HeldProcess {
   const alive = (): boolean => existsSync(`/proc/${pid}/cmdline`) && readFileSync(`/proc/${pid}/cmdline`, "utf8") !== "";
   const exited = new Promise<ExitInfo>((resolve) => {
+    // Not unref'd: whoever waits for this VM to end must keep the process alive until it has.
     const timer = setInterval(() => {
       if (alive()) return;
       clearInterval(timer);
       resolve({ code: null, signal: null });
     }, ADOPTED_POLL_MS);
-    timer.unref();
   });
   return {
     pid,
