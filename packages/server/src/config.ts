@@ -13,6 +13,9 @@ const envSchema = z.object({
   BOTHY_MAX_VCPU: int(cpus().length),
   BOTHY_MAX_MEMORY_MIB: int(Math.max(1024, Math.floor(totalmem() / 1024 / 1024 / 2))),
   BOTHY_MAX_SANDBOXES: int(64),
+  /** A sandbox's own disk (what it writes beyond its template), in MiB: default and maximum. */
+  BOTHY_DEFAULT_DISK_MIB: int(4096),
+  BOTHY_MAX_DISK_MIB: int(65536),
   BOTHY_POOL_SIZE: z.coerce.number().int().min(0).max(32).default(1),
   BOTHY_LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
   BOTHY_BOOT_TIMEOUT_S: int(60),
@@ -64,7 +67,7 @@ export interface Config {
   templatesDir: string;
   templateSources: string;
   agentPath: string;
-  limits: { minVcpu: number; maxVcpu: number; minMemoryMib: number; maxMemoryMib: number; maxSandboxes: number };
+  limits: { minVcpu: number; maxVcpu: number; minMemoryMib: number; maxMemoryMib: number; minDiskMib: number; maxDiskMib: number; defaultDiskMib: number; maxSandboxes: number };
   poolSize: number;
   logLevel: z.infer<typeof envSchema>["BOTHY_LOG_LEVEL"];
   bootTimeoutMs: number;
@@ -98,7 +101,16 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     templatesDir: e.BOTHY_TEMPLATES_DIR ?? join(e.BOTHY_HOME, "templates"),
     templateSources: join(repoRoot, "templates"),
     agentPath: join(repoRoot, "packages/guest/dist/agent.mjs"),
-    limits: { minVcpu: 1, maxVcpu: e.BOTHY_MAX_VCPU, minMemoryMib: 128, maxMemoryMib: e.BOTHY_MAX_MEMORY_MIB, maxSandboxes: e.BOTHY_MAX_SANDBOXES },
+    limits: {
+      minVcpu: 1,
+      maxVcpu: e.BOTHY_MAX_VCPU,
+      minMemoryMib: 128,
+      maxMemoryMib: e.BOTHY_MAX_MEMORY_MIB,
+      minDiskMib: 64,
+      maxDiskMib: e.BOTHY_MAX_DISK_MIB,
+      defaultDiskMib: Math.min(e.BOTHY_DEFAULT_DISK_MIB, e.BOTHY_MAX_DISK_MIB),
+      maxSandboxes: e.BOTHY_MAX_SANDBOXES,
+    },
     poolSize: e.BOTHY_POOL_SIZE,
     logLevel: e.BOTHY_LOG_LEVEL,
     bootTimeoutMs: e.BOTHY_BOOT_TIMEOUT_S * 1000,

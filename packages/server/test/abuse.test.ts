@@ -1,3 +1,5 @@
+import { stat } from "node:fs/promises";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { noLeaks } from "./helpers/host-state.ts";
@@ -57,6 +59,38 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "abuse"), () =
       await api(ts.url, "DELETE", `/sandboxes/${abuser}`);
     });
   }
+
+  it("filling the disk stops at its disk_mib with ENOSPC, in the sandbox only; the host's disk holds no more than that", { timeout: 120_000 }, async () => {
+    const idle = await roundTrips(3);
+    const filler = await createSandbox(ts.url, { template: "seed", vcpu: 1, memory_mib: 256, disk_mib: 128 });
+    expect((await api(ts.url, "GET", `/sandboxes/${filler}`)).json["disk_mib"]).toBe(128);
+    const run = runCommand(ts.wsUrl, filler, { cmd: "dd if=/dev/urandom of=/workspace/fill bs=1M count=400 2>&1; echo dd-exit=$?", timeout_s: 90 });
+    await new Promise((r) => setTimeout(r, 500));
+    const during = await roundTrips(5);
+    const r = await run;
+    console.info(`disk fill: neighbour round trip idle ${idle.join("/")} ms, during ${during.join("/")} ms`);
+    expect(r.stdout).toMatch(/No space left on device/);
+    expect(r.stdout).not.toContain("dd-exit=0");
+    // On the host, the sandbox's disk file holds at most its size (it is sparse: blocks, not length).
+    const image = join(ts.home, "sandboxes", filler, "disk.ext4");
+    expect((await stat(image)).blocks * 512).toBeLessThanOrEqual(128 * 1024 * 1024);
+    // The sandbox itself carries on: it can free space and write again.
+    expect((await runCommand(ts.wsUrl, filler, { cmd: "rm /workspace/fill && echo again > /workspace/after && cat /workspace/after" })).stdout).toBe("again\n");
+    expect((await runCommand(ts.wsUrl, neighbour, { cmd: "cat /workspace/keep" })).stdout).toBe("precious\n");
+    await api(ts.url, "DELETE", `/sandboxes/${filler}`);
+  });
+
+  it("refuses a disk_mib out of range with 400, and one on QEMU that is not its fixed size with 501", async () => {
+    const big = await api(ts.url, "POST", "/sandboxes", { disk_mib: 10_000_000 });
+    expect(big.status).toBe(400);
+    expect(big.json["detail"]).toMatch(/disk_mib must be between 64 and \d+/);
+    const qemu = testDrivers().find((d) => d.name === "qemu");
+    if (qemu?.missing === undefined) {
+      const fixed = await api(ts.url, "POST", "/sandboxes", { driver: "qemu", disk_mib: 1024 });
+      expect(fixed.status).toBe(501);
+      expect(fixed.json["detail"]).toMatch(/QEMU sandboxes have a 4096 MiB disk/);
+    }
+  });
 
   it("an output flood is paced, stopped by its timeout, and the server's memory stays flat", { timeout: 120_000 }, async () => {
     const rss = process.memoryUsage().rss;

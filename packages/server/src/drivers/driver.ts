@@ -8,6 +8,8 @@ export interface SandboxSpec {
   templateEnv: Record<string, string>;
   vcpu: number;
   memoryMib: number;
+  /** How much the sandbox may write: gVisor's upper layer lives on a file system of this size. */
+  diskMib?: number;
   /** A directory the sandbox owns; everything the driver makes on disk lives under it. */
   dir: string;
   /** What the sandbox may reach (network/); absent: the server's default posture. */

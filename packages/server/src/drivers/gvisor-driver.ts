@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { closeSync, constants as fsConstants, existsSync, openSync, readFileSync } from "node:fs";
 import { Socket } from "node:net";
-import { mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, readdir, readFile, rm, truncate, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { BothyError, resyncPreamble, SANDBOX_ID_RE } from "@bothy/protocol";
 import { HostCommandError, run } from "../util/host-command.ts";
@@ -20,6 +20,9 @@ export interface GvisorOptions {
 }
 
 const MOUNT_TIMEOUT_MS = 10_000;
+/** A sandbox's disk: the file system image and where it is mounted, in its directory. */
+const DISK_IMAGE = "disk.ext4";
+const DISK_MOUNT = "disk";
 const RUNSC_TIMEOUT_MS = 15_000;
 const SHUTDOWN_GRACE_MS = 3_000;
 
@@ -80,7 +83,7 @@ export class GvisorDriver implements Driver {
   async reconcile(): Promise<HostObject[]> {
     const found: HostObject[] = [];
     for (const c of await this.listContainers()) found.push({ sandboxId: c, kind: "runsc-container", description: `runsc container ${c}` });
-    for (const m of await this.listMounts()) found.push({ sandboxId: m.id, kind: "overlay-mount", description: `overlay mount ${m.target}` });
+    for (const m of await this.listMounts()) found.push({ sandboxId: m.id, kind: "mount", description: `mount ${m.target}` });
     const entries = await readdir(this.opts.sandboxesDir).catch(() => [] as string[]);
     for (const id of entries) {
       if (SANDBOX_ID_RE.test(id)) found.push({ sandboxId: id, kind: "sandbox-dir", description: join(this.opts.sandboxesDir, id), disk: true });
@@ -155,13 +158,14 @@ export class GvisorDriver implements Driver {
     await rm(dir, { recursive: true, force: true });
   }
 
+  /** Unmounts the sandbox's root overlay, then its disk (the overlay's upper layer lives on it). */
   private async unmountRoot(dir: string): Promise<void> {
-    const rootfs = join(dir, "rootfs");
-    if ((await this.listMounts()).some((m) => m.target === rootfs)) {
-      await run("umount", [rootfs], { timeoutMs: MOUNT_TIMEOUT_MS }).catch(async (err) => {
+    for (const target of [join(dir, "rootfs"), join(dir, DISK_MOUNT)]) {
+      if (!(await this.listMounts()).some((m) => m.target === target)) continue;
+      await run("umount", [target], { timeoutMs: MOUNT_TIMEOUT_MS }).catch(async (err) => {
         // A process of ours may still hold it for a moment; detach now, the kernel frees it after.
-        this.opts.log("umount_lazy", { dir, error: (err as Error).message });
-        await run("umount", ["-l", rootfs], { timeoutMs: MOUNT_TIMEOUT_MS });
+        this.opts.log("umount_lazy", { dir, target, error: (err as Error).message });
+        await run("umount", ["-l", target], { timeoutMs: MOUNT_TIMEOUT_MS });
       });
     }
   }
@@ -221,13 +225,14 @@ class GvisorSandbox implements SandboxHandle {
     const rootfs = join(dir, "rootfs");
     try {
       if (this.spec.attach) return await this.attach();
-      // A new sandbox's directory must not exist yet; a stopped one's holds its files in upper/.
+      // A new sandbox's directory must not exist yet; a stopped one's holds its disk.
       const reuse = this.spec.reuseDisk === true;
       await mkdir(dir, { recursive: reuse, mode: 0o700 });
-      await Promise.all(["upper", "work", "rootfs", "bundle"].map((d) => mkdir(join(dir, d), { recursive: reuse })));
+      await Promise.all(["rootfs", "bundle"].map((d) => mkdir(join(dir, d), { recursive: reuse })));
+      const layer = await this.mountDisk();
       signal?.throwIfAborted();
       // The template stays read-only underneath; every write lands in this sandbox's upper dir.
-      await run("mount", ["-t", "overlay", "overlay", "-o", `lowerdir=${this.spec.templateRoot},upperdir=${join(dir, "upper")},workdir=${join(dir, "work")}`, rootfs], {
+      await run("mount", ["-t", "overlay", "overlay", "-o", `lowerdir=${this.spec.templateRoot},upperdir=${layer.upper},workdir=${layer.work}`, rootfs], {
         timeoutMs: MOUNT_TIMEOUT_MS,
       });
       const network = this.spec.network;
@@ -256,6 +261,31 @@ class GvisorSandbox implements SandboxHandle {
       if (err instanceof BothyError) throw err;
       throw new BothyError("create_failed", `Could not start the gVisor sandbox: ${(err as Error).message}`, { cause: err });
     }
+  }
+
+  /**
+   * The sandbox's own disk: an ext4 file system of `diskMib` in a sparse file (`disk.ext4`),
+   * loop-mounted at `disk/`, holding the overlay's upper and work directories, so a sandbox that
+   * fills its disk gets ENOSPC instead of filling the host's. Made on first start, mounted again
+   * on a restart. Without `diskMib` (sandboxes made before disk sizes) the layer lives in the
+   * directory itself.
+   */
+  private async mountDisk(): Promise<{ upper: string; work: string }> {
+    const { dir, diskMib } = this.spec;
+    const base = diskMib === undefined && !existsSync(join(dir, DISK_IMAGE)) ? dir : join(dir, DISK_MOUNT);
+    if (base !== dir) {
+      const image = join(dir, DISK_IMAGE);
+      if (!existsSync(image)) {
+        await writeFile(image, "", { mode: 0o600 });
+        await truncate(image, (diskMib ?? 0) * 1024 * 1024);
+        await run("mkfs.ext4", ["-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", image], { timeoutMs: MOUNT_TIMEOUT_MS });
+      }
+      await mkdir(base, { recursive: true });
+      await run("mount", ["-o", "loop,nosuid,nodev", image, base], { timeoutMs: MOUNT_TIMEOUT_MS });
+    }
+    const layer = { upper: join(base, "upper"), work: join(base, "work") };
+    await Promise.all([layer.upper, layer.work].map((d) => mkdir(d, { recursive: true })));
+    return layer;
   }
 
   /** Takes over a container an earlier server started: `runsc wait` tells when it ends. */

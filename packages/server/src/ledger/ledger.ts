@@ -68,6 +68,8 @@ const MIGRATIONS = [
      warned TEXT NOT NULL DEFAULT '',
      PRIMARY KEY (owner, month)
    );`,
+  // 8: the sandbox's disk size in MiB; null before it.
+  `ALTER TABLE sandboxes ADD COLUMN disk_mib INTEGER;`,
 ];
 
 export interface SandboxRow {
@@ -78,6 +80,7 @@ export interface SandboxRow {
   acceleration: string | null;
   vcpu: number;
   memory_mib: number;
+  disk_mib: number | null;
   state: SandboxState;
   created_at: string;
   updated_at: string;
@@ -141,14 +144,14 @@ export class Ledger {
     this.db.close();
   }
 
-  insertSandbox(row: Omit<SandboxRow, "created_at" | "updated_at" | "deleted_at" | "error" | "expires_at" | "delete_on_disconnect" | "disconnect_grace_s" | "network" | "metadata"> & Partial<Pick<SandboxRow, "expires_at" | "delete_on_disconnect" | "disconnect_grace_s" | "network" | "metadata">>, idempotency?: { key: string; fingerprint: string }): SandboxRow {
+  insertSandbox(row: Omit<SandboxRow, "created_at" | "updated_at" | "deleted_at" | "error" | "expires_at" | "delete_on_disconnect" | "disconnect_grace_s" | "network" | "metadata" | "disk_mib"> & Partial<Pick<SandboxRow, "expires_at" | "delete_on_disconnect" | "disconnect_grace_s" | "network" | "metadata" | "disk_mib">>, idempotency?: { key: string; fingerprint: string }): SandboxRow {
     const t = now();
-    const full: SandboxRow = { expires_at: null, delete_on_disconnect: 0, disconnect_grace_s: null, network: null, metadata: null, ...row, created_at: t, updated_at: t, deleted_at: null, error: null };
+    const full: SandboxRow = { expires_at: null, delete_on_disconnect: 0, disconnect_grace_s: null, network: null, metadata: null, disk_mib: null, ...row, created_at: t, updated_at: t, deleted_at: null, error: null };
     this.db.transaction(() => {
       this.db
         .prepare(
-          `INSERT INTO sandboxes (id, template, template_hash, driver, acceleration, vcpu, memory_mib, state, created_at, updated_at, deleted_at, error, expires_at, delete_on_disconnect, disconnect_grace_s, network, metadata)
-           VALUES (@id, @template, @template_hash, @driver, @acceleration, @vcpu, @memory_mib, @state, @created_at, @updated_at, @deleted_at, @error, @expires_at, @delete_on_disconnect, @disconnect_grace_s, @network, @metadata)`,
+          `INSERT INTO sandboxes (id, template, template_hash, driver, acceleration, vcpu, memory_mib, disk_mib, state, created_at, updated_at, deleted_at, error, expires_at, delete_on_disconnect, disconnect_grace_s, network, metadata)
+           VALUES (@id, @template, @template_hash, @driver, @acceleration, @vcpu, @memory_mib, @disk_mib, @state, @created_at, @updated_at, @deleted_at, @error, @expires_at, @delete_on_disconnect, @disconnect_grace_s, @network, @metadata)`,
         )
         .run(full);
       if (idempotency) {
@@ -301,6 +304,7 @@ export function toSandboxInfo(row: SandboxRow): SandboxInfo {
     acceleration: row.acceleration,
     vcpu: row.vcpu,
     memory_mib: row.memory_mib,
+    disk_mib: row.disk_mib,
     created_at: row.created_at,
     deleted_at: row.deleted_at,
     expires_at: row.expires_at,

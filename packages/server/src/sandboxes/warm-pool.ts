@@ -10,6 +10,7 @@ export interface PoolShape {
   templateEnv: Record<string, string>;
   vcpu: number;
   memoryMib: number;
+  diskMib: number;
 }
 
 /**
@@ -58,7 +59,7 @@ export class WarmPool {
     const job = (async () => {
       while (!this.closed && (this.ready.get(key)?.length ?? 0) < this.size) {
         const id = newSandboxId();
-        const spec: SandboxSpec = { id, templateRoot: shape.templateRoot, templateEnv: shape.templateEnv, vcpu: shape.vcpu, memoryMib: shape.memoryMib, dir: this.dirFor(id) };
+        const spec: SandboxSpec = { id, templateRoot: shape.templateRoot, templateEnv: shape.templateEnv, vcpu: shape.vcpu, memoryMib: shape.memoryMib, diskMib: shape.diskMib, dir: this.dirFor(id) };
         this.booting.add(id);
         try {
           const booted = await bootSandbox(shape.driver, spec, this.bootTimeoutMs);
@@ -90,5 +91,5 @@ export class WarmPool {
 }
 
 function shapeKey(s: PoolShape): string {
-  return `${s.driver.name}/${s.templateHash}/${s.vcpu}/${s.memoryMib}`;
+  return `${s.driver.name}/${s.templateHash}/${s.vcpu}/${s.memoryMib}/${s.diskMib}`;
 }
