@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
+import { mkdirSync, readFileSync, rmdir, writeFileSync } from "node:fs";
 import type { Readable } from "node:stream";
 import { OUTPUT_CHUNK_BYTES, OUTPUT_WINDOW_BYTES, type ParsedHostFrame, type SignalName } from "@bothy/protocol";
 import type { Channel } from "./channel.ts";
@@ -8,6 +9,45 @@ type ExecFrame = Extract<ParsedHostFrame, { t: "exec" }>;
 
 /** How long to wait for output pipes to close after the shell exits before closing them ourselves. */
 const PIPE_GRACE_MS = 500;
+
+/**
+ * VM guests: the cgroup whose pids.max caps every command's processes (set up by the guest's
+ * PID 1). Each command's shell moves itself there first, so all it starts is counted.
+ */
+const COMMANDS_CGROUP = process.env["BOTHY_COMMANDS_CGROUP"];
+delete process.env["BOTHY_COMMANDS_CGROUP"];
+const IN_VM = process.env["BOTHY_CHANNEL"] !== undefined;
+let cgroupSeq = 0;
+
+/**
+ * What a command's shell does first. In a VM the agent is exempt from the OOM killer and its
+ * children inherit that: a command gives it up (else an out-of-memory guest has nothing to kill
+ * and panics), and moves into its own cgroup under the commands' one, so the process cap counts
+ * all it starts and a SIGKILL can end every process it made (cgroup.kill), however it forks.
+ */
+function commandSetup(): { prefix: string; cgroup: string | undefined } {
+  let cgroup: string | undefined;
+  if (COMMANDS_CGROUP) {
+    try {
+      cgroup = `${COMMANDS_CGROUP}/c${++cgroupSeq}`;
+      mkdirSync(cgroup);
+    } catch {
+      cgroup = undefined;
+    }
+  }
+  const prefix = [...(cgroup ? [`echo $$ > ${cgroup}/cgroup.procs 2>/dev/null;`] : []), ...(IN_VM ? ["echo 0 > /proc/$$/oom_score_adj 2>/dev/null;"] : [])].join(" ");
+  return { prefix, cgroup };
+}
+
+/** How many processes the kernel's OOM killer has ended so far (Linux guests; undefined elsewhere). */
+function oomKills(): number | undefined {
+  try {
+    const n = /^oom_kill (\d+)$/m.exec(readFileSync("/proc/vmstat", "utf8"))?.[1];
+    return n === undefined ? undefined : Number(n);
+  } catch {
+    return undefined;
+  }
+}
 
 /**
  * One running command. Output is forwarded under a credit window: once OUTPUT_WINDOW_BYTES are
@@ -28,6 +68,8 @@ export class Command {
   private readonly stopDrainWatch: () => void;
   private pty: PtySize | undefined;
   private resizing: Promise<void> = Promise.resolve();
+  private readonly oomKillsAtStart = oomKills();
+  private readonly cgroup: string | undefined;
 
   constructor(
     readonly id: number,
@@ -37,8 +79,13 @@ export class Command {
     private readonly onDone: (id: number) => void,
   ) {
     this.pty = frame.pty;
-    const env = { ...baseEnv, ...(frame.pty ? { TERM: "xterm-256color", BOTHY_PTY_CMD: frame.cmd } : {}), ...frame.env };
-    const [file, args] = frame.pty ? [SCRIPT_PATH, ptyArgs(frame.pty)] : ["/bin/sh", ["-c", frame.cmd]];
+    const setup = commandSetup();
+    this.cgroup = setup.cgroup;
+    const env = { ...baseEnv, ...(frame.pty ? { TERM: "xterm-256color", BOTHY_PTY_CMD: setup.prefix ? `${setup.prefix} ${frame.cmd}` : frame.cmd } : {}), ...frame.env };
+    // With a prefix, a first shell runs it and then becomes the command's own shell (exec): the
+    // same process, so exit codes and signals read exactly as without it.
+    const shell: [string, string[]] = setup.prefix ? ["/bin/sh", ["-c", `${setup.prefix} exec /bin/sh -c "$1"`, "sh", frame.cmd]] : ["/bin/sh", ["-c", frame.cmd]];
+    const [file, args] = frame.pty ? [SCRIPT_PATH, ptyArgs(frame.pty)] : shell;
     this.child = spawn(file, args, {
       cwd: frame.cwd ?? "/workspace",
       env,
@@ -90,6 +137,14 @@ export class Command {
 
   signal(sig: SignalName): void {
     const pid = this.child.pid;
+    // SIGKILL ends everything the command started, also what outlived its shell or left its group.
+    if (sig === "SIGKILL" && this.cgroup) {
+      try {
+        writeFileSync(`${this.cgroup}/cgroup.kill`, "1");
+      } catch {
+        // no cgroup.kill (older kernel): the process group below
+      }
+    }
     if (pid === undefined || this.exitedAt !== 0) return;
     if (this.pty) {
       void signalSession(pid, sig);
@@ -168,7 +223,13 @@ export class Command {
     this.finished = true;
     clearTimeout(this.graceTimer);
     this.stopDrainWatch();
-    if (!this.detached) this.channel.send({ t: "exited", id: this.id, code, signal });
+    // Killed (by SIGKILL, or a shell reporting 128+9) while the kernel's OOM killer was at work:
+    // most likely by it, the cause that matters.
+    const after = signal === "SIGKILL" || code === 137 ? oomKills() : undefined;
+    const oomKilled = after !== undefined && this.oomKillsAtStart !== undefined && after > this.oomKillsAtStart;
+    if (!this.detached) this.channel.send({ t: "exited", id: this.id, code, signal, ...(oomKilled ? { oom_killed: true } : {}) });
+    // Empty once everything the command started has ended; what it left running keeps it.
+    if (this.cgroup) rmdir(this.cgroup, () => undefined);
     this.onDone(this.id);
   }
 }

@@ -153,6 +153,8 @@ export const commandEvent = z.discriminatedUnion("type", [
     exit_code: z.number().int().nullable(),
     signal: z.string().optional(),
     timed_out: z.boolean().optional(),
+    /** The sandbox's kernel ran out of memory and ended it: raise memory_mib or use less. */
+    oom_killed: z.boolean().optional(),
   }),
   z.object({ type: z.literal("error"), code: z.string(), message: z.string(), command_id: z.string().optional() }),
   /** On re-attach: this many bytes of older output were dropped from the bounded replay buffer. */

@@ -104,7 +104,16 @@ export const guestFrame = z.discriminatedUnion("t", [
   z.object({ t: z.literal("started"), id: requestId, pid: z.number().int() }).strict(),
   /** Output of command `id` on fd 1 (stdout) or 2 (stderr); payload holds the bytes. */
   z.object({ t: z.literal("output"), id: requestId, fd: z.union([z.literal(1), z.literal(2)]) }).strict(),
-  z.object({ t: z.literal("exited"), id: requestId, code: z.number().int().nullable(), signal: z.string().max(32).nullable() }).strict(),
+  z
+    .object({
+      t: z.literal("exited"),
+      id: requestId,
+      code: z.number().int().nullable(),
+      signal: z.string().max(32).nullable(),
+      /** The guest kernel's OOM killer ended it (VM guests; gVisor ends the whole sandbox instead). */
+      oom_killed: z.boolean().optional(),
+    })
+    .strict(),
   /** A chunk of a file being read; payload holds the bytes. */
   z.object({ t: z.literal("file_chunk"), id: requestId }).strict(),
   z.object({ t: z.literal("file_done"), id: requestId, size: z.number().int().min(0), sha256: z.string() }).strict(),

@@ -29,7 +29,7 @@ export interface ExecEvents {
   onStarted(pid: number): void;
   /** Output bytes; call `consumed()` once they have been passed on, to let more flow. */
   onOutput(fd: 1 | 2, data: Buffer, consumed: () => void): void;
-  onExited(code: number | null, signal: string | null): void;
+  onExited(code: number | null, signal: string | null, oomKilled?: boolean): void;
   onError(err: BothyError): void;
 }
 
@@ -354,7 +354,7 @@ export class AgentClient {
         return;
       case "exited":
         this.pending.delete(id);
-        if (p.kind === "exec") p.events.onExited(frame.code, frame.signal);
+        if (p.kind === "exec") p.events.onExited(frame.code, frame.signal, frame.oom_killed === true);
         return;
       case "identity_done":
         this.pending.delete(id);

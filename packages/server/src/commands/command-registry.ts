@@ -59,7 +59,7 @@ export class RunningCommand {
           if (!chunk) return consumed();
           this.output({ type: fd === 1 ? "stdout" : "stderr", command_id: this.id, ...chunk }, consumed);
         },
-        onExited: (code, signal) => {
+        onExited: (code, signal, oomKilled) => {
           clearTimeout(this.timer);
           for (const fd of [1, 2] as const) {
             const rest = this.chunkers[fd].flush();
@@ -71,6 +71,7 @@ export class RunningCommand {
             exit_code: code,
             ...(signal === null ? {} : { signal }),
             ...(this.timedOut ? { timed_out: true } : {}),
+            ...(oomKilled ? { oom_killed: true } : {}),
           });
         },
         onError: (err) => {

@@ -59,6 +59,9 @@ mount --move /sys /newroot/sys
 exec switch_root /newroot /opt/bothy/busybox sh /opt/bothy/pid1.sh "$port"
 `;
 
+/** At most this many processes (threads included) run under a VM guest's commands. */
+export const GUEST_MAX_PROCESSES = 1024;
+
 export const PID1_SCRIPT = `# bothy PID 1 inside the guest: see packages/server/src/images/guest-init.ts
 bb=/opt/bothy/busybox
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8
@@ -66,8 +69,20 @@ $bb mkdir -p /dev/pts /dev/shm /tmp
 $bb mount -t devpts -o gid=5,mode=620 devpts /dev/pts
 $bb mount -t tmpfs -o mode=1777 shm /dev/shm
 $bb ln -sf /proc/self/fd /dev/fd 2>/dev/null
+# Commands run in a cgroup that caps their processes (a fork bomb gets EAGAIN, not the VM); the
+# agent stays outside it, and the OOM killer never picks the agent.
+cg=/sys/fs/cgroup
+if $bb mount -t cgroup2 none $cg 2>/dev/null && echo +pids > $cg/cgroup.subtree_control && $bb mkdir -p $cg/commands && echo ${GUEST_MAX_PROCESSES} > $cg/commands/pids.max; then
+  # Commands get a small CPU share beside the agent, so a busy guest still answers its host.
+  echo +cpu > $cg/cgroup.subtree_control 2>/dev/null && echo 10 > $cg/commands/cpu.weight
+  export BOTHY_COMMANDS_CGROUP=$cg/commands
+else
+  echo "bothy: no pids cgroup in this kernel; commands have no process limit" >/dev/console
+fi
 BOTHY_CHANNEL="$1" /usr/bin/node /opt/bothy/agent.mjs </dev/null >/dev/console 2>&1 &
 agent=$!
+echo -1000 > /proc/$agent/oom_score_adj
+unset BOTHY_COMMANDS_CGROUP
 # A blocking wait also reaps orphans re-parented to PID 1; loop until the agent itself is gone.
 while $bb kill -0 $agent 2>/dev/null; do wait; done
 echo "bothy: the agent ended; powering off" >/dev/console
