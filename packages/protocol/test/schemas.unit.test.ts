@@ -55,6 +55,7 @@ describe("protocol surface", () => {
             "fields": [
               "code",
               "id",
+              "oom_killed",
               "signal",
               "t",
             ],
