@@ -41,8 +41,8 @@ interface Plan {
 
 const PLANS: Record<string, Plan> = {
   gvisor: { ops: 30, killChance: 0.7, killWithinMs: { create: 900, write: 700, read: 600, command: 1500, delete: 250, pause: 0 }, timeoutMs: 600_000 },
-  // Under emulation a boot takes seconds: fewer operations, kills spread wider.
-  qemu: { ops: 12, killChance: 0.7, killWithinMs: { create: 4000, write: 1500, read: 1000, command: 2000, delete: 1500, pause: 2500 }, timeoutMs: 900_000 },
+  // Under emulation a boot takes seconds: kills spread wider.
+  qemu: { ops: 30, killChance: 0.7, killWithinMs: { create: 4000, write: 1500, read: 1000, command: 2000, delete: 1500, pause: 2500 }, timeoutMs: 900_000 },
 };
 
 for (const driver of testDrivers()) {
