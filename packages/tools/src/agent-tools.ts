@@ -24,7 +24,7 @@ export interface AgentToolsOptions {
   home: string;
   /** The sandbox API's base URL (read when first needed: the server knows it only once listening). */
   apiUrl: () => string;
-  /** Template of a conversation's sandbox when its creator names none. */
+  /** Template of a conversation's sandbox when its creator names none; it also extracts PDF text (pdftotext). */
   defaultTemplate: string;
   defaultMemoryMib?: number;
   log: ToolLog;
@@ -114,6 +114,29 @@ export class AgentTools {
     const row = this.store.conversation(id);
     if (!row) throw new BothyError("conversation_not_found", `No conversation ${id.slice(0, 128)}; create it with POST /conversations or just use it in a tool call.`);
     return row;
+  }
+
+  /**
+   * A PDF's text, extracted where untrusted bytes belong: in a throwaway sandbox of the default
+   * template (poppler's pdftotext), without network, deleted afterwards whatever happens.
+   */
+  async pdfText(pdf: Buffer): Promise<string> {
+    const box = await this.api.create({ template: this.options.defaultTemplate, memory_mib: 512, timeout_s: 300, internet: false }).catch((err: unknown) => {
+      throw new BothyError(err instanceof BothyError ? err.code : "internal", `Extracting the PDF's text needs a sandbox of the ${this.options.defaultTemplate} template: ${(err as Error).message}`);
+    });
+    try {
+      await this.api.write(box.sandbox_id, "/workspace/upload.pdf", pdf);
+      let output = "";
+      const done = await this.api.exec(box.sandbox_id, { cmd: "pdftotext -enc UTF-8 -layout upload.pdf upload.txt", cwd: "/workspace", timeout_s: 120 }, (_s, t) => (output = (output + t).slice(-2000)));
+      if (done.exit_code !== 0) throw new BothyError("invalid_request", `This PDF's text could not be extracted (pdftotext: ${output.trim().slice(-500) || `exit ${String(done.exit_code)}`}).`);
+      const chunks: Buffer[] = [];
+      for await (const chunk of await this.api.readStream(box.sandbox_id, "/workspace/upload.txt")) chunks.push(chunk as Buffer);
+      const text = Buffer.concat(chunks).toString("utf8").replaceAll("\f", "\n");
+      if (!text.trim()) throw new BothyError("invalid_request", "This PDF has no text to index (a scan? run OCR on it in a sandbox with tesseract first).");
+      return text;
+    } finally {
+      await this.api.delete(box.sandbox_id).catch((err: unknown) => this.options.log("warn", "pdf_sandbox_delete_failed", { sandbox_id: box.sandbox_id, error: (err as Error).message }));
+    }
   }
 
   /** The conversation's running sandbox, made on first use; one create at a time per conversation. */

@@ -1,6 +1,7 @@
 /**
- * The corpus: documents (CSV, plain text, Markdown) stored outside every sandbox, split into
- * passages and indexed with SQLite FTS5 for BM25-ranked search.
+ * The corpus: documents (CSV, plain text, Markdown, PDF) stored outside every sandbox, split into
+ * passages and indexed with SQLite FTS5 for BM25-ranked search. A PDF is kept as it came; its
+ * text (extracted in a throwaway sandbox, never on the host) is what gets indexed.
  */
 import { createHash } from "node:crypto";
 import { rename, writeFile } from "node:fs/promises";
@@ -9,7 +10,7 @@ import { BothyError } from "@bothy/protocol";
 import { newId, type DocumentRow, type Passage, type SearchHit, type ToolStore } from "./tool-store.ts";
 import { splitLines } from "./text-view.ts";
 
-export const CORPUS_MEDIA_TYPES = ["text/csv", "text/plain", "text/markdown"] as const;
+export const CORPUS_MEDIA_TYPES = ["text/csv", "text/plain", "text/markdown", "application/pdf"] as const;
 export type CorpusMediaType = (typeof CORPUS_MEDIA_TYPES)[number];
 
 const CSV_ROWS_PER_PASSAGE = 20;
@@ -22,11 +23,12 @@ const TEXT_CHARS_PER_PASSAGE = 1200;
  */
 export function corpusMediaType(contentType: string | undefined, name: string): CorpusMediaType | undefined {
   const type = (contentType ?? "").split(";")[0]?.trim().toLowerCase() ?? "";
-  if (type === "text/csv" || type === "text/markdown") return type;
+  if (type === "text/csv" || type === "text/markdown" || type === "application/pdf") return type;
   if (type === "text/x-markdown") return "text/markdown";
   const ext = name.toLowerCase().split(".").pop();
   if (ext === "csv") return "text/csv";
   if (ext === "md" || ext === "markdown") return "text/markdown";
+  if (ext === "pdf") return "application/pdf";
   if (ext === "txt" || ext === "text" || type === "text/plain") return "text/plain";
   return undefined;
 }
@@ -77,12 +79,14 @@ export class Corpus {
     return join(this.dir, id);
   }
 
-  async add(name: string, mediaType: CorpusMediaType, bytes: Buffer): Promise<DocumentRow> {
-    let text: string;
-    try {
-      text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
-    } catch {
-      throw new BothyError("invalid_request", "The corpus takes UTF-8 text (CSV, plain text, Markdown); convert the document to UTF-8 first.");
+  /** `text`: what to index when the bytes are not text themselves (a PDF's extracted text). */
+  async add(name: string, mediaType: CorpusMediaType, bytes: Buffer, text?: string): Promise<DocumentRow> {
+    if (text === undefined) {
+      try {
+        text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+      } catch {
+        throw new BothyError("invalid_request", "The corpus takes UTF-8 text (CSV, plain text, Markdown) or PDF; convert the document to UTF-8 first.");
+      }
     }
     const doc: DocumentRow = {
       id: newId("doc"),

@@ -14,6 +14,8 @@ export interface CreateOptions {
   template: string;
   vcpu?: number;
   memory_mib?: number;
+  timeout_s?: number;
+  internet?: boolean;
 }
 
 export interface ExecRequest {

@@ -46,6 +46,28 @@ plt.savefig("/workspace/revenue.png", dpi=60)
 print("saved")
 `;
 
+/** A one-page PDF whose only text is `line` (Helvetica), with a correct cross-reference table. */
+function minimalPdf(line: string): Buffer {
+  const content = `BT /F1 12 Tf 72 720 Td (${line}) Tj ET`;
+  const objects = [
+    "<< /Type /Catalog /Pages 2 0 R >>",
+    "<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+    "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 4 0 R >> >> /Contents 5 0 R >>",
+    "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    `<< /Length ${content.length} >>\nstream\n${content}\nendstream`,
+  ];
+  let out = "%PDF-1.4\n";
+  const offsets: number[] = [];
+  objects.forEach((body, i) => {
+    offsets.push(out.length);
+    out += `${i + 1} 0 obj\n${body}\nendobj\n`;
+  });
+  const xref = out.length;
+  out += `xref\n0 ${objects.length + 1}\n0000000000 65535 f \n${offsets.map((o) => `${String(o).padStart(10, "0")} 00000 n \n`).join("")}`;
+  out += `trailer\n<< /Size ${objects.length + 1} /Root 1 0 R >>\nstartxref\n${xref}\n%%EOF\n`;
+  return Buffer.from(out, "latin1");
+}
+
 function text(result: CallToolResult): string {
   return result.content.map((c) => (c.type === "text" ? c.text : `[${c.type}]`)).join("\n");
 }
@@ -290,14 +312,25 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
     expect((await api(ts.url, "GET", `/sandboxes/${sandboxId}`)).json["state"]).toBe("deleted");
   });
 
-  it("takes CSV, text and Markdown into the corpus and refuses other types", async () => {
-    const pdf = await fetch(`${ts.url}/corpus?name=report.pdf`, { method: "POST", headers: { "content-type": "application/pdf" }, body: "%PDF-1.7" });
-    expect(pdf.status).toBe(415);
-    expect(((await pdf.json()) as { detail: string }).detail).toContain("text/csv");
+  it("takes CSV, text, Markdown and PDF (text extracted in a throwaway sandbox) into the corpus and refuses other types", { timeout: 120_000 }, async () => {
+    const png = await fetch(`${ts.url}/corpus?name=photo.png`, { method: "POST", headers: { "content-type": "image/png" }, body: "\x89PNG" });
+    expect(png.status).toBe(415);
+    expect(((await png.json()) as { detail: string }).detail).toContain("application/pdf");
     const md = await fetch(`${ts.url}/corpus?name=notes.md`, { method: "POST", body: "# Notes\n\nRegional targets for the year.\n" });
     expect(md.status).toBe(201);
-    const list = await api(ts.url, "GET", "/corpus");
-    expect((list.json["documents"] as Array<{ name: string; media_type: string }>).map((d) => `${d.name}:${d.media_type}`)).toEqual(["sales.csv:text/csv", "notes.md:text/markdown"]);
+    const pdf = await fetch(`${ts.url}/corpus?name=report.pdf`, { method: "POST", headers: { "content-type": "application/pdf" }, body: minimalPdf("Quarterly outlook: the Eastern depot doubles capacity") });
+    expect(pdf.status).toBe(201);
+    const pdfDoc = (await pdf.json()) as { name: string; media_type: string; lines: number };
+    expect(pdfDoc).toMatchObject({ name: "report.pdf", media_type: "application/pdf" });
+    expect(pdfDoc.lines).toBeGreaterThan(0);
+    const hits = await api(ts.url, "GET", "/corpus");
+    expect((hits.json["documents"] as Array<{ name: string; media_type: string }>).map((d) => `${d.name}:${d.media_type}`)).toEqual(["sales.csv:text/csv", "notes.md:text/markdown", "report.pdf:application/pdf"]);
+    // A PDF with no text in it is refused, and its extraction sandbox is gone either way.
+    const broken = await fetch(`${ts.url}/corpus?name=broken.pdf`, { method: "POST", headers: { "content-type": "application/pdf" }, body: "%PDF-1.7\n" });
+    expect(broken.status).toBe(400);
+    expect(((await broken.json()) as { detail: string }).detail).toMatch(/could not be extracted|no text/);
+    const live = ((await api(ts.url, "GET", "/sandboxes")).json["sandboxes"] as Array<{ template: string; state: string }>).filter((s) => s.template === "workspace" && s.state !== "deleted");
+    expect(live).toEqual([]);
   });
 
   describe("over stdio (bothy mcp)", () => {

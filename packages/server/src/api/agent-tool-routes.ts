@@ -55,9 +55,10 @@ export async function agentToolRoutes(app: FastifyInstance, config: Config, logg
     scope.post<{ Querystring: Record<string, string> }>("/corpus", { bodyLimit: CORPUS_BODY_LIMIT }, async (request, reply) => {
       const { name } = parseInput(corpusUploadQuery, request.query, "POST /corpus?name=<file name>");
       const type = corpusMediaType(request.headers["content-type"], name);
-      if (!type) throw new BothyError("unsupported_media_type", "The corpus takes CSV, plain text and Markdown: send Content-Type text/csv, text/plain or text/markdown (or a .csv/.txt/.md name).");
+      if (!type) throw new BothyError("unsupported_media_type", "The corpus takes CSV, plain text, Markdown and PDF: send Content-Type text/csv, text/plain, text/markdown or application/pdf (or a .csv/.txt/.md/.pdf name).");
       if (!Buffer.isBuffer(request.body)) throw new BothyError("invalid_request", "POST /corpus takes the document's bytes as the body.");
-      return reply.code(201).send(await tools.corpus.add(name, type, request.body));
+      const text = type === "application/pdf" ? await tools.pdfText(request.body) : undefined;
+      return reply.code(201).send(await tools.corpus.add(name, type, request.body, text));
     });
   });
 

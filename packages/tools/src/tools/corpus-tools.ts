@@ -32,7 +32,7 @@ export function registerCorpusTools(server: McpServer, tools: AgentTools): void 
       const sandboxId = await ctx.sandbox();
       await tools.api.mkdirp(sandboxId, posix.dirname(dest));
       const written = await tools.api.write(sandboxId, dest, createReadStream(tools.corpus.path(doc.id)));
-      let shape = `${doc.lines} lines`;
+      let shape = doc.media_type === "application/pdf" ? `a PDF whose text (${doc.lines} lines) is what rag_search searches; extract it here with pdftotext -layout` : `${doc.lines} lines`;
       if (doc.media_type === "text/csv") {
         const head = (await readFile(tools.corpus.path(doc.id), "utf8")).split("\n", 1)[0] ?? "";
         shape = `${Math.max(doc.lines - 1, 0)} data rows under the header: ${head.slice(0, 500)}`;
