@@ -25,6 +25,11 @@ export interface CallContext {
   sandbox(): Promise<string>;
 }
 
+/** `s` as one word for a POSIX shell. */
+export function shellQuote(s: string): string {
+  return `'${s.replaceAll("'", `'\\''`)}'`;
+}
+
 /** Resolves a path as the guest does: relative ones from /workspace. */
 export function resolvePath(path: string): string {
   return posix.resolve("/workspace", path);

@@ -263,6 +263,22 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
       await guardCases(client, "flow-http");
     });
 
+    it("shows a large image as a downscaled copy the model can take in", { timeout: 60_000 }, async () => {
+      const call = caller(client, "flow-http");
+      const made = await call("computer_bash", { command: "python3 -c \"import os; from PIL import Image; Image.frombytes('RGB', (2400, 1800), os.urandom(2400 * 1800 * 3)).save('noise.png')\" && stat -c %s noise.png" }, "t7");
+      expect(text(made)).toContain("Exit code 0.");
+      const view = await call("computer_view_file", { path: "noise.png" }, "t7");
+      expect(view.isError).toBeFalsy();
+      const image = view.content.find((c) => c.type === "image") as { type: "image"; data: string; mimeType: string } | undefined;
+      expect(image?.mimeType).toBe("image/jpeg");
+      const jpeg = Buffer.from(image?.data ?? "", "base64");
+      expect(jpeg.length).toBeLessThan(2 * 1024 * 1024);
+      expect(text(view)).toMatch(/image\/png, \d+ bytes\. Shown as a downscaled JPEG copy \(at most 1568 px a side/);
+      expect(view._meta).toMatchObject({ media_type: "image/png", shown_as: "image/jpeg" });
+      // Nothing of the copy is left in the sandbox.
+      expect(text(await call("computer_bash", { command: "ls /tmp | grep -c bothy-view || true" }, "t7"))).toMatch(/\n0\n/);
+    });
+
     it("cuts long output from the middle with a notice, and starts background commands at once", async () => {
       const call = caller(client, "flow-http");
       const long = await call("computer_bash", { command: "seq 1 100000" }, "t5");

@@ -5,7 +5,7 @@ import type { AgentTools } from "../agent-tools.ts";
 import { DESCRIPTIONS } from "../guidance.ts";
 import { MiddleTruncator } from "../text-view.ts";
 import { okResult, untrustedResult } from "../tool-result.ts";
-import { withContext, type Extra } from "../tool-context.ts";
+import { shellQuote, withContext, type Extra } from "../tool-context.ts";
 
 const FLUSH_MS = 250;
 const MAX_NOTIFICATION_CHARS = 8000;
@@ -122,8 +122,4 @@ export function registerComputerBash(server: McpServer, tools: AgentTools, sessi
       });
     }),
   );
-}
-
-function shellQuote(s: string): string {
-  return `'${s.replaceAll("'", `'\\''`)}'`;
 }
