@@ -83,10 +83,7 @@ export class QemuSandbox implements SandboxHandle {
         // Until the restore holds, its QEMU ending is not the sandbox ending.
         this.paused = true;
         try {
-          const stream = await this.launch(this.memoryState, signal);
-          this.paused = false;
-          await rm(this.memoryState, { force: true });
-          return stream;
+          return await this.launchFromMemory(signal);
         } catch (err) {
           // A save cut short by a crash cannot be restored; the disk is still whole.
           this.driver.options.log("qemu_restore_failed", { sandbox_id: this.id, error: (err as Error).message });
@@ -185,15 +182,20 @@ export class QemuSandbox implements SandboxHandle {
     for (const f of [vmFiles(this.spec.dir).agentSocket, vmFiles(this.spec.dir).qmpSocket]) await rm(f, { force: true });
   }
 
+  /** Starts QEMU from the saved memory; once it runs, the sandbox is no longer paused and the state file goes. */
+  private async launchFromMemory(signal?: AbortSignal): Promise<GuestStream> {
+    const stream = await this.launch(this.memoryState, signal);
+    this.paused = false;
+    await rm(this.memoryState, { force: true });
+    return stream;
+  }
+
   /** Restores a paused sandbox from its memory state; the state file goes once QEMU runs it. */
   async resume(signal?: AbortSignal): Promise<GuestStream> {
     if (this.destroying) throw new BothyError("sandbox_not_running", `Sandbox ${this.id} is being deleted.`);
     if (!this.paused) throw new BothyError("internal", `Sandbox ${this.id} is not paused.`);
     try {
-      const stream = await this.launch(this.memoryState, signal);
-      this.paused = false;
-      await rm(this.memoryState, { force: true });
-      return stream;
+      return await this.launchFromMemory(signal);
     } catch (err) {
       // Still paused: the state file is kept and a later resume may try again.
       const vm = this.vm;
