@@ -353,7 +353,6 @@ export class SandboxManager {
    * a machine does before it powers off, so nothing written before the stop is lost.
    */
   private async stopOnPurpose(id: string, booted: BootedSandbox, reason: string, closeWith: BothyError): Promise<void> {
-    this.live.delete(id);
     await execQuiet(booted.agent, "sync", FLUSH_TIMEOUT_MS, "Flushing the disk").catch((err: unknown) => this.log("sandbox_flush_failed", { sandbox_id: id, error: (err as Error).message }));
     await this.stopHeld(id, booted, reason, closeWith);
   }
