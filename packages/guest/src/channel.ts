@@ -25,14 +25,17 @@ export class Channel {
           if (!this.decoder.skipPast(RESYNC_END)) return;
           this.hunting = false;
         }
+        let frames: RawFrame[];
         try {
-          for (const frame of this.decoder.decode()) this.onFrame(frame);
-          return;
+          frames = this.decoder.decode();
         } catch {
           // Out of step: a host that died mid-frame, and a new one that sent its resync preamble.
           // Nothing is trusted until the end marker; a stream that never sends one stays silent.
           this.hunting = true;
+          continue;
         }
+        for (const frame of frames) this.onFrame(frame);
+        return;
       }
     });
     input.on("end", () => this.onClose("host closed the channel"));
