@@ -101,7 +101,7 @@ export class GvisorDriver implements Driver {
     }
   }
 
-  /** Ends the container and unmounts its root; the upper directory (its files) stays. */
+  /** Ends the container and unmounts its root and disk; the disk (its files) stays. */
   async release(sandboxId: string): Promise<void> {
     if (!SANDBOX_ID_RE.test(sandboxId)) throw new BothyError("invalid_sandbox_id", `Refusing to release ${sandboxId}: not a sandbox id.`);
     try {
