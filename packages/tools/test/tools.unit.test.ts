@@ -68,13 +68,16 @@ describe("media types", () => {
 });
 
 describe("corpus", () => {
-  it("takes CSV, text and Markdown by Content-Type or extension, nothing else", () => {
+  it("takes CSV, text, Markdown and PDF by Content-Type or extension, nothing else", () => {
     expect(corpusMediaType("text/csv; charset=utf-8", "x")).toBe("text/csv");
     expect(corpusMediaType(undefined, "notes.md")).toBe("text/markdown");
     expect(corpusMediaType("application/octet-stream", "a.txt")).toBe("text/plain");
     expect(corpusMediaType("text/plain;charset=UTF-8", "notes.md")).toBe("text/markdown");
     expect(corpusMediaType("text/plain", "README")).toBe("text/plain");
-    expect(corpusMediaType("application/pdf", "a.pdf")).toBeUndefined();
+    expect(corpusMediaType("application/pdf", "a.pdf")).toBe("application/pdf");
+    expect(corpusMediaType("application/octet-stream", "report.PDF")).toBe("application/pdf");
+    expect(corpusMediaType("image/png", "photo.png")).toBeUndefined();
+    expect(corpusMediaType(undefined, "archive.zip")).toBeUndefined();
   });
 
   it("splits a CSV into runs of rows under their header, with line numbers", () => {
