@@ -68,7 +68,8 @@ export class Command {
   private readonly stopDrainWatch: () => void;
   private pty: PtySize | undefined;
   private resizing: Promise<void> = Promise.resolve();
-  private readonly oomKillsAtStart = oomKills();
+  /** Only VM guests have an OOM killer of their own to ask (gVisor ends the whole sandbox). */
+  private readonly oomKillsAtStart = IN_VM ? oomKills() : undefined;
   private readonly cgroup: string | undefined;
 
   constructor(
@@ -225,8 +226,9 @@ export class Command {
     this.stopDrainWatch();
     // Killed (by SIGKILL, or a shell reporting 128+9) while the kernel's OOM killer was at work:
     // most likely by it, the cause that matters.
-    const after = signal === "SIGKILL" || code === 137 ? oomKills() : undefined;
-    const oomKilled = after !== undefined && this.oomKillsAtStart !== undefined && after > this.oomKillsAtStart;
+    const before = this.oomKillsAtStart;
+    const after = before !== undefined && (signal === "SIGKILL" || code === 137) ? oomKills() : undefined;
+    const oomKilled = before !== undefined && after !== undefined && after > before;
     if (!this.detached) this.channel.send({ t: "exited", id: this.id, code, signal, ...(oomKilled ? { oom_killed: true } : {}) });
     // Empty once everything the command started has ended; what it left running keeps it.
     if (this.cgroup) rmdir(this.cgroup, () => undefined);

@@ -75,16 +75,12 @@ export class FrameDecoder {
       const at = all.indexOf(marker, from);
       if (at < 0) {
         // Keep only what could still be the start of a marked frame.
-        const tail = all.subarray(Math.max(0, all.length - (marker.length + FRAME_PREFIX_BYTES - 1)));
-        this.chunks = tail.length > 0 ? [tail] : [];
-        this.buffered = tail.length;
+        this.keepOnly(all.subarray(Math.max(0, all.length - (marker.length + FRAME_PREFIX_BYTES - 1))));
         return false;
       }
       const start = at - FRAME_PREFIX_BYTES;
       if (fits(all.readUInt32BE(start), all.readUInt32BE(start + 4))) {
-        const rest = all.subarray(start);
-        this.chunks = [rest];
-        this.buffered = rest.length;
+        this.keepOnly(all.subarray(start));
         return true;
       }
       from = at + 1;
@@ -95,10 +91,13 @@ export class FrameDecoder {
   skipPast(marker: Buffer): boolean {
     const all = Buffer.concat(this.chunks);
     const at = all.indexOf(marker);
-    const rest = at < 0 ? all.subarray(Math.max(0, all.length - marker.length + 1)) : all.subarray(at + marker.length);
+    this.keepOnly(at < 0 ? all.subarray(Math.max(0, all.length - marker.length + 1)) : all.subarray(at + marker.length));
+    return at >= 0;
+  }
+
+  private keepOnly(rest: Buffer): void {
     this.chunks = rest.length > 0 ? [rest] : [];
     this.buffered = rest.length;
-    return at >= 0;
   }
 
   /** Takes every whole frame buffered so far. */

@@ -129,9 +129,7 @@ export class AgentTools {
       let output = "";
       const done = await this.api.exec(box.sandbox_id, { cmd: "pdftotext -enc UTF-8 -layout upload.pdf upload.txt", cwd: "/workspace", timeout_s: 120 }, (_s, t) => (output = (output + t).slice(-2000)));
       if (done.exit_code !== 0) throw new BothyError("invalid_request", `This PDF's text could not be extracted (pdftotext: ${output.trim().slice(-500) || `exit ${String(done.exit_code)}`}).`);
-      const chunks: Buffer[] = [];
-      for await (const chunk of await this.api.readStream(box.sandbox_id, "/workspace/upload.txt")) chunks.push(chunk as Buffer);
-      const text = Buffer.concat(chunks).toString("utf8").replaceAll("\f", "\n");
+      const text = (await this.api.readAll(box.sandbox_id, "/workspace/upload.txt")).toString("utf8").replaceAll("\f", "\n");
       if (!text.trim()) throw new BothyError("invalid_request", "This PDF has no text to index (a scan? run OCR on it in a sandbox with tesseract first).");
       return text;
     } finally {

@@ -174,6 +174,13 @@ export class SandboxApi {
   }
 
   /** The file's bytes as a stream (throws file_not_found and friends as BothyError). */
+  /** A small file whole (the tools' own scratch files: extracted text, a downscaled image). */
+  async readAll(id: string, path: string): Promise<Buffer> {
+    const chunks: Buffer[] = [];
+    for await (const chunk of await this.readStream(id, path)) chunks.push(chunk as Buffer);
+    return Buffer.concat(chunks);
+  }
+
   async readStream(id: string, path: string, signal?: AbortSignal): Promise<Readable> {
     const res = await this.call("GET", `/sandboxes/${id}/files`, { query: { path }, ...(signal ? { signal } : {}) });
     if (!res.body) return Readable.from([]);

@@ -75,15 +75,15 @@ export interface GuestIdentity {
   entropy: Buffer;
 }
 
+/** How every hello header starts (the agent encodes `{ t: "hello", ... }` with JSON.stringify). */
+const HELLO_MARKER = Buffer.from('{"t":"hello"');
+const MAX_HELLO_HEADER_BYTES = 1024;
+
 /**
  * The host's end of the guest-agent protocol over one byte stream: handshake, request ids,
  * multiplexed commands and file operations. Every frame from the guest is validated; a guest that
  * breaks the protocol is disconnected.
  */
-/** How every hello header starts (the agent encodes `{ t: "hello", ... }` with JSON.stringify). */
-const HELLO_MARKER = Buffer.from('{"t":"hello"');
-const MAX_HELLO_HEADER_BYTES = 1024;
-
 export class AgentClient {
   private readonly decoder = new FrameDecoder();
   private readonly pending = new Map<number, Pending>();

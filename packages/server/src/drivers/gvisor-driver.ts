@@ -92,21 +92,21 @@ export class GvisorDriver implements Driver {
   }
 
   async removeOrphan(sandboxId: string): Promise<void> {
-    if (!SANDBOX_ID_RE.test(sandboxId)) throw new BothyError("invalid_sandbox_id", `Refusing to remove ${sandboxId}: not a sandbox id.`);
     try {
-      if (await this.hasContainerState(sandboxId)) await this.removeContainer(sandboxId);
+      await this.release(sandboxId);
     } finally {
-      // The disk goes even when runsc misbehaves: a mount left behind is the worse leak.
-      await this.removeDisk(join(this.opts.sandboxesDir, sandboxId));
+      // The directory goes even when runsc misbehaves (release has unmounted what it could).
+      await rm(join(this.opts.sandboxesDir, sandboxId), { recursive: true, force: true });
     }
   }
 
   /** Ends the container and unmounts its root and disk; the disk (its files) stays. */
   async release(sandboxId: string): Promise<void> {
-    if (!SANDBOX_ID_RE.test(sandboxId)) throw new BothyError("invalid_sandbox_id", `Refusing to release ${sandboxId}: not a sandbox id.`);
+    if (!SANDBOX_ID_RE.test(sandboxId)) throw new BothyError("invalid_sandbox_id", `Refusing to remove ${sandboxId}: not a sandbox id.`);
     try {
       if (await this.hasContainerState(sandboxId)) await this.removeContainer(sandboxId);
     } finally {
+      // A mount left behind is the worse leak: unmount even when runsc misbehaves.
       await this.unmountRoot(join(this.opts.sandboxesDir, sandboxId));
     }
   }
@@ -152,16 +152,11 @@ export class GvisorDriver implements Driver {
     return entries.some((e) => e.startsWith(`${id}_`));
   }
 
-  /** @internal unmounts the sandbox's root overlay and removes its directory. */
-  async removeDisk(dir: string): Promise<void> {
-    await this.unmountRoot(dir);
-    await rm(dir, { recursive: true, force: true });
-  }
-
   /** Unmounts the sandbox's root overlay, then its disk (the overlay's upper layer lives on it). */
   private async unmountRoot(dir: string): Promise<void> {
+    const mounted = new Set((await this.listMounts()).map((m) => m.target));
     for (const target of [join(dir, "rootfs"), join(dir, DISK_MOUNT)]) {
-      if (!(await this.listMounts()).some((m) => m.target === target)) continue;
+      if (!mounted.has(target)) continue;
       await run("umount", [target], { timeoutMs: MOUNT_TIMEOUT_MS }).catch(async (err) => {
         // A process of ours may still hold it for a moment; detach now, the kernel frees it after.
         this.opts.log("umount_lazy", { dir, target, error: (err as Error).message });

@@ -112,7 +112,13 @@ function childProcess(child: ChildProcess, onError: (message: string) => void): 
 
 /** A process another server started: alive while /proc has it (its parent is gone, so it is never our zombie). */
 function adoptedProcess(pid: number): HeldProcess {
-  const alive = (): boolean => existsSync(`/proc/${pid}/cmdline`) && readFileSync(`/proc/${pid}/cmdline`, "utf8") !== "";
+  const alive = (): boolean => {
+    try {
+      return readFileSync(`/proc/${pid}/cmdline`, "utf8") !== "";
+    } catch {
+      return false; // gone (its /proc entry went between two looks)
+    }
+  };
   const exited = new Promise<ExitInfo>((resolve) => {
     // Not unref'd: whoever waits for this VM to end must keep the process alive until it has.
     const timer = setInterval(() => {
@@ -140,12 +146,15 @@ export class VmProcess {
   readonly exited: Promise<ExitInfo>;
   private stderrTail = "";
 
+  private readonly proc: HeldProcess;
+
   private constructor(
-    private readonly proc: HeldProcess,
+    hold: (noteError: (message: string) => void) => HeldProcess,
     readonly config: VmConfig,
     stderr?: Readable | null,
   ) {
-    this.exited = proc.exited;
+    this.proc = hold((message) => (this.stderrTail += `\n${message}`));
+    this.exited = this.proc.exited;
     stderr?.setEncoding("utf8");
     stderr?.on("data", (s: string) => {
       this.stderrTail = (this.stderrTail + s).slice(-4096);
@@ -156,19 +165,12 @@ export class VmProcess {
     // Its own session: a terminal's Ctrl-C goes to the server, not to every VM, and a VM outlives
     // a server that crashed, so the next one can attach to it.
     const child = spawn(config.qemuPath, await qemuArgs(config), { stdio: ["ignore", "ignore", "pipe"], detached: true });
-    const errors: string[] = [];
-    const vm = new VmProcess(childProcess(child, (message) => errors.push(message)), config, child.stderr);
-    void vm.exited.then(() => errors.forEach((m) => vm.noteError(m)));
-    return vm;
+    return new VmProcess((noteError) => childProcess(child, noteError), config, child.stderr);
   }
 
   /** The QEMU of `pid`, started by an earlier server, whose sockets are in `config.dir`. */
   static adopt(pid: number, config: VmConfig): VmProcess {
-    return new VmProcess(adoptedProcess(pid), config);
-  }
-
-  private noteError(message: string): void {
-    this.stderrTail += `\n${message}`;
+    return new VmProcess(() => adoptedProcess(pid), config);
   }
 
   get running(): boolean {

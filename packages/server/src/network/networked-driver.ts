@@ -31,18 +31,21 @@ export class NetworkedDriver implements Driver {
     return this.inner.preflight();
   }
 
+  /** A new sandbox gets a network made for it; one taken over after a restart keeps the one it has. */
   create(spec: SandboxSpec): SandboxHandle {
     const policy = spec.egress ?? DEFAULT_POLICY;
+    let planNetwork: () => Promise<PlannedNetwork>;
     if (spec.attach) {
-      const adopt = async (): Promise<PlannedNetwork> => {
+      planNetwork = async () => {
         const plan = await this.net.adopt(spec.id, this.kind, policy);
         if (!plan) throw new BothyError("create_failed", `Sandbox ${spec.id}'s network is not whole any more; it cannot be taken over.`);
         return plan;
       };
-      return new NetworkedHandle(spec, adopt, false, (plan) => this.inner.create({ ...spec, network: plan.guest }), this.net, this.kind === "tap");
+    } else {
+      const plan = this.net.allocate(spec.id, this.kind, policy);
+      planNetwork = () => Promise.resolve(plan);
     }
-    const plan = this.net.allocate(spec.id, this.kind, policy);
-    return new NetworkedHandle(spec, () => Promise.resolve(plan), true, (p) => this.inner.create({ ...spec, network: p.guest }), this.net, this.kind === "tap");
+    return new NetworkedHandle(spec, planNetwork, !spec.attach, (plan) => this.inner.create({ ...spec, network: plan.guest }), this.net, this.kind === "tap");
   }
 
   async reconcile(): Promise<HostObject[]> {

@@ -33,10 +33,7 @@ async function downscaled(ctx: CallContext, sandboxId: string, path: string): Pr
   const cmd = `python3 -c '${py}' "$0" "$1" 2>/dev/null || convert "$0[0]" -resize '${VIEW_MAX_SIDE}x${VIEW_MAX_SIDE}>' -quality 85 "$1" 2>/dev/null`;
   try {
     const done = await ctx.tools.api.exec(sandboxId, { cmd: `sh -c ${shellQuote(cmd)} ${shellQuote(path)} ${shellQuote(out)}`, cwd: "/", timeout_s: 60 }, () => undefined);
-    if (done.exit_code !== 0) return undefined;
-    const chunks: Buffer[] = [];
-    for await (const chunk of await ctx.tools.api.readStream(sandboxId, out)) chunks.push(chunk as Buffer);
-    return Buffer.concat(chunks);
+    return done.exit_code === 0 ? await ctx.tools.api.readAll(sandboxId, out) : undefined;
   } finally {
     await ctx.tools.api.exec(sandboxId, { cmd: `rm -f ${out}`, cwd: "/" }, () => undefined).catch(() => undefined);
   }
