@@ -168,7 +168,7 @@ async function rawRun(overlay: boolean, i: number, agentPath: string): Promise<R
       await run("mount", ["-t", "overlay", "overlay", "-o", `lowerdir=${seed.rootfs},upperdir=${join(dir, "upper")},workdir=${join(dir, "work")}`, rootfs]);
       mounted = true;
     }
-    const spec = buildOciSpec({ id, templateRoot: seed.rootfs, templateEnv: seed.env, vcpu: 1, memoryMib: 512, dir, rootfs, agentPath }) as OciSpec;
+    const spec = buildOciSpec({ id, templateRoot: seed.rootfs, templateEnv: seed.env, vcpu: 1, memoryMib: 512, maxProcesses: 1024, dir, rootfs, agentPath }) as OciSpec;
     spec.process.args = ["/bin/sh", "-c", "echo ok"];
     spec.root.readonly = !overlay;
     // A read-only root cannot get the agent's mount point; the raw command does not need it.

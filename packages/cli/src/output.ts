@@ -34,6 +34,8 @@ export function printSandbox(s: SandboxInfo): void {
     ["driver", `${s.driver}${s.acceleration ? ` (${s.acceleration})` : ""}`],
     ["vcpu", String(s.vcpu)],
     ["memory", `${s.memory_mib} MiB`],
+    ...(s.disk_mib == null ? [] : [["disk", `${s.disk_mib} MiB`] as [string, string]]),
+    ...(s.max_processes == null ? [] : [["processes", `at most ${s.max_processes}`] as [string, string]]),
     ["created", `${s.created_at} (${relative(s.created_at)})`],
     ["expires", s.expires_at ? `${s.expires_at} (${relative(s.expires_at)})` : "-"],
   ];

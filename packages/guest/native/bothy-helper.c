@@ -7,14 +7,19 @@
  *                                restored, every clone would otherwise share the same RNG state.
  *   bothy-helper settime S NS    sets CLOCK_REALTIME: a restored clock is the snapshot's clock.
  *   bothy-helper identity S NS   both, in one process: spawning is slow under emulation.
+ *   bothy-helper growroot DEV B  waits (up to 30 s) until the block device DEV holds at least B
+ *                                bytes (the guest learns of a disk the host grew a moment later),
+ *                                then grows the ext4 file system mounted at / to fill it, online.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/fs.h>
 #include <linux/random.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,10 +49,37 @@ static int settime(const char *s, const char *ns) {
   return 0;
 }
 
+#ifndef EXT4_IOC_RESIZE_FS
+#define EXT4_IOC_RESIZE_FS _IOW('f', 16, unsigned long long)
+#endif
+
+static int growroot(const char *dev, const char *bytes) {
+  unsigned long long want = strtoull(bytes, NULL, 10), size = 0;
+  int fd = open(dev, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) { perror(dev); return 1; }
+  for (int i = 0; i < 600; i++) {
+    if (ioctl(fd, BLKGETSIZE64, &size) < 0) { perror("BLKGETSIZE64"); return 1; }
+    if (size >= want) break;
+    usleep(50 * 1000);
+  }
+  close(fd);
+  if (size < want) { fprintf(stderr, "growroot: %s holds %llu bytes, not the %llu the host gave it\n", dev, size, want); return 1; }
+  struct statvfs st;
+  if (statvfs("/", &st) < 0) { perror("statvfs /"); return 1; }
+  unsigned long long blocks = size / st.f_frsize;
+  int root = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (root < 0) { perror("open /"); return 1; }
+  /* The kernel grows a mounted ext4 in place; the same size again is nothing to do. */
+  if (ioctl(root, EXT4_IOC_RESIZE_FS, &blocks) < 0) { perror("EXT4_IOC_RESIZE_FS"); return 1; }
+  close(root);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 2 && strcmp(argv[1], "reseed") == 0) return reseed();
   if (argc == 4 && strcmp(argv[1], "settime") == 0) return settime(argv[2], argv[3]);
   if (argc == 4 && strcmp(argv[1], "identity") == 0) return reseed() || settime(argv[2], argv[3]);
-  fprintf(stderr, "usage: bothy-helper reseed | settime SECONDS NANOSECONDS | identity SECONDS NANOSECONDS\n");
+  if (argc == 4 && strcmp(argv[1], "growroot") == 0) return growroot(argv[2], argv[3]);
+  fprintf(stderr, "usage: bothy-helper reseed | settime SECONDS NANOSECONDS | identity SECONDS NANOSECONDS | growroot DEVICE BYTES\n");
   return 2;
 }

@@ -5,19 +5,72 @@
  * sandbox's pid limit runs out). It exits with the agent's status, which ends the sandbox.
  * Static, so it does not depend on the template's libc.
  *
+ * First it mounts gVisor's pids cgroup controller (cgroup v1, on a tmpfs at /sys/fs/cgroup) and
+ * makes the `commands` cgroup the agent puts every command in: its pids.max is the sandbox's
+ * process limit (the agent sets it from the host's `limits`), so a fork bomb gets EAGAIN. The
+ * agent itself stays outside it. gVisor's controller charges a cgroup's own tasks only, not its
+ * children's, so the commands share this one cgroup rather than one each. Mounting needs
+ * CAP_SYS_ADMIN, which the container's process has only for this: bothy-init drops it from every
+ * set (bounding set included) before it starts the agent, so no command ever holds it, and
+ * refuses to start the agent if it cannot.
+ *
  *   bothy-init PROGRAM [ARGS...]
  */
 #include <errno.h>
+#include <linux/capability.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 static pid_t agent;
 
+#define CGROUP_ROOT "/sys/fs/cgroup"
+#define PIDS_ROOT CGROUP_ROOT "/pids"
+#define COMMANDS_CGROUP PIDS_ROOT "/commands"
+/* Until the host says otherwise; the same default as the server's. */
+#define DEFAULT_MAX_PROCESSES "1024"
+
+static int write_file(const char *path, const char *value) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  int ok = fputs(value, f) >= 0;
+  return (fclose(f) == 0 && ok) ? 0 : -1;
+}
+
+/* Returns 0 with the commands cgroup ready, else -1 (and says why on stderr). */
+static int commands_cgroup(void) {
+  if (mount("none", CGROUP_ROOT, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755") < 0) return perror("bothy-init: mount " CGROUP_ROOT), -1;
+  if (mkdir(PIDS_ROOT, 0755) < 0) return perror("bothy-init: mkdir " PIDS_ROOT), -1;
+  if (mount("none", PIDS_ROOT, "cgroup", MS_NOSUID | MS_NODEV | MS_NOEXEC, "pids") < 0) return perror("bothy-init: mount pids cgroup"), -1;
+  if (mkdir(COMMANDS_CGROUP, 0755) < 0) return perror("bothy-init: mkdir " COMMANDS_CGROUP), -1;
+  if (write_file(COMMANDS_CGROUP "/pids.max", DEFAULT_MAX_PROCESSES) < 0) return perror("bothy-init: pids.max"), -1;
+  return 0;
+}
+
 static void forward(int sig) {
   if (agent > 0) kill(agent, sig);
+}
+
+/* Gives CAP_SYS_ADMIN up for good: no process started from here on can have it. */
+static int drop_sys_admin(void) {
+  if (prctl(PR_CAPBSET_DROP, CAP_SYS_ADMIN, 0, 0, 0) < 0) return perror("bothy-init: PR_CAPBSET_DROP"), -1;
+  struct __user_cap_header_struct header = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
+  struct __user_cap_data_struct data[2];
+  if (syscall(SYS_capget, &header, data) < 0) return perror("bothy-init: capget"), -1;
+  for (int i = 0; i < 2; i++) {
+    unsigned bit = CAP_SYS_ADMIN / 32 == i ? 1u << (CAP_SYS_ADMIN % 32) : 0;
+    data[i].effective &= ~bit;
+    data[i].permitted &= ~bit;
+    data[i].inheritable &= ~bit;
+  }
+  if (syscall(SYS_capset, &header, data) < 0) return perror("bothy-init: capset"), -1;
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -25,6 +78,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: bothy-init PROGRAM [ARGS...]\n");
     return 2;
   }
+  /* Without it commands have no process limit; the agent refuses the host's `limits`, so the
+     sandbox fails to start rather than run unlimited. */
+  if (commands_cgroup() == 0) setenv("BOTHY_COMMANDS_CGROUP", COMMANDS_CGROUP, 1);
+  if (drop_sys_admin() < 0) return 1;
   agent = fork();
   if (agent < 0) {
     perror("bothy-init: fork");

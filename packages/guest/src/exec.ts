@@ -3,6 +3,7 @@ import { mkdirSync, readFileSync, rmdir, writeFileSync } from "node:fs";
 import type { Readable } from "node:stream";
 import { OUTPUT_CHUNK_BYTES, OUTPUT_WINDOW_BYTES, type ParsedHostFrame, type SignalName } from "@bothy/protocol";
 import type { Channel } from "./channel.ts";
+import { COMMANDS_CGROUP } from "./limits.ts";
 import { ptyArgs, resizePty, SCRIPT_PATH, signalSession, type PtySize } from "./pty.ts";
 
 type ExecFrame = Extract<ParsedHostFrame, { t: "exec" }>;
@@ -10,24 +11,21 @@ type ExecFrame = Extract<ParsedHostFrame, { t: "exec" }>;
 /** How long to wait for output pipes to close after the shell exits before closing them ourselves. */
 const PIPE_GRACE_MS = 500;
 
-/**
- * VM guests: the cgroup whose pids.max caps every command's processes (set up by the guest's
- * PID 1). Each command's shell moves itself there first, so all it starts is counted.
- */
-const COMMANDS_CGROUP = process.env["BOTHY_COMMANDS_CGROUP"];
-delete process.env["BOTHY_COMMANDS_CGROUP"];
 const IN_VM = process.env["BOTHY_CHANNEL"] !== undefined;
 let cgroupSeq = 0;
 
 /**
- * What a command's shell does first. In a VM the agent is exempt from the OOM killer and its
- * children inherit that: a command gives it up (else an out-of-memory guest has nothing to kill
- * and panics), and moves into its own cgroup under the commands' one, so the process cap counts
- * all it starts and a SIGKILL can end every process it made (cgroup.kill), however it forks.
+ * What a command's shell does first: it moves itself into the commands' cgroup, so the process
+ * limit counts all it starts (a shell that cannot join does not run the command). In a VM each
+ * command has a cgroup of its own under that one, so a SIGKILL can end every process it made
+ * (cgroup.kill), however it forks; gVisor's pids controller charges a cgroup's own tasks only,
+ * so there the commands share the limited cgroup itself. In a VM the agent is also exempt from
+ * the OOM killer and its children inherit that: a command gives it up (else an out-of-memory
+ * guest has nothing to kill and panics).
  */
 function commandSetup(): { prefix: string; cgroup: string | undefined } {
   let cgroup: string | undefined;
-  if (COMMANDS_CGROUP) {
+  if (COMMANDS_CGROUP && IN_VM) {
     try {
       cgroup = `${COMMANDS_CGROUP}/c${++cgroupSeq}`;
       mkdirSync(cgroup);
@@ -35,8 +33,34 @@ function commandSetup(): { prefix: string; cgroup: string | undefined } {
       cgroup = undefined;
     }
   }
-  const prefix = [...(cgroup ? [`echo $$ > ${cgroup}/cgroup.procs 2>/dev/null;`] : []), ...(IN_VM ? ["echo 0 > /proc/$$/oom_score_adj 2>/dev/null;"] : [])].join(" ");
+  const join = cgroup ?? COMMANDS_CGROUP;
+  const prefix = [
+    ...(join ? [`{ echo $$ > ${join}/cgroup.procs; } 2>/dev/null || { echo "bothy: this command could not join the sandbox's process-limited cgroup" >&2; exit 126; };`] : []),
+    ...(IN_VM ? ["echo 0 > /proc/$$/oom_score_adj 2>/dev/null;"] : []),
+  ].join(" ");
   return { prefix, cgroup };
+}
+
+/** How often, and how many times, a SIGKILL is sent again to a process group that is still there. */
+const GROUP_KILL_INTERVAL_MS = 50;
+const GROUP_KILL_TRIES = 100;
+
+/**
+ * SIGKILLs a process group until none of it is left: a process caught in the middle of a fork
+ * can leave a child that missed the signal (gVisor, where commands have no cgroup of their own
+ * to kill at once), and a fork bomb's survivors would carry on without their command.
+ */
+function killGroupUntilGone(pgid: number): void {
+  let tries = 0;
+  const again = (): void => {
+    try {
+      process.kill(-pgid, "SIGKILL");
+    } catch {
+      return; // ESRCH: nothing of the group is left
+    }
+    if (++tries < GROUP_KILL_TRIES) setTimeout(again, GROUP_KILL_INTERVAL_MS).unref();
+  };
+  again();
 }
 
 /** How many processes the kernel's OOM killer has ended so far (Linux guests; undefined elsewhere). */
@@ -151,6 +175,7 @@ export class Command {
       void signalSession(pid, sig);
       return;
     }
+    if (sig === "SIGKILL") return killGroupUntilGone(pid);
     try {
       process.kill(-pid, sig);
     } catch {

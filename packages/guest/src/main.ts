@@ -3,6 +3,7 @@ import { Channel } from "./channel.ts";
 import { Command } from "./exec.ts";
 import { AtomicWrite, FileRead, fileOpError, listDir, makeDir, removePath, renamePath, resolveGuestPath, statPath } from "./files.ts";
 import { applyIdentity } from "./identity.ts";
+import { applyLimits } from "./limits.ts";
 import { VirtioPort } from "./virtio-port.ts";
 
 const AGENT_VERSION = "bothy-agent/0.1.0";
@@ -102,6 +103,12 @@ function onFrame(raw: RawFrame): void {
           channel.send({ t: "identity_done", id: frame.id });
         },
         (err: Error) => sendError(frame.id, "io_error", `identity: ${err.message}`),
+      );
+      return;
+    case "limits":
+      applyLimits(frame).then(
+        () => channel.send({ t: "done", id: frame.id }),
+        (err: Error) => sendError(frame.id, "io_error", `limits: ${err.message}`),
       );
       return;
     case "stat":

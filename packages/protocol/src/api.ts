@@ -55,6 +55,8 @@ export const createSandboxRequest = z
     memory_mib: z.number().int().default(512),
     /** The sandbox's disk in MiB (its own files, beyond the template); omitted: BOTHY_DEFAULT_DISK_MIB. */
     disk_mib: z.number().int().optional(),
+    /** At most this many processes (threads included) run under its commands; omitted: BOTHY_DEFAULT_MAX_PROCESSES. */
+    max_processes: z.number().int().optional(),
     /** Omitted: the server's default (BOTHY_DRIVER). */
     driver: z.enum(DRIVER_NAMES).optional(),
     /** Seconds from when it runs until the sweeper deletes it; omitted: BOTHY_DEFAULT_TIMEOUT_S. Range checked by the server. */
@@ -90,6 +92,8 @@ export const sandboxInfo = z.object({
   memory_mib: z.number().int(),
   /** Null for sandboxes made before disk sizes existed. */
   disk_mib: z.number().int().nullable().optional(),
+  /** Null for sandboxes made before process limits could be chosen (they had 1024 in VMs, none in gVisor). */
+  max_processes: z.number().int().nullable().optional(),
   created_at: z.string(),
   deleted_at: z.string().nullable(),
   /** When the sweeper deletes it (ISO time); null for sandboxes made before timeouts existed. */

@@ -68,6 +68,19 @@ export const hostFrame = z.discriminatedUnion("t", [
    * snapshots): hostname, the environment commands get, the host's clock, and fresh entropy in
    * the payload (at least 32 bytes) that the guest credits to its kernel RNG before answering.
    */
+  /**
+   * The sandbox's limits, applied by the guest before the sandbox is handed out (answered with
+   * `done`): at most `max_processes` processes (threads included) under its commands, and, for
+   * VM guests whose disk the host just grew, the root file system grown online to `root_bytes`.
+   */
+  z
+    .object({
+      t: z.literal("limits"),
+      id: requestId,
+      max_processes: z.number().int().min(1).max(4_194_304),
+      root_bytes: z.number().int().min(1).optional(),
+    })
+    .strict(),
   z
     .object({
       t: z.literal("identity"),

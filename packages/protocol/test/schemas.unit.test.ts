@@ -263,6 +263,15 @@ describe("protocol surface", () => {
           },
           {
             "fields": [
+              "id",
+              "max_processes",
+              "root_bytes",
+              "t",
+            ],
+            "t": "limits",
+          },
+          {
+            "fields": [
               "env",
               "hostname",
               "id",

@@ -19,6 +19,10 @@ export interface SandboxCreateOptions extends SandboxOptions {
   template?: string;
   vcpu?: number;
   memoryMib?: number;
+  /** Room for the sandbox's own files beyond its template, in MiB (default: the server's, 4096). */
+  diskMib?: number;
+  /** At most this many processes (threads included) under its commands (default: the server's, 1024). */
+  maxProcesses?: number;
   /** Seconds from when it runs until the server deletes it (default: the server's, 1 h). */
   timeoutS?: number;
   /** gvisor or qemu (default: the server's BOTHY_DRIVER). */
@@ -62,6 +66,8 @@ export class Sandbox {
       ...(options.template === undefined ? {} : { template: options.template }),
       ...(options.vcpu === undefined ? {} : { vcpu: options.vcpu }),
       ...(options.memoryMib === undefined ? {} : { memory_mib: options.memoryMib }),
+      ...(options.diskMib === undefined ? {} : { disk_mib: options.diskMib }),
+      ...(options.maxProcesses === undefined ? {} : { max_processes: options.maxProcesses }),
       ...(options.timeoutS === undefined ? {} : { timeout_s: options.timeoutS }),
       ...(options.driver === undefined ? {} : { driver: options.driver }),
       ...(options.deleteOnDisconnect === undefined ? {} : { delete_on_disconnect: options.deleteOnDisconnect }),

@@ -3,6 +3,9 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { z } from "zod";
 
+/** Fewer and a command's own shell, pipeline and helpers could not start. */
+const MIN_PROCESSES = 16;
+
 const int = (def: number) => z.coerce.number().int().positive().default(def);
 
 const envSchema = z.object({
@@ -16,6 +19,9 @@ const envSchema = z.object({
   /** A sandbox's own disk (what it writes beyond its template), in MiB: default and maximum. */
   BOTHY_DEFAULT_DISK_MIB: int(4096),
   BOTHY_MAX_DISK_MIB: int(65536),
+  /** How many processes (threads included) a sandbox's commands may run at once: default and maximum. */
+  BOTHY_DEFAULT_MAX_PROCESSES: int(1024),
+  BOTHY_LIMIT_MAX_PROCESSES: int(32768),
   BOTHY_POOL_SIZE: z.coerce.number().int().min(0).max(32).default(1),
   BOTHY_LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
   BOTHY_BOOT_TIMEOUT_S: int(60),
@@ -67,7 +73,7 @@ export interface Config {
   templatesDir: string;
   templateSources: string;
   agentPath: string;
-  limits: { minVcpu: number; maxVcpu: number; minMemoryMib: number; maxMemoryMib: number; minDiskMib: number; maxDiskMib: number; defaultDiskMib: number; maxSandboxes: number };
+  limits: { minVcpu: number; maxVcpu: number; minMemoryMib: number; maxMemoryMib: number; minDiskMib: number; maxDiskMib: number; defaultDiskMib: number; minProcesses: number; maxProcesses: number; defaultProcesses: number; maxSandboxes: number };
   poolSize: number;
   logLevel: z.infer<typeof envSchema>["BOTHY_LOG_LEVEL"];
   bootTimeoutMs: number;
@@ -109,6 +115,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
       minDiskMib: 64,
       maxDiskMib: e.BOTHY_MAX_DISK_MIB,
       defaultDiskMib: Math.min(e.BOTHY_DEFAULT_DISK_MIB, e.BOTHY_MAX_DISK_MIB),
+      minProcesses: MIN_PROCESSES,
+      maxProcesses: e.BOTHY_LIMIT_MAX_PROCESSES,
+      defaultProcesses: Math.max(MIN_PROCESSES, Math.min(e.BOTHY_DEFAULT_MAX_PROCESSES, e.BOTHY_LIMIT_MAX_PROCESSES)),
       maxSandboxes: e.BOTHY_MAX_SANDBOXES,
     },
     poolSize: e.BOTHY_POOL_SIZE,

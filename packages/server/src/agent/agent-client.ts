@@ -274,6 +274,14 @@ export class AgentClient {
     });
   }
 
+  /** Gives the guest its limits (see the `limits` frame); resolves once it has applied them. */
+  applyLimits(limits: { maxProcesses: number; rootBytes?: number }): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const id = this.allocate({ kind: "done", resolve, reject });
+      this.send({ t: "limits", id, max_processes: limits.maxProcesses, root_bytes: limits.rootBytes });
+    });
+  }
+
   /** @internal */
   send(frame: HostFrame, payload?: Buffer): void {
     if (this.closed) return;

@@ -231,5 +231,5 @@ export function toCommandInfo(row: CommandRow): CommandInfo {
  */
 function lostMessage(err: { code: string; message: string }, sandboxId: string): string {
   if (err.code !== "agent_unavailable") return err.message;
-  return `${err.message} The sandbox stopped while this command ran: if it was not deleted or paused, it most likely ran out of memory (memory_mib limits the whole sandbox); GET /sandboxes/${sandboxId} shows its state.`;
+  return `${err.message} The sandbox stopped while this command ran: if it was not deleted or paused, it most likely ran out of memory (memory_mib limits the whole sandbox), or, in gVisor, of host tasks after a long fork bomb; GET /sandboxes/${sandboxId} shows its state.`;
 }

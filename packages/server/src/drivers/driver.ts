@@ -8,8 +8,13 @@ export interface SandboxSpec {
   templateEnv: Record<string, string>;
   vcpu: number;
   memoryMib: number;
-  /** How much the sandbox may write: gVisor's upper layer lives on a file system of this size. */
+  /**
+   * How much the sandbox may write beyond its template: gVisor's upper layer lives on a file
+   * system of this size; a VM's disk is the template's image grown by this much.
+   */
   diskMib?: number;
+  /** At most this many processes (threads included) under the sandbox's commands. */
+  maxProcesses: number;
   /** A directory the sandbox owns; everything the driver makes on disk lives under it. */
   dir: string;
   /** What the sandbox may reach (network/); absent: the server's default posture. */
@@ -84,6 +89,8 @@ export interface SandboxHandle {
   resume?(signal?: AbortSignal): Promise<GuestStream>;
   /** The guest's network, when the guest configures it itself over the channel after identity (VMs). */
   readonly guestNetwork?: GuestNetwork;
+  /** VMs: the size the host made the guest's disk; the guest grows its root file system to it. */
+  readonly guestRootBytes?: number;
 }
 
 /** A host object that exists for a sandbox: found by `reconcile`, removable without a handle. */

@@ -29,6 +29,9 @@ const CAPABILITIES = [
   "CAP_SYS_CHROOT",
   "CAP_KILL",
   "CAP_AUDIT_WRITE",
+  // Only for bothy-init (PID 1), to mount the commands' pids cgroup: it drops this from every
+  // set, bounding set included, before it starts the agent, so no command ever holds it.
+  "CAP_SYS_ADMIN",
 ];
 
 /** The OCI runtime spec of one sandbox: the agent as the only process, talking over stdio. */

@@ -1,10 +1,11 @@
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
-import { access, constants, mkdir, mkdtemp, readdir, readFile, rename, rm } from "node:fs/promises";
+import { access, constants, mkdir, mkdtemp, readdir, readFile, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { BothyError, SANDBOX_ID_RE } from "@bothy/protocol";
 import { AgentClient } from "../agent/agent-client.ts";
 import { ensureExt4Image } from "../images/ext4-image.ts";
+import { GUEST_MAX_PROCESSES } from "../images/guest-init.ts";
 import { ensureInitramfs } from "../images/initramfs.ts";
 import { ensureKernel, type GuestKernel } from "../images/kernel.ts";
 import { run } from "../util/host-command.ts";
@@ -39,6 +40,7 @@ export interface BaseSnapshot {
 }
 
 const DEFAULT_TB_SIZE_MIB = 16;
+const MIB = 1024 * 1024;
 const SAVE_TIMEOUT_MS = 60_000;
 
 /**
@@ -131,26 +133,40 @@ export class QemuDriver implements Driver {
     return this.opts.warmStart ?? true;
   }
 
-  /** A qcow2 overlay at `path` over `backing` (raw template image or a snapshot's qcow2). */
-  async createOverlay(path: string, backing: string, backingFormat: "raw" | "qcow2"): Promise<void> {
-    await run("qemu-img", ["create", "-q", "-f", "qcow2", "-F", backingFormat, "-b", backing, path], { timeoutMs: 30_000 });
+  /**
+   * A qcow2 overlay at `path` over `backing` (raw template image or a snapshot's qcow2), of the
+   * backing file's size or, given `bytes`, that size.
+   */
+  async createOverlay(path: string, backing: string, backingFormat: "raw" | "qcow2", bytes?: number): Promise<void> {
+    await run("qemu-img", ["create", "-q", "-f", "qcow2", "-F", backingFormat, "-b", backing, path, ...(bytes === undefined ? [] : [String(bytes)])], { timeoutMs: 30_000 });
   }
 
   /**
-   * The memory snapshot new sandboxes of this template and shape restore from: made on first
-   * use by booting the template once to agent-ready, then kept (like the ext4 image, a cache).
+   * A sandbox's disk size: the template's image grown by `diskMib` (room for its own files);
+   * sandboxes made before disk sizes (no `diskMib`) have the image's size.
    */
-  baseSnapshot(templateRoot: string, shape: { vcpu: number; memoryMib: number }): Promise<BaseSnapshot> {
-    const keyed = async (): Promise<{ key: string; image: string }> => {
+  async diskBytes(templateRoot: string, diskMib: number | undefined): Promise<number> {
+    return (await stat(await ensureExt4Image(templateRoot))).size + (diskMib ?? 0) * MIB;
+  }
+
+  /**
+   * The memory snapshot new sandboxes of this template, shape and disk size restore from: made
+   * on first use by booting the template once to agent-ready with its disk grown to that size,
+   * then kept (like the ext4 image, a cache). Each disk size has its own, so a restored
+   * sandbox's disk never needs growing.
+   */
+  baseSnapshot(templateRoot: string, shape: { vcpu: number; memoryMib: number; diskMib?: number }): Promise<BaseSnapshot> {
+    const keyed = async (): Promise<{ key: string; image: string; diskBytes: number }> => {
       const image = await ensureExt4Image(templateRoot);
+      const diskBytes = await this.diskBytes(templateRoot, shape.diskMib);
       const cfg = this.vmConfig(shape, "", "");
-      const key = createHash("sha256").update(JSON.stringify({ image, ...cfg, network: this.opts.network === true, v: 1 })).digest("hex").slice(0, 24);
-      return { key, image };
+      const key = createHash("sha256").update(JSON.stringify({ image, ...cfg, diskBytes, network: this.opts.network === true, v: 2 })).digest("hex").slice(0, 24);
+      return { key, image, diskBytes };
     };
-    return keyed().then(({ key, image }) => {
+    return keyed().then(({ key, image, diskBytes }) => {
       let job = this.bases.get(key);
       if (job === undefined) {
-        job = this.makeBase(key, image, shape);
+        job = this.makeBase(key, image, diskBytes, shape);
         job.catch(() => this.bases.delete(key));
         this.bases.set(key, job);
       }
@@ -158,7 +174,7 @@ export class QemuDriver implements Driver {
     });
   }
 
-  private async makeBase(key: string, image: string, shape: { vcpu: number; memoryMib: number }): Promise<BaseSnapshot> {
+  private async makeBase(key: string, image: string, diskBytes: number, shape: { vcpu: number; memoryMib: number }): Promise<BaseSnapshot> {
     const dir = join(this.snapshotsDir, key);
     const done: BaseSnapshot = { dir, disk: join(dir, "disk.qcow2"), memory: join(dir, "memory.state") };
     if (existsSync(done.memory) && existsSync(done.disk)) return done;
@@ -168,7 +184,7 @@ export class QemuDriver implements Driver {
     let vm: VmProcess | undefined;
     try {
       work = await mkdtemp(join(this.snapshotsDir, `.tmp-${key}-`));
-      await this.createOverlay(join(work, "disk.qcow2"), image, "raw");
+      await this.createOverlay(join(work, "disk.qcow2"), image, "raw", diskBytes);
       // A restore needs the snapshot's devices: with networking the snapshot VM has a NIC too, on a
       // transient tap QEMU makes itself, down and without an address, gone when QEMU ends.
       const network = this.opts.network ? { tap: `bs-${key.slice(0, 12)}` } : undefined;
@@ -177,6 +193,9 @@ export class QemuDriver implements Driver {
       const sock = await vm.connectSocket(vmFiles(work).agentSocket);
       const agent = new AgentClient(sock, sock);
       await agent.handshake(this.opts.bootTimeoutMs ?? 60_000);
+      // The guest boots on a disk larger than its file system: it grows the file system now, once
+      // for every sandbox of this snapshot (each gets its own process limit at restore).
+      if (diskBytes > (await stat(image)).size) await agent.applyLimits({ maxProcesses: GUEST_MAX_PROCESSES, rootBytes: diskBytes });
       // The host leaves before the save, so a restored agent starts out waiting for a host.
       agent.close(new BothyError("agent_unavailable", "Snapshot taken."));
       await saveVm(qmp, join(work, "memory.state"), SAVE_TIMEOUT_MS);

@@ -13,6 +13,8 @@ export const VM_MARKER = "vm.json";
 const RESTORE_TIMEOUT_MS = 60_000;
 const SAVE_TIMEOUT_MS = 60_000;
 const QUIT_GRACE_MS = 3_000;
+/** The disk's id on QEMU's command line (qemu-process.ts). */
+const ROOT_DRIVE = "root";
 
 /**
  * One QEMU sandbox. Its directory holds the disk overlay, sockets, pid file, console log and,
@@ -25,6 +27,7 @@ export class QemuSandbox implements SandboxHandle {
   private qmp: QmpClient | undefined;
   private started = false;
   private paused = false;
+  private rootBytes: number | undefined;
   private destroying: Promise<void> | undefined;
   private resolveEnd!: (exit: ExitInfo) => void;
   private readonly ended = new Promise<ExitInfo>((r) => (this.resolveEnd = r));
@@ -61,7 +64,7 @@ export class QemuSandbox implements SandboxHandle {
         await this.driver.createOverlay(this.disk, base.disk, "qcow2");
         return await this.launch(base.memory, signal);
       }
-      await this.driver.createOverlay(this.disk, await ensureExt4Image(this.spec.templateRoot), "raw");
+      await this.driver.createOverlay(this.disk, await ensureExt4Image(this.spec.templateRoot), "raw", await this.driver.diskBytes(this.spec.templateRoot, this.spec.diskMib));
       return await this.launch(undefined, signal);
     } catch (err) {
       const diag = this.diagnostics;
@@ -138,8 +141,30 @@ export class QemuSandbox implements SandboxHandle {
     });
     this.qmp = await vm.qmp(signal);
     if (incoming !== undefined) await resumeIncoming(this.qmp, RESTORE_TIMEOUT_MS);
+    // A restored guest already fills its disk unless it had to grow now; a booting one is told its size.
+    const grown = await this.growDisk(this.qmp);
+    this.rootBytes = grown || incoming === undefined ? await this.driver.diskBytes(this.spec.templateRoot, this.spec.diskMib) : undefined;
     const sock = await vm.connectSocket(vmFiles(this.spec.dir).agentSocket, signal);
     return { input: sock, output: sock, resync: incoming !== undefined };
+  }
+
+  /**
+   * Grows the VM's disk to the template's image plus `diskMib` if it is smaller (never shrinks
+   * it); says whether it did. New sandboxes already have that size (from their snapshot, or made
+   * so); a sandbox from before disk sizes, started again, gets its `diskMib` now.
+   */
+  private async growDisk(qmp: QmpClient): Promise<boolean> {
+    const target = await this.driver.diskBytes(this.spec.templateRoot, this.spec.diskMib);
+    const drives = (await qmp.command("query-block")) as Array<{ device?: string; inserted?: { image?: { "virtual-size"?: number } } }>;
+    const current = drives.find((d) => d.device === ROOT_DRIVE)?.inserted?.image?.["virtual-size"];
+    if (current === undefined) throw new BothyError("create_failed", "QEMU reported no root disk for the sandbox.");
+    if (current >= target) return false;
+    await qmp.command("block_resize", { device: ROOT_DRIVE, size: target });
+    return true;
+  }
+
+  get guestRootBytes(): number | undefined {
+    return this.rootBytes;
   }
 
   /** QEMU's last words and the guest console's last lines. */

@@ -59,7 +59,7 @@ mount --move /sys /newroot/sys
 exec switch_root /newroot /opt/bothy/busybox sh /opt/bothy/pid1.sh "$port"
 `;
 
-/** At most this many processes (threads included) run under a VM guest's commands. */
+/** At most this many processes (threads included) run under a VM guest's commands until the host's `limits` say otherwise. */
 export const GUEST_MAX_PROCESSES = 1024;
 
 export const PID1_SCRIPT = `# bothy PID 1 inside the guest: see packages/server/src/images/guest-init.ts

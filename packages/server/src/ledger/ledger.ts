@@ -70,6 +70,8 @@ const MIGRATIONS = [
    );`,
   // 8: the sandbox's disk size in MiB; null before it.
   `ALTER TABLE sandboxes ADD COLUMN disk_mib INTEGER;`,
+  // 9: the most processes its commands may run; null before it.
+  `ALTER TABLE sandboxes ADD COLUMN max_processes INTEGER;`,
 ];
 
 export interface SandboxRow {
@@ -81,6 +83,7 @@ export interface SandboxRow {
   vcpu: number;
   memory_mib: number;
   disk_mib: number | null;
+  max_processes: number | null;
   state: SandboxState;
   created_at: string;
   updated_at: string;
@@ -144,14 +147,14 @@ export class Ledger {
     this.db.close();
   }
 
-  insertSandbox(row: Omit<SandboxRow, "created_at" | "updated_at" | "deleted_at" | "error" | "expires_at" | "delete_on_disconnect" | "disconnect_grace_s" | "network" | "metadata" | "disk_mib"> & Partial<Pick<SandboxRow, "expires_at" | "delete_on_disconnect" | "disconnect_grace_s" | "network" | "metadata" | "disk_mib">>, idempotency?: { key: string; fingerprint: string }): SandboxRow {
+  insertSandbox(row: Omit<SandboxRow, "created_at" | "updated_at" | "deleted_at" | "error" | "expires_at" | "delete_on_disconnect" | "disconnect_grace_s" | "network" | "metadata" | "disk_mib" | "max_processes"> & Partial<Pick<SandboxRow, "expires_at" | "delete_on_disconnect" | "disconnect_grace_s" | "network" | "metadata" | "disk_mib" | "max_processes">>, idempotency?: { key: string; fingerprint: string }): SandboxRow {
     const t = now();
-    const full: SandboxRow = { expires_at: null, delete_on_disconnect: 0, disconnect_grace_s: null, network: null, metadata: null, disk_mib: null, ...row, created_at: t, updated_at: t, deleted_at: null, error: null };
+    const full: SandboxRow = { expires_at: null, delete_on_disconnect: 0, disconnect_grace_s: null, network: null, metadata: null, disk_mib: null, max_processes: null, ...row, created_at: t, updated_at: t, deleted_at: null, error: null };
     this.db.transaction(() => {
       this.db
         .prepare(
-          `INSERT INTO sandboxes (id, template, template_hash, driver, acceleration, vcpu, memory_mib, disk_mib, state, created_at, updated_at, deleted_at, error, expires_at, delete_on_disconnect, disconnect_grace_s, network, metadata)
-           VALUES (@id, @template, @template_hash, @driver, @acceleration, @vcpu, @memory_mib, @disk_mib, @state, @created_at, @updated_at, @deleted_at, @error, @expires_at, @delete_on_disconnect, @disconnect_grace_s, @network, @metadata)`,
+          `INSERT INTO sandboxes (id, template, template_hash, driver, acceleration, vcpu, memory_mib, disk_mib, max_processes, state, created_at, updated_at, deleted_at, error, expires_at, delete_on_disconnect, disconnect_grace_s, network, metadata)
+           VALUES (@id, @template, @template_hash, @driver, @acceleration, @vcpu, @memory_mib, @disk_mib, @max_processes, @state, @created_at, @updated_at, @deleted_at, @error, @expires_at, @delete_on_disconnect, @disconnect_grace_s, @network, @metadata)`,
         )
         .run(full);
       if (idempotency) {
@@ -305,6 +308,7 @@ export function toSandboxInfo(row: SandboxRow): SandboxInfo {
     vcpu: row.vcpu,
     memory_mib: row.memory_mib,
     disk_mib: row.disk_mib,
+    max_processes: row.max_processes,
     created_at: row.created_at,
     deleted_at: row.deleted_at,
     expires_at: row.expires_at,

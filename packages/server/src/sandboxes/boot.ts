@@ -28,6 +28,7 @@ export async function bootSandbox(driver: Driver, spec: SandboxSpec, timeoutMs: 
     // A sandbox taken over after a server restart already has its identity and network.
     if (handle.needsIdentity && !spec.attach) await Promise.race([agent.identify(guestIdentity(spec)), exited]);
     if (handle.guestNetwork && !spec.attach) await Promise.race([configureGuestNetwork(agent, handle.guestNetwork), exited]);
+    if (!spec.attach) await Promise.race([applyLimits(agent, spec, handle), exited]);
     exited.catch(() => undefined);
     return { spec, handle, agent };
   } catch (err) {
@@ -58,6 +59,15 @@ export async function reattachSandbox(booted: BootedSandbox, timeoutMs: number, 
     throw new BothyError("agent_unavailable", `Sandbox ${booted.spec.id} was restored but its agent did not answer: ${(err as Error).message}`, { cause: err });
   }
   booted.agent = agent;
+}
+
+/** The process limit, and a VM's root file system grown to the disk the driver made. */
+async function applyLimits(agent: AgentClient, spec: SandboxSpec, handle: SandboxHandle): Promise<void> {
+  try {
+    await agent.applyLimits({ maxProcesses: spec.maxProcesses, ...(handle.guestRootBytes === undefined ? {} : { rootBytes: handle.guestRootBytes }) });
+  } catch (err) {
+    throw new BothyError("create_failed", `The guest could not apply the sandbox's limits: ${(err as Error).message}`, { cause: err });
+  }
 }
 
 /** What a restored or freshly booted VM guest is told about itself; the entropy is new each time. */

@@ -19,7 +19,6 @@ import { egressFromRequest, isDefaultPolicy } from "../network/host-network.ts";
 import type { DriverRegistry } from "../drivers/driver-registry.ts";
 import { toSandboxInfo, type Ledger, type SandboxRow } from "../ledger/ledger.ts";
 import { newSandboxId } from "../util/ids.ts";
-import { ROOT_IMAGE_BYTES } from "../images/ext4-image.ts";
 import { bootSandbox, reattachSandbox, type BootedSandbox } from "./boot.ts";
 import { expiryFrom, lifetimeOf, parseSetTimeout } from "./lifetime.ts";
 import { WarmPool, type PoolShape } from "./warm-pool.ts";
@@ -194,7 +193,8 @@ export class SandboxManager {
   /** Starts filling the warm pool for the default shape of a template. */
   async warm(templateName: string): Promise<void> {
     const template = await this.templates.resolve(templateName);
-    if (template) this.pool.refill(this.shape(template, 1, 512, this.diskMib(undefined, this.drivers.default), this.drivers.default));
+    const { defaultDiskMib, defaultProcesses } = this.config.limits;
+    if (template) this.pool.refill(this.shape(template, { vcpu: 1, memoryMib: 512, diskMib: defaultDiskMib, maxProcesses: defaultProcesses }, this.drivers.default));
   }
 
   async create(body: unknown, idempotencyKey: string | undefined): Promise<CreateResult> {
@@ -247,6 +247,9 @@ export class SandboxManager {
     if (req.disk_mib !== undefined && (req.disk_mib < limits.minDiskMib || req.disk_mib > limits.maxDiskMib)) {
       throw new BothyError("invalid_request", `disk_mib must be between ${limits.minDiskMib} and ${limits.maxDiskMib} on this host.`);
     }
+    if (req.max_processes !== undefined && (req.max_processes < limits.minProcesses || req.max_processes > limits.maxProcesses)) {
+      throw new BothyError("invalid_request", `max_processes must be between ${limits.minProcesses} and ${limits.maxProcesses} on this host.`);
+    }
     lifetimeOf(req, this.config.lifecycle);
     this.networkPolicy(req);
     return req;
@@ -262,21 +265,8 @@ export class SandboxManager {
     return { egress, shown: { enabled, internet: enabled && egress.internet, allow_out: egress.allowOut, deny_out: egress.denyOut, dns: enabled ? dns : [] } };
   }
 
-  private shape(t: BuiltTemplateRef, vcpu: number, memoryMib: number, diskMib: number, driver: Driver): PoolShape {
-    return { driver, templateRoot: t.rootfs, templateHash: t.hash, templateEnv: t.env, vcpu, memoryMib, diskMib };
-  }
-
-  /**
-   * The disk a sandbox gets. gVisor: `disk_mib` for what it writes beyond its template. QEMU: its
-   * disk is the template's image (ROOT_IMAGE_BYTES, template included) until disks can be grown.
-   */
-  private diskMib(requested: number | undefined, driver: Driver): number {
-    if (driver.name !== "qemu") return requested ?? this.config.limits.defaultDiskMib;
-    const fixed = ROOT_IMAGE_BYTES / 1024 / 1024;
-    if (requested !== undefined && requested !== fixed) {
-      throw new BothyError("not_supported", `QEMU sandboxes have a ${fixed} MiB disk (template included) for now; omit disk_mib or use "driver": "gvisor".`);
-    }
-    return fixed;
+  private shape(t: BuiltTemplateRef, size: { vcpu: number; memoryMib: number; diskMib: number; maxProcesses: number }, driver: Driver): PoolShape {
+    return { driver, templateRoot: t.rootfs, templateHash: t.hash, templateEnv: t.env, ...size };
   }
 
   private async createNew(req: CreateRequest, idem: { key: string; fingerprint: string } | undefined): Promise<CreateResult> {
@@ -290,21 +280,22 @@ export class SandboxManager {
     const driver = this.drivers.get(req.driver);
     const lifetime = lifetimeOf(req, this.config.lifecycle);
     const started = Date.now();
-    const diskMib = this.diskMib(req.disk_mib, driver);
-    const shape = this.shape(template, req.vcpu, req.memory_mib, diskMib, driver);
+    const diskMib = req.disk_mib ?? this.config.limits.defaultDiskMib;
+    const maxProcesses = req.max_processes ?? this.config.limits.defaultProcesses;
+    const shape = this.shape(template, { vcpu: req.vcpu, memoryMib: req.memory_mib, diskMib, maxProcesses }, driver);
     const network = this.networkPolicy(req);
     // Pool sandboxes were made with the default posture; any other policy boots its own.
     const warm = isDefaultPolicy(network.egress) ? this.pool.claim(shape) : undefined;
     const id = warm?.spec.id ?? newSandboxId();
     this.ledger.insertSandbox(
-      { id, template: template.name, template_hash: template.hash, driver: driver.name, acceleration: driver.acceleration, vcpu: req.vcpu, memory_mib: req.memory_mib, disk_mib: diskMib, state: warm ? "running" : "creating",
+      { id, template: template.name, template_hash: template.hash, driver: driver.name, acceleration: driver.acceleration, vcpu: req.vcpu, memory_mib: req.memory_mib, disk_mib: diskMib, max_processes: maxProcesses, state: warm ? "running" : "creating",
         expires_at: expiryFrom(lifetime.timeoutS, started), delete_on_disconnect: lifetime.deleteOnDisconnect ? 1 : 0, disconnect_grace_s: lifetime.disconnectGraceS, network: JSON.stringify(network.shown), metadata: JSON.stringify(req.metadata ?? {}) },
       idem,
     );
     const job = (async (): Promise<CreateResult> => {
       let booted = warm;
       try {
-        booted ??= await bootSandbox(driver, { id, templateRoot: template.rootfs, templateEnv: template.env, vcpu: req.vcpu, memoryMib: req.memory_mib, diskMib, dir: this.dirFor(id), egress: network.egress }, this.config.bootTimeoutMs);
+        booted ??= await bootSandbox(driver, { id, templateRoot: template.rootfs, templateEnv: template.env, vcpu: req.vcpu, memoryMib: req.memory_mib, diskMib, maxProcesses, dir: this.dirFor(id), egress: network.egress }, this.config.bootTimeoutMs);
       } catch (err) {
         const e = err instanceof BothyError ? err : new BothyError("create_failed", "The sandbox failed to boot.", { cause: err });
         this.ledger.setState(id, "failed", e.message);
@@ -518,7 +509,7 @@ export class SandboxManager {
     if (template?.hash !== row.template_hash) throw new BothyError("template_not_built", `its template build ${row.template}@${row.template_hash.slice(0, 12)} is no longer on this host.`);
     const shown = row.network ? (JSON.parse(row.network) as NetworkPolicy) : undefined;
     const egress = egressFromRequest(shown ? { internet: shown.internet, allow_out: shown.allow_out, deny_out: shown.deny_out } : {});
-    const spec = { id: row.id, templateRoot: template.rootfs, templateEnv: template.env, vcpu: row.vcpu, memoryMib: row.memory_mib, ...(row.disk_mib === null ? {} : { diskMib: row.disk_mib }), dir: this.dirFor(row.id), egress, reuseDisk: true, ...how };
+    const spec = { id: row.id, templateRoot: template.rootfs, templateEnv: template.env, vcpu: row.vcpu, memoryMib: row.memory_mib, ...(row.disk_mib === null ? {} : { diskMib: row.disk_mib }), maxProcesses: row.max_processes ?? this.config.limits.defaultProcesses, dir: this.dirFor(row.id), egress, reuseDisk: true, ...how };
     return bootSandbox(this.drivers.get(row.driver), spec, this.config.bootTimeoutMs);
   }
 

@@ -11,6 +11,7 @@ export interface PoolShape {
   vcpu: number;
   memoryMib: number;
   diskMib: number;
+  maxProcesses: number;
 }
 
 /**
@@ -59,7 +60,7 @@ export class WarmPool {
     const job = (async () => {
       while (!this.closed && (this.ready.get(key)?.length ?? 0) < this.size) {
         const id = newSandboxId();
-        const spec: SandboxSpec = { id, templateRoot: shape.templateRoot, templateEnv: shape.templateEnv, vcpu: shape.vcpu, memoryMib: shape.memoryMib, diskMib: shape.diskMib, dir: this.dirFor(id) };
+        const spec: SandboxSpec = { id, templateRoot: shape.templateRoot, templateEnv: shape.templateEnv, vcpu: shape.vcpu, memoryMib: shape.memoryMib, diskMib: shape.diskMib, maxProcesses: shape.maxProcesses, dir: this.dirFor(id) };
         this.booting.add(id);
         try {
           const booted = await bootSandbox(shape.driver, spec, this.bootTimeoutMs);
@@ -91,5 +92,5 @@ export class WarmPool {
 }
 
 function shapeKey(s: PoolShape): string {
-  return `${s.driver.name}/${s.templateHash}/${s.vcpu}/${s.memoryMib}/${s.diskMib}`;
+  return `${s.driver.name}/${s.templateHash}/${s.vcpu}/${s.memoryMib}/${s.diskMib}/${s.maxProcesses}`;
 }
