@@ -170,12 +170,15 @@ export class Command {
         // no cgroup.kill (older kernel): the process group below
       }
     }
-    if (pid === undefined || this.exitedAt !== 0) return;
+    if (pid === undefined || this.finished) return;
+    // Also once its shell is gone: what the shell left in its group still holds the output open
+    // (the group's id is not reused while any of it lives).
+    if (sig === "SIGKILL" && !this.pty) return killGroupUntilGone(pid);
+    if (this.exitedAt !== 0) return;
     if (this.pty) {
       void signalSession(pid, sig);
       return;
     }
-    if (sig === "SIGKILL") return killGroupUntilGone(pid);
     try {
       process.kill(-pid, sig);
     } catch {
