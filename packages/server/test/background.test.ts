@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import type { BothyEvent, CommandEvent } from "@bothy/protocol";
 import { noLeaks } from "./helpers/host-state.ts";
+import { attachCommand, readEventStream, startBackgroundCommand } from "./helpers/background.ts";
 import { api, createSandbox, runCommand } from "./helpers/client.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
 
@@ -36,55 +37,9 @@ afterAll(async () => {
   await new Promise((r) => hook.close(r));
 });
 
-/** Sends a command and resolves with the `started` message; the socket is closed right after. */
-function startBackground(cmd: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(`${ts.wsUrl}/sandboxes/${id}/command`);
-    ws.on("open", () => ws.send(JSON.stringify({ cmd, background: true })));
-    ws.on("message", (data) => {
-      const ev = JSON.parse(data.toString()) as CommandEvent;
-      if (ev.type === "started") {
-        ws.close();
-        resolve(ev.command_id);
-      }
-    });
-    ws.on("error", reject);
-  });
-}
-
-function attach(commandId: string): Promise<CommandEvent[]> {
-  return new Promise((resolve, reject) => {
-    const events: CommandEvent[] = [];
-    const ws = new WebSocket(`${ts.wsUrl}/sandboxes/${id}/commands/${commandId}`);
-    ws.on("message", (data) => events.push(JSON.parse(data.toString()) as CommandEvent));
-    ws.on("close", () => resolve(events));
-    ws.on("error", reject);
-  });
-}
-
-/** Reads SSE from /events until `until` says stop. */
-function readEvents(query: string, until: (events: BothyEvent[]) => boolean, headers: Record<string, string> = {}): Promise<BothyEvent[]> {
-  const controller = new AbortController();
-  return fetch(`${ts.url}/events${query}`, { headers, signal: controller.signal }).then(async (res) => {
-    expect(res.headers.get("content-type")).toContain("text/event-stream");
-    const events: BothyEvent[] = [];
-    const decoder = new TextDecoder();
-    let text = "";
-    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-      text += decoder.decode(chunk, { stream: true });
-      let cut;
-      while ((cut = text.indexOf("\n\n")) >= 0) {
-        const block = text.slice(0, cut);
-        text = text.slice(cut + 2);
-        const data = block.split("\n").find((l) => l.startsWith("data: "));
-        if (data) events.push(JSON.parse(data.slice(6)) as BothyEvent);
-      }
-      if (until(events)) break;
-    }
-    controller.abort();
-    return events;
-  });
-}
+const startBackground = (cmd: string): Promise<string> => startBackgroundCommand(ts.wsUrl, id, cmd);
+const attach = (commandId: string): Promise<CommandEvent[]> => attachCommand(ts.wsUrl, id, commandId);
+const readEvents = (query: string, until: (events: BothyEvent[]) => boolean, headers: Record<string, string> = {}): Promise<BothyEvent[]> => readEventStream(ts.url, query, until, headers);
 
 describe("background commands", () => {
   it("keep running after the socket closes, are listed, and re-attach with replay then live output", async () => {

@@ -4,6 +4,7 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { attachCommand, readEventStream, startBackgroundCommand } from "./helpers/background.ts";
 import { noLeaks } from "./helpers/host-state.ts";
 import { api, createSandbox, runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
@@ -74,6 +75,22 @@ describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "QEMU sandboxes"),
       expect(info.json).toMatchObject({ driver: "qemu", acceleration: expect.stringMatching(/^(tcg|kvm)$/) });
     } finally {
       for (const id of ids) await api(ts.url, "DELETE", `/sandboxes/${id}`);
+    }
+  });
+
+  it("runs a background command past its socket, re-attaches with replay, and reports its end on /events", async () => {
+    const id = await createSandbox(ts.url);
+    try {
+      const commandId = await startBackgroundCommand(ts.wsUrl, id, "echo first; sleep 2; echo second; exit 5");
+      const listed = await api(ts.url, "GET", `/sandboxes/${id}/commands`);
+      expect(listed.json["commands"]).toEqual(expect.arrayContaining([expect.objectContaining({ command_id: commandId, background: true })]));
+      const ended = readEventStream(ts.url, `?sandbox_id=${id}&since=0`, (evs) => evs.some((e) => e.type === "command.exited" && e.data["command_id"] === commandId));
+      const events = await attachCommand(ts.wsUrl, id, commandId);
+      expect(events.filter((e) => e.type === "stdout").map((e) => (e as { data: string }).data).join("")).toBe("first\nsecond\n");
+      expect(events.at(-1)).toMatchObject({ type: "process_exited", command_id: commandId, exit_code: 5 });
+      expect((await ended).find((e) => e.type === "command.exited")?.data).toMatchObject({ command_id: commandId, exit_code: 5 });
+    } finally {
+      await api(ts.url, "DELETE", `/sandboxes/${id}`);
     }
   });
 
