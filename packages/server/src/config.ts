@@ -31,10 +31,10 @@ const envSchema = z.object({
   BOTHY_QEMU_WARM: z.enum(["0", "1"]).default("1"),
   /**
    * QEMU under TCG: translation cache in MiB, the bulk of an idle VM's memory beyond the guest's.
-   * 16 keeps a VM's private overhead near 47 MB; 32 runs Node-heavy work ~1.5x faster for ~16 MB
-   * more per VM, 8 saves another 8 MB but is ~3x slower (measured, docs/architecture.md).
+   * 64: a command's round trip ~0.5 s; at 16 (~48 MB less per VM) the agent's Node no longer fits
+   * and every command took 2-3 s, at 32 ~2 s (measured, docs/architecture.md).
    */
-  BOTHY_QEMU_TB_MIB: int(16),
+  BOTHY_QEMU_TB_MIB: int(64),
   /** Where the QEMU guest kernel is unpacked; default `$BOTHY_HOME/kernel`. */
   BOTHY_KERNEL_DIR: z.string().optional(),
   BOTHY_WEBHOOK_URL: z.url({ protocol: /^https?$/ }).optional(),

@@ -129,13 +129,15 @@ describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "QEMU sandboxes"),
     }
   });
 
-  it("keeps an idle VM's own memory within the guest memory it uses plus 64 MB", async () => {
+  // The translation cache (BOTHY_QEMU_TB_MIB, 64 by default) plus ~48 MB of QEMU's own.
+  it("keeps an idle VM's own memory within the guest memory it uses plus 112 MB", async () => {
     const id = await createSandbox(ts.url, { template: "seed", vcpu: 1, memory_mib: 512 });
     try {
       await sh(ts, id, "echo warm");
       const m = await vmMemory(ts, id, 512);
       expect(m.guestMib).toBeGreaterThan(0);
-      expect(m.privateMib - m.guestMib).toBeLessThanOrEqual(64);
+      console.info(`idle VM: ${m.privateMib.toFixed(0)} MB private, ${m.guestMib.toFixed(0)} MB of it guest memory`);
+      expect(m.privateMib - m.guestMib).toBeLessThanOrEqual(112);
     } finally {
       await api(ts.url, "DELETE", `/sandboxes/${id}`);
     }

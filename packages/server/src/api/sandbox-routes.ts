@@ -4,12 +4,17 @@ import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 
 /** Routes that talk to a sandbox's agent: a paused sandbox is resumed before they run. */
 const AGENT_ROUTE = /^\/sandboxes\/:id\/(command|commands\/|files)/;
+/** Plain HTTP calls to the agent (WebSockets count as attached sockets instead): no sleep while one runs. */
+const FILE_ROUTE = /^\/sandboxes\/:id\/files/;
 
 export function sandboxRoutes(app: FastifyInstance, manager: SandboxManager, startedAt: number): void {
   // Registered before the command and file routes, and run before their own checks.
-  app.addHook("preValidation", async (request) => {
+  app.addHook("preValidation", async (request, reply) => {
     const id = (request.params as { id?: unknown } | undefined)?.id;
-    if (typeof id === "string" && SANDBOX_ID_RE.test(id) && AGENT_ROUTE.test(request.routeOptions.url ?? "")) await manager.ensureRunning(id);
+    if (typeof id !== "string" || !SANDBOX_ID_RE.test(id) || !AGENT_ROUTE.test(request.routeOptions.url ?? "")) return;
+    await manager.ensureRunning(id);
+    // Held until the response is done or the client is gone (a transfer can outlast the idle timeout).
+    if (FILE_ROUTE.test(request.routeOptions.url ?? "")) reply.raw.once("close", manager.hold(id));
   });
 
   app.post("/sandboxes", async (request, reply) => {

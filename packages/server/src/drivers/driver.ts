@@ -102,6 +102,14 @@ export interface HostObject {
   disk?: boolean;
 }
 
+/** Guests under software emulation (QEMU's TCG) boot several times slower: they get this many boot timeouts. */
+const EMULATED_BOOT_FACTOR = 3;
+
+/** How long a guest of a driver with this acceleration may take to say hello. */
+export function bootTimeoutMs(acceleration: string, baseMs: number): number {
+  return acceleration === "tcg" ? baseMs * EMULATED_BOOT_FACTOR : baseMs;
+}
+
 export interface Driver {
   readonly name: string;
   /** Whether its sandboxes outlive the server's process, so a restarted server can attach to them. */

@@ -9,7 +9,7 @@ import { GUEST_MAX_PROCESSES } from "../images/guest-init.ts";
 import { ensureInitramfs } from "../images/initramfs.ts";
 import { ensureKernel, type GuestKernel } from "../images/kernel.ts";
 import { run } from "../util/host-command.ts";
-import type { Driver, HostObject, SandboxHandle, SandboxSpec } from "./driver.ts";
+import { bootTimeoutMs, type Driver, type HostObject, type SandboxHandle, type SandboxSpec } from "./driver.ts";
 import { saveVm, VmProcess, vmFiles, type Acceleration, type VmConfig } from "./qemu-process.ts";
 import { QemuSandbox, VM_MARKER } from "./qemu-sandbox.ts";
 
@@ -192,7 +192,7 @@ export class QemuDriver implements Driver {
       const qmp = await vm.qmp();
       const sock = await vm.connectSocket(vmFiles(work).agentSocket);
       const agent = new AgentClient(sock, sock);
-      await agent.handshake(this.opts.bootTimeoutMs ?? 60_000);
+      await agent.handshake(bootTimeoutMs(this.accel, this.opts.bootTimeoutMs ?? 60_000));
       // The guest boots on a disk larger than its file system: it grows the file system now, once
       // for every sandbox of this snapshot (each gets its own process limit at restore).
       if (diskBytes > (await stat(image)).size) await agent.applyLimits({ maxProcesses: GUEST_MAX_PROCESSES, rootBytes: diskBytes });

@@ -1,7 +1,7 @@
 import { BothyError } from "@bothy/protocol";
 import { randomBytes } from "node:crypto";
 import { AgentClient, type GuestIdentity } from "../agent/agent-client.ts";
-import type { Driver, SandboxHandle, SandboxSpec } from "../drivers/driver.ts";
+import { bootTimeoutMs, type Driver, type SandboxHandle, type SandboxSpec } from "../drivers/driver.ts";
 import { configureGuestNetwork } from "../network/guest-config.ts";
 
 /** A sandbox whose guest agent has answered the handshake. */
@@ -24,7 +24,7 @@ export async function bootSandbox(driver: Driver, spec: SandboxSpec, timeoutMs: 
     const exited = handle.wait().then((exit) => {
       throw new BothyError("create_failed", `The sandbox exited during boot (code ${exit.code ?? "none"}, signal ${exit.signal ?? "none"})${describe(handle)}.`);
     });
-    await Promise.race([agent.handshake(timeoutMs, signal, stream.resync === true), exited]);
+    await Promise.race([agent.handshake(bootTimeoutMs(driver.acceleration, timeoutMs), signal, stream.resync === true), exited]);
     // A sandbox taken over after a server restart already has its identity and network.
     if (handle.needsIdentity && !spec.attach) await Promise.race([agent.identify(guestIdentity(spec)), exited]);
     if (handle.guestNetwork && !spec.attach) await Promise.race([configureGuestNetwork(agent, handle.guestNetwork), exited]);

@@ -61,6 +61,8 @@ export class SandboxManager {
   private readonly deleting = new Map<string, Promise<SandboxInfo>>();
   /** When each sandbox was last used, for idle sleep. */
   private readonly lastActive = new Map<string, number>();
+  /** API calls using a sandbox right now (file transfers): it does not sleep under them. */
+  private readonly holds = new Map<string, number>();
   /** A pause or resume in progress per sandbox: they run one at a time. */
   private readonly transitions = new Map<string, Promise<SandboxInfo>>();
   /** Sandboxes being stopped (died on their own, or put to sleep) while their host objects go. */
@@ -457,7 +459,25 @@ export class SandboxManager {
   async ensureRunning(id: string): Promise<SandboxInfo> {
     const info = this.info(id);
     this.touch(id);
-    return DORMANT_STATES.includes(info.state) ? this.resume(id) : info;
+    if (!DORMANT_STATES.includes(info.state)) return info;
+    const woken = await this.resume(id);
+    // A slow wake (a VM under emulation) must not count as idle time.
+    this.touch(id);
+    return woken;
+  }
+
+  /** An API call is using the sandbox: it does not go to sleep until the returned release is called. */
+  hold(id: string): () => void {
+    this.holds.set(id, (this.holds.get(id) ?? 0) + 1);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const n = (this.holds.get(id) ?? 1) - 1;
+      if (n > 0) this.holds.set(id, n);
+      else this.holds.delete(id);
+      this.touch(id);
+    };
   }
 
   /**
@@ -531,7 +551,7 @@ export class SandboxManager {
 
   /** Whether the sandbox is running and nothing else is changing its state. */
   canSleep(id: string): boolean {
-    return this.live.has(id) && this.info(id).state === "running" && !this.transitions.has(id) && !this.deleting.has(id);
+    return this.live.has(id) && this.info(id).state === "running" && !this.transitions.has(id) && !this.deleting.has(id) && !this.holds.has(id);
   }
 
   private transition(id: string, step: (booted: BootedSandbox) => Promise<void>): Promise<SandboxInfo> {
