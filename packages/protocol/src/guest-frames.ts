@@ -64,11 +64,6 @@ export const hostFrame = z.discriminatedUnion("t", [
   z.object({ t: z.literal("remove"), id: requestId, path: guestPath, recursive: z.boolean().default(false) }).strict(),
   z.object({ t: z.literal("rename"), id: requestId, from: guestPath, to: guestPath }).strict(),
   /**
-   * Who the sandbox is, sent after the handshake by drivers whose guests share a boot (QEMU
-   * snapshots): hostname, the environment commands get, the host's clock, and fresh entropy in
-   * the payload (at least 32 bytes) that the guest credits to its kernel RNG before answering.
-   */
-  /**
    * The sandbox's limits, applied by the guest before the sandbox is handed out (answered with
    * `done`): at most `max_processes` processes (threads included) under its commands, and, for
    * VM guests whose disk the host just grew, the root file system grown online to `root_bytes`.
@@ -81,6 +76,11 @@ export const hostFrame = z.discriminatedUnion("t", [
       root_bytes: z.number().int().min(1).optional(),
     })
     .strict(),
+  /**
+   * Who the sandbox is, sent after the handshake by drivers whose guests share a boot (QEMU
+   * snapshots): hostname, the environment commands get, the host's clock, and fresh entropy in
+   * the payload (at least 32 bytes) that the guest credits to its kernel RNG before answering.
+   */
   z
     .object({
       t: z.literal("identity"),

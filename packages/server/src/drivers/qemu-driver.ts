@@ -39,7 +39,8 @@ export interface BaseSnapshot {
   memory: string;
 }
 
-const DEFAULT_TB_SIZE_MIB = 16;
+/** The same default as the server's BOTHY_QEMU_TB_MIB (config.ts). */
+const DEFAULT_TB_SIZE_MIB = 64;
 const MIB = 1024 * 1024;
 const SAVE_TIMEOUT_MS = 60_000;
 
@@ -174,7 +175,7 @@ export class QemuDriver implements Driver {
     });
   }
 
-  private async makeBase(key: string, image: string, diskBytes: number, shape: { vcpu: number; memoryMib: number }): Promise<BaseSnapshot> {
+  private async makeBase(key: string, image: string, diskBytes: number, shape: { vcpu: number; memoryMib: number; diskMib?: number }): Promise<BaseSnapshot> {
     const dir = join(this.snapshotsDir, key);
     const done: BaseSnapshot = { dir, disk: join(dir, "disk.qcow2"), memory: join(dir, "memory.state") };
     if (existsSync(done.memory) && existsSync(done.disk)) return done;
@@ -195,7 +196,7 @@ export class QemuDriver implements Driver {
       await agent.handshake(bootTimeoutMs(this.accel, this.opts.bootTimeoutMs ?? 60_000));
       // The guest boots on a disk larger than its file system: it grows the file system now, once
       // for every sandbox of this snapshot (each gets its own process limit at restore).
-      if (diskBytes > (await stat(image)).size) await agent.applyLimits({ maxProcesses: GUEST_MAX_PROCESSES, rootBytes: diskBytes });
+      if ((shape.diskMib ?? 0) > 0) await agent.applyLimits({ maxProcesses: GUEST_MAX_PROCESSES, rootBytes: diskBytes });
       // The host leaves before the save, so a restored agent starts out waiting for a host.
       agent.close(new BothyError("agent_unavailable", "Snapshot taken."));
       await saveVm(qmp, join(work, "memory.state"), SAVE_TIMEOUT_MS);

@@ -142,25 +142,26 @@ export class QemuSandbox implements SandboxHandle {
     this.qmp = await vm.qmp(signal);
     if (incoming !== undefined) await resumeIncoming(this.qmp, RESTORE_TIMEOUT_MS);
     // A restored guest already fills its disk unless it had to grow now; a booting one is told its size.
-    const grown = await this.growDisk(this.qmp);
-    this.rootBytes = grown || incoming === undefined ? await this.driver.diskBytes(this.spec.templateRoot, this.spec.diskMib) : undefined;
+    const disk = await this.growDisk(this.qmp);
+    this.rootBytes = disk.grown || incoming === undefined ? disk.bytes : undefined;
     const sock = await vm.connectSocket(vmFiles(this.spec.dir).agentSocket, signal);
     return { input: sock, output: sock, resync: incoming !== undefined };
   }
 
   /**
    * Grows the VM's disk to the template's image plus `diskMib` if it is smaller (never shrinks
-   * it); says whether it did. New sandboxes already have that size (from their snapshot, or made
-   * so); a sandbox from before disk sizes, started again, gets its `diskMib` now.
+   * it); says what size it should have and whether it grew now. New sandboxes already have that
+   * size (from their snapshot, or made so); a sandbox from before disk sizes, started again, gets
+   * its `diskMib` now.
    */
-  private async growDisk(qmp: QmpClient): Promise<boolean> {
-    const target = await this.driver.diskBytes(this.spec.templateRoot, this.spec.diskMib);
+  private async growDisk(qmp: QmpClient): Promise<{ bytes: number; grown: boolean }> {
+    const bytes = await this.driver.diskBytes(this.spec.templateRoot, this.spec.diskMib);
     const drives = (await qmp.command("query-block")) as Array<{ device?: string; inserted?: { image?: { "virtual-size"?: number } } }>;
     const current = drives.find((d) => d.device === ROOT_DRIVE)?.inserted?.image?.["virtual-size"];
     if (current === undefined) throw new BothyError("create_failed", "QEMU reported no root disk for the sandbox.");
-    if (current >= target) return false;
-    await qmp.command("block_resize", { device: ROOT_DRIVE, size: target });
-    return true;
+    if (current >= bytes) return { bytes, grown: false };
+    await qmp.command("block_resize", { device: ROOT_DRIVE, size: bytes });
+    return { bytes, grown: true };
   }
 
   get guestRootBytes(): number | undefined {
