@@ -59,8 +59,9 @@ for (const driver of testDrivers()) {
       expect((await api(ts.url, "GET", `/sandboxes/${abuser}`)).json["max_processes"]).toBe(64);
       // gVisor's short timeout: this runsc leaks a host task for every fork it refuses, its host
       // pids backstop (4096) stops the whole sandbox after ~10 s of refusals, and the agent,
-      // starved by the bomb, lands the timeout's kill seconds late.
-      const r = await abuse("fork bomb", "bomb() { bomb | bomb & }; bomb; sleep 60", driver.name === "gvisor" ? 2 : 8);
+      // starved by the bomb, lands the timeout's kill seconds late. `exec`: the shell's own fork
+      // of sleep could fail at the limit and end it early with an exit code instead of the kill.
+      const r = await abuse("fork bomb", "bomb() { bomb | bomb & }; bomb; exec sleep 60", driver.name === "gvisor" ? 2 : 8);
       expect(r.stderr).toMatch(/fork|Resource temporarily unavailable/i);
       expect(r.exit).toMatchObject({ type: "process_exited", signal: "SIGKILL", timed_out: true });
       // Whatever the bomb left is gone with its command (only this check's own shell is left) ...
