@@ -10,9 +10,29 @@ type ExecFrame = Extract<ParsedHostFrame, { t: "exec" }>;
 
 /** How long to wait for output pipes to close after the shell exits before closing them ourselves. */
 const PIPE_GRACE_MS = 500;
+/** What one read of a child's pipe takes at most (libuv's read size). */
+const PIPE_READ_BYTES = 64 * 1024;
 
 const IN_VM = process.env["BOTHY_CHANNEL"] !== undefined;
 let cgroupSeq = 0;
+
+/**
+ * After a read that emptied a command's pipe, how long the agent waits before reading it again:
+ * a program writing in small pieces (4 KiB is common) then fills the pipe meanwhile, and the next
+ * read and frame carry up to 64 KiB instead of one piece each. Only where each read and frame is
+ * costly: in an emulated VM (the host says so on the kernel command line, `bothy.output_rest_ms`)
+ * one costs milliseconds of the guest's only CPU, the same CPU the command runs on. Elsewhere 0:
+ * a rest would cap a fast command's output at 64 KiB per rest.
+ */
+function outputRestMs(): number {
+  if (!IN_VM) return 0;
+  try {
+    return Number(/\bbothy\.output_rest_ms=(\d{1,4})\b/.exec(readFileSync("/proc/cmdline", "utf8"))?.[1] ?? 0);
+  } catch {
+    return 0;
+  }
+}
+const OUTPUT_REST_MS = outputRestMs();
 
 /**
  * What a command's shell does first: it moves itself into the commands' cgroup, so the process
@@ -95,6 +115,8 @@ export class Command {
   /** Only VM guests have an OOM killer of their own to ask (gVisor ends the whole sandbox). */
   private readonly oomKillsAtStart = IN_VM ? oomKills() : undefined;
   private readonly cgroup: string | undefined;
+  /** Pipes resting after a short read, so that the next read finds more (see OUTPUT_REST_MS). */
+  private readonly resting = new Set<Readable>();
 
   constructor(
     readonly id: number,
@@ -214,6 +236,14 @@ export class Command {
         this.inflight += part.length;
         this.channel.send({ t: "output", id: this.id, fd }, part);
       }
+      if (OUTPUT_REST_MS > 0 && chunk.length < PIPE_READ_BYTES && !this.resting.has(stream)) {
+        this.resting.add(stream);
+        stream.pause();
+        setTimeout(() => {
+          this.resting.delete(stream);
+          if (!this.paused) stream.resume();
+        }, OUTPUT_REST_MS);
+      }
       this.updateFlow();
       if (this.exitedAt !== 0) this.armGrace();
     });
@@ -227,7 +257,7 @@ export class Command {
     this.paused = shouldPause;
     for (const s of [this.child.stdout, this.child.stderr]) {
       if (shouldPause) s?.pause();
-      else s?.resume();
+      else if (s && !this.resting.has(s)) s.resume();
     }
     if (!shouldPause && this.exitedAt !== 0) this.armGrace();
   }

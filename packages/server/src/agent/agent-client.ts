@@ -6,6 +6,7 @@ import {
   FrameDecoder,
   guestFrame,
   MAX_PAYLOAD_BYTES,
+  OUTPUT_WINDOW_BYTES,
   PROTOCOL_GENERATION,
   UPLOAD_WINDOW_BYTES,
   type DirEntry,
@@ -75,6 +76,10 @@ export interface GuestIdentity {
   entropy: Buffer;
 }
 
+/** Output credit is sent back once this much is owed to a command, or after CREDIT_DELAY_MS. */
+const CREDIT_BATCH_BYTES = OUTPUT_WINDOW_BYTES / 8;
+const CREDIT_DELAY_MS = 10;
+
 /** How every hello header starts (the agent encodes `{ t: "hello", ... }` with JSON.stringify). */
 const HELLO_MARKER = Buffer.from('{"t":"hello"');
 const MAX_HELLO_HEADER_BYTES = 1024;
@@ -87,6 +92,9 @@ const MAX_HELLO_HEADER_BYTES = 1024;
 export class AgentClient {
   private readonly decoder = new FrameDecoder();
   private readonly pending = new Map<number, Pending>();
+  /** Output credit not yet sent back, per command (see creditOutput). */
+  private readonly owedCredit = new Map<number, number>();
+  private creditTimer: NodeJS.Timeout | undefined;
   private nextId = 1;
   private closed: BothyError | undefined;
   private helloWaiter: { resolve: () => void; reject: (e: BothyError) => void } | undefined;
@@ -282,6 +290,25 @@ export class AgentClient {
     });
   }
 
+  /**
+   * Output a client has taken is credited back to the guest in batches: each credit is a frame
+   * the agent must read, on the same (in an emulated VM, slow) CPU as the command it serves.
+   */
+  private creditOutput(id: number, bytes: number): void {
+    const owed = (this.owedCredit.get(id) ?? 0) + bytes;
+    if (owed >= CREDIT_BATCH_BYTES) {
+      this.owedCredit.delete(id);
+      this.send({ t: "credit", id, bytes: owed });
+      return;
+    }
+    this.owedCredit.set(id, owed);
+    this.creditTimer ??= setTimeout(() => {
+      this.creditTimer = undefined;
+      for (const [owedId, owedBytes] of this.owedCredit) this.send({ t: "credit", id: owedId, bytes: owedBytes });
+      this.owedCredit.clear();
+    }, CREDIT_DELAY_MS);
+  }
+
   /** @internal */
   send(frame: HostFrame, payload?: Buffer): void {
     if (this.closed) return;
@@ -293,6 +320,8 @@ export class AgentClient {
     if (this.closed) return;
     this.closed = reason;
     this.helloWaiter?.reject(reason);
+    clearTimeout(this.creditTimer);
+    this.owedCredit.clear();
     for (const [, p] of this.pending) {
       if (p.kind === "exec") p.events.onError(reason);
       else p.reject(reason);
@@ -358,10 +387,11 @@ export class AgentClient {
         if (p.kind === "exec") p.events.onStarted(frame.pid);
         return;
       case "output":
-        if (p.kind === "exec") p.events.onOutput(frame.fd, payload, () => this.send({ t: "credit", id, bytes: Math.max(1, payload.length) }));
+        if (p.kind === "exec") p.events.onOutput(frame.fd, payload, () => this.creditOutput(id, Math.max(1, payload.length)));
         return;
       case "exited":
         this.pending.delete(id);
+        this.owedCredit.delete(id);
         if (p.kind === "exec") p.events.onExited(frame.code, frame.signal, frame.oom_killed === true);
         return;
       case "identity_done":

@@ -38,6 +38,8 @@ export interface VmConfig {
 }
 
 const SOCKET_WAIT_MS = 10_000;
+/** How long an emulated guest's agent waits after a short read of a command's output. */
+const TCG_OUTPUT_REST_MS = 25;
 /** Paths that go into QEMU's `exec:` migration URIs, which QEMU runs with /bin/sh. */
 const SHELL_SAFE_PATH = /^\/[A-Za-z0-9._/-]+$/;
 
@@ -69,7 +71,9 @@ export async function qemuArgs(c: VmConfig): Promise<string[]> {
     "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
     "-kernel", c.vmlinuz,
     "-initrd", c.initramfs,
-    "-append", `console=ttyS0 quiet panic=-1 tsc_early_khz=${khz}`,
+    // Under emulation the agent lets a command's output gather in its pipe between reads
+    // (see OUTPUT_REST_MS in the agent): each read and frame costs milliseconds there.
+    "-append", `console=ttyS0 quiet panic=-1 tsc_early_khz=${khz}${c.accel === "kvm" ? "" : ` bothy.output_rest_ms=${TCG_OUTPUT_REST_MS}`}`,
     "-serial", `file:${f.console}`,
     "-drive", `id=root,file=${c.disk},format=qcow2,if=none,cache=writeback,discard=unmap`,
     "-device", "virtio-blk-device,drive=root",
