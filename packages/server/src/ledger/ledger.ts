@@ -120,7 +120,10 @@ export interface EventRow {
 
 const now = (): string => new Date().toISOString();
 
-/** The record of what exists. Every write is durable before it returns (synchronous=FULL). */
+/**
+ * The record of what exists. Every write about sandboxes is durable before it returns
+ * (synchronous=FULL); command records and events are written relaxed (see `relaxed`).
+ */
 export class Ledger {
   private readonly db: Database.Database;
 
@@ -221,16 +224,36 @@ export class Ledger {
     this.db.prepare(`DELETE FROM idempotency_keys WHERE sandbox_id = ?`).run(sandboxId);
   }
 
+  /**
+   * Runs writes that are committed without waiting for the disk (synchronous=NORMAL): a command's
+   * record and an event are written several times per command, and an fsync each cost the API
+   * milliseconds of its event loop per command. A crash of bothy itself loses none of them (the
+   * WAL holds them); a crash of the host's kernel or a power cut may lose the last few, which the
+   * next durable write would have carried to the disk with it.
+   */
+  private relaxed<T>(write: () => T): T {
+    this.db.pragma("synchronous = NORMAL");
+    try {
+      return write();
+    } finally {
+      this.db.pragma("synchronous = FULL");
+    }
+  }
+
   insertCommand(row: { id: string; sandbox_id: string; cmd: string; background?: boolean }): void {
-    this.db
-      .prepare(`INSERT INTO commands (id, sandbox_id, cmd, state, started_at, background) VALUES (?, ?, ?, 'running', ?, ?)`)
-      .run(row.id, row.sandbox_id, row.cmd, now(), row.background ? 1 : 0);
+    this.relaxed(() =>
+      this.db
+        .prepare(`INSERT INTO commands (id, sandbox_id, cmd, state, started_at, background) VALUES (?, ?, ?, 'running', ?, ?)`)
+        .run(row.id, row.sandbox_id, row.cmd, now(), row.background ? 1 : 0),
+    );
   }
 
   finishCommand(id: string, result: { state: "exited" | "lost"; exit_code: number | null; signal: string | null; timed_out?: boolean }): void {
-    this.db
-      .prepare(`UPDATE commands SET state = ?, exit_code = ?, signal = ?, timed_out = ?, ended_at = ? WHERE id = ?`)
-      .run(result.state, result.exit_code, result.signal, result.timed_out ? 1 : 0, now(), id);
+    this.relaxed(() =>
+      this.db
+        .prepare(`UPDATE commands SET state = ?, exit_code = ?, signal = ?, timed_out = ?, ended_at = ? WHERE id = ?`)
+        .run(result.state, result.exit_code, result.signal, result.timed_out ? 1 : 0, now(), id),
+    );
   }
 
   listCommands(sandboxId: string): CommandRow[] {
@@ -241,7 +264,7 @@ export class Ledger {
   insertEvent(type: string, sandboxId: string | null, data: object): EventRow {
     const created_at = now();
     const json = JSON.stringify(data);
-    const info = this.db.prepare(`INSERT INTO events (type, sandbox_id, data, created_at) VALUES (?, ?, ?, ?)`).run(type, sandboxId, json, created_at);
+    const info = this.relaxed(() => this.db.prepare(`INSERT INTO events (type, sandbox_id, data, created_at) VALUES (?, ?, ?, ?)`).run(type, sandboxId, json, created_at));
     return { seq: Number(info.lastInsertRowid), type, sandbox_id: sandboxId, data: json, created_at };
   }
 
