@@ -148,6 +148,35 @@ for (const driver of testDrivers()) {
         await rm(home, { recursive: true, force: true });
         home = "";
       });
+
+      it.skipIf(driver.name !== "qemu")("wakes a paused sandbox whose restored guest fails its start by booting it cold on its disk", { timeout: 300_000 }, async () => {
+        home = await mkdtemp("/tmp/bothy-test-crash-");
+        let base = await start();
+        const res = await api(base, "POST", "/sandboxes", { template: "seed", vcpu: 1, memory_mib: 512 });
+        expect(res.status).toBe(201);
+        const id = res.json["sandbox_id"] as string;
+        const ws = (): string => base.replace(/^http/, "ws");
+        expect((await runCommand(ws(), id, { cmd: "echo kept > /workspace/f && sync && echo ok" })).stdout).toBe("ok\n");
+        // The guest unmounts its own cgroups: restored as it was, it cannot take the process limit
+        // the host sends at every start (as an agent from an older bothy would refuse the frame).
+        await runCommand(ws(), id, { cmd: "umount -l /sys/fs/cgroup" });
+        expect((await api(base, "POST", `/sandboxes/${id}/pause`)).status).toBe(200);
+        await crash();
+
+        base = await start();
+        expect(rows().get(id)).toBe("paused");
+        const r = await runCommand(ws(), id, { cmd: "cat /workspace/f; cat /sys/fs/cgroup/commands/pids.max" });
+        expect(r.error).toBeUndefined();
+        expect(r.stdout).toBe("kept\n1024\n");
+        expect(rows().get(id)).toBe("running");
+        expect(serve?.logs.some((l) => l["event"] === "sandbox_restore_failed" && l["sandbox_id"] === id && String(l["error"]).includes("limits"))).toBe(true);
+
+        expect((await api(base, "DELETE", `/sandboxes/${id}`)).status).toBe(200);
+        await serve?.stop();
+        expect(await hostLeaks(home)).toEqual(noLeaks());
+        await rm(home, { recursive: true, force: true });
+        home = "";
+      });
     }
 
     it(`keeps the ledger and the host consistent across SIGKILLs at random points during ${plan.ops} operations`, { timeout: plan.timeoutMs }, async () => {

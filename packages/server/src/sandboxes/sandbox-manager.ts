@@ -495,7 +495,7 @@ export class SandboxManager {
         throw new BothyError("capacity_exhausted", `This host runs at most ${this.config.limits.maxSandboxes} sandboxes; delete one or raise BOTHY_MAX_SANDBOXES to wake ${id}.`);
       }
       const started = Date.now();
-      const booted = await this.bootFromDisk(row).catch((err: unknown) => {
+      const booted = await this.bootDormant(row).catch((err: unknown) => {
         const message = err instanceof Error ? err.message : String(err);
         this.log("sandbox_wake_failed", { sandbox_id: id, error: message });
         throw new BothyError("sandbox_not_running", `Sandbox ${id} could not be started again; its files are kept: ${message}`, { cause: err });
@@ -504,6 +504,22 @@ export class SandboxManager {
       this.ledger.setState(id, "running");
       this.log("sandbox_woken", { sandbox_id: id, from: row.state, driver: row.driver, ms: Date.now() - started });
     });
+  }
+
+  /**
+   * Boots a stopped or paused sandbox on its disk. A paused one's memory image is gone once QEMU
+   * runs it: if the restored guest then fails its start (an agent from an older bothy that does
+   * not know a frame, a guest that broke its own cgroups), its disk is still whole, and it boots
+   * cold from there, as after a crash: files kept, processes lost.
+   */
+  private async bootDormant(row: SandboxRow): Promise<BootedSandbox> {
+    try {
+      return await this.bootFromDisk(row);
+    } catch (err) {
+      if (row.state !== "paused" || (err instanceof BothyError && err.code === "template_not_built")) throw err;
+      this.log("sandbox_restore_failed", { sandbox_id: row.id, error: (err as Error).message });
+      return this.bootFromDisk(row);
+    }
   }
 
   /** Takes over a sandbox that still runs from before the restart; false when it cannot (then it is stopped). */
