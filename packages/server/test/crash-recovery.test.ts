@@ -117,13 +117,29 @@ for (const driver of testDrivers()) {
       }
     }
 
+    /** A fresh home, a server on it and one sandbox. */
+    async function serverWithSandbox(): Promise<{ base: string; id: string }> {
+      home = await mkdtemp("/tmp/bothy-test-crash-");
+      const base = await start();
+      const res = await api(base, "POST", "/sandboxes", { template: "seed", vcpu: 1, memory_mib: 512 });
+      expect(res.status).toBe(201);
+      return { base, id: res.json["sandbox_id"] as string };
+    }
+
+    /** Deletes the sandbox, stops the server, and checks that nothing of either is left. */
+    async function deleteAndCheck(base: string, id: string): Promise<void> {
+      expect((await api(base, "DELETE", `/sandboxes/${id}`)).status).toBe(200);
+      await serve?.stop();
+      expect(await hostLeaks(home)).toEqual(noLeaks());
+      await rm(home, { recursive: true, force: true });
+      home = "";
+    }
+
     {
       it("attaches to a sandbox that outlived the server: it keeps running, processes and all", { timeout: 300_000 }, async () => {
-        home = await mkdtemp("/tmp/bothy-test-crash-");
-        let base = await start();
-        const res = await api(base, "POST", "/sandboxes", { template: "seed", vcpu: 1, memory_mib: 512 });
-        expect(res.status).toBe(201);
-        const id = res.json["sandbox_id"] as string;
+        const made = await serverWithSandbox();
+        const id = made.id;
+        let base = made.base;
         const ws = (): string => base.replace(/^http/, "ws");
         const bg = await runCommand(ws(), id, { cmd: "sleep 600 > /dev/null 2>&1 & echo $! > /workspace/pid; echo started", background: false });
         expect(bg.stdout).toBe("started\n");
@@ -142,19 +158,13 @@ for (const driver of testDrivers()) {
         // The detached loop's request id does not get in the way of new requests.
         for (let i = 0; i < 3; i++) expect((await runCommand(ws(), id, { cmd: `echo ${i}` })).stdout).toBe(`${i}\n`);
 
-        expect((await api(base, "DELETE", `/sandboxes/${id}`)).status).toBe(200);
-        await serve?.stop();
-        expect(await hostLeaks(home)).toEqual(noLeaks());
-        await rm(home, { recursive: true, force: true });
-        home = "";
+        await deleteAndCheck(base, id);
       });
 
       it.skipIf(driver.name !== "qemu")("wakes a paused sandbox whose restored guest fails its start by booting it cold on its disk", { timeout: 300_000 }, async () => {
-        home = await mkdtemp("/tmp/bothy-test-crash-");
-        let base = await start();
-        const res = await api(base, "POST", "/sandboxes", { template: "seed", vcpu: 1, memory_mib: 512 });
-        expect(res.status).toBe(201);
-        const id = res.json["sandbox_id"] as string;
+        const made = await serverWithSandbox();
+        const id = made.id;
+        let base = made.base;
         const ws = (): string => base.replace(/^http/, "ws");
         expect((await runCommand(ws(), id, { cmd: "echo kept > /workspace/f && sync && echo ok" })).stdout).toBe("ok\n");
         // The guest unmounts its own cgroups: restored as it was, it cannot take the process limit
@@ -165,17 +175,16 @@ for (const driver of testDrivers()) {
 
         base = await start();
         expect(rows().get(id)).toBe("paused");
+        // Pausing it again changes nothing, though no VM runs it now.
+        const again = await api(base, "POST", `/sandboxes/${id}/pause`);
+        expect([again.status, again.json["state"]]).toEqual([200, "paused"]);
         const r = await runCommand(ws(), id, { cmd: "cat /workspace/f; cat /sys/fs/cgroup/commands/pids.max" });
         expect(r.error).toBeUndefined();
         expect(r.stdout).toBe("kept\n1024\n");
         expect(rows().get(id)).toBe("running");
         expect(serve?.logs.some((l) => l["event"] === "sandbox_restore_failed" && l["sandbox_id"] === id && String(l["error"]).includes("limits"))).toBe(true);
 
-        expect((await api(base, "DELETE", `/sandboxes/${id}`)).status).toBe(200);
-        await serve?.stop();
-        expect(await hostLeaks(home)).toEqual(noLeaks());
-        await rm(home, { recursive: true, force: true });
-        home = "";
+        await deleteAndCheck(base, id);
       });
     }
 

@@ -395,6 +395,8 @@ export class SandboxManager {
    * processes come back with `resume`; commands attached at the time end.
    */
   pause(id: string): Promise<SandboxInfo> {
+    // Already paused with no VM (a restart came between the pause and now): nothing to do.
+    if (this.info(id).state === "paused" && !this.live.has(id)) return Promise.resolve(this.info(id));
     return this.transition(id, async (booted) => {
       if (this.info(id).state === "paused") return;
       if (!booted.handle.pause) throw new BothyError("not_supported", `The ${this.info(id).driver} driver cannot pause sandboxes; create the sandbox with "driver": "qemu" to use pause.`);
