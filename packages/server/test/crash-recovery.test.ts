@@ -137,9 +137,8 @@ for (const driver of testDrivers()) {
 
     {
       it("attaches to a sandbox that outlived the server: it keeps running, processes and all", { timeout: 300_000 }, async () => {
-        const made = await serverWithSandbox();
-        const id = made.id;
-        let base = made.base;
+        const { id, base: firstBase } = await serverWithSandbox();
+        let base = firstBase;
         const ws = (): string => base.replace(/^http/, "ws");
         const bg = await runCommand(ws(), id, { cmd: "sleep 600 > /dev/null 2>&1 & echo $! > /workspace/pid; echo started", background: false });
         expect(bg.stdout).toBe("started\n");
@@ -162,9 +161,8 @@ for (const driver of testDrivers()) {
       });
 
       it.skipIf(driver.name !== "qemu")("wakes a paused sandbox whose restored guest fails its start by booting it cold on its disk", { timeout: 300_000 }, async () => {
-        const made = await serverWithSandbox();
-        const id = made.id;
-        let base = made.base;
+        const { id, base: firstBase } = await serverWithSandbox();
+        let base = firstBase;
         const ws = (): string => base.replace(/^http/, "ws");
         expect((await runCommand(ws(), id, { cmd: "echo kept > /workspace/f && sync && echo ok" })).stdout).toBe("ok\n");
         // The guest unmounts its own cgroups: restored as it was, it cannot take the process limit

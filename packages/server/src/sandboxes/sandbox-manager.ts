@@ -395,19 +395,20 @@ export class SandboxManager {
    * processes come back with `resume`; commands attached at the time end.
    */
   pause(id: string): Promise<SandboxInfo> {
-    // Paused with no VM (a restart came between the pause and now): nothing to do, unless a wake
-    // already under way makes it run by the time this pause's turn comes.
-    if (this.info(id).state === "paused" && !this.live.has(id)) {
-      return this.serialized(id, async () => {
-        const booted = this.live.get(id);
-        if (booted?.handle.pause && this.info(id).state === "running" && !this.deleting.has(id)) await this.pauseHeld(id, booted);
-      });
-    }
-    return this.transition(id, async (booted) => {
+    const step = async (booted: BootedSandbox): Promise<void> => {
       if (this.info(id).state === "paused") return;
       if (!booted.handle.pause) throw new BothyError("not_supported", `The ${this.info(id).driver} driver cannot pause sandboxes; create the sandbox with "driver": "qemu" to use pause.`);
       await this.pauseHeld(id, booted);
-    });
+    };
+    // Paused with no VM (a restart came between the pause and now): nothing to pause, unless a
+    // wake already under way has it running by this pause's turn.
+    if (this.info(id).state === "paused" && !this.live.has(id)) {
+      return this.serialized(id, async () => {
+        const booted = this.live.get(id);
+        if (booted && !this.deleting.has(id)) await step(booted);
+      });
+    }
+    return this.transition(id, step);
   }
 
   private async pauseHeld(id: string, booted: BootedSandbox): Promise<void> {
