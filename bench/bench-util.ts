@@ -49,7 +49,9 @@ export async function header(): Promise<string> {
     (r) => r.stdout.split("\n")[0]?.trim() ?? "?",
     (err: unknown) => `unavailable (${(err as Error).message})`,
   );
-  const load = loadavg().map((l) => l.toFixed(2)).join(" ");
+  const load = loadavg()
+    .map((l) => l.toFixed(2))
+    .join(" ");
   return `# ${new Date().toISOString()}  nproc=${cpus().length}  load=${load}  ${version}`;
 }
 
@@ -59,7 +61,9 @@ export async function seedTemplate(): Promise<BuiltTemplate> {
   const built = await store.resolve("seed");
   if (built) return built;
   console.log(`seed template not built in ${store.storeDir}: building it (takes minutes)`);
-  return store.build("seed", { onProgress: (ev) => ev.line === undefined && console.log(`  build ${ev.step}/${ev.steps} ${ev.title}`) });
+  return store.build("seed", {
+    onProgress: (ev) => ev.line === undefined && console.log(`  build ${ev.step}/${ev.steps} ${ev.title}`),
+  });
 }
 
 export function withTimeout<T>(p: Promise<T>, what: string, ms = STEP_TIMEOUT_MS): Promise<T> {
@@ -93,11 +97,14 @@ export async function timedRun(url: string, wsUrl: string): Promise<RunTimes> {
     const res = await withTimeout(runCommand(wsUrl, id, { cmd: "echo ok" }, { keepEvents: false }), `exec in ${id}`);
     t2 = performance.now();
     if (res.stdout !== "ok\n" || res.exit?.exit_code !== 0) {
-      throw new Error(`${id}: echo ok gave stdout ${JSON.stringify(res.stdout)}, stderr ${JSON.stringify(res.stderr.slice(0, 200))}, exit ${JSON.stringify(res.exit ?? res.error)}`);
+      throw new Error(
+        `${id}: echo ok gave stdout ${JSON.stringify(res.stdout)}, stderr ${JSON.stringify(res.stderr.slice(0, 200))}, exit ${JSON.stringify(res.exit ?? res.error)}`,
+      );
     }
     const del = await withTimeout(api(url, "DELETE", `/sandboxes/${id}`), `delete ${id}`);
     deleteTried = true;
-    if (del.status !== 200 || del.json["state"] !== "deleted") throw new Error(`${id}: delete gave ${del.status} ${JSON.stringify(del.json)}`);
+    if (del.status !== 200 || del.json["state"] !== "deleted")
+      throw new Error(`${id}: delete gave ${del.status} ${JSON.stringify(del.json)}`);
   } finally {
     if (!deleteTried) await api(url, "DELETE", `/sandboxes/${id}`).catch(() => undefined);
   }
@@ -111,9 +118,16 @@ export async function timedRun(url: string, wsUrl: string): Promise<RunTimes> {
  * is cleaned up here so the benchmark itself leaves nothing, and the server log is kept when
  * something was wrong.
  */
-export async function stopAndInspect(ts: TestServer, keepLogAs: string, keepLog = false): Promise<{ leaks: string[]; creates: Creates; log?: string }> {
+export async function stopAndInspect(
+  ts: TestServer,
+  keepLogAs: string,
+  keepLog = false,
+): Promise<{ leaks: string[]; creates: Creates; log?: string }> {
   // A close that fails must not skip the inspection: what it left is what we are looking for.
-  const closeError = await ts.server.close().then(() => undefined, (err: unknown) => `server close failed: ${(err as Error).message}`);
+  const closeError = await ts.server.close().then(
+    () => undefined,
+    (err: unknown) => `server close failed: ${(err as Error).message}`,
+  );
   const perRoot = await hostLeaks(ts.home);
   const leaks = [...(closeError === undefined ? [] : [closeError]), ...leakLines(perRoot)];
   const seen = new Set([...perRoot.runscProcesses, ...perRoot.qemuProcesses, ...perRoot.mounts]);
@@ -152,10 +166,18 @@ function ledgerIds(path: string): string[] {
 async function globalLeaks(home: string, ids: readonly string[], alreadyReported: Set<string>): Promise<string[]> {
   const fresh = (l: string): boolean => l.includes(home) && !alreadyReported.has(l);
   const { stdout } = await pexec("ps", ["-eo", "pid=,args="]);
-  const procs = stdout.split("\n").filter((l) => /runsc|qemu-system/.test(l) && fresh(l)).map((l) => `global process: ${l.trim()}`);
-  const mounts = (await readFile("/proc/mounts", "utf8")).split("\n").filter(fresh).map((l) => `global mount: ${l}`);
+  const procs = stdout
+    .split("\n")
+    .filter((l) => /runsc|qemu-system/.test(l) && fresh(l))
+    .map((l) => `global process: ${l.trim()}`);
+  const mounts = (await readFile("/proc/mounts", "utf8"))
+    .split("\n")
+    .filter(fresh)
+    .map((l) => `global mount: ${l}`);
   const controllers = await readdir("/sys/fs/cgroup").catch(() => [] as string[]);
-  const cgroups = controllers.flatMap((c) => ids.map((id) => `/sys/fs/cgroup/${c}/bothy/${id}`)).filter((d) => existsSync(d));
+  const cgroups = controllers
+    .flatMap((c) => ids.map((id) => `/sys/fs/cgroup/${c}/bothy/${id}`))
+    .filter((d) => existsSync(d));
   return [...procs, ...mounts, ...cgroups.map((d) => `global cgroup: ${d}`)];
 }
 
@@ -164,11 +186,21 @@ async function removeHome(home: string, leaks: string[]): Promise<void> {
   const root = join(home, "runsc");
   const { stdout } = await pexec("runsc", ["--root", root, "list", "-quiet"]).catch(() => ({ stdout: "" }));
   for (const id of stdout.split("\n").filter(Boolean)) {
-    await pexec("runsc", ["--root", root, "delete", "--force", id]).catch((err: unknown) => leaks.push(`bench cleanup: runsc delete ${id}: ${(err as Error).message}`));
+    await pexec("runsc", ["--root", root, "delete", "--force", id]).catch((err: unknown) =>
+      leaks.push(`bench cleanup: runsc delete ${id}: ${(err as Error).message}`),
+    );
   }
-  const targets = (await readFile("/proc/mounts", "utf8")).split("\n").map((l) => l.split(" ")[1] ?? "").filter((t) => t.startsWith(`${home}/`));
-  for (const t of targets.reverse()) await pexec("umount", ["-l", t]).catch((err: unknown) => leaks.push(`bench cleanup: umount ${t}: ${(err as Error).message}`));
-  await rm(home, { recursive: true, force: true }).catch((err: unknown) => leaks.push(`bench cleanup: rm ${home}: ${(err as Error).message}`));
+  const targets = (await readFile("/proc/mounts", "utf8"))
+    .split("\n")
+    .map((l) => l.split(" ")[1] ?? "")
+    .filter((t) => t.startsWith(`${home}/`));
+  for (const t of targets.reverse())
+    await pexec("umount", ["-l", t]).catch((err: unknown) =>
+      leaks.push(`bench cleanup: umount ${t}: ${(err as Error).message}`),
+    );
+  await rm(home, { recursive: true, force: true }).catch((err: unknown) =>
+    leaks.push(`bench cleanup: rm ${home}: ${(err as Error).message}`),
+  );
 }
 
 export interface Creates {
@@ -211,7 +243,11 @@ export function interruptSignal(): AbortSignal {
 }
 
 /** Reads `--name value` from argv; the rest stay positional. A bad option prints the usage and exits 2. */
-export function parseArgs(argv: readonly string[], names: readonly string[], usage: string): { flags: Map<string, string>; positional: string[] } {
+export function parseArgs(
+  argv: readonly string[],
+  names: readonly string[],
+  usage: string,
+): { flags: Map<string, string>; positional: string[] } {
   const flags = new Map<string, string>();
   const positional: string[] = [];
   const fail = (why: string): never => {
@@ -233,7 +269,14 @@ export function parseArgs(argv: readonly string[], names: readonly string[], usa
 }
 
 /** An integer option within bounds; anything else prints the usage and exits 2. */
-export function intArg(text: string | undefined, def: number, what: string, min: number, max: number, usage: string): number {
+export function intArg(
+  text: string | undefined,
+  def: number,
+  what: string,
+  min: number,
+  max: number,
+  usage: string,
+): number {
   if (text === undefined) return def;
   const n = Number(text);
   if (Number.isInteger(n) && n >= min && n <= max) return n;

@@ -26,7 +26,15 @@ try {
   const agent = ts.server.manager.agent(id);
   const direct = (cmd: string): Promise<void> =>
     new Promise((resolve, reject) => {
-      agent.exec({ cmd }, { onStarted: () => undefined, onOutput: (_fd, _d, consumed) => consumed(), onExited: () => resolve(), onError: reject });
+      agent.exec(
+        { cmd },
+        {
+          onStarted: () => undefined,
+          onOutput: (_fd, _d, consumed) => consumed(),
+          onExited: () => resolve(),
+          onError: reject,
+        },
+      );
     });
 
   // Warm both paths once: the first spawn in a fresh sandbox is slower.
@@ -46,7 +54,9 @@ try {
   }
   const rtApi = median(viaApi);
   const rtChannel = median(viaChannel);
-  console.log(`round trip of \`true\` (${runs} runs, medians): API ${rtApi.toFixed(1)} ms, guest channel ${rtChannel.toFixed(1)} ms, ratio ${(rtApi / rtChannel).toFixed(2)} (goal <= 1.3)`);
+  console.log(
+    `round trip of \`true\` (${runs} runs, medians): API ${rtApi.toFixed(1)} ms, guest channel ${rtChannel.toFixed(1)} ms, ratio ${(rtApi / rtChannel).toFixed(2)} (goal <= 1.3)`,
+  );
 
   const bytes = mb * 1_000_000;
   const flood = `head -c ${bytes} /dev/zero | tr '\\0' a`;
@@ -57,15 +67,23 @@ try {
   await runCommand(ts.wsUrl, id, { cmd: `${warm} | cat > /dev/null` }, { keepEvents: false });
   let t = performance.now();
   let received = 0;
-  await runCommand(ts.wsUrl, id, { cmd: flood }, { keepEvents: false, onEvent: (ev) => void (ev.type === "stdout" && (received += ev.data.length)) });
+  await runCommand(
+    ts.wsUrl,
+    id,
+    { cmd: flood },
+    { keepEvents: false, onEvent: (ev) => void (ev.type === "stdout" && (received += ev.data.length)) },
+  );
   const apiSecs = (performance.now() - t) / 1000;
   t = performance.now();
   const raw = await runCommand(ts.wsUrl, id, { cmd: `${flood} | cat > /dev/null` });
   const rawSecs = (performance.now() - t) / 1000;
-  if (received !== bytes || raw.exit?.exit_code !== 0) console.log(`WARNING: received ${received} of ${bytes} bytes; raw pipe exit ${JSON.stringify(raw.exit)}`);
+  if (received !== bytes || raw.exit?.exit_code !== 0)
+    console.log(`WARNING: received ${received} of ${bytes} bytes; raw pipe exit ${JSON.stringify(raw.exit)}`);
   const apiRate = mb / apiSecs;
   const rawRate = mb / rawSecs;
-  console.log(`stdout throughput (${mb} MB): API ${apiRate.toFixed(1)} MB/s, raw pipe in the sandbox ${rawRate.toFixed(1)} MB/s, ratio ${(apiRate / rawRate).toFixed(2)} (goal >= 0.5)`);
+  console.log(
+    `stdout throughput (${mb} MB): API ${apiRate.toFixed(1)} MB/s, raw pipe in the sandbox ${rawRate.toFixed(1)} MB/s, ratio ${(apiRate / rawRate).toFixed(2)} (goal >= 0.5)`,
+  );
 } finally {
   if (ts) {
     const { leaks } = await stopAndInspect(ts, "commands");

@@ -23,7 +23,11 @@ interface Round {
 
 async function round(topo: NetTopology, network: boolean): Promise<Round> {
   const home = await mkdtemp("/tmp/bothy-bench-net-");
-  const server = topo.serveInHost(home, { BOTHY_NETWORK: network ? "on" : "off", BOTHY_DRIVER: driver, BOTHY_MAX_SANDBOXES: String(Math.max(64, n)) });
+  const server = topo.serveInHost(home, {
+    BOTHY_NETWORK: network ? "on" : "off",
+    BOTHY_DRIVER: driver,
+    BOTHY_MAX_SANDBOXES: String(Math.max(64, n)),
+  });
   const { logs } = server;
   try {
     const base = await server.url;
@@ -46,7 +50,10 @@ async function round(topo: NetTopology, network: boolean): Promise<Round> {
       }),
     );
     const wallMs = Date.now() - t0;
-    const plumbMs = logs.filter((l) => l["event"] === "network_plumbed").slice(1).map((l) => Number(l["ms"]));
+    const plumbMs = logs
+      .filter((l) => l["event"] === "network_plumbed")
+      .slice(1)
+      .map((l) => Number(l["ms"]));
     return { createMs, plumbMs, wallMs, failures };
   } finally {
     await server.stop(30_000);
@@ -62,13 +69,22 @@ try {
   const on = await round(topo, true);
   const leftOn = await topo.bothyObjects();
   const off = await round(topo, false);
-  const row = (name: string, r: Round) => console.log(`  ${name.padEnd(14)} create median ${secs(median(r.createMs))}, max ${secs(Math.max(...r.createMs))}, all ${n} in ${secs(r.wallMs)}${r.failures.length ? `, ${r.failures.length} failed: ${r.failures.slice(0, 3).join("; ")}` : ""}`);
+  const row = (name: string, r: Round) =>
+    console.log(
+      `  ${name.padEnd(14)} create median ${secs(median(r.createMs))}, max ${secs(Math.max(...r.createMs))}, all ${n} in ${secs(r.wallMs)}${r.failures.length ? `, ${r.failures.length} failed: ${r.failures.slice(0, 3).join("; ")}` : ""}`,
+    );
   row("network on", on);
   row("network off", off);
-  console.log(`  network set-up per sandbox (server log, under this load): median ${secs(median(on.plumbMs))}, max ${secs(Math.max(...on.plumbMs))}`);
-  console.log(`  added create time of networking (median on - median off): ${secs(median(on.createMs) - median(off.createMs))}`);
+  console.log(
+    `  network set-up per sandbox (server log, under this load): median ${secs(median(on.plumbMs))}, max ${secs(Math.max(...on.plumbMs))}`,
+  );
+  console.log(
+    `  added create time of networking (median on - median off): ${secs(median(on.createMs) - median(off.createMs))}`,
+  );
   console.log(`  network objects left after the deletes: ${JSON.stringify(leftOn)}`);
-  failed = on.failures.length + off.failures.length > 0 || leftOn.netns.length + leftOn.links.length + leftOn.chains.length + leftOn.mapElements > 0;
+  failed =
+    on.failures.length + off.failures.length > 0 ||
+    leftOn.netns.length + leftOn.links.length + leftOn.chains.length + leftOn.mapElements > 0;
 } finally {
   await topo.destroy();
 }

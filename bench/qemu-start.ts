@@ -26,7 +26,13 @@ export interface QemuFigures {
 
 type Attempt = <T>(label: string, i: number, fn: () => Promise<T>) => Promise<T | undefined>;
 
-export async function qemuSeries(runs: number, warmup: number, scratch: string, attempt: Attempt, leaks: string[]): Promise<QemuFigures> {
+export async function qemuSeries(
+  runs: number,
+  warmup: number,
+  scratch: string,
+  attempt: Attempt,
+  leaks: string[],
+): Promise<QemuFigures> {
   const cold = await bothySeries("qemu cold", { BOTHY_QEMU_WARM: "0" }, runs, warmup, attempt, leaks);
   const warm = await bothySeries("qemu warm", { BOTHY_QEMU_WARM: "1" }, runs, warmup, attempt, leaks);
   const raw: number[] = [];
@@ -38,7 +44,14 @@ export async function qemuSeries(runs: number, warmup: number, scratch: string, 
   return { cold, warm, raw };
 }
 
-async function bothySeries(label: string, env: Record<string, string>, runs: number, warmup: number, attempt: Attempt, leaks: string[]): Promise<RunTimes[]> {
+async function bothySeries(
+  label: string,
+  env: Record<string, string>,
+  runs: number,
+  warmup: number,
+  attempt: Attempt,
+  leaks: string[],
+): Promise<RunTimes[]> {
   const ts = await startTestServer({ BOTHY_DRIVER: "qemu", BOTHY_POOL_SIZE: "0", ...env });
   const times: RunTimes[] = [];
   try {
@@ -60,7 +73,11 @@ async function rawInitramfs(scratch: string): Promise<string> {
   const archive = cpioNewc([
     { type: "dir", path: "bin" },
     { type: "file", path: "bin/busybox", data: await readFile(BUSYBOX_PATH), mode: 0o755 },
-    ...["sh", "mount", "echo", "reboot"].map((a) => ({ type: "symlink" as const, path: `bin/${a}`, target: "busybox" })),
+    ...["sh", "mount", "echo", "reboot"].map((a) => ({
+      type: "symlink" as const,
+      path: `bin/${a}`,
+      target: "busybox",
+    })),
     { type: "dir", path: "dev" },
     { type: "file", path: "init", data: Buffer.from(init), mode: 0o755 },
   ]);
@@ -74,10 +91,29 @@ async function rawBoot(initrd: string): Promise<number> {
   const kernel = await ensureKernel(testKernelDir());
   const kvm = await hardwareVirtualization();
   const args = [
-    "-M", "microvm", "-accel", kvm ? "kvm" : "tcg,tb-size=16", "-cpu", kvm ? "host" : "max", "-smp", "1", "-m", "512M",
-    "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-    "-kernel", kernel.vmlinuz, "-initrd", initrd,
-    "-append", `console=ttyS0 quiet panic=-1 tsc_early_khz=${await hostCpuKhz()}`, "-serial", "stdio",
+    "-M",
+    "microvm",
+    "-accel",
+    kvm ? "kvm" : "tcg,tb-size=16",
+    "-cpu",
+    kvm ? "host" : "max",
+    "-smp",
+    "1",
+    "-m",
+    "512M",
+    "-nodefaults",
+    "-no-user-config",
+    "-display",
+    "none",
+    "-no-reboot",
+    "-kernel",
+    kernel.vmlinuz,
+    "-initrd",
+    initrd,
+    "-append",
+    `console=ttyS0 quiet panic=-1 tsc_early_khz=${await hostCpuKhz()}`,
+    "-serial",
+    "stdio",
   ];
   const t0 = performance.now();
   const child = spawn("qemu-system-x86_64", args, { stdio: ["ignore", "pipe", "pipe"] });
@@ -107,5 +143,7 @@ export function reportQemu(q: QemuFigures): void {
   console.log(`(f) qemu warm create (restore) → first command: median ${secs(median(first(q.warm)))}`);
   console.log(`    create  ${summary(q.warm.map((t) => t.create))}`);
   console.log(`(g) raw qemu, same kernel and flags, initramfs echo: median ${secs(raw)}  ${summary(q.raw)}`);
-  console.log(`(h) qemu cold / raw = ${(median(first(q.cold)) / raw).toFixed(2)}, warm / raw = ${(median(first(q.warm)) / raw).toFixed(2)}, cold / warm = ${(median(first(q.cold)) / median(first(q.warm))).toFixed(2)}`);
+  console.log(
+    `(h) qemu cold / raw = ${(median(first(q.cold)) / raw).toFixed(2)}, warm / raw = ${(median(first(q.warm)) / raw).toFixed(2)}, cold / warm = ${(median(first(q.cold)) / median(first(q.warm))).toFixed(2)}`,
+  );
 }

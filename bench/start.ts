@@ -14,7 +14,20 @@ import { loadConfig } from "../packages/server/src/index.ts";
 import { run } from "../packages/server/src/util/host-command.ts";
 import { startTestServer, type TestServer } from "../packages/server/test/helpers/test-server.ts";
 import { qemuSeries, reportQemu } from "./qemu-start.ts";
-import { header, intArg, interruptSignal, median, parseArgs, secs, seedTemplate, stopAndInspect, summary, timedRun, withTimeout, type RunTimes } from "./bench-util.ts";
+import {
+  header,
+  intArg,
+  interruptSignal,
+  median,
+  parseArgs,
+  secs,
+  seedTemplate,
+  stopAndInspect,
+  summary,
+  timedRun,
+  withTimeout,
+  type RunTimes,
+} from "./bench-util.ts";
 
 /** The same flags the gVisor driver passes (gvisor-driver.ts runscArgs). */
 const RUNSC_FLAGS = ["--platform=ptrace", "--network=none", "--overlay2=none"];
@@ -44,7 +57,9 @@ let consecutiveFailures = 0;
 
 console.log(await header());
 const seed = await seedTemplate();
-console.log(`# start: ${runs} runs per series (+${WARMUP} untimed), ${SETTLE_MS} ms settle before each, template seed ${seed.hash.slice(0, 12)}`);
+console.log(
+  `# start: ${runs} runs per series (+${WARMUP} untimed), ${SETTLE_MS} ms settle before each, template seed ${seed.hash.slice(0, 12)}`,
+);
 
 const scratch = await mkdtemp("/tmp/bothy-bench-start-");
 const runscRoot = join(scratch, "runsc");
@@ -90,7 +105,9 @@ async function bothySeries(poolSize: number): Promise<RunTimes[]> {
     }
   } finally {
     const found = await stopAndInspect(ts, "bench-start");
-    console.log(`# ${label}: warm creates ${found.creates.text} (incl. warm-up)${found.log ? `, server log kept at ${found.log}` : ""}`);
+    console.log(
+      `# ${label}: warm creates ${found.creates.text} (incl. warm-up)${found.log ? `, server log kept at ${found.log}` : ""}`,
+    );
     leaks.push(...found.leaks.map((l) => `${label}: ${l}`));
   }
   console.log(`# ${label}: done, median ${secs(median(times.map((t) => t.total)))}`);
@@ -130,7 +147,9 @@ async function rawSeries(overlay: boolean): Promise<RawTimes[]> {
     const t = await attempt(overlay ? "raw overlay" : "raw read-only", i, () => rawRun(overlay, i, agentPath));
     if (t && i >= WARMUP) times.push(t);
   }
-  console.log(`# raw runsc, ${overlay ? "overlay root" : "read-only template root"}: done, median ${secs(median(times.map((t) => t.total)))}`);
+  console.log(
+    `# raw runsc, ${overlay ? "overlay root" : "read-only template root"}: done, median ${secs(median(times.map((t) => t.total)))}`,
+  );
   return times;
 }
 
@@ -144,7 +163,8 @@ async function attempt<T>(label: string, i: number, fn: () => Promise<T>): Promi
     if (interrupted.aborted) throw err;
     failures.push(`${label} run ${i}: ${(err as Error).message}`);
     console.log(`# ${label} run ${i} FAILED (left out of the figures): ${(err as Error).message}`);
-    if (++consecutiveFailures >= MAX_CONSECUTIVE_FAILURES) throw new Error(`${consecutiveFailures} failures in a row in ${label}`, { cause: err });
+    if (++consecutiveFailures >= MAX_CONSECUTIVE_FAILURES)
+      throw new Error(`${consecutiveFailures} failures in a row in ${label}`, { cause: err });
     return undefined;
   }
 }
@@ -165,10 +185,27 @@ async function rawRun(overlay: boolean, i: number, agentPath: string): Promise<R
     await mkdir(join(dir, "bundle"), { recursive: true });
     if (overlay) {
       await Promise.all(["upper", "work", "rootfs"].map((d) => mkdir(join(dir, d))));
-      await run("mount", ["-t", "overlay", "overlay", "-o", `lowerdir=${seed.rootfs},upperdir=${join(dir, "upper")},workdir=${join(dir, "work")}`, rootfs]);
+      await run("mount", [
+        "-t",
+        "overlay",
+        "overlay",
+        "-o",
+        `lowerdir=${seed.rootfs},upperdir=${join(dir, "upper")},workdir=${join(dir, "work")}`,
+        rootfs,
+      ]);
       mounted = true;
     }
-    const spec = buildOciSpec({ id, templateRoot: seed.rootfs, templateEnv: seed.env, vcpu: 1, memoryMib: 512, maxProcesses: 1024, dir, rootfs, agentPath }) as OciSpec;
+    const spec = buildOciSpec({
+      id,
+      templateRoot: seed.rootfs,
+      templateEnv: seed.env,
+      vcpu: 1,
+      memoryMib: 512,
+      maxProcesses: 1024,
+      dir,
+      rootfs,
+      agentPath,
+    }) as OciSpec;
     spec.process.args = ["/bin/sh", "-c", "echo ok"];
     spec.root.readonly = !overlay;
     // A read-only root cannot get the agent's mount point; the raw command does not need it.
@@ -177,16 +214,24 @@ async function rawRun(overlay: boolean, i: number, agentPath: string): Promise<R
     const s0 = performance.now();
     const out = await withTimeout(runsc(["run", "--bundle", join(dir, "bundle"), id]), `runsc run ${id}`);
     runscMs = performance.now() - s0;
-    if (out.stdout !== "ok\n" || out.code !== 0) throw new Error(`runsc run ${id}: exit ${out.code}, stdout ${JSON.stringify(out.stdout)}, stderr ${out.stderr.slice(-300)}`);
+    if (out.stdout !== "ok\n" || out.code !== 0)
+      throw new Error(
+        `runsc run ${id}: exit ${out.code}, stdout ${JSON.stringify(out.stdout)}, stderr ${out.stderr.slice(-300)}`,
+      );
     if (mounted) await run("umount", [rootfs]);
     mounted = false;
     await rm(dir, { recursive: true });
   } finally {
-    if (mounted) await run("umount", ["-l", rootfs]).catch((err: unknown) => leaks.push(`raw: umount ${rootfs}: ${(err as Error).message}`));
+    if (mounted)
+      await run("umount", ["-l", rootfs]).catch((err: unknown) =>
+        leaks.push(`raw: umount ${rootfs}: ${(err as Error).message}`),
+      );
     await rm(dir, { recursive: true, force: true });
   }
   const total = performance.now() - t0;
-  for (const c of ["cpu", "memory", "pids"]) if (existsSync(`/sys/fs/cgroup/${c}/bothy/${id}`)) leaks.push(`raw: cgroup /sys/fs/cgroup/${c}/bothy/${id} left by runsc`);
+  for (const c of ["cpu", "memory", "pids"])
+    if (existsSync(`/sys/fs/cgroup/${c}/bothy/${id}`))
+      leaks.push(`raw: cgroup /sys/fs/cgroup/${c}/bothy/${id} left by runsc`);
   return { total, runsc: runscMs };
 }
 
@@ -210,12 +255,19 @@ function runsc(args: string[]): Promise<{ code: number | null; stdout: string; s
 
 /** Containers, mounts and files of the raw runs; anything found here is reported as a leak. */
 async function cleanScratch(): Promise<void> {
-  const listed = existsSync(runscRoot) ? await run("runsc", ["--root", runscRoot, "list", "-quiet"]).catch(() => ({ stdout: "" })) : { stdout: "" };
+  const listed = existsSync(runscRoot)
+    ? await run("runsc", ["--root", runscRoot, "list", "-quiet"]).catch(() => ({ stdout: "" }))
+    : { stdout: "" };
   for (const id of listed.stdout.split("\n").filter(Boolean)) {
     leaks.push(`raw: runsc container ${id} left behind`);
-    await run("runsc", ["--root", runscRoot, "delete", "--force", id]).catch((err: unknown) => leaks.push(`raw: runsc delete ${id}: ${(err as Error).message}`));
+    await run("runsc", ["--root", runscRoot, "delete", "--force", id]).catch((err: unknown) =>
+      leaks.push(`raw: runsc delete ${id}: ${(err as Error).message}`),
+    );
   }
-  const mounts = (await readFile("/proc/mounts", "utf8")).split("\n").map((l) => l.split(" ")[1] ?? "").filter((t) => t.startsWith(`${scratch}/`));
+  const mounts = (await readFile("/proc/mounts", "utf8"))
+    .split("\n")
+    .map((l) => l.split(" ")[1] ?? "")
+    .filter((t) => t.startsWith(`${scratch}/`));
   for (const t of mounts.reverse()) {
     leaks.push(`raw: mount ${t} left behind`);
     await run("umount", ["-l", t]).catch((err: unknown) => leaks.push(`raw: umount ${t}: ${(err as Error).message}`));
@@ -227,15 +279,27 @@ function report(warm: RunTimes[], cold: RunTimes[], rawOverlay: RawTimes[], rawP
   const m = (xs: readonly { total: number }[]): number => median(xs.map((x) => x.total));
   const raw = m(rawOverlay);
   console.log("");
-  for (const [label, times] of [["(a) bothy, warm pool (size 1; before each run the pool was polled until refilled; every create warm)", warm], ["(b) bothy, pool off (cold boot)", cold]] as const) {
+  for (const [label, times] of [
+    ["(a) bothy, warm pool (size 1; before each run the pool was polled until refilled; every create warm)", warm],
+    ["(b) bothy, pool off (cold boot)", cold],
+  ] as const) {
     console.log(`${label}: median ${secs(m(times))}`);
     console.log(`    total   ${summary(times.map((t) => t.total))}`);
-    for (const phase of ["create", "exec", "delete"] as const) console.log(`    ${phase.padEnd(7)} ${summary(times.map((t) => t[phase]))}`);
+    for (const phase of ["create", "exec", "delete"] as const)
+      console.log(`    ${phase.padEnd(7)} ${summary(times.map((t) => t[phase]))}`);
   }
-  console.log(`(c) raw runsc run, overlay root: median ${secs(raw)} (runsc spawn→exit ${secs(median(rawOverlay.map((t) => t.runsc)))}, rest is mkdir/mount/umount/rm)`);
+  console.log(
+    `(c) raw runsc run, overlay root: median ${secs(raw)} (runsc spawn→exit ${secs(median(rawOverlay.map((t) => t.runsc)))}, rest is mkdir/mount/umount/rm)`,
+  );
   console.log(`    total   ${summary(rawOverlay.map((t) => t.total))}`);
-  console.log(`    raw runsc run, read-only template root, no overlay: median ${secs(m(rawPlain))} (runsc ${secs(median(rawPlain.map((t) => t.runsc)))})`);
-  console.log(`(d) bothy-warm / raw = ${(m(warm) / raw).toFixed(2)}, bothy-cold / raw = ${(m(cold) / raw).toFixed(2)}  (raw = overlay root)`);
-  console.log(`    vs no-overlay raw: warm ${(m(warm) / m(rawPlain)).toFixed(2)}, cold ${(m(cold) / m(rawPlain)).toFixed(2)}`);
+  console.log(
+    `    raw runsc run, read-only template root, no overlay: median ${secs(m(rawPlain))} (runsc ${secs(median(rawPlain.map((t) => t.runsc)))})`,
+  );
+  console.log(
+    `(d) bothy-warm / raw = ${(m(warm) / raw).toFixed(2)}, bothy-cold / raw = ${(m(cold) / raw).toFixed(2)}  (raw = overlay root)`,
+  );
+  console.log(
+    `    vs no-overlay raw: warm ${(m(warm) / m(rawPlain)).toFixed(2)}, cold ${(m(cold) / m(rawPlain)).toFixed(2)}`,
+  );
   console.log("    phases are per-phase medians; they need not sum to the median total.");
 }

@@ -19,7 +19,15 @@ await build({
 
 // gVisor compatibility shim, preloaded into every process of a gVisor sandbox (see the C file).
 // Built here with the host's compiler: the host and the templates are both Debian bookworm.
-execFileSync("gcc", ["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o", `${here}dist/statx-compat.so`, `${here}native/statx-compat.c`], { stdio: "inherit" });
+execFileSync(
+  "gcc",
+  ["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o", `${here}dist/statx-compat.so`, `${here}native/statx-compat.c`],
+  { stdio: "inherit" },
+);
 writeFileSync(`${here}dist/ld.so.preload`, "/opt/bothy/statx-compat.so\n");
 // PID 1 of gVisor sandboxes: starts the agent and reaps orphans (see the C file).
-execFileSync("gcc", ["-static", "-O2", "-Wall", "-Werror", "-o", `${here}dist/bothy-init`, `${here}native/bothy-init.c`], { stdio: "inherit" });
+execFileSync(
+  "gcc",
+  ["-static", "-O2", "-Wall", "-Werror", "-o", `${here}dist/bothy-init`, `${here}native/bothy-init.c`],
+  { stdio: "inherit" },
+);

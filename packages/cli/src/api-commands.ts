@@ -16,7 +16,19 @@ import { resumeCommand } from "./commands/resume.ts";
 import { rmCommand } from "./commands/rm.ts";
 import { shellCommand } from "./commands/shell.ts";
 
-export const API_COMMANDS: Command[] = [createCommand, lsCommand, infoCommand, execCommand, shellCommand, cpCommand, rmCommand, pauseCommand, resumeCommand, logsCommand, doctorCommand];
+export const API_COMMANDS: Command[] = [
+  createCommand,
+  lsCommand,
+  infoCommand,
+  execCommand,
+  shellCommand,
+  cpCommand,
+  rmCommand,
+  pauseCommand,
+  resumeCommand,
+  logsCommand,
+  doctorCommand,
+];
 
 export const API_USAGE = `${API_COMMANDS.map((c) => `  ${c.name.padEnd(30)}${c.summary}`).join("\n")}
   (bothy COMMAND --help for its options)

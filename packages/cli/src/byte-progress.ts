@@ -24,9 +24,18 @@ export function formatBytes(n: number): string {
 }
 
 /** The bar's text for `done` of `total` bytes (total unknown: no bar, just the count). */
-export function renderBar(label: string, done: number, total: number | undefined, elapsedMs: number, width: number): string {
+export function renderBar(
+  label: string,
+  done: number,
+  total: number | undefined,
+  elapsedMs: number,
+  width: number,
+): string {
   const rate = elapsedMs > 0 ? `${formatBytes(Math.round((done * 1000) / elapsedMs))}/s` : "";
-  const tail = total === undefined ? `${formatBytes(done)}  ${rate}` : `${Math.floor((done / Math.max(total, 1)) * 100)}%  ${formatBytes(done)}/${formatBytes(total)}  ${rate}`;
+  const tail =
+    total === undefined
+      ? `${formatBytes(done)}  ${rate}`
+      : `${Math.floor((done / Math.max(total, 1)) * 100)}%  ${formatBytes(done)}/${formatBytes(total)}  ${rate}`;
   const room = width - label.length - tail.length - 5;
   if (total === undefined || room < 10) return `${label}  ${tail}`.slice(0, width);
   const bar = Math.min(room, 40);
@@ -34,7 +43,12 @@ export function renderBar(label: string, done: number, total: number | undefined
   return `${label} [${"#".repeat(filled)}${".".repeat(bar - filled)}] ${tail}`;
 }
 
-export function createByteProgress(label: string, total: number | undefined, out: ProgressOutput = process.stderr, now: () => number = Date.now): ByteProgress {
+export function createByteProgress(
+  label: string,
+  total: number | undefined,
+  out: ProgressOutput = process.stderr,
+  now: () => number = Date.now,
+): ByteProgress {
   if (out.isTTY !== true) return { add: () => undefined, finish: () => undefined };
   const started = now();
   let done = 0;

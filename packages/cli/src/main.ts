@@ -17,7 +17,8 @@ async function main(argv: string[]): Promise<number> {
   // The server-side commands load the server's code only when used: the API commands start fast.
   if (cmd === "serve") return (await import("./commands/serve.ts")).serve([sub ?? "", ...rest].filter(Boolean));
   if (cmd === "template" && sub === "build") return (await import("./commands/template-build.ts")).templateBuild(rest);
-  if (cmd === "template" && (sub === "list" || sub === "ls")) return (await import("./commands/template-build.ts")).templateList(rest);
+  if (cmd === "template" && (sub === "list" || sub === "ls"))
+    return (await import("./commands/template-build.ts")).templateList(rest);
   if (cmd === "mcp") return (await import("./commands/mcp.ts")).mcp([sub ?? "", ...rest].filter(Boolean));
   const code = await runApiCommand(argv);
   if (code !== undefined) return code;

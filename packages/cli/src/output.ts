@@ -8,7 +8,9 @@ export function printJson(value: unknown): void {
 export function printTable(header: string[], rows: string[][]): void {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
   for (const row of [header, ...rows]) {
-    process.stdout.write(`${row.map((cell, i) => (i === row.length - 1 ? cell : cell.padEnd(widths[i] ?? 0))).join("  ")}\n`);
+    process.stdout.write(
+      `${row.map((cell, i) => (i === row.length - 1 ? cell : cell.padEnd(widths[i] ?? 0))).join("  ")}\n`,
+    );
   }
 }
 
@@ -17,12 +19,28 @@ export function relative(iso: string | null | undefined, now = Date.now()): stri
   if (!iso) return "-";
   const s = Math.round((Date.parse(iso) - now) / 1000);
   const abs = Math.abs(s);
-  const text = abs < 60 ? `${abs}s` : abs < 3600 ? `${Math.round(abs / 60)}m` : abs < 86400 ? `${Math.round(abs / 3600)}h` : `${Math.round(abs / 86400)}d`;
+  const text =
+    abs < 60
+      ? `${abs}s`
+      : abs < 3600
+        ? `${Math.round(abs / 60)}m`
+        : abs < 86400
+          ? `${Math.round(abs / 3600)}h`
+          : `${Math.round(abs / 86400)}d`;
   return s < 0 ? `${text} ago` : `in ${text}`;
 }
 
 export function sandboxRow(s: SandboxInfo): string[] {
-  return [s.sandbox_id, s.state, s.template, s.driver, String(s.vcpu), `${s.memory_mib}M`, relative(s.created_at), relative(s.expires_at)];
+  return [
+    s.sandbox_id,
+    s.state,
+    s.template,
+    s.driver,
+    String(s.vcpu),
+    `${s.memory_mib}M`,
+    relative(s.created_at),
+    relative(s.expires_at),
+  ];
 }
 export const SANDBOX_HEADER = ["ID", "STATE", "TEMPLATE", "DRIVER", "VCPU", "MEMORY", "CREATED", "EXPIRES"];
 

@@ -46,7 +46,10 @@ function seconds(ms: number): string {
   return `${(ms / 1000).toFixed(1)}s`;
 }
 
-export function createProgressRenderer(out: ProgressOutput = process.stderr, now: () => number = Date.now): ProgressRenderer {
+export function createProgressRenderer(
+  out: ProgressOutput = process.stderr,
+  now: () => number = Date.now,
+): ProgressRenderer {
   return out.isTTY === true ? new LiveRenderer(out, now) : new PlainRenderer(out);
 }
 

@@ -28,13 +28,18 @@ describe("bothy CLI against a real server [gvisor]", () => {
   /** Runs the bothy binary as a user would, with BOTHY_URL pointing at the test server. */
   function bothy(args: string[], options: { input?: string; env?: Record<string, string> } = {}): Promise<Run> {
     return new Promise((resolve, reject) => {
-      const child = spawn(process.execPath, [BOTHY, ...args], { env: { ...process.env, BOTHY_URL: ts.url, ...options.env }, stdio: ["pipe", "pipe", "pipe"] });
+      const child = spawn(process.execPath, [BOTHY, ...args], {
+        env: { ...process.env, BOTHY_URL: ts.url, ...options.env },
+        stdio: ["pipe", "pipe", "pipe"],
+      });
       const out: Buffer[] = [];
       const err: Buffer[] = [];
       child.stdout.on("data", (c: Buffer) => out.push(c));
       child.stderr.on("data", (c: Buffer) => err.push(c));
       child.on("error", reject);
-      child.on("close", (code) => resolve({ code, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() }));
+      child.on("close", (code) =>
+        resolve({ code, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() }),
+      );
       child.stdin.end(options.input ?? "");
     });
   }
@@ -63,7 +68,18 @@ describe("bothy CLI against a real server [gvisor]", () => {
   });
 
   it("create, ls, info, exec, rm: text and --json", async () => {
-    const created = await bothy(["create", "--json", "--vcpu", "1", "--memory", "512", "--meta", "team=agents", "--meta", "run=7"]);
+    const created = await bothy([
+      "create",
+      "--json",
+      "--vcpu",
+      "1",
+      "--memory",
+      "512",
+      "--meta",
+      "team=agents",
+      "--meta",
+      "run=7",
+    ]);
     const info = JSON.parse(created.stdout) as { sandbox_id: string; state: string; metadata: Record<string, string> };
     const id = info.sandbox_id;
     try {
@@ -91,18 +107,22 @@ describe("bothy CLI against a real server [gvisor]", () => {
     expect((await bothy(["info", "--json", id])).stdout).toContain('"state": "deleted"');
   });
 
-  it.skipIf(qemuMissing !== undefined)("pause and resume a QEMU sandbox (gVisor cannot pause)", { timeout: 300_000 }, async () => {
-    const id = (await bothy(["create", "--driver", "qemu"])).stdout.trim();
-    try {
-      expect((await bothy(["exec", id, "--", "echo kept > /workspace/note"])).code).toBe(0);
-      expect(await bothy(["pause", id])).toMatchObject({ code: 0 });
-      expect((await bothy(["info", "--json", id])).stdout).toContain('"state": "paused"');
-      expect(await bothy(["resume", id])).toMatchObject({ code: 0 });
-      expect((await bothy(["exec", id, "--", "cat /workspace/note"])).stdout).toBe("kept\n");
-    } finally {
-      await bothy(["rm", id]);
-    }
-  });
+  it.skipIf(qemuMissing !== undefined)(
+    "pause and resume a QEMU sandbox (gVisor cannot pause)",
+    { timeout: 300_000 },
+    async () => {
+      const id = (await bothy(["create", "--driver", "qemu"])).stdout.trim();
+      try {
+        expect((await bothy(["exec", id, "--", "echo kept > /workspace/note"])).code).toBe(0);
+        expect(await bothy(["pause", id])).toMatchObject({ code: 0 });
+        expect((await bothy(["info", "--json", id])).stdout).toContain('"state": "paused"');
+        expect(await bothy(["resume", id])).toMatchObject({ code: 0 });
+        expect((await bothy(["exec", id, "--", "cat /workspace/note"])).stdout).toBe("kept\n");
+      } finally {
+        await bothy(["rm", id]);
+      }
+    },
+  );
 
   it("reports API errors with exit status 1 and usage errors with 2", async () => {
     const missing = await bothy(["exec", "sbx_aaaaaaaaaaaaaaaaaaaa", "--", "true"]);
@@ -130,7 +150,9 @@ describe("bothy CLI against a real server [gvisor]", () => {
     const up = await bothy(["cp", "--json", local, `${id}:/workspace/`]);
     expect(up.code).toBe(0);
     expect(JSON.parse(up.stdout)).toMatchObject({ path: "/workspace/blob.bin", size: bytes.length });
-    expect((await bothy(["exec", id, "--", "sha256sum blob.bin | cut -c1-64"])).stdout.trim()).toBe((JSON.parse(up.stdout) as { sha256: string }).sha256);
+    expect((await bothy(["exec", id, "--", "sha256sum blob.bin | cut -c1-64"])).stdout.trim()).toBe(
+      (JSON.parse(up.stdout) as { sha256: string }).sha256,
+    );
     const down = await bothy(["cp", `${id}:blob.bin`, join(dir, "back.bin")]);
     expect(down).toMatchObject({ code: 0, stderr: "" });
     expect((await readFile(join(dir, "back.bin"))).equals(bytes)).toBe(true);
@@ -145,7 +167,10 @@ describe("bothy CLI against a real server [gvisor]", () => {
     const events = await bothy(["logs", id]);
     expect(events.stdout).toMatch(/sandbox\.created/);
     expect(events.stdout).toMatch(new RegExp(`command\\.exited  command_id="${commandId}".*exit_code=3`));
-    const json = (await bothy(["logs", "--json", id])).stdout.trim().split("\n").map((l) => JSON.parse(l) as { type: string });
+    const json = (await bothy(["logs", "--json", id])).stdout
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l) as { type: string });
     expect(json[0]?.type).toBe("sandbox.created");
   });
 
@@ -154,7 +179,10 @@ describe("bothy CLI against a real server [gvisor]", () => {
     // `script` gives bothy a terminal of 100x30; 4 s in, a background stty resizes it to 120x40,
     // and the kernel's SIGWINCH must reach the sandbox's terminal.
     const inner = `stty cols 100 rows 30; (sleep 4; stty cols 120 rows 40 </dev/tty) & exec ${process.execPath} ${BOTHY} shell ${id}`;
-    const child = spawn("script", ["-qfec", inner, "/dev/null"], { env: { ...process.env, BOTHY_URL: ts.url, TERM: "xterm" }, stdio: ["pipe", "pipe", "pipe"] });
+    const child = spawn("script", ["-qfec", inner, "/dev/null"], {
+      env: { ...process.env, BOTHY_URL: ts.url, TERM: "xterm" },
+      stdio: ["pipe", "pipe", "pipe"],
+    });
     let out = "";
     child.stdout.on("data", (c: Buffer) => (out += c.toString()));
     child.stderr.on("data", (c: Buffer) => (out += c.toString()));
@@ -185,8 +213,22 @@ describe("bothy CLI against a real server [gvisor]", () => {
 
   it("doctor checks the host and template ls lists templates", async () => {
     const r = await bothy(["doctor", "--json"]);
-    const report = JSON.parse(r.stdout) as { ok: boolean; checks: Array<{ name: string; status: string; fix?: string }> };
-    expect(report.checks.map((c) => c.name)).toEqual(["root", "runsc", "qemu", "guest kernel", "host kernel", "KVM", "nftables", "ip_forward", "disk space", "server"]);
+    const report = JSON.parse(r.stdout) as {
+      ok: boolean;
+      checks: Array<{ name: string; status: string; fix?: string }>;
+    };
+    expect(report.checks.map((c) => c.name)).toEqual([
+      "root",
+      "runsc",
+      "qemu",
+      "guest kernel",
+      "host kernel",
+      "KVM",
+      "nftables",
+      "ip_forward",
+      "disk space",
+      "server",
+    ]);
     expect(r.code).toBe(report.ok ? 0 : 1);
     for (const c of report.checks) if (c.status !== "ok") expect(c.fix).toBeTruthy();
     expect(report.checks.find((c) => c.name === "runsc")?.status).toBe("ok");
@@ -194,12 +236,18 @@ describe("bothy CLI against a real server [gvisor]", () => {
     const text = await bothy(["doctor"]);
     expect(text.stdout).toMatch(/^ok\s+root\s+running as root$/m);
 
-    const templates = await bothy(["template", "ls", "--json"], { env: { BOTHY_TEMPLATES_DIR: ts.config.templatesDir } });
-    expect((JSON.parse(templates.stdout) as { templates: Array<{ name: string }> }).templates.map((t) => t.name)).toContain("seed");
+    const templates = await bothy(["template", "ls", "--json"], {
+      env: { BOTHY_TEMPLATES_DIR: ts.config.templatesDir },
+    });
+    expect(
+      (JSON.parse(templates.stdout) as { templates: Array<{ name: string }> }).templates.map((t) => t.name),
+    ).toContain("seed");
     // Built already in the shared cache: the build answers from it (a real build is template-build.test.ts).
     const build = await bothy(["template", "build", "seed"], { env: { BOTHY_TEMPLATES_DIR: ts.config.templatesDir } });
     expect(build.code).toBe(0);
     expect(build.stdout + build.stderr).toMatch(/seed [0-9a-f]{12}/);
-    expect((await bothy(["template", "build", "../etc"], { env: { BOTHY_TEMPLATES_DIR: ts.config.templatesDir } })).code).not.toBe(0);
+    expect(
+      (await bothy(["template", "build", "../etc"], { env: { BOTHY_TEMPLATES_DIR: ts.config.templatesDir } })).code,
+    ).not.toBe(0);
   });
 });

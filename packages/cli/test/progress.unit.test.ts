@@ -1,7 +1,10 @@
 import { describe, expect, it } from "vitest";
 import { createProgressRenderer, sanitizeLine, truncate } from "../src/progress.ts";
 
-function capture(isTTY: boolean, columns = 40): { out: { write: (s: string) => void; isTTY: boolean; columns: number }; text: () => string } {
+function capture(
+  isTTY: boolean,
+  columns = 40,
+): { out: { write: (s: string) => void; isTTY: boolean; columns: number }; text: () => string } {
   let text = "";
   return { out: { write: (s) => void (text += s), isTTY, columns }, text: () => text };
 }
@@ -27,7 +30,9 @@ describe("progress renderer", () => {
     now = 4000;
     r.update({ step: 2, steps: 2, title: "finalize" });
     r.finish();
-    const frames = text().split("\r\x1b[2K").filter((f) => f !== "");
+    const frames = text()
+      .split("\r\x1b[2K")
+      .filter((f) => f !== "");
     expect(frames).toEqual([
       "[1/2] debootstrap  0.0s",
       "[1/2] debootstrap  1.5s  I: Retrieving…",

@@ -13,7 +13,14 @@ describe("bothy serve", () => {
   it("serves the API as its own process, logs lifecycle events, and stops cleanly on SIGTERM", async () => {
     const home = await mkdtemp("/tmp/bothy-serve-");
     const child = spawn(process.execPath, [BOTHY, "serve"], {
-      env: { ...process.env, BOTHY_HOME: home, BOTHY_TEMPLATES_DIR: testTemplatesDir(), BOTHY_PORT: "0", BOTHY_POOL_SIZE: "1", BOTHY_NETWORK: "off" },
+      env: {
+        ...process.env,
+        BOTHY_HOME: home,
+        BOTHY_TEMPLATES_DIR: testTemplatesDir(),
+        BOTHY_PORT: "0",
+        BOTHY_POOL_SIZE: "1",
+        BOTHY_NETWORK: "off",
+      },
       stdio: ["ignore", "pipe", "inherit"],
     });
     const { logs, url } = watchServe(child);
@@ -26,7 +33,9 @@ describe("bothy serve", () => {
       expect((await api(base, "DELETE", `/sandboxes/${id}`)).status).toBe(200);
 
       const events = logs.filter((l) => l["sandbox_id"] === id).map((l) => l["event"]);
-      expect(events).toEqual(expect.arrayContaining(["sandbox_created", "command_started", "command_exited", "sandbox_deleted"]));
+      expect(events).toEqual(
+        expect.arrayContaining(["sandbox_created", "command_started", "command_exited", "sandbox_deleted"]),
+      );
       child.kill("SIGTERM");
       expect(await exited).toBe(0);
       expect(await hostLeaks(home)).toEqual(noLeaks());

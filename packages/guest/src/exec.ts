@@ -55,7 +55,11 @@ function commandSetup(): { prefix: string; cgroup: string | undefined } {
   }
   const join = cgroup ?? COMMANDS_CGROUP;
   const prefix = [
-    ...(join ? [`{ echo $$ > ${join}/cgroup.procs; } 2>/dev/null || { echo "bothy: this command could not join the sandbox's process-limited cgroup" >&2; exit 126; };`] : []),
+    ...(join
+      ? [
+          `{ echo $$ > ${join}/cgroup.procs; } 2>/dev/null || { echo "bothy: this command could not join the sandbox's process-limited cgroup" >&2; exit 126; };`,
+        ]
+      : []),
     ...(IN_VM ? ["echo 0 > /proc/$$/oom_score_adj 2>/dev/null;"] : []),
   ].join(" ");
   return { prefix, cgroup };
@@ -128,10 +132,18 @@ export class Command {
     this.pty = frame.pty;
     const setup = commandSetup();
     this.cgroup = setup.cgroup;
-    const env = { ...baseEnv, ...(frame.pty ? { TERM: "xterm-256color", BOTHY_PTY_CMD: setup.prefix ? `${setup.prefix} ${frame.cmd}` : frame.cmd } : {}), ...frame.env };
+    const env = {
+      ...baseEnv,
+      ...(frame.pty
+        ? { TERM: "xterm-256color", BOTHY_PTY_CMD: setup.prefix ? `${setup.prefix} ${frame.cmd}` : frame.cmd }
+        : {}),
+      ...frame.env,
+    };
     // With a prefix, a first shell runs it and then becomes the command's own shell (exec): the
     // same process, so exit codes and signals read exactly as without it.
-    const shell: [string, string[]] = setup.prefix ? ["/bin/sh", ["-c", `${setup.prefix} exec /bin/sh -c "$1"`, "sh", frame.cmd]] : ["/bin/sh", ["-c", frame.cmd]];
+    const shell: [string, string[]] = setup.prefix
+      ? ["/bin/sh", ["-c", `${setup.prefix} exec /bin/sh -c "$1"`, "sh", frame.cmd]]
+      : ["/bin/sh", ["-c", frame.cmd]];
     const [file, args] = frame.pty ? [SCRIPT_PATH, ptyArgs(frame.pty)] : shell;
     this.child = spawn(file, args, {
       cwd: frame.cwd ?? "/workspace",
@@ -144,7 +156,10 @@ export class Command {
     this.stopDrainWatch = channel.onDrain(() => this.updateFlow());
     this.child.once("spawn", () => channel.send({ t: "started", id, pid: this.child.pid ?? -1 }));
     this.child.once("error", (err) => {
-      const message = frame.pty && (err as NodeJS.ErrnoException).code === "ENOENT" ? `PTY mode needs ${SCRIPT_PATH} (util-linux) in the template` : err.message;
+      const message =
+        frame.pty && (err as NodeJS.ErrnoException).code === "ENOENT"
+          ? `PTY mode needs ${SCRIPT_PATH} (util-linux) in the template`
+          : err.message;
       channel.send({ t: "error", id, code: "spawn_failed", message });
       this.finish(127, null);
     });
@@ -179,7 +194,9 @@ export class Command {
     this.pty = size;
     // One stty at a time, each applying the newest size: resizes that overlap (a terminal sends
     // one per SIGWINCH, and a window change can be two) must not finish out of order.
-    this.resizing = this.resizing.then(() => (this.pty && this.exitedAt === 0 ? resizePty(pid, this.pty) : undefined)).catch(() => undefined);
+    this.resizing = this.resizing
+      .then(() => (this.pty && this.exitedAt === 0 ? resizePty(pid, this.pty) : undefined))
+      .catch(() => undefined);
   }
 
   signal(sig: SignalName): void {
@@ -287,7 +304,8 @@ export class Command {
     const before = this.oomKillsAtStart;
     const after = before !== undefined && (signal === "SIGKILL" || code === 137) ? oomKills() : undefined;
     const oomKilled = before !== undefined && after !== undefined && after > before;
-    if (!this.detached) this.channel.send({ t: "exited", id: this.id, code, signal, ...(oomKilled ? { oom_killed: true } : {}) });
+    if (!this.detached)
+      this.channel.send({ t: "exited", id: this.id, code, signal, ...(oomKilled ? { oom_killed: true } : {}) });
     // Empty once everything the command started has ended; what it left running keeps it.
     if (this.cgroup) rmdir(this.cgroup, () => undefined);
     this.onDone(this.id);

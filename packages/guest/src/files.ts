@@ -2,7 +2,14 @@ import { createHash } from "node:crypto";
 import { createReadStream, type ReadStream, type Stats } from "node:fs";
 import { lstat, mkdir, open, opendir, realpath, rename, rm, rmdir, type FileHandle } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
-import { MAX_LIST_ENTRIES, OUTPUT_CHUNK_BYTES, OUTPUT_WINDOW_BYTES, type DirEntry, type FileStat, type ParsedHostFrame } from "@bothy/protocol";
+import {
+  MAX_LIST_ENTRIES,
+  OUTPUT_CHUNK_BYTES,
+  OUTPUT_WINDOW_BYTES,
+  type DirEntry,
+  type FileStat,
+  type ParsedHostFrame,
+} from "@bothy/protocol";
 import type { Channel } from "./channel.ts";
 import { kernelRandomBytes } from "./identity.ts";
 
@@ -58,7 +65,13 @@ export async function listDir(path: string): Promise<{ entries: DirEntry[]; trun
     }
     const st = await lstat(join(path, dirent.name)).catch(() => undefined);
     if (!st) continue; // removed while we listed
-    entries.push({ name: dirent.name, type: fileType(st), size: st.size, mode: st.mode & 0o7777, mtime_ms: st.mtimeMs });
+    entries.push({
+      name: dirent.name,
+      type: fileType(st),
+      size: st.size,
+      mode: st.mode & 0o7777,
+      mtime_ms: st.mtimeMs,
+    });
   }
   entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   return { entries, truncated };
@@ -183,7 +196,10 @@ export class AtomicWrite {
     if (this.frame.if_sha256 !== undefined) {
       const currentHash = await hashFile(this.target).catch(() => "");
       if (currentHash !== this.frame.if_sha256) {
-        throw new FileOpError("precondition_failed", `${this.frame.path} changed since it was read (sha256 ${currentHash || "absent"})`);
+        throw new FileOpError(
+          "precondition_failed",
+          `${this.frame.path} changed since it was read (sha256 ${currentHash || "absent"})`,
+        );
       }
     }
     if (this.tmpPath === undefined) throw new FileOpError("io_error", "internal: no temporary file");

@@ -6,12 +6,19 @@ type IdentityFrame = Extract<ParsedHostFrame, { t: "identity" }>;
 
 /** Installed beside the agent by the QEMU initramfs: RNG reseed and clock, which Node cannot do. */
 const HELPER = "/opt/bothy/bothy-helper";
-const BASE_ENV = { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", HOME: "/root", TERM: "xterm", LANG: "C.UTF-8" };
+const BASE_ENV = {
+  PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+  HOME: "/root",
+  TERM: "xterm",
+  LANG: "C.UTF-8",
+};
 
 /** Runs the guest helper (VM guests only); rejects with what it printed on failure. */
 export function runHelper(args: string[], input?: Buffer, timeoutMs = 10_000): Promise<void> {
   return new Promise((resolve, reject) => {
-    const child = execFile(HELPER, args, { timeout: timeoutMs }, (err, _out, stderr) => (err ? reject(new Error(`${HELPER} ${args[0] ?? ""}: ${String(stderr).trim() || err.message}`)) : resolve()));
+    const child = execFile(HELPER, args, { timeout: timeoutMs }, (err, _out, stderr) =>
+      err ? reject(new Error(`${HELPER} ${args[0] ?? ""}: ${String(stderr).trim() || err.message}`)) : resolve(),
+    );
     child.stdin?.end(input);
   });
 }
@@ -53,8 +60,12 @@ function reseedMathRandom(): void {
  * in-process generators reseeded, and the environment commands get. Returns that environment.
  */
 export async function applyIdentity(frame: IdentityFrame, entropy: Buffer): Promise<NodeJS.ProcessEnv> {
-  if (entropy.length < 32) throw new Error(`identity carried ${entropy.length} bytes of entropy; at least 32 are needed`);
-  await runHelper(["identity", String(Math.floor(frame.time_ms / 1000)), String((frame.time_ms % 1000) * 1_000_000)], entropy);
+  if (entropy.length < 32)
+    throw new Error(`identity carried ${entropy.length} bytes of entropy; at least 32 are needed`);
+  await runHelper(
+    ["identity", String(Math.floor(frame.time_ms / 1000)), String((frame.time_ms % 1000) * 1_000_000)],
+    entropy,
+  );
   writeFileSync("/proc/sys/kernel/hostname", frame.hostname);
   reseedMathRandom();
   return { ...BASE_ENV, ...frame.env, HOSTNAME: frame.hostname, BOTHY_SANDBOX_ID: frame.sandbox_id };

@@ -18,7 +18,9 @@ const GROW_TIMEOUT_MS = 60_000;
 
 /** Applies the host's limits; a limit that cannot be enforced is an error, never skipped. */
 export async function applyLimits(frame: LimitsFrame): Promise<void> {
-  if (COMMANDS_CGROUP === undefined) throw new Error("this guest has no pids cgroup for its commands, so their process limit cannot be enforced");
+  if (COMMANDS_CGROUP === undefined)
+    throw new Error("this guest has no pids cgroup for its commands, so their process limit cannot be enforced");
   await writeFile(`${COMMANDS_CGROUP}/pids.max`, String(frame.max_processes));
-  if (frame.root_bytes !== undefined) await runHelper(["growroot", ROOT_DEVICE, String(frame.root_bytes)], undefined, GROW_TIMEOUT_MS);
+  if (frame.root_bytes !== undefined)
+    await runHelper(["growroot", ROOT_DEVICE, String(frame.root_bytes)], undefined, GROW_TIMEOUT_MS);
 }

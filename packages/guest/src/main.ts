@@ -1,7 +1,17 @@
 import { hostFrame, PROTOCOL_GENERATION, type GuestFrame, type RawFrame } from "@bothy/protocol";
 import { Channel } from "./channel.ts";
 import { Command } from "./exec.ts";
-import { AtomicWrite, FileRead, fileOpError, listDir, makeDir, removePath, renamePath, resolveGuestPath, statPath } from "./files.ts";
+import {
+  AtomicWrite,
+  FileRead,
+  fileOpError,
+  listDir,
+  makeDir,
+  removePath,
+  renamePath,
+  resolveGuestPath,
+  statPath,
+} from "./files.ts";
 import { applyIdentity } from "./identity.ts";
 import { applyLimits } from "./limits.ts";
 import { VirtioPort } from "./virtio-port.ts";
@@ -29,7 +39,9 @@ const port = portPath === undefined ? undefined : new VirtioPort(portPath, hostG
 // One failed request must not take the whole sandbox's agent down with it.
 process.on("unhandledRejection", (err) => process.stderr.write(`bothy-agent: unhandled rejection: ${String(err)}\n`));
 
-const channel = port ? new Channel(port.input, port.output, onFrame, shutdown) : new Channel(process.stdin, process.stdout, onFrame, shutdown);
+const channel = port
+  ? new Channel(port.input, port.output, onFrame, shutdown)
+  : new Channel(process.stdin, process.stdout, onFrame, shutdown);
 
 /** The host that made these requests is gone: commands run on, detached, and their ids are free for the next host. */
 function dropHostRequests(): void {
@@ -58,7 +70,11 @@ function onFrame(raw: RawFrame): void {
   const parsed = hostFrame.safeParse(raw.header);
   if (!parsed.success) {
     const id = (raw.header as { id?: unknown } | null)?.id;
-    sendError(typeof id === "number" ? id : undefined, "bad_frame", parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; "));
+    sendError(
+      typeof id === "number" ? id : undefined,
+      "bad_frame",
+      parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; "),
+    );
     return;
   }
   const frame = parsed.data;
@@ -73,7 +89,8 @@ function onFrame(raw: RawFrame): void {
       hello();
       return;
     case "exec": {
-      if (commands.has(frame.id) || writes.has(frame.id)) return sendError(frame.id, "busy", `request id ${frame.id} is in use`);
+      if (commands.has(frame.id) || writes.has(frame.id))
+        return sendError(frame.id, "busy", `request id ${frame.id} is in use`);
       const cmd: Command = new Command(frame.id, frame, childEnv, channel, (id) => {
         if (commands.get(id) === cmd) commands.delete(id); // a detached command's id may be taken again
       });
@@ -119,7 +136,8 @@ function onFrame(raw: RawFrame): void {
       return;
     case "list":
       listDir(resolveGuestPath(frame.path)).then(
-        ({ entries, truncated }) => channel.send({ t: "list_result", id: frame.id, truncated }, Buffer.from(JSON.stringify(entries))),
+        ({ entries, truncated }) =>
+          channel.send({ t: "list_result", id: frame.id, truncated }, Buffer.from(JSON.stringify(entries))),
         (err) => sendFileError(frame.id, err),
       );
       return;
@@ -146,7 +164,8 @@ function onFrame(raw: RawFrame): void {
       );
       return;
     case "file_write":
-      if (commands.has(frame.id) || writes.has(frame.id)) return sendError(frame.id, "busy", `request id ${frame.id} is in use`);
+      if (commands.has(frame.id) || writes.has(frame.id))
+        return sendError(frame.id, "busy", `request id ${frame.id} is in use`);
       writes.set(frame.id, new AtomicWrite({ ...frame, path: resolveGuestPath(frame.path) }));
       return;
     case "file_chunk": {

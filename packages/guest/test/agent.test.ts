@@ -34,18 +34,28 @@ function run(cmd: string, opts: { stdin?: boolean; credit?: boolean } = {}) {
   let resolveExit!: (v: { code: number | null; signal: string | null }) => void;
   const exited = new Promise<{ code: number | null; signal: string | null }>((r) => (resolveExit = r));
   let pid = 0;
-  const handle = agent.exec({ cmd, cwd: dir, stdin: opts.stdin }, {
-    onStarted: (p) => (pid = p),
-    onOutput: (fd, data, consumed) => {
-      bytes += data.length;
-      if (bytes < 64 * 1024) out[fd].push(Buffer.from(data));
-      if (opts.credit === false) pendingCredit.push(consumed);
-      else consumed();
+  const handle = agent.exec(
+    { cmd, cwd: dir, stdin: opts.stdin },
+    {
+      onStarted: (p) => (pid = p),
+      onOutput: (fd, data, consumed) => {
+        bytes += data.length;
+        if (bytes < 64 * 1024) out[fd].push(Buffer.from(data));
+        if (opts.credit === false) pendingCredit.push(consumed);
+        else consumed();
+      },
+      onExited: (code, signal) => resolveExit({ code, signal }),
+      onError: () => undefined,
     },
-    onExited: (code, signal) => resolveExit({ code, signal }),
-    onError: () => undefined,
-  });
-  return { handle, exited, out, bytes: () => bytes, pid: () => pid, release: () => pendingCredit.splice(0).forEach((f) => f()) };
+  );
+  return {
+    handle,
+    exited,
+    out,
+    bytes: () => bytes,
+    pid: () => pid,
+    release: () => pendingCredit.splice(0).forEach((f) => f()),
+  };
 }
 
 describe("guest agent", () => {
@@ -98,7 +108,9 @@ describe("guest agent", () => {
     expect((await agent.readFile(path)).toString()).toBe("one");
     expect(await agent.stat(path)).toMatchObject({ type: "file", size: 3, mode: 0o644 });
     // A write conditioned on a stale hash fails and leaves the file and directory as they were.
-    await expect(agent.writeFile(path, Buffer.from("two"), { ifSha256: "0".repeat(64) })).rejects.toMatchObject({ code: "precondition_failed" });
+    await expect(agent.writeFile(path, Buffer.from("two"), { ifSha256: "0".repeat(64) })).rejects.toMatchObject({
+      code: "precondition_failed",
+    });
     expect(await readFile(path, "utf8")).toBe("one");
     expect(await readdir(dir)).toEqual(["f.txt"]);
     await agent.writeFile(path, Buffer.from("two"), { ifSha256: first.sha256, mode: 0o600 });
@@ -146,7 +158,10 @@ describe("guest agent never trusts its input", () => {
     send({ t: "exec", id: 9, cmd: "true", evil: 1 });
     send({ t: "exec", id: 10, cmd: "echo fine", cwd: dir });
     await waitFor(() => frames.some((f) => (f.header as { t: string; id?: number }).t === "exited"));
-    expect(frames.find((f) => (f.header as { t: string }).t === "error")?.header).toMatchObject({ id: 9, code: "bad_frame" });
+    expect(frames.find((f) => (f.header as { t: string }).t === "error")?.header).toMatchObject({
+      id: 9,
+      code: "bad_frame",
+    });
   });
 
   it("drops input after a framing error, without buffering it, until a resync preamble; then works again", async () => {
@@ -165,9 +180,15 @@ describe("guest agent never trusts its input", () => {
     child.stdin.write(resyncPreamble());
     send({ t: "resync" });
     send({ t: "exec", id: 22, cmd: "echo back", cwd: dir });
-    await waitFor(() => frames.some((f) => (f.header as { t: string; id?: number }).t === "exited" && (f.header as { id?: number }).id === 22));
+    await waitFor(() =>
+      frames.some(
+        (f) => (f.header as { t: string; id?: number }).t === "exited" && (f.header as { id?: number }).id === 22,
+      ),
+    );
     expect(frames.some((f) => (f.header as { t: string }).t === "hello")).toBe(true);
-    const out = frames.filter((f) => (f.header as { t: string; id?: number }).t === "output" && (f.header as { id?: number }).id === 22);
+    const out = frames.filter(
+      (f) => (f.header as { t: string; id?: number }).t === "output" && (f.header as { id?: number }).id === 22,
+    );
     expect(Buffer.concat(out.map((f) => f.payload)).toString()).toBe("back\n");
     expect(await rssKb(child.pid ?? 0)).toBeLessThan(200 * 1024);
   });
@@ -176,7 +197,10 @@ describe("guest agent never trusts its input", () => {
     const fresh = spawn(process.execPath, [AGENT], { stdio: ["pipe", "pipe", "inherit"] });
     const dec = new FrameDecoder();
     let hellos = 0;
-    fresh.stdout.on("data", (c: Buffer) => (hellos += dec.push(c).filter((f) => (f.header as { t: string }).t === "hello").length));
+    fresh.stdout.on(
+      "data",
+      (c: Buffer) => (hellos += dec.push(c).filter((f) => (f.header as { t: string }).t === "hello").length),
+    );
     await new Promise((r) => setTimeout(r, 700));
     fresh.kill("SIGKILL");
     expect(hellos).toBeGreaterThanOrEqual(2);
@@ -204,4 +228,3 @@ async function rssKb(pid: number): Promise<number> {
   const status = await readFile(`/proc/${pid}/status`, "utf8").catch(() => "");
   return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
 }
-

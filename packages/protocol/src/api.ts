@@ -27,7 +27,8 @@ export const DRIVER_NAMES = ["gvisor", "qemu"] as const;
 export type DriverName = (typeof DRIVER_NAMES)[number];
 
 /** An IPv4 address or CIDR block (`203.0.113.7`, `203.0.113.0/24`); sandboxes have no IPv6. */
-export const IPV4_CIDR_RE = /^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}(\/(3[0-2]|[12]?\d))?$/;
+export const IPV4_CIDR_RE =
+  /^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}(\/(3[0-2]|[12]?\d))?$/;
 const ipv4Cidr = z.string().regex(IPV4_CIDR_RE, "an IPv4 address or CIDR block, e.g. 203.0.113.0/24");
 export const MAX_EGRESS_RULES = 64;
 
@@ -45,7 +46,10 @@ export type NetworkPolicy = z.infer<typeof networkPolicy>;
 
 export const MAX_METADATA_KEYS = 32;
 export const sandboxMetadata = z
-  .record(z.string().regex(/^[A-Za-z0-9_.:-]{1,64}$/, "metadata keys are 1-64 letters, digits or _ . : -"), z.string().max(1024, "metadata values are at most 1024 characters"))
+  .record(
+    z.string().regex(/^[A-Za-z0-9_.:-]{1,64}$/, "metadata keys are 1-64 letters, digits or _ . : -"),
+    z.string().max(1024, "metadata values are at most 1024 characters"),
+  )
   .refine((m) => Object.keys(m).length <= MAX_METADATA_KEYS, `at most ${MAX_METADATA_KEYS} metadata keys`);
 
 export const createSandboxRequest = z
@@ -115,13 +119,19 @@ export const healthz = z.object({
 
 // ---- the command WebSocket ------------------------------------------------------------------------
 
-const envMap = z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment names are letters, digits and _"), z.string());
+const envMap = z.record(
+  z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment names are letters, digits and _"),
+  z.string(),
+);
 
 /** The first message on `/sandboxes/{id}/command`; `type` may be omitted. */
 export const commandRequest = z
   .object({
     type: z.literal("command").optional(),
-    cmd: z.string().min(1, "cmd must not be empty").max(256 * 1024),
+    cmd: z
+      .string()
+      .min(1, "cmd must not be empty")
+      .max(256 * 1024),
     cwd: z.string().min(1).max(4096).optional(),
     env: envMap.optional(),
     timeout_s: z.number().positive().max(86400).optional(),
@@ -183,7 +193,15 @@ export const commandInfo = z.object({
 export type CommandInfo = z.infer<typeof commandInfo>;
 
 /** What `GET /events` streams and the webhook posts. */
-export const EVENT_TYPES = ["sandbox.created", "sandbox.deleted", "sandbox.failed", "sandbox.stopped", "sandbox.woken", "command.exited", "budget.exceeded"] as const;
+export const EVENT_TYPES = [
+  "sandbox.created",
+  "sandbox.deleted",
+  "sandbox.failed",
+  "sandbox.stopped",
+  "sandbox.woken",
+  "command.exited",
+  "budget.exceeded",
+] as const;
 export const bothyEvent = z.object({
   seq: z.number().int(),
   type: z.enum(EVENT_TYPES),
@@ -205,7 +223,15 @@ export const sandboxPath = z
 const flag = z.enum(["true", "false", "1", "0"]).transform((v) => v === "true" || v === "1");
 
 export const fileQuery = z.object({ path: sandboxPath }).strict();
-export const fileWriteQuery = z.object({ path: sandboxPath, mode: z.string().regex(/^[0-7]{3,4}$/, "mode is octal, e.g. 644").optional() }).strict();
+export const fileWriteQuery = z
+  .object({
+    path: sandboxPath,
+    mode: z
+      .string()
+      .regex(/^[0-7]{3,4}$/, "mode is octal, e.g. 644")
+      .optional(),
+  })
+  .strict();
 export const fileDeleteQuery = z.object({ path: sandboxPath, recursive: flag.optional() }).strict();
 export const fileStatQuery = z.object({ path: sandboxPath, sha256: flag.optional() }).strict();
 export const mkdirRequest = z.object({ path: sandboxPath, parents: z.boolean().optional() }).strict();

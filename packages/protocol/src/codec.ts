@@ -37,8 +37,10 @@ export function resyncPreamble(): Buffer {
 
 export function encodeFrame(header: object, payload: Buffer | Uint8Array = EMPTY): Buffer {
   const head = Buffer.from(JSON.stringify(header), "utf8");
-  if (head.length > MAX_HEADER_BYTES) throw new FrameError(`frame header of ${head.length} bytes exceeds ${MAX_HEADER_BYTES}`);
-  if (payload.length > MAX_PAYLOAD_BYTES) throw new FrameError(`frame payload of ${payload.length} bytes exceeds ${MAX_PAYLOAD_BYTES}`);
+  if (head.length > MAX_HEADER_BYTES)
+    throw new FrameError(`frame header of ${head.length} bytes exceeds ${MAX_HEADER_BYTES}`);
+  if (payload.length > MAX_PAYLOAD_BYTES)
+    throw new FrameError(`frame payload of ${payload.length} bytes exceeds ${MAX_PAYLOAD_BYTES}`);
   const prefix = Buffer.allocUnsafe(FRAME_PREFIX_BYTES);
   prefix.writeUInt32BE(head.length, 0);
   prefix.writeUInt32BE(payload.length, 4);
@@ -71,7 +73,7 @@ export class FrameDecoder {
    */
   seek(marker: Buffer, fits: (headerLength: number, payloadLength: number) => boolean): boolean {
     const all = Buffer.concat(this.chunks);
-    for (let from = FRAME_PREFIX_BYTES; ; ) {
+    for (let from = FRAME_PREFIX_BYTES; ;) {
       const at = all.indexOf(marker, from);
       if (at < 0) {
         // Keep only what could still be the start of a marked frame.
@@ -91,7 +93,9 @@ export class FrameDecoder {
   skipPast(marker: Buffer): boolean {
     const all = Buffer.concat(this.chunks);
     const at = all.indexOf(marker);
-    this.keepOnly(at < 0 ? all.subarray(Math.max(0, all.length - marker.length + 1)) : all.subarray(at + marker.length));
+    this.keepOnly(
+      at < 0 ? all.subarray(Math.max(0, all.length - marker.length + 1)) : all.subarray(at + marker.length),
+    );
     return at >= 0;
   }
 
@@ -108,8 +112,10 @@ export class FrameDecoder {
       const prefix = this.peek(FRAME_PREFIX_BYTES);
       const headLen = prefix.readUInt32BE(0);
       const payloadLen = prefix.readUInt32BE(4);
-      if (headLen === 0 || headLen > MAX_HEADER_BYTES) throw new FrameError(`frame header length ${headLen} out of range (1..${MAX_HEADER_BYTES})`);
-      if (payloadLen > MAX_PAYLOAD_BYTES) throw new FrameError(`frame payload length ${payloadLen} exceeds ${MAX_PAYLOAD_BYTES}`);
+      if (headLen === 0 || headLen > MAX_HEADER_BYTES)
+        throw new FrameError(`frame header length ${headLen} out of range (1..${MAX_HEADER_BYTES})`);
+      if (payloadLen > MAX_PAYLOAD_BYTES)
+        throw new FrameError(`frame payload length ${payloadLen} exceeds ${MAX_PAYLOAD_BYTES}`);
       const total = FRAME_PREFIX_BYTES + headLen + payloadLen;
       if (this.buffered < total) break;
       const whole = this.take(total);

@@ -10,13 +10,26 @@ export const UPLOAD_WINDOW_BYTES = 2 * 1024 * 1024;
 /** Largest output chunk the agent sends in one frame. */
 export const OUTPUT_CHUNK_BYTES = 64 * 1024;
 
-const requestId = z.number().int().min(1).max(2 ** 31 - 1);
-const guestPath = z.string().min(1).max(4096).refine((p) => !p.includes("\0"), "path contains a NUL byte");
+const requestId = z
+  .number()
+  .int()
+  .min(1)
+  .max(2 ** 31 - 1);
+const guestPath = z
+  .string()
+  .min(1)
+  .max(4096)
+  .refine((p) => !p.includes("\0"), "path contains a NUL byte");
 export const SIGNALS = ["SIGINT", "SIGTERM", "SIGKILL", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"] as const;
 export const signalName = z.enum(SIGNALS);
 export type SignalName = z.infer<typeof signalName>;
-export const ptySize = z.object({ cols: z.number().int().min(1).max(1000), rows: z.number().int().min(1).max(1000) }).strict();
-const envMap = z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment names are letters, digits and _"), z.string().max(65536));
+export const ptySize = z
+  .object({ cols: z.number().int().min(1).max(1000), rows: z.number().int().min(1).max(1000) })
+  .strict();
+const envMap = z.record(
+  z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment names are letters, digits and _"),
+  z.string().max(65536),
+);
 
 // ---- host → guest -------------------------------------------------------------------------------
 
@@ -28,7 +41,10 @@ export const hostFrame = z.discriminatedUnion("t", [
     .object({
       t: z.literal("exec"),
       id: requestId,
-      cmd: z.string().min(1).max(256 * 1024),
+      cmd: z
+        .string()
+        .min(1)
+        .max(256 * 1024),
       cwd: guestPath.optional(),
       env: envMap.optional(),
       stdin: z.boolean().default(false),
@@ -41,7 +57,17 @@ export const hostFrame = z.discriminatedUnion("t", [
   z.object({ t: z.literal("stdin"), id: requestId, eof: z.boolean().default(false) }).strict(),
   z.object({ t: z.literal("signal"), id: requestId, signal: signalName }).strict(),
   /** The host has consumed `bytes` more output bytes of command `id`. */
-  z.object({ t: z.literal("credit"), id: requestId, bytes: z.number().int().min(1).max(2 ** 31) }).strict(),
+  z
+    .object({
+      t: z.literal("credit"),
+      id: requestId,
+      bytes: z
+        .number()
+        .int()
+        .min(1)
+        .max(2 ** 31),
+    })
+    .strict(),
   z.object({ t: z.literal("file_read"), id: requestId, path: guestPath }).strict(),
   /** Starts an atomic write; the data follows in `file_chunk` frames, the last with `eof`. */
   z
@@ -50,7 +76,10 @@ export const hostFrame = z.discriminatedUnion("t", [
       id: requestId,
       path: guestPath,
       mode: z.number().int().min(0).max(0o7777).optional(),
-      if_sha256: z.string().regex(/^[0-9a-f]{64}$/).optional(),
+      if_sha256: z
+        .string()
+        .regex(/^[0-9a-f]{64}$/)
+        .optional(),
     })
     .strict(),
   z.object({ t: z.literal("file_chunk"), id: requestId, eof: z.boolean().default(false) }).strict(),
@@ -102,7 +131,10 @@ export const fileStat = z.object({
   size: z.number().int().min(0),
   mode: z.number().int().min(0),
   mtime_ms: z.number(),
-  sha256: z.string().regex(/^[0-9a-f]{64}$/).optional(),
+  sha256: z
+    .string()
+    .regex(/^[0-9a-f]{64}$/)
+    .optional(),
 });
 
 /** Directory entries travel in a list_result payload; at most this many per listing. */
@@ -113,7 +145,9 @@ export type DirEntry = z.infer<typeof dirEntry>;
 export type FileStat = z.infer<typeof fileStat>;
 
 export const guestFrame = z.discriminatedUnion("t", [
-  z.object({ t: z.literal("hello"), gen: z.number().int(), agent: z.string().max(200), pid: z.number().int() }).strict(),
+  z
+    .object({ t: z.literal("hello"), gen: z.number().int(), agent: z.string().max(200), pid: z.number().int() })
+    .strict(),
   z.object({ t: z.literal("started"), id: requestId, pid: z.number().int() }).strict(),
   /** Output of command `id` on fd 1 (stdout) or 2 (stderr); payload holds the bytes. */
   z.object({ t: z.literal("output"), id: requestId, fd: z.union([z.literal(1), z.literal(2)]) }).strict(),
@@ -141,7 +175,16 @@ export const guestFrame = z.discriminatedUnion("t", [
     .object({
       t: z.literal("error"),
       id: requestId.optional(),
-      code: z.enum(["bad_frame", "unknown_request", "spawn_failed", "not_found", "exists", "io_error", "precondition_failed", "busy"]),
+      code: z.enum([
+        "bad_frame",
+        "unknown_request",
+        "spawn_failed",
+        "not_found",
+        "exists",
+        "io_error",
+        "precondition_failed",
+        "busy",
+      ]),
       message: z.string().max(4096),
     })
     .strict(),

@@ -3,7 +3,9 @@ import { TEMPLATE_NAME_RE } from "./api.ts";
 
 /** Conversation and turn ids are chosen by clients: 1-128 of letters, digits and `_ . : -`. */
 export const CLIENT_ID_RE = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/;
-const clientId = z.string().regex(CLIENT_ID_RE, "1 to 128 letters, digits and _ . : -, starting with a letter or digit");
+const clientId = z
+  .string()
+  .regex(CLIENT_ID_RE, "1 to 128 letters, digits and _ . : -, starting with a letter or digit");
 
 /** `POST /conversations`: all optional; the sandbox is made on the first tool call. */
 export const createConversationRequest = z
@@ -19,4 +21,12 @@ export const createConversationRequest = z
 export const beginTurnRequest = z.object({ turn_id: clientId.optional() }).strict();
 
 /** `POST /corpus?name=sales.csv`, the document's bytes as the body. */
-export const corpusUploadQuery = z.object({ name: z.string().min(1).max(255).regex(/^[^/\0]+$/, "a file name without /") }).strict();
+export const corpusUploadQuery = z
+  .object({
+    name: z
+      .string()
+      .min(1)
+      .max(255)
+      .regex(/^[^/\0]+$/, "a file name without /"),
+  })
+  .strict();

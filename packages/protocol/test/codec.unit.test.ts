@@ -48,7 +48,10 @@ describe("frame codec", () => {
   it("seeks past the tail of a cut frame to the next marked frame, in pieces, and skips look-alikes", () => {
     const marker = Buffer.from('{"t":"hello"');
     const fits = (head: number, payload: number): boolean => head <= 1024 && payload === 0;
-    const cut = encodeFrame({ t: "output", id: 7, fd: 1 }, Buffer.from('padding {"t":"hello" inside a payload')).subarray(5);
+    const cut = encodeFrame(
+      { t: "output", id: 7, fd: 1 },
+      Buffer.from('padding {"t":"hello" inside a payload'),
+    ).subarray(5);
     const hello = encodeFrame({ t: "hello", gen: 1 });
     const after = encodeFrame({ t: "output", id: 8, fd: 1 }, Buffer.from("next"));
     const stream = Buffer.concat([cut, hello, after]);
@@ -62,7 +65,10 @@ describe("frame codec", () => {
     }
     expect(found).toBe(true);
     const frames = [...d.decode(), ...d.push(stream.subarray(i))];
-    expect(frames.map((f) => f.header)).toEqual([{ t: "hello", gen: 1 }, { t: "output", id: 8, fd: 1 }]);
+    expect(frames.map((f) => f.header)).toEqual([
+      { t: "hello", gen: 1 },
+      { t: "output", id: 8, fd: 1 },
+    ]);
     expect(frames[1]?.payload.toString()).toBe("next");
   });
 });

@@ -314,7 +314,8 @@ describe("API schemas", () => {
   });
 
   it("keeps ids and template names free of path characters", () => {
-    for (const bad of ["../x", "a/b", "A", "-x", "", "x".repeat(64), "a b", "a.b"]) expect(TEMPLATE_NAME_RE.test(bad)).toBe(false);
+    for (const bad of ["../x", "a/b", "A", "-x", "", "x".repeat(64), "a b", "a.b"])
+      expect(TEMPLATE_NAME_RE.test(bad)).toBe(false);
     for (const good of ["seed", "code-runtime", "a1"]) expect(TEMPLATE_NAME_RE.test(good)).toBe(true);
     expect(SANDBOX_ID_RE.test("sbx_abcdefghijklmnopqrst")).toBe(true);
     expect(SANDBOX_ID_RE.test("sbx_../../../../../../etc")).toBe(false);
@@ -334,6 +335,12 @@ describe("errors", () => {
 
   it("renders RFC 9457 problem details with the code", () => {
     const p = toProblem(new BothyError("sandbox_not_found", "No sandbox x."), "/sandboxes/x");
-    expect(p).toMatchObject({ status: 404, code: "sandbox_not_found", title: "Sandbox not found", detail: "No sandbox x.", instance: "/sandboxes/x" });
+    expect(p).toMatchObject({
+      status: 404,
+      code: "sandbox_not_found",
+      title: "Sandbox not found",
+      detail: "No sandbox x.",
+      instance: "/sandboxes/x",
+    });
   });
 });

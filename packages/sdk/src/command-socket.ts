@@ -59,11 +59,29 @@ export class CommandSocket {
       const chunks: Buffer[] = [];
       res.on("data", (c: Buffer) => chunks.push(c));
       res.on("end", () => this.fail(errorFromProblem(res.statusCode ?? 0, Buffer.concat(chunks).toString("utf8"))));
-      res.on("error", (err) => this.fail(new ConnectionError(`The command socket failed: ${err.message}`, { code: "connection_failed", cause: err })));
+      res.on("error", (err) =>
+        this.fail(
+          new ConnectionError(`The command socket failed: ${err.message}`, { code: "connection_failed", cause: err }),
+        ),
+      );
     });
     this.ws.on("message", (data, isBinary) => this.onMessage(data as Buffer, isBinary));
-    this.ws.on("error", (err) => this.fail(new ConnectionError(`Cannot reach bothy at ${http.baseUrl} (${(err as NodeJS.ErrnoException).code ?? err.message}); is \`bothy serve\` running there?`, { code: "connection_failed", cause: err })));
-    this.ws.on("close", (code, reason) => this.fail(new ConnectionError(`The command socket closed (${code}${reason.length ? ` ${reason.toString()}` : ""}) before the command ended; re-attach with commands.connect().`, { code: "connection_closed" })));
+    this.ws.on("error", (err) =>
+      this.fail(
+        new ConnectionError(
+          `Cannot reach bothy at ${http.baseUrl} (${(err as NodeJS.ErrnoException).code ?? err.message}); is \`bothy serve\` running there?`,
+          { code: "connection_failed", cause: err },
+        ),
+      ),
+    );
+    this.ws.on("close", (code, reason) =>
+      this.fail(
+        new ConnectionError(
+          `The command socket closed (${code}${reason.length ? ` ${reason.toString()}` : ""}) before the command ended; re-attach with commands.connect().`,
+          { code: "connection_closed" },
+        ),
+      ),
+    );
   }
 
   /** Starts `request` on a new `/sandboxes/{id}/command` socket. */
@@ -81,14 +99,23 @@ export class CommandSocket {
   }
 
   send(input: CommandInput): void {
-    if (this.done || this.ws.readyState !== WebSocket.OPEN) throw new SandboxError(`Command ${this.commandId ?? ""} is no longer attached; nothing was sent.`, { code: "not_attached" });
+    if (this.done || this.ws.readyState !== WebSocket.OPEN)
+      throw new SandboxError(`Command ${this.commandId ?? ""} is no longer attached; nothing was sent.`, {
+        code: "not_attached",
+      });
     this.ws.send(JSON.stringify(input));
   }
 
   /** Closes cleanly (1000): a background command keeps running, a foreground one is killed. */
   close(reason = "client disconnected"): void {
-    this.fail(new SandboxError(`Disconnected from command ${this.commandId ?? ""}; it keeps running if it is a background command.`, { code: "disconnected" }));
-    if (this.ws.readyState === WebSocket.OPEN || this.ws.readyState === WebSocket.CONNECTING) this.ws.close(1000, reason);
+    this.fail(
+      new SandboxError(
+        `Disconnected from command ${this.commandId ?? ""}; it keeps running if it is a background command.`,
+        { code: "disconnected" },
+      ),
+    );
+    if (this.ws.readyState === WebSocket.OPEN || this.ws.readyState === WebSocket.CONNECTING)
+      this.ws.close(1000, reason);
   }
 
   /** Gives up on the socket with `reason` (an AbortSignal's); a foreground command is killed. */
@@ -106,7 +133,12 @@ export class CommandSocket {
       if (!parsed.success) throw parsed.error;
       event = parsed.data;
     } catch (err) {
-      this.fail(new SandboxError("The server sent a command frame this SDK does not understand; the server may be newer than the SDK.", { code: "bad_response", cause: err }));
+      this.fail(
+        new SandboxError(
+          "The server sent a command frame this SDK does not understand; the server may be newer than the SDK.",
+          { code: "bad_response", cause: err },
+        ),
+      );
       this.ws.close(1000);
       return;
     }

@@ -62,11 +62,19 @@ export class CommandHandle {
   ) {}
 
   /** @internal */
-  static async open(start: (listener: SocketListener) => CommandSocket, options: ConnectOptions): Promise<CommandHandle> {
+  static async open(
+    start: (listener: SocketListener) => CommandSocket,
+    options: ConnectOptions,
+  ): Promise<CommandHandle> {
     // Output (and a replay's output_dropped) can arrive before `started` is awaited: hold it.
-    const early: { output: Array<[OutputStream, Uint8Array]>; dropped: number; handle: CommandHandle | undefined } = { output: [], dropped: 0, handle: undefined };
+    const early: { output: Array<[OutputStream, Uint8Array]>; dropped: number; handle: CommandHandle | undefined } = {
+      output: [],
+      dropped: 0,
+      handle: undefined,
+    };
     const socket = start({
-      onOutput: (stream, bytes) => (early.handle ? early.handle.onOutput(stream, bytes) : early.output.push([stream, bytes])),
+      onOutput: (stream, bytes) =>
+        early.handle ? early.handle.onOutput(stream, bytes) : early.output.push([stream, bytes]),
       onDropped: (bytes) => {
         if (early.handle) early.handle.droppedBytes += bytes;
         else early.dropped += bytes;
@@ -76,7 +84,10 @@ export class CommandHandle {
     const handle = new CommandHandle(commandId, pid, options);
     handle.socket = socket;
     handle.droppedBytes = early.dropped;
-    socket.exited.then((exit) => (handle.exit = exit), () => undefined);
+    socket.exited.then(
+      (exit) => (handle.exit = exit),
+      () => undefined,
+    );
     for (const [stream, bytes] of early.output) handle.onOutput(stream, bytes);
     early.handle = handle;
     return handle;
@@ -109,7 +120,10 @@ export class CommandHandle {
       stdout: this.stdout,
       stderr: this.stderr,
     };
-    if (exit.timed_out) throw new TimeoutError(`Command ${this.commandId} ran past its timeout and was killed.`, { code: "command_timeout" });
+    if (exit.timed_out)
+      throw new TimeoutError(`Command ${this.commandId} ran past its timeout and was killed.`, {
+        code: "command_timeout",
+      });
     if (this.options.throwOnError !== false && exit.exit_code !== 0) throw new CommandExitError(result);
     return result;
   }
@@ -175,7 +189,11 @@ export class Commands {
    * `background: true`, the command belongs to the handle: it is killed when the handle
    * disconnects. `extra` adds raw request fields (the PTY size).
    */
-  async start(cmd: string, options: CommandOptions & { background?: boolean } = {}, extra: Partial<CommandRequest> = {}): Promise<CommandHandle> {
+  async start(
+    cmd: string,
+    options: CommandOptions & { background?: boolean } = {},
+    extra: Partial<CommandRequest> = {},
+  ): Promise<CommandHandle> {
     const request: CommandRequest = {
       cmd,
       ...(options.cwd === undefined ? {} : { cwd: options.cwd }),
@@ -185,7 +203,10 @@ export class Commands {
       ...(options.background ? { background: true } : {}),
       ...extra,
     };
-    const handle = await CommandHandle.open((listener) => CommandSocket.run(this.http, this.sandboxId, request, listener), options);
+    const handle = await CommandHandle.open(
+      (listener) => CommandSocket.run(this.http, this.sandboxId, request, listener),
+      options,
+    );
     const input = options.stdin;
     if (typeof input === "string" || input instanceof Uint8Array) {
       if (input.length > 0) handle.sendStdin(input);
@@ -196,7 +217,10 @@ export class Commands {
 
   /** Re-attaches to a command: replays what the server kept of its output, then streams it live. */
   async connect(commandId: string, options: ConnectOptions = {}): Promise<CommandHandle> {
-    return CommandHandle.open((listener) => CommandSocket.attach(this.http, this.sandboxId, commandId, listener), options);
+    return CommandHandle.open(
+      (listener) => CommandSocket.attach(this.http, this.sandboxId, commandId, listener),
+      options,
+    );
   }
 
   /** The sandbox's commands (running ones and recent finished ones) with their state. */
@@ -209,7 +233,12 @@ export class Commands {
    * elsewhere, and waits for it to end. Answers false when it had already ended.
    */
   async kill(commandId: string, processSignal: SignalName = "SIGKILL", options: CallOptions = {}): Promise<boolean> {
-    const info = await this.http.json("GET", `/sandboxes/${this.sandboxId}/commands/${commandId}`, commandInfo, options);
+    const info = await this.http.json(
+      "GET",
+      `/sandboxes/${this.sandboxId}/commands/${commandId}`,
+      commandInfo,
+      options,
+    );
     if (info.state !== "running") return false;
     const handle = await this.connect(commandId, { ...options, throwOnError: false });
     try {
@@ -225,7 +254,11 @@ export class Commands {
 }
 
 /** Waits for `promise` unless `signal` aborts first; on abort, runs `onAbort` and rejects with the reason. */
-export function raceAbort<T>(promise: Promise<T>, signal: AbortSignal | undefined, onAbort: (reason: unknown) => void): Promise<T> {
+export function raceAbort<T>(
+  promise: Promise<T>,
+  signal: AbortSignal | undefined,
+  onAbort: (reason: unknown) => void,
+): Promise<T> {
   if (!signal) return promise;
   if (signal.aborted) {
     onAbort(signal.reason);

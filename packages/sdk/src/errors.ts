@@ -93,7 +93,11 @@ function byCodeName(code: string): ErrorClass | undefined {
 
 /** The typed error for a server error `code` (from a problem+json body or a WebSocket `error` frame). */
 export function errorFromCode(code: string, message: string, status?: number): SandboxError {
-  const cls = BY_CODE[code as ErrorCode] ?? byCodeName(code) ?? (status === undefined ? undefined : BY_STATUS[status]) ?? SandboxError;
+  const cls =
+    BY_CODE[code as ErrorCode] ??
+    byCodeName(code) ??
+    (status === undefined ? undefined : BY_STATUS[status]) ??
+    SandboxError;
   return new cls(message, { code, ...(status === undefined ? {} : { status }) });
 }
 
@@ -131,7 +135,8 @@ export class CommandExitError extends SandboxError implements CommandResult {
   readonly stderr: string;
 
   constructor(result: CommandResult) {
-    const how = result.exitCode === null ? `was ended by ${result.signal ?? "a signal"}` : `exited with code ${result.exitCode}`;
+    const how =
+      result.exitCode === null ? `was ended by ${result.signal ?? "a signal"}` : `exited with code ${result.exitCode}`;
     const tail = result.stderr.trim().split("\n").slice(-3).join("\n");
     super(`Command ${result.commandId} ${how}${tail ? `: ${tail}` : ""}`, { code: "command_exit" });
     this.commandId = result.commandId;

@@ -56,10 +56,18 @@ export async function* streamEvents(http: HttpClient, options: EventOptions = {}
       while ((end = buffer.indexOf("\n\n")) >= 0) {
         const block = buffer.slice(0, end);
         buffer = buffer.slice(end + 2);
-        const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trimStart()).join("\n");
+        const data = block
+          .split("\n")
+          .filter((l) => l.startsWith("data:"))
+          .map((l) => l.slice(5).trimStart())
+          .join("\n");
         if (!data) continue;
         const parsed = bothyEvent.safeParse(JSON.parse(data));
-        if (!parsed.success) throw new SandboxError("The server sent an event this SDK does not understand.", { code: "bad_response", cause: parsed.error });
+        if (!parsed.success)
+          throw new SandboxError("The server sent an event this SDK does not understand.", {
+            code: "bad_response",
+            cause: parsed.error,
+          });
         yield parsed.data;
       }
     }

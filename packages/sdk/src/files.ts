@@ -34,7 +34,8 @@ export interface WriteInfo {
 }
 
 /** What `write` accepts: text, bytes, a Blob, a web stream, or any async iterable of bytes. */
-export type WriteData = string | Uint8Array | ArrayBuffer | Blob | ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>;
+export type WriteData =
+  string | Uint8Array | ArrayBuffer | Blob | ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>;
 
 export interface WriteOptions extends CallOptions {
   /** Permission bits for the file, e.g. 0o755 or "755". */
@@ -64,7 +65,8 @@ function toStream(data: AsyncIterable<Uint8Array>): ReadableStream<Uint8Array> {
 }
 
 function toBody(data: WriteData): RequestBody {
-  if (typeof data === "string" || data instanceof Blob || data instanceof ReadableStream || data instanceof ArrayBuffer) return data;
+  if (typeof data === "string" || data instanceof Blob || data instanceof ReadableStream || data instanceof ArrayBuffer)
+    return data;
   if (data instanceof Uint8Array) return data;
   return toStream(data);
 }
@@ -84,8 +86,15 @@ export class Files {
   read(path: string, options?: CallOptions & { format?: "text" }): Promise<string>;
   read(path: string, options: CallOptions & { format: "bytes" }): Promise<Uint8Array>;
   read(path: string, options: CallOptions & { format: "stream" }): Promise<ReadableStream<Uint8Array>>;
-  async read(path: string, options: CallOptions & { format?: "text" | "bytes" | "stream" } = {}): Promise<string | Uint8Array | ReadableStream<Uint8Array>> {
-    const res = await this.http.fetch("GET", this.path(), { query: { path }, timeout: false, ...(options.signal ? { signal: options.signal } : {}) });
+  async read(
+    path: string,
+    options: CallOptions & { format?: "text" | "bytes" | "stream" } = {},
+  ): Promise<string | Uint8Array | ReadableStream<Uint8Array>> {
+    const res = await this.http.fetch("GET", this.path(), {
+      query: { path },
+      timeout: false,
+      ...(options.signal ? { signal: options.signal } : {}),
+    });
     if (options.format === "stream") return res.body ?? new ReadableStream<Uint8Array>({ start: (c) => c.close() });
     if (options.format === "bytes") return new Uint8Array(await res.arrayBuffer());
     return res.text();
@@ -97,7 +106,10 @@ export class Files {
     const res = await this.http.fetch("PUT", this.path(), {
       query: { path, mode },
       rawBody: toBody(data),
-      headers: { "content-type": "application/octet-stream", ...(options.ifMatch === undefined ? {} : { "if-match": `"${options.ifMatch}"` }) },
+      headers: {
+        "content-type": "application/octet-stream",
+        ...(options.ifMatch === undefined ? {} : { "if-match": `"${options.ifMatch}"` }),
+      },
       timeout: false,
       ...(options.signal ? { signal: options.signal } : {}),
     });
@@ -105,8 +117,18 @@ export class Files {
   }
 
   async stat(path: string, options: CallOptions & { sha256?: boolean } = {}): Promise<FileInfo> {
-    const s = await this.http.json("GET", this.path("/stat"), fileStatResult, { query: { path, sha256: options.sha256 ? "true" : undefined }, ...signalOf(options) });
-    return { path: s.path, type: s.type, size: s.size, mode: s.mode, mtime: new Date(s.mtime_ms), ...(s.sha256 === undefined ? {} : { sha256: s.sha256 }) };
+    const s = await this.http.json("GET", this.path("/stat"), fileStatResult, {
+      query: { path, sha256: options.sha256 ? "true" : undefined },
+      ...signalOf(options),
+    });
+    return {
+      path: s.path,
+      type: s.type,
+      size: s.size,
+      mode: s.mode,
+      mtime: new Date(s.mtime_ms),
+      ...(s.sha256 === undefined ? {} : { sha256: s.sha256 }),
+    };
   }
 
   /** Whether anything exists at `path`. */
@@ -123,13 +145,21 @@ export class Files {
   /** The directory's entries (at most 5000; see `truncated` on the raw API for more). */
   async list(path: string, options: CallOptions = {}): Promise<EntryInfo[]> {
     const l = await this.http.json("GET", this.path("/list"), dirListing, { query: { path }, ...signalOf(options) });
-    return l.entries.map((e) => ({ name: e.name, path: joinPath(l.path, e.name), type: e.type, size: e.size, mode: e.mode, mtime: new Date(e.mtime_ms) }));
+    return l.entries.map((e) => ({
+      name: e.name,
+      path: joinPath(l.path, e.name),
+      type: e.type,
+      size: e.size,
+      mode: e.mode,
+      mtime: new Date(e.mtime_ms),
+    }));
   }
 
   /** Makes a directory (and, unless `parents: false`, its parents); answers false when it already existed. */
   async makeDir(path: string, options: CallOptions & { parents?: boolean } = {}): Promise<boolean> {
     // Without parents the server says whether it existed; with them (mkdir -p) it would not.
-    const mkdir = (parents: boolean): Promise<unknown> => this.http.json("POST", this.path("/mkdir"), okAnswer, { body: { path, parents }, ...signalOf(options) });
+    const mkdir = (parents: boolean): Promise<unknown> =>
+      this.http.json("POST", this.path("/mkdir"), okAnswer, { body: { path, parents }, ...signalOf(options) });
     try {
       await mkdir(false);
       return true;
@@ -143,7 +173,10 @@ export class Files {
 
   /** Removes a file, or a directory (a non-empty one needs `recursive: true`). */
   async remove(path: string, options: CallOptions & { recursive?: boolean } = {}): Promise<void> {
-    await this.http.json("DELETE", this.path(), okAnswer, { query: { path, recursive: options.recursive ? "true" : undefined }, ...signalOf(options) });
+    await this.http.json("DELETE", this.path(), okAnswer, {
+      query: { path, recursive: options.recursive ? "true" : undefined },
+      ...signalOf(options),
+    });
   }
 
   async rename(from: string, to: string, options: CallOptions = {}): Promise<FileInfo> {

@@ -49,7 +49,11 @@ export class HttpClient {
 
   /** The options that reach the same server, for handing to another object. */
   get connection(): ConnectionOptions {
-    return { baseUrl: this.baseUrl, ...(this.apiKey === undefined ? {} : { apiKey: this.apiKey }), requestTimeoutMs: this.timeoutMs };
+    return {
+      baseUrl: this.baseUrl,
+      ...(this.apiKey === undefined ? {} : { apiKey: this.apiKey }),
+      requestTimeoutMs: this.timeoutMs,
+    };
   }
 
   authHeaders(): Record<string, string> {
@@ -71,7 +75,11 @@ export class HttpClient {
    * `body` is sent as JSON unless it is already a RequestBody (bytes, a stream, a string with its
    * own content-type header).
    */
-  async fetch(method: string, path: string, options: RequestOptions & { rawBody?: RequestBody; timeout?: boolean } = {}): Promise<Response> {
+  async fetch(
+    method: string,
+    path: string,
+    options: RequestOptions & { rawBody?: RequestBody; timeout?: boolean } = {},
+  ): Promise<Response> {
     const headers: Record<string, string> = { ...this.authHeaders(), ...options.headers };
     let body: RequestBody | undefined = options.rawBody;
     if (options.body !== undefined) {
@@ -79,7 +87,10 @@ export class HttpClient {
       body = JSON.stringify(options.body);
     }
     // Streams (uploads, downloads) are paced by the caller, so only plain requests get a deadline.
-    const signals = [options.signal, options.timeout === false ? undefined : AbortSignal.timeout(this.timeoutMs)].filter((s): s is AbortSignal => s !== undefined);
+    const signals = [
+      options.signal,
+      options.timeout === false ? undefined : AbortSignal.timeout(this.timeoutMs),
+    ].filter((s): s is AbortSignal => s !== undefined);
     const signal = signals.length > 1 ? AbortSignal.any(signals) : signals[0];
     const url = this.url(path, options.query);
     let res: Response;
@@ -95,28 +106,45 @@ export class HttpClient {
     } catch (err) {
       if (options.signal?.aborted) throw options.signal.reason;
       if (err instanceof DOMException && err.name === "TimeoutError") {
-        throw new SandboxError(`${method} ${path} got no answer within ${this.timeoutMs / 1000} s.`, { code: "request_timeout", cause: err });
+        throw new SandboxError(`${method} ${path} got no answer within ${this.timeoutMs / 1000} s.`, {
+          code: "request_timeout",
+          cause: err,
+        });
       }
-      throw new ConnectionError(`Cannot reach bothy at ${this.baseUrl} (${describe(err)}); is \`bothy serve\` running there? Set BOTHY_URL or baseUrl to its address.`, { code: "connection_failed", cause: err });
+      throw new ConnectionError(
+        `Cannot reach bothy at ${this.baseUrl} (${describe(err)}); is \`bothy serve\` running there? Set BOTHY_URL or baseUrl to its address.`,
+        { code: "connection_failed", cause: err },
+      );
     }
     if (!res.ok) throw errorFromProblem(res.status, await res.text());
     return res;
   }
 
   /** A JSON request whose answer is checked against `schema`. */
-  async json<S extends z.ZodType>(method: string, path: string, schema: S, options: RequestOptions = {}): Promise<z.output<S>> {
+  async json<S extends z.ZodType>(
+    method: string,
+    path: string,
+    schema: S,
+    options: RequestOptions = {},
+  ): Promise<z.output<S>> {
     const res = await this.fetch(method, path, options);
     const text = await res.text();
     let json: unknown;
     try {
       json = JSON.parse(text);
     } catch (err) {
-      throw new SandboxError(`${method} ${path} answered something that is not JSON; is BOTHY_URL (${this.baseUrl}) a bothy server?`, { code: "bad_response", cause: err });
+      throw new SandboxError(
+        `${method} ${path} answered something that is not JSON; is BOTHY_URL (${this.baseUrl}) a bothy server?`,
+        { code: "bad_response", cause: err },
+      );
     }
     const parsed = schema.safeParse(json);
     if (!parsed.success) {
       const issue = parsed.error.issues[0];
-      throw new SandboxError(`${method} ${path} answered an unexpected shape (${issue?.path.join(".") ?? ""}: ${issue?.message ?? "invalid"}); the server may be newer or older than this SDK.`, { code: "bad_response", cause: parsed.error });
+      throw new SandboxError(
+        `${method} ${path} answered an unexpected shape (${issue?.path.join(".") ?? ""}: ${issue?.message ?? "invalid"}); the server may be newer or older than this SDK.`,
+        { code: "bad_response", cause: parsed.error },
+      );
     }
     return parsed.data;
   }

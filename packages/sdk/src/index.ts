@@ -1,7 +1,31 @@
-export { Sandbox, type SandboxCreateOptions, type SandboxOptions, type SandboxInfo, type SandboxState, type DriverName } from "./sandbox.ts";
-export { Commands, CommandHandle, type CommandOptions, type RunOptions, type BackgroundOptions, type ConnectOptions, type CommandInfo, type SignalName } from "./commands.ts";
+export {
+  Sandbox,
+  type SandboxCreateOptions,
+  type SandboxOptions,
+  type SandboxInfo,
+  type SandboxState,
+  type DriverName,
+} from "./sandbox.ts";
+export {
+  Commands,
+  CommandHandle,
+  type CommandOptions,
+  type RunOptions,
+  type BackgroundOptions,
+  type ConnectOptions,
+  type CommandInfo,
+  type SignalName,
+} from "./commands.ts";
 export { Pty, DEFAULT_PTY_COMMAND, type PtyOptions } from "./pty.ts";
-export { Files, type EntryInfo, type FileInfo, type FileType, type WriteData, type WriteInfo, type WriteOptions } from "./files.ts";
+export {
+  Files,
+  type EntryInfo,
+  type FileInfo,
+  type FileType,
+  type WriteData,
+  type WriteInfo,
+  type WriteOptions,
+} from "./files.ts";
 export { type BothyEvent, type EventOptions } from "./events.ts";
 export { DEFAULT_BASE_URL, type CallOptions, type ConnectionOptions } from "./http-client.ts";
 export {

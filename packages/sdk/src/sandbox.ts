@@ -137,7 +137,12 @@ export class Sandbox {
 
   /** The sandbox now expires `timeoutS` seconds from now (extends or shortens its life). */
   async setTimeout(timeoutS: number, options: CallOptions = {}): Promise<SandboxInfo> {
-    return this.update(this.http.json("POST", `/sandboxes/${this.sandboxId}/timeout`, sandboxInfo, { body: { timeout_s: timeoutS }, ...signalOf(options) }));
+    return this.update(
+      this.http.json("POST", `/sandboxes/${this.sandboxId}/timeout`, sandboxInfo, {
+        body: { timeout_s: timeoutS },
+        ...signalOf(options),
+      }),
+    );
   }
 
   /** Saves memory to disk and stops the VM (QEMU driver; gVisor throws NotSupportedError). */

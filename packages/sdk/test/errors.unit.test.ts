@@ -1,6 +1,17 @@
 import { describe, expect, it } from "vitest";
 import { ERROR_CODES, ERROR_STATUS } from "@bothy/protocol";
-import { AuthenticationError, ConflictError, errorFromCode, errorFromProblem, InvalidArgumentError, NotFoundError, NotSupportedError, RateLimitError, SandboxError, TimeoutError } from "../src/index.ts";
+import {
+  AuthenticationError,
+  ConflictError,
+  errorFromCode,
+  errorFromProblem,
+  InvalidArgumentError,
+  NotFoundError,
+  NotSupportedError,
+  RateLimitError,
+  SandboxError,
+  TimeoutError,
+} from "../src/index.ts";
 
 describe("typed errors from problem codes", () => {
   it("maps every server code to a SandboxError subclass that keeps code and status", () => {
@@ -28,7 +39,16 @@ describe("typed errors from problem codes", () => {
   });
 
   it("reads problem+json bodies and survives bodies that are not", () => {
-    const e = errorFromProblem(404, JSON.stringify({ type: "x", title: "Sandbox not found", status: 404, code: "sandbox_not_found", detail: "No sandbox sbx_x." }));
+    const e = errorFromProblem(
+      404,
+      JSON.stringify({
+        type: "x",
+        title: "Sandbox not found",
+        status: 404,
+        code: "sandbox_not_found",
+        detail: "No sandbox sbx_x.",
+      }),
+    );
     expect(e).toBeInstanceOf(NotFoundError);
     expect(e.message).toBe("No sandbox sbx_x.");
     const html = errorFromProblem(502, "<html>bad gateway</html>");

@@ -3,7 +3,17 @@ import { Readable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../../server/test/helpers/test-server.ts";
 import { noLeaks } from "../../server/test/helpers/host-state.ts";
-import { CommandExitError, ConflictError, ConnectionError, InvalidArgumentError, NotFoundError, NotSupportedError, Sandbox, SandboxError, TimeoutError } from "../src/index.ts";
+import {
+  CommandExitError,
+  ConflictError,
+  ConnectionError,
+  InvalidArgumentError,
+  NotFoundError,
+  NotSupportedError,
+  Sandbox,
+  SandboxError,
+  TimeoutError,
+} from "../src/index.ts";
 import { testDrivers } from "../../server/test/helpers/drivers.ts";
 import { withSandbox } from "./helpers/fixture.ts";
 
@@ -86,7 +96,9 @@ describe("SDK against a real server [gvisor]", () => {
   it("aborts a foreground command with an AbortSignal", async () => {
     const started = Date.now();
     const reason = new Error("enough");
-    await expect(sbx.commands.run("sleep 30", { signal: AbortSignal.timeout(500) })).rejects.toMatchObject({ name: "TimeoutError" });
+    await expect(sbx.commands.run("sleep 30", { signal: AbortSignal.timeout(500) })).rejects.toMatchObject({
+      name: "TimeoutError",
+    });
     const controller = new AbortController();
     setTimeout(() => controller.abort(reason), 300);
     await expect(sbx.commands.run("sleep 30", { signal: controller.signal })).rejects.toBe(reason);
@@ -95,7 +107,10 @@ describe("SDK against a real server [gvisor]", () => {
   });
 
   it("runs a background command: handle, stdin, disconnect, re-attach, wait, kill", async () => {
-    const h = await sbx.commands.run("read line; echo got $line; sleep 1; echo done", { background: true, stdin: true });
+    const h = await sbx.commands.run("read line; echo got $line; sleep 1; echo done", {
+      background: true,
+      stdin: true,
+    });
     expect(h.commandId).toMatch(/^cmd_/);
     h.sendStdin("ping\n");
     h.disconnect();
@@ -105,7 +120,11 @@ describe("SDK against a real server [gvisor]", () => {
     const r = await again.wait();
     expect(r.stdout).toBe("got ping\ndone\n");
     expect(seen.join("")).toBe(r.stdout);
-    expect((await sbx.commands.list()).find((c) => c.command_id === h.commandId)).toMatchObject({ state: "exited", exit_code: 0, background: true });
+    expect((await sbx.commands.list()).find((c) => c.command_id === h.commandId)).toMatchObject({
+      state: "exited",
+      exit_code: 0,
+      background: true,
+    });
 
     const long = await sbx.commands.run("sleep 60", { background: true });
     expect(await long.kill()).toBe(true);
@@ -175,29 +194,40 @@ describe("SDK against a real server [gvisor]", () => {
     const labelled = await Sandbox.create({ baseUrl, metadata: { conversation: "c-42", user: "ada" } });
     try {
       expect(labelled.info.metadata).toEqual({ conversation: "c-42", user: "ada" });
-      expect((await Sandbox.connect(labelled.sandboxId, { baseUrl })).info.metadata).toEqual({ conversation: "c-42", user: "ada" });
+      expect((await Sandbox.connect(labelled.sandboxId, { baseUrl })).info.metadata).toEqual({
+        conversation: "c-42",
+        user: "ada",
+      });
     } finally {
       await labelled.kill();
     }
-    await expect(Sandbox.create({ baseUrl, metadata: { "bad key": "x" } })).rejects.toBeInstanceOf(InvalidArgumentError);
+    await expect(Sandbox.create({ baseUrl, metadata: { "bad key": "x" } })).rejects.toBeInstanceOf(
+      InvalidArgumentError,
+    );
     // This test server runs with networking off, so a policy is refused: proof that it reached
     // the server as internet/allow_out (network.test.ts proves the policy itself).
-    const refused = await Sandbox.create({ baseUrl, network: { internet: false, allowOut: ["203.0.113.10"] } }).catch((e: unknown) => e);
+    const refused = await Sandbox.create({ baseUrl, network: { internet: false, allowOut: ["203.0.113.10"] } }).catch(
+      (e: unknown) => e,
+    );
     expect(refused).toBeInstanceOf(NotSupportedError);
     expect(String((refused as Error).message)).toMatch(/internet and allow_out/);
   });
 
-  it.skipIf(qemuMissing !== undefined)("pauses and resumes a QEMU sandbox, keeping its files", { timeout: 300_000 }, async () => {
-    const vm = await Sandbox.create({ baseUrl, driver: "qemu" });
-    try {
-      await vm.files.write("note.txt", "kept");
-      expect((await vm.pause()).state).toBe("paused");
-      expect((await vm.resume()).state).toBe("running");
-      expect(await vm.files.read("note.txt")).toBe("kept");
-    } finally {
-      await vm.kill();
-    }
-  });
+  it.skipIf(qemuMissing !== undefined)(
+    "pauses and resumes a QEMU sandbox, keeping its files",
+    { timeout: 300_000 },
+    async () => {
+      const vm = await Sandbox.create({ baseUrl, driver: "qemu" });
+      try {
+        await vm.files.write("note.txt", "kept");
+        expect((await vm.pause()).state).toBe("paused");
+        expect((await vm.resume()).state).toBe("running");
+        expect(await vm.files.read("note.txt")).toBe("kept");
+      } finally {
+        await vm.kill();
+      }
+    },
+  );
 
   it("rebuilds typed errors from the server's codes", async () => {
     const notFound = await Sandbox.connect("sbx_aaaaaaaaaaaaaaaaaaaa", { baseUrl }).catch((e: unknown) => e);
@@ -209,7 +239,9 @@ describe("SDK against a real server [gvisor]", () => {
     const port = await closedPort();
     const refused = await Sandbox.list({ baseUrl: `http://127.0.0.1:${port}` }).catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(ConnectionError);
-    expect(String((refused as Error).message)).toContain(`Cannot reach bothy at http://127.0.0.1:${port} (ECONNREFUSED)`);
+    expect(String((refused as Error).message)).toContain(
+      `Cannot reach bothy at http://127.0.0.1:${port} (ECONNREFUSED)`,
+    );
   });
 
   it("sets the timeout, honours an idempotency key, reports events, and kills twice", async () => {
@@ -246,7 +278,8 @@ async function closedPort(): Promise<number> {
 async function waitFor(check: () => boolean, timeoutMs = 10_000, seen?: () => string): Promise<void> {
   const until = Date.now() + timeoutMs;
   while (!check()) {
-    if (Date.now() > until) throw new Error(`condition not met in time${seen ? `; output so far: ${JSON.stringify(seen())}` : ""}`);
+    if (Date.now() > until)
+      throw new Error(`condition not met in time${seen ? `; output so far: ${JSON.stringify(seen())}` : ""}`);
     await new Promise((r) => setTimeout(r, 50));
   }
 }

@@ -73,7 +73,19 @@ export interface Config {
   templatesDir: string;
   templateSources: string;
   agentPath: string;
-  limits: { minVcpu: number; maxVcpu: number; minMemoryMib: number; maxMemoryMib: number; minDiskMib: number; maxDiskMib: number; defaultDiskMib: number; minProcesses: number; maxProcesses: number; defaultProcesses: number; maxSandboxes: number };
+  limits: {
+    minVcpu: number;
+    maxVcpu: number;
+    minMemoryMib: number;
+    maxMemoryMib: number;
+    minDiskMib: number;
+    maxDiskMib: number;
+    defaultDiskMib: number;
+    minProcesses: number;
+    maxProcesses: number;
+    defaultProcesses: number;
+    maxSandboxes: number;
+  };
   poolSize: number;
   logLevel: z.infer<typeof envSchema>["BOTHY_LOG_LEVEL"];
   bootTimeoutMs: number;
@@ -83,11 +95,21 @@ export interface Config {
   webhook: { url: string; retryBaseMs: number } | undefined;
   commandReplayBytes: number;
   metering: { intervalMs: number; budget: { vcpuHours: number | undefined; gibHours: number | undefined } };
-  lifecycle: { defaultTimeoutS: number; maxTimeoutS: number; disconnectGraceS: number; sweepIntervalMs: number; idleTimeoutMs: number };
+  lifecycle: {
+    defaultTimeoutS: number;
+    maxTimeoutS: number;
+    disconnectGraceS: number;
+    sweepIntervalMs: number;
+    idleTimeoutMs: number;
+  };
   network: { enabled: boolean; pool: string; uplink: string | undefined; dns: string[]; extraBlocked: string[] };
 }
 
-const list = (s: string): string[] => s.split(",").map((x) => x.trim()).filter(Boolean);
+const list = (s: string): string[] =>
+  s
+    .split(",")
+    .map((x) => x.trim())
+    .filter(Boolean);
 
 const repoRoot = fileURLToPath(new URL("../../../", import.meta.url));
 
@@ -99,7 +121,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     throw new Error(`Invalid configuration: ${issues}`);
   }
   const e = parsed.data;
-  if (e.BOTHY_DEFAULT_TIMEOUT_S > e.BOTHY_MAX_TIMEOUT_S) throw new Error(`Invalid configuration: BOTHY_DEFAULT_TIMEOUT_S (${e.BOTHY_DEFAULT_TIMEOUT_S}) exceeds BOTHY_MAX_TIMEOUT_S (${e.BOTHY_MAX_TIMEOUT_S})`);
+  if (e.BOTHY_DEFAULT_TIMEOUT_S > e.BOTHY_MAX_TIMEOUT_S)
+    throw new Error(
+      `Invalid configuration: BOTHY_DEFAULT_TIMEOUT_S (${e.BOTHY_DEFAULT_TIMEOUT_S}) exceeds BOTHY_MAX_TIMEOUT_S (${e.BOTHY_MAX_TIMEOUT_S})`,
+    );
   return {
     host: e.BOTHY_HOST,
     port: e.BOTHY_PORT,
@@ -125,12 +150,34 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     bootTimeoutMs: e.BOTHY_BOOT_TIMEOUT_S * 1000,
     bodyLimitBytes: 1024 * 1024,
     driver: e.BOTHY_DRIVER,
-    qemu: { warmStart: e.BOTHY_QEMU_WARM === "1", tbSizeMib: e.BOTHY_QEMU_TB_MIB, kernelDir: e.BOTHY_KERNEL_DIR ?? join(e.BOTHY_HOME, "kernel") },
-    webhook: e.BOTHY_WEBHOOK_URL === undefined ? undefined : { url: e.BOTHY_WEBHOOK_URL, retryBaseMs: e.BOTHY_WEBHOOK_RETRY_MS },
+    qemu: {
+      warmStart: e.BOTHY_QEMU_WARM === "1",
+      tbSizeMib: e.BOTHY_QEMU_TB_MIB,
+      kernelDir: e.BOTHY_KERNEL_DIR ?? join(e.BOTHY_HOME, "kernel"),
+    },
+    webhook:
+      e.BOTHY_WEBHOOK_URL === undefined
+        ? undefined
+        : { url: e.BOTHY_WEBHOOK_URL, retryBaseMs: e.BOTHY_WEBHOOK_RETRY_MS },
     commandReplayBytes: e.BOTHY_COMMAND_REPLAY_BYTES,
-    metering: { intervalMs: e.BOTHY_METER_INTERVAL_S * 1000, budget: { vcpuHours: e.BOTHY_BUDGET_VCPU_HOURS, gibHours: e.BOTHY_BUDGET_GIB_HOURS } },
-    lifecycle: { defaultTimeoutS: e.BOTHY_DEFAULT_TIMEOUT_S, maxTimeoutS: e.BOTHY_MAX_TIMEOUT_S, disconnectGraceS: e.BOTHY_DISCONNECT_GRACE_S, sweepIntervalMs: e.BOTHY_SWEEP_INTERVAL_S * 1000, idleTimeoutMs: e.BOTHY_IDLE_TIMEOUT_S * 1000 },
-    network: { enabled: e.BOTHY_NETWORK === "on", pool: e.BOTHY_NET_POOL, uplink: e.BOTHY_UPLINK, dns: list(e.BOTHY_DNS), extraBlocked: list(e.BOTHY_NET_BLOCK) },
+    metering: {
+      intervalMs: e.BOTHY_METER_INTERVAL_S * 1000,
+      budget: { vcpuHours: e.BOTHY_BUDGET_VCPU_HOURS, gibHours: e.BOTHY_BUDGET_GIB_HOURS },
+    },
+    lifecycle: {
+      defaultTimeoutS: e.BOTHY_DEFAULT_TIMEOUT_S,
+      maxTimeoutS: e.BOTHY_MAX_TIMEOUT_S,
+      disconnectGraceS: e.BOTHY_DISCONNECT_GRACE_S,
+      sweepIntervalMs: e.BOTHY_SWEEP_INTERVAL_S * 1000,
+      idleTimeoutMs: e.BOTHY_IDLE_TIMEOUT_S * 1000,
+    },
+    network: {
+      enabled: e.BOTHY_NETWORK === "on",
+      pool: e.BOTHY_NET_POOL,
+      uplink: e.BOTHY_UPLINK,
+      dns: list(e.BOTHY_DNS),
+      extraBlocked: list(e.BOTHY_NET_BLOCK),
+    },
     ...overrides,
   };
 }

@@ -46,7 +46,11 @@ export function createLogger(config: Config, destination?: NodeJS.WritableStream
 }
 
 /** Builds and starts the server: ledger, driver preflight, reconcile, routes, listen. */
-export async function startServer(config: Config, logger: PinoLogger = createLogger(config), templates?: TemplateSource): Promise<BothyServer> {
+export async function startServer(
+  config: Config,
+  logger: PinoLogger = createLogger(config),
+  templates?: TemplateSource,
+): Promise<BothyServer> {
   await mkdir(config.home, { recursive: true, mode: 0o700 });
   // Every logged event also feeds the metrics' counters.
   const metrics = new Metrics();
@@ -80,7 +84,8 @@ export async function startServer(config: Config, logger: PinoLogger = createLog
       if (id) registry.forget(id);
       events.publish("sandbox.deleted", id, fields);
     } else if (event === "sandbox_lost") events.publish("sandbox.failed", id, { ...fields, reason: event });
-    else if (event === "sandbox_died" || event === "sandbox_slept") events.publish("sandbox.stopped", id, { ...fields, reason: event });
+    else if (event === "sandbox_died" || event === "sandbox_slept")
+      events.publish("sandbox.stopped", id, { ...fields, reason: event });
     else if (event === "sandbox_woken") events.publish("sandbox.woken", id, fields);
   };
   const manager = new SandboxManager(config, ledger, drivers, templates ?? store, lifecycle);
@@ -89,10 +94,17 @@ export async function startServer(config: Config, logger: PinoLogger = createLog
   const watch = new DisconnectWatch(manager, ledger, lifecycle);
   const idle = new IdleSleep(manager, registry, watch, config.lifecycle.idleTimeoutMs, lifecycle);
   sweeper.addStep(() => idle.pass());
-  const meter = new UsageMeter(ledger, events, config.metering, (event, fields) => logger.warn({ event, ...fields }, event));
+  const meter = new UsageMeter(ledger, events, config.metering, (event, fields) =>
+    logger.warn({ event, ...fields }, event),
+  );
 
   const startedAt = Date.now();
-  const app = Fastify({ loggerInstance: logger.child({}, { level: "warn" }) as FastifyBaseLogger, bodyLimit: config.bodyLimitBytes, return503OnClosing: true, forceCloseConnections: true });
+  const app = Fastify({
+    loggerInstance: logger.child({}, { level: "warn" }) as FastifyBaseLogger,
+    bodyLimit: config.bodyLimitBytes,
+    return503OnClosing: true,
+    forceCloseConnections: true,
+  });
   // JSON only: a text body would otherwise reach validation as a string and get a vaguer error.
   app.removeContentTypeParser("text/plain");
   await app.register(websocket, { options: { maxPayload: 2 * 1024 * 1024 } });
@@ -104,13 +116,24 @@ export async function startServer(config: Config, logger: PinoLogger = createLog
   };
   app.setErrorHandler((err, request, reply) => sendProblem(reply, request, err, logProblem));
   app.setNotFoundHandler((request, reply) =>
-    sendProblem(reply, request, new BothyError("route_not_found", `No route ${request.method} ${request.url.split("?")[0]}; see the README for the API.`), logProblem),
+    sendProblem(
+      reply,
+      request,
+      new BothyError(
+        "route_not_found",
+        `No route ${request.method} ${request.url.split("?")[0]}; see the README for the API.`,
+      ),
+      logProblem,
+    ),
   );
 
   sandboxRoutes(app, manager, startedAt);
 
   lifecycleRoutes(app, manager);
-  metricsRoutes(app, metrics, () => ({ sandboxes: ledger.countByStateAndDriver(), drivers: drivers.all().map((d) => d.name) }));
+  metricsRoutes(app, metrics, () => ({
+    sandboxes: ledger.countByStateAndDriver(),
+    drivers: drivers.all().map((d) => d.name),
+  }));
   commandRoutes(app, manager, registry, watch);
   eventRoutes(app, events);
   await fileRoutes(app, manager);

@@ -21,7 +21,14 @@ for (const driver of testDrivers()) {
         const key = `key-${Date.now()}`;
         const first = await api(ts.url, "POST", "/sandboxes", body, { "idempotency-key": key });
         expect(first.status).toBe(201);
-        expect(first.json).toMatchObject({ state: "running", template: "seed", driver: driver.name, acceleration: expect.any(String), vcpu: 1, memory_mib: 1024 });
+        expect(first.json).toMatchObject({
+          state: "running",
+          template: "seed",
+          driver: driver.name,
+          acceleration: expect.any(String),
+          vcpu: 1,
+          memory_mib: 1024,
+        });
         const before = (await api(ts.url, "GET", "/sandboxes")).json["sandboxes"] as unknown[];
         const again = await api(ts.url, "POST", "/sandboxes", body, { "idempotency-key": key });
         expect(again.status).toBe(200);
@@ -37,7 +44,9 @@ for (const driver of testDrivers()) {
 
       it("concurrent creates with one Idempotency-Key boot one sandbox", async () => {
         const key = `race-${Date.now()}`;
-        const results = await Promise.all([1, 2, 3].map(() => api(ts.url, "POST", "/sandboxes", { template: "seed" }, { "idempotency-key": key })));
+        const results = await Promise.all(
+          [1, 2, 3].map(() => api(ts.url, "POST", "/sandboxes", { template: "seed" }, { "idempotency-key": key })),
+        );
         const ids = new Set(results.map((r) => r.json["sandbox_id"]));
         expect(ids.size).toBe(1);
         expect(results.map((r) => r.status).sort()).toEqual([200, 200, 201]);
@@ -67,7 +76,9 @@ for (const driver of testDrivers()) {
       it("gives each sandbox its own disk and hostname", async () => {
         const other = await createSandbox(ts.url);
         try {
-          await runCommand(ts.wsUrl, sandboxId, { cmd: "echo mine > /workspace/owner && hostname" }).then((r) => expect(r.stdout.trim()).toBe(sandboxId));
+          await runCommand(ts.wsUrl, sandboxId, { cmd: "echo mine > /workspace/owner && hostname" }).then((r) =>
+            expect(r.stdout.trim()).toBe(sandboxId),
+          );
           const peek = await runCommand(ts.wsUrl, other, { cmd: "cat /workspace/owner 2>&1; hostname" });
           expect(peek.stdout).toContain("No such file");
           expect(peek.stdout).toContain(other);
@@ -124,33 +135,58 @@ for (const driver of testDrivers()) {
       });
 
       it("sends non-UTF-8 output as base64 and keeps split characters as text", async () => {
-        const r = await runCommand(ts.wsUrl, sandboxId, { cmd: "printf '\\377\\376'; sleep 0.2; printf 'h\\303'; sleep 0.2; printf '\\251llo'" });
-        const chunks = r.events.filter((e) => e.event.type === "stdout").map((e) => e.event as { data: string; encoding?: string });
+        const r = await runCommand(ts.wsUrl, sandboxId, {
+          cmd: "printf '\\377\\376'; sleep 0.2; printf 'h\\303'; sleep 0.2; printf '\\251llo'",
+        });
+        const chunks = r.events
+          .filter((e) => e.event.type === "stdout")
+          .map((e) => e.event as { data: string; encoding?: string });
         expect(chunks[0]).toMatchObject({ data: Buffer.from([0xff, 0xfe]).toString("base64"), encoding: "base64" });
-        expect(chunks.slice(1).map((c) => c.data).join("")).toBe("héllo");
+        expect(
+          chunks
+            .slice(1)
+            .map((c) => c.data)
+            .join(""),
+        ).toBe("héllo");
         expect(chunks.slice(1).every((c) => c.encoding === undefined)).toBe(true);
       });
 
       it("passes cwd and env, and takes stdin with an explicit end", async () => {
-        const r = await runCommand(ts.wsUrl, sandboxId, { cmd: "pwd; echo $GREETING", cwd: "/tmp", env: { GREETING: "hej" } });
-        expect(r.stdout).toBe("/tmp\nhej\n");
-        const cat = await runCommand(ts.wsUrl, sandboxId, { cmd: "wc -c; cat /dev/null", stdin: true }, {
-          onEvent: (ev, ws) => {
-            if (ev.type !== "started") return;
-            ws.send(JSON.stringify({ type: "stdin", data: "hello " }));
-            ws.send(JSON.stringify({ type: "stdin", data: Buffer.from("world").toString("base64"), encoding: "base64" }));
-            ws.send(JSON.stringify({ type: "stdin_eof" }));
-          },
+        const r = await runCommand(ts.wsUrl, sandboxId, {
+          cmd: "pwd; echo $GREETING",
+          cwd: "/tmp",
+          env: { GREETING: "hej" },
         });
+        expect(r.stdout).toBe("/tmp\nhej\n");
+        const cat = await runCommand(
+          ts.wsUrl,
+          sandboxId,
+          { cmd: "wc -c; cat /dev/null", stdin: true },
+          {
+            onEvent: (ev, ws) => {
+              if (ev.type !== "started") return;
+              ws.send(JSON.stringify({ type: "stdin", data: "hello " }));
+              ws.send(
+                JSON.stringify({ type: "stdin", data: Buffer.from("world").toString("base64"), encoding: "base64" }),
+              );
+              ws.send(JSON.stringify({ type: "stdin_eof" }));
+            },
+          },
+        );
         expect(cat.stdout.trim()).toBe("11");
       });
 
       it("forwards signals and enforces timeout_s", async () => {
-        const sig = await runCommand(ts.wsUrl, sandboxId, { cmd: "sleep 30" }, {
-          onEvent: (ev, ws) => {
-            if (ev.type === "started") ws.send(JSON.stringify({ type: "signal", signal: "SIGTERM" }));
+        const sig = await runCommand(
+          ts.wsUrl,
+          sandboxId,
+          { cmd: "sleep 30" },
+          {
+            onEvent: (ev, ws) => {
+              if (ev.type === "started") ws.send(JSON.stringify({ type: "signal", signal: "SIGTERM" }));
+            },
           },
-        });
+        );
         expect(sig.exit).toMatchObject({ exit_code: null, signal: "SIGTERM" });
         const slow = await runCommand(ts.wsUrl, sandboxId, { cmd: "sleep 30", timeout_s: 1 });
         expect(slow.exit).toMatchObject({ signal: "SIGKILL", timed_out: true });
@@ -159,12 +195,16 @@ for (const driver of testDrivers()) {
       it("reaps orphaned processes: no zombies pile up", async () => {
         await runCommand(ts.wsUrl, sandboxId, { cmd: "for i in 1 2 3 4 5; do sleep 0.1 & done; echo spawned" });
         await new Promise((r) => setTimeout(r, 1500));
-        const r = await runCommand(ts.wsUrl, sandboxId, { cmd: "cat /proc/[0-9]*/stat 2>/dev/null | awk '$3 == \"Z\"' | wc -l" });
+        const r = await runCommand(ts.wsUrl, sandboxId, {
+          cmd: "cat /proc/[0-9]*/stat 2>/dev/null | awk '$3 == \"Z\"' | wc -l",
+        });
         expect(r.stdout.trim()).toBe("0");
       });
 
       it("runs coreutils that stat files (ls -l, stat)", async () => {
-        const r = await runCommand(ts.wsUrl, sandboxId, { cmd: "ls -la / >/dev/null && stat -c %F /etc && ls -l /etc/hostname | wc -l" });
+        const r = await runCommand(ts.wsUrl, sandboxId, {
+          cmd: "ls -la / >/dev/null && stat -c %F /etc && ls -l /etc/hostname | wc -l",
+        });
         expect(r.stderr).toBe("");
         expect(r.stdout).toBe("directory\n1\n");
         expect(r.exit?.exit_code).toBe(0);

@@ -28,7 +28,11 @@ beforeAll(async () => {
   });
   await new Promise<void>((r) => hook.listen(0, "127.0.0.1", r));
   const port = (hook.address() as AddressInfo).port;
-  ts = await startTestServer({ BOTHY_WEBHOOK_URL: `http://127.0.0.1:${port}/hook`, BOTHY_WEBHOOK_RETRY_MS: "50", BOTHY_COMMAND_REPLAY_BYTES: "2000" });
+  ts = await startTestServer({
+    BOTHY_WEBHOOK_URL: `http://127.0.0.1:${port}/hook`,
+    BOTHY_WEBHOOK_RETRY_MS: "50",
+    BOTHY_COMMAND_REPLAY_BYTES: "2000",
+  });
   id = await createSandbox(ts.url);
 });
 
@@ -39,17 +43,26 @@ afterAll(async () => {
 
 const startBackground = (cmd: string): Promise<string> => startBackgroundCommand(ts.wsUrl, id, cmd);
 const attach = (commandId: string): Promise<CommandEvent[]> => attachCommand(ts.wsUrl, id, commandId);
-const readEvents = (query: string, until: (events: BothyEvent[]) => boolean, headers: Record<string, string> = {}): Promise<BothyEvent[]> => readEventStream(ts.url, query, until, headers);
+const readEvents = (
+  query: string,
+  until: (events: BothyEvent[]) => boolean,
+  headers: Record<string, string> = {},
+): Promise<BothyEvent[]> => readEventStream(ts.url, query, until, headers);
 
 describe("background commands", () => {
   it("keep running after the socket closes, are listed, and re-attach with replay then live output", async () => {
     const commandId = await startBackground("for i in 1 2 3; do echo line$i; sleep 1; done; exit 4");
     const listed = await api(ts.url, "GET", `/sandboxes/${id}/commands`);
-    expect(listed.json["commands"]).toEqual(expect.arrayContaining([expect.objectContaining({ command_id: commandId, state: "running", background: true })]));
+    expect(listed.json["commands"]).toEqual(
+      expect.arrayContaining([expect.objectContaining({ command_id: commandId, state: "running", background: true })]),
+    );
 
     await new Promise((r) => setTimeout(r, 1200));
     const events = await attach(commandId);
-    const out = events.filter((e) => e.type === "stdout").map((e) => (e as { data: string }).data).join("");
+    const out = events
+      .filter((e) => e.type === "stdout")
+      .map((e) => (e as { data: string }).data)
+      .join("");
     expect(out).toBe("line1\nline2\nline3\n");
     expect(events.at(-1)).toMatchObject({ type: "process_exited", command_id: commandId, exit_code: 4 });
 
@@ -82,11 +95,16 @@ describe("background commands", () => {
   it("bounds the replay buffer and says how much was dropped", async () => {
     const commandId = await startBackground("seq 1 5000");
     // since=0: the command may have ended before this subscription starts.
-    await readEvents(`?sandbox_id=${id}&since=0`, (evs) => evs.some((e) => e.type === "command.exited" && e.data["command_id"] === commandId));
+    await readEvents(`?sandbox_id=${id}&since=0`, (evs) =>
+      evs.some((e) => e.type === "command.exited" && e.data["command_id"] === commandId),
+    );
     const events = await attach(commandId);
     expect(events[0]).toMatchObject({ type: "output_dropped", command_id: commandId });
     expect((events[0] as { bytes: number }).bytes).toBeGreaterThan(20_000);
-    const kept = events.filter((e) => e.type === "stdout").map((e) => (e as { data: string }).data).join("");
+    const kept = events
+      .filter((e) => e.type === "stdout")
+      .map((e) => (e as { data: string }).data)
+      .join("");
     expect(kept.length).toBeLessThanOrEqual(2000);
     expect(kept.endsWith("4999\n5000\n")).toBe(true);
     expect(events.at(-1)).toMatchObject({ type: "process_exited", exit_code: 0 });
@@ -109,7 +127,11 @@ describe("completion events", () => {
     const r = await runCommand(ts.wsUrl, id, { cmd: "exit 3" });
     const events = await seen;
     expect(events.every((e) => e.sandbox_id === id)).toBe(true);
-    expect(events.find((e) => e.type === "command.exited")?.data).toMatchObject({ command_id: r.exit?.command_id, exit_code: 3, state: "exited" });
+    expect(events.find((e) => e.type === "command.exited")?.data).toMatchObject({
+      command_id: r.exit?.command_id,
+      exit_code: 3,
+      state: "exited",
+    });
     await api(ts.url, "DELETE", `/sandboxes/${other}`);
   });
 

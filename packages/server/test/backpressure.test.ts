@@ -24,7 +24,9 @@ for (const driver of testDrivers()) {
     async function agentRssKb(seconds: number): Promise<number[]> {
       // The agent is the node process running agent.mjs (under gVisor, PID 1 is bothy-init).
       const find = `for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q '^[^ ]*node [^ ]*agent.mjs' && s=$p/status; done`;
-      const r = await runCommand(ts.wsUrl, id, { cmd: `${find}; for i in $(seq 1 ${seconds * 10}); do grep VmRSS $s; sleep 0.1; done` });
+      const r = await runCommand(ts.wsUrl, id, {
+        cmd: `${find}; for i in $(seq 1 ${seconds * 10}); do grep VmRSS $s; sleep 0.1; done`,
+      });
       expect(r.stdout).toContain("VmRSS");
       return [...r.stdout.matchAll(/(\d+) kB/g)].map((m) => Number(m[1]));
     }
@@ -63,7 +65,9 @@ for (const driver of testDrivers()) {
         const growthMb = (peak - rssBefore) / 1024 / 1024;
         expect(growthMb).toBeLessThan(60); // server and client together, while 100 MB passed through
         const agentGrowthKb = Math.max(...(await agentDuring)) - agentBefore;
-        console.info(`${driver.name}: ${TOTAL / 1e6} MB streamed: test process RSS +${growthMb.toFixed(1)} MB, agent RSS +${(agentGrowthKb / 1024).toFixed(1)} MB`);
+        console.info(
+          `${driver.name}: ${TOTAL / 1e6} MB streamed: test process RSS +${growthMb.toFixed(1)} MB, agent RSS +${(agentGrowthKb / 1024).toFixed(1)} MB`,
+        );
         // Garbage not yet collected accounts for some growth; a buffered stream would be ~100 MB.
         expect(agentGrowthKb).toBeLessThan(60 * 1024);
       });

@@ -13,7 +13,11 @@ afterAll(async () => {
   expect(await ts.stop()).toEqual(noLeaks());
 });
 
-async function expectProblem(res: { status: number; type: string; json: Record<string, unknown> }, status: number, code: string): Promise<void> {
+async function expectProblem(
+  res: { status: number; type: string; json: Record<string, unknown> },
+  status: number,
+  code: string,
+): Promise<void> {
   expect(res.status).toBe(status);
   expect(res.type).toContain("application/problem+json");
   expect(res.json).toMatchObject({ status, code });
@@ -22,28 +26,98 @@ async function expectProblem(res: { status: number; type: string; json: Record<s
 }
 
 describe("bad input gets a clear problem+json and creates nothing", () => {
-  const cases: Array<[string, () => Promise<{ status: number; type: string; json: Record<string, unknown> }>, number, string]> = [
+  const cases: Array<
+    [string, () => Promise<{ status: number; type: string; json: Record<string, unknown> }>, number, string]
+  > = [
     ["malformed JSON", () => api(ts.url, "POST", "/sandboxes", '{"template": "seed",'), 400, "invalid_json"],
     ["empty JSON body", () => api(ts.url, "POST", "/sandboxes", ""), 400, "invalid_json"],
     ["a JSON array", () => api(ts.url, "POST", "/sandboxes", [1, 2]), 400, "invalid_request"],
-    ["unknown template", () => api(ts.url, "POST", "/sandboxes", { template: "no-such-template" }), 404, "template_not_found"],
-    ["template with path characters", () => api(ts.url, "POST", "/sandboxes", { template: "../../etc" }), 400, "invalid_template_name"],
-    ["template with a slash", () => api(ts.url, "POST", "/sandboxes", { template: "seed/../seed" }), 400, "invalid_template_name"],
+    [
+      "unknown template",
+      () => api(ts.url, "POST", "/sandboxes", { template: "no-such-template" }),
+      404,
+      "template_not_found",
+    ],
+    [
+      "template with path characters",
+      () => api(ts.url, "POST", "/sandboxes", { template: "../../etc" }),
+      400,
+      "invalid_template_name",
+    ],
+    [
+      "template with a slash",
+      () => api(ts.url, "POST", "/sandboxes", { template: "seed/../seed" }),
+      400,
+      "invalid_template_name",
+    ],
     ["vcpu zero", () => api(ts.url, "POST", "/sandboxes", { template: "seed", vcpu: 0 }), 400, "invalid_request"],
-    ["vcpu too many", () => api(ts.url, "POST", "/sandboxes", { template: "seed", vcpu: 4096 }), 400, "invalid_request"],
-    ["vcpu fractional", () => api(ts.url, "POST", "/sandboxes", { template: "seed", vcpu: 1.5 }), 400, "invalid_request"],
-    ["memory too small", () => api(ts.url, "POST", "/sandboxes", { template: "seed", memory_mib: 1 }), 400, "invalid_request"],
-    ["memory too large", () => api(ts.url, "POST", "/sandboxes", { template: "seed", memory_mib: 10_000_000 }), 400, "invalid_request"],
-    ["memory as a string", () => api(ts.url, "POST", "/sandboxes", { template: "seed", memory_mib: "1024" }), 400, "invalid_request"],
+    [
+      "vcpu too many",
+      () => api(ts.url, "POST", "/sandboxes", { template: "seed", vcpu: 4096 }),
+      400,
+      "invalid_request",
+    ],
+    [
+      "vcpu fractional",
+      () => api(ts.url, "POST", "/sandboxes", { template: "seed", vcpu: 1.5 }),
+      400,
+      "invalid_request",
+    ],
+    [
+      "memory too small",
+      () => api(ts.url, "POST", "/sandboxes", { template: "seed", memory_mib: 1 }),
+      400,
+      "invalid_request",
+    ],
+    [
+      "memory too large",
+      () => api(ts.url, "POST", "/sandboxes", { template: "seed", memory_mib: 10_000_000 }),
+      400,
+      "invalid_request",
+    ],
+    [
+      "memory as a string",
+      () => api(ts.url, "POST", "/sandboxes", { template: "seed", memory_mib: "1024" }),
+      400,
+      "invalid_request",
+    ],
     ["unknown field", () => api(ts.url, "POST", "/sandboxes", { template: "seed", cpus: 2 }), 400, "invalid_request"],
-    ["oversized body", () => api(ts.url, "POST", "/sandboxes", { template: "seed", pad: "x".repeat(2 * 1024 * 1024) }), 413, "body_too_large"],
-    ["wrong content type", () => fetch(`${ts.url}/sandboxes`, { method: "POST", headers: { "content-type": "text/plain" }, body: "seed" }).then(asResult), 415, "unsupported_media_type"],
-    ["bad Idempotency-Key", () => api(ts.url, "POST", "/sandboxes", { template: "seed" }, { "idempotency-key": "has spaces in it" }), 400, "idempotency_key_invalid"],
+    [
+      "oversized body",
+      () => api(ts.url, "POST", "/sandboxes", { template: "seed", pad: "x".repeat(2 * 1024 * 1024) }),
+      413,
+      "body_too_large",
+    ],
+    [
+      "wrong content type",
+      () =>
+        fetch(`${ts.url}/sandboxes`, { method: "POST", headers: { "content-type": "text/plain" }, body: "seed" }).then(
+          asResult,
+        ),
+      415,
+      "unsupported_media_type",
+    ],
+    [
+      "bad Idempotency-Key",
+      () => api(ts.url, "POST", "/sandboxes", { template: "seed" }, { "idempotency-key": "has spaces in it" }),
+      400,
+      "idempotency_key_invalid",
+    ],
     ["unknown sandbox id", () => api(ts.url, "GET", "/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaa"), 404, "sandbox_not_found"],
     ["malformed sandbox id", () => api(ts.url, "GET", "/sandboxes/..%2f..%2fetc"), 400, "invalid_sandbox_id"],
-    ["delete of an unknown id", () => api(ts.url, "DELETE", "/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaa"), 404, "sandbox_not_found"],
+    [
+      "delete of an unknown id",
+      () => api(ts.url, "DELETE", "/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaa"),
+      404,
+      "sandbox_not_found",
+    ],
     ["unknown route", () => api(ts.url, "GET", "/nope"), 404, "route_not_found"],
-    ["plain HTTP to the command socket", () => api(ts.url, "GET", "/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaa/command"), 404, "sandbox_not_found"],
+    [
+      "plain HTTP to the command socket",
+      () => api(ts.url, "GET", "/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaa/command"),
+      404,
+      "sandbox_not_found",
+    ],
   ];
 
   for (const [name, call, status, code] of cases) {
@@ -94,5 +168,9 @@ describe("bad command messages", () => {
 });
 
 async function asResult(res: Response): Promise<{ status: number; type: string; json: Record<string, unknown> }> {
-  return { status: res.status, type: res.headers.get("content-type") ?? "", json: (await res.json()) as Record<string, unknown> };
+  return {
+    status: res.status,
+    type: res.headers.get("content-type") ?? "",
+    json: (await res.json()) as Record<string, unknown>,
+  };
 }

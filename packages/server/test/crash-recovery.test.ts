@@ -40,9 +40,19 @@ interface Plan {
 }
 
 const PLANS: Record<string, Plan> = {
-  gvisor: { ops: 30, killChance: 0.7, killWithinMs: { create: 900, write: 700, read: 600, command: 1500, delete: 250, pause: 0 }, timeoutMs: 600_000 },
+  gvisor: {
+    ops: 30,
+    killChance: 0.7,
+    killWithinMs: { create: 900, write: 700, read: 600, command: 1500, delete: 250, pause: 0 },
+    timeoutMs: 600_000,
+  },
   // Under emulation a boot takes seconds: kills spread wider.
-  qemu: { ops: 30, killChance: 0.7, killWithinMs: { create: 4000, write: 1500, read: 1000, command: 2000, delete: 1500, pause: 2500 }, timeoutMs: 900_000 },
+  qemu: {
+    ops: 30,
+    killChance: 0.7,
+    killWithinMs: { create: 4000, write: 1500, read: 1000, command: 2000, delete: 1500, pause: 2500 },
+    timeoutMs: 900_000,
+  },
 };
 
 for (const driver of testDrivers()) {
@@ -86,7 +96,12 @@ for (const driver of testDrivers()) {
     function rows(): Map<string, string> {
       const db = new Database(join(home, "ledger.sqlite"), { readonly: true, fileMustExist: true });
       try {
-        return new Map((db.prepare(`SELECT id, state FROM sandboxes`).all() as Array<{ id: string; state: string }>).map((r) => [r.id, r.state]));
+        return new Map(
+          (db.prepare(`SELECT id, state FROM sandboxes`).all() as Array<{ id: string; state: string }>).map((r) => [
+            r.id,
+            r.state,
+          ]),
+        );
       } finally {
         db.close();
       }
@@ -136,171 +151,221 @@ for (const driver of testDrivers()) {
     }
 
     {
-      it("attaches to a sandbox that outlived the server: it keeps running, processes and all", { timeout: 300_000 }, async () => {
-        const { id, base: firstBase } = await serverWithSandbox();
-        let base = firstBase;
-        const ws = (): string => base.replace(/^http/, "ws");
-        const bg = await runCommand(ws(), id, { cmd: "sleep 600 > /dev/null 2>&1 & echo $! > /workspace/pid; echo started", background: false });
-        expect(bg.stdout).toBe("started\n");
-        // A command still streaming when the server dies.
-        const streaming = runCommand(ws(), id, { cmd: "while :; do echo tick; sleep 0.2; done" });
-        await new Promise((r) => setTimeout(r, 1500));
-        await crash();
-        expect((await streaming).exit).toBeUndefined();
+      it(
+        "attaches to a sandbox that outlived the server: it keeps running, processes and all",
+        { timeout: 300_000 },
+        async () => {
+          const { id, base: firstBase } = await serverWithSandbox();
+          let base = firstBase;
+          const ws = (): string => base.replace(/^http/, "ws");
+          const bg = await runCommand(ws(), id, {
+            cmd: "sleep 600 > /dev/null 2>&1 & echo $! > /workspace/pid; echo started",
+            background: false,
+          });
+          expect(bg.stdout).toBe("started\n");
+          // A command still streaming when the server dies.
+          const streaming = runCommand(ws(), id, { cmd: "while :; do echo tick; sleep 0.2; done" });
+          await new Promise((r) => setTimeout(r, 1500));
+          await crash();
+          expect((await streaming).exit).toBeUndefined();
 
-        base = await start();
-        await expectConsistentAfterStart();
-        expect(rows().get(id)).toBe("running");
-        expect(serve?.logs.some((l) => l["event"] === "sandbox_reattached" && l["sandbox_id"] === id)).toBe(true);
-        const alive = await runCommand(ws(), id, { cmd: "kill -0 $(cat /workspace/pid) && echo still-running" });
-        expect(alive.stdout).toBe("still-running\n");
-        // The detached loop's request id does not get in the way of new requests.
-        for (let i = 0; i < 3; i++) expect((await runCommand(ws(), id, { cmd: `echo ${i}` })).stdout).toBe(`${i}\n`);
-
-        await deleteAndCheck(base, id);
-      });
-
-      it.skipIf(driver.name !== "qemu")("wakes a paused sandbox whose restored guest fails its start by booting it cold on its disk", { timeout: 300_000 }, async () => {
-        const { id, base: firstBase } = await serverWithSandbox();
-        let base = firstBase;
-        const ws = (): string => base.replace(/^http/, "ws");
-        expect((await runCommand(ws(), id, { cmd: "echo kept > /workspace/f && sync && echo ok" })).stdout).toBe("ok\n");
-        // The guest unmounts its own cgroups: restored as it was, it cannot take the process limit
-        // the host sends at every start (as an agent from an older bothy would refuse the frame).
-        await runCommand(ws(), id, { cmd: "umount -l /sys/fs/cgroup" });
-        expect((await api(base, "POST", `/sandboxes/${id}/pause`)).status).toBe(200);
-        await crash();
-
-        base = await start();
-        expect(rows().get(id)).toBe("paused");
-        // Pausing it again changes nothing, though no VM runs it now.
-        const again = await api(base, "POST", `/sandboxes/${id}/pause`);
-        expect([again.status, again.json["state"]]).toEqual([200, "paused"]);
-        const r = await runCommand(ws(), id, { cmd: "cat /workspace/f; cat /sys/fs/cgroup/commands/pids.max" });
-        expect(r.error).toBeUndefined();
-        expect(r.stdout).toBe("kept\n1024\n");
-        expect(rows().get(id)).toBe("running");
-        expect(serve?.logs.some((l) => l["event"] === "sandbox_restore_failed" && l["sandbox_id"] === id && String(l["error"]).includes("limits"))).toBe(true);
-
-        await deleteAndCheck(base, id);
-      });
-    }
-
-    it(`keeps the ledger and the host consistent across SIGKILLs at random points during ${plan.ops} operations`, { timeout: plan.timeoutMs }, async () => {
-      const seed = Number(process.env["BOTHY_CRASH_SEED"] ?? Date.now() % 100_000);
-      const rand = random(seed);
-      console.info(`crash recovery [${driver.name}]: seed ${seed}`);
-      home = await mkdtemp("/tmp/bothy-test-crash-");
-      let base = await start();
-      /** What each sandbox's marker file holds: the last write known to have finished, and one that may have. */
-      const marker = new Map<string, { sure: string | undefined; maybe: string | undefined }>();
-      const alive = (): string[] => [...marker.keys()];
-      let kills = 0;
-      const log: string[] = [];
-
-      for (let n = 0; n < plan.ops; n++) {
-        const choices: Op[] = alive().length === 0 ? ["create"] : ["create", "write", "write", "read", "command", "delete", ...(driver.name === "qemu" ? (["pause"] as Op[]) : [])];
-        const op = choices[Math.floor(rand() * choices.length)] ?? "create";
-        const target = alive()[Math.floor(rand() * alive().length)];
-        const kill = rand() < plan.killChance;
-        const killAfter = Math.floor(rand() * plan.killWithinMs[op]);
-        const value = `v${n}`;
-        const ws = base.replace(/^http/, "ws");
-
-        const work = (async (): Promise<string | undefined> => {
-          switch (op) {
-            case "create": {
-              const res = await api(base, "POST", "/sandboxes", { template: "seed", vcpu: 1, memory_mib: 512 });
-              if (res.status !== 201) throw new Error(`create answered ${res.status}: ${JSON.stringify(res.json)}`);
-              return res.json["sandbox_id"] as string;
-            }
-            case "write": {
-              const m = marker.get(target ?? "");
-              if (m) m.maybe = value;
-              const r = await runCommand(ws, target ?? "", { cmd: `echo ${value} > /workspace/marker.tmp && sync && mv /workspace/marker.tmp /workspace/marker && sync` });
-              if (r.exit?.exit_code !== 0) throw new Error(`write: ${JSON.stringify(r.error ?? r.exit)}`);
-              return undefined;
-            }
-            case "read": {
-              const r = await runCommand(ws, target ?? "", { cmd: "cat /workspace/marker 2>/dev/null || echo none" });
-              if (r.exit === undefined) throw new Error(`read: ${JSON.stringify(r.error)}`);
-              return r.stdout.trim();
-            }
-            case "command": {
-              // A command that is still running when the server dies.
-              const r = await runCommand(ws, target ?? "", { cmd: "sleep 1; echo done" });
-              if (r.stdout !== "done\n") throw new Error(`command: ${JSON.stringify(r.error ?? r.exit)}`);
-              return undefined;
-            }
-            case "delete": {
-              const res = await api(base, "DELETE", `/sandboxes/${target ?? ""}`);
-              if (res.status !== 200) throw new Error(`delete answered ${res.status}`);
-              return undefined;
-            }
-            case "pause": {
-              const res = await api(base, "POST", `/sandboxes/${target ?? ""}/pause`);
-              // A sandbox a crash left stopped (a wake cut short) has nothing to pause: 409, as documented.
-              const stopped = res.status === 409 && res.json["code"] === "sandbox_not_running" && rows().get(target ?? "") === "stopped";
-              if (res.status !== 200 && !stopped) throw new Error(`pause answered ${res.status}: ${JSON.stringify(res.json)}`);
-              return undefined;
-            }
-          }
-        })().then(
-          (v) => ({ ok: true as const, value: v }),
-          (err: unknown) => ({ ok: false as const, error: err instanceof Error ? err.message : String(err) }),
-        );
-
-        let killed = false;
-        if (kill) {
-          const timer = new Promise<"kill">((r) => setTimeout(() => r("kill"), killAfter));
-          if ((await Promise.race([work, timer])) === "kill") {
-            await crash();
-            killed = true;
-            kills++;
-          }
-        }
-        const outcome = await work;
-        log.push(`${n}: ${op} ${target ?? ""}${killed ? ` killed@${killAfter}ms` : ""} -> ${outcome.ok ? "ok" : outcome.error.slice(0, 120)}`);
-
-        // What the model learns from the outcome.
-        if (op === "create" && outcome.ok && outcome.value) marker.set(outcome.value, { sure: undefined, maybe: undefined });
-        if (op === "write" && target && outcome.ok) marker.set(target, { sure: value, maybe: undefined });
-        if (op === "read" && target && outcome.ok) {
-          const m = marker.get(target);
-          const seen = outcome.value === "none" ? undefined : outcome.value;
-          expect([m?.sure, m?.maybe], log.join("\n")).toContain(seen);
-          if (m) marker.set(target, { sure: seen, maybe: undefined });
-        }
-        // A delete cut short either never reached the server or completes at restart (seen below).
-        if (op === "delete" && target && outcome.ok) marker.delete(target);
-        if (!outcome.ok && !killed) throw new Error(`operation failed without a crash:\n${log.join("\n")}`);
-
-        if (killed) {
           base = await start();
           await expectConsistentAfterStart();
-          const states = rows();
-          for (const id of alive()) {
-            const s = states.get(id);
-            if (s === "deleted") marker.delete(id);
-            else expect(["running", "paused", "stopped"], `${id} after restart\n${log.join("\n")}`).toContain(s);
+          expect(rows().get(id)).toBe("running");
+          expect(serve?.logs.some((l) => l["event"] === "sandbox_reattached" && l["sandbox_id"] === id)).toBe(true);
+          const alive = await runCommand(ws(), id, { cmd: "kill -0 $(cat /workspace/pid) && echo still-running" });
+          expect(alive.stdout).toBe("still-running\n");
+          // The detached loop's request id does not get in the way of new requests.
+          for (let i = 0; i < 3; i++) expect((await runCommand(ws(), id, { cmd: `echo ${i}` })).stdout).toBe(`${i}\n`);
+
+          await deleteAndCheck(base, id);
+        },
+      );
+
+      it.skipIf(driver.name !== "qemu")(
+        "wakes a paused sandbox whose restored guest fails its start by booting it cold on its disk",
+        { timeout: 300_000 },
+        async () => {
+          const { id, base: firstBase } = await serverWithSandbox();
+          let base = firstBase;
+          const ws = (): string => base.replace(/^http/, "ws");
+          expect((await runCommand(ws(), id, { cmd: "echo kept > /workspace/f && sync && echo ok" })).stdout).toBe(
+            "ok\n",
+          );
+          // The guest unmounts its own cgroups: restored as it was, it cannot take the process limit
+          // the host sends at every start (as an agent from an older bothy would refuse the frame).
+          await runCommand(ws(), id, { cmd: "umount -l /sys/fs/cgroup" });
+          expect((await api(base, "POST", `/sandboxes/${id}/pause`)).status).toBe(200);
+          await crash();
+
+          base = await start();
+          expect(rows().get(id)).toBe("paused");
+          // Pausing it again changes nothing, though no VM runs it now.
+          const again = await api(base, "POST", `/sandboxes/${id}/pause`);
+          expect([again.status, again.json["state"]]).toEqual([200, "paused"]);
+          const r = await runCommand(ws(), id, { cmd: "cat /workspace/f; cat /sys/fs/cgroup/commands/pids.max" });
+          expect(r.error).toBeUndefined();
+          expect(r.stdout).toBe("kept\n1024\n");
+          expect(rows().get(id)).toBe("running");
+          expect(
+            serve?.logs.some(
+              (l) =>
+                l["event"] === "sandbox_restore_failed" &&
+                l["sandbox_id"] === id &&
+                String(l["error"]).includes("limits"),
+            ),
+          ).toBe(true);
+
+          await deleteAndCheck(base, id);
+        },
+      );
+    }
+
+    it(
+      `keeps the ledger and the host consistent across SIGKILLs at random points during ${plan.ops} operations`,
+      { timeout: plan.timeoutMs },
+      async () => {
+        const seed = Number(process.env["BOTHY_CRASH_SEED"] ?? Date.now() % 100_000);
+        const rand = random(seed);
+        console.info(`crash recovery [${driver.name}]: seed ${seed}`);
+        home = await mkdtemp("/tmp/bothy-test-crash-");
+        let base = await start();
+        /** What each sandbox's marker file holds: the last write known to have finished, and one that may have. */
+        const marker = new Map<string, { sure: string | undefined; maybe: string | undefined }>();
+        const alive = (): string[] => [...marker.keys()];
+        let kills = 0;
+        const log: string[] = [];
+
+        for (let n = 0; n < plan.ops; n++) {
+          const choices: Op[] =
+            alive().length === 0
+              ? ["create"]
+              : [
+                  "create",
+                  "write",
+                  "write",
+                  "read",
+                  "command",
+                  "delete",
+                  ...(driver.name === "qemu" ? (["pause"] as Op[]) : []),
+                ];
+          const op = choices[Math.floor(rand() * choices.length)] ?? "create";
+          const target = alive()[Math.floor(rand() * alive().length)];
+          const kill = rand() < plan.killChance;
+          const killAfter = Math.floor(rand() * plan.killWithinMs[op]);
+          const value = `v${n}`;
+          const ws = base.replace(/^http/, "ws");
+
+          const work = (async (): Promise<string | undefined> => {
+            switch (op) {
+              case "create": {
+                const res = await api(base, "POST", "/sandboxes", { template: "seed", vcpu: 1, memory_mib: 512 });
+                if (res.status !== 201) throw new Error(`create answered ${res.status}: ${JSON.stringify(res.json)}`);
+                return res.json["sandbox_id"] as string;
+              }
+              case "write": {
+                const m = marker.get(target ?? "");
+                if (m) m.maybe = value;
+                const r = await runCommand(ws, target ?? "", {
+                  cmd: `echo ${value} > /workspace/marker.tmp && sync && mv /workspace/marker.tmp /workspace/marker && sync`,
+                });
+                if (r.exit?.exit_code !== 0) throw new Error(`write: ${JSON.stringify(r.error ?? r.exit)}`);
+                return undefined;
+              }
+              case "read": {
+                const r = await runCommand(ws, target ?? "", { cmd: "cat /workspace/marker 2>/dev/null || echo none" });
+                if (r.exit === undefined) throw new Error(`read: ${JSON.stringify(r.error)}`);
+                return r.stdout.trim();
+              }
+              case "command": {
+                // A command that is still running when the server dies.
+                const r = await runCommand(ws, target ?? "", { cmd: "sleep 1; echo done" });
+                if (r.stdout !== "done\n") throw new Error(`command: ${JSON.stringify(r.error ?? r.exit)}`);
+                return undefined;
+              }
+              case "delete": {
+                const res = await api(base, "DELETE", `/sandboxes/${target ?? ""}`);
+                if (res.status !== 200) throw new Error(`delete answered ${res.status}`);
+                return undefined;
+              }
+              case "pause": {
+                const res = await api(base, "POST", `/sandboxes/${target ?? ""}/pause`);
+                // A sandbox a crash left stopped (a wake cut short) has nothing to pause: 409, as documented.
+                const stopped =
+                  res.status === 409 &&
+                  res.json["code"] === "sandbox_not_running" &&
+                  rows().get(target ?? "") === "stopped";
+                if (res.status !== 200 && !stopped)
+                  throw new Error(`pause answered ${res.status}: ${JSON.stringify(res.json)}`);
+                return undefined;
+              }
+            }
+          })().then(
+            (v) => ({ ok: true as const, value: v }),
+            (err: unknown) => ({ ok: false as const, error: err instanceof Error ? err.message : String(err) }),
+          );
+
+          let killed = false;
+          if (kill) {
+            const timer = new Promise<"kill">((r) => setTimeout(() => r("kill"), killAfter));
+            if ((await Promise.race([work, timer])) === "kill") {
+              await crash();
+              killed = true;
+              kills++;
+            }
+          }
+          const outcome = await work;
+          log.push(
+            `${n}: ${op} ${target ?? ""}${killed ? ` killed@${killAfter}ms` : ""} -> ${outcome.ok ? "ok" : outcome.error.slice(0, 120)}`,
+          );
+
+          // What the model learns from the outcome.
+          if (op === "create" && outcome.ok && outcome.value)
+            marker.set(outcome.value, { sure: undefined, maybe: undefined });
+          if (op === "write" && target && outcome.ok) marker.set(target, { sure: value, maybe: undefined });
+          if (op === "read" && target && outcome.ok) {
+            const m = marker.get(target);
+            const seen = outcome.value === "none" ? undefined : outcome.value;
+            expect([m?.sure, m?.maybe], log.join("\n")).toContain(seen);
+            if (m) marker.set(target, { sure: seen, maybe: undefined });
+          }
+          // A delete cut short either never reached the server or completes at restart (seen below).
+          if (op === "delete" && target && outcome.ok) marker.delete(target);
+          if (!outcome.ok && !killed) throw new Error(`operation failed without a crash:\n${log.join("\n")}`);
+
+          if (killed) {
+            base = await start();
+            await expectConsistentAfterStart();
+            const states = rows();
+            for (const id of alive()) {
+              const s = states.get(id);
+              if (s === "deleted") marker.delete(id);
+              else expect(["running", "paused", "stopped"], `${id} after restart\n${log.join("\n")}`).toContain(s);
+            }
           }
         }
-      }
 
-      // Every sandbox still there starts again on the next call and has its files.
-      for (const [id, m] of marker) {
-        const r = await runCommand(base.replace(/^http/, "ws"), id, { cmd: "cat /workspace/marker 2>/dev/null || echo none" });
-        const seen = r.stdout.trim() === "none" ? undefined : r.stdout.trim();
-        expect([m.sure, m.maybe], `${id}: ${JSON.stringify(r.error ?? r.exit)}\n${log.join("\n")}`).toContain(seen);
-        expect((await api(base, "GET", `/sandboxes/${id}`)).json["state"]).toBe("running");
-      }
-      console.info(`crash recovery [${driver.name}]: ${plan.ops} operations, ${kills} kills, ${marker.size} sandboxes checked at the end\n${log.join("\n")}`);
+        // Every sandbox still there starts again on the next call and has its files.
+        for (const [id, m] of marker) {
+          const r = await runCommand(base.replace(/^http/, "ws"), id, {
+            cmd: "cat /workspace/marker 2>/dev/null || echo none",
+          });
+          const seen = r.stdout.trim() === "none" ? undefined : r.stdout.trim();
+          expect([m.sure, m.maybe], `${id}: ${JSON.stringify(r.error ?? r.exit)}\n${log.join("\n")}`).toContain(seen);
+          expect((await api(base, "GET", `/sandboxes/${id}`)).json["state"]).toBe("running");
+        }
+        console.info(
+          `crash recovery [${driver.name}]: ${plan.ops} operations, ${kills} kills, ${marker.size} sandboxes checked at the end\n${log.join("\n")}`,
+        );
 
-      // A create whose answer the crash swallowed may have made a sandbox the model never saw.
-      for (const [id, s] of rows()) if (s !== "deleted" && s !== "failed") expect((await api(base, "DELETE", `/sandboxes/${id}`)).status).toBe(200);
-      await serve?.stop();
-      expect(await hostLeaks(home)).toEqual(noLeaks());
-      expect(await readdir(join(home, "sandboxes"))).toEqual([]);
-    });
+        // A create whose answer the crash swallowed may have made a sandbox the model never saw.
+        for (const [id, s] of rows())
+          if (s !== "deleted" && s !== "failed")
+            expect((await api(base, "DELETE", `/sandboxes/${id}`)).status).toBe(200);
+        await serve?.stop();
+        expect(await hostLeaks(home)).toEqual(noLeaks());
+        expect(await readdir(join(home, "sandboxes"))).toEqual([]);
+      },
+    );
   });
 }

@@ -23,15 +23,24 @@ for (const driver of testDrivers()) {
       await mkdir(join(empty, "opt/bothy"), { recursive: true });
 
       const mute = join(trees, "mute");
-      for (const d of ["bin", "usr/bin", "workspace", "opt/bothy", "proc", "dev", "sys"]) await mkdir(join(mute, d), { recursive: true });
+      for (const d of ["bin", "usr/bin", "workspace", "opt/bothy", "proc", "dev", "sys"])
+        await mkdir(join(mute, d), { recursive: true });
       await copyFile("/bin/busybox", join(mute, "bin/busybox"));
       await symlink("busybox", join(mute, "bin/sh"));
       await writeFile(join(mute, "usr/bin/node"), "#!/bin/sh\nexec /bin/busybox sleep 300\n");
       await chmod(join(mute, "usr/bin/node"), 0o755);
 
-      ts = await startTestServer({ BOTHY_BOOT_TIMEOUT_S: "2", BOTHY_DRIVER: driver.name }, {
-        resolve: async (name) => (name === "no-node" ? { name, hash: "test-empty", rootfs: empty, env: {} } : name === "mute" ? { name, hash: "test-mute", rootfs: mute, env: {} } : undefined),
-      });
+      ts = await startTestServer(
+        { BOTHY_BOOT_TIMEOUT_S: "2", BOTHY_DRIVER: driver.name },
+        {
+          resolve: async (name) =>
+            name === "no-node"
+              ? { name, hash: "test-empty", rootfs: empty, env: {} }
+              : name === "mute"
+                ? { name, hash: "test-mute", rootfs: mute, env: {} }
+                : undefined,
+        },
+      );
     });
 
     afterAll(async () => {

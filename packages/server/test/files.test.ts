@@ -17,11 +17,16 @@ for (const driver of testDrivers()) {
       id = sandbox;
     });
 
-    const filesUrl = (query: Record<string, string>, sub = ""): string => `${ts.url}/sandboxes/${id}/files${sub}?${new URLSearchParams(query).toString()}`;
+    const filesUrl = (query: Record<string, string>, sub = ""): string =>
+      `${ts.url}/sandboxes/${id}/files${sub}?${new URLSearchParams(query).toString()}`;
     const sha = (b: Buffer | string): string => createHash("sha256").update(b).digest("hex");
 
     async function put(path: string, body: Buffer | string, headers: Record<string, string> = {}): Promise<Response> {
-      return fetch(filesUrl({ path }), { method: "PUT", body, headers: { "content-type": "application/octet-stream", ...headers } });
+      return fetch(filesUrl({ path }), {
+        method: "PUT",
+        body,
+        headers: { "content-type": "application/octet-stream", ...headers },
+      });
     }
 
     describe("files API", () => {
@@ -56,12 +61,21 @@ for (const driver of testDrivers()) {
       });
 
       it("lists, makes directories, renames and deletes", async () => {
-        expect((await api(ts.url, "POST", `/sandboxes/${id}/files/mkdir`, { path: "tree/a/b", parents: true })).status).toBe(200);
-        expect((await api(ts.url, "POST", `/sandboxes/${id}/files/mkdir`, { path: "tree" })).json["code"]).toBe("file_exists");
+        expect(
+          (await api(ts.url, "POST", `/sandboxes/${id}/files/mkdir`, { path: "tree/a/b", parents: true })).status,
+        ).toBe(200);
+        expect((await api(ts.url, "POST", `/sandboxes/${id}/files/mkdir`, { path: "tree" })).json["code"]).toBe(
+          "file_exists",
+        );
         await put("tree/one.txt", "1");
-        expect((await api(ts.url, "POST", `/sandboxes/${id}/files/rename`, { from: "tree/one.txt", to: "tree/two.txt" })).status).toBe(200);
+        expect(
+          (await api(ts.url, "POST", `/sandboxes/${id}/files/rename`, { from: "tree/one.txt", to: "tree/two.txt" }))
+            .status,
+        ).toBe(200);
         const list = await api(ts.url, "GET", `/sandboxes/${id}/files/list?path=tree`);
-        expect((list.json["entries"] as Array<{ name: string; type: string }>).map((e) => `${e.name}:${e.type}`)).toEqual(["a:dir", "two.txt:file"]);
+        expect(
+          (list.json["entries"] as Array<{ name: string; type: string }>).map((e) => `${e.name}:${e.type}`),
+        ).toEqual(["a:dir", "two.txt:file"]);
         expect((await api(ts.url, "DELETE", `/sandboxes/${id}/files?path=tree`)).json["code"]).toBe("file_error");
         expect((await api(ts.url, "DELETE", `/sandboxes/${id}/files?path=tree&recursive=true`)).status).toBe(200);
         expect((await api(ts.url, "GET", `/sandboxes/${id}/files/stat?path=tree`)).status).toBe(404);

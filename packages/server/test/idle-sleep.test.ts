@@ -12,14 +12,19 @@ for (const driver of testDrivers()) {
     let ts: TestServer;
 
     beforeAll(async () => {
-      ts = await startTestServer({ BOTHY_DRIVER: driver.name, BOTHY_IDLE_TIMEOUT_S: String(IDLE_S), BOTHY_SWEEP_INTERVAL_S: "1" });
+      ts = await startTestServer({
+        BOTHY_DRIVER: driver.name,
+        BOTHY_IDLE_TIMEOUT_S: String(IDLE_S),
+        BOTHY_SWEEP_INTERVAL_S: "1",
+      });
     });
 
     afterAll(async () => {
       expect(await ts?.stop()).toEqual(noLeaks());
     });
 
-    const state = async (id: string): Promise<string> => String((await api(ts.url, "GET", `/sandboxes/${id}`)).json["state"]);
+    const state = async (id: string): Promise<string> =>
+      String((await api(ts.url, "GET", `/sandboxes/${id}`)).json["state"]);
 
     async function waitForState(id: string, want: string, seconds: number): Promise<string> {
       let s = await state(id);

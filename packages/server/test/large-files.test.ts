@@ -56,11 +56,15 @@ for (const driver of testDrivers()) {
           })(),
         );
         const written = await new Promise<{ size: number; sha256: string }>((resolve, reject) => {
-          const req = request(`${ts.url}/sandboxes/${id}/files?path=/workspace/big.bin`, { method: "PUT", headers: { "content-type": "application/octet-stream" } }, (res) => {
-            let text = "";
-            res.on("data", (c: Buffer) => (text += c.toString()));
-            res.on("end", () => resolve(JSON.parse(text) as { size: number; sha256: string }));
-          });
+          const req = request(
+            `${ts.url}/sandboxes/${id}/files?path=/workspace/big.bin`,
+            { method: "PUT", headers: { "content-type": "application/octet-stream" } },
+            (res) => {
+              let text = "";
+              res.on("data", (c: Buffer) => (text += c.toString()));
+              res.on("end", () => resolve(JSON.parse(text) as { size: number; sha256: string }));
+            },
+          );
           req.on("error", reject);
           source.pipe(req);
         });

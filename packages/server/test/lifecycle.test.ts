@@ -78,9 +78,17 @@ for (const driver of testDrivers()) {
         for (const timeout_s of [0, -5, 86401]) {
           const res = await api(ts.url, "POST", "/sandboxes", { timeout_s });
           expect(res.status).toBe(400);
-          expect(res.json).toMatchObject({ code: "invalid_request", detail: expect.stringMatching(/timeout_s must be between 1 and 86400 seconds/) });
+          expect(res.json).toMatchObject({
+            code: "invalid_request",
+            detail: expect.stringMatching(/timeout_s must be between 1 and 86400 seconds/),
+          });
         }
-        for (const body of [{ timeout_s: 1.5 }, { timeout_s: "60" }, { disconnect_grace_s: 7200 }, { delete_on_disconnect: "yes" }]) {
+        for (const body of [
+          { timeout_s: 1.5 },
+          { timeout_s: "60" },
+          { disconnect_grace_s: 7200 },
+          { delete_on_disconnect: "yes" },
+        ]) {
           const res = await api(ts.url, "POST", "/sandboxes", body);
           expect(res.status, JSON.stringify(body)).toBe(400);
           expect(res.json["code"]).toBe("invalid_request");
@@ -175,23 +183,31 @@ for (const driver of testDrivers()) {
         expect(await logHas("orphan_removed", orphan)).toBe(true);
       });
 
-      it("brings a sandbox whose process was killed back from its disk, with the same id", { timeout: 180_000 }, async () => {
-        const id = await create({});
-        // A VM killed outright loses what its guest had not yet written to disk, as a machine losing power does.
-        expect((await runCommand(ts.wsUrl, id, { cmd: "echo survived > /workspace/note && sync" })).exit?.exit_code).toBe(0);
-        const pids = await sandboxPids(id);
-        expect(pids.length).toBeGreaterThan(0);
-        for (const pid of pids) process.kill(pid, "SIGKILL");
-        await until(`${id} to be stopped`, 15_000, async () => (await state(id)) === "stopped");
-        expect((await api(ts.url, "GET", `/sandboxes/${id}`)).json["error"]).toMatch(/stopped unexpectedly.*files are kept/);
-        expect(await logHas("sandbox_died", id)).toBe(true);
-        await until(`${id}'s processes to go`, 15_000, async () => (await sandboxPids(id)).length === 0);
+      it(
+        "brings a sandbox whose process was killed back from its disk, with the same id",
+        { timeout: 180_000 },
+        async () => {
+          const id = await create({});
+          // A VM killed outright loses what its guest had not yet written to disk, as a machine losing power does.
+          expect(
+            (await runCommand(ts.wsUrl, id, { cmd: "echo survived > /workspace/note && sync" })).exit?.exit_code,
+          ).toBe(0);
+          const pids = await sandboxPids(id);
+          expect(pids.length).toBeGreaterThan(0);
+          for (const pid of pids) process.kill(pid, "SIGKILL");
+          await until(`${id} to be stopped`, 15_000, async () => (await state(id)) === "stopped");
+          expect((await api(ts.url, "GET", `/sandboxes/${id}`)).json["error"]).toMatch(
+            /stopped unexpectedly.*files are kept/,
+          );
+          expect(await logHas("sandbox_died", id)).toBe(true);
+          await until(`${id}'s processes to go`, 15_000, async () => (await sandboxPids(id)).length === 0);
 
-        const back = await runCommand(ts.wsUrl, id, { cmd: "cat /workspace/note" });
-        expect(back.stdout).toBe("survived\n");
-        expect(await state(id)).toBe("running");
-        expect(await logHas("sandbox_woken", id)).toBe(true);
-      });
+          const back = await runCommand(ts.wsUrl, id, { cmd: "cat /workspace/note" });
+          expect(back.stdout).toBe("survived\n");
+          expect(await state(id)).toBe("running");
+          expect(await logHas("sandbox_woken", id)).toBe(true);
+        },
+      );
     });
 
     it("serves Prometheus metrics", async () => {

@@ -27,10 +27,16 @@ describe("GET /openapi.json", () => {
   });
 
   it("is generated from the protocol's schemas, and every $ref resolves", async () => {
-    const doc = (await (await fetch(`${ts.url}/openapi.json`)).json()) as { components: { schemas: Record<string, { properties?: Record<string, unknown>; required?: string[] }> } };
+    const doc = (await (await fetch(`${ts.url}/openapi.json`)).json()) as {
+      components: { schemas: Record<string, { properties?: Record<string, unknown>; required?: string[] }> };
+    };
     const { schemas } = doc.components;
-    expect(schemas["Sandbox"]?.required).toEqual(expect.arrayContaining(["sandbox_id", "state", "template", "driver", "vcpu", "memory_mib"]));
-    expect(Object.keys(schemas["CreateSandboxRequest"]?.properties ?? {})).toEqual(expect.arrayContaining(["template", "vcpu", "memory_mib", "driver", "timeout_s"]));
+    expect(schemas["Sandbox"]?.required).toEqual(
+      expect.arrayContaining(["sandbox_id", "state", "template", "driver", "vcpu", "memory_mib"]),
+    );
+    expect(Object.keys(schemas["CreateSandboxRequest"]?.properties ?? {})).toEqual(
+      expect.arrayContaining(["template", "vcpu", "memory_mib", "driver", "timeout_s"]),
+    );
     // Requests are documented as written: defaulted fields are optional.
     expect(schemas["CreateSandboxRequest"]?.required ?? []).not.toContain("template");
     const refs = JSON.stringify(doc).match(/"\$ref":"[^"]+"/g) ?? [];

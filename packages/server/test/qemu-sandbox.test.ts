@@ -11,7 +11,10 @@ import { driverTitle, testDrivers } from "./helpers/drivers.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
 
 const pexec = promisify(execFile);
-const qemu = testDrivers().find((d) => d.name === "qemu") ?? { name: "qemu" as const, missing: "BOTHY_TEST_DRIVERS to include qemu" };
+const qemu = testDrivers().find((d) => d.name === "qemu") ?? {
+  name: "qemu" as const,
+  missing: "BOTHY_TEST_DRIVERS to include qemu",
+};
 const gvisor = testDrivers().find((d) => d.name === "gvisor");
 
 /** QEMU processes whose command line names this sandbox's directory. */
@@ -25,7 +28,11 @@ async function vmProcesses(ts: TestServer, id: string): Promise<string[]> {
  * one anonymous mapping of exactly the guest's size), in MiB. Shared pages of the QEMU binary and
  * its libraries (RssFile) are left out: every VM on the host shares them.
  */
-async function vmMemory(ts: TestServer, id: string, memoryMib: number): Promise<{ privateMib: number; guestMib: number }> {
+async function vmMemory(
+  ts: TestServer,
+  id: string,
+  memoryMib: number,
+): Promise<{ privateMib: number; guestMib: number }> {
   const pid = (await readFile(join(ts.home, "sandboxes", id, "qemu.pid"), "utf8")).trim();
   const status = await readFile(`/proc/${pid}/status`, "utf8");
   const privateKb = Number(/RssAnon:\s+(\d+)/.exec(status)?.[1]);
@@ -60,9 +67,13 @@ describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "QEMU sandboxes"),
   it("restores two sandboxes from one snapshot with their own identity and different random bytes", async () => {
     const ids = [await createSandbox(ts.url), await createSandbox(ts.url)];
     try {
-      const probe = "hostname; echo $BOTHY_SANDBOX_ID; date +%s; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo; node -e 'console.log(require(\"crypto\").randomBytes(16).toString(\"hex\"))'";
+      const probe =
+        "hostname; echo $BOTHY_SANDBOX_ID; date +%s; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo; node -e 'console.log(require(\"crypto\").randomBytes(16).toString(\"hex\"))'";
       const [a, b] = await Promise.all(ids.map((id) => sh(ts, id, probe).then((s) => s.trim().split("\n"))));
-      for (const [id, lines] of [[ids[0], a], [ids[1], b]] as const) {
+      for (const [id, lines] of [
+        [ids[0], a],
+        [ids[1], b],
+      ] as const) {
         expect(lines?.[0]).toBe(id);
         expect(lines?.[1]).toBe(id);
         // The clock is the host's, not the snapshot's (generous bound: this is not a speed test).
@@ -83,12 +94,24 @@ describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "QEMU sandboxes"),
     try {
       const commandId = await startBackgroundCommand(ts.wsUrl, id, "echo first; sleep 2; echo second; exit 5");
       const listed = await api(ts.url, "GET", `/sandboxes/${id}/commands`);
-      expect(listed.json["commands"]).toEqual(expect.arrayContaining([expect.objectContaining({ command_id: commandId, background: true })]));
-      const ended = readEventStream(ts.url, `?sandbox_id=${id}&since=0`, (evs) => evs.some((e) => e.type === "command.exited" && e.data["command_id"] === commandId));
+      expect(listed.json["commands"]).toEqual(
+        expect.arrayContaining([expect.objectContaining({ command_id: commandId, background: true })]),
+      );
+      const ended = readEventStream(ts.url, `?sandbox_id=${id}&since=0`, (evs) =>
+        evs.some((e) => e.type === "command.exited" && e.data["command_id"] === commandId),
+      );
       const events = await attachCommand(ts.wsUrl, id, commandId);
-      expect(events.filter((e) => e.type === "stdout").map((e) => (e as { data: string }).data).join("")).toBe("first\nsecond\n");
+      expect(
+        events
+          .filter((e) => e.type === "stdout")
+          .map((e) => (e as { data: string }).data)
+          .join(""),
+      ).toBe("first\nsecond\n");
       expect(events.at(-1)).toMatchObject({ type: "process_exited", command_id: commandId, exit_code: 5 });
-      expect((await ended).find((e) => e.type === "command.exited")?.data).toMatchObject({ command_id: commandId, exit_code: 5 });
+      expect((await ended).find((e) => e.type === "command.exited")?.data).toMatchObject({
+        command_id: commandId,
+        exit_code: 5,
+      });
     } finally {
       await api(ts.url, "DELETE", `/sandboxes/${id}`);
     }
@@ -97,7 +120,13 @@ describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "QEMU sandboxes"),
   it("pauses to disk and resumes with files and background processes intact", async () => {
     const id = await createSandbox(ts.url);
     try {
-      const pid = (await sh(ts, id, "echo kept > /workspace/note; (while true; do echo tick >> /workspace/ticks; sleep 1; done) >/dev/null 2>&1 & echo $!")).trim();
+      const pid = (
+        await sh(
+          ts,
+          id,
+          "echo kept > /workspace/note; (while true; do echo tick >> /workspace/ticks; sleep 1; done) >/dev/null 2>&1 & echo $!",
+        )
+      ).trim();
       expect(pid).toMatch(/^\d+$/);
 
       const paused = await api(ts.url, "POST", `/sandboxes/${id}/pause`);
@@ -152,18 +181,21 @@ describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "QEMU sandboxes"),
     expect(await vmProcesses(ts, id)).toEqual([]);
   });
 
-  it.skipIf(gvisor?.missing !== undefined)("takes a driver per request, and gVisor answers pause with not_supported", async () => {
-    const res = await api(ts.url, "POST", "/sandboxes", { template: "seed", driver: "gvisor" });
-    expect(res.status).toBe(201);
-    const id = res.json["sandbox_id"] as string;
-    try {
-      expect(res.json).toMatchObject({ driver: "gvisor", acceleration: "ptrace" });
-      const pause = await api(ts.url, "POST", `/sandboxes/${id}/pause`);
-      expect(pause.status).toBe(501);
-      expect(pause.json["code"]).toBe("not_supported");
-      expect(String(pause.json["detail"])).toMatch(/qemu/);
-    } finally {
-      await api(ts.url, "DELETE", `/sandboxes/${id}`);
-    }
-  });
+  it.skipIf(gvisor?.missing !== undefined)(
+    "takes a driver per request, and gVisor answers pause with not_supported",
+    async () => {
+      const res = await api(ts.url, "POST", "/sandboxes", { template: "seed", driver: "gvisor" });
+      expect(res.status).toBe(201);
+      const id = res.json["sandbox_id"] as string;
+      try {
+        expect(res.json).toMatchObject({ driver: "gvisor", acceleration: "ptrace" });
+        const pause = await api(ts.url, "POST", `/sandboxes/${id}/pause`);
+        expect(pause.status).toBe(501);
+        expect(pause.json["code"]).toBe("not_supported");
+        expect(String(pause.json["detail"])).toMatch(/qemu/);
+      } finally {
+        await api(ts.url, "DELETE", `/sandboxes/${id}`);
+      }
+    },
+  );
 });

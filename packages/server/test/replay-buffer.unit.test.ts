@@ -1,7 +1,12 @@
 import { describe, expect, it } from "vitest";
 import { ReplayBuffer } from "../src/commands/replay-buffer.ts";
 
-const out = (data: string, encoding?: "base64") => ({ type: "stdout" as const, command_id: "c", data, ...(encoding ? { encoding } : {}) });
+const out = (data: string, encoding?: "base64") => ({
+  type: "stdout" as const,
+  command_id: "c",
+  data,
+  ...(encoding ? { encoding } : {}),
+});
 
 describe("ReplayBuffer", () => {
   it("keeps everything under the limit, with no drop marker", () => {

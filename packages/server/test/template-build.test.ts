@@ -49,7 +49,8 @@ describe.skipIf(missing !== undefined)(`template builds (${missing ?? "root, deb
     // Throwaway templates sit beside copies of the real ones; a copy hashes the same, so the
     // real ones stay cached.
     sourceDir = await mkdtemp(path.join(tmpdir(), "bothy-templates-"));
-    for (const name of ["seed", "code-runtime"]) await cp(path.join(repoTemplates, name), path.join(sourceDir, name), { recursive: true });
+    for (const name of ["seed", "code-runtime"])
+      await cp(path.join(repoTemplates, name), path.join(sourceDir, name), { recursive: true });
     const define = async (name: string, yaml: string): Promise<void> => {
       await mkdir(path.join(sourceDir, name));
       await writeFile(path.join(sourceDir, name, "template.yaml"), yaml);
@@ -57,7 +58,10 @@ describe.skipIf(missing !== undefined)(`template builds (${missing ?? "root, deb
     await define("test-fail", "from: seed\ncommands: [echo about to fail, exit 3]\n");
     await define("test-abort", "from: seed\ncommands: [sleep 120]\n");
     await define("test-abort-base", "base: debian/bookworm\npackages: [bash]\n");
-    await define("test-shared", "from: seed\nfiles: [{ src: note, dest: /etc/bothy/note, mode: 0600 }]\ncommands: [test -f /etc/bothy/note]\n");
+    await define(
+      "test-shared",
+      "from: seed\nfiles: [{ src: note, dest: /etc/bothy/note, mode: 0600 }]\ncommands: [test -f /etc/bothy/note]\n",
+    );
     await writeFile(path.join(sourceDir, "test-shared", "note"), "shared\n");
     store = new TemplateStore({ sourceDir, storeDir });
   });
@@ -69,12 +73,15 @@ describe.skipIf(missing !== undefined)(`template builds (${missing ?? "root, deb
 
   it("builds seed with node, bash, /workspace and /opt/bothy", { timeout: 600_000 }, async () => {
     const seed = await store.build("seed");
-    for (const p of ["usr/bin/node", "bin/bash", "etc/ssl/certs/ca-certificates.crt"]) await stat(path.join(seed.rootfs, p));
+    for (const p of ["usr/bin/node", "bin/bash", "etc/ssl/certs/ca-certificates.crt"])
+      await stat(path.join(seed.rootfs, p));
     expect((await stat(path.join(seed.rootfs, "workspace"))).mode & 0o7777).toBe(0o755);
     expect((await stat(path.join(seed.rootfs, "opt/bothy"))).isDirectory()).toBe(true);
     expect(await readdir(path.join(seed.rootfs, "opt/bothy"))).toEqual([]);
     expect(await inChroot(seed.rootfs, "node", "-e", "console.log(1)")).toBe("1");
-    expect((await readdir(path.join(seed.rootfs, "var/cache/apt/archives"))).filter((f) => f.endsWith(".deb"))).toEqual([]);
+    expect((await readdir(path.join(seed.rootfs, "var/cache/apt/archives"))).filter((f) => f.endsWith(".deb"))).toEqual(
+      [],
+    );
     expect((await readdir(path.join(seed.rootfs, "var/lib/apt/lists"))).filter((f) => f !== "partial")).toEqual([]);
     expect(seed.env).toMatchObject({ LANG: "C.UTF-8" });
     expect(seed.rootfs).toBe(path.join(storeDir, "seed", seed.hash, "rootfs"));
@@ -97,7 +104,9 @@ describe.skipIf(missing !== undefined)(`template builds (${missing ?? "root, deb
     const titles = new Set<string>();
     const started = performance.now();
     const runtime = await store.build("code-runtime", { onProgress: (ev) => titles.add(ev.title) });
-    console.info(`build of code-runtime: ${((performance.now() - started) / 1000).toFixed(1)} s (${titles.size > 0 ? "built" : "cached"})`);
+    console.info(
+      `build of code-runtime: ${((performance.now() - started) / 1000).toFixed(1)} s (${titles.size > 0 ? "built" : "cached"})`,
+    );
     expect(await inChroot(runtime.rootfs, "python3", "--version")).toMatch(/^Python 3\./);
     expect(await inChroot(runtime.rootfs, "git", "--version")).toMatch(/^git version/);
     expect(await inChroot(runtime.rootfs, "curl", "--version")).toMatch(/^curl /);
@@ -137,7 +146,8 @@ describe.skipIf(missing !== undefined)(`template builds (${missing ?? "root, deb
     // By the time dpkg unpacks, debootstrap has mounted /proc and /sys in the target.
     const started = store.build("test-abort-base", {
       signal: controller.signal,
-      onProgress: (ev) => ev.line?.startsWith("I: Unpacking") === true && controller.abort(new Error("abort debootstrap")),
+      onProgress: (ev) =>
+        ev.line?.startsWith("I: Unpacking") === true && controller.abort(new Error("abort debootstrap")),
     });
     await expect(started).rejects.toThrow("abort debootstrap");
     expect(await leftovers("test-abort-base")).toEqual([]);
@@ -148,7 +158,12 @@ describe.skipIf(missing !== undefined)(`template builds (${missing ?? "root, deb
   it("shares one build between concurrent callers and copies files with their mode", { timeout: 300_000 }, async () => {
     const finals = [0, 0];
     const [a, b] = await Promise.all(
-      [0, 1].map((i) => store.build("test-shared", { force: true, onProgress: (ev) => ev.title === "finalize" && (finals[i] = (finals[i] ?? 0) + 1) })),
+      [0, 1].map((i) =>
+        store.build("test-shared", {
+          force: true,
+          onProgress: (ev) => ev.title === "finalize" && (finals[i] = (finals[i] ?? 0) + 1),
+        }),
+      ),
     );
     expect(a).toEqual(b);
     expect(finals).toEqual([1, 1]);
@@ -173,7 +188,10 @@ describe.skipIf(missing !== undefined)(`template builds (${missing ?? "root, deb
     // A lock of a live process (this one, as another process would hold it): the build waits.
     await writeFile(lock, JSON.stringify({ pid: process.pid, start: stat22(process.pid) }));
     const waited: string[] = [];
-    const build = store.build("test-shared", { force: true, onProgress: (ev) => ev.title === "waiting" && waited.push(ev.line ?? "") });
+    const build = store.build("test-shared", {
+      force: true,
+      onProgress: (ev) => ev.title === "waiting" && waited.push(ev.line ?? ""),
+    });
     await new Promise((r) => setTimeout(r, 1_500));
     expect(waited).toEqual([`another build of "test-shared" is running (pid ${process.pid})`]);
     await rm(lock);

@@ -42,23 +42,63 @@ describe("template definition schema", () => {
 
   it.each([
     ["unknown top-level keys", "base: debian/bookworm\npackage: [bash]", /unknown key\(s\) "package"/],
-    ["unknown keys in a file entry", "base: debian/bookworm\nfiles: [{ src: a, dest: /a, owner: root }]", /files\[0\]: unknown key\(s\) "owner"/],
+    [
+      "unknown keys in a file entry",
+      "base: debian/bookworm\nfiles: [{ src: a, dest: /a, owner: root }]",
+      /files\[0\]: unknown key\(s\) "owner"/,
+    ],
     ["neither base nor from", "packages: [bash]", /exactly one of `base` or `from`/],
     ["both base and from", "base: debian/bookworm\nfrom: seed", /exactly one of `base` or `from`/],
     ["a base that is not debian/<suite>", "base: ubuntu/noble", /base must look like debian\/<suite>/],
     ["a from that is not a template name", "from: ../seed", /from must name another template/],
-    ["package names outside Debian policy", "base: debian/bookworm\npackages: [bash, 'rm -rf']", /packages\[1\]: not a Debian package name/],
+    [
+      "package names outside Debian policy",
+      "base: debian/bookworm\npackages: [bash, 'rm -rf']",
+      /packages\[1\]: not a Debian package name/,
+    ],
     ["upper-case package names", "base: debian/bookworm\npackages: [Bash]", /packages\[0\]/],
     ["option-like package names", "base: debian/bookworm\npackages: [--yes]", /packages\[0\]/],
-    ["a src leaving the folder", "base: debian/bookworm\nfiles: [{ src: ../x, dest: /x }]", /files\[0\]\.src: src must stay inside/],
-    ["an absolute src", "base: debian/bookworm\nfiles: [{ src: /etc/passwd, dest: /x }]", /files\[0\]\.src: src must be relative/],
-    ["a relative dest", "base: debian/bookworm\nfiles: [{ src: a, dest: etc/a }]", /files\[0\]\.dest: dest must be an absolute path/],
-    ["a dest with ..", "base: debian/bookworm\nfiles: [{ src: a, dest: /etc/../a }]", /dest must be a normalized file path/],
-    ["a non-octal mode string", "base: debian/bookworm\nfiles: [{ src: a, dest: /a, mode: '0888' }]", /mode must be octal/],
-    ["a non-octal mode number", "base: debian/bookworm\nfiles: [{ src: a, dest: /a, mode: 0888 }]", /files\[0\]\.mode: mode must be octal/],
-    ["a mode of more than four digits", "base: debian/bookworm\nfiles: [{ src: a, dest: /a, mode: 10644 }]", /mode must be octal/],
+    [
+      "a src leaving the folder",
+      "base: debian/bookworm\nfiles: [{ src: ../x, dest: /x }]",
+      /files\[0\]\.src: src must stay inside/,
+    ],
+    [
+      "an absolute src",
+      "base: debian/bookworm\nfiles: [{ src: /etc/passwd, dest: /x }]",
+      /files\[0\]\.src: src must be relative/,
+    ],
+    [
+      "a relative dest",
+      "base: debian/bookworm\nfiles: [{ src: a, dest: etc/a }]",
+      /files\[0\]\.dest: dest must be an absolute path/,
+    ],
+    [
+      "a dest with ..",
+      "base: debian/bookworm\nfiles: [{ src: a, dest: /etc/../a }]",
+      /dest must be a normalized file path/,
+    ],
+    [
+      "a non-octal mode string",
+      "base: debian/bookworm\nfiles: [{ src: a, dest: /a, mode: '0888' }]",
+      /mode must be octal/,
+    ],
+    [
+      "a non-octal mode number",
+      "base: debian/bookworm\nfiles: [{ src: a, dest: /a, mode: 0888 }]",
+      /files\[0\]\.mode: mode must be octal/,
+    ],
+    [
+      "a mode of more than four digits",
+      "base: debian/bookworm\nfiles: [{ src: a, dest: /a, mode: 10644 }]",
+      /mode must be octal/,
+    ],
     ["env values that are not strings", "base: debian/bookworm\nenv: { PORT: 8080 }", /env\.PORT/],
-    ["env names that are not identifiers", "base: debian/bookworm\nenv: { 'A-B': x }", /env names must be shell identifiers/],
+    [
+      "env names that are not identifiers",
+      "base: debian/bookworm\nenv: { 'A-B': x }",
+      /env names must be shell identifiers/,
+    ],
     ["empty commands", "base: debian/bookworm\ncommands: ['']", /commands\[0\]: a command must not be empty/],
     ["broken YAML", "base: [debian", /not valid YAML/],
     ["duplicate keys", "base: debian/bookworm\nbase: debian/trixie", /not valid YAML: Map keys must be unique/],
@@ -108,7 +148,10 @@ describe("loadTemplate and the content hash", () => {
 
   it("is stable under comments, key order and YAML style", async () => {
     const before = await hashOf("base");
-    await write("base/template.yaml", "# a comment\nenv:\n  B: '2'\n  A: '1'\npackages:\n  - bash\n  - bash\nbase: debian/bookworm\n");
+    await write(
+      "base/template.yaml",
+      "# a comment\nenv:\n  B: '2'\n  A: '1'\npackages:\n  - bash\n  - bash\nbase: debian/bookworm\n",
+    );
     expect(await hashOf("base")).toBe(before);
   });
 
@@ -138,7 +181,10 @@ describe("loadTemplate and the content hash", () => {
     await expect(loadTemplate(dir, "../etc")).rejects.toMatchObject({ code: "invalid_template_name" });
     await expect(loadTemplate(dir, "nope")).rejects.toMatchObject({ code: "template_not_found" });
     await write("orphan/template.yaml", "from: nope\n");
-    await expect(loadTemplate(dir, "orphan")).rejects.toMatchObject({ code: "template_not_found", message: /No template "nope" \(from "orphan"\)/ });
+    await expect(loadTemplate(dir, "orphan")).rejects.toMatchObject({
+      code: "template_not_found",
+      message: /No template "nope" \(from "orphan"\)/,
+    });
     await write("a/template.yaml", "from: b\n");
     await write("b/template.yaml", "from: a\n");
     await expect(loadTemplate(dir, "a")).rejects.toThrow(/cycle: a -> b -> a/);

@@ -17,7 +17,10 @@ describe("Utf8Chunker", () => {
 
   it("sends invalid bytes as base64", () => {
     const c = new Utf8Chunker();
-    expect(c.push(Buffer.from([0xff, 0x41]))).toEqual({ data: Buffer.from([0xff, 0x41]).toString("base64"), encoding: "base64" });
+    expect(c.push(Buffer.from([0xff, 0x41]))).toEqual({
+      data: Buffer.from([0xff, 0x41]).toString("base64"),
+      encoding: "base64",
+    });
   });
 
   it("flushes a dangling partial character as base64", () => {

@@ -106,13 +106,25 @@ export class AgentTools {
 
   createConversation(shape: ConversationShape): ConversationRow {
     const id = shape.conversation_id ?? newId("conv");
-    if (!CONVERSATION_ID_RE.test(id)) throw new BothyError("invalid_request", "conversation_id: 1 to 128 letters, digits and _ . : -, starting with a letter or digit.");
-    return this.store.ensureConversation(id, { template: shape.template ?? this.options.defaultTemplate, vcpu: shape.vcpu, memory_mib: shape.memory_mib ?? this.options.defaultMemoryMib });
+    if (!CONVERSATION_ID_RE.test(id))
+      throw new BothyError(
+        "invalid_request",
+        "conversation_id: 1 to 128 letters, digits and _ . : -, starting with a letter or digit.",
+      );
+    return this.store.ensureConversation(id, {
+      template: shape.template ?? this.options.defaultTemplate,
+      vcpu: shape.vcpu,
+      memory_mib: shape.memory_mib ?? this.options.defaultMemoryMib,
+    });
   }
 
   conversation(id: string): ConversationRow {
     const row = this.store.conversation(id);
-    if (!row) throw new BothyError("conversation_not_found", `No conversation ${id.slice(0, 128)}; create it with POST /conversations or just use it in a tool call.`);
+    if (!row)
+      throw new BothyError(
+        "conversation_not_found",
+        `No conversation ${id.slice(0, 128)}; create it with POST /conversations or just use it in a tool call.`,
+      );
     return row;
   }
 
@@ -121,19 +133,43 @@ export class AgentTools {
    * template (poppler's pdftotext), without network, deleted afterwards whatever happens.
    */
   async pdfText(pdf: Buffer): Promise<string> {
-    const box = await this.api.create({ template: this.options.defaultTemplate, memory_mib: 512, timeout_s: 300, internet: false }).catch((err: unknown) => {
-      throw new BothyError(err instanceof BothyError ? err.code : "internal", `Extracting the PDF's text needs a sandbox of the ${this.options.defaultTemplate} template: ${(err as Error).message}`);
-    });
+    const box = await this.api
+      .create({ template: this.options.defaultTemplate, memory_mib: 512, timeout_s: 300, internet: false })
+      .catch((err: unknown) => {
+        throw new BothyError(
+          err instanceof BothyError ? err.code : "internal",
+          `Extracting the PDF's text needs a sandbox of the ${this.options.defaultTemplate} template: ${(err as Error).message}`,
+        );
+      });
     try {
       await this.api.write(box.sandbox_id, "/workspace/upload.pdf", pdf);
       let output = "";
-      const done = await this.api.exec(box.sandbox_id, { cmd: "pdftotext -enc UTF-8 -layout upload.pdf upload.txt", cwd: "/workspace", timeout_s: 120 }, (_s, t) => (output = (output + t).slice(-2000)));
-      if (done.exit_code !== 0) throw new BothyError("invalid_request", `This PDF's text could not be extracted (pdftotext: ${output.trim().slice(-500) || `exit ${String(done.exit_code)}`}).`);
-      const text = (await this.api.readAll(box.sandbox_id, "/workspace/upload.txt")).toString("utf8").replaceAll("\f", "\n");
-      if (!text.trim()) throw new BothyError("invalid_request", "This PDF has no text to index (a scan? run OCR on it in a sandbox with tesseract first).");
+      const done = await this.api.exec(
+        box.sandbox_id,
+        { cmd: "pdftotext -enc UTF-8 -layout upload.pdf upload.txt", cwd: "/workspace", timeout_s: 120 },
+        (_s, t) => (output = (output + t).slice(-2000)),
+      );
+      if (done.exit_code !== 0)
+        throw new BothyError(
+          "invalid_request",
+          `This PDF's text could not be extracted (pdftotext: ${output.trim().slice(-500) || `exit ${String(done.exit_code)}`}).`,
+        );
+      const text = (await this.api.readAll(box.sandbox_id, "/workspace/upload.txt"))
+        .toString("utf8")
+        .replaceAll("\f", "\n");
+      if (!text.trim())
+        throw new BothyError(
+          "invalid_request",
+          "This PDF has no text to index (a scan? run OCR on it in a sandbox with tesseract first).",
+        );
       return text;
     } finally {
-      await this.api.delete(box.sandbox_id).catch((err: unknown) => this.options.log("warn", "pdf_sandbox_delete_failed", { sandbox_id: box.sandbox_id, error: (err as Error).message }));
+      await this.api.delete(box.sandbox_id).catch((err: unknown) =>
+        this.options.log("warn", "pdf_sandbox_delete_failed", {
+          sandbox_id: box.sandbox_id,
+          error: (err as Error).message,
+        }),
+      );
     }
   }
 
@@ -148,10 +184,12 @@ export class AgentTools {
 
   private async lease(conversationId: string): Promise<SandboxLease> {
     const conv = this.conversation(conversationId);
-    if (conv.deleted_at) throw new BothyError("conversation_not_found", `Conversation ${conversationId} was deleted; start a new one.`);
+    if (conv.deleted_at)
+      throw new BothyError("conversation_not_found", `Conversation ${conversationId} was deleted; start a new one.`);
     if (conv.sandbox_id) {
       const info = await this.api.get(conv.sandbox_id);
-      if (info && (info.state === "running" || info.state === "paused" || info.state === "stopped")) return { sandboxId: conv.sandbox_id, fresh: false, replaced: false };
+      if (info && (info.state === "running" || info.state === "paused" || info.state === "stopped"))
+        return { sandboxId: conv.sandbox_id, fresh: false, replaced: false };
     }
     const info = await this.api.create({
       template: conv.template,
@@ -159,7 +197,11 @@ export class AgentTools {
       ...(conv.memory_mib === null ? {} : { memory_mib: conv.memory_mib }),
     });
     this.store.setSandbox(conversationId, info.sandbox_id);
-    this.options.log("info", "conversation_sandbox", { conversation_id: conversationId, sandbox_id: info.sandbox_id, replaced: conv.sandbox_id });
+    this.options.log("info", "conversation_sandbox", {
+      conversation_id: conversationId,
+      sandbox_id: info.sandbox_id,
+      replaced: conv.sandbox_id,
+    });
     return { sandboxId: info.sandbox_id, fresh: true, replaced: conv.sandbox_id !== null };
   }
 
@@ -178,9 +220,17 @@ export class AgentTools {
 
   /** Begins a turn (ending the conversation's open one first, with its check). */
   beginTurn(conversationId: string, turnId: string = newId("turn")): TurnView {
-    if (!TURN_ID_RE.test(turnId)) throw new BothyError("invalid_request", "turn_id: 1 to 128 letters, digits and _ . : -, starting with a letter or digit.");
+    if (!TURN_ID_RE.test(turnId))
+      throw new BothyError(
+        "invalid_request",
+        "turn_id: 1 to 128 letters, digits and _ . : -, starting with a letter or digit.",
+      );
     const conv = this.conversation(conversationId);
-    if (this.store.turn(conversationId, turnId)) throw new BothyError("invalid_request", `Turn ${turnId} already exists in conversation ${conversationId}; use a new turn id.`);
+    if (this.store.turn(conversationId, turnId))
+      throw new BothyError(
+        "invalid_request",
+        `Turn ${turnId} already exists in conversation ${conversationId}; use a new turn id.`,
+      );
     if (conv.current_turn) this.endTurn(conversationId, conv.current_turn);
     this.store.beginTurn(conversationId, turnId);
     return this.turnView(conversationId, turnId);
@@ -191,7 +241,11 @@ export class AgentTools {
     const conv = this.conversation(conversationId);
     if (requested !== undefined) {
       const turn = this.store.turn(conversationId, requested);
-      if (turn?.state === "ended") throw new BothyError("turn_ended", `Turn ${requested} has ended; tool calls need an open turn: begin a new one with a new turn id.`);
+      if (turn?.state === "ended")
+        throw new BothyError(
+          "turn_ended",
+          `Turn ${requested} has ended; tool calls need an open turn: begin a new one with a new turn id.`,
+        );
       if (!turn) this.beginTurn(conversationId, requested);
       return requested;
     }
@@ -210,18 +264,30 @@ export class AgentTools {
     const warnings: string[] = [];
     if (exported.length > 0 && sent.length === 0) {
       const names = exported.map((e) => `${e.name} (${e.id})`).join(", ");
-      warnings.push(`This turn exported ${exported.length} file(s) but sent none, so the user received nothing: ${names}. Call send_file with an export id to deliver a file.`);
-      this.options.log("warn", "turn_exports_unsent", { conversation_id: conversationId, turn_id: turnId, exports: exported.map((e) => e.id) });
+      warnings.push(
+        `This turn exported ${exported.length} file(s) but sent none, so the user received nothing: ${names}. Call send_file with an export id to deliver a file.`,
+      );
+      this.options.log("warn", "turn_exports_unsent", {
+        conversation_id: conversationId,
+        turn_id: turnId,
+        exports: exported.map((e) => e.id),
+      });
     }
     this.store.endTurn(conversationId, turnId, warnings);
-    this.options.log("info", "turn_ended", { conversation_id: conversationId, turn_id: turnId, exports: exported.length, attachments: sent.length });
+    this.options.log("info", "turn_ended", {
+      conversation_id: conversationId,
+      turn_id: turnId,
+      exports: exported.length,
+      attachments: sent.length,
+    });
     return this.turnView(conversationId, turnId);
   }
 
   private turnRow(conversationId: string, turnId: string): TurnRow {
     this.conversation(conversationId);
     const turn = this.store.turn(conversationId, turnId);
-    if (!turn) throw new BothyError("turn_not_found", `Conversation ${conversationId} has no turn ${turnId.slice(0, 128)}.`);
+    if (!turn)
+      throw new BothyError("turn_not_found", `Conversation ${conversationId} has no turn ${turnId.slice(0, 128)}.`);
     return turn;
   }
 
@@ -236,7 +302,9 @@ export class AgentTools {
       ended_at: turn.ended_at,
       warnings: turn.warnings,
       exports: this.store.exportsOfTurn(conversationId, turnId).map(exportView),
-      attachments: this.store.attachments(conversationId, turnId).map((a) => ({ ...exportView(a), sent_at: a.sent_at, url: `${base}/attachments/${a.id}` })),
+      attachments: this.store
+        .attachments(conversationId, turnId)
+        .map((a) => ({ ...exportView(a), sent_at: a.sent_at, url: `${base}/attachments/${a.id}` })),
     };
   }
 
@@ -247,7 +315,13 @@ export class AgentTools {
   }
 
   /** Copies a sandbox file into the export store, streaming and hashing it on the way. */
-  async exportFile(conversationId: string, turnId: string, sandboxId: string, path: string, name?: string): Promise<ExportView> {
+  async exportFile(
+    conversationId: string,
+    turnId: string,
+    sandboxId: string,
+    path: string,
+    name?: string,
+  ): Promise<ExportView> {
     const id = newId("exp");
     const tmp = `${this.exportPath(id)}.tmp`;
     const hash = createHash("sha256");
@@ -286,14 +360,24 @@ export class AgentTools {
       created_at: new Date().toISOString(),
     };
     this.store.addExport(row);
-    this.options.log("info", "file_exported", { conversation_id: conversationId, turn_id: turnId, export_id: id, size, media_type: row.media_type });
+    this.options.log("info", "file_exported", {
+      conversation_id: conversationId,
+      turn_id: turnId,
+      export_id: id,
+      size,
+      media_type: row.media_type,
+    });
     return exportView(row);
   }
 
   /** Attaches an export of this conversation to the turn's reply. */
   send(conversationId: string, turnId: string, exportId: string): ExportView {
     const row = this.store.export(exportId);
-    if (!row || row.conversation_id !== conversationId) throw new BothyError("export_not_found", `No export ${exportId.slice(0, 64)} in this conversation; export the file with computer_export_file and use the export_id it returns.`);
+    if (!row || row.conversation_id !== conversationId)
+      throw new BothyError(
+        "export_not_found",
+        `No export ${exportId.slice(0, 64)} in this conversation; export the file with computer_export_file and use the export_id it returns.`,
+      );
     this.store.attach(conversationId, turnId, exportId);
     this.options.log("info", "file_sent", { conversation_id: conversationId, turn_id: turnId, export_id: exportId });
     return exportView(row);
@@ -303,7 +387,11 @@ export class AgentTools {
   attachment(conversationId: string, turnId: string, exportId: string): ExportView {
     this.turnRow(conversationId, turnId);
     const found = this.store.attachments(conversationId, turnId).find((a) => a.id === exportId);
-    if (!found) throw new BothyError("export_not_found", `Turn ${turnId} of conversation ${conversationId} has no attachment ${exportId.slice(0, 64)}.`);
+    if (!found)
+      throw new BothyError(
+        "export_not_found",
+        `Turn ${turnId} of conversation ${conversationId} has no attachment ${exportId.slice(0, 64)}.`,
+      );
     return exportView(found);
   }
 }

@@ -85,7 +85,10 @@ export class Corpus {
       try {
         text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
       } catch {
-        throw new BothyError("invalid_request", "The corpus takes UTF-8 text (CSV, plain text, Markdown) or PDF; convert the document to UTF-8 first.");
+        throw new BothyError(
+          "invalid_request",
+          "The corpus takes UTF-8 text (CSV, plain text, Markdown) or PDF; convert the document to UTF-8 first.",
+        );
       }
     }
     const doc: DocumentRow = {

@@ -1,4 +1,12 @@
-export { AgentTools, CONVERSATION_ID_RE, type AgentToolsOptions, type ConversationShape, type ExportView, type TurnView, type ToolLog } from "./agent-tools.ts";
+export {
+  AgentTools,
+  CONVERSATION_ID_RE,
+  type AgentToolsOptions,
+  type ConversationShape,
+  type ExportView,
+  type TurnView,
+  type ToolLog,
+} from "./agent-tools.ts";
 export { CORPUS_MEDIA_TYPES, corpusMediaType, passagesOf, ftsQuery, type CorpusMediaType } from "./corpus.ts";
 export { GUIDANCE, DESCRIPTIONS, FRAGMENT_NOTICE } from "./guidance.ts";
 export { createMcpServer, TOOL_NAMES } from "./mcp-server.ts";

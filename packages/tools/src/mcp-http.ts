@@ -17,7 +17,9 @@ interface Session {
 }
 
 function jsonRpcError(res: ServerResponse, status: number, message: string): void {
-  res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", error: { code: -32000, message }, id: null }));
+  res
+    .writeHead(status, { "content-type": "application/json" })
+    .end(JSON.stringify({ jsonrpc: "2.0", error: { code: -32000, message }, id: null }));
 }
 
 export class McpHttpSessions {
@@ -38,7 +40,8 @@ export class McpHttpSessions {
       if (!session) return jsonRpcError(res, 404, "Unknown or ended MCP session; initialize a new one.");
       return session.transport.handleRequest(req, res, body);
     }
-    if (req.method !== "POST" || !isInitializeRequest(body)) return jsonRpcError(res, 400, "No mcp-session-id: the first request of a session must be initialize (POST).");
+    if (req.method !== "POST" || !isInitializeRequest(body))
+      return jsonRpcError(res, 400, "No mcp-session-id: the first request of a session must be initialize (POST).");
     if (this.closing) return jsonRpcError(res, 503, "The server is stopping.");
     const server = createMcpServer(this.tools);
     const transport = new StreamableHTTPServerTransport({

@@ -21,7 +21,10 @@ export const TOOL_NAMES = [
 
 /** One MCP server per session (the SDK binds a server to one transport). */
 export function createMcpServer(tools: AgentTools): McpServer {
-  const server = new McpServer({ name: "bothy", version: "0.1.0" }, { instructions: GUIDANCE, capabilities: { logging: {} } });
+  const server = new McpServer(
+    { name: "bothy", version: "0.1.0" },
+    { instructions: GUIDANCE, capabilities: { logging: {} } },
+  );
   // Work that outlives a tool call (watching a background command) stops with the session.
   const session = new AbortController();
   server.server.onclose = () => session.abort();
@@ -31,7 +34,11 @@ export function createMcpServer(tools: AgentTools): McpServer {
   registerCorpusTools(server, tools);
   server.registerPrompt(
     "computer_guidance",
-    { title: "How to use the computer tools", description: "Read before edit, view charts before claiming success, export then send, totals need the whole file, aggregate big files in SQL." },
+    {
+      title: "How to use the computer tools",
+      description:
+        "Read before edit, view charts before claiming success, export then send, totals need the whole file, aggregate big files in SQL.",
+    },
     () => ({ messages: [{ role: "user", content: { type: "text", text: GUIDANCE } }] }),
   );
   return server;

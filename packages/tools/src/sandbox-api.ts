@@ -6,7 +6,15 @@
 import { Readable } from "node:stream";
 import WebSocket from "ws";
 import { z } from "zod";
-import { BothyError, bothyEvent, commandEvent, fileStat, isErrorCode, sandboxInfo, type SandboxInfo } from "@bothy/protocol";
+import {
+  BothyError,
+  bothyEvent,
+  commandEvent,
+  fileStat,
+  isErrorCode,
+  sandboxInfo,
+  type SandboxInfo,
+} from "@bothy/protocol";
 
 export type FileStat = z.infer<typeof fileStat>;
 
@@ -39,7 +47,8 @@ async function problem(res: Response, what: string): Promise<BothyError> {
   const text = await res.text().catch(() => "");
   try {
     const body = JSON.parse(text) as { code?: unknown; detail?: unknown };
-    if (isErrorCode(body.code)) return new BothyError(body.code, typeof body.detail === "string" ? body.detail : `${what} failed`);
+    if (isErrorCode(body.code))
+      return new BothyError(body.code, typeof body.detail === "string" ? body.detail : `${what} failed`);
   } catch {
     // not JSON: fall through to a generic error that names the status
   }
@@ -53,7 +62,17 @@ export class SandboxApi {
     return `${this.base()}${path}${query ? `?${new URLSearchParams(query).toString()}` : ""}`;
   }
 
-  private async call(method: string, path: string, options: { query?: Record<string, string>; json?: unknown; body?: RequestInit["body"]; headers?: Record<string, string>; signal?: AbortSignal } = {}): Promise<Response> {
+  private async call(
+    method: string,
+    path: string,
+    options: {
+      query?: Record<string, string>;
+      json?: unknown;
+      body?: RequestInit["body"];
+      headers?: Record<string, string>;
+      signal?: AbortSignal;
+    } = {},
+  ): Promise<Response> {
     const headers: Record<string, string> = { ...options.headers };
     if (options.json !== undefined) headers["content-type"] = "application/json";
     const res = await fetch(this.url(path, options.query), {
@@ -76,7 +95,8 @@ export class SandboxApi {
     try {
       return sandboxInfo.parse(await (await this.call("GET", `/sandboxes/${id}`)).json());
     } catch (err) {
-      if (err instanceof BothyError && (err.code === "sandbox_not_found" || err.code === "invalid_sandbox_id")) return undefined;
+      if (err instanceof BothyError && (err.code === "sandbox_not_found" || err.code === "invalid_sandbox_id"))
+        return undefined;
       throw err;
     }
   }
@@ -90,8 +110,14 @@ export class SandboxApi {
    * for this sandbox, so an end that came first is not missed). Undefined when the sandbox is
    * deleted first, the stream ends, or `signal` aborts.
    */
-  async waitForCommand(sandboxId: string, commandId: string, signal: AbortSignal): Promise<{ exit_code: number | null; signal: string | null } | undefined> {
-    const res = await fetch(this.url("/events", { sandbox_id: sandboxId, since: "0" }), { signal }).catch(() => undefined);
+  async waitForCommand(
+    sandboxId: string,
+    commandId: string,
+    signal: AbortSignal,
+  ): Promise<{ exit_code: number | null; signal: string | null } | undefined> {
+    const res = await fetch(this.url("/events", { sandbox_id: sandboxId, since: "0" }), { signal }).catch(
+      () => undefined,
+    );
     if (!res?.ok || !res.body) return undefined;
     const decoder = new TextDecoder();
     let buffered = "";
@@ -100,7 +126,10 @@ export class SandboxApi {
         buffered += decoder.decode(chunk as Uint8Array, { stream: true });
         let end: number;
         while ((end = buffered.indexOf("\n\n")) >= 0) {
-          const data = buffered.slice(0, end).split("\n").find((l) => l.startsWith("data: "));
+          const data = buffered
+            .slice(0, end)
+            .split("\n")
+            .find((l) => l.startsWith("data: "));
           buffered = buffered.slice(end + 2);
           if (!data) continue;
           const ev = bothyEvent.safeParse(JSON.parse(data.slice(6)));
@@ -108,7 +137,10 @@ export class SandboxApi {
           if (ev.data.type === "sandbox.deleted") return undefined;
           const d = ev.data.data as { command_id?: unknown; exit_code?: unknown; signal?: unknown };
           if (ev.data.type === "command.exited" && d.command_id === commandId) {
-            return { exit_code: typeof d.exit_code === "number" ? d.exit_code : null, signal: typeof d.signal === "string" ? d.signal : null };
+            return {
+              exit_code: typeof d.exit_code === "number" ? d.exit_code : null,
+              signal: typeof d.signal === "string" ? d.signal : null,
+            };
           }
         }
       }
@@ -122,7 +154,12 @@ export class SandboxApi {
    * Runs one command and streams its output to `onOutput`. A background command answers once
    * it has started; the socket then closes cleanly and the command keeps running.
    */
-  exec(id: string, request: ExecRequest, onOutput: (stream: "stdout" | "stderr", text: string) => void, signal?: AbortSignal): Promise<ExecResult> {
+  exec(
+    id: string,
+    request: ExecRequest,
+    onOutput: (stream: "stdout" | "stderr", text: string) => void,
+    signal?: AbortSignal,
+  ): Promise<ExecResult> {
     return new Promise((resolve, reject) => {
       const ws = new WebSocket(`${this.base().replace(/^http/, "ws")}/sandboxes/${id}/command`);
       let commandId = "";
@@ -137,7 +174,8 @@ export class SandboxApi {
         else if (result) resolve(result);
       };
       // A cancelled tool call kills a foreground command: closing the socket does that.
-      const onAbort = (): void => finish(new BothyError("invalid_request", "The tool call was cancelled; the command was killed."));
+      const onAbort = (): void =>
+        finish(new BothyError("invalid_request", "The tool call was cancelled; the command was killed."));
       signal?.addEventListener("abort", onAbort);
       ws.on("open", () => ws.send(JSON.stringify(request)));
       ws.on("message", (data) => {
@@ -149,7 +187,12 @@ export class SandboxApi {
           const bytes = ev.encoding === "base64" ? Buffer.from(ev.data, "base64") : Buffer.from(ev.data, "utf8");
           onOutput(ev.type, decoders[ev.type].decode(bytes, { stream: true }));
         } else if (ev.type === "process_exited") {
-          finish(undefined, { command_id: commandId, exit_code: ev.exit_code, signal: ev.signal, timed_out: ev.timed_out });
+          finish(undefined, {
+            command_id: commandId,
+            exit_code: ev.exit_code,
+            signal: ev.signal,
+            timed_out: ev.timed_out,
+          });
         } else if (ev.type === "error") {
           finish(new BothyError(isErrorCode(ev.code) ? ev.code : "internal", ev.message));
         }
@@ -169,7 +212,9 @@ export class SandboxApi {
         });
       });
       ws.on("error", (err) => finish(new BothyError("agent_unavailable", `The command socket failed: ${err.message}`)));
-      ws.on("close", () => finish(new BothyError("agent_unavailable", "The command socket closed before the command ended.")));
+      ws.on("close", () =>
+        finish(new BothyError("agent_unavailable", "The command socket closed before the command ended.")),
+      );
     });
   }
 
@@ -188,13 +233,22 @@ export class SandboxApi {
   }
 
   async stat(id: string, path: string, sha256 = false): Promise<FileStat> {
-    const res = await this.call("GET", `/sandboxes/${id}/files/stat`, { query: { path, ...(sha256 ? { sha256: "true" } : {}) } });
+    const res = await this.call("GET", `/sandboxes/${id}/files/stat`, {
+      query: { path, ...(sha256 ? { sha256: "true" } : {}) },
+    });
     return fileStat.parse(await res.json());
   }
 
   /** Replaces the file atomically; with `ifMatch`, only if its sha256 is still that (else precondition_failed). */
-  async write(id: string, path: string, body: Buffer | Readable, ifMatch?: string): Promise<{ size: number; sha256: string }> {
-    const payload: RequestInit["body"] = Buffer.isBuffer(body) ? new Uint8Array(body) : (Readable.toWeb(body) as ReadableStream<Uint8Array>);
+  async write(
+    id: string,
+    path: string,
+    body: Buffer | Readable,
+    ifMatch?: string,
+  ): Promise<{ size: number; sha256: string }> {
+    const payload: RequestInit["body"] = Buffer.isBuffer(body)
+      ? new Uint8Array(body)
+      : (Readable.toWeb(body) as ReadableStream<Uint8Array>);
     const res = await this.call("PUT", `/sandboxes/${id}/files`, {
       query: { path },
       body: payload,

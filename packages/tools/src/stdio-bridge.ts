@@ -18,9 +18,14 @@ export interface BridgeOptions {
 
 /** Runs until stdin closes; answers the process exit code. */
 export async function runStdioBridge(options: BridgeOptions): Promise<number> {
-  const headers: Record<string, string> = options.conversationId ? { "bothy-conversation-id": options.conversationId } : {};
+  const headers: Record<string, string> = options.conversationId
+    ? { "bothy-conversation-id": options.conversationId }
+    : {};
   const upstream = new StreamableHTTPClientTransport(new URL("/mcp", options.url), { requestInit: { headers } });
-  const local = new StdioServerTransport(options.input as NodeJS.ReadStream | undefined, options.output as NodeJS.WriteStream | undefined);
+  const local = new StdioServerTransport(
+    options.input as NodeJS.ReadStream | undefined,
+    options.output as NodeJS.WriteStream | undefined,
+  );
   const initializeIds = new Set<string | number>();
   let done: (code: number) => void = () => undefined;
   const finished = new Promise<number>((resolve) => (done = resolve));
@@ -30,7 +35,14 @@ export async function runStdioBridge(options: BridgeOptions): Promise<number> {
     upstream.send(message).catch((err: unknown) => {
       // The server could not be reached: answer the request so the client does not wait forever.
       if (isJSONRPCRequest(message)) {
-        void local.send({ jsonrpc: "2.0", id: message.id, error: { code: -32603, message: `bothy server at ${options.url} unreachable: ${err instanceof Error ? err.message : String(err)}` } });
+        void local.send({
+          jsonrpc: "2.0",
+          id: message.id,
+          error: {
+            code: -32603,
+            message: `bothy server at ${options.url} unreachable: ${err instanceof Error ? err.message : String(err)}`,
+          },
+        });
       }
     });
   };

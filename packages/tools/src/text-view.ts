@@ -61,7 +61,10 @@ export class MiddleTruncator {
   private tail = "";
   private dropped = 0;
 
-  constructor(private readonly headChars = 15_000, private readonly tailChars = 15_000) {}
+  constructor(
+    private readonly headChars = 15_000,
+    private readonly tailChars = 15_000,
+  ) {}
 
   push(text: string): void {
     if (this.head.length < this.headChars) {
@@ -96,10 +99,19 @@ export function truncateMiddle(text: string, headChars = 15_000, tailChars = 15_
 }
 
 const IMAGE_MAGIC: Array<[string, (b: Buffer) => boolean]> = [
-  ["image/png", (b) => b.length >= 8 && b.subarray(0, 8).equals(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]))],
+  [
+    "image/png",
+    (b) => b.length >= 8 && b.subarray(0, 8).equals(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])),
+  ],
   ["image/jpeg", (b) => b.length >= 3 && b[0] === 0xff && b[1] === 0xd8 && b[2] === 0xff],
-  ["image/gif", (b) => b.subarray(0, 6).toString("latin1") === "GIF87a" || b.subarray(0, 6).toString("latin1") === "GIF89a"],
-  ["image/webp", (b) => b.subarray(0, 4).toString("latin1") === "RIFF" && b.subarray(8, 12).toString("latin1") === "WEBP"],
+  [
+    "image/gif",
+    (b) => b.subarray(0, 6).toString("latin1") === "GIF87a" || b.subarray(0, 6).toString("latin1") === "GIF89a",
+  ],
+  [
+    "image/webp",
+    (b) => b.subarray(0, 4).toString("latin1") === "RIFF" && b.subarray(8, 12).toString("latin1") === "WEBP",
+  ],
 ];
 
 /** The image type the bytes really are (by magic number, not by name), if any. */
@@ -108,12 +120,25 @@ export function imageType(head: Buffer): string | undefined {
 }
 
 const BY_EXTENSION: Record<string, string> = {
-  png: "image/png", jpg: "image/jpeg", jpeg: "image/jpeg", gif: "image/gif", webp: "image/webp", svg: "image/svg+xml",
-  pdf: "application/pdf", csv: "text/csv", txt: "text/plain", md: "text/markdown", json: "application/json", html: "text/html",
+  png: "image/png",
+  jpg: "image/jpeg",
+  jpeg: "image/jpeg",
+  gif: "image/gif",
+  webp: "image/webp",
+  svg: "image/svg+xml",
+  pdf: "application/pdf",
+  csv: "text/csv",
+  txt: "text/plain",
+  md: "text/markdown",
+  json: "application/json",
+  html: "text/html",
   xlsx: "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
   docx: "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
   pptx: "application/vnd.openxmlformats-officedocument.presentationml.presentation",
-  zip: "application/zip", mp4: "video/mp4", mp3: "audio/mpeg", wav: "audio/wav",
+  zip: "application/zip",
+  mp4: "video/mp4",
+  mp3: "audio/mpeg",
+  wav: "audio/wav",
 };
 
 /** A media type from the bytes' magic number, else the name's extension, else octet-stream. */

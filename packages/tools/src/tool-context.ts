@@ -54,10 +54,17 @@ export type ToolHandler<A> = (args: A, ctx: CallContext) => Promise<CallToolResu
  * Wraps a tool: resolves conversation, turn and sandbox; answers with the ids in `_meta`, and
  * turns errors into refusals that say what to do (never a stack trace).
  */
-export function withContext<A>(tools: AgentTools, handler: ToolHandler<A>): (args: A, extra: Extra) => Promise<CallToolResult> {
+export function withContext<A>(
+  tools: AgentTools,
+  handler: ToolHandler<A>,
+): (args: A, extra: Extra) => Promise<CallToolResult> {
   return async (args, extra) => {
     const conversationId = conversationOf(extra);
-    if (!conversationId) return refusal("sandbox_error", "This call belongs to no conversation: pass _meta[\"bothy/conversation_id\"] or use a session.");
+    if (!conversationId)
+      return refusal(
+        "sandbox_error",
+        'This call belongs to no conversation: pass _meta["bothy/conversation_id"] or use a session.',
+      );
     const notes: string[] = [];
     let result: CallToolResult;
     let turnId = "";
@@ -71,7 +78,10 @@ export function withContext<A>(tools: AgentTools, handler: ToolHandler<A>): (arg
         extra,
         sandbox: async () => {
           const lease = await tools.sandboxFor(conversationId);
-          if (lease.replaced) notes.push("Note: this conversation's previous sandbox was gone (expired or the server restarted), so a new, empty one was made; files from earlier turns are not in it.");
+          if (lease.replaced)
+            notes.push(
+              "Note: this conversation's previous sandbox was gone (expired or the server restarted), so a new, empty one was made; files from earlier turns are not in it.",
+            );
           return lease.sandboxId;
         },
       };
@@ -86,12 +96,22 @@ export function withContext<A>(tools: AgentTools, handler: ToolHandler<A>): (arg
 }
 
 export function errorResult(err: unknown): CallToolResult {
-  if (!(err instanceof BothyError)) return refusal("sandbox_error", "The tool failed with an internal error (the server log has it); try again, or try another way.");
+  if (!(err instanceof BothyError))
+    return refusal(
+      "sandbox_error",
+      "The tool failed with an internal error (the server log has it); try again, or try another way.",
+    );
   switch (err.code) {
     case "file_not_found":
-      return refusal("not_found", `${err.message} Check the path (relative paths start at /workspace); list a directory with computer_bash (ls -la DIR).`);
+      return refusal(
+        "not_found",
+        `${err.message} Check the path (relative paths start at /workspace); list a directory with computer_bash (ls -la DIR).`,
+      );
     case "precondition_failed":
-      return refusal("changed_since_read", "the file changed since you read it in this turn. Read it again with computer_read_file and redo the change against its current content.");
+      return refusal(
+        "changed_since_read",
+        "the file changed since you read it in this turn. Read it again with computer_read_file and redo the change against its current content.",
+      );
     case "turn_ended":
       return refusal("turn_ended", err.message);
     case "export_not_found":
@@ -112,7 +132,12 @@ export interface FileBytes {
 }
 
 /** Reads a sandbox file, hashing all of it and keeping at most `maxBytes`. */
-export async function readFileBytes(ctx: CallContext, sandboxId: string, path: string, maxBytes: number): Promise<FileBytes> {
+export async function readFileBytes(
+  ctx: CallContext,
+  sandboxId: string,
+  path: string,
+  maxBytes: number,
+): Promise<FileBytes> {
   const stream = await ctx.tools.api.readStream(sandboxId, path, ctx.extra.signal);
   const hash = createHash("sha256");
   const kept: Buffer[] = [];

@@ -25,7 +25,12 @@ export function untrustedText(source: UntrustedSource, content: string): string 
 }
 
 /** A result whose text is `summary` (ours, trusted) followed by marked untrusted content. */
-export function untrustedResult(source: UntrustedSource, summary: string, content: string, meta: Record<string, unknown> = {}): CallToolResult {
+export function untrustedResult(
+  source: UntrustedSource,
+  summary: string,
+  content: string,
+  meta: Record<string, unknown> = {},
+): CallToolResult {
   return {
     content: [{ type: "text", text: `${summary}\n${untrustedText(source, content)}` }],
     _meta: { ...meta, [UNTRUSTED_META]: { untrusted: true, source } },

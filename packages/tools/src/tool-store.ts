@@ -162,9 +162,14 @@ export class ToolStore {
   }
 
   /** Inserts the conversation unless it exists; answers the row either way. */
-  ensureConversation(id: string, shape: { template: string; vcpu?: number | undefined; memory_mib?: number | undefined }): ConversationRow {
+  ensureConversation(
+    id: string,
+    shape: { template: string; vcpu?: number | undefined; memory_mib?: number | undefined },
+  ): ConversationRow {
     this.db
-      .prepare(`INSERT OR IGNORE INTO conversations (id, template, vcpu, memory_mib, created_at) VALUES (?, ?, ?, ?, ?)`)
+      .prepare(
+        `INSERT OR IGNORE INTO conversations (id, template, vcpu, memory_mib, created_at) VALUES (?, ?, ?, ?, ?)`,
+      )
       .run(id, shape.template, shape.vcpu ?? null, shape.memory_mib ?? null, now());
     const row = this.conversation(id);
     if (!row) throw new Error(`conversation ${id} vanished`);
@@ -176,30 +181,44 @@ export class ToolStore {
   }
 
   markDeleted(conversationId: string): void {
-    this.db.prepare(`UPDATE conversations SET sandbox_id = NULL, deleted_at = ? WHERE id = ?`).run(now(), conversationId);
+    this.db
+      .prepare(`UPDATE conversations SET sandbox_id = NULL, deleted_at = ? WHERE id = ?`)
+      .run(now(), conversationId);
   }
 
   turn(conversationId: string, turnId: string): TurnRow | undefined {
-    const row = this.db.prepare(`SELECT * FROM turns WHERE conversation_id = ? AND turn_id = ?`).get(conversationId, turnId) as (Omit<TurnRow, "warnings"> & { warnings: string }) | undefined;
+    const row = this.db
+      .prepare(`SELECT * FROM turns WHERE conversation_id = ? AND turn_id = ?`)
+      .get(conversationId, turnId) as (Omit<TurnRow, "warnings"> & { warnings: string }) | undefined;
     return row && { ...row, warnings: JSON.parse(row.warnings) as string[] };
   }
 
   turns(conversationId: string): TurnRow[] {
-    const rows = this.db.prepare(`SELECT * FROM turns WHERE conversation_id = ? ORDER BY started_at, rowid`).all(conversationId) as Array<Omit<TurnRow, "warnings"> & { warnings: string }>;
+    const rows = this.db
+      .prepare(`SELECT * FROM turns WHERE conversation_id = ? ORDER BY started_at, rowid`)
+      .all(conversationId) as Array<Omit<TurnRow, "warnings"> & { warnings: string }>;
     return rows.map((r) => ({ ...r, warnings: JSON.parse(r.warnings) as string[] }));
   }
 
   beginTurn(conversationId: string, turnId: string): void {
     this.db.transaction(() => {
-      this.db.prepare(`INSERT INTO turns (conversation_id, turn_id, state, started_at) VALUES (?, ?, 'open', ?)`).run(conversationId, turnId, now());
+      this.db
+        .prepare(`INSERT INTO turns (conversation_id, turn_id, state, started_at) VALUES (?, ?, 'open', ?)`)
+        .run(conversationId, turnId, now());
       this.db.prepare(`UPDATE conversations SET current_turn = ? WHERE id = ?`).run(turnId, conversationId);
     })();
   }
 
   endTurn(conversationId: string, turnId: string, warnings: string[]): void {
     this.db.transaction(() => {
-      this.db.prepare(`UPDATE turns SET state = 'ended', ended_at = ?, warnings = ? WHERE conversation_id = ? AND turn_id = ?`).run(now(), JSON.stringify(warnings), conversationId, turnId);
-      this.db.prepare(`UPDATE conversations SET current_turn = NULL WHERE id = ? AND current_turn = ?`).run(conversationId, turnId);
+      this.db
+        .prepare(
+          `UPDATE turns SET state = 'ended', ended_at = ?, warnings = ? WHERE conversation_id = ? AND turn_id = ?`,
+        )
+        .run(now(), JSON.stringify(warnings), conversationId, turnId);
+      this.db
+        .prepare(`UPDATE conversations SET current_turn = NULL WHERE id = ? AND current_turn = ?`)
+        .run(conversationId, turnId);
     })();
   }
 
@@ -207,12 +226,16 @@ export class ToolStore {
 
   recordRead(conversationId: string, turnId: string, path: string, read: ReadRecord): void {
     this.db
-      .prepare(`INSERT OR REPLACE INTO reads (conversation_id, turn_id, path, sha256, full, read_at) VALUES (?, ?, ?, ?, ?, ?)`)
+      .prepare(
+        `INSERT OR REPLACE INTO reads (conversation_id, turn_id, path, sha256, full, read_at) VALUES (?, ?, ?, ?, ?, ?)`,
+      )
       .run(conversationId, turnId, path, read.sha256, read.full ? 1 : 0, now());
   }
 
   read(conversationId: string, turnId: string, path: string): ReadRecord | undefined {
-    const row = this.db.prepare(`SELECT sha256, full FROM reads WHERE conversation_id = ? AND turn_id = ? AND path = ?`).get(conversationId, turnId, path) as { sha256: string; full: number } | undefined;
+    const row = this.db
+      .prepare(`SELECT sha256, full FROM reads WHERE conversation_id = ? AND turn_id = ? AND path = ?`)
+      .get(conversationId, turnId, path) as { sha256: string; full: number } | undefined;
     return row && { sha256: row.sha256, full: row.full === 1 };
   }
 
@@ -220,7 +243,9 @@ export class ToolStore {
 
   addExport(row: ExportRow): void {
     this.db
-      .prepare(`INSERT INTO exports (id, conversation_id, turn_id, source_path, name, size, media_type, sha256, created_at) VALUES (@id, @conversation_id, @turn_id, @source_path, @name, @size, @media_type, @sha256, @created_at)`)
+      .prepare(
+        `INSERT INTO exports (id, conversation_id, turn_id, source_path, name, size, media_type, sha256, created_at) VALUES (@id, @conversation_id, @turn_id, @source_path, @name, @size, @media_type, @sha256, @created_at)`,
+      )
       .run(row);
   }
 
@@ -229,16 +254,22 @@ export class ToolStore {
   }
 
   exportsOfTurn(conversationId: string, turnId: string): ExportRow[] {
-    return this.db.prepare(`SELECT * FROM exports WHERE conversation_id = ? AND turn_id = ? ORDER BY created_at, rowid`).all(conversationId, turnId) as ExportRow[];
+    return this.db
+      .prepare(`SELECT * FROM exports WHERE conversation_id = ? AND turn_id = ? ORDER BY created_at, rowid`)
+      .all(conversationId, turnId) as ExportRow[];
   }
 
   attach(conversationId: string, turnId: string, exportId: string): void {
-    this.db.prepare(`INSERT OR IGNORE INTO attachments (conversation_id, turn_id, export_id, sent_at) VALUES (?, ?, ?, ?)`).run(conversationId, turnId, exportId, now());
+    this.db
+      .prepare(`INSERT OR IGNORE INTO attachments (conversation_id, turn_id, export_id, sent_at) VALUES (?, ?, ?, ?)`)
+      .run(conversationId, turnId, exportId, now());
   }
 
   attachments(conversationId: string, turnId: string): Array<ExportRow & { sent_at: string }> {
     return this.db
-      .prepare(`SELECT e.*, a.sent_at FROM attachments a JOIN exports e ON e.id = a.export_id WHERE a.conversation_id = ? AND a.turn_id = ? ORDER BY a.sent_at, a.rowid`)
+      .prepare(
+        `SELECT e.*, a.sent_at FROM attachments a JOIN exports e ON e.id = a.export_id WHERE a.conversation_id = ? AND a.turn_id = ? ORDER BY a.sent_at, a.rowid`,
+      )
       .all(conversationId, turnId) as Array<ExportRow & { sent_at: string }>;
   }
 
@@ -246,8 +277,14 @@ export class ToolStore {
 
   addDocument(doc: DocumentRow, passages: Passage[]): void {
     this.db.transaction(() => {
-      this.db.prepare(`INSERT INTO documents (id, name, media_type, size, sha256, lines, created_at) VALUES (@id, @name, @media_type, @size, @sha256, @lines, @created_at)`).run(doc);
-      const insert = this.db.prepare(`INSERT INTO passages (text, document_id, start_line, end_line) VALUES (?, ?, ?, ?)`);
+      this.db
+        .prepare(
+          `INSERT INTO documents (id, name, media_type, size, sha256, lines, created_at) VALUES (@id, @name, @media_type, @size, @sha256, @lines, @created_at)`,
+        )
+        .run(doc);
+      const insert = this.db.prepare(
+        `INSERT INTO passages (text, document_id, start_line, end_line) VALUES (?, ?, ?, ?)`,
+      );
       for (const p of passages) insert.run(p.text, doc.id, p.start_line, p.end_line);
     })();
   }
@@ -257,7 +294,9 @@ export class ToolStore {
   }
 
   documentByName(name: string): DocumentRow | undefined {
-    return this.db.prepare(`SELECT * FROM documents WHERE name = ? ORDER BY created_at DESC, rowid DESC LIMIT 1`).get(name) as DocumentRow | undefined;
+    return this.db
+      .prepare(`SELECT * FROM documents WHERE name = ? ORDER BY created_at DESC, rowid DESC LIMIT 1`)
+      .get(name) as DocumentRow | undefined;
   }
 
   documents(): DocumentRow[] {
@@ -276,7 +315,9 @@ export class ToolStore {
     const filter = documentId ? `AND document_id = ?` : "";
     const args: unknown[] = documentId ? [match, documentId, limit] : [match, limit];
     return this.db
-      .prepare(`SELECT text, document_id, start_line, end_line, bm25(passages) AS rank FROM passages WHERE passages MATCH ? ${filter} ORDER BY rank LIMIT ?`)
+      .prepare(
+        `SELECT text, document_id, start_line, end_line, bm25(passages) AS rank FROM passages WHERE passages MATCH ? ${filter} ORDER BY rank LIMIT ?`,
+      )
       .all(...args) as SearchHit[];
   }
 }

@@ -16,7 +16,10 @@ import { startTestServer, type TestServer } from "../../server/test/helpers/test
 import { TOOL_NAMES } from "../src/index.ts";
 
 const BOTHY = fileURLToPath(new URL("../../cli/bin/bothy.js", import.meta.url));
-const gvisor = testDrivers().find((d) => d.name === "gvisor") ?? { name: "gvisor" as const, missing: "BOTHY_TEST_DRIVERS to include gvisor" };
+const gvisor = testDrivers().find((d) => d.name === "gvisor") ?? {
+  name: "gvisor" as const,
+  missing: "BOTHY_TEST_DRIVERS to include gvisor",
+};
 
 const REGIONS = ["North", "South", "East", "West"];
 /** 120 rows of sales: revenue per region is known, so the chart's totals can be checked. */
@@ -84,7 +87,11 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
 
   beforeAll(async () => {
     ts = await startTestServer({ BOTHY_DRIVER: "gvisor", BOTHY_NETWORK: "off" });
-    const res = await fetch(`${ts.url}/corpus?name=sales.csv`, { method: "POST", headers: { "content-type": "text/csv" }, body: expected.csv });
+    const res = await fetch(`${ts.url}/corpus?name=sales.csv`, {
+      method: "POST",
+      headers: { "content-type": "text/csv" },
+      body: expected.csv,
+    });
     expect(res.status).toBe(201);
     documentId = ((await res.json()) as { id: string }).id;
   });
@@ -98,14 +105,23 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
   });
 
   async function conversation(id: string): Promise<void> {
-    const res = await api(ts.url, "POST", "/conversations", { conversation_id: id, template: "charts", memory_mib: 1024 });
+    const res = await api(ts.url, "POST", "/conversations", {
+      conversation_id: id,
+      template: "charts",
+      memory_mib: 1024,
+    });
     expect(res.status).toBe(201);
     conversations.push(id);
   }
 
   /** A tool call in a conversation and turn, named in _meta as a client would. */
   function caller(client: Client, conversationId: string) {
-    return async (name: string, args: Record<string, unknown>, turn: string, onprogress?: (message: string) => void): Promise<CallToolResult> =>
+    return async (
+      name: string,
+      args: Record<string, unknown>,
+      turn: string,
+      onprogress?: (message: string) => void,
+    ): Promise<CallToolResult> =>
       (await client.callTool(
         { name, arguments: args, _meta: { "bothy/conversation_id": conversationId, "bothy/turn_id": turn } },
         undefined,
@@ -157,7 +173,12 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
     const ended = await api(ts.url, "POST", `/conversations/${conversationId}/turns/t1/end`);
     expect(ended.json).toMatchObject({ state: "ended", warnings: [] });
     const turn = await api(ts.url, "GET", `/conversations/${conversationId}/turns/t1`);
-    const attachments = turn.json["attachments"] as Array<{ export_id: string; media_type: string; url: string; size: number }>;
+    const attachments = turn.json["attachments"] as Array<{
+      export_id: string;
+      media_type: string;
+      url: string;
+      size: number;
+    }>;
     expect(attachments).toHaveLength(1);
     expect(attachments[0]).toMatchObject({ export_id: exportId, media_type: "image/png" });
 
@@ -165,7 +186,9 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
     expect(served.headers.get("content-type")).toBe("image/png");
     const bytes = Buffer.from(await served.arrayBuffer());
     const sandboxId = (await api(ts.url, "GET", `/conversations/${conversationId}`)).json["sandbox_id"] as string;
-    const inSandbox = Buffer.from(await (await fetch(`${ts.url}/sandboxes/${sandboxId}/files?path=/workspace/revenue.png`)).arrayBuffer());
+    const inSandbox = Buffer.from(
+      await (await fetch(`${ts.url}/sandboxes/${sandboxId}/files?path=/workspace/revenue.png`)).arrayBuffer(),
+    );
     expect(bytes.subarray(0, 8).toString("latin1")).toBe("\x89PNG\r\n\x1a\n");
     expect(bytes.equals(inSandbox)).toBe(true);
     expect(Buffer.from((image as { data: string }).data, "base64").equals(inSandbox)).toBe(true);
@@ -191,7 +214,11 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
     const call = caller(client, conversationId);
     await call("computer_bash", { command: "seq 1 50 | sed 's/^/line /' > notes.txt" }, "t3");
 
-    const unread = await call("computer_edit_file", { path: "notes.txt", old_string: "line 7\n", new_string: "line seven\n" }, "t3");
+    const unread = await call(
+      "computer_edit_file",
+      { path: "notes.txt", old_string: "line 7\n", new_string: "line seven\n" },
+      "t3",
+    );
     expect(refusalOf(unread)).toBe("not_read");
     expect(text(unread)).toContain("computer_read_file");
 
@@ -203,23 +230,41 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
     expect(text(partial)).toContain("Read the whole file");
 
     // An edit needs only a read in this turn, not a whole one.
-    const edited = await call("computer_edit_file", { path: "notes.txt", old_string: "line 7\n", new_string: "line seven\n" }, "t3");
+    const edited = await call(
+      "computer_edit_file",
+      { path: "notes.txt", old_string: "line 7\n", new_string: "line seven\n" },
+      "t3",
+    );
     expect(edited.isError).toBeFalsy();
-    const ambiguous = await call("computer_edit_file", { path: "notes.txt", old_string: "line 1", new_string: "x" }, "t3");
+    const ambiguous = await call(
+      "computer_edit_file",
+      { path: "notes.txt", old_string: "line 1", new_string: "x" },
+      "t3",
+    );
     expect(refusalOf(ambiguous)).toBe("not_unique");
 
     const whole = await call("computer_read_file", { path: "notes.txt" }, "t3");
     expect(whole._meta).toMatchObject({ whole: true });
     await call("computer_bash", { command: "echo appended >> notes.txt" }, "t3");
-    const stale = await call("computer_edit_file", { path: "notes.txt", old_string: "line seven", new_string: "line 7" }, "t3");
+    const stale = await call(
+      "computer_edit_file",
+      { path: "notes.txt", old_string: "line seven", new_string: "line 7" },
+      "t3",
+    );
     expect(refusalOf(stale)).toBe("changed_since_read");
     expect(text(stale)).toContain("Read it again");
-    expect(refusalOf(await call("computer_write_file", { path: "notes.txt", content: "replaced\n" }, "t3"))).toBe("changed_since_read");
+    expect(refusalOf(await call("computer_write_file", { path: "notes.txt", content: "replaced\n" }, "t3"))).toBe(
+      "changed_since_read",
+    );
 
     // After a fresh whole read the write goes through; a read from another turn does not count.
     await call("computer_read_file", { path: "notes.txt" }, "t3");
     expect((await call("computer_write_file", { path: "notes.txt", content: "replaced\n" }, "t3")).isError).toBeFalsy();
-    expect(refusalOf(await call("computer_edit_file", { path: "notes.txt", old_string: "replaced", new_string: "again" }, "t4"))).toBe("not_read");
+    expect(
+      refusalOf(
+        await call("computer_edit_file", { path: "notes.txt", old_string: "replaced", new_string: "again" }, "t4"),
+      ),
+    ).toBe("not_read");
     const check = await call("computer_bash", { command: "cat notes.txt" }, "t4");
     expect(text(check)).toContain("replaced");
   }
@@ -265,18 +310,28 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
 
     it("shows a large image as a downscaled copy the model can take in", { timeout: 60_000 }, async () => {
       const call = caller(client, "flow-http");
-      const made = await call("computer_bash", { command: "python3 -c \"import os; from PIL import Image; Image.frombytes('RGB', (2400, 1800), os.urandom(2400 * 1800 * 3)).save('noise.png')\" && stat -c %s noise.png" }, "t7");
+      const made = await call(
+        "computer_bash",
+        {
+          command:
+            "python3 -c \"import os; from PIL import Image; Image.frombytes('RGB', (2400, 1800), os.urandom(2400 * 1800 * 3)).save('noise.png')\" && stat -c %s noise.png",
+        },
+        "t7",
+      );
       expect(text(made)).toContain("Exit code 0.");
       const view = await call("computer_view_file", { path: "noise.png" }, "t7");
       expect(view.isError).toBeFalsy();
-      const image = view.content.find((c) => c.type === "image") as { type: "image"; data: string; mimeType: string } | undefined;
+      const image = view.content.find((c) => c.type === "image") as
+        { type: "image"; data: string; mimeType: string } | undefined;
       expect(image?.mimeType).toBe("image/jpeg");
       const jpeg = Buffer.from(image?.data ?? "", "base64");
       expect(jpeg.length).toBeLessThan(2 * 1024 * 1024);
       expect(text(view)).toMatch(/image\/png, \d+ bytes\. Shown as a downscaled JPEG copy \(at most 1568 px a side/);
       expect(view._meta).toMatchObject({ media_type: "image/png", shown_as: "image/jpeg" });
       // Nothing of the copy is left in the sandbox.
-      expect(text(await call("computer_bash", { command: "ls /tmp | grep -c bothy-view || true" }, "t7"))).toMatch(/\n0\n/);
+      expect(text(await call("computer_bash", { command: "ls /tmp | grep -c bothy-view || true" }, "t7"))).toMatch(
+        /\n0\n/,
+      );
     });
 
     it("cuts long output from the middle with a notice, and starts background commands at once", async () => {
@@ -295,12 +350,24 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
         if (data["event"] === "command_exited") ended.push(data);
       });
       const t0 = Date.now();
-      const bg = await call("computer_bash", { command: "sleep 2; echo done > bg.txt; exit 3", background: true }, "t5");
+      const bg = await call(
+        "computer_bash",
+        { command: "sleep 2; echo done > bg.txt; exit 3", background: true },
+        "t5",
+      );
       expect(Date.now() - t0).toBeLessThan(2000);
       expect(bg._meta?.["command_id"]).toMatch(/^cmd_/);
       // Its end is reported on the session later, with its exit code.
       for (let i = 0; i < 100 && ended.length === 0; i++) await new Promise((r) => setTimeout(r, 100));
-      expect(ended).toEqual([{ event: "command_exited", conversation_id: "flow-http", command_id: bg._meta?.["command_id"], exit_code: 3, signal: null }]);
+      expect(ended).toEqual([
+        {
+          event: "command_exited",
+          conversation_id: "flow-http",
+          command_id: bg._meta?.["command_id"],
+          exit_code: 3,
+          signal: null,
+        },
+      ]);
       expect(text(await call("computer_bash", { command: "cat bg.txt" }, "t5"))).toContain("done");
     });
   });
@@ -313,8 +380,13 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
     let sandboxId = "";
     try {
       // The default template (workspace) is not built in tests: name one for the session's conversation.
-      expect((await api(ts.url, "POST", "/conversations", { conversation_id: sessionId, template: "charts" })).status).toBe(201);
-      const hello = (await client.callTool({ name: "computer_bash", arguments: { command: "echo hello from $(hostname)" } })) as CallToolResult;
+      expect(
+        (await api(ts.url, "POST", "/conversations", { conversation_id: sessionId, template: "charts" })).status,
+      ).toBe(201);
+      const hello = (await client.callTool({
+        name: "computer_bash",
+        arguments: { command: "echo hello from $(hostname)" },
+      })) as CallToolResult;
       expect(text(hello)).toContain("hello from");
       expect(hello._meta?.["bothy/conversation_id"]).toBe(sessionId);
       expect(hello._meta?.["bothy/turn_id"]).toMatch(/^turn_/);
@@ -324,30 +396,57 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
       await transport.terminateSession();
       await client.close();
     }
-    await expect.poll(async () => (await api(ts.url, "GET", `/conversations/${sessionId}`)).json["deleted_at"], { timeout: 15_000 }).not.toBeNull();
+    await expect
+      .poll(async () => (await api(ts.url, "GET", `/conversations/${sessionId}`)).json["deleted_at"], {
+        timeout: 15_000,
+      })
+      .not.toBeNull();
     expect((await api(ts.url, "GET", `/sandboxes/${sandboxId}`)).json["state"]).toBe("deleted");
   });
 
-  it("takes CSV, text, Markdown and PDF (text extracted in a throwaway sandbox) into the corpus and refuses other types", { timeout: 120_000 }, async () => {
-    const png = await fetch(`${ts.url}/corpus?name=photo.png`, { method: "POST", headers: { "content-type": "image/png" }, body: "\x89PNG" });
-    expect(png.status).toBe(415);
-    expect(((await png.json()) as { detail: string }).detail).toContain("application/pdf");
-    const md = await fetch(`${ts.url}/corpus?name=notes.md`, { method: "POST", body: "# Notes\n\nRegional targets for the year.\n" });
-    expect(md.status).toBe(201);
-    const pdf = await fetch(`${ts.url}/corpus?name=report.pdf`, { method: "POST", headers: { "content-type": "application/pdf" }, body: minimalPdf("Quarterly outlook: the Eastern depot doubles capacity") });
-    expect(pdf.status).toBe(201);
-    const pdfDoc = (await pdf.json()) as { name: string; media_type: string; lines: number };
-    expect(pdfDoc).toMatchObject({ name: "report.pdf", media_type: "application/pdf" });
-    expect(pdfDoc.lines).toBeGreaterThan(0);
-    const hits = await api(ts.url, "GET", "/corpus");
-    expect((hits.json["documents"] as Array<{ name: string; media_type: string }>).map((d) => `${d.name}:${d.media_type}`)).toEqual(["sales.csv:text/csv", "notes.md:text/markdown", "report.pdf:application/pdf"]);
-    // A PDF with no text in it is refused, and its extraction sandbox is gone either way.
-    const broken = await fetch(`${ts.url}/corpus?name=broken.pdf`, { method: "POST", headers: { "content-type": "application/pdf" }, body: "%PDF-1.7\n" });
-    expect(broken.status).toBe(400);
-    expect(((await broken.json()) as { detail: string }).detail).toMatch(/could not be extracted|no text/);
-    const live = ((await api(ts.url, "GET", "/sandboxes")).json["sandboxes"] as Array<{ template: string; state: string }>).filter((s) => s.template === "workspace" && s.state !== "deleted");
-    expect(live).toEqual([]);
-  });
+  it(
+    "takes CSV, text, Markdown and PDF (text extracted in a throwaway sandbox) into the corpus and refuses other types",
+    { timeout: 120_000 },
+    async () => {
+      const png = await fetch(`${ts.url}/corpus?name=photo.png`, {
+        method: "POST",
+        headers: { "content-type": "image/png" },
+        body: "\x89PNG",
+      });
+      expect(png.status).toBe(415);
+      expect(((await png.json()) as { detail: string }).detail).toContain("application/pdf");
+      const md = await fetch(`${ts.url}/corpus?name=notes.md`, {
+        method: "POST",
+        body: "# Notes\n\nRegional targets for the year.\n",
+      });
+      expect(md.status).toBe(201);
+      const pdf = await fetch(`${ts.url}/corpus?name=report.pdf`, {
+        method: "POST",
+        headers: { "content-type": "application/pdf" },
+        body: minimalPdf("Quarterly outlook: the Eastern depot doubles capacity"),
+      });
+      expect(pdf.status).toBe(201);
+      const pdfDoc = (await pdf.json()) as { name: string; media_type: string; lines: number };
+      expect(pdfDoc).toMatchObject({ name: "report.pdf", media_type: "application/pdf" });
+      expect(pdfDoc.lines).toBeGreaterThan(0);
+      const hits = await api(ts.url, "GET", "/corpus");
+      expect(
+        (hits.json["documents"] as Array<{ name: string; media_type: string }>).map((d) => `${d.name}:${d.media_type}`),
+      ).toEqual(["sales.csv:text/csv", "notes.md:text/markdown", "report.pdf:application/pdf"]);
+      // A PDF with no text in it is refused, and its extraction sandbox is gone either way.
+      const broken = await fetch(`${ts.url}/corpus?name=broken.pdf`, {
+        method: "POST",
+        headers: { "content-type": "application/pdf" },
+        body: "%PDF-1.7\n",
+      });
+      expect(broken.status).toBe(400);
+      expect(((await broken.json()) as { detail: string }).detail).toMatch(/could not be extracted|no text/);
+      const live = (
+        (await api(ts.url, "GET", "/sandboxes")).json["sandboxes"] as Array<{ template: string; state: string }>
+      ).filter((s) => s.template === "workspace" && s.state !== "deleted");
+      expect(live).toEqual([]);
+    },
+  );
 
   describe("over stdio (bothy mcp)", () => {
     let client: Client;
@@ -360,7 +459,13 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
         const data = n.params.data as { output?: unknown };
         if (n.params.logger === "computer_bash" && typeof data.output === "string") logged.push(data.output);
       });
-      await client.connect(new StdioClientTransport({ command: process.execPath, args: [BOTHY, "mcp", "--url", ts.url, "--conversation", "flow-stdio"], stderr: "inherit" }));
+      await client.connect(
+        new StdioClientTransport({
+          command: process.execPath,
+          args: [BOTHY, "mcp", "--url", ts.url, "--conversation", "flow-stdio"],
+          stderr: "inherit",
+        }),
+      );
     });
 
     afterAll(async () => {
@@ -382,13 +487,16 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
     it("brings the conversation's computer back from its disk when its sandbox died: same sandbox, files kept", async () => {
       const sandboxId = (await api(ts.url, "GET", "/conversations/flow-stdio")).json["sandbox_id"] as string;
       const call = caller(client, "flow-stdio");
-      expect(text(await call("computer_bash", { command: "echo kept > kept.txt && sync" }, "t6"))).toContain("Exit code 0.");
+      expect(text(await call("computer_bash", { command: "echo kept > kept.txt && sync" }, "t6"))).toContain(
+        "Exit code 0.",
+      );
       for (const entry of await readdir("/proc")) {
         if (!/^\d+$/.test(entry)) continue;
         const argv = await readFile(`/proc/${entry}/cmdline`, "utf8").catch(() => "");
         if (argv.includes(sandboxId) && /runsc/.test(argv)) process.kill(Number(entry), "SIGKILL");
       }
-      for (let i = 0; i < 60 && (await api(ts.url, "GET", `/sandboxes/${sandboxId}`)).json["state"] !== "stopped"; i++) await new Promise((r) => setTimeout(r, 250));
+      for (let i = 0; i < 60 && (await api(ts.url, "GET", `/sandboxes/${sandboxId}`)).json["state"] !== "stopped"; i++)
+        await new Promise((r) => setTimeout(r, 250));
       expect((await api(ts.url, "GET", `/sandboxes/${sandboxId}`)).json["state"]).toBe("stopped");
 
       const back = await call("computer_bash", { command: "ls revenue.png notes.txt && cat kept.txt" }, "t6");

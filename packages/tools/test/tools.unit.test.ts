@@ -14,7 +14,12 @@ describe("numbered reads", () => {
     const all = numberedLines(text);
     expect(all).toMatchObject({ first: 1, last: 30, totalLines: 30, whole: true });
     expect(all.text.split("\n")[0]).toBe("     1\trow 1");
-    expect(numberedLines(text, 5, 7)).toMatchObject({ first: 5, last: 7, whole: false, text: "     5\trow 5\n     6\trow 6\n     7\trow 7" });
+    expect(numberedLines(text, 5, 7)).toMatchObject({
+      first: 5,
+      last: 7,
+      whole: false,
+      text: "     5\trow 5\n     6\trow 6\n     7\trow 7",
+    });
     expect(numberedLines(text, 1, 99).whole).toBe(true);
     expect(numberedLines("").whole).toBe(true);
   });
@@ -83,7 +88,11 @@ describe("corpus", () => {
   it("splits a CSV into runs of rows under their header, with line numbers", () => {
     const csv = ["a,b", ...Array.from({ length: 45 }, (_, i) => `${i},${i * 2}`)].join("\n");
     const passages = passagesOf(csv, "text/csv");
-    expect(passages.map((p) => [p.start_line, p.end_line])).toEqual([[2, 21], [22, 41], [42, 46]]);
+    expect(passages.map((p) => [p.start_line, p.end_line])).toEqual([
+      [2, 21],
+      [22, 41],
+      [42, 46],
+    ]);
     expect(passages.every((p) => p.text.startsWith("a,b\n"))).toBe(true);
   });
 
@@ -100,7 +109,15 @@ describe("corpus", () => {
     const dir = await mkdtemp(join(tmpdir(), "bothy-tools-"));
     const store = new ToolStore(join(dir, "t.sqlite"));
     try {
-      const doc = { id: "doc_a", name: "a.md", media_type: "text/markdown", size: 1, sha256: "x", lines: 3, created_at: "now" };
+      const doc = {
+        id: "doc_a",
+        name: "a.md",
+        media_type: "text/markdown",
+        size: 1,
+        sha256: "x",
+        lines: 3,
+        created_at: "now",
+      };
       store.addDocument(doc, [
         { text: "the quarterly revenue of the north region grew", start_line: 1, end_line: 1 },
         { text: "revenue revenue revenue north north", start_line: 2, end_line: 2 },

@@ -42,24 +42,34 @@ describe("the workspace template", () => {
     expect(await ts?.stop()).toEqual(noLeaks());
   });
 
-  it("has the data, document, media and everyday tools, sudo, and /workspace as the working directory", { timeout: 120_000 }, async () => {
-    const r = await runCommand(ts.wsUrl, id, { cmd: CHECKS.map((c) => `(${c}) || echo "FAILED: ${c.replaceAll('"', "'")}"`).join("; ") });
-    expect(r.stdout).not.toContain("FAILED");
-    const lines = r.stdout.trim().split("\n");
-    expect(lines).toHaveLength(CHECKS.length);
-    expect(lines[0]).toBe("python-data ok");
-    expect(lines).toContain("root");
-    expect(lines.at(-1)).toBe("/workspace");
-  });
+  it(
+    "has the data, document, media and everyday tools, sudo, and /workspace as the working directory",
+    { timeout: 120_000 },
+    async () => {
+      const r = await runCommand(ts.wsUrl, id, {
+        cmd: CHECKS.map((c) => `(${c}) || echo "FAILED: ${c.replaceAll('"', "'")}"`).join("; "),
+      });
+      expect(r.stdout).not.toContain("FAILED");
+      const lines = r.stdout.trim().split("\n");
+      expect(lines).toHaveLength(CHECKS.length);
+      expect(lines[0]).toBe("python-data ok");
+      expect(lines).toContain("root");
+      expect(lines.at(-1)).toBe("/workspace");
+    },
+  );
 
-  it("converts a document end to end: Markdown → DOCX (pandoc) → PDF (LibreOffice) → text (poppler)", { timeout: 180_000 }, async () => {
-    const r = await runCommand(ts.wsUrl, id, {
-      cmd: "printf '# Quarterly notes\\n\\nRevenue grew in the North.\\n' > notes.md && pandoc notes.md -o notes.docx && soffice --headless --convert-to pdf notes.docx > /dev/null 2>&1 && pdftotext notes.pdf - && qpdf --check notes.pdf",
-      timeout_s: 150,
-    });
-    expect(r.exit?.exit_code, r.stderr).toBe(0);
-    expect(r.stdout).toContain("Quarterly notes");
-    expect(r.stdout).toContain("Revenue grew in the North.");
-    expect(r.stdout).toMatch(/no syntax or stream encoding errors/i);
-  });
+  it(
+    "converts a document end to end: Markdown → DOCX (pandoc) → PDF (LibreOffice) → text (poppler)",
+    { timeout: 180_000 },
+    async () => {
+      const r = await runCommand(ts.wsUrl, id, {
+        cmd: "printf '# Quarterly notes\\n\\nRevenue grew in the North.\\n' > notes.md && pandoc notes.md -o notes.docx && soffice --headless --convert-to pdf notes.docx > /dev/null 2>&1 && pdftotext notes.pdf - && qpdf --check notes.pdf",
+        timeout_s: 150,
+      });
+      expect(r.exit?.exit_code, r.stderr).toBe(0);
+      expect(r.stdout).toContain("Quarterly notes");
+      expect(r.stdout).toContain("Revenue grew in the North.");
+      expect(r.stdout).toMatch(/no syntax or stream encoding errors/i);
+    },
+  );
 });

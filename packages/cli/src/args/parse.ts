@@ -20,16 +20,24 @@ export const CONNECTION_FLAGS = {
 export const JSON_FLAG = { json: { type: "boolean" } } as const satisfies Options;
 
 export interface Parsed<O extends Options> {
-  values: { [K in keyof O]?: O[K]["type"] extends "boolean" ? boolean : O[K] extends { multiple: true } ? string[] : string };
+  values: {
+    [K in keyof O]?: O[K]["type"] extends "boolean" ? boolean : O[K] extends { multiple: true } ? string[] : string;
+  };
   positionals: string[];
 }
 
-export function parse<O extends Options>(args: string[], options: O, positionals: { min: number; max: number; names: string }): Parsed<O> {
+export function parse<O extends Options>(
+  args: string[],
+  options: O,
+  positionals: { min: number; max: number; names: string },
+): Parsed<O> {
   let parsed;
   try {
     parsed = parseArgs({ args, options, allowPositionals: true, strict: true });
   } catch (err) {
-    throw new UsageError(err instanceof Error ? err.message.replace(/\. To specify a positional.*$/s, "") : String(err));
+    throw new UsageError(
+      err instanceof Error ? err.message.replace(/\. To specify a positional.*$/s, "") : String(err),
+    );
   }
   const { positionals: pos } = parsed;
   if (!(parsed.values as { help?: boolean }).help) {
@@ -40,7 +48,10 @@ export function parse<O extends Options>(args: string[], options: O, positionals
 }
 
 /** `--url` / `--api-key` over BOTHY_URL / BOTHY_API_KEY (the SDK reads those itself). */
-export function connection(values: { url?: string | boolean | string[]; "api-key"?: string | boolean | string[] }): ConnectionOptions {
+export function connection(values: {
+  url?: string | boolean | string[];
+  "api-key"?: string | boolean | string[];
+}): ConnectionOptions {
   return {
     ...(typeof values.url === "string" ? { baseUrl: values.url } : {}),
     ...(typeof values["api-key"] === "string" ? { apiKey: values["api-key"] } : {}),

@@ -37,7 +37,11 @@ export const cpCommand: Command = {
   summary: "copy a file into or out of a sandbox",
   usage: USAGE,
   async run(args) {
-    const { values, positionals } = parse(args, { ...CONNECTION_FLAGS, ...JSON_FLAG, quiet: { type: "boolean", short: "q" } }, { min: 2, max: 2, names: "SRC and DST" });
+    const { values, positionals } = parse(
+      args,
+      { ...CONNECTION_FLAGS, ...JSON_FLAG, quiet: { type: "boolean", short: "q" } },
+      { min: 2, max: 2, names: "SRC and DST" },
+    );
     if (values.help) {
       process.stdout.write(USAGE);
       return 0;
@@ -45,7 +49,8 @@ export const cpCommand: Command = {
     const [src = "", dst = ""] = positionals;
     const from = remote(src);
     const to = remote(dst);
-    if ((from === undefined) === (to === undefined)) throw new UsageError("exactly one of SRC and DST is in a sandbox (ID:PATH)");
+    if ((from === undefined) === (to === undefined))
+      throw new UsageError("exactly one of SRC and DST is in a sandbox (ID:PATH)");
     const quiet = values.quiet === true || values.json === true;
     const result = to ? await upload(src, to, values, quiet) : await download(from as Remote, dst, values, quiet);
     if (values.json) printJson(result);
@@ -53,7 +58,12 @@ export const cpCommand: Command = {
   },
 };
 
-async function upload(src: string, to: Remote, values: Parameters<typeof connection>[0], quiet: boolean): Promise<{ path: string; size: number; sha256: string }> {
+async function upload(
+  src: string,
+  to: Remote,
+  values: Parameters<typeof connection>[0],
+  quiet: boolean,
+): Promise<{ path: string; size: number; sha256: string }> {
   const sandbox = await Sandbox.connect(to.id, connection(values));
   const name = src === "-" ? "stdin" : basename(src);
   let path = to.path;
@@ -81,18 +91,30 @@ async function upload(src: string, to: Remote, values: Parameters<typeof connect
   }
 }
 
-async function download(from: Remote, dst: string, values: Parameters<typeof connection>[0], quiet: boolean): Promise<{ path: string; size: number }> {
+async function download(
+  from: Remote,
+  dst: string,
+  values: Parameters<typeof connection>[0],
+  quiet: boolean,
+): Promise<{ path: string; size: number }> {
   const sandbox = await Sandbox.connect(from.id, connection(values));
   const info = await sandbox.files.stat(from.path);
-  if (info.type === "dir") throw new UsageError(`${from.path} is a directory; cp copies files (list it with bothy exec ${from.id} -- ls ${from.path})`);
+  if (info.type === "dir")
+    throw new UsageError(
+      `${from.path} is a directory; cp copies files (list it with bothy exec ${from.id} -- ls ${from.path})`,
+    );
   let target = dst;
-  if (dst !== "-" && (dst.endsWith("/") || (await stat(dst).catch(() => undefined))?.isDirectory())) target = join(dst, basename(from.path));
+  if (dst !== "-" && (dst.endsWith("/") || (await stat(dst).catch(() => undefined))?.isDirectory()))
+    target = join(dst, basename(from.path));
   const progress = quiet || dst === "-" ? undefined : createByteProgress(basename(from.path), info.size);
   const body = await sandbox.files.read(from.path, { format: "stream" });
   const source = Readable.fromWeb(body as Parameters<typeof Readable.fromWeb>[0]);
   source.on("data", (chunk: Buffer) => progress?.add(chunk.length));
   try {
-    const sink = dst === "-" ? new Writable({ write: (chunk: Buffer, _enc, cb) => process.stdout.write(chunk, cb) }) : createWriteStream(target);
+    const sink =
+      dst === "-"
+        ? new Writable({ write: (chunk: Buffer, _enc, cb) => process.stdout.write(chunk, cb) })
+        : createWriteStream(target);
     await pipeline(source, sink);
   } finally {
     progress?.finish();

@@ -26,12 +26,25 @@ export const createCommand: Command = {
   async run(args) {
     const { values } = parse(
       args,
-      { ...CONNECTION_FLAGS, ...JSON_FLAG, template: { type: "string" }, vcpu: { type: "string" }, memory: { type: "string" }, timeout: { type: "string" }, driver: { type: "string" }, "idempotency-key": { type: "string" },
-        meta: { type: "string", multiple: true }, "no-internet": { type: "boolean" }, "allow-out": { type: "string", multiple: true }, "deny-out": { type: "string", multiple: true } },
+      {
+        ...CONNECTION_FLAGS,
+        ...JSON_FLAG,
+        template: { type: "string" },
+        vcpu: { type: "string" },
+        memory: { type: "string" },
+        timeout: { type: "string" },
+        driver: { type: "string" },
+        "idempotency-key": { type: "string" },
+        meta: { type: "string", multiple: true },
+        "no-internet": { type: "boolean" },
+        "allow-out": { type: "string", multiple: true },
+        "deny-out": { type: "string", multiple: true },
+      },
       { min: 0, max: 0, names: "" },
     );
     if (values.help) return help();
-    if (values.driver !== undefined && values.driver !== "gvisor" && values.driver !== "qemu") throw new UsageError(`--driver is gvisor or qemu, got "${values.driver}"`);
+    if (values.driver !== undefined && values.driver !== "gvisor" && values.driver !== "qemu")
+      throw new UsageError(`--driver is gvisor or qemu, got "${values.driver}"`);
     const vcpu = intFlag(values.vcpu, "vcpu");
     const memoryMib = intFlag(values.memory, "memory");
     const timeoutS = intFlag(values.timeout, "timeout");

@@ -34,7 +34,13 @@ export interface Check {
 async function onPath(program: string): Promise<string | undefined> {
   for (const dir of (process.env["PATH"] ?? "").split(delimiter)) {
     const candidate = join(dir, program);
-    if (await access(candidate, constants.X_OK).then(() => true, () => false)) return candidate;
+    if (
+      await access(candidate, constants.X_OK).then(
+        () => true,
+        () => false,
+      )
+    )
+      return candidate;
   }
   return undefined;
 }
@@ -50,14 +56,26 @@ async function firstLine(program: string, args: string[]): Promise<string> {
 
 async function runsc(): Promise<Check> {
   const path = await onPath("runsc");
-  if (!path) return { name: "runsc", status: "fail", detail: "not found on PATH; the gVisor driver (the default without KVM) needs it", fix: "./scripts/install-deps, or apt-get install runsc from gVisor's apt repository" };
+  if (!path)
+    return {
+      name: "runsc",
+      status: "fail",
+      detail: "not found on PATH; the gVisor driver (the default without KVM) needs it",
+      fix: "./scripts/install-deps, or apt-get install runsc from gVisor's apt repository",
+    };
   return { name: "runsc", status: "ok", detail: `${path}: ${await firstLine(path, ["--version"])}` };
 }
 
 async function qemu(): Promise<Check> {
   const missing = [];
   for (const p of ["qemu-system-x86_64", "qemu-img", "mkfs.ext4"]) if (!(await onPath(p))) missing.push(p);
-  if (missing.length) return { name: "qemu", status: "warn", detail: `missing ${missing.join(", ")}; the QEMU driver is unavailable (gVisor still works)`, fix: "apt-get install qemu-system-x86 qemu-utils e2fsprogs" };
+  if (missing.length)
+    return {
+      name: "qemu",
+      status: "warn",
+      detail: `missing ${missing.join(", ")}; the QEMU driver is unavailable (gVisor still works)`,
+      fix: "apt-get install qemu-system-x86 qemu-utils e2fsprogs",
+    };
   return { name: "qemu", status: "ok", detail: await firstLine("qemu-system-x86_64", ["--version"]) };
 }
 
@@ -75,16 +93,33 @@ async function guestKernel(): Promise<Check> {
     name: "guest kernel",
     status: "warn",
     detail: `none unpacked in ${dir}; the QEMU driver fetches linux-image-cloud-amd64 on first start${apt ? "" : ", but apt-get is missing"}`,
-    fix: apt ? "nothing to do, or start bothy once with BOTHY_DRIVER=qemu to fetch it now" : "run bothy on Debian (it fetches the kernel with apt-get download), or set BOTHY_KERNEL_DIR to an unpacked one",
+    fix: apt
+      ? "nothing to do, or start bothy once with BOTHY_DRIVER=qemu to fetch it now"
+      : "run bothy on Debian (it fetches the kernel with apt-get download), or set BOTHY_KERNEL_DIR to an unpacked one",
   };
 }
 
 async function hostKernel(): Promise<Check> {
   const release = (await readFile("/proc/sys/kernel/osrelease", "utf8").catch(() => "")).trim();
   const [major = 0, minor = 0] = release.split(".").map((n) => parseInt(n, 10));
-  const cgroup2 = await access("/sys/fs/cgroup/cgroup.controllers").then(() => true, () => false);
-  if (major < 5 || (major === 5 && minor < 10)) return { name: "host kernel", status: "warn", detail: `${release || "unknown"}; bothy is tested on 5.10 or newer`, fix: "upgrade to Debian 12's kernel (6.1)" };
-  if (!cgroup2) return { name: "host kernel", status: "warn", detail: `${release}, but no cgroup v2 at /sys/fs/cgroup: sandbox CPU and memory limits will not apply`, fix: "boot with systemd.unified_cgroup_hierarchy=1 (Debian 12's default)" };
+  const cgroup2 = await access("/sys/fs/cgroup/cgroup.controllers").then(
+    () => true,
+    () => false,
+  );
+  if (major < 5 || (major === 5 && minor < 10))
+    return {
+      name: "host kernel",
+      status: "warn",
+      detail: `${release || "unknown"}; bothy is tested on 5.10 or newer`,
+      fix: "upgrade to Debian 12's kernel (6.1)",
+    };
+  if (!cgroup2)
+    return {
+      name: "host kernel",
+      status: "warn",
+      detail: `${release}, but no cgroup v2 at /sys/fs/cgroup: sandbox CPU and memory limits will not apply`,
+      fix: "boot with systemd.unified_cgroup_hierarchy=1 (Debian 12's default)",
+    };
   return { name: "host kernel", status: "ok", detail: `${release}, cgroup v2` };
 }
 
@@ -99,21 +134,49 @@ async function kvm(): Promise<Check> {
   } catch (err) {
     why = (err as NodeJS.ErrnoException).code ?? String(err);
   }
-  if (flag && opens) return { name: "KVM", status: "ok", detail: `${flag} in the CPU flags and /dev/kvm opens: QEMU sandboxes run accelerated` };
+  if (flag && opens)
+    return {
+      name: "KVM",
+      status: "ok",
+      detail: `${flag} in the CPU flags and /dev/kvm opens: QEMU sandboxes run accelerated`,
+    };
   const detail = !flag ? "no vmx/svm in the CPU flags (nested virtualization off?)" : `/dev/kvm does not open (${why})`;
-  return { name: "KVM", status: "warn", detail: `${detail}; QEMU sandboxes run in software emulation (TCG, much slower)`, fix: !flag ? "enable nested virtualization on the VM host, or use gVisor (the default here)" : "modprobe kvm_intel (or kvm_amd) and run bothy as root" };
+  return {
+    name: "KVM",
+    status: "warn",
+    detail: `${detail}; QEMU sandboxes run in software emulation (TCG, much slower)`,
+    fix: !flag
+      ? "enable nested virtualization on the VM host, or use gVisor (the default here)"
+      : "modprobe kvm_intel (or kvm_amd) and run bothy as root",
+  };
 }
 
 async function nft(): Promise<Check> {
-  const path = (await onPath("nft")) ?? (await access("/usr/sbin/nft").then(() => "/usr/sbin/nft", () => undefined));
-  if (!path) return { name: "nftables", status: "warn", detail: "nft not found; sandboxes cannot get a filtered network", fix: "apt-get install nftables" };
+  const path =
+    (await onPath("nft")) ??
+    (await access("/usr/sbin/nft").then(
+      () => "/usr/sbin/nft",
+      () => undefined,
+    ));
+  if (!path)
+    return {
+      name: "nftables",
+      status: "warn",
+      detail: "nft not found; sandboxes cannot get a filtered network",
+      fix: "apt-get install nftables",
+    };
   return { name: "nftables", status: "ok", detail: `${path}: ${await firstLine(path, ["--version"])}` };
 }
 
 async function ipForward(): Promise<Check> {
   const value = (await readFile("/proc/sys/net/ipv4/ip_forward", "utf8").catch(() => "")).trim();
   if (value === "1") return { name: "ip_forward", status: "ok", detail: "net.ipv4.ip_forward = 1" };
-  return { name: "ip_forward", status: "warn", detail: `net.ipv4.ip_forward = ${value || "unknown"}; sandboxes with network cannot reach out`, fix: "sysctl -w net.ipv4.ip_forward=1 (and put it in /etc/sysctl.d/ to keep it)" };
+  return {
+    name: "ip_forward",
+    status: "warn",
+    detail: `net.ipv4.ip_forward = ${value || "unknown"}; sandboxes with network cannot reach out`,
+    fix: "sysctl -w net.ipv4.ip_forward=1 (and put it in /etc/sysctl.d/ to keep it)",
+  };
 }
 
 async function disk(): Promise<Check> {
@@ -121,7 +184,13 @@ async function disk(): Promise<Check> {
   // BOTHY_HOME may not exist yet: measure the nearest directory that does.
   let dir = home;
   for (;;) {
-    if (await access(dir).then(() => true, () => false)) break;
+    if (
+      await access(dir).then(
+        () => true,
+        () => false,
+      )
+    )
+      break;
     const parent = dir.replace(/\/[^/]*\/?$/, "") || "/";
     if (parent === dir) break;
     dir = parent;
@@ -129,14 +198,31 @@ async function disk(): Promise<Check> {
   const s = await statfs(dir);
   const free = s.bavail * s.bsize;
   const text = `${formatBytes(free)} free at ${dir}${dir === home ? "" : ` (for ${home})`}`;
-  if (free < 5 * 1024 ** 3) return { name: "disk space", status: "fail", detail: text, fix: "free space or point BOTHY_HOME at a bigger disk: a template takes ~1 GiB, each sandbox's writes come on top" };
-  if (free < 20 * 1024 ** 3) return { name: "disk space", status: "warn", detail: text, fix: "20 GiB or more is comfortable for several templates and busy sandboxes" };
+  if (free < 5 * 1024 ** 3)
+    return {
+      name: "disk space",
+      status: "fail",
+      detail: text,
+      fix: "free space or point BOTHY_HOME at a bigger disk: a template takes ~1 GiB, each sandbox's writes come on top",
+    };
+  if (free < 20 * 1024 ** 3)
+    return {
+      name: "disk space",
+      status: "warn",
+      detail: text,
+      fix: "20 GiB or more is comfortable for several templates and busy sandboxes",
+    };
   return { name: "disk space", status: "ok", detail: text };
 }
 
 async function root(): Promise<Check> {
   if (process.getuid?.() === 0) return { name: "root", status: "ok", detail: "running as root" };
-  return { name: "root", status: "warn", detail: "not root: bothy serve needs root for runsc, mounts, cgroups and nftables", fix: "run bothy serve as root" };
+  return {
+    name: "root",
+    status: "warn",
+    detail: "not root: bothy serve needs root for runsc, mounts, cgroups and nftables",
+    fix: "run bothy serve as root",
+  };
 }
 
 async function server(): Promise<Check> {
@@ -144,14 +230,34 @@ async function server(): Promise<Check> {
   try {
     const res = await fetch(`${url}/healthz`, { signal: AbortSignal.timeout(3000) });
     const body = (await res.json()) as { sandboxes?: Record<string, number> };
-    return { name: "server", status: "ok", detail: `${url} answers; ${body.sandboxes?.["running"] ?? 0} sandboxes running` };
+    return {
+      name: "server",
+      status: "ok",
+      detail: `${url} answers; ${body.sandboxes?.["running"] ?? 0} sandboxes running`,
+    };
   } catch {
-    return { name: "server", status: "warn", detail: `nothing answers at ${url}`, fix: "start it with bothy serve (or npm start), or set BOTHY_URL" };
+    return {
+      name: "server",
+      status: "warn",
+      detail: `nothing answers at ${url}`,
+      fix: "start it with bothy serve (or npm start), or set BOTHY_URL",
+    };
   }
 }
 
 export async function runChecks(): Promise<Check[]> {
-  return Promise.all([root(), runsc(), qemu(), guestKernel(), hostKernel(), kvm(), nft(), ipForward(), disk(), server()]);
+  return Promise.all([
+    root(),
+    runsc(),
+    qemu(),
+    guestKernel(),
+    hostKernel(),
+    kvm(),
+    nft(),
+    ipForward(),
+    disk(),
+    server(),
+  ]);
 }
 
 const MARK: Record<CheckStatus, string> = { ok: "ok  ", warn: "warn", fail: "FAIL" };
@@ -161,7 +267,11 @@ export const doctorCommand: Command = {
   summary: "check this host for what bothy needs",
   usage: USAGE,
   async run(args) {
-    const { values } = parse(args, { ...JSON_FLAG, help: { type: "boolean", short: "h" } }, { min: 0, max: 0, names: "" });
+    const { values } = parse(
+      args,
+      { ...JSON_FLAG, help: { type: "boolean", short: "h" } },
+      { min: 0, max: 0, names: "" },
+    );
     if (values.help) {
       process.stdout.write(USAGE);
       return 0;
@@ -175,7 +285,9 @@ export const doctorCommand: Command = {
         process.stdout.write(`${MARK[c.status]}  ${c.name.padEnd(width)}  ${c.detail}\n`);
         if (c.fix) process.stdout.write(`      ${" ".repeat(width)}  fix: ${c.fix}\n`);
       }
-      process.stdout.write(failed ? "\nbothy cannot run here until the FAIL lines are fixed.\n" : "\nbothy can run here.\n");
+      process.stdout.write(
+        failed ? "\nbothy cannot run here until the FAIL lines are fixed.\n" : "\nbothy can run here.\n",
+      );
     }
     return failed ? 1 : 0;
   },

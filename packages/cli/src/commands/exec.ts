@@ -38,7 +38,14 @@ export const execCommand: Command = {
     const words = dash < 0 ? [] : args.slice(dash + 1);
     const { values, positionals } = parse(
       dash < 0 ? args : args.slice(0, dash),
-      { ...CONNECTION_FLAGS, cwd: { type: "string" }, env: { type: "string", short: "e", multiple: true }, timeout: { type: "string" }, stdin: { type: "boolean", short: "i" }, background: { type: "boolean", short: "d" } },
+      {
+        ...CONNECTION_FLAGS,
+        cwd: { type: "string" },
+        env: { type: "string", short: "e", multiple: true },
+        timeout: { type: "string" },
+        stdin: { type: "boolean", short: "i" },
+        background: { type: "boolean", short: "d" },
+      },
       { min: 1, max: 1, names: "sandbox ID" },
     );
     if (values.help) {
@@ -61,7 +68,12 @@ export const execCommand: Command = {
       ...(values.stdin ? { stdin: true } : {}),
       ...(values.background ? { background: true } : {}),
       // A background command's output stays in the sandbox; `bothy logs ID CMD_ID` shows it.
-      ...(values.background ? {} : { onOutput: (bytes: Uint8Array, stream: "stdout" | "stderr") => (stream === "stdout" ? process.stdout : process.stderr).write(bytes) }),
+      ...(values.background
+        ? {}
+        : {
+            onOutput: (bytes: Uint8Array, stream: "stdout" | "stderr") =>
+              (stream === "stdout" ? process.stdout : process.stderr).write(bytes),
+          }),
       throwOnError: false,
     });
     if (values.background) {

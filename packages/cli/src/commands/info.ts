@@ -13,7 +13,11 @@ export const infoCommand: Command = {
   summary: "show one sandbox",
   usage: USAGE,
   async run(args) {
-    const { values, positionals } = parse(args, { ...CONNECTION_FLAGS, ...JSON_FLAG }, { min: 1, max: 1, names: "sandbox ID" });
+    const { values, positionals } = parse(
+      args,
+      { ...CONNECTION_FLAGS, ...JSON_FLAG },
+      { min: 1, max: 1, names: "sandbox ID" },
+    );
     if (values.help) {
       process.stdout.write(USAGE);
       return 0;

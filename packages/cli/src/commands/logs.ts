@@ -20,7 +20,11 @@ export const logsCommand: Command = {
   summary: "a sandbox's events, or a command's output",
   usage: USAGE,
   async run(args) {
-    const { values, positionals } = parse(args, { ...CONNECTION_FLAGS, ...JSON_FLAG, follow: { type: "boolean", short: "f" }, since: { type: "string" } }, { min: 1, max: 2, names: "sandbox ID" });
+    const { values, positionals } = parse(
+      args,
+      { ...CONNECTION_FLAGS, ...JSON_FLAG, follow: { type: "boolean", short: "f" }, since: { type: "string" } },
+      { min: 1, max: 2, names: "sandbox ID" },
+    );
     if (values.help) {
       process.stdout.write(USAGE);
       return 0;
@@ -32,12 +36,14 @@ export const logsCommand: Command = {
         onOutput: (bytes, stream) => (stream === "stdout" ? process.stdout : process.stderr).write(bytes),
         throwOnError: false,
       });
-      if (handle.droppedBytes > 0) process.stderr.write(`bothy logs: ${handle.droppedBytes} bytes of older output were dropped\n`);
+      if (handle.droppedBytes > 0)
+        process.stderr.write(`bothy logs: ${handle.droppedBytes} bytes of older output were dropped\n`);
       const r = await handle.wait();
       return exitStatus(r.exitCode, r.signal);
     }
     const since = values.since === undefined ? 0 : Number(values.since);
-    if (!Number.isInteger(since) || since < 0) throw new UsageError(`--since takes an event sequence number, got "${values.since}"`);
+    if (!Number.isInteger(since) || since < 0)
+      throw new UsageError(`--since takes an event sequence number, got "${values.since}"`);
     const controller = new AbortController();
     const stop = (): void => controller.abort();
     process.once("SIGINT", stop);
@@ -58,6 +64,8 @@ export const logsCommand: Command = {
 /** The fields worth a glance on one line: command id and exit, or why a sandbox failed. */
 function summary(data: Record<string, unknown>): string {
   const keys = ["command_id", "cmd", "exit_code", "signal", "timed_out", "reason", "error"];
-  const parts = keys.filter((k) => data[k] !== undefined && data[k] !== null && data[k] !== false).map((k) => `${k}=${JSON.stringify(data[k])}`);
+  const parts = keys
+    .filter((k) => data[k] !== undefined && data[k] !== null && data[k] !== false)
+    .map((k) => `${k}=${JSON.stringify(data[k])}`);
   return parts.length ? `  ${parts.join(" ")}` : "";
 }

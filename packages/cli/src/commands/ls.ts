@@ -15,7 +15,11 @@ export const lsCommand: Command = {
   summary: "list live sandboxes",
   usage: USAGE,
   async run(args) {
-    const { values } = parse(args, { ...CONNECTION_FLAGS, ...JSON_FLAG, quiet: { type: "boolean", short: "q" } }, { min: 0, max: 0, names: "" });
+    const { values } = parse(
+      args,
+      { ...CONNECTION_FLAGS, ...JSON_FLAG, quiet: { type: "boolean", short: "q" } },
+      { min: 0, max: 0, names: "" },
+    );
     if (values.help) {
       process.stdout.write(USAGE);
       return 0;
@@ -23,7 +27,11 @@ export const lsCommand: Command = {
     const sandboxes = await Sandbox.list(connection(values));
     if (values.json) printJson({ sandboxes });
     else if (values.quiet) for (const s of sandboxes) process.stdout.write(`${s.sandbox_id}\n`);
-    else printTable(SANDBOX_HEADER, sandboxes.map((s) => sandboxRow(s)));
+    else
+      printTable(
+        SANDBOX_HEADER,
+        sandboxes.map((s) => sandboxRow(s)),
+      );
     return 0;
   },
 };

@@ -9,7 +9,11 @@ export function stateChangeCommand(name: "pause" | "resume", summary: string, us
     summary,
     usage,
     async run(args) {
-      const { values, positionals } = parse(args, { ...CONNECTION_FLAGS, ...JSON_FLAG }, { min: 1, max: 1, names: "sandbox ID" });
+      const { values, positionals } = parse(
+        args,
+        { ...CONNECTION_FLAGS, ...JSON_FLAG },
+        { min: 1, max: 1, names: "sandbox ID" },
+      );
       if (values.help) {
         process.stdout.write(usage);
         return 0;

@@ -14,12 +14,18 @@ export const rmCommand: Command = {
   summary: "delete sandboxes",
   usage: USAGE,
   async run(args) {
-    const { values, positionals } = parse(args, { ...CONNECTION_FLAGS, ...JSON_FLAG }, { min: 1, max: Infinity, names: "sandbox ID" });
+    const { values, positionals } = parse(
+      args,
+      { ...CONNECTION_FLAGS, ...JSON_FLAG },
+      { min: 1, max: Infinity, names: "sandbox ID" },
+    );
     if (values.help) {
       process.stdout.write(USAGE);
       return 0;
     }
-    const results = await Promise.all(positionals.map(async (id) => ({ sandbox_id: id, deleted: await Sandbox.kill(id, connection(values)) })));
+    const results = await Promise.all(
+      positionals.map(async (id) => ({ sandbox_id: id, deleted: await Sandbox.kill(id, connection(values)) })),
+    );
     if (values.json) printJson({ results });
     for (const r of results) {
       if (!r.deleted) process.stderr.write(`bothy rm: no sandbox ${r.sandbox_id}\n`);

@@ -12,7 +12,9 @@ export async function serve(_args: string[]): Promise<number> {
   }
   // A start-up step that waits on nothing that can wake it would let Node exit 0 in silence.
   const stalled = (): void => {
-    process.stderr.write("bothy: start-up stalled (a step waited on nothing that could finish it); this is a bug, please report it\n");
+    process.stderr.write(
+      "bothy: start-up stalled (a step waited on nothing that could finish it); this is a bug, please report it\n",
+    );
     process.exit(1);
   };
   process.once("beforeExit", stalled);

@@ -17,7 +17,11 @@ export const shellCommand: Command = {
   summary: "interactive shell in a sandbox",
   usage: USAGE,
   async run(args) {
-    const { values, positionals } = parse(args, { ...CONNECTION_FLAGS, cmd: { type: "string" }, cwd: { type: "string" } }, { min: 1, max: 1, names: "sandbox ID" });
+    const { values, positionals } = parse(
+      args,
+      { ...CONNECTION_FLAGS, cmd: { type: "string" }, cwd: { type: "string" } },
+      { min: 1, max: 1, names: "sandbox ID" },
+    );
     if (values.help) {
       process.stdout.write(USAGE);
       return 0;

@@ -76,7 +76,9 @@ export async function templateBuild(args: string[]): Promise<number> {
       },
     });
     renderer.finish();
-    const how = built ? `built in ${((Date.now() - started) / 1000).toFixed(1)}s` : `up to date (built ${result.builtAt})`;
+    const how = built
+      ? `built in ${((Date.now() - started) / 1000).toFixed(1)}s`
+      : `up to date (built ${result.builtAt})`;
     process.stdout.write(`${result.name} ${result.hash.slice(0, 12)} ${how}\n${result.rootfs}\n`);
     return 0;
   } catch (err) {
@@ -122,7 +124,9 @@ export async function templateList(args: string[]): Promise<number> {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
   for (const row of [header, ...rows]) {
     // The last column is left unpadded: it holds error messages of any length.
-    process.stdout.write(`${row.map((cell, i) => (i === row.length - 1 ? cell : cell.padEnd(widths[i] ?? 0))).join("  ")}\n`);
+    process.stdout.write(
+      `${row.map((cell, i) => (i === row.length - 1 ? cell : cell.padEnd(widths[i] ?? 0))).join("  ")}\n`,
+    );
   }
   return 0;
 }

@@ -4,7 +4,11 @@ import { Sandbox, type SandboxCreateOptions } from "../../src/index.ts";
  * Runs `fn` with a fresh sandbox and always deletes it afterwards, whatever `fn` did; on failure
  * the sandbox id is logged so the server log can be searched for it.
  */
-export async function withSandbox<T>(baseUrl: string, fn: (sandbox: Sandbox) => Promise<T>, options: SandboxCreateOptions = {}): Promise<T> {
+export async function withSandbox<T>(
+  baseUrl: string,
+  fn: (sandbox: Sandbox) => Promise<T>,
+  options: SandboxCreateOptions = {},
+): Promise<T> {
   const sandbox = await Sandbox.create({ baseUrl, ...options });
   try {
     return await fn(sandbox);

@@ -63,7 +63,12 @@ type Pending =
   | { kind: "exec"; events: ExecEvents }
   | { kind: "stat"; resolve: (s: FileStat) => void; reject: (e: BothyError) => void }
   | { kind: "read"; sink: ReadSink; reject: (e: BothyError) => void }
-  | { kind: "write"; resolve: (r: { size: number; sha256: string }) => void; reject: (e: BothyError) => void; acked: (bytes: number) => void }
+  | {
+      kind: "write";
+      resolve: (r: { size: number; sha256: string }) => void;
+      reject: (e: BothyError) => void;
+      acked: (bytes: number) => void;
+    }
   | { kind: "list"; resolve: (r: { entries: DirEntry[]; truncated: boolean }) => void; reject: (e: BothyError) => void }
   | { kind: "done"; resolve: () => void; reject: (e: BothyError) => void }
   | { kind: "identity"; resolve: () => void; reject: (e: BothyError) => void };
@@ -125,7 +130,10 @@ export class AgentClient {
       this.send({ t: "resync" });
     }
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => fail(new BothyError("agent_unavailable", `The guest agent did not say hello within ${timeoutMs} ms.`)), timeoutMs);
+      const timer = setTimeout(
+        () => fail(new BothyError("agent_unavailable", `The guest agent did not say hello within ${timeoutMs} ms.`)),
+        timeoutMs,
+      );
       const onAbort = (): void => fail(new BothyError("agent_unavailable", "Handshake aborted."));
       const fail = (e: BothyError): void => {
         clearTimeout(timer);
@@ -157,7 +165,15 @@ export class AgentClient {
 
   exec(options: ExecOptions, events: ExecEvents): ExecHandle {
     const id = this.allocate({ kind: "exec", events });
-    this.send({ t: "exec", id, cmd: options.cmd, cwd: options.cwd, env: options.env, stdin: options.stdin ?? false, pty: options.pty });
+    this.send({
+      t: "exec",
+      id,
+      cmd: options.cmd,
+      cwd: options.cwd,
+      env: options.env,
+      stdin: options.stdin ?? false,
+      pty: options.pty,
+    });
     return new ExecHandle(this, id);
   }
 
@@ -220,7 +236,11 @@ export class AgentClient {
     return Buffer.concat(chunks);
   }
 
-  writeFile(path: string, data: Buffer, options: { mode?: number; ifSha256?: string } = {}): Promise<{ size: number; sha256: string }> {
+  writeFile(
+    path: string,
+    data: Buffer,
+    options: { mode?: number; ifSha256?: string } = {},
+  ): Promise<{ size: number; sha256: string }> {
     return this.writeStream(path, [data], options);
   }
 
@@ -228,7 +248,11 @@ export class AgentClient {
    * Streams data into a guest file, replaced atomically at the end. At most a window of
    * unacknowledged bytes is in flight, so a 1 GB upload holds about a megabyte in memory.
    */
-  async writeStream(path: string, source: AsyncIterable<Buffer | Uint8Array> | Iterable<Buffer | Uint8Array>, options: { mode?: number; ifSha256?: string } = {}): Promise<{ size: number; sha256: string }> {
+  async writeStream(
+    path: string,
+    source: AsyncIterable<Buffer | Uint8Array> | Iterable<Buffer | Uint8Array>,
+    options: { mode?: number; ifSha256?: string } = {},
+  ): Promise<{ size: number; sha256: string }> {
     let inflight = 0;
     let wake: (() => void) | undefined;
     let failure: BothyError | undefined;
@@ -268,7 +292,9 @@ export class AgentClient {
       // Never commit a partial upload: the guest removes its temporary file.
       this.pending.delete(id);
       this.send({ t: "cancel", id });
-      throw err instanceof BothyError ? err : new BothyError("file_error", `Upload aborted: ${(err as Error).message}`, { cause: err });
+      throw err instanceof BothyError
+        ? err
+        : new BothyError("file_error", `Upload aborted: ${(err as Error).message}`, { cause: err });
     }
     this.send({ t: "file_chunk", id, eof: true });
     return done;
@@ -278,7 +304,17 @@ export class AgentClient {
   identify(identity: GuestIdentity): Promise<void> {
     return new Promise((resolve, reject) => {
       const id = this.allocate({ kind: "identity", resolve, reject });
-      this.send({ t: "identity", id, sandbox_id: identity.sandboxId, hostname: identity.hostname, env: identity.env, time_ms: Date.now() }, identity.entropy);
+      this.send(
+        {
+          t: "identity",
+          id,
+          sandbox_id: identity.sandboxId,
+          hostname: identity.hostname,
+          env: identity.env,
+          time_ms: Date.now(),
+        },
+        identity.entropy,
+      );
     });
   }
 
@@ -352,13 +388,20 @@ export class AgentClient {
     try {
       frames = this.decoder.push(chunk);
     } catch (err) {
-      this.close(new BothyError("agent_protocol_error", `The guest agent sent a malformed frame: ${(err as Error).message}`));
+      this.close(
+        new BothyError("agent_protocol_error", `The guest agent sent a malformed frame: ${(err as Error).message}`),
+      );
       return;
     }
     for (const raw of frames) {
       const parsed = guestFrame.safeParse(raw.header);
       if (!parsed.success) {
-        this.close(new BothyError("agent_protocol_error", `The guest agent sent an invalid frame: ${parsed.error.issues[0]?.message ?? "unknown"}`));
+        this.close(
+          new BothyError(
+            "agent_protocol_error",
+            `The guest agent sent an invalid frame: ${parsed.error.issues[0]?.message ?? "unknown"}`,
+          ),
+        );
         return;
       }
       this.dispatch(parsed.data, raw.payload);
@@ -369,7 +412,12 @@ export class AgentClient {
   private dispatch(frame: GuestFrame, payload: Buffer): void {
     if (frame.t === "hello") {
       if (frame.gen !== PROTOCOL_GENERATION) {
-        this.close(new BothyError("agent_protocol_error", `The guest agent speaks protocol generation ${frame.gen}, the server ${PROTOCOL_GENERATION}; rebuild the agent.`));
+        this.close(
+          new BothyError(
+            "agent_protocol_error",
+            `The guest agent speaks protocol generation ${frame.gen}, the server ${PROTOCOL_GENERATION}; rebuild the agent.`,
+          ),
+        );
         return;
       }
       this.send({ t: "hello_ack", gen: PROTOCOL_GENERATION });
@@ -387,7 +435,8 @@ export class AgentClient {
         if (p.kind === "exec") p.events.onStarted(frame.pid);
         return;
       case "output":
-        if (p.kind === "exec") p.events.onOutput(frame.fd, payload, () => this.creditOutput(id, Math.max(1, payload.length)));
+        if (p.kind === "exec")
+          p.events.onOutput(frame.fd, payload, () => this.creditOutput(id, Math.max(1, payload.length)));
         return;
       case "exited":
         this.pending.delete(id);
@@ -428,7 +477,8 @@ export class AgentClient {
       case "error": {
         const err = guestFileError(frame.code, frame.message);
         if (p.kind === "exec") {
-          if (frame.code === "spawn_failed") p.events.onError(new BothyError("invalid_command", `The command could not start: ${frame.message}`));
+          if (frame.code === "spawn_failed")
+            p.events.onError(new BothyError("invalid_command", `The command could not start: ${frame.message}`));
           return; // an exec still ends with its own `exited` frame
         }
         this.pending.delete(id);

@@ -2,10 +2,18 @@ import { BothyError } from "@bothy/protocol";
 import type { AgentClient } from "./agent-client.ts";
 
 /** Runs a short host-side command in the guest (not a user's command): its exit code and the tail of its output. */
-export function execQuiet(agent: AgentClient, cmd: string, timeoutMs: number, what: string): Promise<{ code: number | null; output: string }> {
+export function execQuiet(
+  agent: AgentClient,
+  cmd: string,
+  timeoutMs: number,
+  what: string,
+): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve, reject) => {
     let output = "";
-    const timer = setTimeout(() => reject(new BothyError("create_failed", `${what} took over ${timeoutMs} ms.`)), timeoutMs);
+    const timer = setTimeout(
+      () => reject(new BothyError("create_failed", `${what} took over ${timeoutMs} ms.`)),
+      timeoutMs,
+    );
     agent.exec(
       { cmd, cwd: "/" },
       {

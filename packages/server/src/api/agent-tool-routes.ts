@@ -22,7 +22,14 @@ type Turn = { Params: { id: string; turn: string } };
 function loopbackUrl(app: FastifyInstance): string {
   const address = app.server.address() as AddressInfo | null;
   if (!address) throw new BothyError("shutting_down", "The server is not listening.");
-  const host = address.address === "0.0.0.0" ? "127.0.0.1" : address.address === "::" ? "[::1]" : address.family === "IPv6" ? `[${address.address}]` : address.address;
+  const host =
+    address.address === "0.0.0.0"
+      ? "127.0.0.1"
+      : address.address === "::"
+        ? "[::1]"
+        : address.family === "IPv6"
+          ? `[${address.address}]`
+          : address.address;
   return `http://${host}:${address.port}`;
 }
 
@@ -51,25 +58,44 @@ export async function agentToolRoutes(app: FastifyInstance, config: Config, logg
     });
 
     // Documents are raw bytes; the route checks their type itself.
-    scope.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: CORPUS_BODY_LIMIT }, (_request, body, done) => done(null, body));
-    scope.post<{ Querystring: Record<string, string> }>("/corpus", { bodyLimit: CORPUS_BODY_LIMIT }, async (request, reply) => {
-      const { name } = parseInput(corpusUploadQuery, request.query, "POST /corpus?name=<file name>");
-      const type = corpusMediaType(request.headers["content-type"], name);
-      if (!type) throw new BothyError("unsupported_media_type", "The corpus takes CSV, plain text, Markdown and PDF: send Content-Type text/csv, text/plain, text/markdown or application/pdf (or a .csv/.txt/.md/.pdf name).");
-      if (!Buffer.isBuffer(request.body)) throw new BothyError("invalid_request", "POST /corpus takes the document's bytes as the body.");
-      const text = type === "application/pdf" ? await tools.pdfText(request.body) : undefined;
-      return reply.code(201).send(await tools.corpus.add(name, type, request.body, text));
-    });
+    scope.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: CORPUS_BODY_LIMIT }, (_request, body, done) =>
+      done(null, body),
+    );
+    scope.post<{ Querystring: Record<string, string> }>(
+      "/corpus",
+      { bodyLimit: CORPUS_BODY_LIMIT },
+      async (request, reply) => {
+        const { name } = parseInput(corpusUploadQuery, request.query, "POST /corpus?name=<file name>");
+        const type = corpusMediaType(request.headers["content-type"], name);
+        if (!type)
+          throw new BothyError(
+            "unsupported_media_type",
+            "The corpus takes CSV, plain text, Markdown and PDF: send Content-Type text/csv, text/plain, text/markdown or application/pdf (or a .csv/.txt/.md/.pdf name).",
+          );
+        if (!Buffer.isBuffer(request.body))
+          throw new BothyError("invalid_request", "POST /corpus takes the document's bytes as the body.");
+        const text = type === "application/pdf" ? await tools.pdfText(request.body) : undefined;
+        return reply.code(201).send(await tools.corpus.add(name, type, request.body, text));
+      },
+    );
   });
 
   app.get("/corpus", async () => ({ documents: tools.store.documents() }));
   app.get<Conv>("/corpus/:id", async (request) => {
     const doc = tools.store.document(request.params.id);
-    if (!doc) throw new BothyError("document_not_found", `No corpus document ${request.params.id.slice(0, 64)}; GET /corpus lists them.`);
+    if (!doc)
+      throw new BothyError(
+        "document_not_found",
+        `No corpus document ${request.params.id.slice(0, 64)}; GET /corpus lists them.`,
+      );
     return doc;
   });
   app.delete<Conv>("/corpus/:id", async (request) => {
-    if (!tools.store.deleteDocument(request.params.id)) throw new BothyError("document_not_found", `No corpus document ${request.params.id.slice(0, 64)}; GET /corpus lists them.`);
+    if (!tools.store.deleteDocument(request.params.id))
+      throw new BothyError(
+        "document_not_found",
+        `No corpus document ${request.params.id.slice(0, 64)}; GET /corpus lists them.`,
+      );
     return { document_id: request.params.id, deleted: true };
   });
 
@@ -78,23 +104,36 @@ export async function agentToolRoutes(app: FastifyInstance, config: Config, logg
     const existed = body.conversation_id !== undefined && tools.store.conversation(body.conversation_id) !== undefined;
     return reply.code(existed ? 200 : 201).send(tools.createConversation(body));
   });
-  app.get<Conv>("/conversations/:id", async (request) => ({ ...tools.conversation(request.params.id), turns: tools.store.turns(request.params.id) }));
+  app.get<Conv>("/conversations/:id", async (request) => ({
+    ...tools.conversation(request.params.id),
+    turns: tools.store.turns(request.params.id),
+  }));
   app.delete<Conv>("/conversations/:id", async (request) => tools.deleteConversation(request.params.id));
   app.post<Conv>("/conversations/:id/turns", async (request, reply) => {
     const { turn_id } = parseInput(beginTurnRequest, request.body, "POST /conversations/{id}/turns");
     return reply.code(201).send(tools.beginTurn(request.params.id, turn_id));
   });
-  app.get<Turn>("/conversations/:id/turns/:turn", async (request) => tools.turnView(request.params.id, request.params.turn));
-  app.post<Turn>("/conversations/:id/turns/:turn/end", async (request) => tools.endTurn(request.params.id, request.params.turn));
-  app.get<{ Params: { id: string; turn: string; export: string } }>("/conversations/:id/turns/:turn/attachments/:export", async (request, reply) => {
-    const { id, turn, export: exportId } = request.params;
-    const file = tools.attachment(id, turn, exportId);
-    const name = file.name.replace(/[^\x20-\x7e]|["\\]/g, "_");
-    return reply
-      .type(file.media_type)
-      .header("content-length", file.size)
-      .header("content-disposition", `attachment; filename="${name}"; filename*=UTF-8''${encodeURIComponent(file.name)}`)
-      .header("x-content-sha256", file.sha256)
-      .send(createReadStream(tools.exportPath(file.export_id)));
-  });
+  app.get<Turn>("/conversations/:id/turns/:turn", async (request) =>
+    tools.turnView(request.params.id, request.params.turn),
+  );
+  app.post<Turn>("/conversations/:id/turns/:turn/end", async (request) =>
+    tools.endTurn(request.params.id, request.params.turn),
+  );
+  app.get<{ Params: { id: string; turn: string; export: string } }>(
+    "/conversations/:id/turns/:turn/attachments/:export",
+    async (request, reply) => {
+      const { id, turn, export: exportId } = request.params;
+      const file = tools.attachment(id, turn, exportId);
+      const name = file.name.replace(/[^\x20-\x7e]|["\\]/g, "_");
+      return reply
+        .type(file.media_type)
+        .header("content-length", file.size)
+        .header(
+          "content-disposition",
+          `attachment; filename="${name}"; filename*=UTF-8''${encodeURIComponent(file.name)}`,
+        )
+        .header("x-content-sha256", file.sha256)
+        .send(createReadStream(tools.exportPath(file.export_id)));
+    },
+  );
 }

@@ -37,7 +37,17 @@ export class CommandSession {
     socket.on("close", () => this.onClientGone());
     socket.on("error", () => this.onClientGone());
     if (target.kind === "attach") this.attach(target.commandId);
-    else this.firstMessageTimer = setTimeout(() => this.fail(new BothyError("invalid_command", `Send the command as the first message within ${FIRST_MESSAGE_TIMEOUT_MS / 1000} s.`)), FIRST_MESSAGE_TIMEOUT_MS);
+    else
+      this.firstMessageTimer = setTimeout(
+        () =>
+          this.fail(
+            new BothyError(
+              "invalid_command",
+              `Send the command as the first message within ${FIRST_MESSAGE_TIMEOUT_MS / 1000} s.`,
+            ),
+          ),
+        FIRST_MESSAGE_TIMEOUT_MS,
+      );
   }
 
   private onMessage(data: Buffer, isBinary: boolean): void {
@@ -48,12 +58,20 @@ export class CommandSession {
     } catch {
       json = undefined;
     }
-    if (json === undefined) return this.fail(new BothyError("invalid_command", "Messages are JSON text, e.g. {\"cmd\":\"echo hi\"}."));
+    if (json === undefined)
+      return this.fail(new BothyError("invalid_command", 'Messages are JSON text, e.g. {"cmd":"echo hi"}.'));
     if (!this.command) return this.start(json);
     const input = commandInput.safeParse(json);
-    if (!input.success) return this.fail(new BothyError("invalid_command", `Unexpected message while the command runs: ${summarize(input.error.issues)}. Send {"type":"stdin","data":"..."}, {"type":"stdin_eof"}, {"type":"signal","signal":"SIGINT"} or {"type":"resize","cols":80,"rows":24}.`));
+    if (!input.success)
+      return this.fail(
+        new BothyError(
+          "invalid_command",
+          `Unexpected message while the command runs: ${summarize(input.error.issues)}. Send {"type":"stdin","data":"..."}, {"type":"stdin_eof"}, {"type":"signal","signal":"SIGINT"} or {"type":"resize","cols":80,"rows":24}.`,
+        ),
+      );
     const msg = input.data;
-    if (msg.type === "stdin") this.command.stdin(Buffer.from(msg.data, msg.encoding === "base64" ? "base64" : "utf8"), false);
+    if (msg.type === "stdin")
+      this.command.stdin(Buffer.from(msg.data, msg.encoding === "base64" ? "base64" : "utf8"), false);
     else if (msg.type === "stdin_eof") this.command.stdin(Buffer.alloc(0), true);
     else if (msg.type === "resize") this.command.resize(msg.cols, msg.rows);
     else this.command.signal(msg.signal);
@@ -62,7 +80,13 @@ export class CommandSession {
   private start(json: unknown): void {
     clearTimeout(this.firstMessageTimer);
     const parsed = commandRequest.safeParse(json);
-    if (!parsed.success) return this.fail(new BothyError("invalid_command", `${summarize(parsed.error.issues)}. The first message is {"cmd":"<shell line>"} with optional cwd, env, timeout_s, stdin, background, pty.`));
+    if (!parsed.success)
+      return this.fail(
+        new BothyError(
+          "invalid_command",
+          `${summarize(parsed.error.issues)}. The first message is {"cmd":"<shell line>"} with optional cwd, env, timeout_s, stdin, background, pty.`,
+        ),
+      );
     try {
       this.command = this.registry.start(this.sandboxId, this.manager.agent(this.sandboxId), parsed.data);
     } catch (err) {
@@ -82,10 +106,21 @@ export class CommandSession {
     try {
       const info = this.registry.info(this.sandboxId, commandId);
       if (info.state === "exited") {
-        this.send({ type: "process_exited", command_id: commandId, exit_code: info.exit_code, ...(info.signal ? { signal: info.signal } : {}), ...(info.timed_out ? { timed_out: true } : {}) });
+        this.send({
+          type: "process_exited",
+          command_id: commandId,
+          exit_code: info.exit_code,
+          ...(info.signal ? { signal: info.signal } : {}),
+          ...(info.timed_out ? { timed_out: true } : {}),
+        });
         this.close(1000, "process exited");
       } else {
-        this.fail(new BothyError("agent_unavailable", `Command ${commandId} was lost when its sandbox stopped; its output is gone.`));
+        this.fail(
+          new BothyError(
+            "agent_unavailable",
+            `Command ${commandId} was lost when its sandbox stopped; its output is gone.`,
+          ),
+        );
       }
     } catch (err) {
       this.fail(toBothyError(err));
@@ -103,7 +138,12 @@ export class CommandSession {
   /** Ends the session with an error message; a foreground command is killed. */
   private fail(err: BothyError): void {
     if (this.closed) return;
-    this.send({ type: "error", code: err.code, message: err.message, ...(this.command ? { command_id: this.command.id } : {}) });
+    this.send({
+      type: "error",
+      code: err.code,
+      message: err.message,
+      ...(this.command ? { command_id: this.command.id } : {}),
+    });
     this.close(err.code === "invalid_command" ? 1008 : 1011, err.code);
   }
 

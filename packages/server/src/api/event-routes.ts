@@ -11,14 +11,21 @@ const KEEPALIVE_MS = 15_000;
 export function eventRoutes(app: FastifyInstance, bus: EventBus): void {
   app.get<{ Querystring: { sandbox_id?: string; since?: string } }>("/events", async (request, reply) => {
     const { sandbox_id: sandboxId, since } = request.query;
-    if (sandboxId !== undefined && !SANDBOX_ID_RE.test(sandboxId)) throw new BothyError("invalid_sandbox_id", "sandbox_id must be a sandbox id (sbx_ and 20 letters and digits).");
+    if (sandboxId !== undefined && !SANDBOX_ID_RE.test(sandboxId))
+      throw new BothyError("invalid_sandbox_id", "sandbox_id must be a sandbox id (sbx_ and 20 letters and digits).");
     const lastId = request.headers["last-event-id"] ?? since;
     const from = lastId === undefined ? undefined : Number(lastId);
-    if (from !== undefined && (!Number.isInteger(from) || from < 0)) throw new BothyError("invalid_request", "Last-Event-ID and since are event sequence numbers (integers >= 0).");
+    if (from !== undefined && (!Number.isInteger(from) || from < 0))
+      throw new BothyError("invalid_request", "Last-Event-ID and since are event sequence numbers (integers >= 0).");
 
     reply.hijack();
     const res = reply.raw;
-    res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache", connection: "keep-alive", "x-accel-buffering": "no" });
+    res.writeHead(200, {
+      "content-type": "text/event-stream",
+      "cache-control": "no-cache",
+      connection: "keep-alive",
+      "x-accel-buffering": "no",
+    });
     res.write(": bothy events\n\n");
     const write = (ev: BothyEvent): void => {
       if (sandboxId !== undefined && ev.sandbox_id !== sandboxId) return;

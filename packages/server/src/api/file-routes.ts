@@ -19,7 +19,11 @@ function ifMatch(request: FastifyRequest): string | undefined {
   const raw = request.headers["if-match"];
   if (raw === undefined) return undefined;
   const value = (Array.isArray(raw) ? raw[0] : raw)?.trim().replace(/^W\//, "").replace(/^"|"$/g, "") ?? "";
-  if (!/^[0-9a-f]{64}$/.test(value)) throw new BothyError("invalid_request", "If-Match takes the file's sha256 (64 hex digits), as GET /files/stat?sha256=true reports it.");
+  if (!/^[0-9a-f]{64}$/.test(value))
+    throw new BothyError(
+      "invalid_request",
+      "If-Match takes the file's sha256 (64 hex digits), as GET /files/stat?sha256=true reports it.",
+    );
   return value;
 }
 
@@ -37,8 +41,15 @@ export async function fileRoutes(app: FastifyInstance, manager: SandboxManager):
       const { path } = parseInput(fileQuery, request.query, "GET /files?path=<file>");
       const agent = manager.agent(request.params.id);
       const stat = await agent.stat(path);
-      if (stat.type === "dir") throw new BothyError("file_error", `${path} is a directory; list it with GET /sandboxes/${request.params.id}/files/list?path=...`);
-      return reply.type("application/octet-stream").header("content-length", stat.size).send(agent.readStream(path, { length: stat.size }));
+      if (stat.type === "dir")
+        throw new BothyError(
+          "file_error",
+          `${path} is a directory; list it with GET /sandboxes/${request.params.id}/files/list?path=...`,
+        );
+      return reply
+        .type("application/octet-stream")
+        .header("content-length", stat.size)
+        .send(agent.readStream(path, { length: stat.size }));
     });
 
     scope.put<Params & { Querystring: Record<string, string> }>("/sandboxes/:id/files", async (request) => {
@@ -46,7 +57,10 @@ export async function fileRoutes(app: FastifyInstance, manager: SandboxManager):
       const expected = ifMatch(request);
       const body = (request.body as Readable | undefined) ?? [];
       const agent = manager.agent(request.params.id);
-      const written = await agent.writeStream(path, body, { mode: mode === undefined ? undefined : parseInt(mode, 8), ifSha256: expected });
+      const written = await agent.writeStream(path, body, {
+        mode: mode === undefined ? undefined : parseInt(mode, 8),
+        ifSha256: expected,
+      });
       return { path, ...written };
     });
 

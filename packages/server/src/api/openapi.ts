@@ -92,56 +92,279 @@ const ANY_JSON: Answer = { description: "A JSON object (see the README)", type: 
 
 /** Every route the server serves. A route added without a row here fails openapi.test.ts. */
 export const OPERATIONS: Operation[] = [
-  { method: "post", path: "/sandboxes", tag: "sandboxes", summary: "Create a sandbox (Idempotency-Key header: replay answers 200 and the same sandbox)", body: "CreateSandboxRequest", answers: { 201: SANDBOX, 200: { description: "Replayed Idempotency-Key: the sandbox made before", schema: "Sandbox" } } },
-  { method: "get", path: "/sandboxes", tag: "sandboxes", summary: "List live sandboxes", answers: { 200: { description: "Live sandboxes", schema: "SandboxList" } } },
-  { method: "get", path: "/sandboxes/{id}", tag: "sandboxes", summary: "Show a sandbox (also once deleted)", answers: { 200: SANDBOX } },
-  { method: "delete", path: "/sandboxes/{id}", tag: "sandboxes", summary: "Delete a sandbox (idempotent)", answers: { 200: SANDBOX } },
-  { method: "post", path: "/sandboxes/{id}/pause", tag: "sandboxes", summary: "Pause: memory to disk, VM ended (QEMU)", answers: { 200: SANDBOX } },
-  { method: "post", path: "/sandboxes/{id}/resume", tag: "sandboxes", summary: "Resume a paused sandbox", answers: { 200: SANDBOX } },
-  { method: "post", path: "/sandboxes/{id}/timeout", tag: "sandboxes", summary: "Expire the sandbox timeout_s seconds from now", body: "SetTimeoutRequest", answers: { 200: SANDBOX } },
+  {
+    method: "post",
+    path: "/sandboxes",
+    tag: "sandboxes",
+    summary: "Create a sandbox (Idempotency-Key header: replay answers 200 and the same sandbox)",
+    body: "CreateSandboxRequest",
+    answers: {
+      201: SANDBOX,
+      200: { description: "Replayed Idempotency-Key: the sandbox made before", schema: "Sandbox" },
+    },
+  },
+  {
+    method: "get",
+    path: "/sandboxes",
+    tag: "sandboxes",
+    summary: "List live sandboxes",
+    answers: { 200: { description: "Live sandboxes", schema: "SandboxList" } },
+  },
+  {
+    method: "get",
+    path: "/sandboxes/{id}",
+    tag: "sandboxes",
+    summary: "Show a sandbox (also once deleted)",
+    answers: { 200: SANDBOX },
+  },
+  {
+    method: "delete",
+    path: "/sandboxes/{id}",
+    tag: "sandboxes",
+    summary: "Delete a sandbox (idempotent)",
+    answers: { 200: SANDBOX },
+  },
+  {
+    method: "post",
+    path: "/sandboxes/{id}/pause",
+    tag: "sandboxes",
+    summary: "Pause: memory to disk, VM ended (QEMU)",
+    answers: { 200: SANDBOX },
+  },
+  {
+    method: "post",
+    path: "/sandboxes/{id}/resume",
+    tag: "sandboxes",
+    summary: "Resume a paused sandbox",
+    answers: { 200: SANDBOX },
+  },
+  {
+    method: "post",
+    path: "/sandboxes/{id}/timeout",
+    tag: "sandboxes",
+    summary: "Expire the sandbox timeout_s seconds from now",
+    body: "SetTimeoutRequest",
+    answers: { 200: SANDBOX },
+  },
   {
     method: "get",
     path: "/sandboxes/{id}/command",
     tag: "commands",
-    summary: "WebSocket: run one command (first message CommandRequest, then CommandInput; the server streams CommandEvent, process_exited or error last)",
+    summary:
+      "WebSocket: run one command (first message CommandRequest, then CommandInput; the server streams CommandEvent, process_exited or error last)",
     answers: { 101: { description: "Switching to the WebSocket" } },
     websocket: { send: ["CommandRequest", "CommandInput"], receive: "CommandEvent" },
   },
-  { method: "get", path: "/sandboxes/{id}/commands", tag: "commands", summary: "List the sandbox's commands", answers: { 200: { description: "Commands", schema: "CommandList" } } },
+  {
+    method: "get",
+    path: "/sandboxes/{id}/commands",
+    tag: "commands",
+    summary: "List the sandbox's commands",
+    answers: { 200: { description: "Commands", schema: "CommandList" } },
+  },
   {
     method: "get",
     path: "/sandboxes/{id}/commands/{commandId}",
     tag: "commands",
     summary: "Show a command; as a WebSocket, re-attach to its output (replay, then live)",
-    answers: { 200: { description: "The command", schema: "Command" }, 101: { description: "Re-attached over WebSocket" } },
+    answers: {
+      200: { description: "The command", schema: "Command" },
+      101: { description: "Re-attached over WebSocket" },
+    },
     websocket: { send: ["CommandInput"], receive: "CommandEvent" },
   },
-  { method: "get", path: "/sandboxes/{id}/files", tag: "files", summary: "Read a file", query: fileQuery, answers: { 200: { description: "The file's bytes", type: BYTES } } },
-  { method: "put", path: "/sandboxes/{id}/files", tag: "files", summary: "Replace a file atomically (If-Match: \"<sha256>\" guards against concurrent changes)", query: fileWriteQuery, body: { type: BYTES, description: "The file's bytes" }, answers: { 200: { description: "Written", schema: "FileWriteResult" } } },
-  { method: "delete", path: "/sandboxes/{id}/files", tag: "files", summary: "Remove a file or directory", query: fileDeleteQuery, answers: { 200: { description: "Removed", schema: "FileDeleteResult" } } },
-  { method: "get", path: "/sandboxes/{id}/files/stat", tag: "files", summary: "Stat a path", query: fileStatQuery, answers: { 200: { description: "Its metadata", schema: "FileStat" } } },
-  { method: "get", path: "/sandboxes/{id}/files/list", tag: "files", summary: "List a directory (at most 5000 entries)", query: fileQuery, answers: { 200: { description: "Entries", schema: "DirListing" } } },
-  { method: "post", path: "/sandboxes/{id}/files/mkdir", tag: "files", summary: "Make a directory", body: "MkdirRequest", answers: { 200: { description: "Made", schema: "MkdirResult" } } },
-  { method: "post", path: "/sandboxes/{id}/files/rename", tag: "files", summary: "Rename a path", body: "RenameRequest", answers: { 200: { description: "Renamed", schema: "RenameResult" } } },
-  { method: "get", path: "/events", tag: "events", summary: "Server-Sent Events (?sandbox_id= filters; Last-Event-ID or ?since= replays)", query: z.object({ sandbox_id: z.string().optional(), since: z.string().regex(/^\d+$/).optional() }), answers: { 200: { description: "An SSE stream; each data line is an Event", type: "text/event-stream" } } },
-  { method: "get", path: "/healthz", tag: "server", summary: "Liveness and sandbox counts", answers: { 200: { description: "Healthy", schema: "Healthz" } } },
-  { method: "get", path: "/usage", tag: "server", summary: "Metered vCPU and memory hours this month, per owner, with the budgets (?sandbox_id= adds one sandbox's lifetime figures)", query: z.object({ sandbox_id: z.string().optional() }), answers: { 200: { description: "Usage", schema: "Usage" } } },
-  { method: "get", path: "/metrics", tag: "server", summary: "Prometheus metrics", answers: { 200: { description: "Prometheus text format", type: "text/plain" } } },
-  { method: "get", path: "/openapi.json", tag: "server", summary: "This document", answers: { 200: { description: "OpenAPI 3.1", type: "application/json" } } },
-  { method: "get", path: "/mcp", tag: "agent tools", summary: "MCP streamable HTTP: the server-to-client stream", answers: { 200: { description: "An SSE stream of MCP messages", type: "text/event-stream" } } },
-  { method: "post", path: "/mcp", tag: "agent tools", summary: "MCP streamable HTTP: a JSON-RPC message", body: { type: "application/json", description: "A JSON-RPC 2.0 message (MCP)" }, answers: { 200: { description: "The JSON-RPC answer, as JSON or an SSE stream", type: "application/json" } } },
-  { method: "delete", path: "/mcp", tag: "agent tools", summary: "MCP streamable HTTP: end the session", answers: { 200: { description: "Session ended" } } },
-  { method: "post", path: "/corpus", tag: "agent tools", summary: "Add a document to the corpus (CSV, text, Markdown)", query: corpusUploadQuery, body: { type: "text/csv", description: "The document's bytes (text/csv, text/plain or text/markdown)" }, answers: { 201: ANY_JSON } },
+  {
+    method: "get",
+    path: "/sandboxes/{id}/files",
+    tag: "files",
+    summary: "Read a file",
+    query: fileQuery,
+    answers: { 200: { description: "The file's bytes", type: BYTES } },
+  },
+  {
+    method: "put",
+    path: "/sandboxes/{id}/files",
+    tag: "files",
+    summary: 'Replace a file atomically (If-Match: "<sha256>" guards against concurrent changes)',
+    query: fileWriteQuery,
+    body: { type: BYTES, description: "The file's bytes" },
+    answers: { 200: { description: "Written", schema: "FileWriteResult" } },
+  },
+  {
+    method: "delete",
+    path: "/sandboxes/{id}/files",
+    tag: "files",
+    summary: "Remove a file or directory",
+    query: fileDeleteQuery,
+    answers: { 200: { description: "Removed", schema: "FileDeleteResult" } },
+  },
+  {
+    method: "get",
+    path: "/sandboxes/{id}/files/stat",
+    tag: "files",
+    summary: "Stat a path",
+    query: fileStatQuery,
+    answers: { 200: { description: "Its metadata", schema: "FileStat" } },
+  },
+  {
+    method: "get",
+    path: "/sandboxes/{id}/files/list",
+    tag: "files",
+    summary: "List a directory (at most 5000 entries)",
+    query: fileQuery,
+    answers: { 200: { description: "Entries", schema: "DirListing" } },
+  },
+  {
+    method: "post",
+    path: "/sandboxes/{id}/files/mkdir",
+    tag: "files",
+    summary: "Make a directory",
+    body: "MkdirRequest",
+    answers: { 200: { description: "Made", schema: "MkdirResult" } },
+  },
+  {
+    method: "post",
+    path: "/sandboxes/{id}/files/rename",
+    tag: "files",
+    summary: "Rename a path",
+    body: "RenameRequest",
+    answers: { 200: { description: "Renamed", schema: "RenameResult" } },
+  },
+  {
+    method: "get",
+    path: "/events",
+    tag: "events",
+    summary: "Server-Sent Events (?sandbox_id= filters; Last-Event-ID or ?since= replays)",
+    query: z.object({ sandbox_id: z.string().optional(), since: z.string().regex(/^\d+$/).optional() }),
+    answers: { 200: { description: "An SSE stream; each data line is an Event", type: "text/event-stream" } },
+  },
+  {
+    method: "get",
+    path: "/healthz",
+    tag: "server",
+    summary: "Liveness and sandbox counts",
+    answers: { 200: { description: "Healthy", schema: "Healthz" } },
+  },
+  {
+    method: "get",
+    path: "/usage",
+    tag: "server",
+    summary:
+      "Metered vCPU and memory hours this month, per owner, with the budgets (?sandbox_id= adds one sandbox's lifetime figures)",
+    query: z.object({ sandbox_id: z.string().optional() }),
+    answers: { 200: { description: "Usage", schema: "Usage" } },
+  },
+  {
+    method: "get",
+    path: "/metrics",
+    tag: "server",
+    summary: "Prometheus metrics",
+    answers: { 200: { description: "Prometheus text format", type: "text/plain" } },
+  },
+  {
+    method: "get",
+    path: "/openapi.json",
+    tag: "server",
+    summary: "This document",
+    answers: { 200: { description: "OpenAPI 3.1", type: "application/json" } },
+  },
+  {
+    method: "get",
+    path: "/mcp",
+    tag: "agent tools",
+    summary: "MCP streamable HTTP: the server-to-client stream",
+    answers: { 200: { description: "An SSE stream of MCP messages", type: "text/event-stream" } },
+  },
+  {
+    method: "post",
+    path: "/mcp",
+    tag: "agent tools",
+    summary: "MCP streamable HTTP: a JSON-RPC message",
+    body: { type: "application/json", description: "A JSON-RPC 2.0 message (MCP)" },
+    answers: { 200: { description: "The JSON-RPC answer, as JSON or an SSE stream", type: "application/json" } },
+  },
+  {
+    method: "delete",
+    path: "/mcp",
+    tag: "agent tools",
+    summary: "MCP streamable HTTP: end the session",
+    answers: { 200: { description: "Session ended" } },
+  },
+  {
+    method: "post",
+    path: "/corpus",
+    tag: "agent tools",
+    summary: "Add a document to the corpus (CSV, text, Markdown)",
+    query: corpusUploadQuery,
+    body: { type: "text/csv", description: "The document's bytes (text/csv, text/plain or text/markdown)" },
+    answers: { 201: ANY_JSON },
+  },
   { method: "get", path: "/corpus", tag: "agent tools", summary: "List corpus documents", answers: { 200: ANY_JSON } },
-  { method: "get", path: "/corpus/{id}", tag: "agent tools", summary: "Show a corpus document", answers: { 200: ANY_JSON } },
-  { method: "delete", path: "/corpus/{id}", tag: "agent tools", summary: "Delete a corpus document", answers: { 200: ANY_JSON } },
-  { method: "post", path: "/conversations", tag: "agent tools", summary: "Create a conversation (an id seen before answers 200)", body: "CreateConversationRequest", answers: { 201: ANY_JSON, 200: ANY_JSON } },
-  { method: "get", path: "/conversations/{id}", tag: "agent tools", summary: "Show a conversation and its turns", answers: { 200: ANY_JSON } },
-  { method: "delete", path: "/conversations/{id}", tag: "agent tools", summary: "Delete a conversation and its sandbox", answers: { 200: ANY_JSON } },
-  { method: "post", path: "/conversations/{id}/turns", tag: "agent tools", summary: "Begin a turn (ending the open one)", body: "BeginTurnRequest", answers: { 201: ANY_JSON } },
-  { method: "get", path: "/conversations/{id}/turns/{turn}", tag: "agent tools", summary: "Show a turn", answers: { 200: ANY_JSON } },
-  { method: "post", path: "/conversations/{id}/turns/{turn}/end", tag: "agent tools", summary: "End a turn", answers: { 200: ANY_JSON } },
-  { method: "get", path: "/conversations/{id}/turns/{turn}/attachments/{export}", tag: "agent tools", summary: "Download a file the turn exported", answers: { 200: { description: "The file's bytes", type: BYTES } } },
+  {
+    method: "get",
+    path: "/corpus/{id}",
+    tag: "agent tools",
+    summary: "Show a corpus document",
+    answers: { 200: ANY_JSON },
+  },
+  {
+    method: "delete",
+    path: "/corpus/{id}",
+    tag: "agent tools",
+    summary: "Delete a corpus document",
+    answers: { 200: ANY_JSON },
+  },
+  {
+    method: "post",
+    path: "/conversations",
+    tag: "agent tools",
+    summary: "Create a conversation (an id seen before answers 200)",
+    body: "CreateConversationRequest",
+    answers: { 201: ANY_JSON, 200: ANY_JSON },
+  },
+  {
+    method: "get",
+    path: "/conversations/{id}",
+    tag: "agent tools",
+    summary: "Show a conversation and its turns",
+    answers: { 200: ANY_JSON },
+  },
+  {
+    method: "delete",
+    path: "/conversations/{id}",
+    tag: "agent tools",
+    summary: "Delete a conversation and its sandbox",
+    answers: { 200: ANY_JSON },
+  },
+  {
+    method: "post",
+    path: "/conversations/{id}/turns",
+    tag: "agent tools",
+    summary: "Begin a turn (ending the open one)",
+    body: "BeginTurnRequest",
+    answers: { 201: ANY_JSON },
+  },
+  {
+    method: "get",
+    path: "/conversations/{id}/turns/{turn}",
+    tag: "agent tools",
+    summary: "Show a turn",
+    answers: { 200: ANY_JSON },
+  },
+  {
+    method: "post",
+    path: "/conversations/{id}/turns/{turn}/end",
+    tag: "agent tools",
+    summary: "End a turn",
+    answers: { 200: ANY_JSON },
+  },
+  {
+    method: "get",
+    path: "/conversations/{id}/turns/{turn}/attachments/{export}",
+    tag: "agent tools",
+    summary: "Download a file the turn exported",
+    answers: { 200: { description: "The file's bytes", type: BYTES } },
+  },
 ];
 
 type Json = Record<string, unknown>;
@@ -156,18 +379,35 @@ function jsonSchema(schema: z.ZodType, io: "input" | "output"): Json {
 const ref = (name: SchemaName): Json => ({ $ref: `#/components/schemas/${name}` });
 
 function operation(op: Operation): Json {
-  const params: Json[] = [...op.path.matchAll(/\{(\w+)\}/g)].map((m) => ({ name: m[1], in: "path", required: true, schema: { type: "string" } }));
+  const params: Json[] = [...op.path.matchAll(/\{(\w+)\}/g)].map((m) => ({
+    name: m[1],
+    in: "path",
+    required: true,
+    schema: { type: "string" },
+  }));
   if (op.query) {
     const q = jsonSchema(op.query, "input") as { properties?: Record<string, Json>; required?: string[] };
-    for (const [name, schema] of Object.entries(q.properties ?? {})) params.push({ name, in: "query", required: q.required?.includes(name) ?? false, schema });
+    for (const [name, schema] of Object.entries(q.properties ?? {}))
+      params.push({ name, in: "query", required: q.required?.includes(name) ?? false, schema });
   }
   const responses: Json = {};
   for (const [status, a] of Object.entries(op.answers)) {
-    responses[status] = { description: a.description, ...(a.schema ? { content: { "application/json": { schema: ref(a.schema) } } } : a.type ? { content: { [a.type]: {} } } : {}) };
+    responses[status] = {
+      description: a.description,
+      ...(a.schema
+        ? { content: { "application/json": { schema: ref(a.schema) } } }
+        : a.type
+          ? { content: { [a.type]: {} } }
+          : {}),
+    };
   }
-  responses["default"] = { description: "An error: RFC 9457 problem details with a stable code", content: { "application/problem+json": { schema: ref("Problem") } } };
+  responses["default"] = {
+    description: "An error: RFC 9457 problem details with a stable code",
+    content: { "application/problem+json": { schema: ref("Problem") } },
+  };
   let requestBody: Json | undefined;
-  if (typeof op.body === "string") requestBody = { required: true, content: { "application/json": { schema: ref(op.body) } } };
+  if (typeof op.body === "string")
+    requestBody = { required: true, content: { "application/json": { schema: ref(op.body) } } };
   else if (op.body) requestBody = { required: true, description: op.body.description, content: { [op.body.type]: {} } };
   return {
     operationId: `${op.method}${op.path.replace(/\{(\w+)\}/g, "By_$1").replace(/[^A-Za-z0-9]+(.)?/g, (_m, c: string | undefined) => (c ?? "").toUpperCase())}`,
@@ -176,18 +416,39 @@ function operation(op: Operation): Json {
     ...(params.length ? { parameters: params } : {}),
     ...(requestBody ? { requestBody } : {}),
     responses,
-    ...(op.websocket ? { "x-websocket": { send: op.websocket.send.map(ref), receive: ref(op.websocket.receive) } } : {}),
+    ...(op.websocket
+      ? { "x-websocket": { send: op.websocket.send.map(ref), receive: ref(op.websocket.receive) } }
+      : {}),
   };
 }
 
 export function openApiDocument(): Json {
   const paths: Record<string, Json> = {};
   for (const op of OPERATIONS) (paths[op.path] ??= {})[op.method] = operation(op);
-  const requestSchemas = new Set<SchemaName>(["CreateSandboxRequest", "SetTimeoutRequest", "CommandRequest", "CommandInput", "MkdirRequest", "RenameRequest", "CreateConversationRequest", "BeginTurnRequest"]);
-  const schemas = Object.fromEntries(Object.entries(SCHEMAS).map(([name, s]) => [name, jsonSchema(s, requestSchemas.has(name as SchemaName) ? "input" : "output")]));
+  const requestSchemas = new Set<SchemaName>([
+    "CreateSandboxRequest",
+    "SetTimeoutRequest",
+    "CommandRequest",
+    "CommandInput",
+    "MkdirRequest",
+    "RenameRequest",
+    "CreateConversationRequest",
+    "BeginTurnRequest",
+  ]);
+  const schemas = Object.fromEntries(
+    Object.entries(SCHEMAS).map(([name, s]) => [
+      name,
+      jsonSchema(s, requestSchemas.has(name as SchemaName) ? "input" : "output"),
+    ]),
+  );
   return {
     openapi: "3.1.0",
-    info: { title: "bothy", version: "0.1.0", description: "Self-hosted sandboxes: create them, run commands over WebSockets, move files. Errors are application/problem+json with a stable `code`." },
+    info: {
+      title: "bothy",
+      version: "0.1.0",
+      description:
+        "Self-hosted sandboxes: create them, run commands over WebSockets, move files. Errors are application/problem+json with a stable `code`.",
+    },
     paths,
     components: { schemas },
   };
@@ -203,7 +464,8 @@ export interface RouteRecord {
 export function recordRoutes(app: FastifyInstance): RouteRecord[] {
   const routes: RouteRecord[] = [];
   app.addHook("onRoute", (route) => {
-    for (const method of [route.method].flat()) if (method !== "HEAD") routes.push({ method: method.toLowerCase(), url: route.url });
+    for (const method of [route.method].flat())
+      if (method !== "HEAD") routes.push({ method: method.toLowerCase(), url: route.url });
   });
   return routes;
 }
@@ -211,7 +473,10 @@ export function recordRoutes(app: FastifyInstance): RouteRecord[] {
 /** `METHOD /path` of each recorded route that has no operation in the document. */
 export function undocumentedRoutes(routes: readonly RouteRecord[], doc: Json = openApiDocument()): string[] {
   const paths = doc["paths"] as Record<string, Record<string, unknown>>;
-  return routes.map((r) => ({ method: r.method, path: r.url.replace(/:(\w+)/g, "{$1}") })).filter((r) => paths[r.path]?.[r.method] === undefined).map((r) => `${r.method.toUpperCase()} ${r.path}`);
+  return routes
+    .map((r) => ({ method: r.method, path: r.url.replace(/:(\w+)/g, "{$1}") }))
+    .filter((r) => paths[r.path]?.[r.method] === undefined)
+    .map((r) => `${r.method.toUpperCase()} ${r.path}`);
 }
 
 export function openapiRoutes(app: FastifyInstance): void {

@@ -10,8 +10,12 @@ export function usageRoutes(app: FastifyInstance, meter: UsageMeter, ledger: Led
     const report = meter.report();
     const id = request.query.sandbox_id;
     if (id === undefined) return report;
-    if (!SANDBOX_ID_RE.test(id) || !ledger.getSandbox(id)) throw new BothyError("sandbox_not_found", `No sandbox ${id.slice(0, 64)}; list them with GET /sandboxes.`);
+    if (!SANDBOX_ID_RE.test(id) || !ledger.getSandbox(id))
+      throw new BothyError("sandbox_not_found", `No sandbox ${id.slice(0, 64)}; list them with GET /sandboxes.`);
     const u = ledger.sandboxUsage(id) ?? { vcpu_seconds: 0, gib_seconds: 0 };
-    return { ...report, sandbox: { sandbox_id: id, vcpu_hours: u.vcpu_seconds / 3600, gib_hours: u.gib_seconds / 3600 } };
+    return {
+      ...report,
+      sandbox: { sandbox_id: id, vcpu_hours: u.vcpu_seconds / 3600, gib_hours: u.gib_seconds / 3600 },
+    };
   });
 }

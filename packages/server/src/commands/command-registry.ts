@@ -47,11 +47,22 @@ export class RunningCommand {
   start(agent: AgentClient, ledger: Ledger, log: RegistryOptions["log"]): void {
     const req = this.request;
     this.exec = agent.exec(
-      { cmd: req.cmd, cwd: req.cwd, env: req.env, stdin: req.stdin ?? false, pty: req.pty === true ? { cols: 80, rows: 24 } : req.pty },
+      {
+        cmd: req.cmd,
+        cwd: req.cwd,
+        env: req.env,
+        stdin: req.stdin ?? false,
+        pty: req.pty === true ? { cols: 80, rows: 24 } : req.pty,
+      },
       {
         onStarted: (pid) => {
           ledger.insertCommand({ id: this.id, sandbox_id: this.sandboxId, cmd: req.cmd, background: req.background });
-          log("command_started", { sandbox_id: this.sandboxId, command_id: this.id, pid, background: req.background ?? false });
+          log("command_started", {
+            sandbox_id: this.sandboxId,
+            command_id: this.id,
+            pid,
+            background: req.background ?? false,
+          });
           this.emit({ type: "started", command_id: this.id, sandbox_id: this.sandboxId, pid });
         },
         onOutput: (fd, bytes, consumed) => {
@@ -63,7 +74,8 @@ export class RunningCommand {
           clearTimeout(this.timer);
           for (const fd of [1, 2] as const) {
             const rest = this.chunkers[fd].flush();
-            if (rest) this.output({ type: fd === 1 ? "stdout" : "stderr", command_id: this.id, ...rest }, () => undefined);
+            if (rest)
+              this.output({ type: fd === 1 ? "stdout" : "stderr", command_id: this.id, ...rest }, () => undefined);
           }
           this.finish({
             type: "process_exited",
@@ -76,8 +88,15 @@ export class RunningCommand {
         },
         onError: (err) => {
           // A command that cannot start still ends with its own `exited` frame.
-          if (err.code === "invalid_command") this.emit({ type: "error", code: err.code, message: err.message, command_id: this.id });
-          else this.finish({ type: "error", code: err.code, message: lostMessage(err, this.sandboxId), command_id: this.id });
+          if (err.code === "invalid_command")
+            this.emit({ type: "error", code: err.code, message: err.message, command_id: this.id });
+          else
+            this.finish({
+              type: "error",
+              code: err.code,
+              message: lostMessage(err, this.sandboxId),
+              command_id: this.id,
+            });
         },
       },
     );
@@ -153,7 +172,9 @@ export class CommandRegistry {
   ) {}
 
   start(sandboxId: string, agent: AgentClient, request: CommandRequest): RunningCommand {
-    const cmd = new RunningCommand(newCommandId(), sandboxId, request, this.opts.replayBytes, (c, ev) => this.onFinal(c, ev));
+    const cmd = new RunningCommand(newCommandId(), sandboxId, request, this.opts.replayBytes, (c, ev) =>
+      this.onFinal(c, ev),
+    );
     const map = this.bySandbox.get(sandboxId) ?? new Map<string, RunningCommand>();
     map.set(cmd.id, cmd);
     this.bySandbox.set(sandboxId, map);
@@ -175,7 +196,11 @@ export class CommandRegistry {
   /** The ledger's record of a command, for one that is no longer held in memory. */
   info(sandboxId: string, commandId: string): CommandInfo {
     const row = this.ledger.getCommand(commandId);
-    if (!row || row.sandbox_id !== sandboxId) throw new BothyError("command_not_found", `No command ${commandId} in sandbox ${sandboxId}; list them with GET /sandboxes/${sandboxId}/commands.`);
+    if (!row || row.sandbox_id !== sandboxId)
+      throw new BothyError(
+        "command_not_found",
+        `No command ${commandId} in sandbox ${sandboxId}; list them with GET /sandboxes/${sandboxId}/commands.`,
+      );
     return toCommandInfo(row);
   }
 
@@ -190,11 +215,27 @@ export class CommandRegistry {
 
   private onFinal(cmd: RunningCommand, event: CommandEvent): void {
     if (event.type === "process_exited") {
-      if (this.ledger.getCommand(cmd.id)) this.ledger.finishCommand(cmd.id, { state: "exited", exit_code: event.exit_code, signal: event.signal ?? null, timed_out: event.timed_out ?? false });
-      this.opts.log("command_exited", { sandbox_id: cmd.sandboxId, command_id: cmd.id, exit_code: event.exit_code, signal: event.signal ?? null, timed_out: event.timed_out ?? false });
+      if (this.ledger.getCommand(cmd.id))
+        this.ledger.finishCommand(cmd.id, {
+          state: "exited",
+          exit_code: event.exit_code,
+          signal: event.signal ?? null,
+          timed_out: event.timed_out ?? false,
+        });
+      this.opts.log("command_exited", {
+        sandbox_id: cmd.sandboxId,
+        command_id: cmd.id,
+        exit_code: event.exit_code,
+        signal: event.signal ?? null,
+        timed_out: event.timed_out ?? false,
+      });
     } else if (this.ledger.getCommand(cmd.id)) {
       this.ledger.finishCommand(cmd.id, { state: "lost", exit_code: null, signal: null });
-      this.opts.log("command_lost", { sandbox_id: cmd.sandboxId, command_id: cmd.id, reason: event.type === "error" ? event.message : "" });
+      this.opts.log("command_lost", {
+        sandbox_id: cmd.sandboxId,
+        command_id: cmd.id,
+        reason: event.type === "error" ? event.message : "",
+      });
     }
     const row = this.ledger.getCommand(cmd.id);
     if (row) this.opts.onExited(toCommandInfo(row));

@@ -36,7 +36,8 @@ export class ReplayBuffer {
 
   /** What a client attaching now gets first: a drop marker when needed, then the kept output. */
   replay(commandId: string): CommandEvent[] {
-    const head: CommandEvent[] = this.droppedBytes > 0 ? [{ type: "output_dropped", command_id: commandId, bytes: this.droppedBytes }] : [];
+    const head: CommandEvent[] =
+      this.droppedBytes > 0 ? [{ type: "output_dropped", command_id: commandId, bytes: this.droppedBytes }] : [];
     return [...head, ...this.events];
   }
 }

@@ -30,7 +30,12 @@ export class DriverRegistry {
     const driver = this.ready.get(wanted);
     if (driver) return driver;
     const why = this.unavailable.get(wanted);
-    throw new BothyError("not_supported", why ? `The ${wanted} driver is not available on this host: ${why}` : `Unknown driver "${String(name)}"; drivers are ${DRIVER_NAMES.join(", ")}.`);
+    throw new BothyError(
+      "not_supported",
+      why
+        ? `The ${wanted} driver is not available on this host: ${why}`
+        : `Unknown driver "${String(name)}"; drivers are ${DRIVER_NAMES.join(", ")}.`,
+    );
   }
 
   all(): Driver[] {
@@ -78,14 +83,28 @@ export async function createDrivers(config: Config, log: Log): Promise<DriverReg
   for (const name of DRIVER_NAMES) {
     try {
       await candidates[name].preflight();
-      ready.set(name, network ? new NetworkedDriver(candidates[name], network, name === "gvisor" ? "veth" : "tap") : candidates[name]);
+      ready.set(
+        name,
+        network ? new NetworkedDriver(candidates[name], network, name === "gvisor" ? "veth" : "tap") : candidates[name],
+      );
     } catch (err) {
       unavailable.set(name, err instanceof Error ? err.message : String(err));
     }
   }
-  const defaultName: DriverName = config.driver !== "auto" ? config.driver : ready.has("qemu") && (await hardwareVirtualization()) ? "qemu" : "gvisor";
+  const defaultName: DriverName =
+    config.driver !== "auto"
+      ? config.driver
+      : ready.has("qemu") && (await hardwareVirtualization())
+        ? "qemu"
+        : "gvisor";
   const why = unavailable.get(defaultName);
-  if (why !== undefined) throw new BothyError("create_failed", `The default driver ${defaultName} cannot run here: ${why}`);
-  log("drivers", { default: defaultName, ready: [...ready.keys()], unavailable: Object.fromEntries(unavailable), acceleration: ready.get("qemu")?.acceleration ?? null });
+  if (why !== undefined)
+    throw new BothyError("create_failed", `The default driver ${defaultName} cannot run here: ${why}`);
+  log("drivers", {
+    default: defaultName,
+    ready: [...ready.keys()],
+    unavailable: Object.fromEntries(unavailable),
+    acceleration: ready.get("qemu")?.acceleration ?? null,
+  });
   return new DriverRegistry(ready, unavailable, defaultName);
 }

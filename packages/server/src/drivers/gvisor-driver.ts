@@ -41,9 +41,14 @@ export class GvisorDriver implements Driver {
     try {
       await run(this.runsc, ["--version"], { timeoutMs: 10_000 });
     } catch (err) {
-      throw new BothyError("create_failed", "runsc (gVisor) is not installed: run `apt-get install runsc`.", { cause: err });
+      throw new BothyError("create_failed", "runsc (gVisor) is not installed: run `apt-get install runsc`.", {
+        cause: err,
+      });
     }
-    for (const file of [this.opts.agentPath, ...GVISOR_COMPAT_FILES.map((f) => join(dirname(this.opts.agentPath), f.name))]) {
+    for (const file of [
+      this.opts.agentPath,
+      ...GVISOR_COMPAT_FILES.map((f) => join(dirname(this.opts.agentPath), f.name)),
+    ]) {
       if (!existsSync(file)) throw new BothyError("create_failed", `${file} is missing: run \`npm run build\`.`);
     }
     await mkdir(this.opts.runscRoot, { recursive: true, mode: 0o700 });
@@ -69,7 +74,20 @@ export class GvisorDriver implements Driver {
     const args = this.runscArgs("run", "--bundle", bundle, id);
     if (!networked) return [this.runsc, args];
     const withNetwork = args.map((a) => (a === "--network=none" ? "--network=sandbox" : a));
-    return ["unshare", ["--mount", "--propagation", "private", "sh", "-c", 'mount -t tmpfs -o ro,size=4k bothy-nonet /proc/sys/net && exec "$@"', "bothy-runsc", this.runsc, ...withNetwork]];
+    return [
+      "unshare",
+      [
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        'mount -t tmpfs -o ro,size=4k bothy-nonet /proc/sys/net && exec "$@"',
+        "bothy-runsc",
+        this.runsc,
+        ...withNetwork,
+      ],
+    ];
   }
 
   get runscPath(): string {
@@ -82,11 +100,14 @@ export class GvisorDriver implements Driver {
 
   async reconcile(): Promise<HostObject[]> {
     const found: HostObject[] = [];
-    for (const c of await this.listContainers()) found.push({ sandboxId: c, kind: "runsc-container", description: `runsc container ${c}` });
-    for (const m of await this.listMounts()) found.push({ sandboxId: m.id, kind: "mount", description: `mount ${m.target}` });
+    for (const c of await this.listContainers())
+      found.push({ sandboxId: c, kind: "runsc-container", description: `runsc container ${c}` });
+    for (const m of await this.listMounts())
+      found.push({ sandboxId: m.id, kind: "mount", description: `mount ${m.target}` });
     const entries = await readdir(this.opts.sandboxesDir).catch(() => [] as string[]);
     for (const id of entries) {
-      if (SANDBOX_ID_RE.test(id)) found.push({ sandboxId: id, kind: "sandbox-dir", description: join(this.opts.sandboxesDir, id), disk: true });
+      if (SANDBOX_ID_RE.test(id))
+        found.push({ sandboxId: id, kind: "sandbox-dir", description: join(this.opts.sandboxesDir, id), disk: true });
     }
     return found;
   }
@@ -102,7 +123,8 @@ export class GvisorDriver implements Driver {
 
   /** Ends the container and unmounts its root and disk; the disk (its files) stays. */
   async release(sandboxId: string): Promise<void> {
-    if (!SANDBOX_ID_RE.test(sandboxId)) throw new BothyError("invalid_sandbox_id", `Refusing to remove ${sandboxId}: not a sandbox id.`);
+    if (!SANDBOX_ID_RE.test(sandboxId))
+      throw new BothyError("invalid_sandbox_id", `Refusing to remove ${sandboxId}: not a sandbox id.`);
     try {
       if (await this.hasContainerState(sandboxId)) await this.removeContainer(sandboxId);
     } finally {
@@ -117,7 +139,9 @@ export class GvisorDriver implements Driver {
    * counts is that runsc holds no state for the id afterwards.
    */
   async removeContainer(id: string): Promise<void> {
-    const kill = await run(this.runsc, this.runscArgs("kill", "--all", id, "KILL"), { timeoutMs: RUNSC_TIMEOUT_MS }).then(
+    const kill = await run(this.runsc, this.runscArgs("kill", "--all", id, "KILL"), {
+      timeoutMs: RUNSC_TIMEOUT_MS,
+    }).then(
       () => undefined,
       (err: unknown) => err,
     );
@@ -129,15 +153,22 @@ export class GvisorDriver implements Driver {
       );
     }
     if (await this.hasContainerState(id)) {
-      throw new BothyError("internal", `runsc could not remove container ${id}: ${lastError instanceof Error ? lastError.message : "unknown error"}`, { cause: lastError });
+      throw new BothyError(
+        "internal",
+        `runsc could not remove container ${id}: ${lastError instanceof Error ? lastError.message : "unknown error"}`,
+        { cause: lastError },
+      );
     }
-    if (lastError instanceof HostCommandError) this.opts.log("runsc_remove_retried", { sandbox_id: id, error: lastError.message.slice(0, 300) });
+    if (lastError instanceof HostCommandError)
+      this.opts.log("runsc_remove_retried", { sandbox_id: id, error: lastError.message.slice(0, 300) });
   }
 
   /** Whether runsc reports the container as running. */
   async containerRunning(id: string): Promise<boolean> {
     if (!(await this.hasContainerState(id))) return false;
-    const state = await run(this.runsc, this.runscArgs("state", id), { timeoutMs: RUNSC_TIMEOUT_MS }).catch(() => undefined);
+    const state = await run(this.runsc, this.runscArgs("state", id), { timeoutMs: RUNSC_TIMEOUT_MS }).catch(
+      () => undefined,
+    );
     if (!state) return false;
     try {
       return (JSON.parse(state.stdout) as { status?: string }).status === "running";
@@ -167,8 +198,13 @@ export class GvisorDriver implements Driver {
 
   private async listContainers(): Promise<string[]> {
     if (!existsSync(this.opts.runscRoot)) return [];
-    const { stdout } = await run(this.runsc, ["--root", this.opts.runscRoot, "list", "-quiet"], { timeoutMs: RUNSC_TIMEOUT_MS });
-    return stdout.split("\n").map((s) => s.trim()).filter((s) => SANDBOX_ID_RE.test(s));
+    const { stdout } = await run(this.runsc, ["--root", this.opts.runscRoot, "list", "-quiet"], {
+      timeoutMs: RUNSC_TIMEOUT_MS,
+    });
+    return stdout
+      .split("\n")
+      .map((s) => s.trim())
+      .filter((s) => SANDBOX_ID_RE.test(s));
   }
 
   private async listMounts(): Promise<Array<{ id: string; target: string }>> {
@@ -227,13 +263,30 @@ class GvisorSandbox implements SandboxHandle {
       const layer = await this.mountDisk();
       signal?.throwIfAborted();
       // The template stays read-only underneath; every write lands in this sandbox's upper dir.
-      await run("mount", ["-t", "overlay", "overlay", "-o", `lowerdir=${this.spec.templateRoot},upperdir=${layer.upper},workdir=${layer.work}`, rootfs], {
-        timeoutMs: MOUNT_TIMEOUT_MS,
-      });
+      await run(
+        "mount",
+        [
+          "-t",
+          "overlay",
+          "overlay",
+          "-o",
+          `lowerdir=${this.spec.templateRoot},upperdir=${layer.upper},workdir=${layer.work}`,
+          rootfs,
+        ],
+        {
+          timeoutMs: MOUNT_TIMEOUT_MS,
+        },
+      );
       const network = this.spec.network;
       const resolvConf = network ? join(dir, "bundle", "resolv.conf") : undefined;
-      if (network && resolvConf) await writeFile(resolvConf, network.dns.map((d) => `nameserver ${d}\n`).join(""), { mode: 0o644 });
-      const oci = buildOciSpec({ ...this.spec, rootfs, agentPath: this.driver.options.agentPath, ...(resolvConf ? { resolvConf } : {}) });
+      if (network && resolvConf)
+        await writeFile(resolvConf, network.dns.map((d) => `nameserver ${d}\n`).join(""), { mode: 0o644 });
+      const oci = buildOciSpec({
+        ...this.spec,
+        rootfs,
+        agentPath: this.driver.options.agentPath,
+        ...(resolvConf ? { resolvConf } : {}),
+      });
       await writeFile(join(dir, "bundle", "config.json"), JSON.stringify(oci));
       const files = channelFiles(dir);
       await Promise.all([files.toGuest, files.fromGuest].map((f) => rm(f, { force: true })));
@@ -241,7 +294,11 @@ class GvisorSandbox implements SandboxHandle {
       signal?.throwIfAborted();
       const [file, args] = this.driver.runCommand(join(dir, "bundle"), this.id, network !== undefined);
       // Read-write opens never block on a FIFO and keep both ends open in runsc for its lifetime.
-      const fds = [openSync(files.toGuest, fsConstants.O_RDWR), openSync(files.fromGuest, fsConstants.O_RDWR), openSync(files.log, "a", 0o600)];
+      const fds = [
+        openSync(files.toGuest, fsConstants.O_RDWR),
+        openSync(files.fromGuest, fsConstants.O_RDWR),
+        openSync(files.log, "a", 0o600),
+      ];
       try {
         // Out of the server's process group and session: a terminal's Ctrl-C goes to the server,
         // which stops its sandboxes in order, and a server that dies leaves them running.
@@ -254,7 +311,9 @@ class GvisorSandbox implements SandboxHandle {
       // A failed restart keeps the disk: the files are the sandbox's, not this attempt's.
       await (this.spec.reuseDisk ? this.stop() : this.destroy());
       if (err instanceof BothyError) throw err;
-      throw new BothyError("create_failed", `Could not start the gVisor sandbox: ${(err as Error).message}`, { cause: err });
+      throw new BothyError("create_failed", `Could not start the gVisor sandbox: ${(err as Error).message}`, {
+        cause: err,
+      });
     }
   }
 
@@ -273,7 +332,11 @@ class GvisorSandbox implements SandboxHandle {
       if (!existsSync(image)) {
         await writeFile(image, "", { mode: 0o600 });
         await truncate(image, (diskMib ?? 0) * 1024 * 1024);
-        await run("mkfs.ext4", ["-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", image], { timeoutMs: MOUNT_TIMEOUT_MS });
+        await run(
+          "mkfs.ext4",
+          ["-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", image],
+          { timeoutMs: MOUNT_TIMEOUT_MS },
+        );
       }
       await mkdir(base, { recursive: true });
       await run("mount", ["-o", "loop,nosuid,nodev", image, base], { timeoutMs: MOUNT_TIMEOUT_MS });
@@ -285,7 +348,8 @@ class GvisorSandbox implements SandboxHandle {
 
   /** Takes over a container an earlier server started: `runsc wait` tells when it ends. */
   private async attach(): Promise<GuestStream> {
-    if (!(await this.driver.containerRunning(this.id))) throw new BothyError("create_failed", `Sandbox ${this.id} has no running container to attach to.`);
+    if (!(await this.driver.containerRunning(this.id)))
+      throw new BothyError("create_failed", `Sandbox ${this.id} has no running container to attach to.`);
     this.watch(spawn(this.driver.runscPath, this.driver.runscArgs("wait", this.id), { stdio: "ignore" }), false);
     return this.connect(true);
   }
@@ -294,7 +358,9 @@ class GvisorSandbox implements SandboxHandle {
     this.watcher = child;
     this.exit = new Promise<ExitInfo>((resolve) => {
       child.once("error", () => resolve({ code: null, signal: null }));
-      child.once("exit", (code, sig) => resolve(exitIsTheSandbox ? { code, signal: sig } : { code: null, signal: null }));
+      child.once("exit", (code, sig) =>
+        resolve(exitIsTheSandbox ? { code, signal: sig } : { code: null, signal: null }),
+      );
     }).finally(() => {
       this.ended = true;
     });
@@ -303,8 +369,16 @@ class GvisorSandbox implements SandboxHandle {
   /** Opens the server's ends of the agent's FIFOs (never blocking: runsc holds the other ends). */
   private connect(resync: boolean): GuestStream {
     const files = channelFiles(this.spec.dir);
-    const output = new Socket({ fd: openSync(files.toGuest, fsConstants.O_WRONLY | fsConstants.O_NONBLOCK), readable: false, writable: true });
-    const input = new Socket({ fd: openSync(files.fromGuest, fsConstants.O_RDONLY | fsConstants.O_NONBLOCK), readable: true, writable: false });
+    const output = new Socket({
+      fd: openSync(files.toGuest, fsConstants.O_WRONLY | fsConstants.O_NONBLOCK),
+      readable: false,
+      writable: true,
+    });
+    const input = new Socket({
+      fd: openSync(files.fromGuest, fsConstants.O_RDONLY | fsConstants.O_NONBLOCK),
+      readable: true,
+      writable: false,
+    });
     if (resync) output.write(resyncPreamble());
     return { input, output, resync };
   }
@@ -325,7 +399,9 @@ class GvisorSandbox implements SandboxHandle {
   async shutdown(timeoutMs: number): Promise<void> {
     if (!this.watcher || this.ended) return;
     // bothy-init passes SIGTERM to the agent, which ends its commands and exits; the container ends with it.
-    await run(this.driver.runscPath, this.driver.runscArgs("kill", this.id, "TERM"), { timeoutMs: RUNSC_TIMEOUT_MS }).catch(() => undefined);
+    await run(this.driver.runscPath, this.driver.runscArgs("kill", this.id, "TERM"), {
+      timeoutMs: RUNSC_TIMEOUT_MS,
+    }).catch(() => undefined);
     const timer = new Promise<"timeout">((r) => setTimeout(() => r("timeout"), timeoutMs).unref());
     if ((await Promise.race([this.wait(), timer])) === "timeout") await this.kill();
   }

@@ -54,7 +54,9 @@ export function buildOciSpec(spec: SandboxSpec & { rootfs: string; agentPath: st
       args: ["/opt/bothy/bothy-init", "/usr/bin/node", GUEST_AGENT_PATH],
       env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
       cwd: "/",
-      capabilities: Object.fromEntries(["bounding", "effective", "inheritable", "permitted"].map((k) => [k, CAPABILITIES])),
+      capabilities: Object.fromEntries(
+        ["bounding", "effective", "inheritable", "permitted"].map((k) => [k, CAPABILITIES]),
+      ),
       rlimits: [{ type: "RLIMIT_NOFILE", hard: 1_048_576, soft: 1_048_576 }],
     },
     root: { path: spec.rootfs, readonly: false },
@@ -66,9 +68,16 @@ export function buildOciSpec(spec: SandboxSpec & { rootfs: string; agentPath: st
       { destination: GUEST_AGENT_PATH, type: "bind", source: spec.agentPath, options: ["rbind", "ro"] },
       // runsc 2022-12 refuses statx's AT_NO_AUTOMOUNT, which coreutils always passes (`ls -l`
       // and `stat` fail with EINVAL); a preloaded shim drops the flag. See statx-compat.c.
-      ...GVISOR_COMPAT_FILES.map((f) => ({ destination: f.guestPath, type: "bind", source: join(dirname(spec.agentPath), f.name), options: ["rbind", "ro"] })),
+      ...GVISOR_COMPAT_FILES.map((f) => ({
+        destination: f.guestPath,
+        type: "bind",
+        source: join(dirname(spec.agentPath), f.name),
+        options: ["rbind", "ro"],
+      })),
       // The public resolvers bothy names (network/): the template's own resolv.conf is the build host's.
-      ...(spec.resolvConf === undefined ? [] : [{ destination: "/etc/resolv.conf", type: "bind", source: spec.resolvConf, options: ["rbind", "ro"] }]),
+      ...(spec.resolvConf === undefined
+        ? []
+        : [{ destination: "/etc/resolv.conf", type: "bind", source: spec.resolvConf, options: ["rbind", "ro"] }]),
     ],
     linux: {
       cgroupsPath: `/bothy/${spec.id}`,
@@ -78,7 +87,13 @@ export function buildOciSpec(spec: SandboxSpec & { rootfs: string; agentPath: st
         pids: { limit: 4096 },
       },
       // With a network, the sandbox joins the namespace network/ made, and gVisor takes over its eth0.
-      namespaces: [{ type: "pid" }, spec.network?.netns ? { type: "network", path: `/run/netns/${spec.network.netns}` } : { type: "network" }, { type: "ipc" }, { type: "uts" }, { type: "mount" }],
+      namespaces: [
+        { type: "pid" },
+        spec.network?.netns ? { type: "network", path: `/run/netns/${spec.network.netns}` } : { type: "network" },
+        { type: "ipc" },
+        { type: "uts" },
+        { type: "mount" },
+      ],
     },
   };
 }

@@ -94,12 +94,24 @@ export class QemuDriver implements Driver {
     try {
       await run(this.qemuPath, ["--version"], { timeoutMs: 10_000 });
     } catch (err) {
-      throw new BothyError("create_failed", "QEMU is not installed: run `apt-get install qemu-system-x86 qemu-utils`.", { cause: err });
+      throw new BothyError(
+        "create_failed",
+        "QEMU is not installed: run `apt-get install qemu-system-x86 qemu-utils`.",
+        { cause: err },
+      );
     }
-    if (!existsSync(this.opts.agentPath)) throw new BothyError("create_failed", `The guest agent bundle ${this.opts.agentPath} is missing: run \`npm run build\`.`);
+    if (!existsSync(this.opts.agentPath))
+      throw new BothyError(
+        "create_failed",
+        `The guest agent bundle ${this.opts.agentPath} is missing: run \`npm run build\`.`,
+      );
     if (this.opts.accel === undefined) this.accel = (await hardwareVirtualization()) ? "kvm" : "tcg";
     this.kernel = await ensureKernel(this.opts.kernelDir ?? join(this.opts.home, "kernel"), this.opts.log);
-    this.initramfs = await ensureInitramfs({ home: this.opts.home, kernel: this.kernel, agentPath: this.opts.agentPath });
+    this.initramfs = await ensureInitramfs({
+      home: this.opts.home,
+      kernel: this.kernel,
+      agentPath: this.opts.agentPath,
+    });
     await mkdir(this.opts.sandboxesDir, { recursive: true, mode: 0o700 });
     await mkdir(this.snapshotsDir, { recursive: true, mode: 0o700 });
   }
@@ -113,8 +125,14 @@ export class QemuDriver implements Driver {
   }
 
   /** @internal the parts of a VM's configuration every VM of this driver shares. */
-  vmConfig(spec: { vcpu: number; memoryMib: number; network?: { tap?: string } }, dir: string, disk: string, incoming?: string): VmConfig {
-    if (!this.kernel || !this.initramfs) throw new BothyError("internal", "The QEMU driver was used before its preflight.");
+  vmConfig(
+    spec: { vcpu: number; memoryMib: number; network?: { tap?: string } },
+    dir: string,
+    disk: string,
+    incoming?: string,
+  ): VmConfig {
+    if (!this.kernel || !this.initramfs)
+      throw new BothyError("internal", "The QEMU driver was used before its preflight.");
     return {
       qemuPath: this.qemuPath,
       accel: this.accel,
@@ -139,7 +157,22 @@ export class QemuDriver implements Driver {
    * backing file's size or, given `bytes`, that size.
    */
   async createOverlay(path: string, backing: string, backingFormat: "raw" | "qcow2", bytes?: number): Promise<void> {
-    await run("qemu-img", ["create", "-q", "-f", "qcow2", "-F", backingFormat, "-b", backing, path, ...(bytes === undefined ? [] : [String(bytes)])], { timeoutMs: 30_000 });
+    await run(
+      "qemu-img",
+      [
+        "create",
+        "-q",
+        "-f",
+        "qcow2",
+        "-F",
+        backingFormat,
+        "-b",
+        backing,
+        path,
+        ...(bytes === undefined ? [] : [String(bytes)]),
+      ],
+      { timeoutMs: 30_000 },
+    );
   }
 
   /**
@@ -156,12 +189,18 @@ export class QemuDriver implements Driver {
    * then kept (like the ext4 image, a cache). Each disk size has its own, so a restored
    * sandbox's disk never needs growing.
    */
-  baseSnapshot(templateRoot: string, shape: { vcpu: number; memoryMib: number; diskMib?: number }): Promise<BaseSnapshot> {
+  baseSnapshot(
+    templateRoot: string,
+    shape: { vcpu: number; memoryMib: number; diskMib?: number },
+  ): Promise<BaseSnapshot> {
     const keyed = async (): Promise<{ key: string; image: string; diskBytes: number }> => {
       const image = await ensureExt4Image(templateRoot);
       const diskBytes = await this.diskBytes(templateRoot, shape.diskMib);
       const cfg = this.vmConfig(shape, "", "");
-      const key = createHash("sha256").update(JSON.stringify({ image, ...cfg, diskBytes, network: this.opts.network === true, v: 2 })).digest("hex").slice(0, 24);
+      const key = createHash("sha256")
+        .update(JSON.stringify({ image, ...cfg, diskBytes, network: this.opts.network === true, v: 2 }))
+        .digest("hex")
+        .slice(0, 24);
       return { key, image, diskBytes };
     };
     return keyed().then(({ key, image, diskBytes }) => {
@@ -175,7 +214,12 @@ export class QemuDriver implements Driver {
     });
   }
 
-  private async makeBase(key: string, image: string, diskBytes: number, shape: { vcpu: number; memoryMib: number; diskMib?: number }): Promise<BaseSnapshot> {
+  private async makeBase(
+    key: string,
+    image: string,
+    diskBytes: number,
+    shape: { vcpu: number; memoryMib: number; diskMib?: number },
+  ): Promise<BaseSnapshot> {
     const dir = join(this.snapshotsDir, key);
     const done: BaseSnapshot = { dir, disk: join(dir, "disk.qcow2"), memory: join(dir, "memory.state") };
     if (existsSync(done.memory) && existsSync(done.disk)) return done;
@@ -189,14 +233,17 @@ export class QemuDriver implements Driver {
       // A restore needs the snapshot's devices: with networking the snapshot VM has a NIC too, on a
       // transient tap QEMU makes itself, down and without an address, gone when QEMU ends.
       const network = this.opts.network ? { tap: `bs-${key.slice(0, 12)}` } : undefined;
-      vm = await VmProcess.spawn(this.vmConfig({ ...shape, ...(network ? { network } : {}) }, work, join(work, "disk.qcow2")));
+      vm = await VmProcess.spawn(
+        this.vmConfig({ ...shape, ...(network ? { network } : {}) }, work, join(work, "disk.qcow2")),
+      );
       const qmp = await vm.qmp();
       const sock = await vm.connectSocket(vmFiles(work).agentSocket);
       const agent = new AgentClient(sock, sock);
       await agent.handshake(bootTimeoutMs(this.accel, this.opts.bootTimeoutMs ?? 60_000));
       // The guest boots on a disk larger than its file system: it grows the file system now, once
       // for every sandbox of this snapshot (each gets its own process limit at restore).
-      if ((shape.diskMib ?? 0) > 0) await agent.applyLimits({ maxProcesses: GUEST_MAX_PROCESSES, rootBytes: diskBytes });
+      if ((shape.diskMib ?? 0) > 0)
+        await agent.applyLimits({ maxProcesses: GUEST_MAX_PROCESSES, rootBytes: diskBytes });
       // The host leaves before the save, so a restored agent starts out waiting for a host.
       agent.close(new BothyError("agent_unavailable", "Snapshot taken."));
       await saveVm(qmp, join(work, "memory.state"), SAVE_TIMEOUT_MS);
@@ -208,7 +255,11 @@ export class QemuDriver implements Driver {
       return done;
     } catch (err) {
       const diag = vm ? await vm.diagnostics() : "";
-      throw new BothyError("create_failed", `Making the warm-start snapshot failed: ${(err as Error).message}${diag ? ` (${diag})` : ""}`, { cause: err });
+      throw new BothyError(
+        "create_failed",
+        `Making the warm-start snapshot failed: ${(err as Error).message}${diag ? ` (${diag})` : ""}`,
+        { cause: err },
+      );
     } finally {
       if (vm?.running) await vm.stop(undefined, 0);
       if (work !== undefined) await rm(work, { recursive: true, force: true });
@@ -229,27 +280,37 @@ export class QemuDriver implements Driver {
     // A snapshot half made when the server stopped: its VM and temp dir go now (reconcile also
     // runs periodically, so never while this process is making one).
     if (this.snapshotsInFlight === 0) {
-      for (const p of await this.findProcesses()) if (!p.sandboxId && this.snapshotsInFlight === 0) await this.killPid(p.pid);
+      for (const p of await this.findProcesses())
+        if (!p.sandboxId && this.snapshotsInFlight === 0) await this.killPid(p.pid);
       for (const e of await readdir(this.snapshotsDir).catch(() => [] as string[])) {
-        if (e.startsWith(".tmp-") && this.snapshotsInFlight === 0) await rm(join(this.snapshotsDir, e), { recursive: true, force: true });
+        if (e.startsWith(".tmp-") && this.snapshotsInFlight === 0)
+          await rm(join(this.snapshotsDir, e), { recursive: true, force: true });
       }
     }
     return found;
   }
 
   async removeOrphan(sandboxId: string): Promise<void> {
-    if (!SANDBOX_ID_RE.test(sandboxId)) throw new BothyError("invalid_sandbox_id", `Refusing to remove ${sandboxId}: not a sandbox id.`);
+    if (!SANDBOX_ID_RE.test(sandboxId))
+      throw new BothyError("invalid_sandbox_id", `Refusing to remove ${sandboxId}: not a sandbox id.`);
     await this.killSandboxProcesses(sandboxId);
     await rm(join(this.opts.sandboxesDir, sandboxId), { recursive: true, force: true });
   }
 
   /** Kills the sandbox's QEMU and removes its sockets; the disk overlay and any saved memory stay. */
   async release(sandboxId: string): Promise<void> {
-    if (!SANDBOX_ID_RE.test(sandboxId)) throw new BothyError("invalid_sandbox_id", `Refusing to release ${sandboxId}: not a sandbox id.`);
+    if (!SANDBOX_ID_RE.test(sandboxId))
+      throw new BothyError("invalid_sandbox_id", `Refusing to release ${sandboxId}: not a sandbox id.`);
     await this.killSandboxProcesses(sandboxId);
     const files = vmFiles(join(this.opts.sandboxesDir, sandboxId));
     // A save cut short leaves a partial state file; a whole one (memory.state) stays.
-    for (const f of [files.agentSocket, files.qmpSocket, files.pidFile, join(this.opts.sandboxesDir, sandboxId, "memory.state.partial")]) await rm(f, { force: true });
+    for (const f of [
+      files.agentSocket,
+      files.qmpSocket,
+      files.pidFile,
+      join(this.opts.sandboxesDir, sandboxId, "memory.state.partial"),
+    ])
+      await rm(f, { force: true });
   }
 
   /** @internal the QEMU running for this sandbox, if any. */
@@ -269,7 +330,10 @@ export class QemuDriver implements Driver {
     const snaps = `${this.snapshotsDir}/`;
     for (const entry of await readdir("/proc")) {
       if (!/^\d+$/.test(entry)) continue;
-      const argv = await readFile(`/proc/${entry}/cmdline`, "utf8").then((s) => s.split("\0"), () => [] as string[]);
+      const argv = await readFile(`/proc/${entry}/cmdline`, "utf8").then(
+        (s) => s.split("\0"),
+        () => [] as string[],
+      );
       if (!argv[0]?.includes("qemu-system")) continue;
       const joined = argv.join(" ");
       const at = joined.indexOf(prefix);

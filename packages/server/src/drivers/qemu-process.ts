@@ -63,33 +63,63 @@ export async function qemuArgs(c: VmConfig): Promise<string[]> {
   const f = vmFiles(c.dir);
   const khz = await hostCpuKhz();
   const args = [
-    "-M", "microvm",
-    "-accel", c.accel === "kvm" ? "kvm" : `tcg,tb-size=${c.tbSizeMib}`,
-    "-cpu", c.accel === "kvm" ? "host" : "max",
-    "-smp", String(c.vcpu),
-    "-m", `${c.memoryMib}M`,
-    "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-    "-kernel", c.vmlinuz,
-    "-initrd", c.initramfs,
+    "-M",
+    "microvm",
+    "-accel",
+    c.accel === "kvm" ? "kvm" : `tcg,tb-size=${c.tbSizeMib}`,
+    "-cpu",
+    c.accel === "kvm" ? "host" : "max",
+    "-smp",
+    String(c.vcpu),
+    "-m",
+    `${c.memoryMib}M`,
+    "-nodefaults",
+    "-no-user-config",
+    "-display",
+    "none",
+    "-no-reboot",
+    "-kernel",
+    c.vmlinuz,
+    "-initrd",
+    c.initramfs,
     // Under emulation the agent lets a command's output gather in its pipe between reads
     // (see OUTPUT_REST_MS in the agent): each read and frame costs milliseconds there.
-    "-append", `console=ttyS0 quiet panic=-1 tsc_early_khz=${khz}${c.accel === "kvm" ? "" : ` bothy.output_rest_ms=${TCG_OUTPUT_REST_MS}`}`,
-    "-serial", `file:${f.console}`,
-    "-drive", `id=root,file=${c.disk},format=qcow2,if=none,cache=writeback,discard=unmap`,
-    "-device", "virtio-blk-device,drive=root",
-    "-device", "virtio-serial-device",
-    "-chardev", `socket,id=agent,path=${f.agentSocket},server=on,wait=off`,
-    "-device", `virtserialport,chardev=agent,name=${AGENT_PORT_NAME}`,
-    "-qmp", `unix:${f.qmpSocket},server=on,wait=off`,
-    "-pidfile", f.pidFile,
+    "-append",
+    `console=ttyS0 quiet panic=-1 tsc_early_khz=${khz}${c.accel === "kvm" ? "" : ` bothy.output_rest_ms=${TCG_OUTPUT_REST_MS}`}`,
+    "-serial",
+    `file:${f.console}`,
+    "-drive",
+    `id=root,file=${c.disk},format=qcow2,if=none,cache=writeback,discard=unmap`,
+    "-device",
+    "virtio-blk-device,drive=root",
+    "-device",
+    "virtio-serial-device",
+    "-chardev",
+    `socket,id=agent,path=${f.agentSocket},server=on,wait=off`,
+    "-device",
+    `virtserialport,chardev=agent,name=${AGENT_PORT_NAME}`,
+    "-qmp",
+    `unix:${f.qmpSocket},server=on,wait=off`,
+    "-pidfile",
+    f.pidFile,
   ];
-  if (c.tap !== undefined) args.push("-netdev", `tap,id=net0,ifname=${c.tap},script=no,downscript=no`, "-device", "virtio-net-device,netdev=net0");
+  if (c.tap !== undefined)
+    args.push(
+      "-netdev",
+      `tap,id=net0,ifname=${c.tap},script=no,downscript=no`,
+      "-device",
+      "virtio-net-device,netdev=net0",
+    );
   if (c.incoming !== undefined) args.push("-incoming", `exec:cat ${shellSafe(c.incoming)}`);
   return args;
 }
 
 function shellSafe(path: string): string {
-  if (!SHELL_SAFE_PATH.test(path)) throw new BothyError("create_failed", `The path ${path} has characters QEMU's exec: URI cannot take; use a plain BOTHY_HOME.`);
+  if (!SHELL_SAFE_PATH.test(path))
+    throw new BothyError(
+      "create_failed",
+      `The path ${path} has characters QEMU's exec: URI cannot take; use a plain BOTHY_HOME.`,
+    );
   return path;
 }
 
@@ -111,7 +141,12 @@ function childProcess(child: ChildProcess, onError: (message: string) => void): 
     });
     child.once("exit", (code, signal) => resolve({ code, signal }));
   });
-  return { pid: child.pid, exited, running: () => child.exitCode === null && child.signalCode === null, kill: () => child.kill("SIGKILL") };
+  return {
+    pid: child.pid,
+    exited,
+    running: () => child.exitCode === null && child.signalCode === null,
+    kill: () => child.kill("SIGKILL"),
+  };
 }
 
 /** A process another server started: alive while /proc has it (its parent is gone, so it is never our zombie). */
@@ -168,7 +203,10 @@ export class VmProcess {
   static async spawn(config: VmConfig): Promise<VmProcess> {
     // Its own session: a terminal's Ctrl-C goes to the server, not to every VM, and a VM outlives
     // a server that crashed, so the next one can attach to it.
-    const child = spawn(config.qemuPath, await qemuArgs(config), { stdio: ["ignore", "ignore", "pipe"], detached: true });
+    const child = spawn(config.qemuPath, await qemuArgs(config), {
+      stdio: ["ignore", "ignore", "pipe"],
+      detached: true,
+    });
     return new VmProcess((noteError) => childProcess(child, noteError), config, child.stderr);
   }
 
@@ -199,7 +237,8 @@ export class VmProcess {
     const deadline = Date.now() + SOCKET_WAIT_MS;
     for (;;) {
       signal?.throwIfAborted();
-      if (!this.running) throw new BothyError("create_failed", `QEMU exited before opening ${path}: ${await this.diagnostics()}`);
+      if (!this.running)
+        throw new BothyError("create_failed", `QEMU exited before opening ${path}: ${await this.diagnostics()}`);
       if (existsSync(path)) {
         const sock = await new Promise<Socket | undefined>((resolve) => {
           const s = connect(path);
@@ -208,7 +247,8 @@ export class VmProcess {
         });
         if (sock) return sock;
       }
-      if (Date.now() > deadline) throw new BothyError("create_failed", `QEMU did not open ${path} within ${SOCKET_WAIT_MS} ms.`);
+      if (Date.now() > deadline)
+        throw new BothyError("create_failed", `QEMU did not open ${path} within ${SOCKET_WAIT_MS} ms.`);
       await new Promise((r) => setTimeout(r, 20));
     }
   }
@@ -240,9 +280,14 @@ export async function saveVm(qmp: QmpClient, file: string, timeoutMs: number): P
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const info = (await qmp.command("query-migrate")) as { status?: string; "error-desc"?: string };
-    if (info.status === "failed" || info.status === "cancelled") throw new BothyError("internal", `Saving the VM failed: ${info["error-desc"] ?? info.status}`);
+    if (info.status === "failed" || info.status === "cancelled")
+      throw new BothyError("internal", `Saving the VM failed: ${info["error-desc"] ?? info.status}`);
     if (info.status === "completed" && existsSync(file)) return;
-    if (Date.now() > deadline) throw new BothyError("internal", `Saving the VM did not finish within ${timeoutMs} ms (status ${info.status ?? "?"}).`);
+    if (Date.now() > deadline)
+      throw new BothyError(
+        "internal",
+        `Saving the VM did not finish within ${timeoutMs} ms (status ${info.status ?? "?"}).`,
+      );
     await new Promise((r) => setTimeout(r, 20));
   }
 }
@@ -253,10 +298,12 @@ export async function resumeIncoming(qmp: QmpClient, timeoutMs: number): Promise
   for (;;) {
     const st = (await qmp.command("query-status")) as { status?: string };
     if (st.status !== "inmigrate") {
-      if (st.status === "internal-error" || st.status === "shutdown") throw new BothyError("create_failed", `Restoring the VM failed (state ${st.status}).`);
+      if (st.status === "internal-error" || st.status === "shutdown")
+        throw new BothyError("create_failed", `Restoring the VM failed (state ${st.status}).`);
       break;
     }
-    if (Date.now() > deadline) throw new BothyError("create_failed", `Restoring the VM did not finish within ${timeoutMs} ms.`);
+    if (Date.now() > deadline)
+      throw new BothyError("create_failed", `Restoring the VM did not finish within ${timeoutMs} ms.`);
     await new Promise((r) => setTimeout(r, 10));
   }
   await qmp.command("cont");

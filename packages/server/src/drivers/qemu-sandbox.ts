@@ -64,13 +64,22 @@ export class QemuSandbox implements SandboxHandle {
         await this.driver.createOverlay(this.disk, base.disk, "qcow2");
         return await this.launch(base.memory, signal);
       }
-      await this.driver.createOverlay(this.disk, await ensureExt4Image(this.spec.templateRoot), "raw", await this.driver.diskBytes(this.spec.templateRoot, this.spec.diskMib));
+      await this.driver.createOverlay(
+        this.disk,
+        await ensureExt4Image(this.spec.templateRoot),
+        "raw",
+        await this.driver.diskBytes(this.spec.templateRoot, this.spec.diskMib),
+      );
       return await this.launch(undefined, signal);
     } catch (err) {
       const diag = this.diagnostics;
       await this.destroy();
       if (err instanceof BothyError) throw err;
-      throw new BothyError("create_failed", `Could not start the QEMU sandbox: ${(err as Error).message}${diag ? ` (${diag})` : ""}`, { cause: err });
+      throw new BothyError(
+        "create_failed",
+        `Could not start the QEMU sandbox: ${(err as Error).message}${diag ? ` (${diag})` : ""}`,
+        { cause: err },
+      );
     }
   }
 
@@ -81,7 +90,8 @@ export class QemuSandbox implements SandboxHandle {
    */
   private async restart(signal?: AbortSignal): Promise<GuestStream> {
     try {
-      if (!existsSync(this.disk)) throw new BothyError("create_failed", `Sandbox ${this.id} has no disk left to start from.`);
+      if (!existsSync(this.disk))
+        throw new BothyError("create_failed", `Sandbox ${this.id} has no disk left to start from.`);
       if (existsSync(this.memoryState)) {
         // Until the restore holds, its QEMU ending is not the sandbox ending.
         this.paused = true;
@@ -101,7 +111,11 @@ export class QemuSandbox implements SandboxHandle {
       const diag = this.diagnostics;
       await this.stop();
       if (err instanceof BothyError) throw err;
-      throw new BothyError("create_failed", `Could not start the QEMU sandbox again: ${(err as Error).message}${diag ? ` (${diag})` : ""}`, { cause: err });
+      throw new BothyError(
+        "create_failed",
+        `Could not start the QEMU sandbox again: ${(err as Error).message}${diag ? ` (${diag})` : ""}`,
+        { cause: err },
+      );
     }
   }
 
@@ -114,7 +128,8 @@ export class QemuSandbox implements SandboxHandle {
   private async attach(signal?: AbortSignal): Promise<GuestStream> {
     try {
       const pid = await this.driver.sandboxPid(this.id);
-      if (pid === undefined) throw new BothyError("create_failed", `Sandbox ${this.id} has no running VM to attach to.`);
+      if (pid === undefined)
+        throw new BothyError("create_failed", `Sandbox ${this.id} has no running VM to attach to.`);
       const vm = VmProcess.adopt(pid, this.driver.vmConfig(this.spec, this.spec.dir, this.disk));
       this.vm = vm;
       void vm.exited.then((exit) => {
@@ -122,7 +137,11 @@ export class QemuSandbox implements SandboxHandle {
       });
       this.qmp = await vm.qmp(signal);
       const status = ((await this.qmp.command("query-status")) as { status?: string }).status;
-      if (status !== "running") throw new BothyError("create_failed", `Sandbox ${this.id}'s VM is ${status ?? "in an unknown state"}, not running.`);
+      if (status !== "running")
+        throw new BothyError(
+          "create_failed",
+          `Sandbox ${this.id}'s VM is ${status ?? "in an unknown state"}, not running.`,
+        );
       const sock = await vm.connectSocket(vmFiles(this.spec.dir).agentSocket, signal);
       return { input: sock, output: sock, resync: true };
     } catch (err) {
@@ -156,7 +175,10 @@ export class QemuSandbox implements SandboxHandle {
    */
   private async growDisk(qmp: QmpClient): Promise<{ bytes: number; grown: boolean }> {
     const bytes = await this.driver.diskBytes(this.spec.templateRoot, this.spec.diskMib);
-    const drives = (await qmp.command("query-block")) as Array<{ device?: string; inserted?: { image?: { "virtual-size"?: number } } }>;
+    const drives = (await qmp.command("query-block")) as Array<{
+      device?: string;
+      inserted?: { image?: { "virtual-size"?: number } };
+    }>;
     const current = drives.find((d) => d.device === ROOT_DRIVE)?.inserted?.image?.["virtual-size"];
     if (current === undefined) throw new BothyError("create_failed", "QEMU reported no root disk for the sandbox.");
     if (current >= bytes) return { bytes, grown: false };
@@ -199,13 +221,15 @@ export class QemuSandbox implements SandboxHandle {
     if (this.paused) return;
     const vm = this.vm;
     const qmp = this.qmp;
-    if (!vm?.running || !qmp) throw new BothyError("sandbox_not_running", `Sandbox ${this.id} has no running VM to pause.`);
+    if (!vm?.running || !qmp)
+      throw new BothyError("sandbox_not_running", `Sandbox ${this.id} has no running VM to pause.`);
     await saveVm(qmp, this.memoryState, SAVE_TIMEOUT_MS);
     this.paused = true;
     await vm.stop(qmp, QUIT_GRACE_MS);
     qmp.close();
     this.qmp = undefined;
-    for (const f of [vmFiles(this.spec.dir).agentSocket, vmFiles(this.spec.dir).qmpSocket]) await rm(f, { force: true });
+    for (const f of [vmFiles(this.spec.dir).agentSocket, vmFiles(this.spec.dir).qmpSocket])
+      await rm(f, { force: true });
   }
 
   /** Starts QEMU from the saved memory; once it runs, the sandbox is no longer paused and the state file goes. */
@@ -226,7 +250,9 @@ export class QemuSandbox implements SandboxHandle {
       // Still paused: the state file is kept and a later resume may try again.
       const vm = this.vm;
       await vm?.stop(undefined, 0);
-      throw new BothyError("agent_unavailable", `Resuming sandbox ${this.id} failed: ${(err as Error).message}`, { cause: err });
+      throw new BothyError("agent_unavailable", `Resuming sandbox ${this.id} failed: ${(err as Error).message}`, {
+        cause: err,
+      });
     }
   }
 

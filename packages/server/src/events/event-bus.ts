@@ -29,5 +29,11 @@ export class EventBus {
 }
 
 function toEvent(row: EventRow): BothyEvent {
-  return { seq: row.seq, type: row.type as BothyEvent["type"], sandbox_id: row.sandbox_id, data: JSON.parse(row.data) as Record<string, unknown>, created_at: row.created_at };
+  return {
+    seq: row.seq,
+    type: row.type as BothyEvent["type"],
+    sandbox_id: row.sandbox_id,
+    data: JSON.parse(row.data) as Record<string, unknown>,
+    created_at: row.created_at,
+  };
 }

@@ -32,7 +32,11 @@ export class WebhookSender {
       try {
         const res = await fetch(this.opts.url, {
           method: "POST",
-          headers: { "content-type": "application/json", "x-bothy-event": event.type, "x-bothy-delivery": String(event.seq) },
+          headers: {
+            "content-type": "application/json",
+            "x-bothy-event": event.type,
+            "x-bothy-delivery": String(event.seq),
+          },
           body: JSON.stringify(event),
           signal: controller.signal,
         });
@@ -47,7 +51,8 @@ export class WebhookSender {
       }
       if (attempt < this.opts.attempts) await this.sleep(this.opts.retryBaseMs * 2 ** (attempt - 1));
     }
-    if (!this.stopped) this.opts.log("webhook_gave_up", { seq: event.seq, type: event.type, attempts: this.opts.attempts });
+    if (!this.stopped)
+      this.opts.log("webhook_gave_up", { seq: event.seq, type: event.type, attempts: this.opts.attempts });
   }
 
   private sleep(ms: number): Promise<void> {

@@ -44,12 +44,32 @@ async function build(rootfs: string, image: string): Promise<string> {
     // the image holds just the tree; the guest mounts with noinit_itable for the same reason.
     // 4 KiB blocks and the default inode ratio whatever the size, so a grown disk is laid out
     // like one made at its full size.
-    const args = ["-q", "-F", "-L", "bothy-root", "-m", "0", "-b", "4096", "-i", String(BYTES_PER_INODE), "-E", "lazy_itable_init=1,lazy_journal_init=1", "-d", rootfs, tmp];
+    const args = [
+      "-q",
+      "-F",
+      "-L",
+      "bothy-root",
+      "-m",
+      "0",
+      "-b",
+      "4096",
+      "-i",
+      String(BYTES_PER_INODE),
+      "-E",
+      "lazy_itable_init=1,lazy_journal_init=1",
+      "-d",
+      rootfs,
+      tmp,
+    ];
     await run("mkfs.ext4", args, { timeoutMs: 300_000 });
     await chmod(tmp, 0o444);
     await rename(tmp, image);
   } catch (err) {
-    throw new BothyError("create_failed", `Making the ext4 image of ${rootfs} failed: ${(err as Error).message}. Is e2fsprogs installed?`, { cause: err });
+    throw new BothyError(
+      "create_failed",
+      `Making the ext4 image of ${rootfs} failed: ${(err as Error).message}. Is e2fsprogs installed?`,
+      { cause: err },
+    );
   } finally {
     await rm(work, { recursive: true, force: true });
   }
@@ -58,7 +78,8 @@ async function build(rootfs: string, image: string): Promise<string> {
 
 /** An image size that holds the tree's blocks and, at the inode ratio, its files, with room to spare. */
 async function fittedBytes(rootfs: string): Promise<number> {
-  const du = async (args: string[]): Promise<number> => Number((await run("du", ["-s", "-x", ...args, rootfs], { timeoutMs: 300_000 })).stdout.split(/\s/)[0]);
+  const du = async (args: string[]): Promise<number> =>
+    Number((await run("du", ["-s", "-x", ...args, rootfs], { timeoutMs: 300_000 })).stdout.split(/\s/)[0]);
   const used = await du(["-B1"]);
   const inodes = await du(["--inodes"]);
   const bytes = Math.max(used * 1.1, inodes * BYTES_PER_INODE * 1.25) + IMAGE_ROOM_BYTES;

@@ -22,7 +22,19 @@ export const GUEST_MODULES = [
 ] as const;
 
 /** Applets the init script calls by name; linked to busybox in the initramfs. */
-export const INIT_APPLETS = ["sh", "mount", "umount", "insmod", "mkdir", "cat", "cp", "sleep", "switch_root", "echo", "reboot"] as const;
+export const INIT_APPLETS = [
+  "sh",
+  "mount",
+  "umount",
+  "insmod",
+  "mkdir",
+  "cat",
+  "cp",
+  "sleep",
+  "switch_root",
+  "echo",
+  "reboot",
+] as const;
 
 export const INIT_SCRIPT = `#!/bin/sh
 # bothy initramfs /init: see packages/server/src/images/guest-init.ts

@@ -32,14 +32,37 @@ export interface InitramfsInputs {
 export async function ensureInitramfs(inputs: InitramfsInputs): Promise<string> {
   const busyboxPath = inputs.busyboxPath ?? BUSYBOX_PATH;
   const helperSource = inputs.helperSource ?? HELPER_SOURCE;
-  const [busybox, agent, helperC] = await Promise.all([readFile(busyboxPath), readFile(inputs.agentPath), readFile(helperSource)]).catch((err: unknown) => {
-    throw new BothyError("create_failed", `Cannot build the initramfs: ${(err as Error).message}. Run scripts/install-deps and \`npm run build\`.`, { cause: err });
+  const [busybox, agent, helperC] = await Promise.all([
+    readFile(busyboxPath),
+    readFile(inputs.agentPath),
+    readFile(helperSource),
+  ]).catch((err: unknown) => {
+    throw new BothyError(
+      "create_failed",
+      `Cannot build the initramfs: ${(err as Error).message}. Run scripts/install-deps and \`npm run build\`.`,
+      { cause: err },
+    );
   });
-  if (!isStaticElf(busybox)) throw new BothyError("create_failed", `${busyboxPath} is not statically linked: install busybox-static.`);
-  const modules = await Promise.all(GUEST_MODULES.map(async (m) => ({ name: m.split("/").pop() ?? m, data: await readFile(join(inputs.kernel.modulesDir, m)) })));
+  if (!isStaticElf(busybox))
+    throw new BothyError("create_failed", `${busyboxPath} is not statically linked: install busybox-static.`);
+  const modules = await Promise.all(
+    GUEST_MODULES.map(async (m) => ({
+      name: m.split("/").pop() ?? m,
+      data: await readFile(join(inputs.kernel.modulesDir, m)),
+    })),
+  );
 
   const hash = createHash("sha256");
-  for (const part of [inputs.kernel.release, INIT_SCRIPT, PID1_SCRIPT, busybox, agent, helperC, ...modules.map((m) => m.data)]) hash.update(part).update("\0");
+  for (const part of [
+    inputs.kernel.release,
+    INIT_SCRIPT,
+    PID1_SCRIPT,
+    busybox,
+    agent,
+    helperC,
+    ...modules.map((m) => m.data),
+  ])
+    hash.update(part).update("\0");
   const key = hash.digest("hex").slice(0, 24);
   const dir = join(inputs.home, "initramfs");
   const out = join(dir, `${key}.cpio.gz`);
@@ -76,7 +99,11 @@ async function compileHelper(source: string, work: string): Promise<Buffer> {
   try {
     await run("gcc", ["-static", "-Os", "-s", "-Wall", "-o", bin, source], { timeoutMs: 120_000 });
   } catch (err) {
-    throw new BothyError("create_failed", `Compiling the guest helper failed: ${(err as Error).message}. Install gcc and libc6-dev (scripts/install-deps).`, { cause: err });
+    throw new BothyError(
+      "create_failed",
+      `Compiling the guest helper failed: ${(err as Error).message}. Install gcc and libc6-dev (scripts/install-deps).`,
+      { cause: err },
+    );
   }
   return readFile(bin);
 }

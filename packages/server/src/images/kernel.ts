@@ -24,21 +24,31 @@ export interface GuestKernel {
 
 /** The versioned package the meta package points at, e.g. `linux-image-6.1.0-57-cloud-amd64`. */
 export async function resolveKernelPackage(): Promise<string> {
-  const { stdout } = await run("apt-cache", ["depends", "--no-recommends", "--no-suggests", KERNEL_META_PACKAGE], { timeoutMs: 30_000 });
+  const { stdout } = await run("apt-cache", ["depends", "--no-recommends", "--no-suggests", KERNEL_META_PACKAGE], {
+    timeoutMs: 30_000,
+  });
   const dep = /Depends:\s*(linux-image-[0-9][^\s<>]*-cloud-amd64)/.exec(stdout)?.[1];
-  if (dep === undefined) throw new Error(`apt-cache shows no versioned image behind ${KERNEL_META_PACKAGE}: ${stdout.trim().slice(0, 300)}`);
+  if (dep === undefined)
+    throw new Error(`apt-cache shows no versioned image behind ${KERNEL_META_PACKAGE}: ${stdout.trim().slice(0, 300)}`);
   return dep;
 }
 
 function kernelAt(dir: string, release: string): GuestKernel {
-  return { release, vmlinuz: join(dir, "boot", `vmlinuz-${release}`), modulesDir: join(dir, "lib", "modules", release, "kernel") };
+  return {
+    release,
+    vmlinuz: join(dir, "boot", `vmlinuz-${release}`),
+    modulesDir: join(dir, "lib", "modules", release, "kernel"),
+  };
 }
 
 /**
  * The unpacked guest kernel, fetched on first use. When apt cannot resolve the package (no lists,
  * offline) a kernel unpacked earlier is used, the newest by name.
  */
-export async function ensureKernel(root: string, log: (event: string, fields: Record<string, unknown>) => void = () => undefined): Promise<GuestKernel> {
+export async function ensureKernel(
+  root: string,
+  log: (event: string, fields: Record<string, unknown>) => void = () => undefined,
+): Promise<GuestKernel> {
   let pkg: string;
   try {
     pkg = await resolveKernelPackage();
@@ -46,7 +56,11 @@ export async function ensureKernel(root: string, log: (event: string, fields: Re
     const cached = await cachedReleases(root);
     const newest = cached.at(-1);
     if (newest !== undefined) return kernelAt(join(root, newest), newest);
-    throw new BothyError("create_failed", `No guest kernel: ${(err as Error).message}. Run \`apt-get update\` so ${KERNEL_META_PACKAGE} can be resolved.`, { cause: err });
+    throw new BothyError(
+      "create_failed",
+      `No guest kernel: ${(err as Error).message}. Run \`apt-get update\` so ${KERNEL_META_PACKAGE} can be resolved.`,
+      { cause: err },
+    );
   }
   const release = pkg.slice("linux-image-".length);
   if (!RELEASE_RE.test(release)) throw new BothyError("create_failed", `Unexpected kernel package name ${pkg}.`);
@@ -63,14 +77,17 @@ export async function ensureKernel(root: string, log: (event: string, fields: Re
     const tree = join(work, "tree");
     await run("dpkg-deb", ["-x", join(work, deb), tree], { timeoutMs: 300_000 });
     const k = kernelAt(tree, release);
-    if (!existsSync(k.vmlinuz) || !existsSync(k.modulesDir)) throw new Error(`${pkg} has no boot/vmlinuz-${release} or modules`);
+    if (!existsSync(k.vmlinuz) || !existsSync(k.modulesDir))
+      throw new Error(`${pkg} has no boot/vmlinuz-${release} or modules`);
     await writeFile(join(tree, COMPLETE_MARK), `${pkg}\n`);
     // Another server may have unpacked the same release meanwhile: theirs is as good as ours.
     await rename(tree, dir).catch((err: NodeJS.ErrnoException) => {
       if (err.code !== "ENOTEMPTY" && err.code !== "EEXIST") throw err;
     });
   } catch (err) {
-    throw new BothyError("create_failed", `Fetching the guest kernel ${pkg} failed: ${(err as Error).message}`, { cause: err });
+    throw new BothyError("create_failed", `Fetching the guest kernel ${pkg} failed: ${(err as Error).message}`, {
+      cause: err,
+    });
   } finally {
     await rm(work, { recursive: true, force: true });
   }

@@ -130,7 +130,8 @@ export async function unmountUnder(dir: string): Promise<void> {
     await run("umount", [point]).catch(() => run("umount", ["--lazy", point]));
   }
   const left = await mountsUnder(dir);
-  if (left.length > 0) throw new BothyError("template_build_failed", `Could not unmount ${left.join(", ")}; remove them by hand.`);
+  if (left.length > 0)
+    throw new BothyError("template_build_failed", `Could not unmount ${left.join(", ")}; remove them by hand.`);
 }
 
 /**
@@ -188,7 +189,12 @@ async function inChrootSession(tree: string, fn: () => Promise<void>): Promise<v
   }
 }
 
-function chroot(inputs: BuildInputs, args: readonly string[], env: Record<string, string>, onLine: (l: string) => void): Promise<void> {
+function chroot(
+  inputs: BuildInputs,
+  args: readonly string[],
+  env: Record<string, string>,
+  onLine: (l: string) => void,
+): Promise<void> {
   return runStreaming("chroot", [inputs.tree, ...args], { env, signal: inputs.signal, onLine });
 }
 
@@ -231,9 +237,23 @@ export function planBuild(inputs: BuildInputs): BuildStep[] {
       title: "apt install",
       run: (onLine) =>
         inChrootSession(tree, async () => {
-          const apt = ["apt-get", "-q", "-o", "Dpkg::Use-Pty=0", "-o", "Acquire::Retries=3", "-o", "Acquire::Languages=none"];
+          const apt = [
+            "apt-get",
+            "-q",
+            "-o",
+            "Dpkg::Use-Pty=0",
+            "-o",
+            "Acquire::Retries=3",
+            "-o",
+            "Acquire::Languages=none",
+          ];
           await chroot(inputs, [...apt, "update"], aptEnv, onLine);
-          await chroot(inputs, [...apt, "install", "-y", "--no-install-recommends", "--", ...t.def.packages], aptEnv, onLine);
+          await chroot(
+            inputs,
+            [...apt, "install", "-y", "--no-install-recommends", "--", ...t.def.packages],
+            aptEnv,
+            onLine,
+          );
         }),
     });
   }
@@ -249,7 +269,12 @@ export function planBuild(inputs: BuildInputs): BuildStep[] {
           const staged = `.bothy-file-${i}`;
           await copyFile(f.srcPath, path.join(tree, staged), constants.COPYFILE_EXCL);
           try {
-            await chroot(inputs, ["install", "-D", "-T", "-m", f.mode.toString(8), `/${staged}`, f.dest], aptEnv, onLine);
+            await chroot(
+              inputs,
+              ["install", "-D", "-T", "-m", f.mode.toString(8), `/${staged}`, f.dest],
+              aptEnv,
+              onLine,
+            );
           } finally {
             await unlink(path.join(tree, staged));
           }

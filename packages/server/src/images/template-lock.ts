@@ -37,7 +37,8 @@ async function readOwner(file: string): Promise<{ raw: string; owner: LockOwner 
   }
   try {
     const parsed = JSON.parse(raw) as Partial<LockOwner>;
-    if (typeof parsed.pid === "number" && typeof parsed.start === "string") return { raw, owner: { pid: parsed.pid, start: parsed.start } };
+    if (typeof parsed.pid === "number" && typeof parsed.start === "string")
+      return { raw, owner: { pid: parsed.pid, start: parsed.start } };
   } catch (err) {
     if (!(err instanceof SyntaxError)) throw err;
   }
@@ -89,7 +90,11 @@ async function tryCreate(file: string, content: string): Promise<boolean> {
  * Waits for and takes the lock; `onWait` is told the holder's pid once. Returns the release
  * function, which removes the file only while it is still this process's.
  */
-export async function acquireLock(file: string, signal: AbortSignal, onWait: (holderPid: number) => void): Promise<() => Promise<void>> {
+export async function acquireLock(
+  file: string,
+  signal: AbortSignal,
+  onWait: (holderPid: number) => void,
+): Promise<() => Promise<void>> {
   const start = await processStart(process.pid);
   if (start === undefined) throw new Error("cannot read /proc/self/stat: template builds need Linux /proc");
   const mine = JSON.stringify({ pid: process.pid, start } satisfies LockOwner);

@@ -36,14 +36,20 @@ const fileEntry = z.strictObject({
   dest: z
     .string()
     .refine((s) => path.posix.isAbsolute(s), "dest must be an absolute path")
-    .refine((s) => s !== "/" && path.posix.normalize(s) === s && !s.endsWith("/"), "dest must be a normalized file path"),
+    .refine(
+      (s) => s !== "/" && path.posix.normalize(s) === s && !s.endsWith("/"),
+      "dest must be a normalized file path",
+    ),
   mode: fileMode.default(0o644),
 });
 
 export const templateDefinition = z
   .strictObject({
     base: z.string().regex(DEBIAN_BASE_RE, "base must look like debian/<suite>, e.g. debian/bookworm").optional(),
-    from: z.string().regex(TEMPLATE_NAME_RE, "from must name another template (lowercase letters, digits, -)").optional(),
+    from: z
+      .string()
+      .regex(TEMPLATE_NAME_RE, "from must name another template (lowercase letters, digits, -)")
+      .optional(),
     // apt installs a set, so order and repeats carry no meaning; normalizing keeps them out of the hash.
     packages: z
       .array(z.string().regex(DEBIAN_PACKAGE_RE, "not a Debian package name"))
@@ -55,7 +61,8 @@ export const templateDefinition = z
       .record(z.string(), z.string())
       .superRefine((env, ctx) => {
         for (const key of Object.keys(env)) {
-          if (!ENV_NAME_RE.test(key)) ctx.addIssue({ code: "custom", message: "env names must be shell identifiers", path: [key] });
+          if (!ENV_NAME_RE.test(key))
+            ctx.addIssue({ code: "custom", message: "env names must be shell identifiers", path: [key] });
         }
       })
       .default({}),
@@ -113,8 +120,12 @@ function invalid(file: string, message: string): BothyError {
 function formatIssues(issues: readonly z.core.$ZodIssue[]): string {
   return issues
     .map((i) => {
-      const where = i.path.map((p) => (typeof p === "number" ? `[${p}]` : `.${String(p)}`)).join("").replace(/^\./, "");
-      const msg = i.code === "unrecognized_keys" ? `unknown key(s) ${i.keys.map((k) => `"${k}"`).join(", ")}` : i.message;
+      const where = i.path
+        .map((p) => (typeof p === "number" ? `[${p}]` : `.${String(p)}`))
+        .join("")
+        .replace(/^\./, "");
+      const msg =
+        i.code === "unrecognized_keys" ? `unknown key(s) ${i.keys.map((k) => `"${k}"`).join(", ")}` : i.message;
       return where === "" ? msg : `${where}: ${msg}`;
     })
     .join("; ");
@@ -151,7 +162,8 @@ async function resolveFiles(dir: string, def: TemplateDefinition, file: string):
       throw invalid(file, `files: "${f.src}" cannot be read (${(err as NodeJS.ErrnoException).code ?? "error"})`);
     }
     // realpath, so a symlink inside the folder cannot point the copy outside of it.
-    if (!srcPath.startsWith(realDir + path.sep)) throw invalid(file, `files: "${f.src}" lies outside the template's folder`);
+    if (!srcPath.startsWith(realDir + path.sep))
+      throw invalid(file, `files: "${f.src}" lies outside the template's folder`);
     if (!(await stat(srcPath)).isFile()) throw invalid(file, `files: "${f.src}" is not a regular file`);
     out.push({ srcPath, dest: f.dest, mode: f.mode });
   }
@@ -197,7 +209,11 @@ export async function computeTemplateHash(
  * Loads `<sourceDir>/<name>/template.yaml` and, through `from:`, its ancestors; hashes the chain
  * root first. Throws `invalid_template_name`, `template_not_found`, or `internal` naming the file.
  */
-export async function loadTemplate(sourceDir: string, name: string, seen: readonly string[] = []): Promise<LoadedTemplate> {
+export async function loadTemplate(
+  sourceDir: string,
+  name: string,
+  seen: readonly string[] = [],
+): Promise<LoadedTemplate> {
   assertTemplateName(name);
   if (seen.includes(name)) {
     throw invalid(path.join(sourceDir, name, TEMPLATE_FILE), `"from" forms a cycle: ${[...seen, name].join(" -> ")}`);

@@ -95,7 +95,10 @@ export class TemplateStore {
   /** Every template with a definition; `error` says why one cannot be loaded. */
   async list(): Promise<Array<{ name: string; built: BuiltTemplate | undefined; error?: string }>> {
     const entries = await readdir(this.sourceDir, { withFileTypes: true });
-    const names = entries.filter((e) => e.isDirectory()).map((e) => e.name).sort();
+    const names = entries
+      .filter((e) => e.isDirectory())
+      .map((e) => e.name)
+      .sort();
     const out: Array<{ name: string; built: BuiltTemplate | undefined; error?: string }> = [];
     for (const name of names) {
       if (!(await hasDefinition(this.sourceDir, name))) continue;
@@ -167,7 +170,12 @@ export class TemplateStore {
     });
   }
 
-  private async runBuild(t: LoadedTemplate, force: boolean, signal: AbortSignal, emit: (ev: BuildProgress) => void): Promise<BuiltTemplate> {
+  private async runBuild(
+    t: LoadedTemplate,
+    force: boolean,
+    signal: AbortSignal,
+    emit: (ev: BuildProgress) => void,
+  ): Promise<BuiltTemplate> {
     if (!force) {
       const cached = await this.readBuilt(t);
       if (cached !== undefined) return cached;
@@ -254,17 +262,25 @@ export class TemplateStore {
         } catch (err) {
           if (signal.aborted) throw signal.reason;
           const message = `Building template "${t.name}" failed at step ${ev.step}/${ev.steps} (${ev.title}): ${err instanceof Error ? err.message : String(err)}`;
-          throw new BothyError("template_build_failed", tail.length > 0 ? `${message}; last output:\n${tail.join("\n")}` : message, {
-            cause: err,
-            details: { template: t.name, step: ev.title, output: tail },
-          });
+          throw new BothyError(
+            "template_build_failed",
+            tail.length > 0 ? `${message}; last output:\n${tail.join("\n")}` : message,
+            {
+              cause: err,
+              details: { template: t.name, step: ev.title, output: tail },
+            },
+          );
         }
       }
     } catch (err) {
       await removeTree(work).catch((cleanupErr: unknown) => {
         // Rare (a mount that will not go away), and the operator must act: say both.
         const why = cleanupErr instanceof Error ? cleanupErr.message : String(cleanupErr);
-        throw new BothyError("template_build_failed", `${err instanceof Error ? err.message : String(err)}; removing ${work} failed too: ${why}`, { cause: err });
+        throw new BothyError(
+          "template_build_failed",
+          `${err instanceof Error ? err.message : String(err)}; removing ${work} failed too: ${why}`,
+          { cause: err },
+        );
       });
       throw err;
     }

@@ -150,9 +150,50 @@ export class Ledger {
     this.db.close();
   }
 
-  insertSandbox(row: Omit<SandboxRow, "created_at" | "updated_at" | "deleted_at" | "error" | "expires_at" | "delete_on_disconnect" | "disconnect_grace_s" | "network" | "metadata" | "disk_mib" | "max_processes"> & Partial<Pick<SandboxRow, "expires_at" | "delete_on_disconnect" | "disconnect_grace_s" | "network" | "metadata" | "disk_mib" | "max_processes">>, idempotency?: { key: string; fingerprint: string }): SandboxRow {
+  insertSandbox(
+    row: Omit<
+      SandboxRow,
+      | "created_at"
+      | "updated_at"
+      | "deleted_at"
+      | "error"
+      | "expires_at"
+      | "delete_on_disconnect"
+      | "disconnect_grace_s"
+      | "network"
+      | "metadata"
+      | "disk_mib"
+      | "max_processes"
+    > &
+      Partial<
+        Pick<
+          SandboxRow,
+          | "expires_at"
+          | "delete_on_disconnect"
+          | "disconnect_grace_s"
+          | "network"
+          | "metadata"
+          | "disk_mib"
+          | "max_processes"
+        >
+      >,
+    idempotency?: { key: string; fingerprint: string },
+  ): SandboxRow {
     const t = now();
-    const full: SandboxRow = { expires_at: null, delete_on_disconnect: 0, disconnect_grace_s: null, network: null, metadata: null, disk_mib: null, max_processes: null, ...row, created_at: t, updated_at: t, deleted_at: null, error: null };
+    const full: SandboxRow = {
+      expires_at: null,
+      delete_on_disconnect: 0,
+      disconnect_grace_s: null,
+      network: null,
+      metadata: null,
+      disk_mib: null,
+      max_processes: null,
+      ...row,
+      created_at: t,
+      updated_at: t,
+      deleted_at: null,
+      error: null,
+    };
     this.db.transaction(() => {
       this.db
         .prepare(
@@ -172,7 +213,9 @@ export class Ledger {
   setState(id: string, state: SandboxState, error?: string): void {
     const t = now();
     this.db
-      .prepare(`UPDATE sandboxes SET state = ?, updated_at = ?, error = COALESCE(?, error), deleted_at = CASE WHEN ? = 'deleted' THEN ? ELSE deleted_at END WHERE id = ?`)
+      .prepare(
+        `UPDATE sandboxes SET state = ?, updated_at = ?, error = COALESCE(?, error), deleted_at = CASE WHEN ? = 'deleted' THEN ? ELSE deleted_at END WHERE id = ?`,
+      )
       .run(state, t, error ?? null, state, t, id);
   }
 
@@ -198,20 +241,30 @@ export class Ledger {
 
   /** Running or paused sandboxes whose time ran out at `at` (an ISO time; ISO times of one format sort as text). */
   expiredSandboxes(at: string): SandboxRow[] {
-    return this.db.prepare(`SELECT * FROM sandboxes WHERE expires_at <= ? AND state IN ('running', 'paused')`).all(at) as SandboxRow[];
+    return this.db
+      .prepare(`SELECT * FROM sandboxes WHERE expires_at <= ? AND state IN ('running', 'paused')`)
+      .all(at) as SandboxRow[];
   }
 
   countByStateAndDriver(): Array<{ state: string; driver: string; n: number }> {
-    return this.db.prepare(`SELECT state, driver, COUNT(*) AS n FROM sandboxes GROUP BY state, driver`).all() as Array<{ state: string; driver: string; n: number }>;
+    return this.db.prepare(`SELECT state, driver, COUNT(*) AS n FROM sandboxes GROUP BY state, driver`).all() as Array<{
+      state: string;
+      driver: string;
+      n: number;
+    }>;
   }
 
   countByState(): Record<string, number> {
-    const rows = this.db.prepare(`SELECT state, COUNT(*) AS n FROM sandboxes GROUP BY state`).all() as Array<{ state: string; n: number }>;
+    const rows = this.db.prepare(`SELECT state, COUNT(*) AS n FROM sandboxes GROUP BY state`).all() as Array<{
+      state: string;
+      n: number;
+    }>;
     return Object.fromEntries(rows.map((r) => [r.state, r.n]));
   }
 
   findIdempotencyKey(key: string): { fingerprint: string; sandbox_id: string } | undefined {
-    return this.db.prepare(`SELECT fingerprint, sandbox_id FROM idempotency_keys WHERE key = ?`).get(key) as { fingerprint: string; sandbox_id: string } | undefined;
+    return this.db.prepare(`SELECT fingerprint, sandbox_id FROM idempotency_keys WHERE key = ?`).get(key) as
+      { fingerprint: string; sandbox_id: string } | undefined;
   }
 
   /** A failed create frees its key, so the client may retry with the same one. */
@@ -243,12 +296,17 @@ export class Ledger {
   insertCommand(row: { id: string; sandbox_id: string; cmd: string; background?: boolean }): void {
     this.relaxed(() =>
       this.db
-        .prepare(`INSERT INTO commands (id, sandbox_id, cmd, state, started_at, background) VALUES (?, ?, ?, 'running', ?, ?)`)
+        .prepare(
+          `INSERT INTO commands (id, sandbox_id, cmd, state, started_at, background) VALUES (?, ?, ?, 'running', ?, ?)`,
+        )
         .run(row.id, row.sandbox_id, row.cmd, now(), row.background ? 1 : 0),
     );
   }
 
-  finishCommand(id: string, result: { state: "exited" | "lost"; exit_code: number | null; signal: string | null; timed_out?: boolean }): void {
+  finishCommand(
+    id: string,
+    result: { state: "exited" | "lost"; exit_code: number | null; signal: string | null; timed_out?: boolean },
+  ): void {
     this.relaxed(() =>
       this.db
         .prepare(`UPDATE commands SET state = ?, exit_code = ?, signal = ?, timed_out = ?, ended_at = ? WHERE id = ?`)
@@ -257,26 +315,36 @@ export class Ledger {
   }
 
   listCommands(sandboxId: string): CommandRow[] {
-    return this.db.prepare(`SELECT * FROM commands WHERE sandbox_id = ? ORDER BY started_at, rowid`).all(sandboxId) as CommandRow[];
+    return this.db
+      .prepare(`SELECT * FROM commands WHERE sandbox_id = ? ORDER BY started_at, rowid`)
+      .all(sandboxId) as CommandRow[];
   }
 
   /** Appends an event and returns its sequence number (the SSE event id). */
   insertEvent(type: string, sandboxId: string | null, data: object): EventRow {
     const created_at = now();
     const json = JSON.stringify(data);
-    const info = this.relaxed(() => this.db.prepare(`INSERT INTO events (type, sandbox_id, data, created_at) VALUES (?, ?, ?, ?)`).run(type, sandboxId, json, created_at));
+    const info = this.relaxed(() =>
+      this.db
+        .prepare(`INSERT INTO events (type, sandbox_id, data, created_at) VALUES (?, ?, ?, ?)`)
+        .run(type, sandboxId, json, created_at),
+    );
     return { seq: Number(info.lastInsertRowid), type, sandbox_id: sandboxId, data: json, created_at };
   }
 
   eventsSince(seq: number, sandboxId?: string, limit = 1000): EventRow[] {
     return sandboxId === undefined
       ? (this.db.prepare(`SELECT * FROM events WHERE seq > ? ORDER BY seq LIMIT ?`).all(seq, limit) as EventRow[])
-      : (this.db.prepare(`SELECT * FROM events WHERE seq > ? AND sandbox_id = ? ORDER BY seq LIMIT ?`).all(seq, sandboxId, limit) as EventRow[]);
+      : (this.db
+          .prepare(`SELECT * FROM events WHERE seq > ? AND sandbox_id = ? ORDER BY seq LIMIT ?`)
+          .all(seq, sandboxId, limit) as EventRow[]);
   }
 
   /** Commands still marked running in a sandbox that has gone away did not finish. */
   loseCommands(sandboxId: string): void {
-    this.db.prepare(`UPDATE commands SET state = 'lost', ended_at = ? WHERE sandbox_id = ? AND state = 'running'`).run(now(), sandboxId);
+    this.db
+      .prepare(`UPDATE commands SET state = 'lost', ended_at = ? WHERE sandbox_id = ? AND state = 'running'`)
+      .run(now(), sandboxId);
   }
 
   getCommand(id: string): CommandRow | undefined {
@@ -284,7 +352,15 @@ export class Ledger {
   }
 
   /** Adds metered usage: per sandbox, and per owner and month, in one transaction. */
-  addUsage(entries: ReadonlyArray<{ sandboxId: string; owner: string; month: string; vcpuSeconds: number; gibSeconds: number }>): void {
+  addUsage(
+    entries: ReadonlyArray<{
+      sandboxId: string;
+      owner: string;
+      month: string;
+      vcpuSeconds: number;
+      gibSeconds: number;
+    }>,
+  ): void {
     const perSandbox = this.db.prepare(
       `INSERT INTO usage_sandbox (sandbox_id, owner, vcpu_seconds, gib_seconds) VALUES (@sandboxId, @owner, @vcpuSeconds, @gibSeconds)
        ON CONFLICT(sandbox_id) DO UPDATE SET vcpu_seconds = vcpu_seconds + excluded.vcpu_seconds, gib_seconds = gib_seconds + excluded.gib_seconds`,
@@ -301,21 +377,34 @@ export class Ledger {
     })();
   }
 
-  ownerUsage(month: string): Array<{ owner: string; month: string; vcpu_seconds: number; gib_seconds: number; warned: string }> {
-    return this.db.prepare(`SELECT * FROM usage_owner WHERE month = ? ORDER BY owner`).all(month) as Array<{ owner: string; month: string; vcpu_seconds: number; gib_seconds: number; warned: string }>;
+  ownerUsage(
+    month: string,
+  ): Array<{ owner: string; month: string; vcpu_seconds: number; gib_seconds: number; warned: string }> {
+    return this.db.prepare(`SELECT * FROM usage_owner WHERE month = ? ORDER BY owner`).all(month) as Array<{
+      owner: string;
+      month: string;
+      vcpu_seconds: number;
+      gib_seconds: number;
+      warned: string;
+    }>;
   }
 
   sandboxUsage(sandboxId: string): { vcpu_seconds: number; gib_seconds: number } | undefined {
-    return this.db.prepare(`SELECT vcpu_seconds, gib_seconds FROM usage_sandbox WHERE sandbox_id = ?`).get(sandboxId) as { vcpu_seconds: number; gib_seconds: number } | undefined;
+    return this.db
+      .prepare(`SELECT vcpu_seconds, gib_seconds FROM usage_sandbox WHERE sandbox_id = ?`)
+      .get(sandboxId) as { vcpu_seconds: number; gib_seconds: number } | undefined;
   }
 
   /** Records that an owner was warned about `kind` this month; false when it already was. */
   markWarned(owner: string, month: string, kind: string): boolean {
-    const row = this.db.prepare(`SELECT warned FROM usage_owner WHERE owner = ? AND month = ?`).get(owner, month) as { warned: string } | undefined;
+    const row = this.db.prepare(`SELECT warned FROM usage_owner WHERE owner = ? AND month = ?`).get(owner, month) as
+      { warned: string } | undefined;
     const warned = new Set((row?.warned ?? "").split(",").filter(Boolean));
     if (warned.has(kind)) return false;
     warned.add(kind);
-    this.db.prepare(`UPDATE usage_owner SET warned = ? WHERE owner = ? AND month = ?`).run([...warned].join(","), owner, month);
+    this.db
+      .prepare(`UPDATE usage_owner SET warned = ? WHERE owner = ? AND month = ?`)
+      .run([...warned].join(","), owner, month);
     return true;
   }
 }

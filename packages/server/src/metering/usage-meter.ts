@@ -13,7 +13,13 @@ export interface MeterOptions {
 
 export interface UsageReport {
   month: string;
-  owners: Array<{ owner: string; vcpu_hours: number; gib_hours: number; budget: { vcpu_hours: number | null; gib_hours: number | null }; over_budget: string[] }>;
+  owners: Array<{
+    owner: string;
+    vcpu_hours: number;
+    gib_hours: number;
+    budget: { vcpu_hours: number | null; gib_hours: number | null };
+    over_budget: string[];
+  }>;
 }
 
 /**
@@ -50,12 +56,27 @@ export class UsageMeter {
     const month = monthOf(now);
     const running = this.ledger.liveSandboxes().filter((r) => r.state === "running");
     if (running.length > 0 && seconds > 0) {
-      this.ledger.addUsage(running.map((r) => ({ sandboxId: r.id, owner: DEFAULT_OWNER, month, vcpuSeconds: r.vcpu * seconds, gibSeconds: (r.memory_mib / 1024) * seconds })));
+      this.ledger.addUsage(
+        running.map((r) => ({
+          sandboxId: r.id,
+          owner: DEFAULT_OWNER,
+          month,
+          vcpuSeconds: r.vcpu * seconds,
+          gibSeconds: (r.memory_mib / 1024) * seconds,
+        })),
+      );
     }
     for (const owner of this.report(now).owners) {
       for (const kind of owner.over_budget) {
         if (!this.ledger.markWarned(owner.owner, month, kind)) continue;
-        const data = { owner: owner.owner, month, kind, vcpu_hours: owner.vcpu_hours, gib_hours: owner.gib_hours, budget: owner.budget };
+        const data = {
+          owner: owner.owner,
+          month,
+          kind,
+          vcpu_hours: owner.vcpu_hours,
+          gib_hours: owner.gib_hours,
+          budget: owner.budget,
+        };
         this.warn("budget_exceeded", data);
         this.events.publish("budget.exceeded", null, data);
       }
@@ -75,7 +96,10 @@ export class UsageMeter {
           vcpu_hours: vcpu,
           gib_hours: gib,
           budget: { vcpu_hours: vcpuHours ?? null, gib_hours: gibHours ?? null },
-          over_budget: [...(vcpuHours !== undefined && vcpu >= vcpuHours ? ["vcpu_hours"] : []), ...(gibHours !== undefined && gib >= gibHours ? ["gib_hours"] : [])],
+          over_budget: [
+            ...(vcpuHours !== undefined && vcpu >= vcpuHours ? ["vcpu_hours"] : []),
+            ...(gibHours !== undefined && gib >= gibHours ? ["gib_hours"] : []),
+          ],
         };
       }),
     };

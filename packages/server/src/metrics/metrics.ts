@@ -61,7 +61,9 @@ class Histogram {
   render(): string[] {
     const lines = [`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} histogram`];
     for (const s of this.series.values()) {
-      this.bounds.forEach((le, i) => lines.push(`${this.name}_bucket${labelText({ ...s.labels, le: String(le) })} ${s.buckets[i] ?? 0}`));
+      this.bounds.forEach((le, i) =>
+        lines.push(`${this.name}_bucket${labelText({ ...s.labels, le: String(le) })} ${s.buckets[i] ?? 0}`),
+      );
       lines.push(`${this.name}_bucket${labelText({ ...s.labels, le: "+Inf" })} ${s.count}`);
       lines.push(`${this.name}_sum${labelText(s.labels)} ${s.sum}`);
       lines.push(`${this.name}_count${labelText(s.labels)} ${s.count}`);
@@ -78,19 +80,59 @@ export interface Gauges {
 }
 
 export class Metrics {
-  private readonly createSeconds = new Histogram("bothy_sandbox_create_seconds", "Time from create request to a running sandbox, by driver and whether the warm pool served it.", CREATE_BUCKETS);
-  private readonly wakeSeconds = new Histogram("bothy_sandbox_wake_seconds", "Time to start a paused or stopped sandbox again on the next call, by driver and the state it woke from.", CREATE_BUCKETS);
+  private readonly createSeconds = new Histogram(
+    "bothy_sandbox_create_seconds",
+    "Time from create request to a running sandbox, by driver and whether the warm pool served it.",
+    CREATE_BUCKETS,
+  );
+  private readonly wakeSeconds = new Histogram(
+    "bothy_sandbox_wake_seconds",
+    "Time to start a paused or stopped sandbox again on the next call, by driver and the state it woke from.",
+    CREATE_BUCKETS,
+  );
   private readonly creates = new Counter("bothy_sandboxes_created_total", "Sandboxes created, by driver.", []);
   private readonly createFailures = new Counter("bothy_sandbox_create_failures_total", "Creates that failed to boot.");
-  private readonly deletions = new Counter("bothy_sandboxes_deleted_total", "Sandboxes deleted, by reason: requested, expired (the sweeper), disconnected (client gone).", ["requested", "expired", "disconnected"].map((reason) => ({ reason })));
-  private readonly deaths = new Counter("bothy_sandbox_deaths_total", "Sandboxes that stopped on their own, by who noticed: the driver or the sweeper.", ["driver", "sweeper"].map((detected_by) => ({ detected_by })));
+  private readonly deletions = new Counter(
+    "bothy_sandboxes_deleted_total",
+    "Sandboxes deleted, by reason: requested, expired (the sweeper), disconnected (client gone).",
+    ["requested", "expired", "disconnected"].map((reason) => ({ reason })),
+  );
+  private readonly deaths = new Counter(
+    "bothy_sandbox_deaths_total",
+    "Sandboxes that stopped on their own, by who noticed: the driver or the sweeper.",
+    ["driver", "sweeper"].map((detected_by) => ({ detected_by })),
+  );
   private readonly commandsStarted = new Counter("bothy_commands_started_total", "Commands started in sandboxes.");
-  private readonly commandsExited = new Counter("bothy_commands_exited_total", "Commands that exited (including killed and timed out).");
-  private readonly commandsLost = new Counter("bothy_commands_lost_total", "Commands whose sandbox or agent went away before they exited.");
+  private readonly commandsExited = new Counter(
+    "bothy_commands_exited_total",
+    "Commands that exited (including killed and timed out).",
+  );
+  private readonly commandsLost = new Counter(
+    "bothy_commands_lost_total",
+    "Commands whose sandbox or agent went away before they exited.",
+  );
   private readonly errors = new Counter("bothy_errors_total", "Error responses, by error code.", []);
-  private readonly sweeper = new Counter("bothy_sweeper_removals_total", "What the sweeper and start-up reconcile removed: expired sandboxes, dead sandboxes, lost ledger rows, orphan host objects.", ["expired", "dead", "lost", "orphan"].map((reason) => ({ reason })));
-  private readonly disconnects = new Counter("bothy_disconnect_grace_started_total", "Times the last client socket of a delete_on_disconnect sandbox dropped and its grace period began.");
-  private readonly all = [this.creates, this.createFailures, this.deletions, this.deaths, this.commandsStarted, this.commandsExited, this.commandsLost, this.errors, this.sweeper, this.disconnects];
+  private readonly sweeper = new Counter(
+    "bothy_sweeper_removals_total",
+    "What the sweeper and start-up reconcile removed: expired sandboxes, dead sandboxes, lost ledger rows, orphan host objects.",
+    ["expired", "dead", "lost", "orphan"].map((reason) => ({ reason })),
+  );
+  private readonly disconnects = new Counter(
+    "bothy_disconnect_grace_started_total",
+    "Times the last client socket of a delete_on_disconnect sandbox dropped and its grace period began.",
+  );
+  private readonly all = [
+    this.creates,
+    this.createFailures,
+    this.deletions,
+    this.deaths,
+    this.commandsStarted,
+    this.commandsExited,
+    this.commandsLost,
+    this.errors,
+    this.sweeper,
+    this.disconnects,
+  ];
 
   /** Takes every lifecycle log event; the ones that count are counted. */
   observe(event: string, fields: Record<string, unknown>): void {
@@ -98,10 +140,15 @@ export class Metrics {
     switch (event) {
       case "sandbox_created":
         this.creates.inc({ driver: str("driver") });
-        if (typeof fields["ms"] === "number") this.createSeconds.observe(fields["ms"] / 1000, { driver: str("driver"), warm: String(fields["warm"] === true) });
+        if (typeof fields["ms"] === "number")
+          this.createSeconds.observe(fields["ms"] / 1000, {
+            driver: str("driver"),
+            warm: String(fields["warm"] === true),
+          });
         break;
       case "sandbox_woken":
-        if (typeof fields["ms"] === "number") this.wakeSeconds.observe(fields["ms"] / 1000, { driver: str("driver"), from: str("from") });
+        if (typeof fields["ms"] === "number")
+          this.wakeSeconds.observe(fields["ms"] / 1000, { driver: str("driver"), from: str("from") });
         break;
       case "sandbox_create_failed":
         this.createFailures.inc();
@@ -143,9 +190,13 @@ export class Metrics {
 
   /** The whole exposition, served as `text/plain; version=0.0.4`. */
   render(gauges: Gauges): string {
-    const lines = ["# HELP bothy_sandboxes Sandboxes in the ledger, by state and driver.", "# TYPE bothy_sandboxes gauge"];
+    const lines = [
+      "# HELP bothy_sandboxes Sandboxes in the ledger, by state and driver.",
+      "# TYPE bothy_sandboxes gauge",
+    ];
     const counts = new Map<string, number>();
-    for (const driver of gauges.drivers) for (const state of SANDBOX_STATES) counts.set(labelText({ state, driver }), 0);
+    for (const driver of gauges.drivers)
+      for (const state of SANDBOX_STATES) counts.set(labelText({ state, driver }), 0);
     for (const c of gauges.sandboxes) counts.set(labelText({ state: c.state, driver: c.driver }), c.n);
     for (const [labels, n] of counts) lines.push(`bothy_sandboxes${labels} ${n}`);
     lines.push(...this.createSeconds.render());
@@ -157,6 +208,8 @@ export class Metrics {
 
 /** `{a="x",b="y"}` with the format's escapes, or "" for no labels. */
 function labelText(labels: Labels): string {
-  const parts = Object.entries(labels).map(([k, v]) => `${k}="${v.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n")}"`);
+  const parts = Object.entries(labels).map(
+    ([k, v]) => `${k}="${v.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n")}"`,
+  );
   return parts.length ? `{${parts.join(",")}}` : "";
 }

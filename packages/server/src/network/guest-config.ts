@@ -14,7 +14,7 @@ export function guestNetworkScript(net: GuestNetwork): string {
   const bb = "/opt/bothy/busybox";
   return [
     // No IPv6 in the guest at all: the host drops it anyway, and an address would only mislead.
-    "for f in /proc/sys/net/ipv6/conf/*/disable_ipv6; do [ -e \"$f\" ] && echo 1 > \"$f\"; done",
+    'for f in /proc/sys/net/ipv6/conf/*/disable_ipv6; do [ -e "$f" ] && echo 1 > "$f"; done',
     `${bb} ip link set lo up`,
     `${bb} ip addr flush dev eth0`,
     `${bb} ip addr add ${net.guest}/${net.prefix} dev eth0`,
@@ -31,7 +31,16 @@ export const resolvConf = (dns: readonly string[]): string => `${dns.map((d) => 
  */
 export async function configureGuestNetwork(agent: AgentClient, net: GuestNetwork): Promise<void> {
   for (const d of net.dns) parseIpv4(d);
-  const { code, output } = await execQuiet(agent, guestNetworkScript(net), CONFIGURE_TIMEOUT_MS, "Configuring the guest's network");
-  if (code !== 0) throw new BothyError("create_failed", `Configuring the guest's network failed (exit ${code ?? "none"}): ${output.slice(-500)}`);
+  const { code, output } = await execQuiet(
+    agent,
+    guestNetworkScript(net),
+    CONFIGURE_TIMEOUT_MS,
+    "Configuring the guest's network",
+  );
+  if (code !== 0)
+    throw new BothyError(
+      "create_failed",
+      `Configuring the guest's network failed (exit ${code ?? "none"}): ${output.slice(-500)}`,
+    );
   await agent.writeFile("/etc/resolv.conf", Buffer.from(resolvConf(net.dns)), { mode: 0o644 });
 }

@@ -10,7 +10,17 @@ import { readdir, readFile, writeFile } from "node:fs/promises";
 import { BothyError, SANDBOX_ID_RE } from "@bothy/protocol";
 import type { EgressPolicy, GuestNetwork, HostObject } from "../drivers/driver.ts";
 import { run } from "../util/host-command.ts";
-import { cidrContains, cidrsOverlap, formatCidr, normalizeCidr, parseCidr, parseIpv4, poolCapacity, subnetAt, type Cidr } from "./ipv4.ts";
+import {
+  cidrContains,
+  cidrsOverlap,
+  formatCidr,
+  normalizeCidr,
+  parseCidr,
+  parseIpv4,
+  poolCapacity,
+  subnetAt,
+  type Cidr,
+} from "./ipv4.ts";
 import { PRIVATE_RANGES, renderBase, renderSandboxAdd, renderSandboxRemove, TABLE } from "./nft-ruleset.ts";
 
 export type LinkKind = "veth" | "tap";
@@ -39,17 +49,23 @@ const IFACE_RE = /^b[vt]-[a-z2-7]{12}$/;
 const CMD_TIMEOUT_MS = 15_000;
 
 export const netnsName = (sandboxId: string): string => `bothy-${sandboxId.slice(4)}`;
-export const ifaceName = (sandboxId: string, kind: LinkKind): string => `${kind === "veth" ? "bv-" : "bt-"}${sandboxId.slice(4, 16)}`;
+export const ifaceName = (sandboxId: string, kind: LinkKind): string =>
+  `${kind === "veth" ? "bv-" : "bt-"}${sandboxId.slice(4, 16)}`;
 
 export const DEFAULT_POLICY: EgressPolicy = { internet: true, allowOut: [], denyOut: [] };
 
 /** The policy a create asks for, normalized (host bits cleared, duplicates gone). */
-export function egressFromRequest(req: { internet?: boolean | undefined; allow_out?: string[] | undefined; deny_out?: string[] | undefined }): EgressPolicy {
+export function egressFromRequest(req: {
+  internet?: boolean | undefined;
+  allow_out?: string[] | undefined;
+  deny_out?: string[] | undefined;
+}): EgressPolicy {
   const norm = (list: string[] | undefined): string[] => [...new Set((list ?? []).map(normalizeCidr))];
   return { internet: req.internet ?? true, allowOut: norm(req.allow_out), denyOut: norm(req.deny_out) };
 }
 
-export const isDefaultPolicy = (p: EgressPolicy): boolean => p.internet && p.allowOut.length === 0 && p.denyOut.length === 0;
+export const isDefaultPolicy = (p: EgressPolicy): boolean =>
+  p.internet && p.allowOut.length === 0 && p.denyOut.length === 0;
 
 export class HostNetwork {
   private readonly pool: Cidr;
@@ -79,28 +95,58 @@ export class HostNetwork {
   async preflight(): Promise<void> {
     const off = "or start bothy with BOTHY_NETWORK=off (sandboxes then have no network at all)";
     await run("nft", ["--version"], { timeoutMs: CMD_TIMEOUT_MS }).catch((err: unknown) => {
-      throw new BothyError("create_failed", `nft is not installed: run \`apt-get install nftables\`, ${off}.`, { cause: err });
+      throw new BothyError("create_failed", `nft is not installed: run \`apt-get install nftables\`, ${off}.`, {
+        cause: err,
+      });
     });
     await run("ip", ["-V"], { timeoutMs: CMD_TIMEOUT_MS }).catch((err: unknown) => {
-      throw new BothyError("create_failed", `ip is not installed: run \`apt-get install iproute2\`, ${off}.`, { cause: err });
+      throw new BothyError("create_failed", `ip is not installed: run \`apt-get install iproute2\`, ${off}.`, {
+        cause: err,
+      });
     });
     this.uplinkName = this.opts.uplink ?? (await defaultRouteInterface());
-    if (!this.uplinkName) throw new BothyError("create_failed", `No uplink: this host has no default route; set BOTHY_UPLINK to the interface sandboxes reach the internet by, ${off}.`);
-    if (!(await linkNames()).includes(this.uplinkName)) throw new BothyError("create_failed", `The uplink interface ${this.uplinkName} does not exist; set BOTHY_UPLINK to an existing interface, ${off}.`);
+    if (!this.uplinkName)
+      throw new BothyError(
+        "create_failed",
+        `No uplink: this host has no default route; set BOTHY_UPLINK to the interface sandboxes reach the internet by, ${off}.`,
+      );
+    if (!(await linkNames()).includes(this.uplinkName))
+      throw new BothyError(
+        "create_failed",
+        `The uplink interface ${this.uplinkName} does not exist; set BOTHY_UPLINK to an existing interface, ${off}.`,
+      );
     for (const server of this.opts.dns) {
       const addr = parseIpv4(server);
-      const blocked = [...PRIVATE_RANGES, this.opts.pool, ...this.opts.extraBlocked].find((r) => cidrContains(parseCidr(r), addr));
-      if (blocked) throw new BothyError("create_failed", `BOTHY_DNS names ${server}, inside ${blocked}, which sandboxes may not reach; name public resolvers (default 1.1.1.1,8.8.8.8).`);
+      const blocked = [...PRIVATE_RANGES, this.opts.pool, ...this.opts.extraBlocked].find((r) =>
+        cidrContains(parseCidr(r), addr),
+      );
+      if (blocked)
+        throw new BothyError(
+          "create_failed",
+          `BOTHY_DNS names ${server}, inside ${blocked}, which sandboxes may not reach; name public resolvers (default 1.1.1.1,8.8.8.8).`,
+        );
     }
     for (const r of this.opts.extraBlocked) parseCidr(r);
     for (const clash of (await hostAddresses()).filter((a) => cidrContains(this.pool, parseIpv4(a)))) {
-      if (!(await this.isOurs(clash))) throw new BothyError("create_failed", `BOTHY_NET_POOL ${formatCidr(this.pool)} holds ${clash}, an address this host already uses; choose a free block.`);
+      if (!(await this.isOurs(clash)))
+        throw new BothyError(
+          "create_failed",
+          `BOTHY_NET_POOL ${formatCidr(this.pool)} holds ${clash}, an address this host already uses; choose a free block.`,
+        );
     }
-    if (PRIVATE_RANGES.every((r) => !cidrsOverlap(parseCidr(r), this.pool))) this.opts.log("network_pool_public", { pool: formatCidr(this.pool) });
+    if (PRIVATE_RANGES.every((r) => !cidrsOverlap(parseCidr(r), this.pool)))
+      this.opts.log("network_pool_public", { pool: formatCidr(this.pool) });
     await this.ensureForwarding();
     this.ipv6 = existsSync("/proc/sys/net/ipv6");
-    await nft(renderBase({ pool: formatCidr(this.pool), uplink: this.uplinkName, extraBlocked: this.opts.extraBlocked }));
-    this.opts.log("network_ready", { pool: formatCidr(this.pool), uplink: this.uplinkName, dns: this.opts.dns, table: TABLE });
+    await nft(
+      renderBase({ pool: formatCidr(this.pool), uplink: this.uplinkName, extraBlocked: this.opts.extraBlocked }),
+    );
+    this.opts.log("network_ready", {
+      pool: formatCidr(this.pool),
+      uplink: this.uplinkName,
+      dns: this.opts.dns,
+      table: TABLE,
+    });
   }
 
   /** Only an address on one of our own interfaces (a leftover reconcile will remove) may sit in the pool. */
@@ -115,9 +161,16 @@ export class HostNetwork {
     try {
       await writeFile(path, "1\n");
     } catch (err) {
-      throw new BothyError("create_failed", `net.ipv4.ip_forward is off and bothy could not turn it on (${(err as Error).message}): run \`sysctl -w net.ipv4.ip_forward=1\` as root, or start bothy with BOTHY_NETWORK=off.`, { cause: err });
+      throw new BothyError(
+        "create_failed",
+        `net.ipv4.ip_forward is off and bothy could not turn it on (${(err as Error).message}): run \`sysctl -w net.ipv4.ip_forward=1\` as root, or start bothy with BOTHY_NETWORK=off.`,
+        { cause: err },
+      );
     }
-    this.opts.log("ip_forward_enabled", { sysctl: "net.ipv4.ip_forward=1", why: "sandboxes' traffic is routed through this host" });
+    this.opts.log("ip_forward_enabled", {
+      sysctl: "net.ipv4.ip_forward=1",
+      why: "sandboxes' traffic is routed through this host",
+    });
   }
 
   /** Reserves the sandbox's subnet and names; nothing exists on the host until `plumb`. */
@@ -132,12 +185,22 @@ export class HostNetwork {
           break;
         }
       }
-      if (index === undefined) throw new BothyError("capacity_exhausted", `The network pool ${formatCidr(this.pool)} has no free /30 left; delete a sandbox or give BOTHY_NET_POOL a larger block.`);
+      if (index === undefined)
+        throw new BothyError(
+          "capacity_exhausted",
+          `The network pool ${formatCidr(this.pool)} has no free /30 left; delete a sandbox or give BOTHY_NET_POOL a larger block.`,
+        );
       this.used.set(sandboxId, index);
     }
     const subnet = subnetAt(this.pool, index);
     const iface = ifaceName(sandboxId, kind);
-    const guest: GuestNetwork = { guest: subnet.guest, gateway: subnet.gateway, prefix: subnet.prefix, dns: this.opts.dns, ...(kind === "veth" ? { netns: netnsName(sandboxId) } : { tap: iface }) };
+    const guest: GuestNetwork = {
+      guest: subnet.guest,
+      gateway: subnet.gateway,
+      prefix: subnet.prefix,
+      dns: this.opts.dns,
+      ...(kind === "veth" ? { netns: netnsName(sandboxId) } : { tap: iface }),
+    };
     return { sandboxId, kind, iface, policy, guest };
   }
 
@@ -148,11 +211,20 @@ export class HostNetwork {
    */
   async adopt(sandboxId: string, kind: LinkKind, policy: EgressPolicy): Promise<PlannedNetwork | undefined> {
     const iface = ifaceName(sandboxId, kind);
-    const shown = await run("ip", ["-j", "-4", "addr", "show", "dev", iface], { timeoutMs: CMD_TIMEOUT_MS }).catch(() => undefined);
-    const local = (JSON.parse(shown?.stdout || "[]") as Array<{ addr_info?: Array<{ local?: string }> }>)[0]?.addr_info?.[0]?.local;
+    const shown = await run("ip", ["-j", "-4", "addr", "show", "dev", iface], { timeoutMs: CMD_TIMEOUT_MS }).catch(
+      () => undefined,
+    );
+    const local = (JSON.parse(shown?.stdout || "[]") as Array<{ addr_info?: Array<{ local?: string }> }>)[0]
+      ?.addr_info?.[0]?.local;
     if (local === undefined) return undefined;
     const index = (parseIpv4(local) - this.pool.base - 1) / 4;
-    if (!Number.isInteger(index) || index < 1 || index >= this.capacity || [...this.used].some(([id, i]) => i === index && id !== sandboxId)) return undefined;
+    if (
+      !Number.isInteger(index) ||
+      index < 1 ||
+      index >= this.capacity ||
+      [...this.used].some(([id, i]) => i === index && id !== sandboxId)
+    )
+      return undefined;
     if (kind === "veth" && !existsSync(`${NETNS_DIR}/${netnsName(sandboxId)}`)) return undefined;
     if (!(await this.listRules()).chains.includes(sandboxId)) return undefined;
     this.used.set(sandboxId, index);
@@ -169,11 +241,30 @@ export class HostNetwork {
         const ns = netnsName(plan.sandboxId);
         await ip(["netns", "add", ns]);
         // Before eth0 exists, so it never gets an IPv6 link-local address for gVisor to copy.
-        if (this.ipv6) await ip(["netns", "exec", ns, "sh", "-c", "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6 && echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6"]);
-        await ipBatch([`link add ${iface} type veth peer name eth0 netns ${ns}`, `link set ${iface} alias ${plan.sandboxId}`]);
+        if (this.ipv6)
+          await ip([
+            "netns",
+            "exec",
+            ns,
+            "sh",
+            "-c",
+            "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6 && echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6",
+          ]);
+        await ipBatch([
+          `link add ${iface} type veth peer name eth0 netns ${ns}`,
+          `link set ${iface} alias ${plan.sandboxId}`,
+        ]);
         await this.disableIpv6(iface);
         await ipBatch([`addr add ${cidr(guest.gateway)} dev ${iface}`, `link set ${iface} up`]);
-        await ipBatch([`addr add ${cidr(guest.guest)} dev eth0`, "link set eth0 up", "link set lo up", `route add default via ${guest.gateway}`], ns);
+        await ipBatch(
+          [
+            `addr add ${cidr(guest.guest)} dev eth0`,
+            "link set eth0 up",
+            "link set lo up",
+            `route add default via ${guest.gateway}`,
+          ],
+          ns,
+        );
       } else {
         await ip(["tuntap", "add", "dev", iface, "mode", "tap"]);
         await ip(["link", "set", iface, "alias", plan.sandboxId]);
@@ -181,10 +272,19 @@ export class HostNetwork {
         await ipBatch([`addr add ${cidr(guest.gateway)} dev ${iface}`, `link set ${iface} up`]);
       }
       await nft(renderSandboxAdd({ sandboxId: plan.sandboxId, iface, guest: guest.guest, policy: plan.policy }));
-      this.opts.log("network_plumbed", { sandbox_id: plan.sandboxId, iface, guest: guest.guest, ms: Date.now() - started });
+      this.opts.log("network_plumbed", {
+        sandbox_id: plan.sandboxId,
+        iface,
+        guest: guest.guest,
+        ms: Date.now() - started,
+      });
     } catch (err) {
-      await this.teardown(plan.sandboxId).catch((e: unknown) => this.opts.log("network_teardown_failed", { sandbox_id: plan.sandboxId, error: (e as Error).message }));
-      throw new BothyError("create_failed", `Could not set up the sandbox's network: ${(err as Error).message}`, { cause: err });
+      await this.teardown(plan.sandboxId).catch((e: unknown) =>
+        this.opts.log("network_teardown_failed", { sandbox_id: plan.sandboxId, error: (e as Error).message }),
+      );
+      throw new BothyError("create_failed", `Could not set up the sandbox's network: ${(err as Error).message}`, {
+        cause: err,
+      });
     }
   }
 
@@ -194,13 +294,20 @@ export class HostNetwork {
 
   /** Removes the sandbox's chain, interfaces and namespace, whichever exist; safe to repeat. */
   async teardown(sandboxId: string): Promise<void> {
-    if (!SANDBOX_ID_RE.test(sandboxId)) throw new BothyError("invalid_sandbox_id", `Refusing to remove the network of ${sandboxId}: not a sandbox id.`);
+    if (!SANDBOX_ID_RE.test(sandboxId))
+      throw new BothyError("invalid_sandbox_id", `Refusing to remove the network of ${sandboxId}: not a sandbox id.`);
     const rules = await this.listRules();
     const keys = rules.elements.filter((e) => e.target === sandboxId).map((e) => e.key);
     const script = renderSandboxRemove(sandboxId, keys, rules.chains.includes(sandboxId));
     if (script) await nft(script);
     // Deleting the host end removes the veth pair at once; a deleted namespace frees its links later.
-    for (const link of await listLinks()) if (link.alias === sandboxId || link.name === ifaceName(sandboxId, "veth") || link.name === ifaceName(sandboxId, "tap")) await ip(["link", "del", link.name]);
+    for (const link of await listLinks())
+      if (
+        link.alias === sandboxId ||
+        link.name === ifaceName(sandboxId, "veth") ||
+        link.name === ifaceName(sandboxId, "tap")
+      )
+        await ip(["link", "del", link.name]);
     const ns = netnsName(sandboxId);
     if (existsSync(`${NETNS_DIR}/${ns}`)) await ip(["netns", "del", ns]);
     this.used.delete(sandboxId);
@@ -214,11 +321,16 @@ export class HostNetwork {
       if (m) found.push({ sandboxId: `sbx_${m[1] ?? ""}`, kind: "netns", description: `network namespace ${name}` });
     }
     for (const link of await listLinks()) {
-      if (IFACE_RE.test(link.name) && link.alias && SANDBOX_ID_RE.test(link.alias)) found.push({ sandboxId: link.alias, kind: "interface", description: `interface ${link.name}` });
+      if (IFACE_RE.test(link.name) && link.alias && SANDBOX_ID_RE.test(link.alias))
+        found.push({ sandboxId: link.alias, kind: "interface", description: `interface ${link.name}` });
     }
     const rules = await this.listRules();
-    for (const chain of rules.chains) if (SANDBOX_ID_RE.test(chain)) found.push({ sandboxId: chain, kind: "nft-chain", description: `nft chain ${TABLE} ${chain}` });
-    for (const e of rules.elements) if (SANDBOX_ID_RE.test(e.target) && !rules.chains.includes(e.target)) found.push({ sandboxId: e.target, kind: "nft-map-element", description: `nft map element ${e.key}` });
+    for (const chain of rules.chains)
+      if (SANDBOX_ID_RE.test(chain))
+        found.push({ sandboxId: chain, kind: "nft-chain", description: `nft chain ${TABLE} ${chain}` });
+    for (const e of rules.elements)
+      if (SANDBOX_ID_RE.test(e.target) && !rules.chains.includes(e.target))
+        found.push({ sandboxId: e.target, kind: "nft-map-element", description: `nft map element ${e.key}` });
     return found;
   }
 
@@ -253,7 +365,10 @@ async function ip(args: string[]): Promise<void> {
 }
 
 async function ipBatch(lines: string[], netns?: string): Promise<void> {
-  await run("ip", [...(netns ? ["-n", netns] : []), "-batch", "-"], { timeoutMs: CMD_TIMEOUT_MS, input: lines.join("\n") + "\n" });
+  await run("ip", [...(netns ? ["-n", netns] : []), "-batch", "-"], {
+    timeoutMs: CMD_TIMEOUT_MS,
+    input: lines.join("\n") + "\n",
+  });
 }
 
 async function nft(script: string): Promise<void> {
@@ -262,7 +377,10 @@ async function nft(script: string): Promise<void> {
 
 async function listLinks(): Promise<Array<{ name: string; alias: string | undefined }>> {
   const { stdout } = await run("ip", ["-j", "link", "show"], { timeoutMs: CMD_TIMEOUT_MS });
-  return (JSON.parse(stdout || "[]") as Array<{ ifname: string; ifalias?: string }>).map((l) => ({ name: l.ifname, alias: l.ifalias }));
+  return (JSON.parse(stdout || "[]") as Array<{ ifname: string; ifalias?: string }>).map((l) => ({
+    name: l.ifname,
+    alias: l.ifalias,
+  }));
 }
 
 async function linkNames(): Promise<string[]> {
@@ -271,7 +389,9 @@ async function linkNames(): Promise<string[]> {
 
 async function hostAddresses(): Promise<string[]> {
   const { stdout } = await run("ip", ["-j", "-4", "addr", "show"], { timeoutMs: CMD_TIMEOUT_MS });
-  return (JSON.parse(stdout || "[]") as Array<{ addr_info?: Array<{ local?: string }> }>).flatMap((l) => (l.addr_info ?? []).map((a) => a.local ?? "")).filter(Boolean);
+  return (JSON.parse(stdout || "[]") as Array<{ addr_info?: Array<{ local?: string }> }>)
+    .flatMap((l) => (l.addr_info ?? []).map((a) => a.local ?? ""))
+    .filter(Boolean);
 }
 
 async function defaultRouteInterface(): Promise<string> {

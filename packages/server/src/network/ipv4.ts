@@ -9,7 +9,8 @@ export interface Cidr {
 
 export function parseIpv4(text: string): number {
   const parts = text.split(".").map(Number);
-  if (parts.length !== 4 || parts.some((p) => !Number.isInteger(p) || p < 0 || p > 255)) throw new BothyError("invalid_request", `"${text}" is not an IPv4 address.`);
+  if (parts.length !== 4 || parts.some((p) => !Number.isInteger(p) || p < 0 || p > 255))
+    throw new BothyError("invalid_request", `"${text}" is not an IPv4 address.`);
   return parts.reduce((acc, p) => acc * 256 + p, 0);
 }
 
@@ -21,7 +22,8 @@ const maskOf = (prefix: number): number => (prefix === 0 ? 0 : (0xffffffff << (3
 
 /** `a.b.c.d` or `a.b.c.d/n`, host bits cleared: `10.1.2.3/8` becomes 10.0.0.0/8. */
 export function parseCidr(text: string): Cidr {
-  if (!IPV4_CIDR_RE.test(text)) throw new BothyError("invalid_request", `"${text}" is not an IPv4 address or CIDR block (IPv6 is always blocked).`);
+  if (!IPV4_CIDR_RE.test(text))
+    throw new BothyError("invalid_request", `"${text}" is not an IPv4 address or CIDR block (IPv6 is always blocked).`);
   const [addr = "", len] = text.split("/");
   const prefix = len === undefined ? 32 : Number(len);
   return { base: (parseIpv4(addr) & maskOf(prefix)) >>> 0, prefix };
@@ -37,7 +39,7 @@ export function normalizeCidr(text: string): string {
 }
 
 export function cidrContains(c: Cidr, addr: number): boolean {
-  return ((addr & maskOf(c.prefix)) >>> 0) === c.base;
+  return (addr & maskOf(c.prefix)) >>> 0 === c.base;
 }
 
 export function cidrsOverlap(a: Cidr, b: Cidr): boolean {
@@ -56,7 +58,11 @@ export interface SandboxSubnet {
 
 /** How many /30 subnets the pool holds. */
 export function poolCapacity(pool: Cidr): number {
-  if (pool.prefix > SUBNET_PREFIX) throw new BothyError("internal", `The network pool ${formatCidr(pool)} is smaller than one /30; use a /30 or larger block for BOTHY_NET_POOL.`);
+  if (pool.prefix > SUBNET_PREFIX)
+    throw new BothyError(
+      "internal",
+      `The network pool ${formatCidr(pool)} is smaller than one /30; use a /30 or larger block for BOTHY_NET_POOL.`,
+    );
   return 2 ** (SUBNET_PREFIX - pool.prefix);
 }
 

@@ -1,5 +1,13 @@
 import { BothyError } from "@bothy/protocol";
-import type { Driver, ExitInfo, GuestNetwork, GuestStream, HostObject, SandboxHandle, SandboxSpec } from "../drivers/driver.ts";
+import type {
+  Driver,
+  ExitInfo,
+  GuestNetwork,
+  GuestStream,
+  HostObject,
+  SandboxHandle,
+  SandboxSpec,
+} from "../drivers/driver.ts";
 import { DEFAULT_POLICY, type HostNetwork, type LinkKind, type PlannedNetwork } from "./host-network.ts";
 
 /**
@@ -38,14 +46,25 @@ export class NetworkedDriver implements Driver {
     if (spec.attach) {
       planNetwork = async () => {
         const plan = await this.net.adopt(spec.id, this.kind, policy);
-        if (!plan) throw new BothyError("create_failed", `Sandbox ${spec.id}'s network is not whole any more; it cannot be taken over.`);
+        if (!plan)
+          throw new BothyError(
+            "create_failed",
+            `Sandbox ${spec.id}'s network is not whole any more; it cannot be taken over.`,
+          );
         return plan;
       };
     } else {
       const plan = this.net.allocate(spec.id, this.kind, policy);
       planNetwork = () => Promise.resolve(plan);
     }
-    return new NetworkedHandle(spec, planNetwork, !spec.attach, (plan) => this.inner.create({ ...spec, network: plan.guest }), this.net, this.kind === "tap");
+    return new NetworkedHandle(
+      spec,
+      planNetwork,
+      !spec.attach,
+      (plan) => this.inner.create({ ...spec, network: plan.guest }),
+      this.net,
+      this.kind === "tap",
+    );
   }
 
   async reconcile(): Promise<HostObject[]> {

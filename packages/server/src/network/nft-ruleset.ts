@@ -65,30 +65,32 @@ export function mergeCidrs(items: readonly string[]): string[] {
  */
 export function renderBase(b: BaseRules): string {
   const blockedLine = `ip daddr ${set(mergeCidrs([...PRIVATE_RANGES, b.pool, ...b.extraBlocked]))} goto refuse`;
-  return [
-    `add table ${TABLE}`,
-    `add map ${TABLE} egress { type ifname : verdict; }`,
-    `add chain ${TABLE} refuse`,
-    `add chain ${TABLE} blocked`,
-    `add chain ${TABLE} forward { type filter hook forward priority filter; policy accept; }`,
-    `add chain ${TABLE} input { type filter hook input priority filter; policy accept; }`,
-    `add chain ${TABLE} postrouting { type nat hook postrouting priority srcnat; policy accept; }`,
-    ...["refuse", "blocked", "forward", "input", "postrouting"].map((c) => `flush chain ${TABLE} ${c}`),
-    // IPv6 is dropped silently; IPv4 TCP gets a reset (gVisor ignores ICMP admin-prohibited).
-    `add rule ${TABLE} refuse meta nfproto ipv6 drop`,
-    `add rule ${TABLE} refuse meta l4proto tcp reject with tcp reset`,
-    `add rule ${TABLE} refuse reject with icmpx admin-prohibited`,
-    `add rule ${TABLE} blocked ${blockedLine}`,
-    // A sandbox's traffic goes to its own chain; an interface of ours without one sends nothing.
-    `add rule ${TABLE} forward iifname vmap @egress`,
-    ...wildcards.map((w) => `add rule ${TABLE} forward iifname ${w} drop`),
-    // Nothing from outside starts a connection to a sandbox.
-    ...wildcards.map((w) => `add rule ${TABLE} forward oifname ${w} ct state established,related accept`),
-    ...wildcards.map((w) => `add rule ${TABLE} forward oifname ${w} drop`),
-    // Every address of the host itself, gateway included, is delivered through input: refused.
-    ...wildcards.map((w) => `add rule ${TABLE} input iifname ${w} goto refuse`),
-    `add rule ${TABLE} postrouting ip saddr ${b.pool} oifname ${quoted(b.uplink)} masquerade`,
-  ].join("\n") + "\n";
+  return (
+    [
+      `add table ${TABLE}`,
+      `add map ${TABLE} egress { type ifname : verdict; }`,
+      `add chain ${TABLE} refuse`,
+      `add chain ${TABLE} blocked`,
+      `add chain ${TABLE} forward { type filter hook forward priority filter; policy accept; }`,
+      `add chain ${TABLE} input { type filter hook input priority filter; policy accept; }`,
+      `add chain ${TABLE} postrouting { type nat hook postrouting priority srcnat; policy accept; }`,
+      ...["refuse", "blocked", "forward", "input", "postrouting"].map((c) => `flush chain ${TABLE} ${c}`),
+      // IPv6 is dropped silently; IPv4 TCP gets a reset (gVisor ignores ICMP admin-prohibited).
+      `add rule ${TABLE} refuse meta nfproto ipv6 drop`,
+      `add rule ${TABLE} refuse meta l4proto tcp reject with tcp reset`,
+      `add rule ${TABLE} refuse reject with icmpx admin-prohibited`,
+      `add rule ${TABLE} blocked ${blockedLine}`,
+      // A sandbox's traffic goes to its own chain; an interface of ours without one sends nothing.
+      `add rule ${TABLE} forward iifname vmap @egress`,
+      ...wildcards.map((w) => `add rule ${TABLE} forward iifname ${w} drop`),
+      // Nothing from outside starts a connection to a sandbox.
+      ...wildcards.map((w) => `add rule ${TABLE} forward oifname ${w} ct state established,related accept`),
+      ...wildcards.map((w) => `add rule ${TABLE} forward oifname ${w} drop`),
+      // Every address of the host itself, gateway included, is delivered through input: refused.
+      ...wildcards.map((w) => `add rule ${TABLE} input iifname ${w} goto refuse`),
+      `add rule ${TABLE} postrouting ip saddr ${b.pool} oifname ${quoted(b.uplink)} masquerade`,
+    ].join("\n") + "\n"
+  );
 }
 
 /**
@@ -105,8 +107,10 @@ export function renderSandboxAdd(r: SandboxRules): string {
     `add rule ${TABLE} ${chain} ip saddr != ${r.guest} drop`,
     `add rule ${TABLE} ${chain} ct state established,related accept`,
   ];
-  if (r.policy.allowOut.length > 0) lines.push(`add rule ${TABLE} ${chain} ip daddr ${set(mergeCidrs(r.policy.allowOut))} accept`);
-  if (r.policy.denyOut.length > 0) lines.push(`add rule ${TABLE} ${chain} ip daddr ${set(mergeCidrs(r.policy.denyOut))} goto refuse`);
+  if (r.policy.allowOut.length > 0)
+    lines.push(`add rule ${TABLE} ${chain} ip daddr ${set(mergeCidrs(r.policy.allowOut))} accept`);
+  if (r.policy.denyOut.length > 0)
+    lines.push(`add rule ${TABLE} ${chain} ip daddr ${set(mergeCidrs(r.policy.denyOut))} goto refuse`);
   lines.push(`add rule ${TABLE} ${chain} jump blocked`);
   lines.push(r.policy.internet ? `add rule ${TABLE} ${chain} accept` : `add rule ${TABLE} ${chain} goto refuse`);
   lines.push(`add element ${TABLE} egress { ${quoted(r.iface)} : goto ${chain} }`);

@@ -15,19 +15,31 @@ export interface BootedSandbox {
  * Boots one sandbox up to a ready agent. On any failure everything it made is destroyed before
  * the error is thrown, so a failed boot leaves nothing on the host.
  */
-export async function bootSandbox(driver: Driver, spec: SandboxSpec, timeoutMs: number, signal?: AbortSignal): Promise<BootedSandbox> {
+export async function bootSandbox(
+  driver: Driver,
+  spec: SandboxSpec,
+  timeoutMs: number,
+  signal?: AbortSignal,
+): Promise<BootedSandbox> {
   const handle = driver.create(spec);
   let agent: AgentClient | undefined;
   try {
     const stream = await handle.start(signal);
     agent = new AgentClient(stream.input, stream.output);
     const exited = handle.wait().then((exit) => {
-      throw new BothyError("create_failed", `The sandbox exited during boot (code ${exit.code ?? "none"}, signal ${exit.signal ?? "none"})${describe(handle)}.`);
+      throw new BothyError(
+        "create_failed",
+        `The sandbox exited during boot (code ${exit.code ?? "none"}, signal ${exit.signal ?? "none"})${describe(handle)}.`,
+      );
     });
-    await Promise.race([agent.handshake(bootTimeoutMs(driver.acceleration, timeoutMs), signal, stream.resync === true), exited]);
+    await Promise.race([
+      agent.handshake(bootTimeoutMs(driver.acceleration, timeoutMs), signal, stream.resync === true),
+      exited,
+    ]);
     // A sandbox taken over after a server restart already has its identity and network.
     if (handle.needsIdentity && !spec.attach) await Promise.race([agent.identify(guestIdentity(spec)), exited]);
-    if (handle.guestNetwork && !spec.attach) await Promise.race([configureGuestNetwork(agent, handle.guestNetwork), exited]);
+    if (handle.guestNetwork && !spec.attach)
+      await Promise.race([configureGuestNetwork(agent, handle.guestNetwork), exited]);
     if (!spec.attach) await Promise.race([applyLimits(agent, spec, handle), exited]);
     exited.catch(() => undefined);
     return { spec, handle, agent };
@@ -37,7 +49,9 @@ export async function bootSandbox(driver: Driver, spec: SandboxSpec, timeoutMs: 
     // A sandbox started again on its disk keeps it: the files are not this boot's to remove.
     await (spec.reuseDisk ? handle.stop() : handle.destroy());
     if (err instanceof BothyError && err.code === "create_failed") throw err;
-    throw new BothyError("create_failed", `Could not boot sandbox ${spec.id}: ${(err as Error).message}${detail}`, { cause: err });
+    throw new BothyError("create_failed", `Could not boot sandbox ${spec.id}: ${(err as Error).message}${detail}`, {
+      cause: err,
+    });
   }
 }
 
@@ -56,7 +70,11 @@ export async function reattachSandbox(booted: BootedSandbox, timeoutMs: number, 
     if (booted.handle.needsIdentity) await agent.identify(guestIdentity(booted.spec));
   } catch (err) {
     agent.close(new BothyError("agent_unavailable", "Resume failed."));
-    throw new BothyError("agent_unavailable", `Sandbox ${booted.spec.id} was restored but its agent did not answer: ${(err as Error).message}`, { cause: err });
+    throw new BothyError(
+      "agent_unavailable",
+      `Sandbox ${booted.spec.id} was restored but its agent did not answer: ${(err as Error).message}`,
+      { cause: err },
+    );
   }
   booted.agent = agent;
 }
@@ -64,9 +82,14 @@ export async function reattachSandbox(booted: BootedSandbox, timeoutMs: number, 
 /** The process limit, and a VM's root file system grown to the disk the driver made. */
 async function applyLimits(agent: AgentClient, spec: SandboxSpec, handle: SandboxHandle): Promise<void> {
   try {
-    await agent.applyLimits({ maxProcesses: spec.maxProcesses, ...(handle.guestRootBytes === undefined ? {} : { rootBytes: handle.guestRootBytes }) });
+    await agent.applyLimits({
+      maxProcesses: spec.maxProcesses,
+      ...(handle.guestRootBytes === undefined ? {} : { rootBytes: handle.guestRootBytes }),
+    });
   } catch (err) {
-    throw new BothyError("create_failed", `The guest could not apply the sandbox's limits: ${(err as Error).message}`, { cause: err });
+    throw new BothyError("create_failed", `The guest could not apply the sandbox's limits: ${(err as Error).message}`, {
+      cause: err,
+    });
   }
 }
 

@@ -56,7 +56,11 @@ export class DisconnectWatch {
       w.timer = undefined;
       if (this.closed || w.sockets > 0) return;
       this.sandboxes.delete(sandboxId);
-      this.manager.delete(sandboxId, "disconnected").catch((err: unknown) => this.log("disconnect_delete_failed", { sandbox_id: sandboxId, error: (err as Error).message }));
+      this.manager
+        .delete(sandboxId, "disconnected")
+        .catch((err: unknown) =>
+          this.log("disconnect_delete_failed", { sandbox_id: sandboxId, error: (err as Error).message }),
+        );
     }, graceS * 1000);
     w.timer.unref();
   }

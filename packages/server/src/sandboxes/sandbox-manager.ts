@@ -99,7 +99,11 @@ export class SandboxManager {
         // Commands of the old server cannot be followed by this one; they run on in the guest, detached.
         this.ledger.loseCommands(row.id);
         if (await this.attachAfterRestart(row)) continue;
-        this.ledger.setState(row.id, "stopped", "The server restarted and its processes ended; its files are kept and the next call starts it again.");
+        this.ledger.setState(
+          row.id,
+          "stopped",
+          "The server restarted and its processes ended; its files are kept and the next call starts it again.",
+        );
         this.log("sandbox_recovered", { sandbox_id: row.id, previous_state: row.state, state: "stopped" });
       } else if (row.state === "creating") {
         this.ledger.setState(row.id, "failed", "The server restarted while this sandbox was being created.");
@@ -138,13 +142,24 @@ export class SandboxManager {
   async removeUnowned(id: string, found: readonly HostObject[], by: string): Promise<void> {
     if (this.ownedIds().has(id)) return;
     const keepDisk = this.dormantIds().has(id);
-    this.log("orphan_removed", { sandbox_id: id, kind: found.map((o) => o.kind).join(","), description: found.map((o) => o.description).join("; "), by, ...(keepDisk ? { disk_kept: true } : {}) });
+    this.log("orphan_removed", {
+      sandbox_id: id,
+      kind: found.map((o) => o.kind).join(","),
+      description: found.map((o) => o.description).join("; "),
+      by,
+      ...(keepDisk ? { disk_kept: true } : {}),
+    });
     await (keepDisk ? this.drivers.release(id) : this.drivers.removeOrphan(id));
   }
 
   /** Paused or stopped sandboxes without a handle in this process: their disk is theirs, nothing else. */
   dormantIds(): Set<string> {
-    return new Set(this.ledger.liveSandboxes().filter((r) => DORMANT_STATES.includes(r.state) && !this.live.has(r.id)).map((r) => r.id));
+    return new Set(
+      this.ledger
+        .liveSandboxes()
+        .filter((r) => DORMANT_STATES.includes(r.state) && !this.live.has(r.id))
+        .map((r) => r.id),
+    );
   }
 
   /**
@@ -152,7 +167,14 @@ export class SandboxManager {
    * deleted, paused or resumed, dying, and the warm pool's (which have no ledger row).
    */
   ownedIds(): Set<string> {
-    return new Set([...this.live.keys(), ...this.creating.keys(), ...this.deleting.keys(), ...this.transitions.keys(), ...this.reaping.keys(), ...this.pool.ownedIds()]);
+    return new Set([
+      ...this.live.keys(),
+      ...this.creating.keys(),
+      ...this.deleting.keys(),
+      ...this.transitions.keys(),
+      ...this.reaping.keys(),
+      ...this.pool.ownedIds(),
+    ]);
   }
 
   /** Ids of the sandboxes held live right now (running or paused). */
@@ -184,7 +206,11 @@ export class SandboxManager {
     for (const [id, booted] of [...this.live]) {
       if (!before.has(id) || this.creating.has(id) || this.deleting.has(id) || this.transitions.has(id)) continue;
       if (this.ledger.getSandbox(id)?.state !== "running") continue;
-      const why = booted.agent.isClosed ? "its agent channel closed" : !onHost.has(id) ? "the driver found nothing of it on the host" : undefined;
+      const why = booted.agent.isClosed
+        ? "its agent channel closed"
+        : !onHost.has(id)
+          ? "the driver found nothing of it on the host"
+          : undefined;
       if (why === undefined) continue;
       this.lose(id, booted, `The sandbox stopped unexpectedly: ${why}.`, { detected_by: "sweeper", reason: why });
       dead.push(id);
@@ -196,21 +222,35 @@ export class SandboxManager {
   async warm(templateName: string): Promise<void> {
     const template = await this.templates.resolve(templateName);
     const { defaultDiskMib, defaultProcesses } = this.config.limits;
-    if (template) this.pool.refill(this.shape(template, { vcpu: 1, memoryMib: 512, diskMib: defaultDiskMib, maxProcesses: defaultProcesses }, this.drivers.default));
+    if (template)
+      this.pool.refill(
+        this.shape(
+          template,
+          { vcpu: 1, memoryMib: 512, diskMib: defaultDiskMib, maxProcesses: defaultProcesses },
+          this.drivers.default,
+        ),
+      );
   }
 
   async create(body: unknown, idempotencyKey: string | undefined): Promise<CreateResult> {
-    if (this.stopping) throw new BothyError("shutting_down", "The server is shutting down; retry against its replacement.");
+    if (this.stopping)
+      throw new BothyError("shutting_down", "The server is shutting down; retry against its replacement.");
     const req = this.validate(body);
     if (idempotencyKey === undefined) return this.createNew(req, undefined);
     if (!IDEMPOTENCY_KEY_RE.test(idempotencyKey)) {
-      throw new BothyError("idempotency_key_invalid", "Idempotency-Key must be 1-255 printable ASCII characters without spaces.");
+      throw new BothyError(
+        "idempotency_key_invalid",
+        "Idempotency-Key must be 1-255 printable ASCII characters without spaces.",
+      );
     }
     const fingerprint = createHash("sha256").update(JSON.stringify(req)).digest("hex");
     const known = this.ledger.findIdempotencyKey(idempotencyKey);
     if (known) {
       if (known.fingerprint !== fingerprint) {
-        throw new BothyError("idempotency_key_reused", "This Idempotency-Key was used for a different request body; use a new key for a new sandbox.");
+        throw new BothyError(
+          "idempotency_key_reused",
+          "This Idempotency-Key was used for a different request body; use a new key for a new sandbox.",
+        );
       }
       const inflight = this.inflightKeys.get(idempotencyKey);
       if (inflight) return { ...(await inflight), created: false };
@@ -233,24 +273,45 @@ export class SandboxManager {
     if (!parsed.success) {
       const issue = parsed.error.issues[0];
       const where = issue?.path.length ? `${issue.path.join(".")}: ` : "";
-      throw new BothyError("invalid_request", `${where}${issue?.message ?? "invalid body"}. Expected {"template":"seed","vcpu":1,"memory_mib":1024}.`);
+      throw new BothyError(
+        "invalid_request",
+        `${where}${issue?.message ?? "invalid body"}. Expected {"template":"seed","vcpu":1,"memory_mib":1024}.`,
+      );
     }
     const req = parsed.data;
     const { limits } = this.config;
     if (!TEMPLATE_NAME_RE.test(req.template)) {
-      throw new BothyError("invalid_template_name", "Template names are lowercase letters, digits and '-', starting with a letter or digit (e.g. \"seed\").");
+      throw new BothyError(
+        "invalid_template_name",
+        "Template names are lowercase letters, digits and '-', starting with a letter or digit (e.g. \"seed\").",
+      );
     }
     if (req.vcpu < limits.minVcpu || req.vcpu > limits.maxVcpu) {
-      throw new BothyError("invalid_request", `vcpu must be between ${limits.minVcpu} and ${limits.maxVcpu} on this host.`);
+      throw new BothyError(
+        "invalid_request",
+        `vcpu must be between ${limits.minVcpu} and ${limits.maxVcpu} on this host.`,
+      );
     }
     if (req.memory_mib < limits.minMemoryMib || req.memory_mib > limits.maxMemoryMib) {
-      throw new BothyError("invalid_request", `memory_mib must be between ${limits.minMemoryMib} and ${limits.maxMemoryMib} on this host.`);
+      throw new BothyError(
+        "invalid_request",
+        `memory_mib must be between ${limits.minMemoryMib} and ${limits.maxMemoryMib} on this host.`,
+      );
     }
     if (req.disk_mib !== undefined && (req.disk_mib < limits.minDiskMib || req.disk_mib > limits.maxDiskMib)) {
-      throw new BothyError("invalid_request", `disk_mib must be between ${limits.minDiskMib} and ${limits.maxDiskMib} on this host.`);
+      throw new BothyError(
+        "invalid_request",
+        `disk_mib must be between ${limits.minDiskMib} and ${limits.maxDiskMib} on this host.`,
+      );
     }
-    if (req.max_processes !== undefined && (req.max_processes < limits.minProcesses || req.max_processes > limits.maxProcesses)) {
-      throw new BothyError("invalid_request", `max_processes must be between ${limits.minProcesses} and ${limits.maxProcesses} on this host.`);
+    if (
+      req.max_processes !== undefined &&
+      (req.max_processes < limits.minProcesses || req.max_processes > limits.maxProcesses)
+    ) {
+      throw new BothyError(
+        "invalid_request",
+        `max_processes must be between ${limits.minProcesses} and ${limits.maxProcesses} on this host.`,
+      );
     }
     lifetimeOf(req, this.config.lifecycle);
     this.networkPolicy(req);
@@ -262,22 +323,47 @@ export class SandboxManager {
     const egress = egressFromRequest(req);
     const { enabled, dns } = this.config.network;
     if (!enabled && (egress.allowOut.length > 0 || req.internet === true)) {
-      throw new BothyError("not_supported", "Networking is off on this host (BOTHY_NETWORK=off): sandboxes have no network, so internet and allow_out cannot be given.");
+      throw new BothyError(
+        "not_supported",
+        "Networking is off on this host (BOTHY_NETWORK=off): sandboxes have no network, so internet and allow_out cannot be given.",
+      );
     }
-    return { egress, shown: { enabled, internet: enabled && egress.internet, allow_out: egress.allowOut, deny_out: egress.denyOut, dns: enabled ? dns : [] } };
+    return {
+      egress,
+      shown: {
+        enabled,
+        internet: enabled && egress.internet,
+        allow_out: egress.allowOut,
+        deny_out: egress.denyOut,
+        dns: enabled ? dns : [],
+      },
+    };
   }
 
-  private shape(t: BuiltTemplateRef, size: { vcpu: number; memoryMib: number; diskMib: number; maxProcesses: number }, driver: Driver): PoolShape {
+  private shape(
+    t: BuiltTemplateRef,
+    size: { vcpu: number; memoryMib: number; diskMib: number; maxProcesses: number },
+    driver: Driver,
+  ): PoolShape {
     return { driver, templateRoot: t.rootfs, templateHash: t.hash, templateEnv: t.env, ...size };
   }
 
-  private async createNew(req: CreateRequest, idem: { key: string; fingerprint: string } | undefined): Promise<CreateResult> {
+  private async createNew(
+    req: CreateRequest,
+    idem: { key: string; fingerprint: string } | undefined,
+  ): Promise<CreateResult> {
     const template = await this.templates.resolve(req.template);
     if (!template) {
-      throw new BothyError("template_not_built", `Template "${req.template}" is defined but not built yet: run \`bothy template build ${req.template}\`.`);
+      throw new BothyError(
+        "template_not_built",
+        `Template "${req.template}" is defined but not built yet: run \`bothy template build ${req.template}\`.`,
+      );
     }
     if (this.live.size + this.creating.size >= this.config.limits.maxSandboxes) {
-      throw new BothyError("capacity_exhausted", `This host runs at most ${this.config.limits.maxSandboxes} sandboxes; delete one or raise BOTHY_MAX_SANDBOXES.`);
+      throw new BothyError(
+        "capacity_exhausted",
+        `This host runs at most ${this.config.limits.maxSandboxes} sandboxes; delete one or raise BOTHY_MAX_SANDBOXES.`,
+      );
     }
     const driver = this.drivers.get(req.driver);
     const lifetime = lifetimeOf(req, this.config.lifecycle);
@@ -290,16 +376,48 @@ export class SandboxManager {
     const warm = isDefaultPolicy(network.egress) ? this.pool.claim(shape) : undefined;
     const id = warm?.spec.id ?? newSandboxId();
     this.ledger.insertSandbox(
-      { id, template: template.name, template_hash: template.hash, driver: driver.name, acceleration: driver.acceleration, vcpu: req.vcpu, memory_mib: req.memory_mib, disk_mib: diskMib, max_processes: maxProcesses, state: warm ? "running" : "creating",
-        expires_at: expiryFrom(lifetime.timeoutS, started), delete_on_disconnect: lifetime.deleteOnDisconnect ? 1 : 0, disconnect_grace_s: lifetime.disconnectGraceS, network: JSON.stringify(network.shown), metadata: JSON.stringify(req.metadata ?? {}) },
+      {
+        id,
+        template: template.name,
+        template_hash: template.hash,
+        driver: driver.name,
+        acceleration: driver.acceleration,
+        vcpu: req.vcpu,
+        memory_mib: req.memory_mib,
+        disk_mib: diskMib,
+        max_processes: maxProcesses,
+        state: warm ? "running" : "creating",
+        expires_at: expiryFrom(lifetime.timeoutS, started),
+        delete_on_disconnect: lifetime.deleteOnDisconnect ? 1 : 0,
+        disconnect_grace_s: lifetime.disconnectGraceS,
+        network: JSON.stringify(network.shown),
+        metadata: JSON.stringify(req.metadata ?? {}),
+      },
       idem,
     );
     const job = (async (): Promise<CreateResult> => {
       let booted = warm;
       try {
-        booted ??= await bootSandbox(driver, { id, templateRoot: template.rootfs, templateEnv: template.env, vcpu: req.vcpu, memoryMib: req.memory_mib, diskMib, maxProcesses, dir: this.dirFor(id), egress: network.egress }, this.config.bootTimeoutMs);
+        booted ??= await bootSandbox(
+          driver,
+          {
+            id,
+            templateRoot: template.rootfs,
+            templateEnv: template.env,
+            vcpu: req.vcpu,
+            memoryMib: req.memory_mib,
+            diskMib,
+            maxProcesses,
+            dir: this.dirFor(id),
+            egress: network.egress,
+          },
+          this.config.bootTimeoutMs,
+        );
       } catch (err) {
-        const e = err instanceof BothyError ? err : new BothyError("create_failed", "The sandbox failed to boot.", { cause: err });
+        const e =
+          err instanceof BothyError
+            ? err
+            : new BothyError("create_failed", "The sandbox failed to boot.", { cause: err });
         this.ledger.setState(id, "failed", e.message);
         if (idem) this.ledger.forgetIdempotencyKey(idem.key);
         this.log("sandbox_create_failed", { sandbox_id: id, error: e.message });
@@ -310,7 +428,15 @@ export class SandboxManager {
       // A sandbox's time counts from when it runs, not from a boot that may have been slow.
       if (!warm) this.ledger.setExpiresAt(id, expiryFrom(lifetime.timeoutS));
       this.touch(id);
-      this.log("sandbox_created", { sandbox_id: id, template: template.name, vcpu: req.vcpu, memory_mib: req.memory_mib, driver: driver.name, warm: warm !== undefined, ms: Date.now() - started });
+      this.log("sandbox_created", {
+        sandbox_id: id,
+        template: template.name,
+        vcpu: req.vcpu,
+        memory_mib: req.memory_mib,
+        driver: driver.name,
+        warm: warm !== undefined,
+        ms: Date.now() - started,
+      });
       return { sandbox: this.info(id), created: true };
     })();
     this.creating.set(id, job);
@@ -327,7 +453,12 @@ export class SandboxManager {
     this.live.set(id, booted);
     void booted.handle.wait().then((exit) => {
       if (this.live.get(id) !== booted || this.deleting.has(id) || this.stopping) return;
-      this.lose(id, booted, `The sandbox stopped unexpectedly (code ${exit.code ?? "none"}, signal ${exit.signal ?? "none"}).`, { code: exit.code, signal: exit.signal });
+      this.lose(
+        id,
+        booted,
+        `The sandbox stopped unexpectedly (code ${exit.code ?? "none"}, signal ${exit.signal ?? "none"}).`,
+        { code: exit.code, signal: exit.signal },
+      );
     });
   }
 
@@ -338,7 +469,12 @@ export class SandboxManager {
    */
   private lose(id: string, booted: BootedSandbox, reason: string, fields: Record<string, unknown>): void {
     this.log("sandbox_died", { sandbox_id: id, ...fields });
-    this.stopHeld(id, booted, `${reason} Its files are kept; the next call starts it again.`, new BothyError("agent_unavailable", "The sandbox stopped."));
+    this.stopHeld(
+      id,
+      booted,
+      `${reason} Its files are kept; the next call starts it again.`,
+      new BothyError("agent_unavailable", "The sandbox stopped."),
+    );
   }
 
   /**
@@ -346,7 +482,9 @@ export class SandboxManager {
    * a machine does before it powers off, so nothing written before the stop is lost.
    */
   private async stopOnPurpose(id: string, booted: BootedSandbox, reason: string, closeWith: BothyError): Promise<void> {
-    await execQuiet(booted.agent, "sync", FLUSH_TIMEOUT_MS, "Flushing the disk").catch((err: unknown) => this.log("sandbox_flush_failed", { sandbox_id: id, error: (err as Error).message }));
+    await execQuiet(booted.agent, "sync", FLUSH_TIMEOUT_MS, "Flushing the disk").catch((err: unknown) =>
+      this.log("sandbox_flush_failed", { sandbox_id: id, error: (err as Error).message }),
+    );
     await this.stopHeld(id, booted, reason, closeWith);
   }
 
@@ -385,7 +523,10 @@ export class SandboxManager {
     const info = this.info(id);
     const booted = this.live.get(id);
     if (info.state !== "running" || !booted || booted.agent.isClosed) {
-      throw new BothyError("sandbox_not_running", `Sandbox ${id} is ${info.state}; only a running sandbox takes commands.`);
+      throw new BothyError(
+        "sandbox_not_running",
+        `Sandbox ${id} is ${info.state}; only a running sandbox takes commands.`,
+      );
     }
     return booted.agent;
   }
@@ -397,7 +538,11 @@ export class SandboxManager {
   pause(id: string): Promise<SandboxInfo> {
     const step = async (booted: BootedSandbox): Promise<void> => {
       if (this.info(id).state === "paused") return;
-      if (!booted.handle.pause) throw new BothyError("not_supported", `The ${this.info(id).driver} driver cannot pause sandboxes; create the sandbox with "driver": "qemu" to use pause.`);
+      if (!booted.handle.pause)
+        throw new BothyError(
+          "not_supported",
+          `The ${this.info(id).driver} driver cannot pause sandboxes; create the sandbox with "driver": "qemu" to use pause.`,
+        );
       await this.pauseHeld(id, booted);
     };
     // Paused with no VM (a restart came between the pause and now): nothing to pause, unless a
@@ -427,13 +572,19 @@ export class SandboxManager {
     return this.transition(id, async (booted) => {
       if (this.info(id).state !== "running") return;
       if (booted.handle.pause) return this.pauseHeld(id, booted);
-      await this.stopOnPurpose(id, booted, "Asleep after being idle; the next call starts it again.", new BothyError("sandbox_not_running", "The sandbox went to sleep."));
+      await this.stopOnPurpose(
+        id,
+        booted,
+        "Asleep after being idle; the next call starts it again.",
+        new BothyError("sandbox_not_running", "The sandbox went to sleep."),
+      );
       this.log("sandbox_slept", { sandbox_id: id });
     });
   }
 
   resume(id: string): Promise<SandboxInfo> {
-    if (this.info(id).state === "stopped" || (this.info(id).state === "paused" && !this.live.has(id))) return this.revive(id);
+    if (this.info(id).state === "stopped" || (this.info(id).state === "paused" && !this.live.has(id)))
+      return this.revive(id);
     return this.transition(id, async (booted) => {
       if (this.info(id).state !== "paused") return;
       try {
@@ -499,15 +650,23 @@ export class SandboxManager {
       const row = this.ledger.getSandbox(id);
       if (!row || !DORMANT_STATES.includes(row.state) || this.live.has(id)) return;
       await this.reaping.get(id);
-      if (this.stopping || this.deleting.has(id)) throw new BothyError("sandbox_not_running", `Sandbox ${id} is being deleted or the server is stopping.`);
+      if (this.stopping || this.deleting.has(id))
+        throw new BothyError("sandbox_not_running", `Sandbox ${id} is being deleted or the server is stopping.`);
       if (this.live.size + this.creating.size >= this.config.limits.maxSandboxes) {
-        throw new BothyError("capacity_exhausted", `This host runs at most ${this.config.limits.maxSandboxes} sandboxes; delete one or raise BOTHY_MAX_SANDBOXES to wake ${id}.`);
+        throw new BothyError(
+          "capacity_exhausted",
+          `This host runs at most ${this.config.limits.maxSandboxes} sandboxes; delete one or raise BOTHY_MAX_SANDBOXES to wake ${id}.`,
+        );
       }
       const started = Date.now();
       const booted = await this.bootDormant(row).catch((err: unknown) => {
         const message = err instanceof Error ? err.message : String(err);
         this.log("sandbox_wake_failed", { sandbox_id: id, error: message });
-        throw new BothyError("sandbox_not_running", `Sandbox ${id} could not be started again; its files are kept: ${message}`, { cause: err });
+        throw new BothyError(
+          "sandbox_not_running",
+          `Sandbox ${id} could not be started again; its files are kept: ${message}`,
+          { cause: err },
+        );
       });
       this.adopt(booted);
       this.ledger.setState(id, "running");
@@ -549,12 +708,32 @@ export class SandboxManager {
   }
 
   private async bootFromDisk(row: SandboxRow, how: { attach?: boolean } = {}): Promise<BootedSandbox> {
-    const lookup = this.templates.resolveBuild ? this.templates.resolveBuild(row.template, row.template_hash) : this.templates.resolve(row.template);
+    const lookup = this.templates.resolveBuild
+      ? this.templates.resolveBuild(row.template, row.template_hash)
+      : this.templates.resolve(row.template);
     const template = await lookup;
-    if (template?.hash !== row.template_hash) throw new BothyError("template_not_built", `its template build ${row.template}@${row.template_hash.slice(0, 12)} is no longer on this host.`);
+    if (template?.hash !== row.template_hash)
+      throw new BothyError(
+        "template_not_built",
+        `its template build ${row.template}@${row.template_hash.slice(0, 12)} is no longer on this host.`,
+      );
     const shown = row.network ? (JSON.parse(row.network) as NetworkPolicy) : undefined;
-    const egress = egressFromRequest(shown ? { internet: shown.internet, allow_out: shown.allow_out, deny_out: shown.deny_out } : {});
-    const spec = { id: row.id, templateRoot: template.rootfs, templateEnv: template.env, vcpu: row.vcpu, memoryMib: row.memory_mib, ...(row.disk_mib === null ? {} : { diskMib: row.disk_mib }), maxProcesses: row.max_processes ?? this.config.limits.defaultProcesses, dir: this.dirFor(row.id), egress, reuseDisk: true, ...how };
+    const egress = egressFromRequest(
+      shown ? { internet: shown.internet, allow_out: shown.allow_out, deny_out: shown.deny_out } : {},
+    );
+    const spec = {
+      id: row.id,
+      templateRoot: template.rootfs,
+      templateEnv: template.env,
+      vcpu: row.vcpu,
+      memoryMib: row.memory_mib,
+      ...(row.disk_mib === null ? {} : { diskMib: row.disk_mib }),
+      maxProcesses: row.max_processes ?? this.config.limits.defaultProcesses,
+      dir: this.dirFor(row.id),
+      egress,
+      reuseDisk: true,
+      ...how,
+    };
     return bootSandbox(this.drivers.get(row.driver), spec, this.config.bootTimeoutMs);
   }
 
@@ -576,17 +755,27 @@ export class SandboxManager {
 
   /** Whether the sandbox is running and nothing else is changing its state. */
   canSleep(id: string): boolean {
-    return this.live.has(id) && this.info(id).state === "running" && !this.transitions.has(id) && !this.deleting.has(id) && !this.holds.has(id);
+    return (
+      this.live.has(id) &&
+      this.info(id).state === "running" &&
+      !this.transitions.has(id) &&
+      !this.deleting.has(id) &&
+      !this.holds.has(id)
+    );
   }
 
   private transition(id: string, step: (booted: BootedSandbox) => Promise<void>): Promise<SandboxInfo> {
     const info = this.info(id);
     const booted = this.live.get(id);
     if (!booted || (info.state !== "running" && info.state !== "paused")) {
-      throw new BothyError("sandbox_not_running", `Sandbox ${id} is ${info.state}; only a running or paused sandbox can be paused or resumed.`);
+      throw new BothyError(
+        "sandbox_not_running",
+        `Sandbox ${id} is ${info.state}; only a running or paused sandbox can be paused or resumed.`,
+      );
     }
     return this.serialized(id, async () => {
-      if (this.live.get(id) !== booted || this.deleting.has(id)) throw new BothyError("sandbox_not_running", `Sandbox ${id} is being deleted or has stopped.`);
+      if (this.live.get(id) !== booted || this.deleting.has(id))
+        throw new BothyError("sandbox_not_running", `Sandbox ${id} is being deleted or has stopped.`);
       await step(booted);
     });
   }
@@ -594,10 +783,12 @@ export class SandboxManager {
   /** Runs pause, resume, sleep and wake of one sandbox one at a time. */
   private async serialized(id: string, step: () => Promise<void>): Promise<SandboxInfo> {
     const previous = this.transitions.get(id) ?? Promise.resolve();
-    const job = previous.catch(() => undefined).then(async () => {
-      await step();
-      return this.info(id);
-    });
+    const job = previous
+      .catch(() => undefined)
+      .then(async () => {
+        await step();
+        return this.info(id);
+      });
     this.transitions.set(id, job);
     try {
       return await job;
@@ -652,7 +843,12 @@ export class SandboxManager {
           this.live.delete(id); // its VM ended at pause; the saved memory stays with the disk
           return;
         }
-        await this.stopOnPurpose(id, booted, "The server stopped; its files are kept and the next call after a restart starts it again.", new BothyError("shutting_down", "The server is stopping."));
+        await this.stopOnPurpose(
+          id,
+          booted,
+          "The server stopped; its files are kept and the next call after a restart starts it again.",
+          new BothyError("shutting_down", "The server is stopping."),
+        );
         this.log("sandbox_stopped", { sandbox_id: id });
       }),
     );
@@ -660,6 +856,10 @@ export class SandboxManager {
   }
 
   private checkId(id: string): void {
-    if (!SANDBOX_ID_RE.test(id)) throw new BothyError("invalid_sandbox_id", `"${id.slice(0, 64)}" is not a sandbox id; ids look like sbx_ followed by 20 letters and digits.`);
+    if (!SANDBOX_ID_RE.test(id))
+      throw new BothyError(
+        "invalid_sandbox_id",
+        `"${id.slice(0, 64)}" is not a sandbox id; ids look like sbx_ followed by 20 letters and digits.`,
+      );
   }
 }

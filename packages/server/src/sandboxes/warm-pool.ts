@@ -60,7 +60,16 @@ export class WarmPool {
     const job = (async () => {
       while (!this.closed && (this.ready.get(key)?.length ?? 0) < this.size) {
         const id = newSandboxId();
-        const spec: SandboxSpec = { id, templateRoot: shape.templateRoot, templateEnv: shape.templateEnv, vcpu: shape.vcpu, memoryMib: shape.memoryMib, diskMib: shape.diskMib, maxProcesses: shape.maxProcesses, dir: this.dirFor(id) };
+        const spec: SandboxSpec = {
+          id,
+          templateRoot: shape.templateRoot,
+          templateEnv: shape.templateEnv,
+          vcpu: shape.vcpu,
+          memoryMib: shape.memoryMib,
+          diskMib: shape.diskMib,
+          maxProcesses: shape.maxProcesses,
+          dir: this.dirFor(id),
+        };
         this.booting.add(id);
         try {
           const booted = await bootSandbox(shape.driver, spec, this.bootTimeoutMs);
@@ -72,7 +81,10 @@ export class WarmPool {
           list.push(booted);
           this.ready.set(key, list);
         } catch (err) {
-          this.log("pool_boot_failed", { sandbox_id: id, error: err instanceof BothyError ? err.message : String(err) });
+          this.log("pool_boot_failed", {
+            sandbox_id: id,
+            error: err instanceof BothyError ? err.message : String(err),
+          });
           return; // a failing shape is not retried in a loop; the next claim tries again
         } finally {
           this.booting.delete(id);

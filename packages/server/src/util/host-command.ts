@@ -16,7 +16,10 @@ export class HostCommandError extends Error {
     readonly stderr: string,
     cause?: unknown,
   ) {
-    super(`${file} ${args.join(" ")} failed (exit ${exitCode ?? "?"}): ${stderr.trim().slice(0, 500)}`, cause === undefined ? undefined : { cause });
+    super(
+      `${file} ${args.join(" ")} failed (exit ${exitCode ?? "?"}): ${stderr.trim().slice(0, 500)}`,
+      cause === undefined ? undefined : { cause },
+    );
     this.name = new.target.name;
   }
 }
@@ -26,9 +29,17 @@ export class HostCommandError extends Error {
  * process group: a Ctrl-C meant for the server must not kill a mount or a runsc delete halfway;
  * the server decides when its host commands stop.
  */
-export function run(file: string, args: readonly string[], options: { timeoutMs?: number; input?: string; cwd?: string } = {}): Promise<HostCommandResult> {
+export function run(
+  file: string,
+  args: readonly string[],
+  options: { timeoutMs?: number; input?: string; cwd?: string } = {},
+): Promise<HostCommandResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(file, args, { cwd: options.cwd, detached: true, stdio: [options.input === undefined ? "ignore" : "pipe", "pipe", "pipe"] });
+    const child = spawn(file, args, {
+      cwd: options.cwd,
+      detached: true,
+      stdio: [options.input === undefined ? "ignore" : "pipe", "pipe", "pipe"],
+    });
     const out: Buffer[] = [];
     const err: Buffer[] = [];
     let size = 0;

@@ -30,7 +30,12 @@ export function attachCommand(wsBase: string, sandboxId: string, commandId: stri
 }
 
 /** Reads SSE from /events until `until` says stop. */
-export function readEventStream(base: string, query: string, until: (events: BothyEvent[]) => boolean, headers: Record<string, string> = {}): Promise<BothyEvent[]> {
+export function readEventStream(
+  base: string,
+  query: string,
+  until: (events: BothyEvent[]) => boolean,
+  headers: Record<string, string> = {},
+): Promise<BothyEvent[]> {
   const controller = new AbortController();
   return fetch(`${base}/events${query}`, { headers, signal: controller.signal }).then(async (res) => {
     expect(res.headers.get("content-type")).toContain("text/event-stream");

@@ -1,17 +1,30 @@
 import WebSocket from "ws";
 import type { CommandEvent } from "@bothy/protocol";
 
-export async function api(base: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; type: string; json: Record<string, unknown> }> {
+export async function api(
+  base: string,
+  method: string,
+  path: string,
+  body?: unknown,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; type: string; json: Record<string, unknown> }> {
   const res = await fetch(`${base}${path}`, {
     method,
     headers: body === undefined ? headers : { "content-type": "application/json", ...headers },
     body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
   });
   const text = await res.text();
-  return { status: res.status, type: res.headers.get("content-type") ?? "", json: text ? (JSON.parse(text) as Record<string, unknown>) : {} };
+  return {
+    status: res.status,
+    type: res.headers.get("content-type") ?? "",
+    json: text ? (JSON.parse(text) as Record<string, unknown>) : {},
+  };
 }
 
-export async function createSandbox(base: string, body: unknown = { template: "seed", vcpu: 1, memory_mib: 512 }): Promise<string> {
+export async function createSandbox(
+  base: string,
+  body: unknown = { template: "seed", vcpu: 1, memory_mib: 512 },
+): Promise<string> {
   const res = await api(base, "POST", "/sandboxes", body);
   if (res.status !== 201) throw new Error(`create failed: ${res.status} ${JSON.stringify(res.json)}`);
   return res.json["sandbox_id"] as string;
@@ -41,13 +54,21 @@ export function runCommand(
   return new Promise((resolve, reject) => {
     const ws = new WebSocket(`${wsBase}/sandboxes/${sandboxId}/command`);
     const t0 = Date.now();
-    const result: CommandResult = { events: [], stdout: "", stderr: "", exit: undefined, error: undefined, closeCode: 0 };
+    const result: CommandResult = {
+      events: [],
+      stdout: "",
+      stderr: "",
+      exit: undefined,
+      error: undefined,
+      closeCode: 0,
+    };
     const out: Record<"stdout" | "stderr", string[]> = { stdout: [], stderr: [] };
     ws.on("open", () => ws.send(typeof request === "string" ? request : JSON.stringify(request)));
     ws.on("message", (data) => {
       const ev = JSON.parse(data.toString()) as CommandEvent;
       if (options.keepEvents !== false) result.events.push({ at: Date.now() - t0, event: ev });
-      if (ev.type === "stdout" || ev.type === "stderr") out[ev.type].push(ev.encoding === "base64" ? Buffer.from(ev.data, "base64").toString("latin1") : ev.data);
+      if (ev.type === "stdout" || ev.type === "stderr")
+        out[ev.type].push(ev.encoding === "base64" ? Buffer.from(ev.data, "base64").toString("latin1") : ev.data);
       if (ev.type === "process_exited") result.exit = ev;
       if (ev.type === "error") result.error = ev;
       options.onEvent?.(ev, ws);

@@ -36,7 +36,10 @@ const NEEDS: Record<DriverName, Array<[string, string]>> = {
  * skipped with that reason instead of vanishing.
  */
 export function testDrivers(): TestDriver[] {
-  const wanted = (process.env["BOTHY_TEST_DRIVERS"] ?? DRIVER_NAMES.join(",")).split(",").map((s) => s.trim()).filter(Boolean);
+  const wanted = (process.env["BOTHY_TEST_DRIVERS"] ?? DRIVER_NAMES.join(","))
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
   return DRIVER_NAMES.filter((d) => wanted.includes(d)).map((name) => {
     const lacking = NEEDS[name].filter(([program]) => !onPath(program)).map(([, what]) => what);
     if (process.getuid?.() !== 0) lacking.push("root");

@@ -22,7 +22,9 @@ export interface HostLeaks {
 export async function hostLeaks(home: string): Promise<HostLeaks> {
   const { stdout: ps } = await pexec("ps", ["-eo", "pid=,args="]);
   // A `runsc list` is a query a running server (its sweeper) makes, not a sandbox.
-  const runscProcesses = ps.split("\n").filter((l) => /runsc/.test(l) && l.includes(join(home, "runsc")) && !/ list -quiet$/.test(l));
+  const runscProcesses = ps
+    .split("\n")
+    .filter((l) => /runsc/.test(l) && l.includes(join(home, "runsc")) && !/ list -quiet$/.test(l));
   const qemuProcesses = ps.split("\n").filter((l) => /qemu-system/.test(l) && l.includes(`${home}/`));
   let runscContainers: string[] = [];
   try {
@@ -31,22 +33,41 @@ export async function hostLeaks(home: string): Promise<HostLeaks> {
   } catch {
     runscContainers = []; // no runsc root: nothing was ever started
   }
-  const mounts = (await readFile("/proc/self/mounts", "utf8")).split("\n").filter((l) => l.split(" ")[1]?.startsWith(home));
+  const mounts = (await readFile("/proc/self/mounts", "utf8"))
+    .split("\n")
+    .filter((l) => l.split(" ")[1]?.startsWith(home));
   let liveLedgerRows: string[] = [];
   let dormant = new Set<string>();
   try {
     const db = new Database(join(home, "ledger.sqlite"), { readonly: true, fileMustExist: true });
-    liveLedgerRows = (db.prepare(`SELECT id FROM sandboxes WHERE state IN ('creating','running','deleting')`).all() as Array<{ id: string }>).map((r) => r.id);
-    dormant = new Set((db.prepare(`SELECT id FROM sandboxes WHERE state IN ('paused','stopped')`).all() as Array<{ id: string }>).map((r) => r.id));
+    liveLedgerRows = (
+      db.prepare(`SELECT id FROM sandboxes WHERE state IN ('creating','running','deleting')`).all() as Array<{
+        id: string;
+      }>
+    ).map((r) => r.id);
+    dormant = new Set(
+      (db.prepare(`SELECT id FROM sandboxes WHERE state IN ('paused','stopped')`).all() as Array<{ id: string }>).map(
+        (r) => r.id,
+      ),
+    );
     db.close();
   } catch {
     liveLedgerRows = [];
   }
   // A paused or stopped sandbox keeps its directory (its disk) by design; any other is a leak.
-  const sandboxDirs = (await readdir(join(home, "sandboxes")).catch(() => [] as string[])).filter((d) => !dormant.has(d));
+  const sandboxDirs = (await readdir(join(home, "sandboxes")).catch(() => [] as string[])).filter(
+    (d) => !dormant.has(d),
+  );
   return { runscProcesses, qemuProcesses, runscContainers, mounts, sandboxDirs, liveLedgerRows };
 }
 
 export function noLeaks(): HostLeaks {
-  return { runscProcesses: [], qemuProcesses: [], runscContainers: [], mounts: [], sandboxDirs: [], liveLedgerRows: [] };
+  return {
+    runscProcesses: [],
+    qemuProcesses: [],
+    runscContainers: [],
+    mounts: [],
+    sandboxDirs: [],
+    liveLedgerRows: [],
+  };
 }

@@ -4,7 +4,8 @@
  */
 import { api, runCommand } from "./client.ts";
 
-export type Check = { get: [string, number] } | { tcp: [string, number] } | { dns: [string, string] } | { lookup: string };
+export type Check =
+  { get: [string, number] } | { tcp: [string, number] } | { dns: [string, string] } | { lookup: string };
 
 export interface Outcome {
   ok: boolean;
@@ -54,14 +55,26 @@ const lookup = (name) => new Promise((r) => dns.lookup(name, { family: 4 }, (e, 
 `;
 
 /** Runs the checks inside the sandbox, all in parallel. */
-export async function probe(base: string, sandboxId: string, checks: Record<string, Check>, timeoutMs = 5000): Promise<ProbeResult> {
+export async function probe(
+  base: string,
+  sandboxId: string,
+  checks: Record<string, Check>,
+  timeoutMs = 5000,
+): Promise<ProbeResult> {
   const put = async (path: string, body: string) => {
-    const res = await fetch(`${base}/sandboxes/${sandboxId}/files?path=${encodeURIComponent(path)}`, { method: "PUT", headers: { "content-type": "application/octet-stream" }, body });
+    const res = await fetch(`${base}/sandboxes/${sandboxId}/files?path=${encodeURIComponent(path)}`, {
+      method: "PUT",
+      headers: { "content-type": "application/octet-stream" },
+      body,
+    });
     if (res.status !== 200) throw new Error(`writing ${path} into ${sandboxId}: ${res.status} ${await res.text()}`);
   };
   await put("/tmp/bothy-probe.cjs", PROBE);
   await put("/tmp/bothy-probe.json", JSON.stringify({ checks, timeoutMs, dnsTimeoutMs: 1500 }));
-  const r = await runCommand(base.replace(/^http/, "ws"), sandboxId, { cmd: "node /tmp/bothy-probe.cjs", timeout_s: 60 });
+  const r = await runCommand(base.replace(/^http/, "ws"), sandboxId, {
+    cmd: "node /tmp/bothy-probe.cjs",
+    timeout_s: 60,
+  });
   if (r.exit?.exit_code !== 0) throw new Error(`probe in ${sandboxId} failed: ${r.stderr || JSON.stringify(r.error)}`);
   return JSON.parse(r.stdout) as ProbeResult;
 }

@@ -65,13 +65,53 @@ export class NetTopology {
       await sh("ip", ["-n", ns, "link", "set", "lo", "up"]);
     }
     // host <-> wan: the only uplink.
-    await sh("ip", ["link", "add", `bnt${t}u0`, "netns", this.host, "type", "veth", "peer", "name", `bnt${t}u1`, "netns", this.wan]);
-    await batch(this.host, [`addr add ${HOST_UPLINK_ADDR}/24 dev bnt${t}u0`, `link set bnt${t}u0 up`, "route add default via 198.18.0.1"]);
-    await batch(this.wan, [`addr add 198.18.0.1/24 dev bnt${t}u1`, `link set bnt${t}u1 up`, `addr add ${PUBLIC_HTTP}/32 dev lo`, `addr add ${PUBLIC_DNS}/32 dev lo`]);
+    await sh("ip", [
+      "link",
+      "add",
+      `bnt${t}u0`,
+      "netns",
+      this.host,
+      "type",
+      "veth",
+      "peer",
+      "name",
+      `bnt${t}u1`,
+      "netns",
+      this.wan,
+    ]);
+    await batch(this.host, [
+      `addr add ${HOST_UPLINK_ADDR}/24 dev bnt${t}u0`,
+      `link set bnt${t}u0 up`,
+      "route add default via 198.18.0.1",
+    ]);
+    await batch(this.wan, [
+      `addr add 198.18.0.1/24 dev bnt${t}u1`,
+      `link set bnt${t}u1 up`,
+      `addr add ${PUBLIC_HTTP}/32 dev lo`,
+      `addr add ${PUBLIC_DNS}/32 dev lo`,
+    ]);
     // host <-> lan: private hosts behind the server's host.
-    await sh("ip", ["link", "add", `bnt${t}l0`, "netns", this.host, "type", "veth", "peer", "name", `bnt${t}l1`, "netns", this.lan]);
+    await sh("ip", [
+      "link",
+      "add",
+      `bnt${t}l0`,
+      "netns",
+      this.host,
+      "type",
+      "veth",
+      "peer",
+      "name",
+      `bnt${t}l1`,
+      "netns",
+      this.lan,
+    ]);
     await batch(this.host, [`addr add ${HOST_LAN_ADDR}/24 dev bnt${t}l0`, `link set bnt${t}l0 up`]);
-    await batch(this.lan, [`addr add ${PRIVATE_HOST}/24 dev bnt${t}l1`, `addr add ${PRIVATE_HOST_2}/24 dev bnt${t}l1`, `link set bnt${t}l1 up`, `route add default via ${HOST_LAN_ADDR}`]);
+    await batch(this.lan, [
+      `addr add ${PRIVATE_HOST}/24 dev bnt${t}l1`,
+      `addr add ${PRIVATE_HOST_2}/24 dev bnt${t}l1`,
+      `link set bnt${t}l1 up`,
+      `route add default via ${HOST_LAN_ADDR}`,
+    ]);
     // test <-> host: the API.
     await sh("ip", ["link", "add", this.ctlIf, "type", "veth", "peer", "name", `bnt${t}c1`, "netns", this.host]);
     await sh("ip", ["addr", "add", `${this.ctlTestAddr}/30`, "dev", this.ctlIf]);
@@ -81,12 +121,23 @@ export class NetTopology {
     await this.fixture(this.wan, ["--name", "wan", "--http", `${PUBLIC_HTTP}:80`, "--dns", `${PUBLIC_DNS}:53`]);
     await this.fixture(this.lan, ["--name", "lan", "--http", `0.0.0.0:80`, "--dns", `${PRIVATE_HOST}:53`]);
     // A resolver and a listener on the host's own addresses: sandboxes must reach neither.
-    await this.fixture(this.host, ["--name", "host", "--http", `0.0.0.0:${HOST_PORT}`, "--dns", `${HOST_UPLINK_ADDR}:53`, "--dns", `${HOST_LAN_ADDR}:53`]);
+    await this.fixture(this.host, [
+      "--name",
+      "host",
+      "--http",
+      `0.0.0.0:${HOST_PORT}`,
+      "--dns",
+      `${HOST_UPLINK_ADDR}:53`,
+      "--dns",
+      `${HOST_LAN_ADDR}:53`,
+    ]);
   }
 
   /** Starts a fixture server in a namespace and waits until it listens. */
   private async fixture(ns: string, args: string[]): Promise<void> {
-    const child = spawn("ip", ["netns", "exec", ns, process.execPath, FIXTURE, ...args], { stdio: ["ignore", "pipe", "inherit"] });
+    const child = spawn("ip", ["netns", "exec", ns, process.execPath, FIXTURE, ...args], {
+      stdio: ["ignore", "pipe", "inherit"],
+    });
     this.children.push(child);
     await new Promise<void>((resolve, reject) => {
       child.once("exit", (code) => reject(new Error(`fixture in ${ns} exited (${code})`)));
@@ -96,7 +147,10 @@ export class NetTopology {
 
   /** Spawns a process inside the `host` namespace (network only: the mount namespace stays ours). */
   spawnInHost(file: string, args: string[], env: NodeJS.ProcessEnv): ChildProcess {
-    return spawn("nsenter", [`--net=${this.netnsPath}`, "--", file, ...args], { env, stdio: ["ignore", "pipe", "inherit"] });
+    return spawn("nsenter", [`--net=${this.netnsPath}`, "--", file, ...args], {
+      env,
+      stdio: ["ignore", "pipe", "inherit"],
+    });
   }
 
   /**
@@ -127,12 +181,21 @@ export class NetTopology {
 
   /** What bothy's network objects still exist: namespaces, interfaces (in `host`) and chains. */
   async bothyObjects(): Promise<{ netns: string[]; links: string[]; chains: string[]; mapElements: number }> {
-    const netns = (await sh("ip", ["netns", "list"])).split("\n").map((l) => l.split(" ")[0] ?? "").filter((n) => /^bothy-/.test(n));
-    const links = (JSON.parse(await this.inHost("ip", ["-j", "link", "show"])) as Array<{ ifname: string }>).map((l) => l.ifname).filter((n) => /^b[vt]-/.test(n));
+    const netns = (await sh("ip", ["netns", "list"]))
+      .split("\n")
+      .map((l) => l.split(" ")[0] ?? "")
+      .filter((n) => /^bothy-/.test(n));
+    const links = (JSON.parse(await this.inHost("ip", ["-j", "link", "show"])) as Array<{ ifname: string }>)
+      .map((l) => l.ifname)
+      .filter((n) => /^b[vt]-/.test(n));
     let chains: string[] = [];
     let mapElements = 0;
     try {
-      const items = (JSON.parse(await this.inHost("nft", ["-j", "list", "table", "inet", "bothy"])) as { nftables: Array<Record<string, { name?: string; elem?: unknown[] }>> }).nftables;
+      const items = (
+        JSON.parse(await this.inHost("nft", ["-j", "list", "table", "inet", "bothy"])) as {
+          nftables: Array<Record<string, { name?: string; elem?: unknown[] }>>;
+        }
+      ).nftables;
       chains = items.flatMap((i) => (i["chain"]?.name ? [i["chain"].name] : [])).filter((n) => n.startsWith("sbx_"));
       mapElements = items.reduce((n, i) => n + (i["map"]?.elem?.length ?? 0), 0);
     } catch {

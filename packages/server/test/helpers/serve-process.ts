@@ -15,7 +15,9 @@ export interface ServeProcess {
 export function watchServe(child: ChildProcess): ServeProcess {
   const logs: Array<Record<string, unknown>> = [];
   const url = new Promise<string>((resolve, reject) => {
-    child.once("exit", (code) => reject(new Error(`bothy serve exited (${code}); last logs: ${JSON.stringify(logs.slice(-3))}`)));
+    child.once("exit", (code) =>
+      reject(new Error(`bothy serve exited (${code}); last logs: ${JSON.stringify(logs.slice(-3))}`)),
+    );
     if (!child.stdout) return reject(new Error("bothy serve was started without a stdout pipe"));
     createInterface({ input: child.stdout }).on("line", (line) => {
       const entry = JSON.parse(line) as Record<string, unknown>;

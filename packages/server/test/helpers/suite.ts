@@ -9,7 +9,11 @@ import { startTestServer, type TestServer } from "./test-server.ts";
  * and at the end the check that the server left nothing on the host. `use` receives both once
  * they exist (before the first test runs).
  */
-export function useServerWithSandbox(driver: DriverName, use: (ts: TestServer, sandboxId: string) => void, env: Record<string, string> = {}): void {
+export function useServerWithSandbox(
+  driver: DriverName,
+  use: (ts: TestServer, sandboxId: string) => void,
+  env: Record<string, string> = {},
+): void {
   let ts: TestServer | undefined;
   beforeAll(async () => {
     ts = await startTestServer({ BOTHY_DRIVER: driver, ...env });

@@ -21,7 +21,10 @@ export interface TestServer {
  * A real bothy server on loopback with a throw-away BOTHY_HOME, real runsc and real SQLite.
  * Templates come from the shared test cache so they are built only once per machine.
  */
-export async function startTestServer(env: Record<string, string> = {}, templates?: TemplateSource): Promise<TestServer> {
+export async function startTestServer(
+  env: Record<string, string> = {},
+  templates?: TemplateSource,
+): Promise<TestServer> {
   const home = await mkdtemp("/tmp/bothy-test-");
   const config = loadConfig({
     ...process.env,

@@ -32,15 +32,26 @@ class OutputStreamer {
     clearTimeout(this.timer);
     this.timer = undefined;
     if (!this.pending) return;
-    const text = this.pending.length > MAX_NOTIFICATION_CHARS ? `…${this.pending.slice(-MAX_NOTIFICATION_CHARS)}` : this.pending;
+    const text =
+      this.pending.length > MAX_NOTIFICATION_CHARS ? `…${this.pending.slice(-MAX_NOTIFICATION_CHARS)}` : this.pending;
     this.pending = "";
     this.sent += 1;
     const progress = this.sent;
     const token = this.extra._meta?.progressToken;
-    const send = (n: Parameters<Extra["sendNotification"]>[0]): Promise<void> => this.extra.sendNotification(n).catch(() => undefined);
+    const send = (n: Parameters<Extra["sendNotification"]>[0]): Promise<void> =>
+      this.extra.sendNotification(n).catch(() => undefined);
     this.chain = this.chain
-      .then(() => (token === undefined ? undefined : send({ method: "notifications/progress", params: { progressToken: token, progress, message: text } })))
-      .then(() => send({ method: "notifications/message", params: { level: "info", logger: "computer_bash", data: { untrusted: true, output: text } } }));
+      .then(() =>
+        token === undefined
+          ? undefined
+          : send({ method: "notifications/progress", params: { progressToken: token, progress, message: text } }),
+      )
+      .then(() =>
+        send({
+          method: "notifications/message",
+          params: { level: "info", logger: "computer_bash", data: { untrusted: true, output: text } },
+        }),
+      );
   }
 
   /** Sends what is pending and waits until every notification is out. */
@@ -55,14 +66,29 @@ class OutputStreamer {
  * request to hang it on any more), while the session lasts. The platform's event stream and
  * webhook carry the same `command.exited` for clients that are gone.
  */
-function reportWhenDone(server: McpServer, tools: AgentTools, session: AbortSignal, ids: { conversationId: string; sandboxId: string; commandId: string }): void {
+function reportWhenDone(
+  server: McpServer,
+  tools: AgentTools,
+  session: AbortSignal,
+  ids: { conversationId: string; sandboxId: string; commandId: string },
+): void {
   void tools.api
     .waitForCommand(ids.sandboxId, ids.commandId, session)
     .then(async (exit) => {
       if (!exit || session.aborted) return;
       await server.server.notification({
         method: "notifications/message",
-        params: { level: "info", logger: "computer_bash", data: { event: "command_exited", conversation_id: ids.conversationId, command_id: ids.commandId, exit_code: exit.exit_code, signal: exit.signal } },
+        params: {
+          level: "info",
+          logger: "computer_bash",
+          data: {
+            event: "command_exited",
+            conversation_id: ids.conversationId,
+            command_id: ids.commandId,
+            exit_code: exit.exit_code,
+            signal: exit.signal,
+          },
+        },
       });
     })
     .catch(() => undefined);
@@ -75,51 +101,75 @@ export function registerComputerBash(server: McpServer, tools: AgentTools, sessi
       title: "Run a command",
       description: DESCRIPTIONS.computer_bash,
       inputSchema: {
-        command: z.string().min(1).max(256 * 1024).describe("The shell line, run with bash -c in /workspace."),
-        timeout_s: z.number().int().min(1).max(3600).optional().describe("Kill it after this many seconds (default 300)."),
-        background: z.boolean().optional().describe("Start it and return at once; redirect its output to a file to read later."),
+        command: z
+          .string()
+          .min(1)
+          .max(256 * 1024)
+          .describe("The shell line, run with bash -c in /workspace."),
+        timeout_s: z
+          .number()
+          .int()
+          .min(1)
+          .max(3600)
+          .optional()
+          .describe("Kill it after this many seconds (default 300)."),
+        background: z
+          .boolean()
+          .optional()
+          .describe("Start it and return at once; redirect its output to a file to read later."),
       },
       annotations: { openWorldHint: true },
     },
-    withContext(tools, async (args: { command: string; timeout_s?: number | undefined; background?: boolean | undefined }, ctx) => {
-      const sandboxId = await ctx.sandbox();
-      const cmd = `exec bash -c ${shellQuote(args.command)}`;
-      if (args.background) {
-        const started = await tools.api.exec(sandboxId, { cmd, cwd: "/workspace", background: true, ...(args.timeout_s ? { timeout_s: args.timeout_s } : {}) }, () => undefined);
-        reportWhenDone(server, tools, session, { conversationId: ctx.conversationId, sandboxId, commandId: started.command_id });
-        return okResult(
-          `Started in the background as ${started.command_id}. Its output is not returned: if you did not redirect it to a file (cmd > /workspace/job.log 2>&1 &), you cannot read it. You are told when it ends (a log notification with its exit code); check on it with computer_bash (e.g. cat the log, or ps).`,
-          { command_id: started.command_id },
-        );
-      }
-      const output = new MiddleTruncator();
-      const streamer = new OutputStreamer(ctx.extra);
-      let result;
-      try {
-        result = await tools.api.exec(
-          sandboxId,
-          { cmd, cwd: "/workspace", timeout_s: args.timeout_s ?? 300 },
-          (_stream, text) => {
-            output.push(text);
-            streamer.push(text);
-          },
-          ctx.extra.signal,
-        );
-      } finally {
-        await streamer.drain();
-      }
-      const status = result.timed_out
-        ? `Timed out after ${args.timeout_s ?? 300} s and was killed.`
-        : result.exit_code === null
-          ? `Ended by signal ${result.signal ?? "?"}.`
-          : `Exit code ${result.exit_code}.`;
-      const text = output.toString();
-      return untrustedResult("sandbox", `${status}${text ? " Output (stdout and stderr):" : " No output."}`, text, {
-        command_id: result.command_id,
-        exit_code: result.exit_code,
-        ...(result.signal ? { signal: result.signal } : {}),
-        ...(output.omitted > 0 ? { omitted_chars: output.omitted } : {}),
-      });
-    }),
+    withContext(
+      tools,
+      async (args: { command: string; timeout_s?: number | undefined; background?: boolean | undefined }, ctx) => {
+        const sandboxId = await ctx.sandbox();
+        const cmd = `exec bash -c ${shellQuote(args.command)}`;
+        if (args.background) {
+          const started = await tools.api.exec(
+            sandboxId,
+            { cmd, cwd: "/workspace", background: true, ...(args.timeout_s ? { timeout_s: args.timeout_s } : {}) },
+            () => undefined,
+          );
+          reportWhenDone(server, tools, session, {
+            conversationId: ctx.conversationId,
+            sandboxId,
+            commandId: started.command_id,
+          });
+          return okResult(
+            `Started in the background as ${started.command_id}. Its output is not returned: if you did not redirect it to a file (cmd > /workspace/job.log 2>&1 &), you cannot read it. You are told when it ends (a log notification with its exit code); check on it with computer_bash (e.g. cat the log, or ps).`,
+            { command_id: started.command_id },
+          );
+        }
+        const output = new MiddleTruncator();
+        const streamer = new OutputStreamer(ctx.extra);
+        let result;
+        try {
+          result = await tools.api.exec(
+            sandboxId,
+            { cmd, cwd: "/workspace", timeout_s: args.timeout_s ?? 300 },
+            (_stream, text) => {
+              output.push(text);
+              streamer.push(text);
+            },
+            ctx.extra.signal,
+          );
+        } finally {
+          await streamer.drain();
+        }
+        const status = result.timed_out
+          ? `Timed out after ${args.timeout_s ?? 300} s and was killed.`
+          : result.exit_code === null
+            ? `Ended by signal ${result.signal ?? "?"}.`
+            : `Exit code ${result.exit_code}.`;
+        const text = output.toString();
+        return untrustedResult("sandbox", `${status}${text ? " Output (stdout and stderr):" : " No output."}`, text, {
+          command_id: result.command_id,
+          exit_code: result.exit_code,
+          ...(result.signal ? { signal: result.signal } : {}),
+          ...(output.omitted > 0 ? { omitted_chars: output.omitted } : {}),
+        });
+      },
+    ),
   );
 }

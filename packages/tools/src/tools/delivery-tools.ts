@@ -14,12 +14,24 @@ export function registerDeliveryTools(server: McpServer, tools: AgentTools): voi
       description: DESCRIPTIONS.computer_export_file,
       inputSchema: {
         path: z.string().min(1).max(4096),
-        name: z.string().min(1).max(255).regex(/^[^/\0]+$/, "a file name without /").optional().describe("The name the user sees (default: the file's own)."),
+        name: z
+          .string()
+          .min(1)
+          .max(255)
+          .regex(/^[^/\0]+$/, "a file name without /")
+          .optional()
+          .describe("The name the user sees (default: the file's own)."),
       },
     },
     withContext(tools, async (args: { path: string; name?: string | undefined }, ctx) => {
       const sandboxId = await ctx.sandbox();
-      const exported = await tools.exportFile(ctx.conversationId, ctx.turnId, sandboxId, resolvePath(args.path), args.name);
+      const exported = await tools.exportFile(
+        ctx.conversationId,
+        ctx.turnId,
+        sandboxId,
+        resolvePath(args.path),
+        args.name,
+      );
       return okResult(
         `Exported ${exported.source_path} as ${exported.export_id}: ${exported.name}, ${exported.size} bytes, ${exported.media_type}. It is not delivered yet: call send_file with export_id ${exported.export_id} to attach it to your reply.`,
         { ...exported },
@@ -36,7 +48,10 @@ export function registerDeliveryTools(server: McpServer, tools: AgentTools): voi
     },
     withContext(tools, async (args: { export_id: string }, ctx) => {
       const sent = tools.send(ctx.conversationId, ctx.turnId, args.export_id);
-      return okResult(`Attached ${sent.name} (${sent.export_id}, ${sent.size} bytes, ${sent.media_type}) to your reply in this turn.`, { ...sent });
+      return okResult(
+        `Attached ${sent.name} (${sent.export_id}, ${sent.size} bytes, ${sent.media_type}) to your reply in this turn.`,
+        { ...sent },
+      );
     }),
   );
 }
