@@ -15,6 +15,8 @@ import { sendProblem } from "./api/problem.ts";
 import { sandboxRoutes } from "./api/sandbox-routes.ts";
 import { CommandRegistry } from "./commands/command-registry.ts";
 import { EventBus } from "./events/event-bus.ts";
+import { toPublicEvent } from "./events/public-events.ts";
+import { EVENT_LEVELS, ServerEvents, type ServerEventListener } from "./events/server-events.ts";
 import { WebhookSender } from "./events/webhook.ts";
 import type { Config } from "./config.ts";
 import { createDrivers } from "./drivers/driver-registry.ts";
@@ -22,7 +24,7 @@ import { TemplateStore } from "./images/template-store.ts";
 import { Ledger } from "./ledger/ledger.ts";
 import { Metrics } from "./metrics/metrics.ts";
 import { DisconnectWatch } from "./sandboxes/disconnect-watch.ts";
-import { SandboxManager, type Logger, type TemplateSource } from "./sandboxes/sandbox-manager.ts";
+import { SandboxManager, type TemplateSource } from "./sandboxes/sandbox-manager.ts";
 import { IdleSleep } from "./sandboxes/idle-sleep.ts";
 import { UsageMeter } from "./metering/usage-meter.ts";
 import { usageRoutes } from "./api/usage-routes.ts";
@@ -41,6 +43,13 @@ export interface BothyServer {
   close(): Promise<void>;
 }
 
+export interface StartOptions {
+  /** Where templates come from (default: the template store under the config's directories). */
+  templates?: TemplateSource;
+  /** Subscribes to the server's events from the first one on (start-up reconcile included). */
+  onEvent?: ServerEventListener;
+}
+
 export function createLogger(config: Config, destination?: NodeJS.WritableStream): PinoLogger {
   return pino({ level: config.logLevel, base: { service: "bothy" } }, destination ?? process.stdout);
 }
@@ -49,15 +58,17 @@ export function createLogger(config: Config, destination?: NodeJS.WritableStream
 export async function startServer(
   config: Config,
   logger: PinoLogger = createLogger(config),
-  templates?: TemplateSource,
+  options: StartOptions = {},
 ): Promise<BothyServer> {
   await mkdir(config.home, { recursive: true, mode: 0o700 });
-  // Every logged event also feeds the metrics' counters.
+  // The server's typed events: logged at their level, counted by the metrics, and the ones
+  // clients care about published as public events (below, once the registry exists).
+  const serverEvents = new ServerEvents();
   const metrics = new Metrics();
-  const log: Logger = (event, fields) => {
-    metrics.observe(event, fields);
-    logger.info({ event, ...fields }, event);
-  };
+  serverEvents.subscribe((ev) => logger[EVENT_LEVELS[ev.event]](ev, ev.event));
+  serverEvents.subscribe((ev) => metrics.observe(ev));
+  if (options.onEvent) serverEvents.subscribe(options.onEvent);
+  const log = serverEvents.emit;
   const store = new TemplateStore({ sourceDir: config.templateSources, storeDir: config.templatesDir });
   const ledger = new Ledger(join(config.home, "ledger.sqlite"));
   const drivers = await createDrivers(config, log);
@@ -74,29 +85,18 @@ export async function startServer(
       manager.touch(info.sandbox_id);
     },
   });
-  // The manager reports lifecycle steps through this hook: logged, and the ones clients care
-  // about become events.
-  const lifecycle: Logger = (event, fields) => {
-    log(event, fields);
-    const id = typeof fields["sandbox_id"] === "string" ? fields["sandbox_id"] : null;
-    if (event === "sandbox_created") events.publish("sandbox.created", id, fields);
-    else if (event === "sandbox_deleted") {
-      if (id) registry.forget(id);
-      events.publish("sandbox.deleted", id, fields);
-    } else if (event === "sandbox_lost") events.publish("sandbox.failed", id, { ...fields, reason: event });
-    else if (event === "sandbox_died" || event === "sandbox_slept")
-      events.publish("sandbox.stopped", id, { ...fields, reason: event });
-    else if (event === "sandbox_woken") events.publish("sandbox.woken", id, fields);
-  };
-  const manager = new SandboxManager(config, ledger, drivers, templates ?? store, lifecycle);
+  serverEvents.subscribe((ev) => {
+    const published = toPublicEvent(ev);
+    if (published) events.publish(published.type, published.sandboxId, published.data);
+    if (ev.event === "sandbox_deleted") registry.forget(ev.sandbox_id);
+  });
+  const manager = new SandboxManager(config, ledger, drivers, options.templates ?? store, log);
   await manager.reconcile();
-  const sweeper = new Sweeper(manager, ledger, drivers, config.lifecycle.sweepIntervalMs, lifecycle);
-  const watch = new DisconnectWatch(manager, ledger, lifecycle);
-  const idle = new IdleSleep(manager, registry, watch, config.lifecycle.idleTimeoutMs, lifecycle);
+  const sweeper = new Sweeper(manager, ledger, drivers, config.lifecycle.sweepIntervalMs, log);
+  const watch = new DisconnectWatch(manager, ledger, log);
+  const idle = new IdleSleep(manager, registry, watch, config.lifecycle.idleTimeoutMs, log);
   sweeper.addStep(() => idle.pass());
-  const meter = new UsageMeter(ledger, events, config.metering, (event, fields) =>
-    logger.warn({ event, ...fields }, event),
-  );
+  const meter = new UsageMeter(ledger, events, config.metering, log);
 
   const startedAt = Date.now();
   const app = Fastify({

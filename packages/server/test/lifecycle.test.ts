@@ -7,6 +7,7 @@ import { api, createSandbox, runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
 import { noLeaks } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
+import type { ServerEventName } from "../src/events/server-events.ts";
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
@@ -55,8 +56,9 @@ for (const driver of testDrivers()) {
     let ts: TestServer;
     const made: string[] = [];
     const state = async (id: string): Promise<unknown> => (await api(ts.url, "GET", `/sandboxes/${id}`)).json["state"];
-    const logHas = async (event: string, id: string): Promise<boolean> =>
-      (await readFile(ts.logPath, "utf8")).split("\n").some((l) => l.includes(`"event":"${event}"`) && l.includes(id));
+    // The server's typed events, as every subscriber sees them.
+    const logHas = (event: ServerEventName, id: string): boolean =>
+      ts.events.some((e) => e.event === event && "sandbox_id" in e && e.sandbox_id === id);
     const create = async (body: Record<string, unknown>): Promise<string> => {
       const id = await createSandbox(ts.url, { template: "seed", ...body });
       made.push(id);

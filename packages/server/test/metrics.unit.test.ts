@@ -25,14 +25,22 @@ describe("Metrics", () => {
 
   it("counts lifecycle events and builds a cumulative histogram", () => {
     const m = new Metrics();
-    m.observe("sandbox_created", { driver: "qemu", warm: false, ms: 3000 });
-    m.observe("sandbox_created", { driver: "qemu", warm: false, ms: 200 });
-    m.observe("command_started", {});
-    m.observe("command_exited", {});
-    m.observe("orphan_removed", { sandbox_id: "x" });
-    m.observe("sandbox_deleted", { reason: "expired" });
-    m.observe("sandbox_died", { detected_by: "sweeper" });
-    m.observe("unrelated_event", {});
+    const created = { sandbox_id: "sbx_a", template: "seed", vcpu: 1, memory_mib: 512, driver: "qemu", warm: false };
+    m.observe({ event: "sandbox_created", ...created, ms: 3000 });
+    m.observe({ event: "sandbox_created", ...created, ms: 200 });
+    m.observe({ event: "command_started", sandbox_id: "sbx_a", command_id: "cmd_a", pid: 2, background: false });
+    m.observe({
+      event: "command_exited",
+      sandbox_id: "sbx_a",
+      command_id: "cmd_a",
+      exit_code: 0,
+      signal: null,
+      timed_out: false,
+    });
+    m.observe({ event: "orphan_removed", sandbox_id: "x", kind: "vm", description: "", by: "sweeper" });
+    m.observe({ event: "sandbox_deleted", sandbox_id: "sbx_a", reason: "expired" });
+    m.observe({ event: "sandbox_died", sandbox_id: "sbx_b", detected_by: "sweeper" });
+    m.observe({ event: "sandbox_paused", sandbox_id: "sbx_b" });
     m.error("invalid_request");
     m.error("invalid_request");
     const text = m.render(gauges);

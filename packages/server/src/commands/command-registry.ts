@@ -4,6 +4,7 @@ import type { CommandRow, Ledger } from "../ledger/ledger.ts";
 import { newCommandId } from "../util/ids.ts";
 import { Utf8Chunker } from "../util/utf8-chunker.ts";
 import { ReplayBuffer } from "./replay-buffer.ts";
+import type { Logger } from "../events/server-events.ts";
 
 /** Receives a command's events; calls `written` once the event has left (for flow control). */
 export type CommandListener = (event: CommandEvent, written: () => void) => void;
@@ -13,7 +14,7 @@ export interface RegistryOptions {
   /** Finished commands kept in memory per sandbox for late re-attach. */
   keepFinished: number;
   onExited: (info: CommandInfo) => void;
-  log: (event: string, fields: Record<string, unknown>) => void;
+  log: Logger;
 }
 
 /**

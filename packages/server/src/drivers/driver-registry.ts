@@ -6,8 +6,7 @@ import { GvisorDriver } from "./gvisor-driver.ts";
 import { hardwareVirtualization, QemuDriver } from "./qemu-driver.ts";
 import { HostNetwork } from "../network/host-network.ts";
 import { NetworkedDriver } from "../network/networked-driver.ts";
-
-type Log = (event: string, fields: Record<string, unknown>) => void;
+import type { Logger } from "../events/server-events.ts";
 
 /**
  * The drivers this host can run, and the default one. A driver whose preflight failed is kept
@@ -58,7 +57,7 @@ export class DriverRegistry {
  * do. `auto` means QEMU where hardware virtualization really works (KVM), gVisor elsewhere:
  * QEMU under software emulation works but boots several times slower.
  */
-export async function createDrivers(config: Config, log: Log): Promise<DriverRegistry> {
+export async function createDrivers(config: Config, log: Logger): Promise<DriverRegistry> {
   const sandboxesDir = join(config.home, "sandboxes");
   const candidates: Record<DriverName, Driver> = {
     gvisor: new GvisorDriver({ runscRoot: join(config.home, "runsc"), sandboxesDir, agentPath: config.agentPath, log }),

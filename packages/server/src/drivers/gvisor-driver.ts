@@ -7,6 +7,7 @@ import { BothyError, resyncPreamble, SANDBOX_ID_RE } from "@bothy/protocol";
 import { HostCommandError, run } from "../util/host-command.ts";
 import type { Driver, ExitInfo, GuestStream, HostObject, SandboxHandle, SandboxSpec } from "./driver.ts";
 import { buildOciSpec, GVISOR_COMPAT_FILES } from "./oci-spec.ts";
+import type { Logger } from "../events/server-events.ts";
 
 export interface GvisorOptions {
   /** Where runsc keeps its container state. */
@@ -16,7 +17,7 @@ export interface GvisorOptions {
   /** The bundled guest agent on the host, bind-mounted read-only into each sandbox. */
   agentPath: string;
   runscPath?: string;
-  log: (event: string, fields: Record<string, unknown>) => void;
+  log: Logger;
 }
 
 const MOUNT_TIMEOUT_MS = 10_000;

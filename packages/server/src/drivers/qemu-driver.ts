@@ -12,6 +12,7 @@ import { run } from "../util/host-command.ts";
 import { bootTimeoutMs, type Driver, type HostObject, type SandboxHandle, type SandboxSpec } from "./driver.ts";
 import { saveVm, VmProcess, vmFiles, type Acceleration, type VmConfig } from "./qemu-process.ts";
 import { QemuSandbox, VM_MARKER } from "./qemu-sandbox.ts";
+import type { Logger } from "../events/server-events.ts";
 
 export interface QemuOptions {
   home: string;
@@ -30,7 +31,7 @@ export interface QemuOptions {
   bootTimeoutMs?: number;
   /** Sandboxes get a virtio-net on a tap (network/); the warm-start snapshot then has one too. */
   network?: boolean;
-  log: (event: string, fields: Record<string, unknown>) => void;
+  log: Logger;
 }
 
 export interface BaseSnapshot {

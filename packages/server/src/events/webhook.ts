@@ -1,4 +1,5 @@
 import type { BothyEvent } from "@bothy/protocol";
+import type { Logger } from "./server-events.ts";
 
 export interface WebhookOptions {
   url: string;
@@ -6,7 +7,7 @@ export interface WebhookOptions {
   retryBaseMs: number;
   attempts: number;
   timeoutMs: number;
-  log: (event: string, fields: Record<string, unknown>) => void;
+  log: Logger;
 }
 
 /**

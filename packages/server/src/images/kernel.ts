@@ -8,6 +8,7 @@ import { mkdir, mkdtemp, readdir, rename, rm, writeFile } from "node:fs/promises
 import { join } from "node:path";
 import { BothyError } from "@bothy/protocol";
 import { run } from "../util/host-command.ts";
+import type { Logger } from "../events/server-events.ts";
 
 /** The meta package; it depends on the versioned image of the current ABI. */
 export const KERNEL_META_PACKAGE = "linux-image-cloud-amd64";
@@ -45,10 +46,7 @@ function kernelAt(dir: string, release: string): GuestKernel {
  * The unpacked guest kernel, fetched on first use. When apt cannot resolve the package (no lists,
  * offline) a kernel unpacked earlier is used, the newest by name.
  */
-export async function ensureKernel(
-  root: string,
-  log: (event: string, fields: Record<string, unknown>) => void = () => undefined,
-): Promise<GuestKernel> {
+export async function ensureKernel(root: string, log: Logger = () => undefined): Promise<GuestKernel> {
   let pkg: string;
   try {
     pkg = await resolveKernelPackage();

@@ -1,3 +1,4 @@
+import type { ServerEvent } from "../events/server-events.ts";
 import { SANDBOX_STATES } from "@bothy/protocol";
 
 /**
@@ -134,31 +135,25 @@ export class Metrics {
     this.disconnects,
   ];
 
-  /** Takes every lifecycle log event; the ones that count are counted. */
-  observe(event: string, fields: Record<string, unknown>): void {
-    const str = (k: string): string => (typeof fields[k] === "string" ? (fields[k] as string) : "unknown");
-    switch (event) {
+  /** Takes every server event; the ones that count are counted. */
+  observe(ev: ServerEvent): void {
+    switch (ev.event) {
       case "sandbox_created":
-        this.creates.inc({ driver: str("driver") });
-        if (typeof fields["ms"] === "number")
-          this.createSeconds.observe(fields["ms"] / 1000, {
-            driver: str("driver"),
-            warm: String(fields["warm"] === true),
-          });
+        this.creates.inc({ driver: ev.driver });
+        this.createSeconds.observe(ev.ms / 1000, { driver: ev.driver, warm: String(ev.warm) });
         break;
       case "sandbox_woken":
-        if (typeof fields["ms"] === "number")
-          this.wakeSeconds.observe(fields["ms"] / 1000, { driver: str("driver"), from: str("from") });
+        this.wakeSeconds.observe(ev.ms / 1000, { driver: ev.driver, from: ev.from });
         break;
       case "sandbox_create_failed":
         this.createFailures.inc();
         break;
       case "sandbox_deleted":
-        this.deletions.inc({ reason: str("reason") });
-        if (fields["reason"] === "expired") this.sweeper.inc({ reason: "expired" });
+        this.deletions.inc({ reason: ev.reason });
+        if (ev.reason === "expired") this.sweeper.inc({ reason: "expired" });
         break;
       case "sandbox_died": {
-        const bySweeper = fields["detected_by"] === "sweeper";
+        const bySweeper = ev.detected_by === "sweeper";
         this.deaths.inc({ detected_by: bySweeper ? "sweeper" : "driver" });
         if (bySweeper) this.sweeper.inc({ reason: "dead" });
         break;

@@ -22,6 +22,7 @@ import {
   type Cidr,
 } from "./ipv4.ts";
 import { PRIVATE_RANGES, renderBase, renderSandboxAdd, renderSandboxRemove, TABLE } from "./nft-ruleset.ts";
+import type { Logger } from "../events/server-events.ts";
 
 export type LinkKind = "veth" | "tap";
 
@@ -31,7 +32,7 @@ export interface HostNetworkOptions {
   uplink: string | undefined;
   dns: string[];
   extraBlocked: string[];
-  log: (event: string, fields: Record<string, unknown>) => void;
+  log: Logger;
 }
 
 /** A sandbox's network as planned: names and addresses are fixed before anything is made. */

@@ -37,7 +37,8 @@ export interface TemplateSource {
   resolveBuild?(name: string, hash: string): Promise<BuiltTemplateRef | undefined>;
 }
 
-export type Logger = (event: string, fields: Record<string, unknown>) => void;
+export type { Logger } from "../events/server-events.ts";
+import type { Logger, ServerEventMap } from "../events/server-events.ts";
 
 /** How long a guest gets to write its caches to disk before a deliberate stop. */
 const FLUSH_TIMEOUT_MS = 10_000;
@@ -467,7 +468,12 @@ export class SandboxManager {
    * commands lost, its host objects but the disk removed. The next call starts it again from its
    * disk with the same id.
    */
-  private lose(id: string, booted: BootedSandbox, reason: string, fields: Record<string, unknown>): void {
+  private lose(
+    id: string,
+    booted: BootedSandbox,
+    reason: string,
+    fields: Omit<ServerEventMap["sandbox_died"], "sandbox_id">,
+  ): void {
     this.log("sandbox_died", { sandbox_id: id, ...fields });
     this.stopHeld(
       id,

@@ -2,6 +2,7 @@ import { BothyError } from "@bothy/protocol";
 import { newSandboxId } from "../util/ids.ts";
 import { bootSandbox, type BootedSandbox } from "./boot.ts";
 import type { Driver, SandboxSpec } from "../drivers/driver.ts";
+import type { Logger } from "../events/server-events.ts";
 
 export interface PoolShape {
   driver: Driver;
@@ -29,7 +30,7 @@ export class WarmPool {
     private readonly size: number,
     private readonly dirFor: (id: string) => string,
     private readonly bootTimeoutMs: number,
-    private readonly log: (event: string, fields: Record<string, unknown>) => void,
+    private readonly log: Logger,
   ) {}
 
   /** A booted sandbox of this shape, or undefined when none is ready. Starts a refill either way. */

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { loadConfig, startServer, createLogger, type BothyServer, type Config } from "../../src/index.ts";
 import { testKernelDir, testTemplatesDir } from "../../../../test/paths.ts";
 import type { TemplateSource } from "../../src/sandboxes/sandbox-manager.ts";
+import type { ServerEvent } from "../../src/events/server-events.ts";
 import { hostLeaks, type HostLeaks } from "./host-state.ts";
 
 export interface TestServer {
@@ -12,6 +13,8 @@ export interface TestServer {
   wsUrl: string;
   home: string;
   logPath: string;
+  /** Every event the server emitted so far, start-up included. */
+  events: ServerEvent[];
   config: Config;
   /** Stops the server and removes its home; reports what the host still holds of it. */
   stop(): Promise<HostLeaks>;
@@ -40,13 +43,18 @@ export async function startTestServer(
     ...env,
   });
   const logPath = join(home, "server.log");
-  const server = await startServer(config, createLogger(config, createWriteStream(logPath)), templates);
+  const events: ServerEvent[] = [];
+  const server = await startServer(config, createLogger(config, createWriteStream(logPath)), {
+    ...(templates ? { templates } : {}),
+    onEvent: (ev) => events.push(ev),
+  });
   return {
     server,
     url: server.url,
     wsUrl: server.url.replace(/^http/, "ws"),
     home,
     logPath,
+    events,
     config,
     stop: async () => {
       await server.close();

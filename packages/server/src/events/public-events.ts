@@ -1,0 +1,28 @@
+import type { BothyEvent } from "@bothy/protocol";
+import type { ServerEvent } from "./server-events.ts";
+
+export interface PublicEvent {
+  type: BothyEvent["type"];
+  sandboxId: string;
+  data: Record<string, unknown>;
+}
+
+/** The public event (SSE, webhook) a server event becomes, if clients care about it. */
+export function toPublicEvent(ev: ServerEvent): PublicEvent | undefined {
+  const { event, ...data } = ev;
+  switch (ev.event) {
+    case "sandbox_created":
+      return { type: "sandbox.created", sandboxId: ev.sandbox_id, data };
+    case "sandbox_deleted":
+      return { type: "sandbox.deleted", sandboxId: ev.sandbox_id, data };
+    case "sandbox_lost":
+      return { type: "sandbox.failed", sandboxId: ev.sandbox_id, data: { ...data, reason: event } };
+    case "sandbox_died":
+    case "sandbox_slept":
+      return { type: "sandbox.stopped", sandboxId: ev.sandbox_id, data: { ...data, reason: event } };
+    case "sandbox_woken":
+      return { type: "sandbox.woken", sandboxId: ev.sandbox_id, data };
+    default:
+      return undefined;
+  }
+}

@@ -1,0 +1,168 @@
+import type { SandboxState } from "@bothy/protocol";
+
+type Failure = { sandbox_id: string; error: string };
+
+/**
+ * Everything the server's parts report, by name, with its fields. This is the event bus: the
+ * logger, the metrics, the public events (SSE and webhook) and tests subscribe to these typed
+ * events; none of them reads log lines. A new event needs an entry here and a level below.
+ */
+export interface ServerEventMap {
+  drivers: { default: string; ready: string[]; unavailable: Record<string, string>; acceleration: string | null };
+  kernel_fetch: { package: string };
+  ip_forward_enabled: { sysctl: string; why: string };
+  network_pool_public: { pool: string };
+  network_ready: { pool: string; uplink: string; dns: readonly string[]; table: string };
+  network_plumbed: { sandbox_id: string; iface: string; guest: string; ms: number };
+  network_teardown_failed: Failure;
+  qemu_base_snapshot: { key: string; image: string; ms: number };
+  qemu_restore_failed: Failure;
+  runsc_remove_retried: Failure;
+  umount_lazy: { dir: string; target: string; error: string };
+
+  sandbox_created: {
+    sandbox_id: string;
+    template: string;
+    vcpu: number;
+    memory_mib: number;
+    driver: string;
+    warm: boolean;
+    ms: number;
+  };
+  sandbox_create_failed: Failure;
+  pool_boot_failed: Failure;
+  sandbox_paused: { sandbox_id: string };
+  sandbox_resumed: { sandbox_id: string };
+  sandbox_resume_failed: Failure;
+  sandbox_idle: { sandbox_id: string; idle_ms: number };
+  sandbox_slept: { sandbox_id: string };
+  sandbox_sleep_failed: Failure;
+  sandbox_woken: { sandbox_id: string; from: SandboxState; driver: string; ms: number };
+  sandbox_wake_failed: Failure;
+  sandbox_restore_failed: Failure;
+  sandbox_flush_failed: Failure;
+  sandbox_stopped: { sandbox_id: string };
+  sandbox_stop_failed: Failure;
+  /** Its VM or container ended on its own: `code`/`signal` from the driver, or what the sweeper saw. */
+  sandbox_died: {
+    sandbox_id: string;
+    code?: number | null;
+    signal?: string | null;
+    detected_by?: "sweeper";
+    reason?: string;
+  };
+  /** A row no sandbox stands behind (half-made at a restart, or found by the sweeper). */
+  sandbox_lost: { sandbox_id: string; previous_state: SandboxState };
+  sandbox_recovered: { sandbox_id: string; previous_state: SandboxState; state: SandboxState };
+  sandbox_reattached: { sandbox_id: string; driver: string; ms: number };
+  sandbox_reattach_failed: Failure;
+  sandbox_timeout_set: { sandbox_id: string; timeout_s: number; expires_at: string };
+  sandbox_expired: { sandbox_id: string; expires_at: string | null };
+  sandbox_deleted: { sandbox_id: string; reason: string };
+  orphan_removed: { sandbox_id: string; kind: string; description: string; by: string; disk_kept?: true };
+  orphan_remove_failed: Failure;
+  sweep_failed: { error: string };
+  sweep_delete_failed: Failure;
+  disconnect_grace_started: { sandbox_id: string; close_code: number | undefined; grace_s: number };
+  disconnect_grace_cancelled: { sandbox_id: string };
+  disconnect_delete_failed: Failure;
+
+  command_started: { sandbox_id: string; command_id: string; pid: number; background: boolean };
+  command_exited: {
+    sandbox_id: string;
+    command_id: string;
+    exit_code: number | null;
+    signal: string | null;
+    timed_out: boolean;
+  };
+  command_lost: { sandbox_id: string; command_id: string; reason: string };
+
+  webhook_failed: { seq: number; attempt: number; status?: number; error?: string };
+  webhook_gave_up: { seq: number; type: string; attempts: number };
+  budget_exceeded: {
+    owner: string;
+    month: string;
+    kind: string;
+    vcpu_hours: number;
+    gib_hours: number;
+    budget: Record<string, number | null>;
+  };
+}
+
+export type ServerEventName = keyof ServerEventMap;
+
+/** One event: its name in `event` (as logged) beside its fields. */
+export type ServerEvent = { [K in ServerEventName]: { event: K } & ServerEventMap[K] }[ServerEventName];
+
+/** How a part reports an event; `ServerEvents.emit` is one. */
+export type Logger = <K extends ServerEventName>(event: K, fields: ServerEventMap[K]) => void;
+
+export type LogLevel = "debug" | "info" | "warn" | "error";
+
+/** The level each event is logged at: failures warn, and nothing the operator must act on hides at info. */
+export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
+  drivers: "info",
+  kernel_fetch: "info",
+  ip_forward_enabled: "warn",
+  network_pool_public: "warn",
+  network_ready: "info",
+  network_plumbed: "info",
+  network_teardown_failed: "warn",
+  qemu_base_snapshot: "info",
+  qemu_restore_failed: "warn",
+  runsc_remove_retried: "warn",
+  umount_lazy: "warn",
+  sandbox_created: "info",
+  sandbox_create_failed: "warn",
+  pool_boot_failed: "warn",
+  sandbox_paused: "info",
+  sandbox_resumed: "info",
+  sandbox_resume_failed: "error",
+  sandbox_idle: "info",
+  sandbox_slept: "info",
+  sandbox_sleep_failed: "warn",
+  sandbox_woken: "info",
+  sandbox_wake_failed: "warn",
+  sandbox_restore_failed: "warn",
+  sandbox_flush_failed: "warn",
+  sandbox_stopped: "info",
+  sandbox_stop_failed: "warn",
+  sandbox_died: "warn",
+  sandbox_lost: "warn",
+  sandbox_recovered: "info",
+  sandbox_reattached: "info",
+  sandbox_reattach_failed: "warn",
+  sandbox_timeout_set: "info",
+  sandbox_expired: "info",
+  sandbox_deleted: "info",
+  orphan_removed: "info",
+  orphan_remove_failed: "warn",
+  sweep_failed: "error",
+  sweep_delete_failed: "warn",
+  disconnect_grace_started: "info",
+  disconnect_grace_cancelled: "info",
+  disconnect_delete_failed: "warn",
+  command_started: "info",
+  command_exited: "info",
+  command_lost: "info",
+  webhook_failed: "warn",
+  webhook_gave_up: "error",
+  budget_exceeded: "warn",
+};
+
+export type ServerEventListener = (event: ServerEvent) => void;
+
+/** The in-process bus: parts emit, subscribers (logger, metrics, public events) listen. */
+export class ServerEvents {
+  private readonly listeners = new Set<ServerEventListener>();
+
+  readonly emit: Logger = (event, fields) => {
+    const ev = { event, ...fields } as ServerEvent;
+    for (const listener of [...this.listeners]) listener(ev);
+  };
+
+  subscribe(listener: ServerEventListener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+}
