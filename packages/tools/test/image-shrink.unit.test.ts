@@ -54,7 +54,8 @@ function pngWithHeader(width: number, height: number, idat: Buffer, interlace = 
   ]);
 }
 
-describe("image downscaler", () => {
+// Decoding and encoding whole images in pure JavaScript takes seconds on a loaded 2-core host.
+describe("image downscaler", { timeout: 60_000 }, () => {
   it("shrinks a 2400x600 PNG of several MB to a JPEG within the size limit", () => {
     const png = noisePng(2400, 600);
     expect(png.length).toBeGreaterThan(4 * 1024 * 1024);
@@ -131,9 +132,9 @@ describe("image downscaler", () => {
       format: "png",
     });
     // An interlaced PNG whose data inflates far beyond its size: refused without inflating it all.
-    const bomb = pngWithHeader(100, 100, deflateSync(Buffer.alloc(32 * 1024 * 1024)), 1);
+    const bomb = pngWithHeader(100, 100, deflateSync(Buffer.alloc(16 * 1024 * 1024)), 1);
     expect(pngDataFits(bomb, 9 * 1024 * 1024)).toBe(false);
-    expect(pngDataFits(bomb, 33 * 1024 * 1024)).toBe(true);
+    expect(pngDataFits(bomb, 17 * 1024 * 1024)).toBe(true);
     expect(shrinkImage(bomb, { ...LIMITS, maxPixels: 1_000_000 }).report).toMatchObject({
       shrunk: false,
       reason: "undecodable",
