@@ -4,7 +4,7 @@
  * checked atomically in the guest against it (If-Match), so a file changed since the read is
  * refused whoever changed it.
  */
-import { createHash, randomBytes } from "node:crypto";
+import { createHash } from "node:crypto";
 import { posix } from "node:path";
 import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
@@ -14,7 +14,8 @@ import type { AgentTools } from "../agent-tools.ts";
 import { DESCRIPTIONS } from "../guidance.ts";
 import { imageType, isBinary, numberedLines, splitLines } from "../text-view.ts";
 import { okResult, refusal, untrustedResult, UNTRUSTED_META } from "../tool-result.ts";
-import { readFileBytes, resolvePath, shellQuote, withContext, type CallContext } from "../tool-context.ts";
+import { shrinkInSandbox } from "../image-shrink.ts";
+import { readFileBytes, resolvePath, withContext, type CallContext } from "../tool-context.ts";
 
 /** Text files larger than this can be read only in part. */
 const MAX_TEXT_BYTES = 16 * 1024 * 1024;
@@ -22,26 +23,6 @@ const MAX_IMAGE_BYTES = 10 * 1024 * 1024;
 /** Images larger than this are shown as a downscaled copy (what a model can take in anyway). */
 const VIEW_IMAGE_BYTES = 1024 * 1024;
 const VIEW_MAX_SIDE = 1568;
-
-/**
- * A downscaled JPEG copy of a large image, made in the sandbox (Pillow, which matplotlib brings,
- * else ImageMagick) and removed after reading. Undefined when the sandbox has neither.
- */
-async function downscaled(ctx: CallContext, sandboxId: string, path: string): Promise<Buffer | undefined> {
-  const out = `/tmp/bothy-view-${randomBytes(6).toString("hex")}.jpg`;
-  const py = `from PIL import Image; import sys; im = Image.open(sys.argv[1]); im.thumbnail((${VIEW_MAX_SIDE}, ${VIEW_MAX_SIDE})); im.convert("RGB").save(sys.argv[2], "JPEG", quality=85)`;
-  const cmd = `python3 -c '${py}' "$0" "$1" 2>/dev/null || convert "$0[0]" -resize '${VIEW_MAX_SIDE}x${VIEW_MAX_SIDE}>' -quality 85 "$1" 2>/dev/null`;
-  try {
-    const done = await ctx.tools.api.exec(
-      sandboxId,
-      { cmd: `sh -c ${shellQuote(cmd)} ${shellQuote(path)} ${shellQuote(out)}`, cwd: "/", timeout_s: 60 },
-      () => undefined,
-    );
-    return done.exit_code === 0 ? await ctx.tools.api.readAll(sandboxId, out) : undefined;
-  } finally {
-    await ctx.tools.api.exec(sandboxId, { cmd: `rm -f ${out}`, cwd: "/" }, () => undefined).catch(() => undefined);
-  }
-}
 
 const sha256 = (b: Buffer | string): string => createHash("sha256").update(b).digest("hex");
 
@@ -117,19 +98,28 @@ export function registerFileTools(server: McpServer, tools: AgentTools): void {
         const type = imageType(file.bytes);
         if (!type) return readText(ctx, path, args.start_line, args.end_line);
         let shown = { bytes: file.bytes, type, note: "" };
+        let shrink: { shrunk: true; width: number; height: number } | { shrunk: false; reason: string } | undefined;
         if (file.size > VIEW_IMAGE_BYTES) {
-          const small = await downscaled(ctx, sandboxId, path);
-          if (small)
+          const small = await shrinkInSandbox(ctx, sandboxId, path, type, {
+            maxSide: VIEW_MAX_SIDE,
+            maxBytes: VIEW_IMAGE_BYTES,
+          });
+          if (small.shrunk) {
             shown = {
-              bytes: small,
+              bytes: small.jpeg,
               type: "image/jpeg",
-              note: ` Shown as a downscaled JPEG copy (at most ${VIEW_MAX_SIDE} px a side, ${small.length} bytes).`,
+              note: ` Shown shrunk: a ${small.outWidth}x${small.outHeight} JPEG copy (${small.jpeg.length} bytes) of the ${small.width}x${small.height} original.`,
             };
-          else if (file.cut)
+            shrink = { shrunk: true, width: small.width, height: small.height };
+          } else if (file.cut) {
             return refusal(
               "too_large",
-              `${path} is a ${file.size}-byte image, over the ${MAX_IMAGE_BYTES}-byte limit for viewing, and this sandbox has no Pillow or ImageMagick to shrink it. Make a smaller copy first (e.g. save the chart with a lower dpi) and view that.`,
+              `${path} is a ${file.size}-byte image, over the ${MAX_IMAGE_BYTES}-byte limit for viewing, and it could not be shrunk because ${small.why}. Make a smaller PNG or JPEG copy first (e.g. save the chart with a lower dpi) and view that.`,
             );
+          } else {
+            shown.note = ` It is over ${VIEW_IMAGE_BYTES} bytes but could not be shrunk because ${small.why}; shown as it is.`;
+            shrink = { shrunk: false, reason: small.reason };
+          }
         }
         ctx.tools.store.recordRead(ctx.conversationId, ctx.turnId, path, { sha256: file.sha256, full: true });
         return {
@@ -144,7 +134,8 @@ export function registerFileTools(server: McpServer, tools: AgentTools): void {
             path,
             sha256: file.sha256,
             media_type: type,
-            ...(shown.note ? { shown_as: "image/jpeg" } : {}),
+            ...(shrink?.shrunk ? { shown_as: "image/jpeg" } : {}),
+            ...(shrink ? { shrink } : {}),
             [UNTRUSTED_META]: { untrusted: true, source: "sandbox" },
           },
         };
