@@ -146,3 +146,13 @@ export class CommandExitError extends SandboxError implements CommandResult {
     this.stderr = result.stderr;
   }
 }
+
+/** A command ran past its `timeoutS` and the server killed it; what it had done is kept as `result`. */
+export class CommandTimeoutError extends TimeoutError {
+  readonly result: CommandResult;
+
+  constructor(result: CommandResult) {
+    super(`Command ${result.commandId} ran past its timeout and was killed.`, { code: "command_timeout" });
+    this.result = result;
+  }
+}

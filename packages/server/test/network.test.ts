@@ -5,6 +5,7 @@
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { SandboxCreateOptions } from "@bothy/sdk";
 import { api, createSandbox, runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
 import { ipv4Of, probe, sandboxNetwork, type Outcome } from "./helpers/net-probe.ts";
@@ -78,7 +79,7 @@ describe.skipIf(!root)("network isolation", () => {
         "public answers; private, host, peer, metadata and IPv6 fail fast; DNS only public; internet:false and allow_out",
       ),
       async () => {
-        const create = async (body: Record<string, unknown> = {}) => {
+        const create = async (body: SandboxCreateOptions = {}) => {
           const id = await createSandbox(base, { driver: d.name, ...body });
           made.push(id);
           return id;
@@ -86,8 +87,8 @@ describe.skipIf(!root)("network isolation", () => {
         const [a, peer, closed, allowed] = await Promise.all([
           create(),
           create(),
-          create({ internet: false }),
-          create({ allow_out: [PRIVATE_HOST], deny_out: ["203.0.113.0/24"] }),
+          create({ network: { internet: false } }),
+          create({ network: { allowOut: [PRIVATE_HOST], denyOut: ["203.0.113.0/24"] } }),
         ]);
         expect(await sandboxNetwork(base, a)).toEqual({
           enabled: true,

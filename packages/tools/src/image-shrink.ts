@@ -8,9 +8,11 @@
 import { randomBytes } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { createRequire } from "node:module";
+import type { Sandbox } from "@bothy/sdk";
 import { z } from "zod";
+import { runToEnd } from "./sandbox-calls.ts";
 import { imageType } from "./text-view.ts";
-import { shellQuote, type CallContext } from "./tool-context.ts";
+import { shellQuote } from "./tool-context.ts";
 
 /** The downscaler's peak memory per pixel, measured on generated images: ~38 bytes for a JPEG (jpeg-js), ~20 for a PNG. */
 const BYTES_PER_PIXEL = 40;
@@ -99,13 +101,11 @@ function shrinker(): Promise<Buffer> {
  * size at most `maxBytes`, or why there is none. The downscaler and its copy are removed after.
  */
 export async function shrinkInSandbox(
-  ctx: CallContext,
-  sandboxId: string,
+  sandbox: Sandbox,
   path: string,
   mediaType: string,
   limits: { maxSide: number; maxBytes: number },
 ): Promise<ShrinkOutcome> {
-  const api = ctx.tools.api;
   let script: Buffer;
   try {
     script = await shrinker();
@@ -117,34 +117,35 @@ export async function shrinkInSandbox(
       why: "bothy's image downscaler is not built on this server (its operator runs `npm run build`)",
     };
   }
-  const memoryMib = (await api.get(sandboxId))?.memory_mib ?? 512;
+  const memoryMib = sandbox.info.memory_mib;
   const maxPixels = pixelBudget(memoryMib);
   const tag = randomBytes(6).toString("hex");
   const scriptPath = `/tmp/bothy-shrink-${tag}.mjs`;
   const out = `/tmp/bothy-view-${tag}.jpg`;
   try {
-    await api.write(sandboxId, scriptPath, script);
+    await sandbox.files.write(scriptPath, script);
     let stdout = "";
-    const done = await api.exec(
-      sandboxId,
+    const done = await runToEnd(
+      sandbox,
+      ["/usr/bin/node", scriptPath, path, out, limits.maxSide, limits.maxBytes, maxPixels]
+        .map((a) => shellQuote(String(a)))
+        .join(" "),
       {
-        cmd: ["/usr/bin/node", scriptPath, path, out, limits.maxSide, limits.maxBytes, maxPixels]
-          .map((a) => shellQuote(String(a)))
-          .join(" "),
         cwd: "/",
-        timeout_s: SHRINK_TIMEOUT_S,
-      },
-      (stream, text) => {
-        if (stream === "stdout" && stdout.length < 4096) stdout += text;
+        timeoutS: SHRINK_TIMEOUT_S,
+        keepOutput: false,
+        onStdout: (text) => {
+          if (stdout.length < 4096) stdout += text;
+        },
       },
     );
     const failed = (why: string): ShrinkOutcome => ({ shrunk: false, reason: "failed", why });
-    if (done.timed_out) return failed(`the downscaler did not finish within ${SHRINK_TIMEOUT_S} s`);
-    if (done.exit_code !== 0)
+    if (done.timedOut) return failed(`the downscaler did not finish within ${SHRINK_TIMEOUT_S} s`);
+    if (done.exitCode !== 0)
       return failed(
         done.signal === "SIGKILL"
           ? `the downscaler was killed (out of memory? this sandbox has ${memoryMib} MiB)`
-          : `the downscaler ended with ${done.signal ? `signal ${done.signal}` : `exit code ${String(done.exit_code)}`}`,
+          : `the downscaler ended with ${done.signal ? `signal ${done.signal}` : `exit code ${String(done.exitCode)}`}`,
       );
     const report = parseReport(stdout);
     if (!report) return failed("the downscaler's report could not be read");
@@ -154,7 +155,7 @@ export async function shrinkInSandbox(
         reason: report.reason,
         why: failureText(report, mediaType, memoryMib, limits.maxBytes),
       };
-    const jpeg = await api.readAll(sandboxId, out);
+    const jpeg = Buffer.from(await sandbox.files.read(out, { format: "bytes" }));
     // The copy comes from the sandbox too: check its kind and size, without decoding it.
     if (jpeg.length > limits.maxBytes || imageType(jpeg) !== "image/jpeg")
       return failed("the downscaler's copy was not a JPEG within the size limit");
@@ -167,9 +168,7 @@ export async function shrinkInSandbox(
       outHeight: report.out_height,
     };
   } finally {
-    await api
-      .exec(sandboxId, { cmd: `rm -f ${scriptPath} ${out}`, cwd: "/", timeout_s: 10 }, () => undefined)
-      .catch(() => undefined);
+    await runToEnd(sandbox, `rm -f ${scriptPath} ${out}`, { cwd: "/", timeoutS: 10 }).catch(() => undefined);
   }
 }
 

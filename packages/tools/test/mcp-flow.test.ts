@@ -442,6 +442,13 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
       expect(out).toMatch(/characters omitted from the middle of the output/);
       expect(out).not.toContain("\n50000\n");
 
+      // A command past its timeout is a result with what it printed, not a failed call.
+      const late = await call("computer_bash", { command: "echo started; sleep 30", timeout_s: 1 }, "t5");
+      expect(late.isError).toBeFalsy();
+      expect(text(late)).toContain("Timed out after 1 s and was killed.");
+      expect(text(late)).toContain("started");
+      expect(late._meta?.["command_id"]).toMatch(/^cmd_/);
+
       const ended: Array<Record<string, unknown>> = [];
       client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => {
         const data = n.params.data as Record<string, unknown>;

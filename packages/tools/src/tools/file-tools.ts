@@ -10,6 +10,7 @@ import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
 import { BothyError } from "@bothy/protocol";
+import { NotFoundError, type Sandbox } from "@bothy/sdk";
 import type { AgentTools } from "../agent-tools.ts";
 import { DESCRIPTIONS } from "../guidance.ts";
 import { imageType, isBinary, numberedLines, splitLines } from "../text-view.ts";
@@ -27,9 +28,9 @@ const VIEW_MAX_SIDE = 1568;
 const sha256 = (b: Buffer | string): string => createHash("sha256").update(b).digest("hex");
 
 async function readText(ctx: CallContext, path: string, startLine?: number, endLine?: number): Promise<CallToolResult> {
-  const sandboxId = await ctx.sandbox();
-  await refuseDirectory(ctx, sandboxId, path);
-  const file = await readFileBytes(ctx, sandboxId, path, MAX_TEXT_BYTES);
+  const sandbox = await ctx.sandbox();
+  await refuseDirectory(sandbox, path);
+  const file = await readFileBytes(ctx, sandbox, path, MAX_TEXT_BYTES);
   if (isBinary(file.bytes)) {
     return refusal(
       "binary_file",
@@ -53,8 +54,8 @@ async function readText(ctx: CallContext, path: string, startLine?: number, endL
   });
 }
 
-async function refuseDirectory(ctx: CallContext, sandboxId: string, path: string): Promise<void> {
-  const stat = await ctx.tools.api.stat(sandboxId, path);
+async function refuseDirectory(sandbox: Sandbox, path: string): Promise<void> {
+  const stat = await sandbox.files.stat(path);
   if (stat.type === "dir")
     throw new BothyError("file_error", `${path} is a directory; list it with computer_bash (ls -la ${path}).`);
 }
@@ -92,15 +93,15 @@ export function registerFileTools(server: McpServer, tools: AgentTools): void {
       tools,
       async (args: { path: string; start_line?: number | undefined; end_line?: number | undefined }, ctx) => {
         const path = resolvePath(args.path);
-        const sandboxId = await ctx.sandbox();
-        await refuseDirectory(ctx, sandboxId, path);
-        const file = await readFileBytes(ctx, sandboxId, path, MAX_IMAGE_BYTES);
+        const sandbox = await ctx.sandbox();
+        await refuseDirectory(sandbox, path);
+        const file = await readFileBytes(ctx, sandbox, path, MAX_IMAGE_BYTES);
         const type = imageType(file.bytes);
         if (!type) return readText(ctx, path, args.start_line, args.end_line);
         let shown = { bytes: file.bytes, type, note: "" };
         let shrink: { shrunk: true; width: number; height: number } | { shrunk: false; reason: string } | undefined;
         if (file.size > VIEW_IMAGE_BYTES) {
-          const small = await shrinkInSandbox(ctx, sandboxId, path, type, {
+          const small = await shrinkInSandbox(sandbox, path, type, {
             maxSide: VIEW_MAX_SIDE,
             maxBytes: VIEW_IMAGE_BYTES,
           });
@@ -170,8 +171,8 @@ export function registerFileTools(server: McpServer, tools: AgentTools): void {
           );
         if (args.old_string === args.new_string)
           return refusal("no_change", "old_string and new_string are the same; nothing to change.");
-        const sandboxId = await ctx.sandbox();
-        const file = await readFileBytes(ctx, sandboxId, path, MAX_TEXT_BYTES);
+        const sandbox = await ctx.sandbox();
+        const file = await readFileBytes(ctx, sandbox, path, MAX_TEXT_BYTES);
         if (file.sha256 !== read.sha256) return changedRefusal(path);
         if (file.cut)
           return refusal(
@@ -196,7 +197,7 @@ export function registerFileTools(server: McpServer, tools: AgentTools): void {
           ? text.split(args.old_string).join(args.new_string)
           : text.replace(args.old_string, () => args.new_string);
         // The guest compares the file's sha256 with the one this turn read, atomically with the rename.
-        const written = await tools.api.write(sandboxId, path, Buffer.from(updated, "utf8"), read.sha256);
+        const written = await sandbox.files.write(path, Buffer.from(updated, "utf8"), { ifMatch: read.sha256 });
         tools.store.recordRead(ctx.conversationId, ctx.turnId, path, { sha256: written.sha256, full: read.full });
         const first = lineOf(updated, at[0] ?? 0);
         const newLines = splitLines(args.new_string).length;
@@ -223,9 +224,9 @@ export function registerFileTools(server: McpServer, tools: AgentTools): void {
     },
     withContext(tools, async (args: { path: string; content: string }, ctx) => {
       const path = resolvePath(args.path);
-      const sandboxId = await ctx.sandbox();
-      const existing = await tools.api.stat(sandboxId, path).catch((err: unknown) => {
-        if (err instanceof BothyError && err.code === "file_not_found") return undefined;
+      const sandbox = await ctx.sandbox();
+      const existing = await sandbox.files.stat(path).catch((err: unknown) => {
+        if (err instanceof NotFoundError && err.code === "file_not_found") return undefined;
         throw err;
       });
       let ifMatch: string | undefined;
@@ -245,9 +246,11 @@ export function registerFileTools(server: McpServer, tools: AgentTools): void {
           );
         ifMatch = read.sha256;
       } else {
-        await tools.api.mkdirp(sandboxId, posix.dirname(path));
+        await sandbox.files.makeDir(posix.dirname(path));
       }
-      const written = await tools.api.write(sandboxId, path, Buffer.from(args.content, "utf8"), ifMatch);
+      const written = await sandbox.files.write(path, Buffer.from(args.content, "utf8"), {
+        ...(ifMatch === undefined ? {} : { ifMatch }),
+      });
       if (written.sha256 !== sha256(args.content))
         throw new BothyError("internal", "The sandbox stored other bytes than were sent.");
       // What the model wrote, it knows in full: later edits in this turn need no new read.
