@@ -1,4 +1,4 @@
-import { STATUS_CODES } from "node:http";
+import { STATUS_CODES, type IncomingMessage } from "node:http";
 import type { Socket } from "node:net";
 import type { FastifyError, FastifyReply, FastifyRequest } from "fastify";
 import { BothyError, toBothyError, toProblem, type ErrorCode } from "@bothy/protocol";
@@ -77,6 +77,22 @@ function toAnswer(err: unknown, request: FastifyRequest): BothyError {
   return toBothyError(err);
 }
 
+/**
+ * Keeps reading the body of a request answered before it was read. Fastify asks for
+ * `Connection: close` then, and closing a socket with unread input resets it, which a client
+ * still sending sees as EPIPE instead of the answer.
+ */
+function discardRest(raw: IncomingMessage, reply: FastifyReply): void {
+  if (raw.complete || raw.destroyed) return;
+  reply.removeHeader("connection");
+  let left = DISCARD_LIMIT;
+  raw.on("data", (chunk: Buffer) => {
+    left -= chunk.length;
+    if (left < 0) raw.socket.destroy();
+  });
+  raw.resume();
+}
+
 export function sendProblem(
   reply: FastifyReply,
   request: FastifyRequest,
@@ -85,6 +101,7 @@ export function sendProblem(
 ): FastifyReply {
   const bothyError = toAnswer(err, request);
   log(bothyError);
+  discardRest(request.raw, reply);
   return reply
     .code(bothyError.status)
     .type("application/problem+json")
