@@ -54,6 +54,7 @@ const BY_CODE: Partial<Record<ErrorCode, ErrorClass>> = {
   uri_too_long: InvalidArgumentError,
   headers_too_large: InvalidArgumentError,
   malformed_request: InvalidArgumentError,
+  expectation_failed: InvalidArgumentError,
   request_timeout: TimeoutError,
   invalid_template_name: InvalidArgumentError,
   invalid_sandbox_id: InvalidArgumentError,

@@ -11,7 +11,7 @@ import { fileRoutes } from "./api/file-routes.ts";
 import { lifecycleRoutes } from "./api/lifecycle-routes.ts";
 import { metricsRoutes } from "./api/metrics-routes.ts";
 import { openapiRoutes, recordRoutes, type RouteRecord } from "./api/openapi.ts";
-import { answerClientError, sendProblem } from "./api/problem.ts";
+import { answerClientError, answerExpectation, sendProblem } from "./api/problem.ts";
 import { sandboxRoutes } from "./api/sandbox-routes.ts";
 import { checkWebSocketHandshakes } from "./api/websocket-handshake.ts";
 import { CommandRegistry } from "./commands/command-registry.ts";
@@ -118,7 +118,10 @@ export async function startServer(
     forceCloseConnections: true,
     frameworkErrors: (err, request, reply) => sendProblem(reply, request, err, logProblem),
     clientErrorHandler: (err, socket) => answerClientError(err, socket, logProblem),
+    // Node answers a missing Host with a bare 400; the hook below answers it as problem+json.
+    http: { requireHostHeader: false },
   });
+  app.server.on("checkExpectation", (req, res) => answerExpectation(req, res, logProblem));
   // JSON only: a text body would otherwise reach validation as a string and get a vaguer error.
   app.removeContentTypeParser("text/plain");
   await app.register(websocket, { options: { maxPayload: 2 * 1024 * 1024 } });
@@ -129,8 +132,11 @@ export async function startServer(
   app.addHook("preClose", async () => {
     stopping = true;
   });
-  app.addHook("onRequest", async () => {
+  // Refusals that hold for every route, before its own checks.
+  app.addHook("onRequest", async (request) => {
     if (stopping) throw new BothyError("shutting_down", "The server is stopping; retry once it is back.");
+    if (request.raw.httpVersion === "1.1" && request.headers.host === undefined)
+      throw new BothyError("malformed_request", "An HTTP/1.1 request needs a Host header (RFC 9112); send one.");
   });
   // A request no route takes can still fail earlier on its body or content type; it gets the 404.
   app.setErrorHandler((err, request, reply) =>

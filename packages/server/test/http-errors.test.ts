@@ -382,7 +382,7 @@ describe("every route of /openapi.json answers fuzzer input with its documented 
     expect(await violations(requests, send)).toEqual([]);
   });
 
-  it("HTTP the parser refuses", async () => {
+  it("HTTP that Node refuses or would answer itself", async () => {
     const paths = [...new Set(routes.map((r) => pathWith(r.path, () => SOME_ID)))];
     const broken = (path: string): Array<[string, string]> => [
       ["bad version", `GET ${path} HTTP/7.3\r\nHost: x\r\n\r\n`],
@@ -396,6 +396,10 @@ describe("every route of /openapi.json answers fuzzer input with its documented 
       ],
       ["bad chunk", `POST ${path} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n`],
       ["headers over 16 KB", `GET ${path} HTTP/1.1\r\nHost: x\r\nX-Big: ${"b".repeat(17_000)}\r\n\r\n`],
+      ["HTTP/1.1 without Host", `GET ${path} HTTP/1.1\r\n\r\n`],
+      ["an expectation other than 100-continue", `GET ${path} HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\n\r\n`],
+      ["HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"],
+      ["HTTP/0.9", `GET ${path}\r\n`],
     ];
     const requests = paths.flatMap((path) =>
       broken(path).map(([name, text]): FuzzRequest & { text: string } => ({

@@ -1,4 +1,4 @@
-import { STATUS_CODES, type IncomingMessage } from "node:http";
+import { STATUS_CODES, type IncomingMessage, type ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import type { FastifyError, FastifyReply, FastifyRequest } from "fastify";
 import { BothyError, toBothyError, toProblem, type ErrorCode } from "@bothy/protocol";
@@ -106,6 +106,25 @@ export function sendProblem(
     .code(bothyError.status)
     .type("application/problem+json")
     .send(toProblem(bothyError, request.url.split("?")[0]));
+}
+
+/**
+ * Answers an `Expect` other than 100-continue (Node's `checkExpectation`), which Node would
+ * otherwise answer with a bare 417 of its own.
+ */
+export function answerExpectation(req: IncomingMessage, res: ServerResponse, log: (err: BothyError) => void): void {
+  const bothyError = new BothyError(
+    "expectation_failed",
+    `This server meets no expectation but 100-continue; send the request without "Expect: ${String(req.headers.expect).slice(0, 64)}".`,
+  );
+  log(bothyError);
+  const body = JSON.stringify(toProblem(bothyError, req.url?.split("?")[0]));
+  res
+    .writeHead(bothyError.status, {
+      "content-type": "application/problem+json",
+      "content-length": Buffer.byteLength(body),
+    })
+    .end(body);
 }
 
 /** Why Node's HTTP parser refused a request (Node's `clientError`), as a BothyError. */
