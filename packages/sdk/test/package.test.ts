@@ -15,6 +15,11 @@ import { noLeaks } from "../../server/test/helpers/host-state.ts";
 import { Sandbox } from "../src/index.ts";
 
 const run = promisify(execFile);
+/**
+ * npm's own variables (npm_config_local_prefix and the like, set when the tests run under npm)
+ * stay out of the npm calls: the install directory must stand on its own, as a user's would.
+ */
+const npmEnv = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^npm_/i.test(k)));
 const REPO = fileURLToPath(new URL("../../..", import.meta.url));
 // Packing builds the packages and installing fetches ws and zod: minutes on a busy machine.
 const NPM_DEADLINE_MS = 300_000;
@@ -52,7 +57,7 @@ describe("@bothy/sdk and @bothy/cli as packed tarballs [gvisor]", () => {
 
   /** Node as the user has it: first on PATH, no loader, no inherited NODE_OPTIONS. */
   function userEnv(): NodeJS.ProcessEnv {
-    const env: NodeJS.ProcessEnv = { ...process.env, BOTHY_URL: ts.url };
+    const env: NodeJS.ProcessEnv = { ...npmEnv, BOTHY_URL: ts.url };
     env["PATH"] = `${dirname(process.execPath)}:${env["PATH"] ?? ""}`;
     delete env["NODE_OPTIONS"];
     return env;
@@ -80,14 +85,15 @@ describe("@bothy/sdk and @bothy/cli as packed tarballs [gvisor]", () => {
     await run(
       "npm",
       ["pack", "--pack-destination", dir, "-w", "@bothy/protocol", "-w", "@bothy/sdk", "-w", "@bothy/cli"],
-      { cwd: REPO, timeout: NPM_DEADLINE_MS, maxBuffer: 16 * 1024 * 1024 },
+      { cwd: REPO, env: npmEnv, timeout: NPM_DEADLINE_MS, maxBuffer: 16 * 1024 * 1024 },
     );
     tarballs = (await readdir(dir)).filter((f) => f.endsWith(".tgz")).map((f) => join(dir, f));
     app = join(dir, "app");
     await run("mkdir", [app]);
-    await run("npm", ["init", "-y"], { cwd: app, timeout: NPM_DEADLINE_MS });
+    await run("npm", ["init", "-y"], { cwd: app, env: npmEnv, timeout: NPM_DEADLINE_MS });
     await run("npm", ["install", "--no-audit", "--no-fund", "--prefer-offline", ...tarballs], {
       cwd: app,
+      env: npmEnv,
       timeout: NPM_DEADLINE_MS,
     });
     await writeFile(join(app, "app.mjs"), APP);
