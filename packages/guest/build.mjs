@@ -10,6 +10,8 @@ const bundle = {
   platform: "node",
   target: "node18",
   format: "esm",
+  // @bothy/protocol from its sources (its export condition), not from a dist/ built earlier.
+  conditions: ["@bothy/source"],
   minify: true,
   legalComments: "none",
   logLevel: "warning",
