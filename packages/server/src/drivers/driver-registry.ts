@@ -6,6 +6,7 @@ import { GvisorDriver } from "./gvisor-driver.ts";
 import { hardwareVirtualization, QemuDriver } from "./qemu-driver.ts";
 import { HostNetwork } from "../network/host-network.ts";
 import { NetworkedDriver } from "../network/networked-driver.ts";
+import { hostTag } from "../util/host-names.ts";
 
 type Log = (event: string, fields: Record<string, unknown>) => void;
 
@@ -60,10 +61,18 @@ export class DriverRegistry {
  */
 export async function createDrivers(config: Config, log: Log): Promise<DriverRegistry> {
   const sandboxesDir = join(config.home, "sandboxes");
+  const tag = hostTag(config.home);
   const candidates: Record<DriverName, Driver> = {
-    gvisor: new GvisorDriver({ runscRoot: join(config.home, "runsc"), sandboxesDir, agentPath: config.agentPath, log }),
+    gvisor: new GvisorDriver({
+      runscRoot: join(config.home, "runsc"),
+      sandboxesDir,
+      agentPath: config.agentPath,
+      hostTag: tag,
+      log,
+    }),
     qemu: new QemuDriver({
       home: config.home,
+      hostTag: tag,
       kernelDir: config.qemu.kernelDir,
       sandboxesDir,
       agentPath: config.agentPath,
@@ -76,7 +85,7 @@ export async function createDrivers(config: Config, log: Log): Promise<DriverReg
   };
   // Networking is checked first: with it on, a host that cannot give sandboxes their posture
   // does not start (the error says what to run, or to set BOTHY_NETWORK=off).
-  const network = config.network.enabled ? new HostNetwork({ ...config.network, log }) : undefined;
+  const network = config.network.enabled ? new HostNetwork({ ...config.network, tag, sandboxesDir, log }) : undefined;
   await network?.preflight();
   const ready = new Map<DriverName, Driver>();
   const unavailable = new Map<DriverName, string>();
@@ -102,6 +111,7 @@ export async function createDrivers(config: Config, log: Log): Promise<DriverReg
     throw new BothyError("create_failed", `The default driver ${defaultName} cannot run here: ${why}`);
   log("drivers", {
     default: defaultName,
+    host_tag: tag,
     ready: [...ready.keys()],
     unavailable: Object.fromEntries(unavailable),
     acceleration: ready.get("qemu")?.acceleration ?? null,

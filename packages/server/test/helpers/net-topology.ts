@@ -179,27 +179,38 @@ export class NetTopology {
     return sh("nsenter", [`--net=${this.netnsPath}`, "--", file, ...args]);
   }
 
-  /** What bothy's network objects still exist: namespaces, interfaces (in `host`) and chains. */
-  async bothyObjects(): Promise<{ netns: string[]; links: string[]; chains: string[]; mapElements: number }> {
+  /**
+   * What bothy's network objects still exist: namespaces, interfaces (in `host`) and chains and map
+   * elements of its tables; of the home with that tag (util/host-names.ts), or of any home.
+   */
+  async bothyObjects(
+    tag?: string,
+  ): Promise<{ netns: string[]; links: string[]; chains: string[]; mapElements: number }> {
+    const t = tag ?? "[a-z2-7]{4}";
     const netns = (await sh("ip", ["netns", "list"]))
       .split("\n")
       .map((l) => l.split(" ")[0] ?? "")
-      .filter((n) => /^bothy-/.test(n));
+      .filter((n) => new RegExp(`^bothy-${t}-`).test(n) || (!tag && /^bothy-[a-z2-7]{20}$/.test(n)));
     const links = (JSON.parse(await this.inHost("ip", ["-j", "link", "show"])) as Array<{ ifname: string }>)
       .map((l) => l.ifname)
-      .filter((n) => /^b[vt]-/.test(n));
-    let chains: string[] = [];
+      .filter((n) => new RegExp(`^b[vts]${t}-`).test(n) || (!tag && /^b[vt]-/.test(n)));
+    const tables = (
+      JSON.parse(await this.inHost("nft", ["-j", "list", "tables"])) as {
+        nftables: Array<{ table?: { family: string; name: string } }>;
+      }
+    ).nftables
+      .flatMap((i) => (i.table?.family === "inet" ? [i.table.name] : []))
+      .filter((n) => (tag ? n === `bothy-${tag}` : /^bothy(-[a-z2-7]{4})?$/.test(n)));
+    const chains: string[] = [];
     let mapElements = 0;
-    try {
+    for (const table of tables) {
       const items = (
-        JSON.parse(await this.inHost("nft", ["-j", "list", "table", "inet", "bothy"])) as {
+        JSON.parse(await this.inHost("nft", ["-j", "list", "table", "inet", table])) as {
           nftables: Array<Record<string, { name?: string; elem?: unknown[] }>>;
         }
       ).nftables;
-      chains = items.flatMap((i) => (i["chain"]?.name ? [i["chain"].name] : [])).filter((n) => n.startsWith("sbx_"));
-      mapElements = items.reduce((n, i) => n + (i["map"]?.elem?.length ?? 0), 0);
-    } catch {
-      chains = []; // no table: nothing of ours either
+      chains.push(...items.flatMap((i) => (i["chain"]?.name?.startsWith("sbx_") ? [i["chain"].name] : [])));
+      mapElements += items.reduce((n, i) => n + (i["map"]?.elem?.length ?? 0), 0);
     }
     return { netns, links, chains, mapElements };
   }
