@@ -20,10 +20,12 @@ export async function serve(_args: string[]): Promise<number> {
   };
   process.once("beforeExit", stalled);
   const logger = createLogger(config);
+  // Listening before start-up: a signal that arrives while it runs stops the server once it is up.
+  const stop = stopRequested(logger);
   const server = await startServer(config, logger);
   process.off("beforeExit", stalled);
   void server.manager.warm("seed");
-  await stopRequested(logger);
+  await stop;
   await server.close();
   return 0;
 }
