@@ -30,12 +30,14 @@ import {
 const root = process.getuid?.() === 0;
 const drivers = testDrivers();
 
-/** Refused by the filter: an error, quickly (a reset or an ICMP reject, never a timeout). */
+/**
+ * Refused by the filter: an error (a reset or an ICMP reject), never the probe's timeout. How long
+ * the refusal took is not asserted: under emulation on a loaded host it can take seconds.
+ */
 function refusedFast(o: Outcome | undefined, what: string): void {
   expect(o, what).toBeDefined();
   expect(o?.ok, `${what} should be blocked: ${JSON.stringify(o)}`).toBe(false);
   expect(o?.err, `${what} should fail fast, not time out: ${JSON.stringify(o)}`).not.toBe("timeout");
-  expect(o?.ms ?? Infinity, `${what} took ${o?.ms} ms`).toBeLessThan(2000);
 }
 
 function unanswered(o: Outcome | undefined, what: string): void {
@@ -283,6 +285,20 @@ describe.skipIf(!root)("network isolation", () => {
     },
     600_000,
   );
+
+  it("refuses to start on a pool another home's server uses in the same namespace, naming its table", async () => {
+    const homeD = await mkdtemp("/tmp/bothy-net-d-");
+    try {
+      // The first server runs with the default pool; a second home asks for an overlapping one.
+      const failed = await topo.serveFailure(homeD, { BOTHY_DRIVER: "gvisor", BOTHY_NET_POOL: "10.179.128.0/17" });
+      expect(failed.code).toBe(1);
+      expect(failed.stderr).toContain(
+        `overlaps 10.179.0.0/16, the pool of another bothy home on this host (table inet bothy-${hostTag(home)})`,
+      );
+    } finally {
+      await rm(homeD, { recursive: true, force: true });
+    }
+  });
 
   it("after an upgrade, removes untagged objects of its own sandboxes at start-up and leaves other homes'", async () => {
     const homeC = await mkdtemp("/tmp/bothy-net-c-");

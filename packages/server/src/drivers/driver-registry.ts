@@ -19,6 +19,7 @@ export class DriverRegistry {
     private readonly ready: ReadonlyMap<DriverName, Driver>,
     private readonly unavailable: ReadonlyMap<DriverName, string>,
     readonly defaultName: DriverName,
+    private readonly network?: HostNetwork,
   ) {}
 
   get default(): Driver {
@@ -51,6 +52,11 @@ export class DriverRegistry {
   /** Removes a sandbox's host objects but its disk, whichever driver made them. */
   async release(sandboxId: string): Promise<void> {
     for (const d of this.all()) await d.release(sandboxId);
+  }
+
+  /** After every sandbox has stopped: what the drivers share on the host goes too. */
+  async close(): Promise<void> {
+    await this.network?.close();
   }
 }
 
@@ -116,5 +122,5 @@ export async function createDrivers(config: Config, log: Log): Promise<DriverReg
     unavailable: Object.fromEntries(unavailable),
     acceleration: ready.get("qemu")?.acceleration ?? null,
   });
-  return new DriverRegistry(ready, unavailable, defaultName);
+  return new DriverRegistry(ready, unavailable, defaultName, network);
 }

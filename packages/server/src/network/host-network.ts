@@ -136,6 +136,12 @@ export class HostNetwork {
         );
     }
     for (const r of this.opts.extraBlocked) parseCidr(r);
+    const shared = await this.poolOfAnotherHome();
+    if (shared)
+      throw new BothyError(
+        "create_failed",
+        `BOTHY_NET_POOL ${formatCidr(this.pool)} overlaps ${shared.pool}, the pool of another bothy home on this host (table inet ${shared.table}); give each server its own block. If no server of that home runs any more, \`nft delete table inet ${shared.table}\` removes its rules.`,
+      );
     for (const clash of (await hostAddresses()).filter((a) => cidrContains(this.pool, parseIpv4(a)))) {
       if (!(await this.isOurs(clash)))
         throw new BothyError(
@@ -162,6 +168,38 @@ export class HostNetwork {
       dns: this.opts.dns,
       table: this.table,
     });
+  }
+
+  /**
+   * Another home's table in this namespace whose pool (the source its postrouting masquerades)
+   * overlaps ours: both servers would route the same /30s to their own interfaces.
+   */
+  private async poolOfAnotherHome(): Promise<{ table: string; pool: string } | undefined> {
+    const { stdout } = await run("nft", ["-j", "list", "tables"], { timeoutMs: CMD_TIMEOUT_MS });
+    const tables = (
+      (JSON.parse(stdout) as { nftables?: Array<{ table?: { family?: string; name?: string } }> }).nftables ?? []
+    )
+      .flatMap((i) => (i.table?.family === "inet" && i.table.name ? [i.table.name] : []))
+      .filter((name) => /^bothy-[a-z2-7]{4}$/.test(name) && `inet ${name}` !== this.table);
+    for (const table of tables) {
+      const listed = await run("nft", ["-j", "list", "chain", "inet", table, "postrouting"], {
+        timeoutMs: CMD_TIMEOUT_MS,
+      }).catch((err: unknown) => {
+        // A table without that chain masquerades nothing.
+        if (/No such file or directory/.test((err as Error).message)) return undefined;
+        throw err;
+      });
+      const items = (JSON.parse(listed?.stdout || "{}") as { nftables?: Array<{ rule?: { expr?: unknown[] } }> })
+        .nftables;
+      for (const expr of (items ?? []).flatMap((i) => i.rule?.expr ?? [])) {
+        const match = (expr as { match?: { left?: { payload?: { field?: string } }; right?: unknown } }).match;
+        const prefix = (match?.right as { prefix?: { addr?: string; len?: number } } | undefined)?.prefix;
+        if (match?.left?.payload?.field !== "saddr" || prefix?.addr === undefined || prefix.len === undefined) continue;
+        const pool = `${prefix.addr}/${prefix.len}`;
+        if (cidrsOverlap(parseCidr(pool), this.pool)) return { table, pool };
+      }
+    }
+    return undefined;
   }
 
   /** Only an address on one of our own interfaces (a leftover reconcile will remove) may sit in the pool. */
@@ -358,6 +396,16 @@ export class HostNetwork {
     for (const ns of [netnsName(this.opts.tag, sandboxId), LEGACY.netnsName(sandboxId)])
       if (existsSync(`${NETNS_DIR}/${ns}`)) await ip(["netns", "del", ns]);
     this.used.delete(sandboxId);
+  }
+
+  /**
+   * At a clean stop: removes this home's table once no sandbox has rules in it (a paused VM keeps
+   * its chain, and with it the table), so a home no longer used leaves nothing on the host.
+   */
+  async close(): Promise<void> {
+    const rules = await listRules(this.table);
+    if (rules && !rules.chains.some((c) => SANDBOX_ID_RE.test(c)) && rules.elements.length === 0)
+      await nft(`delete table ${this.table}\n`);
   }
 
   /**

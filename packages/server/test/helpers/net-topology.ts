@@ -146,10 +146,15 @@ export class NetTopology {
   }
 
   /** Spawns a process inside the `host` namespace (network only: the mount namespace stays ours). */
-  spawnInHost(file: string, args: string[], env: NodeJS.ProcessEnv): ChildProcess {
+  spawnInHost(
+    file: string,
+    args: string[],
+    env: NodeJS.ProcessEnv,
+    stderr: "inherit" | "pipe" = "inherit",
+  ): ChildProcess {
     return spawn("nsenter", [`--net=${this.netnsPath}`, "--", file, ...args], {
       env,
-      stdio: ["ignore", "pipe", "inherit"],
+      stdio: ["ignore", "pipe", stderr],
     });
   }
 
@@ -158,20 +163,36 @@ export class NetTopology {
    * on the control link; `env` adds to or overrides that (networking is on unless it says off).
    */
   serveInHost(home: string, env: Record<string, string> = {}): ServeProcess {
-    return watchServe(
-      this.spawnInHost(process.execPath, [BOTHY, "serve"], {
-        ...process.env,
-        BOTHY_HOME: home,
-        BOTHY_TEMPLATES_DIR: testTemplatesDir(),
-        BOTHY_KERNEL_DIR: testKernelDir(),
-        BOTHY_HOST: this.ctlHostAddr,
-        BOTHY_PORT: "0",
-        BOTHY_POOL_SIZE: "0",
-        BOTHY_NETWORK: "on",
-        BOTHY_DNS: PUBLIC_DNS,
-        ...env,
-      }),
+    return watchServe(this.spawnInHost(process.execPath, [BOTHY, "serve"], this.serveEnv(home, env)));
+  }
+
+  /** Starts `bothy serve` as `serveInHost` does, for a start that must fail: its exit code and what it printed. */
+  async serveFailure(home: string, env: Record<string, string> = {}): Promise<{ code: number | null; stderr: string }> {
+    const child = this.spawnInHost(process.execPath, [BOTHY, "serve"], this.serveEnv(home, env), "pipe");
+    let stderr = "";
+    child.stderr?.on("data", (d: Buffer) => (stderr += d.toString()));
+    const closed = new Promise<number | null>((r) => child.once("close", (c) => r(c)));
+    // A server that starts after all is stopped at once (its clean exit fails the caller's check).
+    watchServe(child).url.then(
+      () => child.kill("SIGTERM"),
+      () => undefined,
     );
+    return { code: await closed, stderr };
+  }
+
+  private serveEnv(home: string, env: Record<string, string>): NodeJS.ProcessEnv {
+    return {
+      ...process.env,
+      BOTHY_HOME: home,
+      BOTHY_TEMPLATES_DIR: testTemplatesDir(),
+      BOTHY_KERNEL_DIR: testKernelDir(),
+      BOTHY_HOST: this.ctlHostAddr,
+      BOTHY_PORT: "0",
+      BOTHY_POOL_SIZE: "0",
+      BOTHY_NETWORK: "on",
+      BOTHY_DNS: PUBLIC_DNS,
+      ...env,
+    };
   }
 
   /** Runs a command in the `host` namespace and returns its stdout. */
