@@ -274,6 +274,9 @@ describe.skipIf(!root)("network isolation", () => {
         // B's clean stop stops its sandbox (disk kept) and removes that sandbox's network, and only that.
         await serverB.stop();
         expect(await topo.bothyObjects(tagB)).toEqual({ netns: [], links: [], chains: [], mapElements: 0 });
+        const tables = await topo.inHost("nft", ["list", "tables"]);
+        expect(tables, "B's table, emptied by its clean stop").not.toContain(`bothy-${tagB}`);
+        expect(tables).toContain(`bothy-${tagA}`);
         expect(await objectsOf(tagA, a)).toEqual(aObjects);
         const after = await probe(base, a, { public: { get: [PUBLIC_HTTP, 80] } });
         expect(after.results["public"]).toMatchObject({ ok: true, body: "OK wan\n" });
