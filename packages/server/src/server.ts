@@ -179,6 +179,7 @@ export async function startServer(
         meter.stop();
         await app.close();
         await manager.close();
+        await drivers.close();
         webhook?.close();
         ledger.close();
       })();
