@@ -11,6 +11,7 @@ import { fileRoutes } from "./api/file-routes.ts";
 import { lifecycleRoutes } from "./api/lifecycle-routes.ts";
 import { metricsRoutes } from "./api/metrics-routes.ts";
 import { openapiRoutes, recordRoutes, type RouteRecord } from "./api/openapi.ts";
+import { portRoutes } from "./api/port-routes.ts";
 import { sendProblem } from "./api/problem.ts";
 import { sandboxRoutes } from "./api/sandbox-routes.ts";
 import { CommandRegistry } from "./commands/command-registry.ts";
@@ -137,6 +138,7 @@ export async function startServer(
   commandRoutes(app, manager, registry, watch);
   eventRoutes(app, events);
   await fileRoutes(app, manager);
+  await portRoutes(app, manager);
   await agentToolRoutes(app, config, logger);
   usageRoutes(app, meter, ledger);
   openapiRoutes(app);
