@@ -11,7 +11,7 @@ import { fileRoutes } from "./api/file-routes.ts";
 import { lifecycleRoutes } from "./api/lifecycle-routes.ts";
 import { metricsRoutes } from "./api/metrics-routes.ts";
 import { openapiRoutes, recordRoutes, type RouteRecord } from "./api/openapi.ts";
-import { portRoutes } from "./api/port-routes.ts";
+import { portRoutes, previewHostRewrite } from "./api/port-routes.ts";
 import { sendProblem } from "./api/problem.ts";
 import { sandboxRoutes } from "./api/sandbox-routes.ts";
 import { CommandRegistry } from "./commands/command-registry.ts";
@@ -105,6 +105,7 @@ export async function startServer(
     bodyLimit: config.bodyLimitBytes,
     return503OnClosing: true,
     forceCloseConnections: true,
+    ...(config.previewDomain === undefined ? {} : { rewriteUrl: previewHostRewrite(config.previewDomain) }),
   });
   // JSON only: a text body would otherwise reach validation as a string and get a vaguer error.
   app.removeContentTypeParser("text/plain");

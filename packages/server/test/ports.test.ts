@@ -12,6 +12,24 @@ import type { TestServer } from "./helpers/test-server.ts";
 const PORT_SERVER = readFileSync(new URL("./fixtures/port-server.mjs", import.meta.url));
 const NODE_PORT = 8000;
 const LOOPBACK_PORT = 8001;
+const PREVIEW_DOMAIN = "preview.test";
+
+/** GET with a Host header of our choosing (fetch sets its own). */
+function getWithHost(
+  base: string,
+  host: string,
+  path: string,
+): Promise<{ status: number; headers: IncomingMessage["headers"]; body: string }> {
+  const { hostname, port } = new URL(base);
+  return new Promise((resolve, reject) => {
+    httpGet({ hostname, port, path, headers: { host: `${host}:${port}` } }, (res) => {
+      let body = "";
+      res.on("data", (c: Buffer) => (body += c.toString()));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+      res.on("error", reject);
+    }).on("error", reject);
+  });
+}
 
 /** Waits until the sandbox lists `port` as listening (a server inside takes a moment to start). */
 async function waitListening(ts: TestServer, id: string, port: number): Promise<void> {
@@ -74,10 +92,14 @@ for (const driver of testDrivers()) {
     // Emulated QEMU moves a few hundred KB/s through its one CPU: smaller bodies there.
     const BODY_BYTES = driver.name === "qemu" ? 200_000 : 5_000_000;
 
-    useServerWithSandbox(driver.name, (server, sandbox) => {
-      ts = server;
-      id = sandbox;
-    });
+    useServerWithSandbox(
+      driver.name,
+      (server, sandbox) => {
+        ts = server;
+        id = sandbox;
+      },
+      { BOTHY_PREVIEW_DOMAIN: PREVIEW_DOMAIN },
+    );
     const portUrl = (port: number, rest = ""): string => `${ts.url}/sandboxes/${id}/ports/${port}${rest}`;
 
     it("lists the ports servers listen on inside the sandbox", async () => {
@@ -105,6 +127,7 @@ for (const driver of testDrivers()) {
       expect(await hello.text()).toBe("hello from inside\n");
       expect(hello.headers.get("x-seen-path")).toBe("/hello?x=1&y=%20z");
       expect(hello.headers.get("x-seen-host")).toBe(`localhost:${NODE_PORT}`);
+      expect(hello.headers.get("x-seen-prefix")).toBe(`/sandboxes/${id}/ports/${NODE_PORT}`);
 
       const missing = await fetch(portUrl(NODE_PORT, "/nope"));
       expect(missing.status).toBe(404);
@@ -157,6 +180,29 @@ for (const driver of testDrivers()) {
         ws.on("error", reject);
       });
       expect(echoed).toEqual(["ping", "x".repeat(3000)]);
+    });
+
+    it("serves the host-name form {port}-{id}.<BOTHY_PREVIEW_DOMAIN>, WebSockets too", async () => {
+      const host = `${NODE_PORT}-${id}.${PREVIEW_DOMAIN}`;
+      const hello = await getWithHost(ts.url, host, "/hello?a=b");
+      expect(hello).toMatchObject({ status: 200, body: "hello from inside\n" });
+      expect(hello.headers["x-seen-path"]).toBe("/hello?a=b");
+      // At the root of its own origin, the app needs no prefix.
+      expect(hello.headers["x-seen-prefix"]).toBe("(none)");
+      const ws = new WebSocket(`${ts.wsUrl}/ws`, { headers: { host } });
+      const echoed = await new Promise<string>((resolve, reject) => {
+        ws.on("open", () => ws.send("over the host name"));
+        ws.on("message", (data) => {
+          resolve(data.toString());
+          ws.close();
+        });
+        ws.on("error", reject);
+      });
+      expect(echoed).toBe("over the host name");
+      const notListening = await getWithHost(ts.url, `9-${id}.${PREVIEW_DOMAIN}`, "/");
+      expect(notListening.status).toBe(502);
+      // Any other host name is the API as usual.
+      expect((await getWithHost(ts.url, `8000-sbx_nope.${PREVIEW_DOMAIN}`, "/healthz")).status).toBe(200);
     });
 
     it("answers 502 port_not_listening for a port nobody listens on, 400 for a port that is no port", async () => {

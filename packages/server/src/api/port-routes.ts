@@ -30,6 +30,27 @@ const HOP_BY_HOP = new Set([
   "upgrade",
 ]);
 
+/** Requests that came by a preview host name: the app is at the root of their origin. */
+const viaPreviewHost = new WeakSet<IncomingMessage>();
+
+/**
+ * For Fastify's `rewriteUrl`, which runs before routing (WebSocket upgrades included): a request
+ * whose Host is `{port}-{sandbox id}.<domain>` is routed as `/sandboxes/{id}/ports/{port}{url}`,
+ * so the same hooks, checks and proxy serve it. Any other Host is left alone.
+ */
+export function previewHostRewrite(domain: string): (req: IncomingMessage) => string {
+  const suffix = `.${domain}`;
+  return (req) => {
+    const url = req.url ?? "/";
+    const host = (req.headers.host ?? "").toLowerCase().replace(/:\d+$/, "");
+    if (!host.endsWith(suffix)) return url;
+    const match = /^([0-9]{1,5})-(sbx_[a-z2-7]{20})$/.exec(host.slice(0, -suffix.length));
+    if (!match) return url;
+    viaPreviewHost.add(req);
+    return `/sandboxes/${match[2]}/ports/${match[1]}${url.startsWith("/") ? url : `/${url}`}`;
+  };
+}
+
 /** The part of the request URL after `/sandboxes/ID/ports/PORT`, as the client sent it. */
 const TARGET_RE = /^\/sandboxes\/[^/?]+\/ports\/[^/?]+(.*)$/s;
 
@@ -129,7 +150,9 @@ function forwardedHeaders(request: FastifyRequest<PortParams>): OutgoingHttpHead
     host: `localhost:${port}`,
     "x-forwarded-host": request.headers.host ?? "",
     "x-forwarded-proto": "http",
-    "x-forwarded-prefix": `/sandboxes/${request.params.id}/ports/${port}`,
+    ...(viaPreviewHost.has(request.raw)
+      ? {}
+      : { "x-forwarded-prefix": `/sandboxes/${request.params.id}/ports/${port}` }),
   };
 }
 
