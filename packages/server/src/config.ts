@@ -25,6 +25,11 @@ const envSchema = z.object({
   BOTHY_POOL_SIZE: z.coerce.number().int().min(0).max(32).default(1),
   BOTHY_LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
   BOTHY_BOOT_TIMEOUT_S: int(60),
+  /**
+   * `required`: a host whose cgroups cannot limit a sandbox's CPU, memory and processes refuses
+   * to start sandboxes (saying how to fix it); `off`: they run without host limits.
+   */
+  BOTHY_HOST_LIMITS: z.enum(["required", "off"]).default("required"),
   /** The default driver; `auto` is qemu with KVM where hardware virtualization works, else gvisor. */
   BOTHY_DRIVER: z.enum(["auto", "gvisor", "qemu"]).default("auto"),
   /** QEMU: restore new sandboxes from a per-template memory snapshot (1) or boot each (0). */
@@ -91,6 +96,7 @@ export interface Config {
   bootTimeoutMs: number;
   bodyLimitBytes: number;
   driver: "auto" | "gvisor" | "qemu";
+  hostLimits: "required" | "off";
   qemu: { warmStart: boolean; tbSizeMib: number; kernelDir: string };
   webhook: { url: string; retryBaseMs: number } | undefined;
   commandReplayBytes: number;
@@ -150,6 +156,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     bootTimeoutMs: e.BOTHY_BOOT_TIMEOUT_S * 1000,
     bodyLimitBytes: 1024 * 1024,
     driver: e.BOTHY_DRIVER,
+    hostLimits: e.BOTHY_HOST_LIMITS,
     qemu: {
       warmStart: e.BOTHY_QEMU_WARM === "1",
       tbSizeMib: e.BOTHY_QEMU_TB_MIB,

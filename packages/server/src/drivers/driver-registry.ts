@@ -3,6 +3,7 @@ import { BothyError, DRIVER_NAMES, type DriverName } from "@bothy/protocol";
 import type { Config } from "../config.ts";
 import type { Driver } from "./driver.ts";
 import { GvisorDriver } from "./gvisor-driver.ts";
+import { describeLayout, hostCgroupLayout, limitsProblem } from "./host-cgroups.ts";
 import { hardwareVirtualization, QemuDriver } from "./qemu-driver.ts";
 import { HostNetwork } from "../network/host-network.ts";
 import { NetworkedDriver } from "../network/networked-driver.ts";
@@ -61,7 +62,13 @@ export class DriverRegistry {
 export async function createDrivers(config: Config, log: Log): Promise<DriverRegistry> {
   const sandboxesDir = join(config.home, "sandboxes");
   const candidates: Record<DriverName, Driver> = {
-    gvisor: new GvisorDriver({ runscRoot: join(config.home, "runsc"), sandboxesDir, agentPath: config.agentPath, log }),
+    gvisor: new GvisorDriver({
+      runscRoot: join(config.home, "runsc"),
+      sandboxesDir,
+      agentPath: config.agentPath,
+      hostLimits: config.hostLimits,
+      log,
+    }),
     qemu: new QemuDriver({
       home: config.home,
       kernelDir: config.qemu.kernelDir,
@@ -71,6 +78,7 @@ export async function createDrivers(config: Config, log: Log): Promise<DriverReg
       warmStart: config.qemu.warmStart,
       bootTimeoutMs: config.bootTimeoutMs,
       network: config.network.enabled,
+      hostLimits: config.hostLimits,
       log,
     }),
   };
@@ -97,6 +105,7 @@ export async function createDrivers(config: Config, log: Log): Promise<DriverReg
       : ready.has("qemu") && (await hardwareVirtualization())
         ? "qemu"
         : "gvisor";
+  const cgroups = await hostCgroupLayout();
   const why = unavailable.get(defaultName);
   if (why !== undefined)
     throw new BothyError("create_failed", `The default driver ${defaultName} cannot run here: ${why}`);
@@ -105,6 +114,8 @@ export async function createDrivers(config: Config, log: Log): Promise<DriverReg
     ready: [...ready.keys()],
     unavailable: Object.fromEntries(unavailable),
     acceleration: ready.get("qemu")?.acceleration ?? null,
+    cgroups: describeLayout(cgroups),
+    host_limits: limitsProblem(cgroups) === undefined ? "enforced" : config.hostLimits === "off" ? "off" : "refused",
   });
   return new DriverRegistry(ready, unavailable, defaultName);
 }

@@ -6,6 +6,7 @@ import { dirname, join } from "node:path";
 import { BothyError, resyncPreamble, SANDBOX_ID_RE } from "@bothy/protocol";
 import { HostCommandError, run } from "../util/host-command.ts";
 import type { Driver, ExitInfo, GuestStream, HostObject, SandboxHandle, SandboxSpec } from "./driver.ts";
+import { hostCgroupLayout, limitsProblem, requireHostLimits } from "./host-cgroups.ts";
 import { buildOciSpec, GVISOR_COMPAT_FILES } from "./oci-spec.ts";
 
 export interface GvisorOptions {
@@ -16,6 +17,8 @@ export interface GvisorOptions {
   /** The bundled guest agent on the host, bind-mounted read-only into each sandbox. */
   agentPath: string;
   runscPath?: string;
+  /** `off`: a host whose cgroups cannot limit sandboxes runs them unlimited instead of refusing (BOTHY_HOST_LIMITS). */
+  hostLimits?: "required" | "off";
   log: (event: string, fields: Record<string, unknown>) => void;
 }
 
@@ -57,6 +60,16 @@ export class GvisorDriver implements Driver {
 
   create(spec: SandboxSpec): SandboxHandle {
     return new GvisorSandbox(spec, this);
+  }
+
+  /**
+   * @internal whether sandboxes get their cgroup limits (runsc applies them on either layout);
+   * throws `not_supported`, saying how to fix the host, when it cannot and the operator did not opt out.
+   */
+  async hostLimits(): Promise<boolean> {
+    const layout = await hostCgroupLayout();
+    requireHostLimits(layout, this.opts.hostLimits ?? "required");
+    return limitsProblem(layout) === undefined;
   }
 
   /** @internal the runsc command line prefix shared by every call. */
@@ -254,6 +267,7 @@ class GvisorSandbox implements SandboxHandle {
     this.started = true;
     const { dir } = this.spec;
     const rootfs = join(dir, "rootfs");
+    const hostLimits = this.spec.attach ? true : await this.driver.hostLimits();
     try {
       if (this.spec.attach) return await this.attach();
       // A new sandbox's directory must not exist yet; a stopped one's holds its disk.
@@ -285,6 +299,7 @@ class GvisorSandbox implements SandboxHandle {
         ...this.spec,
         rootfs,
         agentPath: this.driver.options.agentPath,
+        hostLimits,
         ...(resolvConf ? { resolvConf } : {}),
       });
       await writeFile(join(dir, "bundle", "config.json"), JSON.stringify(oci));

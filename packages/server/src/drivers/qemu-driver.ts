@@ -9,6 +9,14 @@ import { GUEST_MAX_PROCESSES } from "../images/guest-init.ts";
 import { ensureInitramfs } from "../images/initramfs.ts";
 import { ensureKernel, type GuestKernel } from "../images/kernel.ts";
 import { run } from "../util/host-command.ts";
+import {
+  createSandboxCgroup,
+  hostCgroupLayout,
+  HOST_PIDS_BACKSTOP,
+  limitsProblem,
+  removeSandboxCgroup,
+  requireHostLimits,
+} from "./host-cgroups.ts";
 import { bootTimeoutMs, type Driver, type HostObject, type SandboxHandle, type SandboxSpec } from "./driver.ts";
 import { saveVm, VmProcess, vmFiles, type Acceleration, type VmConfig } from "./qemu-process.ts";
 import { QemuSandbox, VM_MARKER } from "./qemu-sandbox.ts";
@@ -30,6 +38,8 @@ export interface QemuOptions {
   bootTimeoutMs?: number;
   /** Sandboxes get a virtio-net on a tap (network/); the warm-start snapshot then has one too. */
   network?: boolean;
+  /** `off`: a host whose cgroups cannot limit VMs runs them unlimited instead of refusing (BOTHY_HOST_LIMITS). */
+  hostLimits?: "required" | "off";
   log: (event: string, fields: Record<string, unknown>) => void;
 }
 
@@ -43,6 +53,12 @@ export interface BaseSnapshot {
 const DEFAULT_TB_SIZE_MIB = 64;
 const MIB = 1024 * 1024;
 const SAVE_TIMEOUT_MS = 60_000;
+/**
+ * What a VM's QEMU may use beyond the guest's memory and (under TCG) its translation cache: its
+ * own code and buffers, and the host page cache its disk writes dirty (charged to its cgroup).
+ */
+const QEMU_OVERHEAD_MIB = 256;
+const CPU_PERIOD_US = 100_000;
 
 /**
  * Whether KVM can really run a guest here. The device node alone says nothing (this project's
@@ -118,6 +134,34 @@ export class QemuDriver implements Driver {
 
   create(spec: SandboxSpec): SandboxHandle {
     return new QemuSandbox(spec, this);
+  }
+
+  /** @internal throws `not_supported`, saying how to fix the host, when VMs could not be limited. */
+  async requireHostLimits(): Promise<void> {
+    requireHostLimits(await hostCgroupLayout(), this.opts.hostLimits ?? "required");
+  }
+
+  /**
+   * @internal makes the sandbox's cgroup (`bothy/<id>` on the host's layout) with its limits: CPU
+   * quota `vcpu` × the period, memory for the guest, the translation cache and QEMU itself, and a
+   * pids backstop; returns the `cgroup.procs` files its QEMU joins. None when the host cannot
+   * limit and the operator opted out.
+   */
+  async sandboxCgroup(spec: { id: string; vcpu: number; memoryMib: number }): Promise<string[]> {
+    const layout = await hostCgroupLayout();
+    if (limitsProblem(layout) !== undefined) return [];
+    const tb = this.accel === "tcg" ? (this.opts.tbSizeMib ?? DEFAULT_TB_SIZE_MIB) : 0;
+    return createSandboxCgroup(layout, spec.id, {
+      cpuQuotaUs: Math.round(spec.vcpu * CPU_PERIOD_US),
+      cpuPeriodUs: CPU_PERIOD_US,
+      memoryBytes: (spec.memoryMib + tb + QEMU_OVERHEAD_MIB) * MIB,
+      pids: HOST_PIDS_BACKSTOP,
+    });
+  }
+
+  /** @internal removes the sandbox's cgroup (its QEMU was killed before). */
+  async removeSandboxCgroup(sandboxId: string): Promise<void> {
+    await removeSandboxCgroup(await hostCgroupLayout(), sandboxId);
   }
 
   get qemuPath(): string {
@@ -294,7 +338,13 @@ export class QemuDriver implements Driver {
     if (!SANDBOX_ID_RE.test(sandboxId))
       throw new BothyError("invalid_sandbox_id", `Refusing to remove ${sandboxId}: not a sandbox id.`);
     await this.killSandboxProcesses(sandboxId);
+    await this.removeVmCgroup(sandboxId);
     await rm(join(this.opts.sandboxesDir, sandboxId), { recursive: true, force: true });
+  }
+
+  /** The cgroup of a VM's sandbox: removal is asked of every driver, and another's may be using its id's. */
+  private async removeVmCgroup(sandboxId: string): Promise<void> {
+    if (existsSync(join(this.opts.sandboxesDir, sandboxId, VM_MARKER))) await this.removeSandboxCgroup(sandboxId);
   }
 
   /** Kills the sandbox's QEMU and removes its sockets; the disk overlay and any saved memory stay. */
@@ -302,6 +352,7 @@ export class QemuDriver implements Driver {
     if (!SANDBOX_ID_RE.test(sandboxId))
       throw new BothyError("invalid_sandbox_id", `Refusing to release ${sandboxId}: not a sandbox id.`);
     await this.killSandboxProcesses(sandboxId);
+    await this.removeVmCgroup(sandboxId);
     const files = vmFiles(join(this.opts.sandboxesDir, sandboxId));
     // A save cut short leaves a partial state file; a whole one (memory.state) stays.
     for (const f of [
