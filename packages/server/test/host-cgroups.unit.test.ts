@@ -56,9 +56,7 @@ describe("host cgroup layout", () => {
       controllers: { cpu: "/sys/fs/cgroup/cpu", memory: "/sys/fs/cgroup/memory", pids: "/sys/fs/cgroup/pids" },
     });
     expect(limitsProblem(layout)).toBeUndefined();
-    expect(describeLayout(layout)).toBe(
-      "cgroup v1 (hybrid: cgroup2 without controllers beside it), with the cpu, memory and pids controllers",
-    );
+    expect(describeLayout(layout)).toBe("cgroup v1 (hybrid) with cpu, memory, pids");
     // runsc makes a sandbox's cgroup in every hierarchy it knows: all of them are the sandbox's.
     expect(sandboxCgroupDirs(layout, "sb_x")).toContain("/sys/fs/cgroup/cpuacct/bothy/sb_x");
     expect(sandboxCgroupDirs(layout, "sb_x")).toContain("/sys/fs/cgroup/pids/bothy/sb_x");
@@ -85,7 +83,7 @@ describe("host cgroup layout", () => {
     expect(() => requireHostLimits(layout, "required")).toThrow(
       expect.objectContaining({
         code: "not_supported",
-        message: expect.stringMatching(/without the cpu controller.*BOTHY_HOST_LIMITS=off/),
+        message: expect.stringMatching(/without cpu \(cgroup controllers\).*BOTHY_HOST_LIMITS=off/),
       }),
     );
     expect(() => requireHostLimits(layout, "off")).not.toThrow();
@@ -95,7 +93,7 @@ describe("host cgroup layout", () => {
     const layout = parseCgroupLayout("25 30 0:23 / /sys rw - sysfs sysfs rw\n");
     expect(layout).toMatchObject({ version: 1, hierarchies: [], missing: ["cpu", "memory", "pids"] });
     expect(limitsProblem(layout)).toMatch(
-      /^This host has no cgroup hierarchies, without the cpu, memory, pids controllers/,
+      /^This host has no cgroup hierarchies without cpu, memory, pids \(cgroup controllers\)/,
     );
   });
 });

@@ -107,17 +107,17 @@ export async function hostCgroupLayout(): Promise<CgroupLayout> {
   return hostLayout;
 }
 
-/** One line for logs and `bothy doctor`. */
+/** A few words for logs and `bothy doctor`: the layout and which limit controllers it lacks. */
 export function describeLayout(layout: CgroupLayout): string {
   const name =
     layout.version === 2
       ? `cgroup v2 at ${layout.root}`
       : layout.hierarchies.length === 0
         ? "no cgroup hierarchies"
-        : `cgroup v1${layout.hybrid ? " (hybrid: cgroup2 without controllers beside it)" : ""}`;
+        : `cgroup v1${layout.hybrid ? " (hybrid)" : ""}`;
   return layout.missing.length === 0
-    ? `${name}, with the cpu, memory and pids controllers`
-    : `${name}, without the ${layout.missing.join(", ")} controller${layout.missing.length > 1 ? "s" : ""}`;
+    ? `${name} with cpu, memory, pids`
+    : `${name} without ${layout.missing.join(", ")}`;
 }
 
 /**
@@ -127,7 +127,8 @@ export function describeLayout(layout: CgroupLayout): string {
 export function limitsProblem(layout: CgroupLayout): string | undefined {
   if (layout.missing.length === 0) return undefined;
   return (
-    `This host has ${describeLayout(layout)}, so sandbox CPU, memory and process limits cannot be enforced. ` +
+    `This host has ${describeLayout(layout)} (cgroup controllers), so sandbox CPU, memory and process limits ` +
+    `cannot be enforced. ` +
     `Fix the host: boot with cgroup v2 (systemd.unified_cgroup_hierarchy=1, Debian 12's default) or mount the ` +
     `cgroup v1 ${layout.missing.join(", ")} hierarchies under ${CGROUP_ROOT}; or set ${HOST_LIMITS_ENV}=off ` +
     `to run sandboxes without host limits.`
