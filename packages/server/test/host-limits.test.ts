@@ -105,5 +105,23 @@ for (const driver of testDrivers()) {
         expect(cgroupDirsOf(id)).toEqual([]);
       },
     );
+
+    // gVisor has no pause (501).
+    if (driver.name === "qemu")
+      it(
+        "a paused VM holds no cgroup; its resume puts the new QEMU in one with the same limits",
+        { timeout: 300_000 },
+        async () => {
+          const id = await createSandbox(ts.url, SHAPE);
+          made.push(id);
+          const before = limitsOf(id);
+          expect((await api(ts.url, "POST", `/sandboxes/${id}/pause`)).json["state"]).toBe("paused");
+          expect(cgroupDirsOf(id)).toEqual([]);
+          expect((await api(ts.url, "POST", `/sandboxes/${id}/resume`)).json["state"]).toBe("running");
+          const after = limitsOf(id);
+          expect({ ...after, procs: [] }).toEqual({ ...before, procs: [] });
+          expect(read(`/proc/${after.procs[0]}/cmdline`)).toContain(id);
+        },
+      );
   });
 }

@@ -231,6 +231,8 @@ export class QemuSandbox implements SandboxHandle {
     await vm.stop(qmp, QUIT_GRACE_MS);
     qmp.close();
     this.qmp = undefined;
+    // A paused sandbox holds its disk and memory file only; the resume makes its cgroup again.
+    await this.driver.removeSandboxCgroup(this.id);
     for (const f of [vmFiles(this.spec.dir).agentSocket, vmFiles(this.spec.dir).qmpSocket])
       await rm(f, { force: true });
   }
