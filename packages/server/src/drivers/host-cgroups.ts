@@ -155,8 +155,8 @@ async function enableControllers(dir: string): Promise<void> {
 }
 
 /**
- * Makes the sandbox's cgroup (again: it may be left from a pause) with these limits and returns
- * the `cgroup.procs` files a process writes its pid into to join it.
+ * Makes the sandbox's cgroup with these limits (an existing one is reused and its limits set
+ * again) and returns the `cgroup.procs` files a process writes its pid into to join it.
  */
 export async function createSandboxCgroup(layout: CgroupLayout, id: string, limits: CgroupLimits): Promise<string[]> {
   if (layout.version === 2) {
