@@ -1,7 +1,11 @@
 import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { hardwareVirtualization } from "../src/drivers/qemu-driver.ts";
+import { createSandboxCgroup, hostCgroupLayout, removeSandboxCgroup } from "../src/drivers/host-cgroups.ts";
+import { hardwareVirtualization, QemuDriver } from "../src/drivers/qemu-driver.ts";
+import { VM_MARKER } from "../src/drivers/qemu-sandbox.ts";
+import { newSandboxId } from "../src/util/ids.ts";
 import { noLeaks } from "./helpers/host-state.ts";
 import { api, createSandbox } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
@@ -61,6 +65,44 @@ function cgroupDirsOf(id: string): string[] {
         .map((e) => join(ROOT, e.name, "bothy", id));
   return candidates.filter((d) => existsSync(d));
 }
+
+const qemu = testDrivers().find((d) => d.name === "qemu");
+describe.skipIf(qemu?.missing !== undefined)(
+  driverTitle(qemu ?? { name: "qemu", missing: "qemu" }, "a VM's cgroup left by a crash"),
+  () => {
+    it("is found by reconcile and removed with the sandbox's other host objects, its disk kept", async () => {
+      // What a server killed between making a VM's cgroup and starting its QEMU leaves: the
+      // sandbox's directory (stopped or paused, so it keeps its disk) and an empty cgroup.
+      const home = await mkdtemp("/tmp/bothy-test-cgroup-");
+      const id = newSandboxId();
+      const layout = await hostCgroupLayout();
+      try {
+        const sandboxesDir = join(home, "sandboxes");
+        await mkdir(join(sandboxesDir, id), { recursive: true });
+        await writeFile(join(sandboxesDir, id, VM_MARKER), "{}");
+        await createSandboxCgroup(layout, id, {
+          cpuQuotaUs: 100_000,
+          cpuPeriodUs: 100_000,
+          memoryBytes: MIB * 256,
+          pids: 64,
+        });
+        expect(cgroupDirsOf(id).length).toBeGreaterThan(0);
+        const driver = new QemuDriver({ home, sandboxesDir, agentPath: "/nonexistent", log: () => undefined });
+        const found = await driver.reconcile();
+        expect(found.filter((o) => o.sandboxId === id).map((o) => [o.kind, o.disk === true])).toEqual([
+          ["vm-dir", true],
+          ["cgroup", false],
+        ]);
+        await driver.release(id);
+        expect(cgroupDirsOf(id)).toEqual([]);
+        expect(existsSync(join(sandboxesDir, id, VM_MARKER))).toBe(true);
+      } finally {
+        await removeSandboxCgroup(layout, id);
+        await rm(home, { recursive: true, force: true });
+      }
+    });
+  },
+);
 
 for (const driver of testDrivers()) {
   describe.skipIf(driver.missing !== undefined)(driverTitle(driver, "host cgroup limits"), () => {

@@ -16,6 +16,7 @@ import {
   limitsProblem,
   removeSandboxCgroup,
   requireHostLimits,
+  sandboxCgroupDirs,
 } from "./host-cgroups.ts";
 import { bootTimeoutMs, type Driver, type HostObject, type SandboxHandle, type SandboxSpec } from "./driver.ts";
 import { saveVm, VmProcess, vmFiles, type Acceleration, type VmConfig } from "./qemu-process.ts";
@@ -316,9 +317,13 @@ export class QemuDriver implements Driver {
     for (const p of await this.findProcesses()) {
       if (p.sandboxId) found.push({ sandboxId: p.sandboxId, kind: "qemu-process", description: `qemu pid ${p.pid}` });
     }
+    const layout = await hostCgroupLayout();
     for (const id of await readdir(this.opts.sandboxesDir).catch(() => [] as string[])) {
       if (SANDBOX_ID_RE.test(id) && existsSync(join(this.opts.sandboxesDir, id, VM_MARKER))) {
         found.push({ sandboxId: id, kind: "vm-dir", description: join(this.opts.sandboxesDir, id), disk: true });
+        // A start cut short by a crash can leave a stopped or paused VM's cgroup behind.
+        const cgroups = sandboxCgroupDirs(layout, id).filter((d) => existsSync(d));
+        if (cgroups.length > 0) found.push({ sandboxId: id, kind: "cgroup", description: cgroups.join(", ") });
       }
     }
     // A snapshot half made when the server stopped: its VM and temp dir go now (reconcile also
