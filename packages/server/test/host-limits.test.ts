@@ -70,7 +70,7 @@ const qemu = testDrivers().find((d) => d.name === "qemu");
 describe.skipIf(qemu?.missing !== undefined)(
   driverTitle(qemu ?? { name: "qemu", missing: "qemu" }, "a VM's cgroup left by a crash"),
   () => {
-    it("is found by reconcile and removed with the sandbox's other host objects, its disk kept", async () => {
+    it("is found by reconcile and removed with the sandbox's other host objects, with or without its directory", async () => {
       // What a server killed between making a VM's cgroup and starting its QEMU leaves: the
       // sandbox's directory (stopped or paused, so it keeps its disk) and an empty cgroup.
       const home = await mkdtemp("/tmp/bothy-test-cgroup-");
@@ -80,12 +80,8 @@ describe.skipIf(qemu?.missing !== undefined)(
         const sandboxesDir = join(home, "sandboxes");
         await mkdir(join(sandboxesDir, id), { recursive: true });
         await writeFile(join(sandboxesDir, id, VM_MARKER), "{}");
-        await createSandboxCgroup(layout, id, {
-          cpuQuotaUs: 100_000,
-          cpuPeriodUs: 100_000,
-          memoryBytes: MIB * 256,
-          pids: 64,
-        });
+        const limits = { cpuQuotaUs: 100_000, cpuPeriodUs: 100_000, memoryBytes: MIB * 256, pids: 64 };
+        await createSandboxCgroup(layout, id, limits);
         expect(cgroupDirsOf(id).length).toBeGreaterThan(0);
         const driver = new QemuDriver({ home, sandboxesDir, agentPath: "/nonexistent", log: () => undefined });
         const found = await driver.reconcile();
@@ -96,6 +92,11 @@ describe.skipIf(qemu?.missing !== undefined)(
         await driver.release(id);
         expect(cgroupDirsOf(id)).toEqual([]);
         expect(existsSync(join(sandboxesDir, id, VM_MARKER))).toBe(true);
+        // An orphan's removal is asked of every driver in turn: its directory may be gone first.
+        await createSandboxCgroup(layout, id, limits);
+        await rm(join(sandboxesDir, id), { recursive: true });
+        await driver.removeOrphan(id);
+        expect(cgroupDirsOf(id)).toEqual([]);
       } finally {
         await removeSandboxCgroup(layout, id);
         await rm(home, { recursive: true, force: true });

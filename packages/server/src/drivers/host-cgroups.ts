@@ -190,19 +190,20 @@ export async function createSandboxCgroup(layout: CgroupLayout, id: string, limi
 const EMPTY_WAIT_MS = 10_000;
 
 /**
- * Removes the sandbox's cgroup directories wherever they exist. Its processes were killed
- * before; a cgroup keeps a dying task for a moment, so an occupied one is waited for (bounded).
+ * Removes the sandbox's cgroup directories wherever they exist. A cgroup keeps a task that was
+ * just killed for a moment, so an occupied one is waited for up to `waitMs`; with 0 it is left
+ * as it is (its processes are not the caller's: removal by id is asked of every driver).
  */
-export async function removeSandboxCgroup(layout: CgroupLayout, id: string): Promise<void> {
+export async function removeSandboxCgroup(layout: CgroupLayout, id: string, waitMs = EMPTY_WAIT_MS): Promise<void> {
   for (const dir of sandboxCgroupDirs(layout, id)) {
-    const deadline = Date.now() + EMPTY_WAIT_MS;
+    const deadline = Date.now() + waitMs;
     for (;;) {
       try {
         await rmdir(dir);
         break;
       } catch (err) {
         const code = (err as NodeJS.ErrnoException).code;
-        if (code === "ENOENT") break;
+        if (code === "ENOENT" || (code === "EBUSY" && waitMs === 0)) break;
         if (code !== "EBUSY" || Date.now() > deadline)
           throw new BothyError("internal", `Could not remove the sandbox's cgroup ${dir}: ${(err as Error).message}`, {
             cause: err,

@@ -160,9 +160,12 @@ export class QemuDriver implements Driver {
     });
   }
 
-  /** @internal removes the sandbox's cgroup (its QEMU was killed before). */
-  async removeSandboxCgroup(sandboxId: string): Promise<void> {
-    await removeSandboxCgroup(await hostCgroupLayout(), sandboxId);
+  /**
+   * @internal removes the sandbox's cgroup: its QEMU was killed before (`killed`), so a task still
+   * leaving is waited for; otherwise one that holds processes is another driver's and stays.
+   */
+  async removeSandboxCgroup(sandboxId: string, killed = true): Promise<void> {
+    await removeSandboxCgroup(await hostCgroupLayout(), sandboxId, killed ? undefined : 0);
   }
 
   get qemuPath(): string {
@@ -342,22 +345,16 @@ export class QemuDriver implements Driver {
   async removeOrphan(sandboxId: string): Promise<void> {
     if (!SANDBOX_ID_RE.test(sandboxId))
       throw new BothyError("invalid_sandbox_id", `Refusing to remove ${sandboxId}: not a sandbox id.`);
-    await this.killSandboxProcesses(sandboxId);
-    await this.removeVmCgroup(sandboxId);
+    // The VM's directory may be gone already (every driver removes an orphan's), its cgroup not.
+    await this.removeSandboxCgroup(sandboxId, await this.killSandboxProcesses(sandboxId));
     await rm(join(this.opts.sandboxesDir, sandboxId), { recursive: true, force: true });
-  }
-
-  /** The cgroup of a VM's sandbox: removal is asked of every driver, and another's may be using its id's. */
-  private async removeVmCgroup(sandboxId: string): Promise<void> {
-    if (existsSync(join(this.opts.sandboxesDir, sandboxId, VM_MARKER))) await this.removeSandboxCgroup(sandboxId);
   }
 
   /** Kills the sandbox's QEMU and removes its sockets; the disk overlay and any saved memory stay. */
   async release(sandboxId: string): Promise<void> {
     if (!SANDBOX_ID_RE.test(sandboxId))
       throw new BothyError("invalid_sandbox_id", `Refusing to release ${sandboxId}: not a sandbox id.`);
-    await this.killSandboxProcesses(sandboxId);
-    await this.removeVmCgroup(sandboxId);
+    await this.removeSandboxCgroup(sandboxId, await this.killSandboxProcesses(sandboxId));
     const files = vmFiles(join(this.opts.sandboxesDir, sandboxId));
     // A save cut short leaves a partial state file; a whole one (memory.state) stays.
     for (const f of [
@@ -374,9 +371,15 @@ export class QemuDriver implements Driver {
     return (await this.findProcesses()).find((p) => p.sandboxId === sandboxId)?.pid;
   }
 
-  /** @internal kills every QEMU whose command line names this sandbox's directory. */
-  async killSandboxProcesses(sandboxId: string): Promise<void> {
-    for (const p of await this.findProcesses()) if (p.sandboxId === sandboxId) await this.killPid(p.pid);
+  /** @internal kills every QEMU whose command line names this sandbox's directory; says whether there was one. */
+  async killSandboxProcesses(sandboxId: string): Promise<boolean> {
+    let killed = false;
+    for (const p of await this.findProcesses())
+      if (p.sandboxId === sandboxId) {
+        await this.killPid(p.pid);
+        killed = true;
+      }
+    return killed;
   }
 
   /** QEMU processes of this bothy home, found by their command lines (pid files can be stale). */
