@@ -205,6 +205,7 @@ async function rawRun(overlay: boolean, i: number, agentPath: string): Promise<R
       memoryMib: 512,
       maxProcesses: 1024,
       dir,
+      hostLimits: true,
       rootfs,
       agentPath,
     }) as OciSpec;

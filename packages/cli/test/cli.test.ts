@@ -223,6 +223,8 @@ describe("bothy CLI against a real server [gvisor]", () => {
       "qemu",
       "guest kernel",
       "host kernel",
+      "limits (gVisor)",
+      "limits (QEMU)",
       "KVM",
       "nftables",
       "ip_forward",
@@ -232,6 +234,9 @@ describe("bothy CLI against a real server [gvisor]", () => {
     expect(r.code).toBe(report.ok ? 0 : 1);
     for (const c of report.checks) if (c.status !== "ok") expect(c.fix).toBeTruthy();
     expect(report.checks.find((c) => c.name === "runsc")?.status).toBe("ok");
+    // This host's cgroups (v1 hybrid here, v2 on others) limit both drivers' sandboxes.
+    for (const name of ["limits (gVisor)", "limits (QEMU)"])
+      expect(report.checks.find((c) => c.name === name)?.status).toBe("ok");
     expect(report.checks.find((c) => c.name === "server")?.status).toBe("ok");
     const text = await bothy(["doctor"]);
     expect(text.stdout).toMatch(/^ok\s+root\s+running as root$/m);

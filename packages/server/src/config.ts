@@ -25,6 +25,11 @@ const envSchema = z.object({
   BOTHY_POOL_SIZE: z.coerce.number().int().min(0).max(32).default(1),
   BOTHY_LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
   BOTHY_BOOT_TIMEOUT_S: int(60),
+  /**
+   * `required`: a host whose cgroups cannot limit a sandbox's CPU, memory and processes refuses
+   * to start sandboxes (saying how to fix it); `off`: they run without host limits.
+   */
+  BOTHY_HOST_LIMITS: z.enum(["required", "off"]).default("required"),
   /** The default driver; `auto` is qemu with KVM where hardware virtualization works, else gvisor. */
   BOTHY_DRIVER: z.enum(["auto", "gvisor", "qemu"]).default("auto"),
   /** QEMU: restore new sandboxes from a per-template memory snapshot (1) or boot each (0). */
@@ -101,6 +106,7 @@ export interface Config {
   /** Host names `{port}-{id}.<previewDomain>` reach that sandbox's port (unset: only the path form). */
   previewDomain: string | undefined;
   driver: "auto" | "gvisor" | "qemu";
+  hostLimits: "required" | "off";
   qemu: { warmStart: boolean; tbSizeMib: number; kernelDir: string };
   webhook: { url: string; retryBaseMs: number } | undefined;
   commandReplayBytes: number;
@@ -161,6 +167,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     bodyLimitBytes: 1024 * 1024,
     previewDomain: e.BOTHY_PREVIEW_DOMAIN,
     driver: e.BOTHY_DRIVER,
+    hostLimits: e.BOTHY_HOST_LIMITS,
     qemu: {
       warmStart: e.BOTHY_QEMU_WARM === "1",
       tbSizeMib: e.BOTHY_QEMU_TB_MIB,

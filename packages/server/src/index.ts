@@ -3,3 +3,12 @@ export { startServer, createLogger, type BothyServer } from "./server.ts";
 export { TemplateStore, type BuiltTemplate, type BuildProgress } from "./images/template-store.ts";
 export { Ledger } from "./ledger/ledger.ts";
 export { GvisorDriver } from "./drivers/gvisor-driver.ts";
+export {
+  describeLayout,
+  hostCgroupLayout,
+  HOST_LIMITS_ENV,
+  limitsProblem,
+  parseCgroupLayout,
+  sandboxCgroupDirs,
+  type CgroupLayout,
+} from "./drivers/host-cgroups.ts";

@@ -125,6 +125,7 @@ for (const driver of testDrivers()) {
         mounts: notRunning(leaks.mounts),
         sandboxDirs: notRunning(leaks.sandboxDirs),
         liveLedgerRows: notRunning(leaks.liveLedgerRows),
+        cgroups: notRunning(leaks.cgroups),
       }).toEqual(noLeaks());
       // Every directory left belongs to a sandbox that runs or keeps its disk.
       for (const dir of await readdir(join(home, "sandboxes")).catch(() => [] as string[])) {

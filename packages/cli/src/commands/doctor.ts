@@ -1,12 +1,13 @@
 /**
  * `bothy doctor`: checks this host for what bothy's drivers and network need, and says what to
- * fix. It reads the host only (PATH, /proc, /dev/kvm, free space); with a server running it also
+ * fix. It reads the host only (PATH, /proc, cgroups, /dev/kvm, free space); with a server running it also
  * asks its /healthz.
  */
 import { execFile } from "node:child_process";
 import { access, constants, open, readdir, readFile, statfs } from "node:fs/promises";
 import { delimiter, join } from "node:path";
 import { promisify } from "node:util";
+import { describeLayout, hostCgroupLayout, HOST_LIMITS_ENV, limitsProblem, type CgroupLayout } from "@bothy/server";
 import { JSON_FLAG, parse } from "../args/parse.ts";
 import type { Command } from "../command.ts";
 import { formatBytes } from "../byte-progress.ts";
@@ -16,7 +17,8 @@ const pexec = promisify(execFile);
 
 const USAGE = `usage: bothy doctor [--json]
 
-Checks this host for bothy: runsc (gVisor), QEMU and its guest kernel, KVM, nftables,
+Checks this host for bothy: runsc (gVisor), QEMU and its guest kernel, the cgroup layout
+(whether each driver's sandboxes get their CPU, memory and pids limits), KVM, nftables,
 IPv4 forwarding, free disk space under BOTHY_HOME, and whether a server answers at BOTHY_URL.
 Each problem comes with the fix. Exit status 1 when something required is missing.
 `;
@@ -102,10 +104,6 @@ async function guestKernel(): Promise<Check> {
 async function hostKernel(): Promise<Check> {
   const release = (await readFile("/proc/sys/kernel/osrelease", "utf8").catch(() => "")).trim();
   const [major = 0, minor = 0] = release.split(".").map((n) => parseInt(n, 10));
-  const cgroup2 = await access("/sys/fs/cgroup/cgroup.controllers").then(
-    () => true,
-    () => false,
-  );
   if (major < 5 || (major === 5 && minor < 10))
     return {
       name: "host kernel",
@@ -113,14 +111,47 @@ async function hostKernel(): Promise<Check> {
       detail: `${release || "unknown"}; bothy is tested on 5.10 or newer`,
       fix: "upgrade to Debian 12's kernel (6.1)",
     };
-  if (!cgroup2)
+  return { name: "host kernel", status: "ok", detail: release };
+}
+
+/**
+ * Whether each driver's sandboxes get their CPU quota, memory limit and pids backstop on this
+ * host's cgroup layout (the server's own detection, so doctor and server agree): gVisor's from
+ * runsc, a VM's from the server, which puts its QEMU in the sandbox's cgroup. Without the
+ * controllers the server refuses to start sandboxes unless BOTHY_HOST_LIMITS=off.
+ */
+export function cgroupChecks(layout: CgroupLayout, hostLimits: string | undefined): Check[] {
+  const where = (
+    layout.version === 2 ? [layout.root] : Object.values(layout.controllers).filter((d) => d !== undefined)
+  )
+    .map((d) => `${d}/bothy/<id>`)
+    .join(", ");
+  const problem = limitsProblem(layout);
+  const drivers = [
+    { name: "limits (gVisor)", how: "runsc sets each sandbox's CPU quota, memory limit and pids backstop" },
+    { name: "limits (QEMU)", how: "the server puts each VM's QEMU, with its limits," },
+  ];
+  return drivers.map(({ name, how }): Check => {
+    if (problem === undefined)
+      return {
+        name,
+        status: "ok",
+        detail: `${describeLayout(layout)}: ${how} in ${where}`,
+      };
+    if (hostLimits === "off")
+      return {
+        name,
+        status: "warn",
+        detail: `${describeLayout(layout)}: sandboxes run WITHOUT CPU, memory and process limits (${HOST_LIMITS_ENV}=off)`,
+        fix: problem,
+      };
     return {
-      name: "host kernel",
-      status: "warn",
-      detail: `${release}, but no cgroup v2 at /sys/fs/cgroup: sandbox CPU and memory limits will not apply`,
-      fix: "boot with systemd.unified_cgroup_hierarchy=1 (Debian 12's default)",
+      name,
+      status: "fail",
+      detail: `${describeLayout(layout)}: the server refuses to start sandboxes (not_supported)`,
+      fix: problem,
     };
-  return { name: "host kernel", status: "ok", detail: `${release}, cgroup v2` };
+  });
 }
 
 async function kvm(): Promise<Check> {
@@ -252,6 +283,7 @@ export async function runChecks(): Promise<Check[]> {
     qemu(),
     guestKernel(),
     hostKernel(),
+    ...cgroupChecks(await hostCgroupLayout(), process.env[HOST_LIMITS_ENV]),
     kvm(),
     nft(),
     ipForward(),

@@ -3,6 +3,7 @@ import { BothyError, DRIVER_NAMES, type DriverName } from "@bothy/protocol";
 import type { Config } from "../config.ts";
 import type { Driver } from "./driver.ts";
 import { GvisorDriver } from "./gvisor-driver.ts";
+import { describeLayout, hostCgroupLayout, limitsProblem } from "./host-cgroups.ts";
 import { hardwareVirtualization, QemuDriver } from "./qemu-driver.ts";
 import { HostNetwork } from "../network/host-network.ts";
 import { NetworkedDriver } from "../network/networked-driver.ts";
@@ -73,6 +74,7 @@ export async function createDrivers(config: Config, log: Logger): Promise<Driver
       sandboxesDir,
       agentPath: config.agentPath,
       hostTag: tag,
+      hostLimits: config.hostLimits,
       log,
     }),
     qemu: new QemuDriver({
@@ -85,6 +87,7 @@ export async function createDrivers(config: Config, log: Logger): Promise<Driver
       warmStart: config.qemu.warmStart,
       bootTimeoutMs: config.bootTimeoutMs,
       network: config.network.enabled,
+      hostLimits: config.hostLimits,
       log,
     }),
   };
@@ -111,6 +114,7 @@ export async function createDrivers(config: Config, log: Logger): Promise<Driver
       : ready.has("qemu") && (await hardwareVirtualization())
         ? "qemu"
         : "gvisor";
+  const cgroups = await hostCgroupLayout();
   const why = unavailable.get(defaultName);
   if (why !== undefined)
     throw new BothyError("create_failed", `The default driver ${defaultName} cannot run here: ${why}`);
@@ -120,6 +124,8 @@ export async function createDrivers(config: Config, log: Logger): Promise<Driver
     ready: [...ready.keys()],
     unavailable: Object.fromEntries(unavailable),
     acceleration: ready.get("qemu")?.acceleration ?? null,
+    cgroups: describeLayout(cgroups),
+    host_limits: limitsProblem(cgroups) === undefined ? "enforced" : config.hostLimits === "off" ? "off" : "refused",
   });
   return new DriverRegistry(ready, unavailable, defaultName, network);
 }

@@ -7,6 +7,7 @@ import { BothyError, resyncPreamble, SANDBOX_ID_RE } from "@bothy/protocol";
 import { HostCommandError, run } from "../util/host-command.ts";
 import { cgroupPath } from "../util/host-names.ts";
 import type { Driver, ExitInfo, GuestStream, HostObject, SandboxHandle, SandboxSpec } from "./driver.ts";
+import { hostCgroupLayout, limitsProblem, requireHostLimits } from "./host-cgroups.ts";
 import { buildOciSpec, GVISOR_COMPAT_FILES } from "./oci-spec.ts";
 import type { Logger } from "../events/server-events.ts";
 
@@ -20,6 +21,8 @@ export interface GvisorOptions {
   /** The home's tag (util/host-names.ts): names each sandbox's cgroup. */
   hostTag: string;
   runscPath?: string;
+  /** `off`: a host whose cgroups cannot limit sandboxes runs them unlimited instead of refusing (BOTHY_HOST_LIMITS). */
+  hostLimits?: "required" | "off";
   log: Logger;
 }
 
@@ -61,6 +64,16 @@ export class GvisorDriver implements Driver {
 
   create(spec: SandboxSpec): SandboxHandle {
     return new GvisorSandbox(spec, this);
+  }
+
+  /**
+   * @internal whether sandboxes get their cgroup limits (runsc applies them on either layout);
+   * throws `not_supported`, saying how to fix the host, when it cannot and the operator did not opt out.
+   */
+  async hostLimits(): Promise<boolean> {
+    const layout = await hostCgroupLayout();
+    requireHostLimits(layout, this.opts.hostLimits ?? "required");
+    return limitsProblem(layout) === undefined;
   }
 
   /** @internal the runsc command line prefix shared by every call. */
@@ -258,6 +271,7 @@ class GvisorSandbox implements SandboxHandle {
     this.started = true;
     const { dir } = this.spec;
     const rootfs = join(dir, "rootfs");
+    const hostLimits = this.spec.attach ? true : await this.driver.hostLimits();
     try {
       if (this.spec.attach) return await this.attach();
       // A new sandbox's directory must not exist yet; a stopped one's holds its disk.
@@ -290,6 +304,7 @@ class GvisorSandbox implements SandboxHandle {
         rootfs,
         agentPath: this.driver.options.agentPath,
         cgroupsPath: cgroupPath(this.driver.options.hostTag, this.id),
+        hostLimits,
         ...(resolvConf ? { resolvConf } : {}),
       });
       await writeFile(join(dir, "bundle", "config.json"), JSON.stringify(oci));

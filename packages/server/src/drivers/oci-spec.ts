@@ -1,5 +1,6 @@
 import { dirname, join } from "node:path";
 import type { SandboxSpec } from "./driver.ts";
+import { HOST_PIDS_BACKSTOP } from "./host-cgroups.ts";
 
 /** Where the agent appears inside every sandbox. */
 export const GUEST_AGENT_PATH = "/opt/bothy/agent.mjs";
@@ -34,9 +35,20 @@ const CAPABILITIES = [
   "CAP_SYS_ADMIN",
 ];
 
-/** The OCI runtime spec of one sandbox: the agent as the only process, talking over stdio. */
+/**
+ * The OCI runtime spec of one sandbox: the agent as the only process, talking over stdio. With
+ * `hostLimits`, runsc puts the sandbox in the cgroup `cgroupsPath` with its CPU quota, memory and
+ * a pids backstop, on either cgroup layout; without (an operator's opt-out on a host that cannot
+ * limit), it gets no cgroup of its own.
+ */
 export function buildOciSpec(
-  spec: SandboxSpec & { rootfs: string; agentPath: string; cgroupsPath: string; resolvConf?: string },
+  spec: SandboxSpec & {
+    rootfs: string;
+    agentPath: string;
+    cgroupsPath: string;
+    resolvConf?: string;
+    hostLimits: boolean;
+  },
 ): object {
   const env = {
     PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -82,12 +94,16 @@ export function buildOciSpec(
         : [{ destination: "/etc/resolv.conf", type: "bind", source: spec.resolvConf, options: ["rbind", "ro"] }]),
     ],
     linux: {
-      cgroupsPath: spec.cgroupsPath,
-      resources: {
-        cpu: { quota: Math.round(spec.vcpu * CPU_PERIOD_US), period: CPU_PERIOD_US },
-        memory: { limit: spec.memoryMib * 1024 * 1024 },
-        pids: { limit: 4096 },
-      },
+      ...(spec.hostLimits
+        ? {
+            cgroupsPath: spec.cgroupsPath,
+            resources: {
+              cpu: { quota: Math.round(spec.vcpu * CPU_PERIOD_US), period: CPU_PERIOD_US },
+              memory: { limit: spec.memoryMib * 1024 * 1024 },
+              pids: { limit: HOST_PIDS_BACKSTOP },
+            },
+          }
+        : {}),
       // With a network, the sandbox joins the namespace network/ made, and gVisor takes over its eth0.
       namespaces: [
         { type: "pid" },

@@ -10,6 +10,15 @@ import { ensureInitramfs } from "../images/initramfs.ts";
 import { ensureKernel, type GuestKernel } from "../images/kernel.ts";
 import { run } from "../util/host-command.ts";
 import { snapshotTapName } from "../util/host-names.ts";
+import {
+  createSandboxCgroup,
+  hostCgroupLayout,
+  HOST_PIDS_BACKSTOP,
+  limitsProblem,
+  removeSandboxCgroup,
+  requireHostLimits,
+  sandboxCgroupDirs,
+} from "./host-cgroups.ts";
 import { bootTimeoutMs, type Driver, type HostObject, type SandboxHandle, type SandboxSpec } from "./driver.ts";
 import { saveVm, VmProcess, vmFiles, type Acceleration, type VmConfig } from "./qemu-process.ts";
 import { QemuSandbox, VM_MARKER } from "./qemu-sandbox.ts";
@@ -34,6 +43,8 @@ export interface QemuOptions {
   bootTimeoutMs?: number;
   /** Sandboxes get a virtio-net on a tap (network/); the warm-start snapshot then has one too. */
   network?: boolean;
+  /** `off`: a host whose cgroups cannot limit VMs runs them unlimited instead of refusing (BOTHY_HOST_LIMITS). */
+  hostLimits?: "required" | "off";
   log: Logger;
 }
 
@@ -47,6 +58,12 @@ export interface BaseSnapshot {
 const DEFAULT_TB_SIZE_MIB = 64;
 const MIB = 1024 * 1024;
 const SAVE_TIMEOUT_MS = 60_000;
+/**
+ * What a VM's QEMU may use beyond the guest's memory and (under TCG) its translation cache: its
+ * own code and buffers, and the host page cache its disk writes dirty (charged to its cgroup).
+ */
+const QEMU_OVERHEAD_MIB = 256;
+const CPU_PERIOD_US = 100_000;
 
 /**
  * Whether KVM can really run a guest here. The device node alone says nothing (this project's
@@ -122,6 +139,37 @@ export class QemuDriver implements Driver {
 
   create(spec: SandboxSpec): SandboxHandle {
     return new QemuSandbox(spec, this);
+  }
+
+  /** @internal throws `not_supported`, saying how to fix the host, when VMs could not be limited. */
+  async requireHostLimits(): Promise<void> {
+    requireHostLimits(await hostCgroupLayout(), this.opts.hostLimits ?? "required");
+  }
+
+  /**
+   * @internal makes the sandbox's cgroup (`bothy-<tag>/<id>` on the host's layout) with its limits: CPU
+   * quota `vcpu` × the period, memory for the guest, the translation cache and QEMU itself, and a
+   * pids backstop; returns the `cgroup.procs` files its QEMU joins. None when the host cannot
+   * limit and the operator opted out.
+   */
+  async sandboxCgroup(spec: { id: string; vcpu: number; memoryMib: number }): Promise<string[]> {
+    const layout = await hostCgroupLayout();
+    if (limitsProblem(layout) !== undefined) return [];
+    const tb = this.accel === "tcg" ? (this.opts.tbSizeMib ?? DEFAULT_TB_SIZE_MIB) : 0;
+    return createSandboxCgroup(layout, this.opts.hostTag, spec.id, {
+      cpuQuotaUs: Math.round(spec.vcpu * CPU_PERIOD_US),
+      cpuPeriodUs: CPU_PERIOD_US,
+      memoryBytes: (spec.memoryMib + tb + QEMU_OVERHEAD_MIB) * MIB,
+      pids: HOST_PIDS_BACKSTOP,
+    });
+  }
+
+  /**
+   * @internal removes the sandbox's cgroup: its QEMU was killed before (`killed`), so a task still
+   * leaving is waited for; otherwise one that holds processes is another driver's and stays.
+   */
+  async removeSandboxCgroup(sandboxId: string, killed = true): Promise<void> {
+    await removeSandboxCgroup(await hostCgroupLayout(), this.opts.hostTag, sandboxId, killed ? undefined : 0);
   }
 
   get qemuPath(): string {
@@ -276,9 +324,13 @@ export class QemuDriver implements Driver {
     for (const p of await this.findProcesses()) {
       if (p.sandboxId) found.push({ sandboxId: p.sandboxId, kind: "qemu-process", description: `qemu pid ${p.pid}` });
     }
+    const layout = await hostCgroupLayout();
     for (const id of await readdir(this.opts.sandboxesDir).catch(() => [] as string[])) {
       if (SANDBOX_ID_RE.test(id) && existsSync(join(this.opts.sandboxesDir, id, VM_MARKER))) {
         found.push({ sandboxId: id, kind: "vm-dir", description: join(this.opts.sandboxesDir, id), disk: true });
+        // A start cut short by a crash can leave a stopped or paused VM's cgroup behind.
+        const cgroups = sandboxCgroupDirs(layout, this.opts.hostTag, id).filter((d) => existsSync(d));
+        if (cgroups.length > 0) found.push({ sandboxId: id, kind: "cgroup", description: cgroups.join(", ") });
       }
     }
     // A snapshot half made when the server stopped: its VM and temp dir go now (reconcile also
@@ -297,7 +349,8 @@ export class QemuDriver implements Driver {
   async removeOrphan(sandboxId: string): Promise<void> {
     if (!SANDBOX_ID_RE.test(sandboxId))
       throw new BothyError("invalid_sandbox_id", `Refusing to remove ${sandboxId}: not a sandbox id.`);
-    await this.killSandboxProcesses(sandboxId);
+    // The VM's directory may be gone already (every driver removes an orphan's), its cgroup not.
+    await this.removeSandboxCgroup(sandboxId, await this.killSandboxProcesses(sandboxId));
     await rm(join(this.opts.sandboxesDir, sandboxId), { recursive: true, force: true });
   }
 
@@ -305,7 +358,7 @@ export class QemuDriver implements Driver {
   async release(sandboxId: string): Promise<void> {
     if (!SANDBOX_ID_RE.test(sandboxId))
       throw new BothyError("invalid_sandbox_id", `Refusing to release ${sandboxId}: not a sandbox id.`);
-    await this.killSandboxProcesses(sandboxId);
+    await this.removeSandboxCgroup(sandboxId, await this.killSandboxProcesses(sandboxId));
     const files = vmFiles(join(this.opts.sandboxesDir, sandboxId));
     // A save cut short leaves a partial state file; a whole one (memory.state) stays.
     for (const f of [
@@ -322,9 +375,15 @@ export class QemuDriver implements Driver {
     return (await this.findProcesses()).find((p) => p.sandboxId === sandboxId)?.pid;
   }
 
-  /** @internal kills every QEMU whose command line names this sandbox's directory. */
-  async killSandboxProcesses(sandboxId: string): Promise<void> {
-    for (const p of await this.findProcesses()) if (p.sandboxId === sandboxId) await this.killPid(p.pid);
+  /** @internal kills every QEMU whose command line names this sandbox's directory; says whether there was one. */
+  async killSandboxProcesses(sandboxId: string): Promise<boolean> {
+    let killed = false;
+    for (const p of await this.findProcesses())
+      if (p.sandboxId === sandboxId) {
+        await this.killPid(p.pid);
+        killed = true;
+      }
+    return killed;
   }
 
   /** QEMU processes of this bothy home, found by their command lines (pid files can be stale). */

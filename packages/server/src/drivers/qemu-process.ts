@@ -200,13 +200,30 @@ export class VmProcess {
     });
   }
 
-  static async spawn(config: VmConfig): Promise<VmProcess> {
+  /**
+   * Starts QEMU; with `cgroupProcs`, in those cgroups from its first instruction: a shell writes
+   * its own pid into each `cgroup.procs`, then becomes QEMU (same pid), so nothing QEMU allocates
+   * escapes the sandbox's limits.
+   */
+  static async spawn(config: VmConfig, cgroupProcs: readonly string[] = []): Promise<VmProcess> {
+    const [file, args] =
+      cgroupProcs.length === 0
+        ? [config.qemuPath, await qemuArgs(config)]
+        : [
+            "sh",
+            [
+              "-c",
+              'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n - 1)); done; exec "$@"',
+              "bothy-cgexec",
+              String(cgroupProcs.length),
+              ...cgroupProcs,
+              config.qemuPath,
+              ...(await qemuArgs(config)),
+            ],
+          ];
     // Its own session: a terminal's Ctrl-C goes to the server, not to every VM, and a VM outlives
     // a server that crashed, so the next one can attach to it.
-    const child = spawn(config.qemuPath, await qemuArgs(config), {
-      stdio: ["ignore", "ignore", "pipe"],
-      detached: true,
-    });
+    const child = spawn(file, args, { stdio: ["ignore", "ignore", "pipe"], detached: true });
     return new VmProcess((noteError) => childProcess(child, noteError), config, child.stderr);
   }
 

@@ -53,6 +53,7 @@ export class QemuSandbox implements SandboxHandle {
     if (this.started || this.destroying) throw new BothyError("internal", `Sandbox ${this.id} was already started.`);
     this.started = true;
     if (this.spec.attach) return this.attach(signal);
+    await this.driver.requireHostLimits();
     if (this.spec.reuseDisk) return this.restart(signal);
     try {
       await mkdir(this.spec.dir, { recursive: false, mode: 0o700 });
@@ -152,7 +153,9 @@ export class QemuSandbox implements SandboxHandle {
 
   /** Starts QEMU on this sandbox's disk: a cold boot, or a restore of `incoming`. */
   private async launch(incoming: string | undefined, signal?: AbortSignal): Promise<GuestStream> {
-    const vm = await VmProcess.spawn(this.driver.vmConfig(this.spec, this.spec.dir, this.disk, incoming));
+    const cgroupProcs = await this.driver.sandboxCgroup(this.spec);
+    signal?.throwIfAborted();
+    const vm = await VmProcess.spawn(this.driver.vmConfig(this.spec, this.spec.dir, this.disk, incoming), cgroupProcs);
     this.vm = vm;
     void vm.exited.then((exit) => {
       // A pause ends the process on purpose; anything else ends the sandbox.
@@ -228,6 +231,8 @@ export class QemuSandbox implements SandboxHandle {
     await vm.stop(qmp, QUIT_GRACE_MS);
     qmp.close();
     this.qmp = undefined;
+    // A paused sandbox holds its disk and memory file only; the resume makes its cgroup again.
+    await this.driver.removeSandboxCgroup(this.id);
     for (const f of [vmFiles(this.spec.dir).agentSocket, vmFiles(this.spec.dir).qmpSocket])
       await rm(f, { force: true });
   }
@@ -270,7 +275,11 @@ export class QemuSandbox implements SandboxHandle {
       this.qmp?.close();
       // Discovery, not memory: whatever QEMU of this sandbox still runs goes too.
       await this.driver.killSandboxProcesses(this.id);
-      await rm(this.spec.dir, { recursive: true, force: true });
+      try {
+        await this.driver.removeSandboxCgroup(this.id);
+      } finally {
+        await rm(this.spec.dir, { recursive: true, force: true });
+      }
       this.resolveEnd({ code: null, signal: null });
     })();
     return this.destroying;

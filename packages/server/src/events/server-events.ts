@@ -14,6 +14,8 @@ export interface ServerEventMap {
     unavailable: Record<string, string>;
     acceleration: string | null;
     host_tag: string;
+    cgroups: string;
+    host_limits: "enforced" | "off" | "refused";
   };
   kernel_fetch: { package: string };
   ip_forward_enabled: { sysctl: string; why: string };

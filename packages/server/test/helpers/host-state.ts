@@ -1,8 +1,11 @@
 import { execFile } from "node:child_process";
+import { existsSync } from "node:fs";
 import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import Database from "better-sqlite3";
+import { hostCgroupLayout, sandboxCgroupDirs } from "../../src/drivers/host-cgroups.ts";
+import { hostTag } from "../../src/util/host-names.ts";
 
 const pexec = promisify(execFile);
 
@@ -13,6 +16,8 @@ export interface HostLeaks {
   mounts: string[];
   sandboxDirs: string[];
   liveLedgerRows: string[];
+  /** Cgroup directories (`bothy/<id>` in any hierarchy) of this home's sandboxes. */
+  cgroups: string[];
 }
 
 /**
@@ -38,6 +43,7 @@ export async function hostLeaks(home: string): Promise<HostLeaks> {
     .filter((l) => l.split(" ")[1]?.startsWith(home));
   let liveLedgerRows: string[] = [];
   let dormant = new Set<string>();
+  let everyId: string[] = [];
   try {
     const db = new Database(join(home, "ledger.sqlite"), { readonly: true, fileMustExist: true });
     liveLedgerRows = (
@@ -45,6 +51,7 @@ export async function hostLeaks(home: string): Promise<HostLeaks> {
         id: string;
       }>
     ).map((r) => r.id);
+    everyId = (db.prepare(`SELECT id FROM sandboxes`).all() as Array<{ id: string }>).map((r) => r.id);
     dormant = new Set(
       (db.prepare(`SELECT id FROM sandboxes WHERE state IN ('paused','stopped')`).all() as Array<{ id: string }>).map(
         (r) => r.id,
@@ -58,7 +65,11 @@ export async function hostLeaks(home: string): Promise<HostLeaks> {
   const sandboxDirs = (await readdir(join(home, "sandboxes")).catch(() => [] as string[])).filter(
     (d) => !dormant.has(d),
   );
-  return { runscProcesses, qemuProcesses, runscContainers, mounts, sandboxDirs, liveLedgerRows };
+  // Stopped and paused sandboxes hold no cgroup either: only running ones have processes to limit.
+  const layout = await hostCgroupLayout();
+  const tag = hostTag(home);
+  const cgroups = everyId.flatMap((id) => sandboxCgroupDirs(layout, tag, id)).filter((d) => existsSync(d));
+  return { runscProcesses, qemuProcesses, runscContainers, mounts, sandboxDirs, liveLedgerRows, cgroups };
 }
 
 export function noLeaks(): HostLeaks {
@@ -69,5 +80,6 @@ export function noLeaks(): HostLeaks {
     mounts: [],
     sandboxDirs: [],
     liveLedgerRows: [],
+    cgroups: [],
   };
 }
