@@ -50,7 +50,7 @@ async function startPortServer(ts: TestServer, id: string, port = NODE_PORT, hos
   });
   expect(put.status).toBe(200);
   await startBackgroundCommand(
-    ts.wsUrl,
+    ts.url,
     id,
     `node /workspace/port-server.mjs ${port} ${host} > /tmp/srv-${port}.log 2>&1`,
   );
