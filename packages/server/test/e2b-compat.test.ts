@@ -1,5 +1,6 @@
+import { readFile } from "node:fs/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Sandbox, SandboxNotFoundError } from "e2b";
+import { CommandExitError, Sandbox, SandboxNotFoundError } from "e2b";
 import { noLeaks } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
 
@@ -137,6 +138,104 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
       const missing = await fetch(`${ts.url}/e2b/no/such/route`);
       expect(missing.status).toBe(404);
       expect(await missing.json()).toMatchObject({ code: 404 });
+    });
+  });
+
+  describe("envd: commands and files", () => {
+    let sbx: Sandbox;
+
+    beforeAll(async () => {
+      sbx = await Sandbox.create("base", { envs: { FROM_CREATE: "created", SHARED: "create" } });
+    });
+
+    afterAll(async () => {
+      await sbx?.kill();
+    });
+
+    it("runs a command: stdout and stderr apart, exit code 0", async () => {
+      expect(await sbx.isRunning()).toBe(true);
+      const result = await sbx.commands.run("echo out; echo err >&2");
+      expect(result).toMatchObject({ exitCode: 0, stdout: "out\n", stderr: "err\n" });
+    });
+
+    it("a non-zero exit raises CommandExitError with the exit code and output", async () => {
+      const err = await sbx.commands.run("echo partial; echo oops >&2; exit 3").catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(CommandExitError);
+      expect(err).toMatchObject({ exitCode: 3, stdout: "partial\n", stderr: "oops\n", error: "exit status 3" });
+    });
+
+    it("hands output to the onStdout and onStderr callbacks", async () => {
+      const out: string[] = [];
+      const errs: string[] = [];
+      const result = await sbx.commands.run("for i in 1 2 3; do echo line$i; sleep 0.1; done; echo bad >&2", {
+        onStdout: (d) => void out.push(d),
+        onStderr: (d) => void errs.push(d),
+      });
+      expect(out.join("")).toBe("line1\nline2\nline3\n");
+      expect(errs.join("")).toBe("bad\n");
+      expect(result.stdout).toBe(out.join(""));
+    });
+
+    it("honours cwd, the create's envs and the command's envs (the command's win)", async () => {
+      const result = await sbx.commands.run('pwd; echo "$FROM_CREATE $SHARED $FROM_RUN"', {
+        cwd: "/tmp",
+        envs: { SHARED: "run", FROM_RUN: "here" },
+      });
+      expect(result.stdout).toBe("/tmp\ncreated run here\n");
+      const home = await sbx.commands.run("pwd");
+      expect(home.stdout).toBe("/workspace\n");
+    });
+
+    it("writes and reads files as text and as bytes, making parent directories", async () => {
+      const info = await sbx.files.write("/tmp/e2b/nested/hello.txt", "hello from e2b\n");
+      expect(info).toMatchObject({ path: "/tmp/e2b/nested/hello.txt", name: "hello.txt" });
+      expect(await sbx.files.read("/tmp/e2b/nested/hello.txt")).toBe("hello from e2b\n");
+      expect((await sbx.commands.run("cat /tmp/e2b/nested/hello.txt")).stdout).toBe("hello from e2b\n");
+
+      const bytes = new Uint8Array(70_000).map((_, i) => (i * 7) % 256);
+      await sbx.files.write("bin/data.bin", bytes.buffer);
+      const back = await sbx.files.read("/workspace/bin/data.bin", { format: "bytes" });
+      expect(Buffer.from(back).equals(Buffer.from(bytes))).toBe(true);
+
+      await sbx.files.write("empty.txt", "");
+      expect(await sbx.files.read("empty.txt")).toBe("");
+    });
+
+    it("reading a missing file raises the SDK's FileNotFoundError", async () => {
+      const { FileNotFoundError } = await import("e2b");
+      await expect(sbx.files.read("/tmp/does-not-exist")).rejects.toBeInstanceOf(FileNotFoundError);
+    });
+
+    it("a killed sandbox's envd answers as not running", async () => {
+      const gone = await Sandbox.create("base");
+      await gone.kill();
+      expect(await gone.isRunning()).toBe(false);
+      await expect(gone.commands.run("true")).rejects.toBeInstanceOf(SandboxNotFoundError);
+    });
+
+    it("refuses envd calls without the sandbox's access token, and never logs the token", async () => {
+      const url = `${ts.url}/e2b/envd/files?path=/etc/hostname`;
+      for (const token of ["wrong", undefined]) {
+        const res = await fetch(url, {
+          headers: { "e2b-sandbox-id": sbx.sandboxId, ...(token ? { "x-access-token": token } : {}) },
+        });
+        expect(res.status).toBe(401);
+        expect(await res.json()).toMatchObject({ code: 401 });
+      }
+      const rpc = await fetch(`${ts.url}/e2b/envd/process.Process/List`, {
+        method: "POST",
+        headers: { "e2b-sandbox-id": sbx.sandboxId, "content-type": "application/json" },
+        body: "{}",
+      });
+      expect(rpc.status).toBe(401);
+      const info = (await (await fetch(`${ts.url}/e2b/sandboxes/${sbx.sandboxId}`)).json()) as {
+        envdAccessToken: string;
+      };
+      const ok = await fetch(url, {
+        headers: { "e2b-sandbox-id": sbx.sandboxId, "x-access-token": info.envdAccessToken },
+      });
+      expect(ok.status).toBe(200);
+      expect(await readFile(ts.logPath, "utf8")).not.toContain(info.envdAccessToken);
     });
   });
 });

@@ -3,7 +3,7 @@ import { z } from "zod";
 import { BothyError, DORMANT_STATES, type SandboxInfo } from "@bothy/protocol";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import type { AccessTokens } from "./access-token.ts";
-import { E2bHttpError } from "./e2b-errors.ts";
+import { E2bHttpError, parseE2b as parse } from "./e2b-errors.ts";
 import type { E2bState } from "./e2b-state.ts";
 
 /**
@@ -42,14 +42,6 @@ const listQuery = z.object({
 });
 
 type Params = { Params: { id: string } };
-
-function parse<T extends z.ZodType>(schema: T, value: unknown, what: string): z.infer<T> {
-  const parsed = schema.safeParse(value ?? {});
-  if (parsed.success) return parsed.data;
-  const issue = parsed.error.issues[0];
-  const where = issue?.path.length ? `${issue.path.join(".")}: ` : "";
-  throw new E2bHttpError(400, `${what}: ${where}${issue?.message ?? "invalid"}`);
-}
 
 /** bothy's states as E2B's two: dormant sandboxes read as paused (any envd call wakes them). */
 function e2bState(info: SandboxInfo): "running" | "paused" | undefined {

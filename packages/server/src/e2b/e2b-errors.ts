@@ -1,4 +1,5 @@
 import type { FastifyError, FastifyReply } from "fastify";
+import type { z } from "zod";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { BothyError, toBothyError, type ErrorCode } from "@bothy/protocol";
 
@@ -83,4 +84,13 @@ function connectCode(code: ErrorCode): Code {
     default:
       return Code.Internal;
   }
+}
+
+/** Parses a request part, or refuses it with 400 naming the first problem. */
+export function parseE2b<T extends z.ZodType>(schema: T, value: unknown, what: string): z.infer<T> {
+  const parsed = schema.safeParse(value ?? {});
+  if (parsed.success) return parsed.data;
+  const issue = parsed.error.issues[0];
+  const where = issue?.path.length ? `${issue.path.join(".")}: ` : "";
+  throw new E2bHttpError(400, `${what}: ${where}${issue?.message ?? "invalid"}`);
 }

@@ -7,7 +7,11 @@ import type { ServerEvents } from "../events/server-events.ts";
 import type { Metrics } from "../metrics/metrics.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { AccessTokens } from "./access-token.ts";
+import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import { controlPlaneRoutes } from "./control-plane.ts";
+import { envdRoutes } from "./envd-routes.ts";
+import { Process } from "./gen/process_pb.ts";
+import { processService } from "./process-service.ts";
 import { E2bHttpError, sendE2bError } from "./e2b-errors.ts";
 import { E2bState } from "./e2b-state.ts";
 
@@ -48,6 +52,19 @@ export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<vo
         ),
       );
       controlPlaneRoutes(e2b, deps.manager, tokens, state);
+      await e2b.register(
+        (envd) =>
+          envdRoutes(envd, deps.manager, tokens, async (scope) => {
+            await scope.register(fastifyConnectPlugin, {
+              // envd's clients may be newer than its protos.
+              jsonOptions: { ignoreUnknownFields: true },
+              routes: (router) => {
+                router.service(Process, processService(deps.manager, deps.registry, state));
+              },
+            });
+          }),
+        { prefix: "/envd" },
+      );
     },
     { prefix: "/e2b" },
   );
