@@ -197,6 +197,13 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
       const back = await sbx.files.read("/workspace/bin/data.bin", { format: "bytes" });
       expect(Buffer.from(back).equals(Buffer.from(bytes))).toBe(true);
 
+      const many = await sbx.files.write([
+        { path: "/tmp/many/a.txt", data: "A" },
+        { path: "many/b.txt", data: "B" },
+      ]);
+      expect(many.map((w) => w.path)).toEqual(["/tmp/many/a.txt", "/workspace/many/b.txt"]);
+      expect((await sbx.commands.run("cat /tmp/many/a.txt /workspace/many/b.txt")).stdout).toBe("AB");
+
       await sbx.files.write("empty.txt", "");
       expect(await sbx.files.read("empty.txt")).toBe("");
     });
