@@ -1,6 +1,6 @@
 import { readFile } from "node:fs/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CommandExitError, Sandbox, SandboxNotFoundError } from "e2b";
+import { CommandExitError, FileNotFoundError, FileType, Sandbox, SandboxNotFoundError } from "e2b";
 import { noLeaks } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
 
@@ -209,8 +209,66 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
     });
 
     it("reading a missing file raises the SDK's FileNotFoundError", async () => {
-      const { FileNotFoundError } = await import("e2b");
       await expect(sbx.files.read("/tmp/does-not-exist")).rejects.toBeInstanceOf(FileNotFoundError);
+    });
+
+    it("background commands: listed, fed on stdin, stdin closed, waited for", async () => {
+      const handle = await sbx.commands.run("cat", { background: true, stdin: true });
+      const listed = await sbx.commands.list();
+      expect(listed.find((p) => p.pid === handle.pid)).toMatchObject({ cmd: "/bin/bash", args: ["-l", "-c", "cat"] });
+      await sbx.commands.sendStdin(handle.pid, "hello ");
+      await sbx.commands.sendStdin(handle.pid, new TextEncoder().encode("stdin"));
+      await sbx.commands.closeStdin(handle.pid);
+      expect(await handle.wait()).toMatchObject({ exitCode: 0, stdout: "hello stdin" });
+      expect((await sbx.commands.list()).map((p) => p.pid)).not.toContain(handle.pid);
+    });
+
+    it("connects to a running command and sees the rest of its output", async () => {
+      const first = await sbx.commands.run('read line; echo "got $line"', { background: true, stdin: true });
+      const again = await sbx.commands.connect(first.pid);
+      await sbx.commands.sendStdin(first.pid, "x\n");
+      expect(await again.wait()).toMatchObject({ exitCode: 0, stdout: "got x\n" });
+      expect(await first.wait()).toMatchObject({ exitCode: 0, stdout: "got x\n" });
+    });
+
+    it("kill ends a background command: wait raises CommandExitError, a second kill is false", async () => {
+      const handle = await sbx.commands.run("sleep 600", { background: true });
+      expect(await sbx.commands.kill(handle.pid)).toBe(true);
+      const err = await handle.wait().catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(CommandExitError);
+      expect(err).toMatchObject({ exitCode: -1 });
+      expect(await sbx.commands.kill(handle.pid)).toBe(false);
+      await expect(sbx.commands.connect(handle.pid)).rejects.toThrow();
+    });
+
+    it("filesystem: makeDir, list (with depth), getInfo, exists, rename, remove", async () => {
+      expect(await sbx.files.makeDir("/tmp/fs/a/b")).toBe(true);
+      expect(await sbx.files.makeDir("/tmp/fs/a/b")).toBe(false);
+      await sbx.files.write("/tmp/fs/a/f.txt", "12345");
+      const listed = await sbx.files.list("/tmp/fs/a");
+      expect(listed.map((e) => [e.name, e.type, e.path])).toEqual([
+        ["b", FileType.DIR, "/tmp/fs/a/b"],
+        ["f.txt", FileType.FILE, "/tmp/fs/a/f.txt"],
+      ]);
+      const deep = await sbx.files.list("/tmp/fs", { depth: 3 });
+      expect(deep.map((e) => e.path).sort()).toEqual(["/tmp/fs/a", "/tmp/fs/a/b", "/tmp/fs/a/f.txt"]);
+      const info = await sbx.files.getInfo("/tmp/fs/a/f.txt");
+      expect(info).toMatchObject({
+        name: "f.txt",
+        type: FileType.FILE,
+        size: 5,
+        permissions: "-rw-r--r--",
+        owner: "root",
+      });
+      expect(info.modifiedTime).toBeInstanceOf(Date);
+      expect(await sbx.files.exists("/tmp/fs/a/f.txt")).toBe(true);
+      expect(await sbx.files.exists("/tmp/fs/nothing")).toBe(false);
+      const moved = await sbx.files.rename("/tmp/fs/a/f.txt", "/tmp/fs/g.txt");
+      expect(moved).toMatchObject({ path: "/tmp/fs/g.txt", name: "g.txt" });
+      expect(await sbx.files.read("/tmp/fs/g.txt")).toBe("12345");
+      await sbx.files.remove("/tmp/fs");
+      expect(await sbx.files.exists("/tmp/fs")).toBe(false);
+      await expect(sbx.files.getInfo("/tmp/fs/g.txt")).rejects.toBeInstanceOf(FileNotFoundError);
     });
 
     it("a killed sandbox's envd answers as not running", async () => {

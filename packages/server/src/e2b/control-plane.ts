@@ -7,11 +7,11 @@ import { E2bHttpError, parseE2b as parse } from "./e2b-errors.ts";
 import type { E2bState } from "./e2b-state.ts";
 
 /**
- * The envd version this emulation claims. The SDK switches features on by it: 0.4.0 means no
- * implicit user on envd calls; stdin close (0.5.2), octet-stream uploads (0.5.7) and newer
- * features are refused client-side with TemplateError until bothy serves them.
+ * The envd version this emulation claims. The SDK switches features on by it: ≥ 0.4.0 means no
+ * implicit user on envd calls, 0.5.2 adds stdin close; octet-stream and gzip uploads (0.5.7) and
+ * newer features are refused client-side with TemplateError until bothy serves them.
  */
-export const ENVD_VERSION = "0.4.0";
+export const ENVD_VERSION = "0.5.2";
 
 /** E2B's default sandbox lifetime when the create names none (bothy's own default may differ). */
 const E2B_DEFAULT_TIMEOUT_S = 300;

@@ -10,6 +10,8 @@ import { AccessTokens } from "./access-token.ts";
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import { controlPlaneRoutes } from "./control-plane.ts";
 import { envdRoutes } from "./envd-routes.ts";
+import { filesystemService } from "./filesystem-service.ts";
+import { Filesystem } from "./gen/filesystem_pb.ts";
 import { Process } from "./gen/process_pb.ts";
 import { processService } from "./process-service.ts";
 import { E2bHttpError, sendE2bError } from "./e2b-errors.ts";
@@ -60,6 +62,7 @@ export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<vo
               jsonOptions: { ignoreUnknownFields: true },
               routes: (router) => {
                 router.service(Process, processService(deps.manager, deps.registry, state));
+                router.service(Filesystem, filesystemService(deps.manager));
               },
             });
           }),

@@ -3,9 +3,16 @@
  * process gets, and which bothy command each guest pid is (E2B names processes by pid). Held in
  * memory: after a server restart, commands no longer get the envVars.
  */
+/** A command started through envd: the bothy command behind the pid, and envd's config of it. */
+export interface E2bProcess {
+  commandId: string;
+  config: { cmd: string; args: string[]; envs: Record<string, string>; cwd?: string };
+  tag?: string;
+}
+
 export class E2bState {
   private readonly envs = new Map<string, Record<string, string>>();
-  private readonly processes = new Map<string, Map<number, string>>();
+  private readonly processes = new Map<string, Map<number, E2bProcess>>();
 
   setEnv(sandboxId: string, env: Record<string, string>): void {
     if (Object.keys(env).length > 0) this.envs.set(sandboxId, env);
@@ -15,18 +22,18 @@ export class E2bState {
     return this.envs.get(sandboxId) ?? {};
   }
 
-  addProcess(sandboxId: string, pid: number, commandId: string): void {
-    const map = this.processes.get(sandboxId) ?? new Map<number, string>();
-    map.set(pid, commandId);
+  addProcess(sandboxId: string, pid: number, process: E2bProcess): void {
+    const map = this.processes.get(sandboxId) ?? new Map<number, E2bProcess>();
+    map.set(pid, process);
     this.processes.set(sandboxId, map);
   }
 
-  /** The bothy command id of a guest pid. */
-  commandOf(sandboxId: string, pid: number): string | undefined {
+  /** The bothy command of a guest pid, and how E2B asked for it. */
+  process(sandboxId: string, pid: number): E2bProcess | undefined {
     return this.processes.get(sandboxId)?.get(pid);
   }
 
-  pids(sandboxId: string): [number, string][] {
+  listProcesses(sandboxId: string): [number, E2bProcess][] {
     return [...(this.processes.get(sandboxId) ?? [])];
   }
 

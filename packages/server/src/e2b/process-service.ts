@@ -4,10 +4,18 @@ import { BothyError, commandRequest, ERROR_CODES, type CommandEvent, type ErrorC
 import type { CommandRegistry, RunningCommand } from "../commands/command-registry.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { toConnectError } from "./e2b-errors.ts";
-import type { E2bState } from "./e2b-state.ts";
-import { Process, type StartRequest, type StartResponseSchema } from "./gen/process_pb.ts";
+import type { E2bProcess, E2bState } from "./e2b-state.ts";
+import {
+  Process,
+  Signal,
+  type ProcessEventSchema,
+  type ProcessSelector,
+  type StartRequest,
+  type StartResponseSchema,
+} from "./gen/process_pb.ts";
 
 type StartResponseInit = MessageInitShape<typeof StartResponseSchema>;
+type ProcessEventInit = MessageInitShape<typeof ProcessEventSchema>;
 
 /** How Go (envd) words a death by signal in `status`: "signal: killed". */
 const GO_SIGNAL_TEXT: Record<string, string> = {
@@ -45,7 +53,7 @@ export function sandboxOf(ctx: HandlerContext): string {
   return id;
 }
 
-function endEvent(event: Extract<CommandEvent, { type: "process_exited" }>): StartResponseInit {
+function endEvent(event: Extract<CommandEvent, { type: "process_exited" }>): ProcessEventInit {
   if (event.exit_code !== null) {
     const status = `exit status ${event.exit_code}`;
     const end = {
@@ -54,10 +62,10 @@ function endEvent(event: Extract<CommandEvent, { type: "process_exited" }>): Sta
       status,
       ...(event.exit_code === 0 ? {} : { error: status }),
     };
-    return { event: { event: { case: "end", value: end } } };
+    return { event: { case: "end", value: end } };
   }
   const status = `signal: ${GO_SIGNAL_TEXT[event.signal ?? ""] ?? (event.signal ?? "unknown").toLowerCase()}`;
-  return { event: { event: { case: "end", value: { exitCode: -1, exited: false, status, error: status } } } };
+  return { event: { case: "end", value: { exitCode: -1, exited: false, status, error: status } } };
 }
 
 function asBothyError(event: Extract<CommandEvent, { type: "error" }>): BothyError {
@@ -111,16 +119,81 @@ async function* follow(
   }
 }
 
+/** bothy's events of one command as envd's process events, until its end event. */
+async function* processEvents(
+  command: RunningCommand,
+  ctx: HandlerContext,
+  onStarted: (pid: number) => void,
+): AsyncGenerator<ProcessEventInit> {
+  const interval = Number(ctx.requestHeader.get("keepalive-ping-interval"));
+  const keepaliveMs = Number.isFinite(interval) && interval > 0 ? interval * 1000 : undefined;
+  for await (const event of follow(command, ctx.signal, keepaliveMs)) {
+    if (event === "keepalive") {
+      yield { event: { case: "keepalive", value: {} } };
+      continue;
+    }
+    switch (event.type) {
+      case "started":
+        onStarted(event.pid);
+        yield { event: { case: "start", value: { pid: event.pid } } };
+        break;
+      case "stdout":
+      case "stderr": {
+        const bytes = Buffer.from(event.data, event.encoding === "base64" ? "base64" : "utf8");
+        yield { event: { case: "data", value: { output: { case: event.type, value: bytes } } } };
+        break;
+      }
+      case "process_exited":
+        yield endEvent(event);
+        return;
+      case "error":
+        throw toConnectError(asBothyError(event));
+      case "output_dropped":
+        break;
+    }
+  }
+}
+
+const SIGNALS: Partial<Record<Signal, "SIGKILL" | "SIGTERM">> = {
+  [Signal.SIGKILL]: "SIGKILL",
+  [Signal.SIGTERM]: "SIGTERM",
+};
+
 /**
  * envd's `process.Process` on bothy's command registry. Every command runs as a bothy background
  * command: closing the stream leaves it running (as in envd), and the deadline
- * (`Connect-Timeout-Ms`) kills it.
+ * (`Connect-Timeout-Ms`) kills it. Processes are named by guest pid (or tag), which `E2bState`
+ * maps to bothy command ids.
  */
 export function processService(
   manager: SandboxManager,
   registry: CommandRegistry,
   state: E2bState,
 ): Partial<ServiceImpl<typeof Process>> {
+  /** The running command a selector names; a finished or unknown one is `not_found`, as in envd. */
+  const selected = (
+    ctx: HandlerContext,
+    selector: ProcessSelector | undefined,
+  ): { pid: number; process: E2bProcess; command: RunningCommand; sandboxId: string } => {
+    checkRpcUser(ctx);
+    const sandboxId = sandboxOf(ctx);
+    const sel = selector?.selector;
+    let pid: number | undefined;
+    let process: E2bProcess | undefined;
+    if (sel?.case === "pid") {
+      pid = sel.value;
+      process = state.process(sandboxId, pid);
+    } else if (sel?.case === "tag") {
+      [pid, process] = state.listProcesses(sandboxId).find(([, p]) => p.tag === sel.value) ?? [];
+    }
+    const command = process && registry.get(sandboxId, process.commandId);
+    if (pid === undefined || !process || !command || command.finished) {
+      if (pid !== undefined) state.dropProcess(sandboxId, pid);
+      throw new ConnectError(`process ${sel?.value ?? "?"} not found`, Code.NotFound);
+    }
+    return { pid, process, command, sandboxId };
+  };
+
   return {
     async *start(req: StartRequest, ctx: HandlerContext): AsyncGenerator<StartResponseInit> {
       checkRpcUser(ctx);
@@ -151,43 +224,55 @@ export function processService(
       } catch (err) {
         throw toConnectError(err);
       }
-      const interval = Number(ctx.requestHeader.get("keepalive-ping-interval"));
-      const keepaliveMs = Number.isFinite(interval) && interval > 0 ? interval * 1000 : undefined;
-      for await (const event of follow(command, ctx.signal, keepaliveMs)) {
-        if (event === "keepalive") {
-          yield { event: { event: { case: "keepalive", value: {} } } };
-          continue;
-        }
-        switch (event.type) {
-          case "started":
-            state.addProcess(sandboxId, event.pid, command.id);
-            yield { event: { event: { case: "start", value: { pid: event.pid } } } };
-            break;
-          case "stdout":
-          case "stderr":
-            yield {
-              event: {
-                event: {
-                  case: "data",
-                  value: {
-                    output: {
-                      case: event.type,
-                      value: Buffer.from(event.data, event.encoding === "base64" ? "base64" : "utf8"),
-                    },
-                  },
-                },
-              },
-            };
-            break;
-          case "process_exited":
-            yield endEvent(event);
-            return;
-          case "error":
-            throw toConnectError(asBothyError(event));
-          case "output_dropped":
-            break;
-        }
+      const config = { cmd: proc.cmd, args: proc.args, envs: proc.envs, ...(proc.cwd ? { cwd: proc.cwd } : {}) };
+      const onStarted = (pid: number): void =>
+        state.addProcess(sandboxId, pid, {
+          commandId: command.id,
+          config,
+          ...(req.tag === undefined ? {} : { tag: req.tag }),
+        });
+      for await (const event of processEvents(command, ctx, onStarted)) yield { event };
+    },
+
+    async *connect(req, ctx) {
+      const { pid, command } = selected(ctx, req.process);
+      yield { event: { event: { case: "start", value: { pid } } } };
+      for await (const event of processEvents(command, ctx, () => undefined)) yield { event };
+    },
+
+    list: (_req, ctx) => {
+      checkRpcUser(ctx);
+      const sandboxId = sandboxOf(ctx);
+      const processes = [];
+      for (const [pid, process] of state.listProcesses(sandboxId)) {
+        const command = registry.get(sandboxId, process.commandId);
+        if (!command || command.finished) state.dropProcess(sandboxId, pid);
+        else
+          processes.push({ pid, config: process.config, ...(process.tag === undefined ? {} : { tag: process.tag }) });
       }
+      return { processes };
+    },
+
+    sendSignal: (req, ctx) => {
+      const { command } = selected(ctx, req.process);
+      const signal = SIGNALS[req.signal];
+      if (!signal) throw new ConnectError("signal must be SIGNAL_SIGKILL or SIGNAL_SIGTERM", Code.InvalidArgument);
+      command.signal(signal);
+      return {};
+    },
+
+    sendInput: (req, ctx) => {
+      const { command } = selected(ctx, req.process);
+      const input = req.input?.input;
+      if (input?.case === "stdin") command.stdin(Buffer.from(input.value), false);
+      else if (input?.case === "pty") throw new ConnectError("PTY is not supported yet", Code.Unimplemented);
+      return {};
+    },
+
+    closeStdin: (req, ctx) => {
+      const { command } = selected(ctx, req.process);
+      command.stdin(Buffer.alloc(0), true);
+      return {};
     },
   };
 }
