@@ -1,6 +1,6 @@
 import { readFile } from "node:fs/promises";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CommandExitError, FileNotFoundError, FileType, Sandbox, SandboxNotFoundError } from "e2b";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { CommandExitError, FileNotFoundError, FileType, Sandbox, SandboxNotFoundError, TimeoutError } from "e2b";
 import { noLeaks } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
 
@@ -107,6 +107,15 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
         expect(one.map((s) => s.sandboxId)).toEqual([made[1]?.sandboxId]);
         const paused = await Sandbox.list({ query: { metadata: { tag }, state: ["paused"] } }).nextItems();
         expect(paused).toEqual([]);
+
+        const newestFirst = Sandbox.list({ query: { metadata: { tag }, template: "base" }, order: "desc", limit: 2 });
+        const desc: Date[] = [];
+        while (newestFirst.hasNext) desc.push(...(await newestFirst.nextItems()).map((s) => s.startedAt));
+        expect(desc).toHaveLength(3);
+        expect([...desc].sort((a, b) => b.getTime() - a.getTime())).toEqual(desc);
+        expect(await Sandbox.list({ query: { metadata: { tag }, template: "nope" } }).nextItems()).toEqual([]);
+        const later = new Date(Date.now() + 3_600_000);
+        expect(await Sandbox.list({ query: { metadata: { tag }, startedAfter: later } }).nextItems()).toEqual([]);
       } finally {
         for (const sbx of made) await sbx.kill();
       }
@@ -239,6 +248,20 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
       expect(err).toMatchObject({ exitCode: -1 });
       expect(await sbx.commands.kill(handle.pid)).toBe(false);
       await expect(sbx.commands.connect(handle.pid)).rejects.toThrow();
+    });
+
+    it("a command's timeout kills it in the sandbox, as envd's deadline does", async () => {
+      await expect(sbx.commands.run("sleep 600", { timeoutMs: 1500 })).rejects.toBeInstanceOf(TimeoutError);
+      // The server kills it at the same deadline: wait for that, not for a guessed time.
+      await vi.waitFor(
+        () =>
+          expect(
+            ts.events.some(
+              (ev) => ev.event === "command_exited" && ev.sandbox_id === sbx.sandboxId && ev.timed_out === true,
+            ),
+          ).toBe(true),
+        { timeout: 30_000 },
+      );
     });
 
     it("filesystem: makeDir, list (with depth), getInfo, exists, rename, remove", async () => {

@@ -36,7 +36,11 @@ const timeoutBody = z.object({ timeout: z.number().int() });
 
 const listQuery = z.object({
   metadata: z.string().optional(),
-  state: z.string().optional(),
+  // Comma-joined, or the parameter repeated.
+  state: z.union([z.string(), z.array(z.string())]).optional(),
+  template: z.string().optional(),
+  startedAfter: z.iso.datetime({ offset: true }).optional(),
+  order: z.enum(["asc", "desc"]).optional(),
   limit: z.coerce.number().int().min(1).max(MAX_PAGE).optional(),
   nextToken: z.string().optional(),
 });
@@ -67,7 +71,7 @@ function listedShape(info: SandboxInfo, state: "running" | "paused"): Record<str
 }
 
 /** `metadata=k=v&k2=v2` (form-encoded, keys and values URI-encoded once more): every pair must match. */
-function metadataFilter(raw: string | undefined): (info: SandboxInfo) => boolean {
+export function metadataFilter(raw: string | undefined): (info: SandboxInfo) => boolean {
   if (raw === undefined || raw === "") return () => true;
   const wanted: [string, string][] = [];
   try {
@@ -137,18 +141,26 @@ export function controlPlaneRoutes(
 
   app.get("/v2/sandboxes", async (request, reply) => {
     const query = parse(listQuery, request.query, "GET /v2/sandboxes");
-    const states = new Set((query.state ?? "running,paused").split(",").filter((s) => s !== ""));
+    const states = new Set([query.state ?? "running,paused"].flat().flatMap((s) => s.split(",")));
     const matches = metadataFilter(query.metadata);
+    const template = query.template === undefined ? undefined : (TEMPLATE_ALIASES[query.template] ?? query.template);
+    const startedAfter = query.startedAfter === undefined ? undefined : Date.parse(query.startedAfter);
+    // Newest first with order=desc: the cursor then walks the other way.
+    const sign = query.order === "desc" ? -1 : 1;
     const listed = manager
       .list()
       .map((info) => ({ info, shown: e2bState(info) }))
       .filter(
         (s): s is { info: SandboxInfo; shown: "running" | "paused" } =>
-          s.shown !== undefined && states.has(s.shown) && matches(s.info),
+          s.shown !== undefined &&
+          states.has(s.shown) &&
+          matches(s.info) &&
+          (template === undefined || s.info.template === template) &&
+          (startedAfter === undefined || Date.parse(s.info.created_at) > startedAfter),
       )
-      .sort((a, b) => cursorCompare(a.info, [b.info.created_at, b.info.sandbox_id]));
+      .sort((a, b) => sign * cursorCompare(a.info, [b.info.created_at, b.info.sandbox_id]));
     const after = query.nextToken === undefined ? undefined : decodeToken(query.nextToken);
-    const rest = after ? listed.filter((s) => cursorCompare(s.info, after) > 0) : listed;
+    const rest = after ? listed.filter((s) => sign * cursorCompare(s.info, after) > 0) : listed;
     const page = rest.slice(0, query.limit ?? MAX_PAGE);
     const last = page.at(-1);
     if (last && rest.length > page.length) reply.header("x-next-token", encodeToken(last.info));
