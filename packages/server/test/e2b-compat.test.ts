@@ -213,6 +213,23 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
       expect(many.map((w) => w.path)).toEqual(["/tmp/many/a.txt", "/workspace/many/b.txt"]);
       expect((await sbx.commands.run("cat /tmp/many/a.txt /workspace/many/b.txt")).stdout).toBe("AB");
 
+      await sbx.files.write("octet/plain.txt", "octets", { useOctetStream: true });
+      await sbx.files.write("octet/zipped.bin", bytes.buffer, { gzip: true });
+      const stream = new ReadableStream<Uint8Array>({
+        start(controller) {
+          controller.enqueue(new TextEncoder().encode("streamed "));
+          controller.enqueue(new TextEncoder().encode("upload"));
+          controller.close();
+        },
+      });
+      const streamed = await sbx.files.write("octet/streamed.txt", stream);
+      expect(streamed).toMatchObject({ path: "/workspace/octet/streamed.txt", name: "streamed.txt" });
+      expect(await sbx.files.read("octet/plain.txt")).toBe("octets");
+      expect(
+        Buffer.from(await sbx.files.read("octet/zipped.bin", { format: "bytes" })).equals(Buffer.from(bytes)),
+      ).toBe(true);
+      expect(await sbx.files.read("octet/streamed.txt")).toBe("streamed upload");
+
       await sbx.files.write("empty.txt", "");
       expect(await sbx.files.read("empty.txt")).toBe("");
     });

@@ -8,10 +8,11 @@ import type { E2bState } from "./e2b-state.ts";
 
 /**
  * The envd version this emulation claims. The SDK switches features on by it: ≥ 0.4.0 means no
- * implicit user on envd calls, 0.5.2 adds stdin close; octet-stream and gzip uploads (0.5.7) and
- * newer features are refused client-side with TemplateError until bothy serves them.
+ * implicit user on envd calls, 0.5.2 adds stdin close, 0.5.7 octet-stream and gzip uploads;
+ * file metadata (0.6.2) and newer features are refused client-side with TemplateError until
+ * bothy serves them.
  */
-export const ENVD_VERSION = "0.5.2";
+export const ENVD_VERSION = "0.5.7";
 
 /** E2B's default sandbox lifetime when the create names none (bothy's own default may differ). */
 const E2B_DEFAULT_TIMEOUT_S = 300;

@@ -1,5 +1,6 @@
 import { posix } from "node:path";
-import type { Readable } from "node:stream";
+import { Readable } from "node:stream";
+import { createGunzip } from "node:zlib";
 import busboy from "busboy";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { z } from "zod";
@@ -107,12 +108,18 @@ export async function envdRoutes(
       const { path, username } = parseE2b(fileQuery, request.query, "POST /files");
       checkUser(username);
       const agent = manager.agent(envdSandboxId(request));
-      const body = request.body as Readable | undefined;
+      const body = (request.body as Readable | undefined) ?? Readable.from([]);
       const type = header(request, "content-type") ?? "";
-      if (!type.startsWith("multipart/form-data"))
-        throw new E2bHttpError(400, 'Send files as multipart/form-data (field "file"), as the E2B SDK does.');
-      if (!body) throw new E2bHttpError(400, "The upload has no body");
-      return writeMultipart(agent, request.headers, body, path);
+      if (type.startsWith("multipart/form-data")) return writeMultipart(agent, request.headers, body, path);
+      if (!type.startsWith("application/octet-stream"))
+        throw new E2bHttpError(400, "Send files as multipart/form-data or application/octet-stream.");
+      if (path === undefined) throw new E2bHttpError(400, "An octet-stream upload needs ?path=");
+      const encoding = header(request, "content-encoding") ?? "identity";
+      if (encoding !== "identity" && encoding !== "gzip")
+        throw new E2bHttpError(400, `Content-Encoding ${encoding} is not supported; send gzip or none.`);
+      await ensureParent(agent, path);
+      await agent.writeStream(path, encoding === "gzip" ? body.pipe(createGunzip()) : body);
+      return [writeInfo(path)];
     });
   });
 
