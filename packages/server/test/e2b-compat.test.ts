@@ -66,6 +66,35 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
       });
     });
 
+    it("connect joins a running sandbox by id; its timeout only extends", async () => {
+      await withSandbox({ timeoutMs: 600_000 }, async (sbx) => {
+        const endAt = (await sbx.getInfo()).endAt.getTime();
+        const again = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 60_000 });
+        expect(again.sandboxId).toBe(sbx.sandboxId);
+        expect((await again.commands.run("echo joined")).stdout).toBe("joined\n");
+        expect((await again.getInfo()).endAt.getTime()).toBe(endAt);
+        await Sandbox.connect(sbx.sandboxId, { timeoutMs: 3_600_000 });
+        expect((await again.getInfo()).endAt.getTime()).toBeGreaterThan(endAt);
+      });
+      await expect(Sandbox.connect("sbx_doesnotexist")).rejects.toBeInstanceOf(SandboxNotFoundError);
+    });
+
+    it("a sleeping sandbox reads as paused; connect and any envd call wake it", async () => {
+      await withSandbox({ metadata: { case: "sleep" } }, async (sbx) => {
+        await sbx.files.write("kept.txt", "survives sleep");
+        await ts.server.manager.sleep(sbx.sandboxId);
+        expect((await sbx.getInfo()).state).toBe("paused");
+        const paused = await Sandbox.list({ query: { metadata: { case: "sleep" }, state: ["paused"] } }).nextItems();
+        expect(paused.map((s) => s.sandboxId)).toEqual([sbx.sandboxId]);
+        const woken = await Sandbox.connect(sbx.sandboxId);
+        expect((await woken.getInfo()).state).toBe("running");
+        expect(await woken.files.read("kept.txt")).toBe("survives sleep");
+
+        await ts.server.manager.sleep(sbx.sandboxId);
+        expect((await sbx.commands.run("cat kept.txt")).stdout).toBe("survives sleep");
+      });
+    });
+
     it("setTimeout moves the end of the sandbox's life", async () => {
       await withSandbox({ timeoutMs: 60_000 }, async (sbx) => {
         const before = (await sbx.getInfo()).endAt.getTime();

@@ -34,6 +34,7 @@ const createBody = z.object({
 });
 
 const timeoutBody = z.object({ timeout: z.number().int() });
+const connectBody = z.object({ timeout: z.number().int().optional(), memory: z.boolean().optional() });
 
 const listQuery = z.object({
   metadata: z.string().optional(),
@@ -108,6 +109,17 @@ export function controlPlaneRoutes(
   tokens: AccessTokens,
   state: E2bState,
 ): void {
+  /** What create and connect answer: how to reach the sandbox's envd. */
+  const connection = (info: SandboxInfo): Record<string, unknown> => ({
+    sandboxID: info.sandbox_id,
+    templateID: info.template,
+    clientID: "bothy",
+    envdVersion: ENVD_VERSION,
+    envdAccessToken: tokens.tokenFor(info.sandbox_id),
+    trafficAccessToken: null,
+    domain: null,
+  });
+
   /** A sandbox E2B can see: gone (deleted, failed) or still being made is E2B's 404. */
   const visible = (id: string): SandboxInfo & { e2bState: "running" | "paused" } => {
     const info = manager.info(id);
@@ -129,15 +141,20 @@ export function controlPlaneRoutes(
       undefined,
     );
     state.setEnv(sandbox.sandbox_id, body.envVars ?? {});
-    return reply.code(201).send({
-      sandboxID: sandbox.sandbox_id,
-      templateID: sandbox.template,
-      clientID: "bothy",
-      envdVersion: ENVD_VERSION,
-      envdAccessToken: tokens.tokenFor(sandbox.sandbox_id),
-      trafficAccessToken: null,
-      domain: null,
-    });
+    return reply.code(201).send(connection(sandbox));
+  });
+
+  /** Resumes a dormant sandbox (201) or joins a running one (200); the timeout only ever extends. */
+  app.post<Params>("/v2/sandboxes/:id/connect", async (request, reply) => {
+    const body = parse(connectBody, request.body, "POST /v2/sandboxes/{id}/connect");
+    const info = visible(request.params.id);
+    if (info.e2bState !== "running") await manager.ensureRunning(info.sandbox_id);
+    if (body.timeout !== undefined) {
+      const current = manager.info(info.sandbox_id).expires_at;
+      if (current === null || Date.parse(current) < Date.now() + body.timeout * 1000)
+        manager.setTimeout(info.sandbox_id, { timeout_s: body.timeout });
+    }
+    return reply.code(info.e2bState === "running" ? 200 : 201).send(connection(info));
   });
 
   app.get("/v2/sandboxes", async (request, reply) => {
