@@ -1,6 +1,14 @@
 import { readFile } from "node:fs/promises";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { CommandExitError, FileNotFoundError, FileType, Sandbox, SandboxNotFoundError, TimeoutError } from "e2b";
+import {
+  CommandExitError,
+  InvalidArgumentError,
+  FileNotFoundError,
+  FileType,
+  Sandbox,
+  SandboxNotFoundError,
+  TimeoutError,
+} from "e2b";
 import { noLeaks } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
 
@@ -222,6 +230,7 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
       expect(result.stdout).toBe("/tmp\ncreated run here\n");
       const home = await sbx.commands.run("pwd");
       expect(home.stdout).toBe("/workspace\n");
+      await expect(sbx.commands.run("pwd", { cwd: "/no/such/dir" })).rejects.toBeInstanceOf(InvalidArgumentError);
     });
 
     it("writes and reads files as text and as bytes, making parent directories", async () => {

@@ -205,7 +205,10 @@ export function processService(
       try {
         const agent = manager.agent(sandboxId);
         if (proc.cwd !== undefined && proc.cwd !== "") {
-          const where = await agent.stat(proc.cwd).catch(() => undefined);
+          const where = await agent.stat(proc.cwd).catch((err: unknown) => {
+            if (err instanceof BothyError && err.code === "file_not_found") return undefined;
+            throw err;
+          });
           if (where?.type !== "dir")
             throw new ConnectError(`cwd ${proc.cwd} is not a directory in the sandbox`, Code.InvalidArgument);
         }
@@ -225,13 +228,16 @@ export function processService(
         throw toConnectError(err);
       }
       const config = { cmd: proc.cmd, args: proc.args, envs: proc.envs, ...(proc.cwd ? { cwd: proc.cwd } : {}) };
-      const onStarted = (pid: number): void =>
-        state.addProcess(sandboxId, pid, {
-          commandId: command.id,
-          config,
-          ...(req.tag === undefined ? {} : { tag: req.tag }),
-        });
+      const tag = req.tag === undefined ? {} : { tag: req.tag };
+      let pid: number | undefined;
+      const onStarted = (started: number): void => {
+        pid = started;
+        state.addProcess(sandboxId, started, { commandId: command.id, config, ...tag });
+      };
       for await (const event of processEvents(command, ctx, onStarted)) yield { event };
+      // It ended (the stream carried its end event): forget its pid, unless a newer process has it.
+      if (pid !== undefined && state.process(sandboxId, pid)?.commandId === command.id)
+        state.dropProcess(sandboxId, pid);
     },
 
     async *connect(req, ctx) {
