@@ -1,15 +1,25 @@
+import { defaultClientConditions, defaultServerConditions } from "vite";
 import { defineConfig } from "vitest/config";
+
+// Tests run the workspace packages from their TypeScript sources (the "@bothy/source" export
+// condition), not from the dist/ that a build left behind.
+const sourceFirst = {
+  resolve: { conditions: ["@bothy/source", ...defaultClientConditions] },
+  ssr: { resolve: { conditions: ["@bothy/source", ...defaultServerConditions] } },
+};
 
 export default defineConfig({
   test: {
     projects: [
       {
+        ...sourceFirst,
         test: {
           name: "unit",
           include: ["packages/*/test/**/*.unit.test.ts"],
         },
       },
       {
+        ...sourceFirst,
         test: {
           name: "integration",
           include: ["packages/*/test/**/*.test.ts"],

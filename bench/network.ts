@@ -6,13 +6,16 @@
  * objects (namespaces, interfaces, nft chains, map elements) are left after the deletes: none.
  */
 import { mkdtemp, rm } from "node:fs/promises";
+import type { DriverName } from "@bothy/protocol";
 import { api, createSandbox } from "../packages/server/test/helpers/client.ts";
 import { NetTopology } from "../packages/server/test/helpers/net-topology.ts";
 import { median, secs } from "./bench-util.ts";
 
 const args = process.argv.slice(2);
 const n = Number(args.find((a) => /^\d+$/.test(a)) ?? 20);
-const driver = args.includes("--driver") ? (args[args.indexOf("--driver") + 1] ?? "gvisor") : "gvisor";
+const driverArg = args.includes("--driver") ? args[args.indexOf("--driver") + 1] : "gvisor";
+if (driverArg !== "gvisor" && driverArg !== "qemu") throw new Error("--driver takes gvisor or qemu");
+const driver: DriverName = driverArg;
 
 interface Round {
   createMs: number[];

@@ -12,6 +12,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { buildOciSpec } from "../packages/server/src/drivers/oci-spec.ts";
 import { loadConfig } from "../packages/server/src/index.ts";
 import { run } from "../packages/server/src/util/host-command.ts";
+import { cgroupPath, hostTag } from "../packages/server/src/util/host-names.ts";
 import { startTestServer, type TestServer } from "../packages/server/test/helpers/test-server.ts";
 import { qemuSeries, reportQemu } from "./qemu-start.ts";
 import {
@@ -197,6 +198,7 @@ async function rawRun(overlay: boolean, i: number, agentPath: string): Promise<R
     }
     const spec = buildOciSpec({
       id,
+      cgroupsPath: cgroupPath(hostTag(scratch), id),
       templateRoot: seed.rootfs,
       templateEnv: seed.env,
       vcpu: 1,

@@ -5,16 +5,27 @@ import { writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 
 const here = fileURLToPath(new URL(".", import.meta.url));
-await build({
-  entryPoints: [`${here}src/main.ts`],
-  outfile: `${here}dist/agent.mjs`,
+const bundle = {
   bundle: true,
   platform: "node",
   target: "node18",
   format: "esm",
+  // @bothy/protocol from its sources (its export condition), not from a dist/ built earlier.
+  conditions: ["@bothy/source"],
   minify: true,
   legalComments: "none",
   logLevel: "warning",
+};
+await build({ ...bundle, entryPoints: [`${here}src/main.ts`], outfile: `${here}dist/agent.mjs` });
+// The image downscaler the agent tools copy into a sandbox to run there (see image-shrink.ts).
+await build({
+  ...bundle,
+  entryPoints: [`${here}src/image-shrink-main.ts`],
+  outfile: `${here}dist/image-shrink.mjs`,
+  // pngjs is CommonJS: give the ESM bundle a require for its Node built-ins.
+  banner: {
+    js: 'import { createRequire as bothyRequire } from "node:module"; const require = bothyRequire(import.meta.url);',
+  },
 });
 
 // gVisor compatibility shim, preloaded into every process of a gVisor sandbox (see the C file).

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { createReadStream, type ReadStream, type Stats } from "node:fs";
+import { constants, type ReadStream, type Stats } from "node:fs";
 import { lstat, mkdir, open, opendir, realpath, rename, rm, rmdir, type FileHandle } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
 import {
@@ -13,7 +13,7 @@ import {
 import type { Channel } from "./channel.ts";
 import { kernelRandomBytes } from "./identity.ts";
 
-type GuestErrorCode = "not_found" | "exists" | "io_error" | "precondition_failed";
+type GuestErrorCode = "not_found" | "exists" | "io_error" | "precondition_failed" | "not_a_file";
 
 /** Relative paths are relative to the workspace; everything resolves inside this sandbox. */
 export function resolveGuestPath(path: string): string {
@@ -48,10 +48,51 @@ export async function statPath(path: string, withHash = false): Promise<FileStat
   return stat;
 }
 
+/**
+ * Opens a regular file for reading, following symlinks, and stats what was opened: the size is
+ * the opened file's, whatever the path names. O_NONBLOCK so a FIFO is refused instead of
+ * blocking the open until a writer comes.
+ */
+async function openRegular(path: string): Promise<{ fh: FileHandle; st: Stats }> {
+  const fh = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
+  try {
+    const st = await fh.stat();
+    if (!st.isFile()) {
+      throw new FileOpError(
+        "not_a_file",
+        st.isDirectory() ? `${path} is a directory` : `${path} is not a regular file (${fileType(st)})`,
+      );
+    }
+    return { fh, st };
+  } catch (err) {
+    await fh.close();
+    throw err;
+  }
+}
+
+/** The opened file's first `size` bytes: a file that grows while read does not keep the read going. */
+function readOpened(fh: FileHandle, size: number): ReadStream {
+  return fh.createReadStream({ start: 0, end: Math.max(0, size - 1), highWaterMark: OUTPUT_CHUNK_BYTES });
+}
+
 async function hashFile(path: string): Promise<string> {
   const hash = createHash("sha256");
-  for await (const chunk of createReadStream(path, { highWaterMark: OUTPUT_CHUNK_BYTES })) hash.update(chunk as Buffer);
+  const { fh, st } = await openRegular(path);
+  if (st.size === 0) {
+    await fh.close();
+    return hash.digest("hex");
+  }
+  for await (const chunk of readOpened(fh, st.size)) hash.update(chunk as Buffer);
   return hash.digest("hex");
+}
+
+/**
+ * `path` with its parent directory's real path. mkdir, rename and remove work in a real directory
+ * so that none passes through a symlinked one: gVisor answers such a mkdir oddly (EINVAL through a
+ * link to /, and Node's recursive mkdir then reports success for a directory it never made).
+ */
+async function realParent(path: string): Promise<string> {
+  return join(await realpath(dirname(path)), basename(path));
 }
 
 export async function listDir(path: string): Promise<{ entries: DirEntry[]; truncated: boolean }> {
@@ -78,39 +119,91 @@ export async function listDir(path: string): Promise<{ entries: DirEntry[]; trun
 }
 
 export async function makeDir(path: string, parents: boolean): Promise<void> {
-  await mkdir(path, { recursive: parents });
+  if (!parents) {
+    await mkdir(await realParent(path));
+    return;
+  }
+  // One step per component of the path, each on a real directory: it cannot loop, whatever
+  // symlinks the path holds (a link's target is resolved by the kernel, which stops at ELOOP).
+  let dir = "/";
+  for (const name of path.split("/").filter(Boolean)) {
+    const next = join(dir, name);
+    const st = await lstat(next).catch((err: NodeJS.ErrnoException) => {
+      if (err.code === "ENOENT") return undefined;
+      throw err;
+    });
+    if (st?.isDirectory()) {
+      dir = next;
+      continue;
+    }
+    if (st !== undefined && !st.isSymbolicLink()) throw new FileOpError("exists", `${next} is not a directory`);
+    if (st === undefined) {
+      await mkdir(next).catch((err: NodeJS.ErrnoException) => {
+        if (err.code !== "EEXIST") throw err; // made meanwhile by someone else: checked below
+      });
+    }
+    dir = await realpath(next);
+    if (!(await lstat(dir)).isDirectory()) throw new FileOpError("exists", `${next} is not a directory`);
+  }
 }
 
 export async function removePath(path: string, recursive: boolean): Promise<void> {
-  const st = await lstat(path);
-  if (st.isDirectory() && !recursive) await rmdir(path);
-  else await rm(path, { recursive, force: false });
+  const real = await realParent(path);
+  const st = await lstat(real);
+  if (st.isDirectory() && !recursive) await rmdir(real);
+  else await rm(real, { recursive, force: false });
 }
 
 export async function renamePath(from: string, to: string): Promise<void> {
-  await rename(from, to);
+  await rename(await realParent(from), await realParent(to));
 }
 
 /**
- * Streams a file to the host as file_chunk frames under the same credit window as command
- * output, so a slow HTTP client slows the read instead of filling memory on either side.
+ * Streams a file to the host: first the opened file's stat (`stat_result`), then its bytes as
+ * file_chunk frames under the same credit window as command output, so a slow HTTP client slows
+ * the read instead of filling memory on either side. The bytes stop at the size that stat gave.
  */
 export class FileRead {
   private inflight = 0;
-  private readonly stream: ReadStream;
-  private readonly stopDrain: () => void;
+  private stream: ReadStream | undefined;
+  private cancelled = false;
+  private stopDrain: () => void = () => undefined;
 
   constructor(
     private readonly id: number,
     path: string,
     private readonly channel: Channel,
-    onEnd: (err?: unknown) => void,
+    private readonly onEnd: (err?: unknown) => void,
   ) {
+    openRegular(path).then(
+      ({ fh, st }) => this.start(fh, st),
+      (err) => onEnd(err),
+    );
+  }
+
+  private start(fh: FileHandle, st: Stats): void {
+    if (this.cancelled) {
+      void fh.close();
+      return;
+    }
+    const { id, channel } = this;
+    channel.send({
+      t: "stat_result",
+      id,
+      stat: { type: "file", size: st.size, mode: st.mode & 0o7777, mtime_ms: st.mtimeMs },
+    });
     const hash = createHash("sha256");
+    if (st.size === 0) {
+      void fh.close();
+      channel.send({ t: "file_done", id, size: 0, sha256: hash.digest("hex") });
+      this.onEnd();
+      return;
+    }
     let size = 0;
-    this.stream = createReadStream(path, { highWaterMark: OUTPUT_CHUNK_BYTES });
+    const stream = readOpened(fh, st.size);
+    this.stream = stream;
     this.stopDrain = channel.onDrain(() => this.flow());
-    this.stream.on("data", (chunk) => {
+    stream.on("data", (chunk) => {
       const buf = chunk as Buffer;
       hash.update(buf);
       size += buf.length;
@@ -118,14 +211,14 @@ export class FileRead {
       channel.send({ t: "file_chunk", id }, buf);
       this.flow();
     });
-    this.stream.on("end", () => {
+    stream.on("end", () => {
       this.stopDrain();
       channel.send({ t: "file_done", id, size, sha256: hash.digest("hex") });
-      onEnd();
+      this.onEnd();
     });
-    this.stream.on("error", (err) => {
+    stream.on("error", (err) => {
       this.stopDrain();
-      onEnd(err);
+      this.onEnd(err);
     });
   }
 
@@ -135,11 +228,13 @@ export class FileRead {
   }
 
   cancel(): void {
+    this.cancelled = true;
     this.stopDrain();
-    this.stream.destroy();
+    this.stream?.destroy();
   }
 
   private flow(): void {
+    if (!this.stream) return;
     if (this.inflight >= OUTPUT_WINDOW_BYTES || this.channel.isCongested) this.stream.pause();
     else this.stream.resume();
   }

@@ -1,6 +1,6 @@
 import { spawn, type ChildProcessByStdio } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdtemp, readFile, readdir, rm } from "node:fs/promises";
+import { mkdtemp, readFile, readdir, rm, stat, symlink } from "node:fs/promises";
 import { join } from "node:path";
 import type { Readable, Writable } from "node:stream";
 import { fileURLToPath } from "node:url";
@@ -140,10 +140,44 @@ describe("guest agent", () => {
   it("stops a read the host cancels", async () => {
     const big = join(dir, "big");
     await agent.writeFile(big, Buffer.alloc(8 * 1024 * 1024, 1));
-    const stream = agent.readStream(big);
+    const { stream } = await agent.openRead(big);
     for await (const _chunk of stream) break; // takes one chunk, then gives up
     // The agent still answers, so the cancelled read did not wedge the channel.
     expect((await agent.stat(big)).size).toBe(8 * 1024 * 1024);
+  });
+
+  it("makes parents through symlinks, and refuses a link loop or a file in the way", async () => {
+    await symlink(dir, join(dir, "self"));
+    await symlink("loop2", join(dir, "loop1"));
+    await symlink("loop1", join(dir, "loop2"));
+    await agent.writeFile(join(dir, "plain"), Buffer.from("p"));
+    await agent.mkdir(join(dir, "self/self/self/made/deep"), true);
+    expect((await stat(join(dir, "made/deep"))).isDirectory()).toBe(true);
+    await agent.mkdir(join(dir, "self/made/deep"), true); // exists: fine with parents
+    await expect(agent.mkdir(join(dir, "loop1/x"), true)).rejects.toMatchObject({ code: "file_error" });
+    await expect(agent.mkdir(join(dir, "plain/x"), true)).rejects.toMatchObject({ code: "file_exists" });
+    await agent.mkdir(join(dir, "self/alone"));
+    expect((await stat(join(dir, "alone"))).isDirectory()).toBe(true);
+  });
+
+  it("reads the file a symlink names, with its size, and refuses what is not a regular file", async () => {
+    const data = Buffer.alloc(100_000, 3);
+    await agent.writeFile(join(dir, "big"), data);
+    await symlink("big", join(dir, "link"));
+    const { stat: opened, stream } = await agent.openRead(join(dir, "link"));
+    expect(opened).toMatchObject({ type: "file", size: data.length });
+    const got: Buffer[] = [];
+    for await (const chunk of stream) got.push(chunk as Buffer);
+    expect(Buffer.concat(got).equals(data)).toBe(true);
+    await symlink(".", join(dir, "dirlink"));
+    await expect(agent.openRead(join(dir, "dirlink"))).rejects.toMatchObject({
+      code: "file_error",
+      details: { guest_code: "not_a_file" },
+    });
+    await new Promise<void>((res, rej) =>
+      spawn("mkfifo", [join(dir, "fifo")]).on("exit", (code) => (code === 0 ? res() : rej(new Error("mkfifo")))),
+    );
+    await expect(agent.openRead(join(dir, "fifo"))).rejects.toMatchObject({ details: { guest_code: "not_a_file" } });
   });
 
   it("reports missing files", async () => {

@@ -24,3 +24,13 @@ export const problemDetails = z.looseObject({
   detail: z.string(),
   instance: z.string().optional(),
 });
+
+/**
+ * A JSON-RPC 2.0 error response. `/mcp` answers the errors its MCP transport finds this way
+ * (the MCP contract), not as problem+json.
+ */
+export const jsonRpcErrorResponse = z.object({
+  jsonrpc: z.literal("2.0"),
+  error: z.object({ code: z.number().int(), message: z.string(), data: z.unknown().optional() }),
+  id: z.union([z.string(), z.number(), z.null()]),
+});

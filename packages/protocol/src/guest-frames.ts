@@ -1,7 +1,7 @@
 import { z } from "zod";
 
 /** The host-guest protocol generation. Bump it on any incompatible change to the frames below. */
-export const PROTOCOL_GENERATION = 1;
+export const PROTOCOL_GENERATION = 2;
 
 /** Unacknowledged output bytes a command may have in flight before the agent pauses it. */
 export const OUTPUT_WINDOW_BYTES = 1024 * 1024;
@@ -68,6 +68,10 @@ export const hostFrame = z.discriminatedUnion("t", [
         .max(2 ** 31),
     })
     .strict(),
+  /**
+   * Reads a file: the agent opens it (following symlinks) and answers `stat_result` with the
+   * opened file's stat, then at most `stat.size` bytes in `file_chunk` frames, then `file_done`.
+   */
   z.object({ t: z.literal("file_read"), id: requestId, path: guestPath }).strict(),
   /** Starts an atomic write; the data follows in `file_chunk` frames, the last with `eof`. */
   z
@@ -183,6 +187,7 @@ export const guestFrame = z.discriminatedUnion("t", [
         "exists",
         "io_error",
         "precondition_failed",
+        "not_a_file",
         "busy",
       ]),
       message: z.string().max(4096),

@@ -24,7 +24,7 @@ describe("protocol surface", () => {
     };
     expect(surface).toMatchInlineSnapshot(`
       {
-        "generation": 1,
+        "generation": 2,
         "guest": [
           {
             "fields": [

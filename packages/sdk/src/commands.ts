@@ -5,7 +5,7 @@
  */
 import { commandInfo, commandList, type CommandInfo, type CommandRequest, type SignalName } from "@bothy/protocol";
 import { CommandSocket, type OutputStream, type ProcessExit, type SocketListener } from "./command-socket.ts";
-import { CommandExitError, TimeoutError, type CommandResult } from "./errors.ts";
+import { CommandExitError, CommandTimeoutError, type CommandResult } from "./errors.ts";
 import type { CallOptions, HttpClient } from "./http-client.ts";
 
 export type { CommandInfo, SignalName };
@@ -14,7 +14,7 @@ export interface CommandOptions extends CallOptions {
   /** Working directory inside the sandbox (default /workspace). */
   cwd?: string;
   env?: Record<string, string>;
-  /** The server kills the command after this many seconds; `run` then throws a TimeoutError. */
+  /** The server kills the command after this many seconds; `run` then throws a CommandTimeoutError. */
   timeoutS?: number;
   /**
    * Input for the command: a string or bytes are written and stdin is closed; `true` keeps stdin
@@ -28,6 +28,11 @@ export interface CommandOptions extends CallOptions {
   onOutput?: (bytes: Uint8Array, stream: OutputStream) => void;
   /** Default true: a non-zero exit throws CommandExitError; false resolves with the result. */
   throwOnError?: boolean;
+  /**
+   * Default true: the result holds all of the output. false holds none (`stdout` and `stderr`
+   * stay empty) for output only the callbacks should see, which may be larger than memory.
+   */
+  keepOutput?: boolean;
 }
 
 export interface RunOptions extends CommandOptions {
@@ -42,6 +47,7 @@ export interface ConnectOptions extends CallOptions {
   onStderr?: (data: string) => void;
   onOutput?: (bytes: Uint8Array, stream: OutputStream) => void;
   throwOnError?: boolean;
+  keepOutput?: boolean;
 }
 
 /** A running (or finished) command. */
@@ -108,7 +114,7 @@ export class CommandHandle {
 
   /**
    * Waits for the command to end. Throws CommandExitError on a non-zero exit (unless
-   * `throwOnError: false`), TimeoutError when its `timeoutS` ran out. Aborting the signal lets go
+   * `throwOnError: false`), CommandTimeoutError when its `timeoutS` ran out. Aborting the signal lets go
    * of the socket: a background command keeps running, a foreground one is killed.
    */
   async wait(options: CallOptions = {}): Promise<CommandResult> {
@@ -120,10 +126,7 @@ export class CommandHandle {
       stdout: this.stdout,
       stderr: this.stderr,
     };
-    if (exit.timed_out)
-      throw new TimeoutError(`Command ${this.commandId} ran past its timeout and was killed.`, {
-        code: "command_timeout",
-      });
+    if (exit.timed_out) throw new CommandTimeoutError(result);
     if (this.options.throwOnError !== false && exit.exit_code !== 0) throw new CommandExitError(result);
     return result;
   }
@@ -158,7 +161,7 @@ export class CommandHandle {
   }
 
   private onOutput(stream: OutputStream, bytes: Uint8Array): void {
-    this.out[stream].push(Buffer.from(bytes));
+    if (this.options.keepOutput !== false) this.out[stream].push(Buffer.from(bytes));
     this.options.onOutput?.(bytes, stream);
     const cb = stream === "stdout" ? this.options.onStdout : this.options.onStderr;
     if (cb) {

@@ -50,6 +50,12 @@ const BY_CODE: Partial<Record<ErrorCode, ErrorClass>> = {
   invalid_request: InvalidArgumentError,
   unsupported_media_type: InvalidArgumentError,
   body_too_large: InvalidArgumentError,
+  invalid_url: InvalidArgumentError,
+  uri_too_long: InvalidArgumentError,
+  headers_too_large: InvalidArgumentError,
+  malformed_request: InvalidArgumentError,
+  expectation_failed: InvalidArgumentError,
+  request_timeout: TimeoutError,
   invalid_template_name: InvalidArgumentError,
   invalid_sandbox_id: InvalidArgumentError,
   idempotency_key_invalid: InvalidArgumentError,
@@ -144,5 +150,15 @@ export class CommandExitError extends SandboxError implements CommandResult {
     this.signal = result.signal;
     this.stdout = result.stdout;
     this.stderr = result.stderr;
+  }
+}
+
+/** A command ran past its `timeoutS` and the server killed it; what it had done is kept as `result`. */
+export class CommandTimeoutError extends TimeoutError {
+  readonly result: CommandResult;
+
+  constructor(result: CommandResult) {
+    super(`Command ${result.commandId} ran past its timeout and was killed.`, { code: "command_timeout" });
+    this.result = result;
   }
 }

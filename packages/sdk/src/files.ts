@@ -90,11 +90,7 @@ export class Files {
     path: string,
     options: CallOptions & { format?: "text" | "bytes" | "stream" } = {},
   ): Promise<string | Uint8Array | ReadableStream<Uint8Array>> {
-    const res = await this.http.fetch("GET", this.path(), {
-      query: { path },
-      timeout: false,
-      ...(options.signal ? { signal: options.signal } : {}),
-    });
+    const res = await this.http.fetch("GET", this.path(), { query: { path }, timeout: false, ...signalOf(options) });
     if (options.format === "stream") return res.body ?? new ReadableStream<Uint8Array>({ start: (c) => c.close() });
     if (options.format === "bytes") return new Uint8Array(await res.arrayBuffer());
     return res.text();
@@ -103,7 +99,7 @@ export class Files {
   /** Replaces the file atomically with `data` (parent directories must exist). */
   async write(path: string, data: WriteData, options: WriteOptions = {}): Promise<WriteInfo> {
     const mode = typeof options.mode === "number" ? options.mode.toString(8) : options.mode;
-    const res = await this.http.fetch("PUT", this.path(), {
+    return this.http.json("PUT", this.path(), fileWriteResult, {
       query: { path, mode },
       rawBody: toBody(data),
       headers: {
@@ -111,9 +107,8 @@ export class Files {
         ...(options.ifMatch === undefined ? {} : { "if-match": `"${options.ifMatch}"` }),
       },
       timeout: false,
-      ...(options.signal ? { signal: options.signal } : {}),
+      ...signalOf(options),
     });
-    return fileWriteResult.parse(await res.json());
   }
 
   async stat(path: string, options: CallOptions & { sha256?: boolean } = {}): Promise<FileInfo> {

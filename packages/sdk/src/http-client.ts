@@ -29,6 +29,10 @@ export interface RequestOptions extends CallOptions {
   query?: Record<string, string | number | boolean | undefined>;
   body?: unknown;
   headers?: Record<string, string>;
+  /** Sent as it is instead of `body` as JSON (bytes, a stream). */
+  rawBody?: RequestBody;
+  /** false: no deadline, for streams the caller paces (uploads, downloads). */
+  timeout?: boolean;
 }
 
 function env(name: string): string | undefined {
@@ -75,11 +79,7 @@ export class HttpClient {
    * `body` is sent as JSON unless it is already a RequestBody (bytes, a stream, a string with its
    * own content-type header).
    */
-  async fetch(
-    method: string,
-    path: string,
-    options: RequestOptions & { rawBody?: RequestBody; timeout?: boolean } = {},
-  ): Promise<Response> {
+  async fetch(method: string, path: string, options: RequestOptions = {}): Promise<Response> {
     const headers: Record<string, string> = { ...this.authHeaders(), ...options.headers };
     let body: RequestBody | undefined = options.rawBody;
     if (options.body !== undefined) {

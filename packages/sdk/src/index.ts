@@ -39,6 +39,7 @@ export {
   NotSupportedError,
   ConnectionError,
   CommandExitError,
+  CommandTimeoutError,
   errorFromCode,
   errorFromProblem,
   type CommandResult,

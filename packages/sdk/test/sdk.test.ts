@@ -5,6 +5,7 @@ import { startTestServer, type TestServer } from "../../server/test/helpers/test
 import { noLeaks } from "../../server/test/helpers/host-state.ts";
 import {
   CommandExitError,
+  CommandTimeoutError,
   ConflictError,
   ConnectionError,
   InvalidArgumentError,
@@ -78,6 +79,15 @@ describe("SDK against a real server [gvisor]", () => {
     expect(r.stdout).toBe("/\nhi\nfrom stdin\n");
     expect(out.join("")).toBe(r.stdout);
     expect(err.join("")).toBe("oops\n");
+
+    const streamed: string[] = [];
+    const unkept = await sbx.commands.run("echo only streamed; echo here too >&2", {
+      keepOutput: false,
+      onStdout: (d) => streamed.push(d),
+      onStderr: (d) => streamed.push(d),
+    });
+    expect(unkept).toMatchObject({ exitCode: 0, stdout: "", stderr: "" });
+    expect(streamed.join("").split("\n").sort()).toEqual(["", "here too", "only streamed"]);
   });
 
   it("throws CommandExitError on a non-zero exit unless throwOnError is false", async () => {
@@ -89,8 +99,14 @@ describe("SDK against a real server [gvisor]", () => {
     expect(r.exitCode).toBe(4);
   });
 
-  it("throws TimeoutError when a command runs past timeoutS", async () => {
-    await expect(sbx.commands.run("sleep 30", { timeoutS: 1 })).rejects.toBeInstanceOf(TimeoutError);
+  it("throws TimeoutError when a command runs past timeoutS, with what the command did", async () => {
+    const err = await sbx.commands
+      .run("echo before; sleep 30", { timeoutS: 1, throwOnError: false })
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(TimeoutError);
+    expect(err).toBeInstanceOf(CommandTimeoutError);
+    expect(err).toMatchObject({ code: "command_timeout", result: { exitCode: null, stdout: "before\n" } });
+    expect((err as CommandTimeoutError).result.commandId).toMatch(/^cmd_/);
   });
 
   it("aborts a foreground command with an AbortSignal", async () => {

@@ -1,7 +1,7 @@
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import websocket from "@fastify/websocket";
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from "fastify";
 import { pino, type Logger as PinoLogger } from "pino";
 import { BothyError } from "@bothy/protocol";
 import { agentToolRoutes } from "./api/agent-tool-routes.ts";
@@ -11,8 +11,9 @@ import { fileRoutes } from "./api/file-routes.ts";
 import { lifecycleRoutes } from "./api/lifecycle-routes.ts";
 import { metricsRoutes } from "./api/metrics-routes.ts";
 import { openapiRoutes, recordRoutes, type RouteRecord } from "./api/openapi.ts";
-import { sendProblem } from "./api/problem.ts";
+import { answerClientError, answerExpectation, sendProblem } from "./api/problem.ts";
 import { sandboxRoutes } from "./api/sandbox-routes.ts";
+import { checkWebSocketHandshakes } from "./api/websocket-handshake.ts";
 import { CommandRegistry } from "./commands/command-registry.ts";
 import { EventBus } from "./events/event-bus.ts";
 import { toPublicEvent } from "./events/public-events.ts";
@@ -100,33 +101,49 @@ export async function startServer(
   const meter = new UsageMeter(ledger, events, config.metering, log);
 
   const startedAt = Date.now();
-  const app = Fastify({
-    loggerInstance: logger.child({}, { level: "warn" }) as FastifyBaseLogger,
-    bodyLimit: config.bodyLimitBytes,
-    return503OnClosing: true,
-    forceCloseConnections: true,
-  });
-  // JSON only: a text body would otherwise reach validation as a string and get a vaguer error.
-  app.removeContentTypeParser("text/plain");
-  await app.register(websocket, { options: { maxPayload: 2 * 1024 * 1024 } });
-  const routes = recordRoutes(app);
-
   const logProblem = (err: BothyError): void => {
     metrics.error(err.code);
     if (err.status >= 500) logger.error({ event: "request_error", code: err.code, err: err.cause ?? err }, err.message);
   };
-  app.setErrorHandler((err, request, reply) => sendProblem(reply, request, err, logProblem));
-  app.setNotFoundHandler((request, reply) =>
-    sendProblem(
-      reply,
-      request,
-      new BothyError(
-        "route_not_found",
-        `No route ${request.method} ${request.url.split("?")[0]}; see the README for the API.`,
-      ),
-      logProblem,
-    ),
+  const routeNotFound = (request: FastifyRequest): BothyError =>
+    new BothyError(
+      "route_not_found",
+      `No route ${request.method} ${request.url.split("?")[0]}; see the README or /openapi.json for the API.`,
+    );
+  // Every answer is problem+json, also those Fastify and Node's HTTP parser give before a route runs.
+  const app = Fastify({
+    loggerInstance: logger.child({}, { level: "warn" }) as FastifyBaseLogger,
+    bodyLimit: config.bodyLimitBytes,
+    // A request while closing gets `shutting_down` from the hook below, not Fastify's own 503.
+    return503OnClosing: false,
+    forceCloseConnections: true,
+    frameworkErrors: (err, request, reply) => sendProblem(reply, request, err, logProblem),
+    clientErrorHandler: (err, socket) => answerClientError(err, socket, logProblem),
+    // Node answers a missing Host with a bare 400; the hook below answers it as problem+json.
+    http: { requireHostHeader: false },
+  });
+  app.server.on("checkExpectation", (req, res) => answerExpectation(req, res, logProblem));
+  // JSON only: a text body would otherwise reach validation as a string and get a vaguer error.
+  app.removeContentTypeParser("text/plain");
+  await app.register(websocket, { options: { maxPayload: 2 * 1024 * 1024 } });
+  const routes = recordRoutes(app);
+  checkWebSocketHandshakes(app, routes);
+
+  let stopping = false;
+  app.addHook("preClose", async () => {
+    stopping = true;
+  });
+  // Refusals that hold for every route, before its own checks.
+  app.addHook("onRequest", async (request) => {
+    if (stopping) throw new BothyError("shutting_down", "The server is stopping; retry once it is back.");
+    if (request.raw.httpVersion === "1.1" && request.headers.host === undefined)
+      throw new BothyError("malformed_request", "An HTTP/1.1 request needs a Host header (RFC 9112); send one.");
+  });
+  // A request no route takes can still fail earlier on its body or content type; it gets the 404.
+  app.setErrorHandler((err, request, reply) =>
+    sendProblem(reply, request, request.is404 ? routeNotFound(request) : err, logProblem),
   );
+  app.setNotFoundHandler((request, reply) => sendProblem(reply, request, routeNotFound(request), logProblem));
 
   sandboxRoutes(app, manager, startedAt);
 
@@ -164,6 +181,7 @@ export async function startServer(
         meter.stop();
         await app.close();
         await manager.close();
+        await drivers.close();
         webhook?.close();
         ledger.close();
       })();

@@ -13,7 +13,7 @@ import { startTestServer, type TestServer } from "./helpers/test-server.ts";
  * 128 MiB disk of its own, at most 64 processes) so each abuse reaches its limit quickly even
  * under emulation. Round trips of the neighbour are printed, not asserted (a shared machine).
  */
-const ABUSER = { template: "seed", vcpu: 1, memory_mib: 256, disk_mib: 128, max_processes: 64 };
+const ABUSER = { template: "seed", vcpu: 1, memoryMib: 256, diskMib: 128, maxProcesses: 64 };
 const MIB = 1024 * 1024;
 
 for (const driver of testDrivers()) {
@@ -139,7 +139,7 @@ for (const driver of testDrivers()) {
         console.info(
           `${driver.name} disk fill: ${(free / MIB).toFixed(0)} MiB free in the sandbox, host file holds ${(held / MIB).toFixed(0)} MiB`,
         );
-        expect(held).toBeLessThanOrEqual(driver.name === "qemu" ? free + 64 * MIB : ABUSER.disk_mib * MIB);
+        expect(held).toBeLessThanOrEqual(driver.name === "qemu" ? free + 64 * MIB : ABUSER.diskMib * MIB);
         // The sandbox itself carries on: it can free space and write again.
         expect(
           (

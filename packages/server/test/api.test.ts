@@ -53,6 +53,27 @@ for (const driver of testDrivers()) {
         await api(ts.url, "DELETE", `/sandboxes/${String([...ids][0])}`);
       });
 
+      it("concurrent creates with one Idempotency-Key and different bodies: one boots, the other is refused", async () => {
+        const key = `race-body-${Date.now()}`;
+        const bodies = [
+          { template: "seed", memory_mib: 512 },
+          { template: "seed", memory_mib: 640 },
+        ];
+        const results = await Promise.all(
+          bodies.map((body) => api(ts.url, "POST", "/sandboxes", body, { "idempotency-key": key })),
+        );
+        const made = results.filter((r) => r.status === 201);
+        try {
+          expect(results.map((r) => r.status).sort()).toEqual([201, 422]);
+          const refused = results.find((r) => r.status === 422);
+          expect(refused?.json["code"]).toBe("idempotency_key_reused");
+          const winner = results.indexOf(made[0]!);
+          expect(made[0]?.json["memory_mib"]).toBe(bodies[winner]?.memory_mib);
+        } finally {
+          for (const r of made) await api(ts.url, "DELETE", `/sandboxes/${String(r.json["sandbox_id"])}`);
+        }
+      });
+
       it("lists and shows sandboxes", async () => {
         const list = await api(ts.url, "GET", "/sandboxes");
         expect(list.status).toBe(200);

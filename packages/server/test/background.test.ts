@@ -41,7 +41,7 @@ afterAll(async () => {
   await new Promise((r) => hook.close(r));
 });
 
-const startBackground = (cmd: string): Promise<string> => startBackgroundCommand(ts.wsUrl, id, cmd);
+const startBackground = (cmd: string): Promise<string> => startBackgroundCommand(ts.url, id, cmd);
 const attach = (commandId: string): Promise<CommandEvent[]> => attachCommand(ts.wsUrl, id, commandId);
 const readEvents = (
   query: string,

@@ -272,8 +272,9 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
       expect(await sbx.files.read("empty.txt")).toBe("");
     });
 
-    it("reading a missing file raises the SDK's FileNotFoundError", async () => {
+    it("reading a missing file raises FileNotFoundError, a directory InvalidArgumentError", async () => {
       await expect(sbx.files.read("/tmp/does-not-exist")).rejects.toBeInstanceOf(FileNotFoundError);
+      await expect(sbx.files.read("/tmp")).rejects.toBeInstanceOf(InvalidArgumentError);
     });
 
     it("background commands: listed, fed on stdin, stdin closed, waited for", async () => {

@@ -97,6 +97,65 @@ for (const driver of testDrivers()) {
         expect(hostname.trim()).not.toBe(hostname_());
       });
 
+      it("reads through a symlink the linked file's bytes, with their length", async () => {
+        const big = randomBytes(100_000);
+        await runCommand(ts.wsUrl, id, { cmd: "mkdir -p /workspace/links" });
+        await put("/workspace/links/big.bin", big);
+        await put("/workspace/links/small.txt", "abc");
+        const made = await runCommand(ts.wsUrl, id, {
+          cmd: "cd /workspace/links && ln -s big.bin biglink && ln -s small.txt smalllink && echo ok",
+        });
+        expect(made.stdout).toBe("ok\n");
+        for (const [path, bytes] of [
+          ["/workspace/links/biglink", big],
+          ["/workspace/links/smalllink", Buffer.from("abc")],
+        ] as const) {
+          const res = await fetch(filesUrl({ path }));
+          expect(res.status).toBe(200);
+          expect(Number(res.headers.get("content-length"))).toBe(bytes.length);
+          expect(Buffer.from(await res.arrayBuffer()).equals(bytes)).toBe(true);
+        }
+      });
+
+      it("answers a read of a link to a directory, a dangling link, a link loop or a fifo with problem+json", async () => {
+        const made = await runCommand(ts.wsUrl, id, {
+          cmd:
+            "mkdir -p /workspace/odd/dir && cd /workspace/odd && ln -s dir dirlink && ln -s nowhere dangling && " +
+            "ln -s loop2 loop1 && ln -s loop1 loop2 && mkfifo fifo && echo ok",
+        });
+        expect(made.stdout).toBe("ok\n");
+        const expected: Array<[string, number, string]> = [
+          ["/workspace/odd/dirlink", 400, "file_error"],
+          ["/workspace/odd/dangling", 404, "file_not_found"],
+          ["/workspace/odd/loop1", 400, "file_error"],
+          ["/workspace/odd/fifo", 400, "file_error"],
+        ];
+        for (const [path, status, code] of expected) {
+          const res = await api(ts.url, "GET", `/sandboxes/${id}/files?path=${encodeURIComponent(path)}`);
+          expect({ path, status: res.status, type: res.type, code: res.json["code"] }).toEqual({
+            path,
+            status,
+            type: expect.stringContaining("application/problem+json"),
+            code,
+          });
+        }
+      });
+
+      it("makes directories through a symlink to /, and the sandbox answers afterwards", async () => {
+        expect((await runCommand(ts.wsUrl, id, { cmd: "ln -sfn / /workspace/rootlink && echo ok" })).stdout).toBe(
+          "ok\n",
+        );
+        const made = await api(ts.url, "POST", `/sandboxes/${id}/files/mkdir`, {
+          path: "/workspace/rootlink/tmp/x",
+          parents: true,
+        });
+        expect(made.json).toEqual({ path: "/workspace/rootlink/tmp/x", created: true });
+        const alone = await api(ts.url, "POST", `/sandboxes/${id}/files/mkdir`, { path: "/workspace/rootlink/tmp/y" });
+        expect(alone.status).toBe(200);
+        const check = await runCommand(ts.wsUrl, id, { cmd: "test -d /tmp/x && test -d /tmp/y && echo alive" });
+        expect(check.stdout).toBe("alive\n");
+      });
+
       it("answers bad file requests with problem+json", async () => {
         const missing = await fetch(filesUrl({ path: "/nope/nothing" }));
         expect(missing.status).toBe(404);

@@ -31,7 +31,7 @@ for (const driver of testDrivers()) {
 
     beforeAll(async () => {
       ts = await startTestServer({ BOTHY_DRIVER: driver.name });
-      id = await createSandbox(ts.url, { template: "seed", vcpu: 1, memory_mib: 512 });
+      id = await createSandbox(ts.url, { template: "seed", vcpu: 1, memoryMib: 512 });
     });
 
     afterAll(async () => {

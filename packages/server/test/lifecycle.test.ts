@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import type { CommandEvent } from "@bothy/protocol";
+import type { SandboxCreateOptions } from "@bothy/sdk";
 import { api, createSandbox, runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
 import { noLeaks } from "./helpers/host-state.ts";
@@ -59,7 +60,7 @@ for (const driver of testDrivers()) {
     // The server's typed events, as every subscriber sees them.
     const logHas = (event: ServerEventName, id: string): boolean =>
       ts.events.some((e) => e.event === event && "sandbox_id" in e && e.sandbox_id === id);
-    const create = async (body: Record<string, unknown>): Promise<string> => {
+    const create = async (body: SandboxCreateOptions): Promise<string> => {
       const id = await createSandbox(ts.url, { template: "seed", ...body });
       made.push(id);
       return id;
@@ -101,7 +102,7 @@ for (const driver of testDrivers()) {
 
       it("shows expires_at, and the sweeper deletes an expired sandbox leaving nothing on the host", async () => {
         const t0 = Date.now();
-        const id = await create({ timeout_s: 3 });
+        const id = await create({ timeoutS: 3 });
         const info = (await api(ts.url, "GET", `/sandboxes/${id}`)).json;
         expect(info).toMatchObject({ delete_on_disconnect: false, expires_at: expect.any(String) });
         const expires = Date.parse(info["expires_at"] as string);
@@ -113,7 +114,7 @@ for (const driver of testDrivers()) {
       });
 
       it("POST /timeout extends a sandbox's life from now, and shortens it", async () => {
-        const id = await create({ timeout_s: 3 });
+        const id = await create({ timeoutS: 3 });
         const res = await api(ts.url, "POST", `/sandboxes/${id}/timeout`, { timeout_s: 60 });
         expect(res.status).toBe(200);
         expect(Date.parse(res.json["expires_at"] as string)).toBeGreaterThan(Date.now() + 50_000);
@@ -138,7 +139,7 @@ for (const driver of testDrivers()) {
       let id: string;
 
       beforeAll(async () => {
-        id = await create({ delete_on_disconnect: true, disconnect_grace_s: 2 });
+        id = await create({ deleteOnDisconnect: true, disconnectGraceS: 2 });
       });
 
       it("is shown on the sandbox", async () => {

@@ -6,6 +6,8 @@ import { HostNetwork } from "../src/network/host-network.ts";
  * do. (ip_forward being turned on and logged is checked by network.test.ts, in its own namespace.)
  */
 const base = {
+  tag: "test",
+  sandboxesDir: "/nonexistent",
   pool: "10.179.0.0/16",
   uplink: undefined,
   dns: ["1.1.1.1", "8.8.8.8"],

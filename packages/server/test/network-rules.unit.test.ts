@@ -1,7 +1,11 @@
+import { mkdtemp, rm, symlink } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { egressFromRequest } from "../src/network/host-network.ts";
 import { normalizeCidr, parseCidr, subnetAt } from "../src/network/ipv4.ts";
 import { mergeCidrs, renderBase, renderSandboxAdd, renderSandboxRemove } from "../src/network/nft-ruleset.ts";
+import { cgroupPath, hostTag, ifaceName, netnsName, nftTable, snapshotTapName } from "../src/util/host-names.ts";
 
 describe("network rules", () => {
   it("normalizes CIDRs and carves /30s from the pool", () => {
@@ -26,17 +30,21 @@ describe("network rules", () => {
   });
 
   it("renders the base table: sandbox interfaces refused by the host, TCP reset, masquerade on the uplink", () => {
-    const text = renderBase({ pool: "10.179.0.0/16", uplink: "eth0", extraBlocked: ["168.63.129.16/32"] });
-    expect(text).toContain('add rule inet bothy input iifname "bv-*" goto refuse');
-    expect(text).toContain("add rule inet bothy refuse meta l4proto tcp reject with tcp reset");
+    const text = renderBase({ tag: "k3x9", pool: "10.179.0.0/16", uplink: "eth0", extraBlocked: ["168.63.129.16/32"] });
+    expect(text).toContain('add rule inet bothy-k3x9 input iifname "bvk3x9*" goto refuse');
+    expect(text).toContain('add rule inet bothy-k3x9 forward iifname "btk3x9*" drop');
+    expect(text).toContain("add rule inet bothy-k3x9 refuse meta l4proto tcp reject with tcp reset");
     expect(text).toContain("168.63.129.16/32");
-    expect(text).toContain('add rule inet bothy postrouting ip saddr 10.179.0.0/16 oifname "eth0" masquerade');
+    expect(text).toContain('add rule inet bothy-k3x9 postrouting ip saddr 10.179.0.0/16 oifname "eth0" masquerade');
+    // Nothing in it matches another home's interfaces.
+    expect(text).not.toMatch(/"b[vt]-?\*"/);
   });
 
   it("puts allow_out before deny_out and the private blocks, and refuses the rest without internet", () => {
     const text = renderSandboxAdd({
+      table: "inet bothy-k3x9",
       sandboxId: "sbx_aaaaaaaaaaaaaaaaaaaa",
-      iface: "bv-aaaaaaaaaaaa",
+      iface: "bvk3x9-aaaaaaaa",
       guest: "10.179.0.6",
       policy: { internet: false, allowOut: ["10.200.0.10/32"], denyOut: ["203.0.113.0/24"] },
     });
@@ -44,10 +52,33 @@ describe("network rules", () => {
     const at = (s: string) => lines.findIndex((l) => l.includes(s));
     expect(at("10.200.0.10/32 } accept")).toBeLessThan(at("203.0.113.0/24 } goto refuse"));
     expect(at("203.0.113.0/24")).toBeLessThan(at("jump blocked"));
-    expect(lines.at(-2)).toBe("add rule inet bothy sbx_aaaaaaaaaaaaaaaaaaaa goto refuse");
+    expect(lines.at(-2)).toBe("add rule inet bothy-k3x9 sbx_aaaaaaaaaaaaaaaaaaaa goto refuse");
     expect(text).toContain("ip saddr != 10.179.0.6 drop");
-    expect(renderSandboxRemove("sbx_aaaaaaaaaaaaaaaaaaaa", ["bv-aaaaaaaaaaaa"], true)).toBe(
-      'delete element inet bothy egress { "bv-aaaaaaaaaaaa" }\ndelete chain inet bothy sbx_aaaaaaaaaaaaaaaaaaaa\n',
+    expect(renderSandboxRemove("inet bothy-k3x9", "sbx_aaaaaaaaaaaaaaaaaaaa", ["bvk3x9-aaaaaaaa"], true)).toBe(
+      'delete element inet bothy-k3x9 egress { "bvk3x9-aaaaaaaa" }\ndelete chain inet bothy-k3x9 sbx_aaaaaaaaaaaaaaaaaaaa\n',
     );
+  });
+
+  it("names every host object with the home's tag, within the kernel's limits", async () => {
+    expect(hostTag("/")).toMatch(/^[a-z2-7]{4}$/);
+    expect(hostTag("/")).not.toBe(hostTag("/tmp"));
+    // The tag comes from the real path: a home reached through a link gets that home's tag.
+    const dir = await mkdtemp(join(tmpdir(), "bothy-tag-"));
+    try {
+      await symlink(dir, `${dir}.link`);
+      expect(hostTag(`${dir}.link`)).toBe(hostTag(dir));
+    } finally {
+      await rm(`${dir}.link`, { force: true });
+      await rm(dir, { recursive: true, force: true });
+    }
+    const id = "sbx_abcdefghijklmnopqrst";
+    expect(ifaceName("k3x9", id, "veth")).toBe("bvk3x9-abcdefgh");
+    expect(ifaceName("k3x9", id, "tap")).toBe("btk3x9-abcdefgh");
+    expect(snapshotTapName("k3x9", "0123456789abcdef")).toBe("bsk3x9-01234567");
+    for (const name of [ifaceName("k3x9", id, "veth"), snapshotTapName("k3x9", "0123456789abcdef")])
+      expect(name.length).toBeLessThanOrEqual(15);
+    expect(netnsName("k3x9", id)).toBe("bothy-k3x9-abcdefghijklmnopqrst");
+    expect(nftTable("k3x9")).toBe("inet bothy-k3x9");
+    expect(cgroupPath("k3x9", id)).toBe("/bothy-k3x9/sbx_abcdefghijklmnopqrst");
   });
 });

@@ -3,8 +3,13 @@
  * (helpers/net-topology.ts): the real `bothy serve` runs inside a namespace whose only uplink
  * leads to a namespace playing the internet. Nothing here sends a packet off this machine.
  */
-import { mkdtemp, rm } from "node:fs/promises";
+import { randomBytes } from "node:crypto";
+import { existsSync } from "node:fs";
+import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { hostTag } from "../src/util/host-names.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { SandboxCreateOptions } from "@bothy/sdk";
 import { api, createSandbox, runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
 import { ipv4Of, probe, sandboxNetwork, type Outcome } from "./helpers/net-probe.ts";
@@ -18,6 +23,7 @@ import {
   PRIVATE_HOST_2,
   PUBLIC_DNS,
   PUBLIC_HTTP,
+  sh,
   TEST_ANSWER,
   TEST_NAME,
 } from "./helpers/net-topology.ts";
@@ -25,12 +31,14 @@ import {
 const root = process.getuid?.() === 0;
 const drivers = testDrivers();
 
-/** Refused by the filter: an error, quickly (a reset or an ICMP reject, never a timeout). */
+/**
+ * Refused by the filter: an error (a reset or an ICMP reject), never the probe's timeout. How long
+ * the refusal took is not asserted: under emulation on a loaded host it can take seconds.
+ */
 function refusedFast(o: Outcome | undefined, what: string): void {
   expect(o, what).toBeDefined();
   expect(o?.ok, `${what} should be blocked: ${JSON.stringify(o)}`).toBe(false);
   expect(o?.err, `${what} should fail fast, not time out: ${JSON.stringify(o)}`).not.toBe("timeout");
-  expect(o?.ms ?? Infinity, `${what} took ${o?.ms} ms`).toBeLessThan(2000);
 }
 
 function unanswered(o: Outcome | undefined, what: string): void {
@@ -78,7 +86,7 @@ describe.skipIf(!root)("network isolation", () => {
         "public answers; private, host, peer, metadata and IPv6 fail fast; DNS only public; internet:false and allow_out",
       ),
       async () => {
-        const create = async (body: Record<string, unknown> = {}) => {
+        const create = async (body: SandboxCreateOptions = {}) => {
           const id = await createSandbox(base, { driver: d.name, ...body });
           made.push(id);
           return id;
@@ -86,8 +94,8 @@ describe.skipIf(!root)("network isolation", () => {
         const [a, peer, closed, allowed] = await Promise.all([
           create(),
           create(),
-          create({ internet: false }),
-          create({ allow_out: [PRIVATE_HOST], deny_out: ["203.0.113.0/24"] }),
+          create({ network: { internet: false } }),
+          create({ network: { allowOut: [PRIVATE_HOST], denyOut: ["203.0.113.0/24"] } }),
         ]);
         expect(await sandboxNetwork(base, a)).toEqual({
           enabled: true,
@@ -169,7 +177,7 @@ describe.skipIf(!root)("network isolation", () => {
         const ids = [a, peer, closed, allowed];
         for (const id of ids) expect((await api(base, "DELETE", `/sandboxes/${id}`)).status).toBe(200);
         const left = await topo.bothyObjects();
-        const suffixes = ids.map((id) => id.slice(4, 16));
+        const suffixes = ids.map((id) => id.slice(4, 12));
         expect(left.netns.filter((n) => suffixes.some((s) => n.includes(s)))).toEqual([]);
         expect(left.links.filter((n) => suffixes.some((s) => n.endsWith(s)))).toEqual([]);
         expect(left.chains.filter((c2) => ids.includes(c2))).toEqual([]);
@@ -211,8 +219,141 @@ describe.skipIf(!root)("network isolation", () => {
     );
   });
 
+  it.skipIf(drivers.find((d) => d.name === "gvisor")?.missing !== undefined)(
+    "two servers with their own homes share the host: a restart of one leaves the other's network whole",
+    async () => {
+      const homeB = await mkdtemp("/tmp/bothy-net-b-");
+      const [tagA, tagB] = [hostTag(home), hostTag(homeB)];
+      const envB = { BOTHY_DRIVER: "gvisor", BOTHY_NET_POOL: "10.178.0.0/16" };
+      let serverB = topo.serveInHost(homeB, envB);
+      try {
+        await serverB.url;
+        const a = await createSandbox(base, { driver: "gvisor" });
+        made.push(a);
+        const b = await createSandbox(await serverB.url, { driver: "gvisor" });
+
+        // B dies and starts again: its start-up reconcile takes its own sandbox over and must not
+        // take A's objects for orphans, nor rewrite A's rules.
+        const gone = new Promise((r) => serverB.child.once("exit", r));
+        serverB.child.kill("SIGKILL");
+        await gone;
+        serverB = topo.serveInHost(homeB, envB);
+        const baseB = await serverB.url;
+        for (const [url, id] of [
+          [base, a],
+          [baseB, b],
+        ] as const) {
+          const p = await probe(url, id, { public: { get: [PUBLIC_HTTP, 80] }, private: { tcp: [PRIVATE_HOST, 80] } });
+          expect(p.results["public"], `${id}: ${JSON.stringify(p.results["public"])}`).toMatchObject({ ok: true });
+          refusedFast(p.results["private"], `private from ${id}`);
+        }
+        expect(serverB.logs.filter((l) => l["event"] === "orphan_removed")).toEqual([]);
+        expect(serverB.logs.find((l) => l["event"] === "sandbox_reattached")).toMatchObject({ sandbox_id: b });
+
+        // Each server's objects carry its home's tag, and only its own sandbox's.
+        const objectsOf = async (tag: string, id: string) => {
+          const all = await topo.bothyObjects(tag);
+          return {
+            netns: all.netns.filter((n) => n.endsWith(id.slice(4))),
+            links: all.links.filter((n) => n.endsWith(id.slice(4, 12))),
+            chains: all.chains.filter((c) => c === id),
+          };
+        };
+        const aObjects = {
+          netns: [`bothy-${tagA}-${a.slice(4)}`],
+          links: [`bv${tagA}-${a.slice(4, 12)}`],
+          chains: [a],
+        };
+        expect(await objectsOf(tagA, a)).toEqual(aObjects);
+        expect(await objectsOf(tagB, b)).toEqual({
+          netns: [`bothy-${tagB}-${b.slice(4)}`],
+          links: [`bv${tagB}-${b.slice(4, 12)}`],
+          chains: [b],
+        });
+        expect(await objectsOf(tagB, a)).toEqual({ netns: [], links: [], chains: [] });
+
+        // B's clean stop stops its sandbox (disk kept) and removes that sandbox's network, and only that.
+        await serverB.stop();
+        expect(await topo.bothyObjects(tagB)).toEqual({ netns: [], links: [], chains: [], mapElements: 0 });
+        const tables = await topo.inHost("nft", ["list", "tables"]);
+        expect(tables, "B's table, emptied by its clean stop").not.toContain(`bothy-${tagB}`);
+        expect(tables).toContain(`bothy-${tagA}`);
+        expect(await objectsOf(tagA, a)).toEqual(aObjects);
+        const after = await probe(base, a, { public: { get: [PUBLIC_HTTP, 80] } });
+        expect(after.results["public"]).toMatchObject({ ok: true, body: "OK wan\n" });
+        expect((await api(base, "DELETE", `/sandboxes/${a}`)).status).toBe(200);
+      } finally {
+        await serverB.stop();
+        await rm(homeB, { recursive: true, force: true });
+      }
+    },
+    600_000,
+  );
+
+  it("refuses to start on a pool another home's server uses in the same namespace, naming its table", async () => {
+    const homeD = await mkdtemp("/tmp/bothy-net-d-");
+    try {
+      // The first server runs with the default pool; a second home asks for an overlapping one.
+      const failed = await topo.serveFailure(homeD, { BOTHY_DRIVER: "gvisor", BOTHY_NET_POOL: "10.179.128.0/17" });
+      expect(failed.code).toBe(1);
+      expect(failed.stderr).toContain(
+        `overlaps 10.179.0.0/16, the pool of another bothy home on this host (table inet bothy-${hostTag(home)})`,
+      );
+    } finally {
+      await rm(homeD, { recursive: true, force: true });
+    }
+  });
+
+  it("after an upgrade, removes untagged objects of its own sandboxes at start-up and leaves other homes'", async () => {
+    const homeC = await mkdtemp("/tmp/bothy-net-c-");
+    const fakeId = () => `sbx_${randomBytes(20).reduce((s, b) => s + "abcdefghijklmnopqrstuvwxyz234567"[b & 31], "")}`;
+    // Made the way a bothy without tags made them: X's directory is in this home, Y's is not.
+    const legacy = [
+      { id: fakeId(), gateway: "10.177.0.5/30", ours: true },
+      { id: fakeId(), gateway: "10.176.0.5/30", ours: false },
+    ].map((o) => ({ ...o, link: `bv-${o.id.slice(4, 16)}`, netns: `bothy-${o.id.slice(4)}` }));
+    let serverC: ServeProcess | undefined;
+    try {
+      for (const o of legacy) {
+        await sh("ip", ["netns", "add", o.netns]);
+        await topo.inHost("ip", ["link", "add", o.link, "type", "veth", "peer", "name", "eth0", "netns", o.netns]);
+        await topo.inHost("ip", ["link", "set", o.link, "alias", o.id]);
+        await topo.inHost("ip", ["addr", "add", o.gateway, "dev", o.link]);
+        await sh(
+          "nsenter",
+          [`--net=${topo.netnsPath}`, "--", "nft", "-f", "-"],
+          [
+            "add table inet bothy",
+            "add map inet bothy egress { type ifname : verdict; }",
+            `add chain inet bothy ${o.id}`,
+            `add element inet bothy egress { "${o.link}" : goto ${o.id} }`,
+          ].join("\n") + "\n",
+        );
+        if (o.ours) await mkdir(join(homeC, "sandboxes", o.id), { recursive: true });
+      }
+      // X's gateway lies in C's pool: start-up must take it for its own, not refuse the pool.
+      serverC = topo.serveInHost(homeC, { BOTHY_DRIVER: "gvisor", BOTHY_NET_POOL: "10.177.0.0/16" });
+      await serverC.url;
+      const [x, y] = legacy as [(typeof legacy)[0], (typeof legacy)[0]];
+      expect(serverC.logs.filter((l) => l["event"] === "orphan_removed").map((l) => l["sandbox_id"])).toEqual([x.id]);
+      const left = await topo.bothyObjects();
+      expect(left.links.filter((l) => l === x.link || l === y.link)).toEqual([y.link]);
+      expect(left.netns.filter((n) => n === x.netns || n === y.netns)).toEqual([y.netns]);
+      expect(left.chains.filter((c) => c === x.id || c === y.id)).toEqual([y.id]);
+      expect(existsSync(join(homeC, "sandboxes", x.id))).toBe(false);
+    } finally {
+      await serverC?.stop();
+      for (const o of legacy) {
+        await topo.inHost("ip", ["link", "del", o.link]).catch(() => undefined);
+        await sh("ip", ["netns", "del", o.netns]).catch(() => undefined);
+      }
+      await topo.inHost("nft", ["delete", "table", "inet", "bothy"]).catch(() => undefined);
+      await rm(homeC, { recursive: true, force: true });
+    }
+  });
+
   it("leaves no namespace, interface, chain or map element once every sandbox is gone", async () => {
     for (const id of made) await api(base, "DELETE", `/sandboxes/${id}`);
-    expect(await topo.bothyObjects()).toEqual({ netns: [], links: [], chains: [], mapElements: 0 });
+    expect(await topo.bothyObjects(hostTag(home))).toEqual({ netns: [], links: [], chains: [], mapElements: 0 });
   });
 });

@@ -92,7 +92,7 @@ describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "QEMU sandboxes"),
   it("runs a background command past its socket, re-attaches with replay, and reports its end on /events", async () => {
     const id = await createSandbox(ts.url);
     try {
-      const commandId = await startBackgroundCommand(ts.wsUrl, id, "echo first; sleep 2; echo second; exit 5");
+      const commandId = await startBackgroundCommand(ts.url, id, "echo first; sleep 2; echo second; exit 5");
       const listed = await api(ts.url, "GET", `/sandboxes/${id}/commands`);
       expect(listed.json["commands"]).toEqual(
         expect.arrayContaining([expect.objectContaining({ command_id: commandId, background: true })]),
@@ -160,7 +160,7 @@ describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "QEMU sandboxes"),
 
   // The translation cache (BOTHY_QEMU_TB_MIB, 64 by default) plus ~48 MB of QEMU's own.
   it("keeps an idle VM's own memory within the guest memory it uses plus 112 MB", async () => {
-    const id = await createSandbox(ts.url, { template: "seed", vcpu: 1, memory_mib: 512 });
+    const id = await createSandbox(ts.url, { template: "seed", vcpu: 1, memoryMib: 512 });
     try {
       await sh(ts, id, "echo warm");
       const m = await vmMemory(ts, id, 512);

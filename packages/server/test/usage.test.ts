@@ -44,7 +44,7 @@ for (const driver of testDrivers())
       "meters a running sandbox, warns once when the budget is crossed, and reports /usage",
       { timeout: 180_000 },
       async () => {
-        const id = await createSandbox(ts.url, { template: "seed", vcpu: 2, memory_mib: 512 });
+        const id = await createSandbox(ts.url, { template: "seed", vcpu: 2, memoryMib: 512 });
         try {
           let warning: BothyEvent | undefined;
           for (let i = 0; i < 100 && !warning; i++) {

@@ -7,10 +7,12 @@ import { createWriteStream } from "node:fs";
 import { mkdir, open, rename, rm } from "node:fs/promises";
 import { basename, join } from "node:path";
 import { pipeline } from "node:stream/promises";
-import { Transform } from "node:stream";
-import { BothyError, CLIENT_ID_RE } from "@bothy/protocol";
+import { Readable, Transform } from "node:stream";
+import type { ReadableStream as NodeReadableStream } from "node:stream/web";
+import { BothyError, CLIENT_ID_RE, isErrorCode } from "@bothy/protocol";
+import { Sandbox, SandboxError, type ConnectionOptions } from "@bothy/sdk";
 import { Corpus } from "./corpus.ts";
-import { SandboxApi } from "./sandbox-api.ts";
+import { asBothyError, runToEnd } from "./sandbox-calls.ts";
 import { mediaTypeOf } from "./text-view.ts";
 import { newId, ToolStore, type ConversationRow, type ExportRow, type TurnRow } from "./tool-store.ts";
 
@@ -59,7 +61,7 @@ export interface TurnView {
 }
 
 export interface SandboxLease {
-  sandboxId: string;
+  sandbox: Sandbox;
   /** Made for this call: the conversation had none, or its old one was gone (with its files). */
   fresh: boolean;
   replaced: boolean;
@@ -78,7 +80,6 @@ const exportView = (e: ExportRow): ExportView => ({
 export class AgentTools {
   readonly store: ToolStore;
   readonly corpus: Corpus;
-  readonly api: SandboxApi;
   private readonly exportsDir: string;
   private readonly leasing = new Map<string, Promise<SandboxLease>>();
 
@@ -89,7 +90,6 @@ export class AgentTools {
     this.store = new ToolStore(join(dir, "tools.sqlite"));
     this.corpus = new Corpus(this.store, join(dir, "corpus"));
     this.exportsDir = join(dir, "exports");
-    this.api = new SandboxApi(options.apiUrl);
   }
 
   static async open(options: AgentToolsOptions): Promise<AgentTools> {
@@ -100,6 +100,11 @@ export class AgentTools {
 
   close(): void {
     this.store.close();
+  }
+
+  /** Where the SDK reaches this server's API (read per call: the server knows it only once listening). */
+  private connection(): ConnectionOptions {
+    return { baseUrl: this.options.apiUrl() };
   }
 
   // ---- conversations ------------------------------------------------------------------------
@@ -133,28 +138,37 @@ export class AgentTools {
    * template (poppler's pdftotext), without network, deleted afterwards whatever happens.
    */
   async pdfText(pdf: Buffer): Promise<string> {
-    const box = await this.api
-      .create({ template: this.options.defaultTemplate, memory_mib: 512, timeout_s: 300, internet: false })
-      .catch((err: unknown) => {
-        throw new BothyError(
-          err instanceof BothyError ? err.code : "internal",
-          `Extracting the PDF's text needs a sandbox of the ${this.options.defaultTemplate} template: ${(err as Error).message}`,
-        );
-      });
-    try {
-      await this.api.write(box.sandbox_id, "/workspace/upload.pdf", pdf);
-      let output = "";
-      const done = await this.api.exec(
-        box.sandbox_id,
-        { cmd: "pdftotext -enc UTF-8 -layout upload.pdf upload.txt", cwd: "/workspace", timeout_s: 120 },
-        (_s, t) => (output = (output + t).slice(-2000)),
+    const box = await Sandbox.create({
+      ...this.connection(),
+      template: this.options.defaultTemplate,
+      memoryMib: 512,
+      timeoutS: 300,
+      network: { internet: false },
+    }).catch((err: unknown) => {
+      throw new BothyError(
+        err instanceof SandboxError && isErrorCode(err.code) ? err.code : "internal",
+        `Extracting the PDF's text needs a sandbox of the ${this.options.defaultTemplate} template: ${(err as Error).message}`,
       );
-      if (done.exit_code !== 0)
+    });
+    try {
+      await box.files.write("/workspace/upload.pdf", pdf);
+      let output = "";
+      const keepTail = (text: string): void => {
+        output = (output + text).slice(-2000);
+      };
+      const done = await runToEnd(box, "pdftotext -enc UTF-8 -layout upload.pdf upload.txt", {
+        cwd: "/workspace",
+        timeoutS: 120,
+        keepOutput: false,
+        onStdout: keepTail,
+        onStderr: keepTail,
+      });
+      if (done.exitCode !== 0)
         throw new BothyError(
           "invalid_request",
-          `This PDF's text could not be extracted (pdftotext: ${output.trim().slice(-500) || `exit ${String(done.exit_code)}`}).`,
+          `This PDF's text could not be extracted (pdftotext: ${output.trim().slice(-500) || `exit ${String(done.exitCode)}`}).`,
         );
-      const text = (await this.api.readAll(box.sandbox_id, "/workspace/upload.txt"))
+      const text = Buffer.from(await box.files.read("/workspace/upload.txt", { format: "bytes" }))
         .toString("utf8")
         .replaceAll("\f", "\n");
       if (!text.trim())
@@ -163,10 +177,12 @@ export class AgentTools {
           "This PDF has no text to index (a scan? run OCR on it in a sandbox with tesseract first).",
         );
       return text;
+    } catch (err) {
+      throw asBothyError(err);
     } finally {
-      await this.api.delete(box.sandbox_id).catch((err: unknown) =>
+      await box.kill().catch((err: unknown) =>
         this.options.log("warn", "pdf_sandbox_delete_failed", {
-          sandbox_id: box.sandbox_id,
+          sandbox_id: box.sandboxId,
           error: (err as Error).message,
         }),
       );
@@ -187,22 +203,28 @@ export class AgentTools {
     if (conv.deleted_at)
       throw new BothyError("conversation_not_found", `Conversation ${conversationId} was deleted; start a new one.`);
     if (conv.sandbox_id) {
-      const info = await this.api.get(conv.sandbox_id);
-      if (info && (info.state === "running" || info.state === "paused" || info.state === "stopped"))
-        return { sandboxId: conv.sandbox_id, fresh: false, replaced: false };
+      const known = await Sandbox.connect(conv.sandbox_id, this.connection()).catch((err: unknown) => {
+        if (err instanceof SandboxError && (err.code === "sandbox_not_found" || err.code === "invalid_sandbox_id"))
+          return undefined;
+        throw err;
+      });
+      const state = known?.info.state;
+      if (known && (state === "running" || state === "paused" || state === "stopped"))
+        return { sandbox: known, fresh: false, replaced: false };
     }
-    const info = await this.api.create({
+    const sandbox = await Sandbox.create({
+      ...this.connection(),
       template: conv.template,
       ...(conv.vcpu === null ? {} : { vcpu: conv.vcpu }),
-      ...(conv.memory_mib === null ? {} : { memory_mib: conv.memory_mib }),
+      ...(conv.memory_mib === null ? {} : { memoryMib: conv.memory_mib }),
     });
-    this.store.setSandbox(conversationId, info.sandbox_id);
+    this.store.setSandbox(conversationId, sandbox.sandboxId);
     this.options.log("info", "conversation_sandbox", {
       conversation_id: conversationId,
-      sandbox_id: info.sandbox_id,
+      sandbox_id: sandbox.sandboxId,
       replaced: conv.sandbox_id,
     });
-    return { sandboxId: info.sandbox_id, fresh: true, replaced: conv.sandbox_id !== null };
+    return { sandbox, fresh: true, replaced: conv.sandbox_id !== null };
   }
 
   /** Deletes the conversation's sandbox; its turns, exports and attachments stay readable. */
@@ -210,7 +232,11 @@ export class AgentTools {
     const conv = this.conversation(id);
     await this.leasing.get(id)?.catch(() => undefined);
     const sandboxId = this.store.conversation(id)?.sandbox_id;
-    if (sandboxId) await this.api.delete(sandboxId);
+    try {
+      if (sandboxId) await Sandbox.kill(sandboxId, this.connection());
+    } catch (err) {
+      throw asBothyError(err);
+    }
     if (conv.current_turn) this.endTurn(id, conv.current_turn);
     this.store.markDeleted(id);
     return this.conversation(id);
@@ -318,7 +344,7 @@ export class AgentTools {
   async exportFile(
     conversationId: string,
     turnId: string,
-    sandboxId: string,
+    sandbox: Sandbox,
     path: string,
     name?: string,
   ): Promise<ExportView> {
@@ -334,7 +360,8 @@ export class AgentTools {
       },
     });
     try {
-      await pipeline(await this.api.readStream(sandboxId, path), counter, createWriteStream(tmp, { mode: 0o600 }));
+      const source = (await sandbox.files.read(path, { format: "stream" })) as NodeReadableStream<Uint8Array>;
+      await pipeline(Readable.fromWeb(source), counter, createWriteStream(tmp, { mode: 0o600 }));
       await rename(tmp, this.exportPath(id));
     } catch (err) {
       await rm(tmp, { force: true });

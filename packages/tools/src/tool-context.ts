@@ -7,7 +7,9 @@ import { posix } from "node:path";
 import type { RequestHandlerExtra } from "@modelcontextprotocol/sdk/shared/protocol.js";
 import type { CallToolResult, ServerNotification, ServerRequest } from "@modelcontextprotocol/sdk/types.js";
 import { BothyError } from "@bothy/protocol";
+import type { Sandbox } from "@bothy/sdk";
 import type { AgentTools } from "./agent-tools.ts";
+import { asBothyError } from "./sandbox-calls.ts";
 import { refusal } from "./tool-result.ts";
 
 export type Extra = RequestHandlerExtra<ServerRequest, ServerNotification>;
@@ -21,8 +23,8 @@ export interface CallContext {
   conversationId: string;
   turnId: string;
   extra: Extra;
-  /** The conversation's sandbox id, created on first use. */
-  sandbox(): Promise<string>;
+  /** The conversation's sandbox, created on first use. */
+  sandbox(): Promise<Sandbox>;
 }
 
 /** `s` as one word for a POSIX shell. */
@@ -82,7 +84,7 @@ export function withContext<A>(
             notes.push(
               "Note: this conversation's previous sandbox was gone (expired or the server restarted), so a new, empty one was made; files from earlier turns are not in it.",
             );
-          return lease.sandboxId;
+          return lease.sandbox;
         },
       };
       result = await handler(args, ctx);
@@ -95,7 +97,9 @@ export function withContext<A>(
   };
 }
 
-export function errorResult(err: unknown): CallToolResult {
+export function errorResult(thrown: unknown): CallToolResult {
+  // The server's own codes, whether the tools threw them or the SDK rebuilt them from an answer.
+  const err = asBothyError(thrown);
   if (!(err instanceof BothyError))
     return refusal(
       "sandbox_error",
@@ -134,16 +138,16 @@ export interface FileBytes {
 /** Reads a sandbox file, hashing all of it and keeping at most `maxBytes`. */
 export async function readFileBytes(
   ctx: CallContext,
-  sandboxId: string,
+  sandbox: Sandbox,
   path: string,
   maxBytes: number,
 ): Promise<FileBytes> {
-  const stream = await ctx.tools.api.readStream(sandboxId, path, ctx.extra.signal);
+  const stream = await sandbox.files.read(path, { format: "stream", signal: ctx.extra.signal });
   const hash = createHash("sha256");
-  const kept: Buffer[] = [];
+  const kept: Uint8Array[] = [];
   let keptBytes = 0;
   let size = 0;
-  for await (const chunk of stream as AsyncIterable<Buffer>) {
+  for await (const chunk of stream) {
     hash.update(chunk);
     size += chunk.length;
     if (keptBytes < maxBytes) {

@@ -1,13 +1,15 @@
 /**
- * The agent tools end to end: a real bothy server (gVisor sandboxes of the `charts` template),
+ * The agent tools end to end: a real bothy server (gVisor sandboxes of the `charts` and `seed` templates),
  * the MCP SDK's own Client over streamable HTTP and over stdio (`bothy mcp`).
  */
+import { randomBytes } from "node:crypto";
 import { readdir, readFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { LoggingMessageNotificationSchema, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { PNG } from "pngjs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { noLeaks } from "../../server/test/helpers/host-state.ts";
 import { api } from "../../server/test/helpers/client.ts";
@@ -69,6 +71,33 @@ function minimalPdf(line: string): Buffer {
   out += `xref\n0 ${objects.length + 1}\n0000000000 65535 f \n${offsets.map((o) => `${String(o).padStart(10, "0")} 00000 n \n`).join("")}`;
   out += `trailer\n<< /Size ${objects.length + 1} /Root 1 0 R >>\nstartxref\n${xref}\n%%EOF\n`;
   return Buffer.from(out, "latin1");
+}
+
+/** A PNG of random RGB pixels: incompressible, so a 2400x600 one is over 4 MB. */
+function noisePng(width: number, height: number): Buffer {
+  const png = new PNG({ width, height });
+  png.data = randomBytes(width * height * 4);
+  return PNG.sync.write(png, { colorType: 2 });
+}
+
+/** A PNG whose header claims `width`x`height`, with `idat` as its pixel data (never decoded here). */
+function pngWithHeader(width: number, height: number, idat: Buffer): Buffer {
+  const chunk = (type: string, data: Buffer): Buffer => {
+    const head = Buffer.alloc(8);
+    head.writeUInt32BE(data.length, 0);
+    head.write(type, 4, "latin1");
+    return Buffer.concat([head, data, Buffer.alloc(4)]);
+  };
+  const ihdr = Buffer.alloc(13);
+  ihdr.writeUInt32BE(width, 0);
+  ihdr.writeUInt32BE(height, 4);
+  ihdr.set([8, 2, 0, 0, 0], 8);
+  return Buffer.concat([
+    Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]),
+    chunk("IHDR", ihdr),
+    chunk("IDAT", idat),
+    chunk("IEND", Buffer.alloc(0)),
+  ]);
 }
 
 function text(result: CallToolResult): string {
@@ -326,12 +355,81 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
       expect(image?.mimeType).toBe("image/jpeg");
       const jpeg = Buffer.from(image?.data ?? "", "base64");
       expect(jpeg.length).toBeLessThan(2 * 1024 * 1024);
-      expect(text(view)).toMatch(/image\/png, \d+ bytes\. Shown as a downscaled JPEG copy \(at most 1568 px a side/);
+      expect(text(view)).toMatch(
+        /image\/png, \d+ bytes\. Shown shrunk: a 1568x1176 JPEG copy \(\d+ bytes\) of the 2400x1800 original\./,
+      );
       expect(view._meta).toMatchObject({ media_type: "image/png", shown_as: "image/jpeg" });
       // Nothing of the copy is left in the sandbox.
-      expect(text(await call("computer_bash", { command: "ls /tmp | grep -c bothy-view || true" }, "t7"))).toMatch(
-        /\n0\n/,
-      );
+      expect(text(await call("computer_bash", { command: "ls /tmp | grep -c bothy- || true" }, "t7"))).toMatch(/\n0\n/);
+    });
+
+    describe("on the seed template (no Pillow, no ImageMagick)", () => {
+      const SEED = "view-seed";
+      let sandboxId = "";
+
+      beforeAll(async () => {
+        const res = await api(ts.url, "POST", "/conversations", { conversation_id: SEED, template: "seed" });
+        expect(res.status).toBe(201);
+        conversations.push(SEED);
+        const call = caller(client, SEED);
+        expect(text(await call("computer_bash", { command: "command -v python3 convert || true" }, "t1"))).not.toMatch(
+          /\/convert/,
+        );
+        sandboxId = (await api(ts.url, "GET", `/conversations/${SEED}`)).json["sandbox_id"] as string;
+      });
+
+      /** Puts `bytes` at `path` in the conversation's sandbox through the files API. */
+      async function upload(path: string, bytes: Buffer): Promise<void> {
+        const res = await fetch(`${ts.url}/sandboxes/${sandboxId}/files?path=${encodeURIComponent(path)}`, {
+          method: "PUT",
+          headers: { "content-type": "application/octet-stream" },
+          body: new Uint8Array(bytes),
+        });
+        expect(res.status).toBe(200);
+      }
+
+      it("shrinks a large PNG with bothy's own downscaler and says so", { timeout: 120_000 }, async () => {
+        const png = noisePng(2400, 600);
+        expect(png.length).toBeGreaterThan(4 * 1024 * 1024);
+        await upload("/workspace/wide.png", png);
+        const view = await caller(client, SEED)("computer_view_file", { path: "wide.png" }, "t2");
+        expect(view.isError).toBeFalsy();
+        const image = view.content.find((c) => c.type === "image") as
+          { type: "image"; data: string; mimeType: string } | undefined;
+        expect(image?.mimeType).toBe("image/jpeg");
+        const jpeg = Buffer.from(image?.data ?? "", "base64");
+        expect(jpeg.length).toBeLessThanOrEqual(1024 * 1024);
+        expect(jpeg.subarray(0, 3)).toEqual(Buffer.from([0xff, 0xd8, 0xff]));
+        expect(text(view)).toContain(
+          `/workspace/wide.png: image/png, ${png.length} bytes. Shown shrunk: a 1568x392 JPEG copy (${jpeg.length} bytes) of the 2400x600 original.`,
+        );
+        expect(view._meta).toMatchObject({
+          media_type: "image/png",
+          shown_as: "image/jpeg",
+          shrink: { shrunk: true, width: 2400, height: 600 },
+        });
+        const left = await caller(client, SEED)("computer_bash", { command: "ls /tmp | grep -c bothy- || true" }, "t2");
+        expect(text(left)).toMatch(/\n0\n/);
+      });
+
+      it("says why an image too large to decode could not be shrunk", { timeout: 120_000 }, async () => {
+        const call = caller(client, SEED);
+        // Over 1 MiB, so the tool tries to shrink it; its header claims 2.5 billion pixels.
+        await upload("/workspace/huge.png", pngWithHeader(50_000, 50_000, randomBytes(1536 * 1024)));
+        const view = await call("computer_view_file", { path: "huge.png" }, "t3");
+        expect(view.isError).toBeFalsy();
+        expect(text(view)).toMatch(
+          /could not be shrunk because it is 50000x50000 px \(2500\.0 million pixels\), more than the [\d.]+ million a sandbox with 512 MiB of memory can decode safely; shown as it is\./,
+        );
+        expect(view._meta).toMatchObject({ shrink: { shrunk: false, reason: "too_many_pixels" } });
+        expect(view._meta?.["shown_as"]).toBeUndefined();
+
+        // Over the viewing limit as well: refused, with the same reason.
+        await upload("/workspace/huger.png", pngWithHeader(50_000, 50_000, randomBytes(11 * 1024 * 1024)));
+        const refused = await call("computer_view_file", { path: "huger.png" }, "t3");
+        expect(refusalOf(refused)).toBe("too_large");
+        expect(text(refused)).toContain("could not be shrunk because it is 50000x50000 px");
+      });
     });
 
     it("cuts long output from the middle with a notice, and starts background commands at once", async () => {
@@ -343,6 +441,13 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
       expect(out).toContain("\n100000\n");
       expect(out).toMatch(/characters omitted from the middle of the output/);
       expect(out).not.toContain("\n50000\n");
+
+      // A command past its timeout is a result with what it printed, not a failed call.
+      const late = await call("computer_bash", { command: "echo started; sleep 30", timeout_s: 1 }, "t5");
+      expect(late.isError).toBeFalsy();
+      expect(text(late)).toContain("Timed out after 1 s and was killed.");
+      expect(text(late)).toContain("started");
+      expect(late._meta?.["command_id"]).toMatch(/^cmd_/);
 
       const ended: Array<Record<string, unknown>> = [];
       client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => {

@@ -34,7 +34,7 @@ describe("the workspace template", () => {
 
   beforeAll(async () => {
     ts = await startTestServer({ BOTHY_DRIVER: "gvisor" });
-    id = await createSandbox(ts.url, { template: "workspace", vcpu: 2, memory_mib: 2048 });
+    id = await createSandbox(ts.url, { template: "workspace", vcpu: 2, memoryMib: 2048 });
   });
 
   afterAll(async () => {

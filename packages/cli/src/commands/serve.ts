@@ -1,3 +1,4 @@
+import { constants } from "node:os";
 import { createLogger, loadConfig, startServer, TemplateStore } from "@bothy/server";
 import { templateBuild } from "./template-build.ts";
 
@@ -18,17 +19,45 @@ export async function serve(_args: string[]): Promise<number> {
     process.exit(1);
   };
   process.once("beforeExit", stalled);
-  const server = await startServer(config, createLogger(config));
+  const logger = createLogger(config);
+  // Listening before start-up: a signal that arrives while it runs stops the server once it is up.
+  const stop = stopRequested(logger);
+  const server = await startServer(config, logger);
   process.off("beforeExit", stalled);
   void server.manager.warm("seed");
-  await new Promise<void>((resolve) => {
-    const stop = (signal: string): void => {
-      process.stderr.write(`bothy: ${signal}, stopping sandboxes and exiting\n`);
-      resolve();
-    };
-    process.once("SIGINT", () => stop("SIGINT"));
-    process.once("SIGTERM", () => stop("SIGTERM"));
-  });
+  await stop;
   await server.close();
   return 0;
+}
+
+/**
+ * Resolves at the first SIGINT or SIGTERM. A clean stop removes every sandbox's host objects, so a
+ * second signal must not cut it short (operators press Ctrl-C twice); the third exits at once and
+ * says what that leaves behind.
+ */
+function stopRequested(logger: ReturnType<typeof createLogger>): Promise<void> {
+  return new Promise<void>((resolve) => {
+    let received = 0;
+    const onSignal = (signal: NodeJS.Signals): void => {
+      received++;
+      if (received === 1) {
+        logger.info({ event: "server_stopping", signal }, "stopping sandboxes and exiting");
+        process.stderr.write(`bothy: ${signal}, stopping sandboxes and exiting\n`);
+        resolve();
+      } else if (received === 2) {
+        logger.warn({ event: "server_stop_under_way", signal }, "the stop is already under way");
+        process.stderr.write(
+          `bothy: ${signal}: the stop is already under way; send it once more to exit at once, leaving sandboxes' mounts and processes for the next start to remove\n`,
+        );
+      } else {
+        logger.error({ event: "server_stop_forced", signal }, "exiting at once, before the stop finished");
+        process.stderr.write(
+          `bothy: ${signal}: exiting at once; sandboxes' mounts, processes and network are left, and the next \`bothy serve\` with this BOTHY_HOME removes them\n`,
+        );
+        process.exit(128 + constants.signals[signal]);
+      }
+    };
+    process.on("SIGINT", onSignal);
+    process.on("SIGTERM", onSignal);
+  });
 }

@@ -62,7 +62,7 @@ export class ExecHandle {
 type Pending =
   | { kind: "exec"; events: ExecEvents }
   | { kind: "stat"; resolve: (s: FileStat) => void; reject: (e: BothyError) => void }
-  | { kind: "read"; sink: ReadSink; reject: (e: BothyError) => void }
+  | { kind: "read"; sink: ReadSink; opened: (stat: FileStat) => void; reject: (e: BothyError) => void }
   | {
       kind: "write";
       resolve: (r: { size: number; sha256: string }) => void;
@@ -84,6 +84,12 @@ export interface GuestIdentity {
 /** Output credit is sent back once this much is owed to a command, or after CREDIT_DELAY_MS. */
 const CREDIT_BATCH_BYTES = OUTPUT_WINDOW_BYTES / 8;
 const CREDIT_DELAY_MS = 10;
+
+/**
+ * How long a file request may wait on the guest: for its answer, or, while a transfer is under
+ * way, for the guest's next step (a reader or uploader that is slow itself does not count).
+ */
+export const FILE_TIMEOUT_MS = 120_000;
 
 /** How every hello header starts (the agent encodes `{ t: "hello", ... }` with JSON.stringify). */
 const HELLO_MARKER = Buffer.from('{"t":"hello"');
@@ -107,11 +113,16 @@ export class AgentClient {
   /** Re-attached to a running agent: until its hello, the stream may start mid-frame. */
   private hunting = false;
   private readonly closeListeners = new Set<(reason: BothyError) => void>();
+  /** The deadline of each request now waiting on the guest (see FILE_TIMEOUT_MS). */
+  private readonly deadlines = new Map<number, NodeJS.Timeout>();
+  private readonly fileTimeoutMs: number;
 
   constructor(
     private readonly input: Readable,
     private readonly output: Writable,
+    options: { fileTimeoutMs?: number } = {},
   ) {
+    this.fileTimeoutMs = options.fileTimeoutMs ?? FILE_TIMEOUT_MS;
     input.on("data", (chunk: Buffer) => this.onData(chunk));
     input.on("end", () => this.close(new BothyError("agent_unavailable", "The guest agent closed its channel.")));
     input.on("error", (err) => this.close(new BothyError("agent_unavailable", `Guest channel error: ${err.message}`)));
@@ -181,6 +192,7 @@ export class AgentClient {
     return new Promise((resolve, reject) => {
       const id = this.allocate({ kind: "stat", resolve, reject });
       this.send({ t: "stat", id, path, sha256: options.sha256 });
+      this.arm(id, `stat ${path}`);
     });
   }
 
@@ -188,47 +200,78 @@ export class AgentClient {
     return new Promise((resolve, reject) => {
       const id = this.allocate({ kind: "list", resolve, reject });
       this.send({ t: "list", id, path });
+      this.arm(id, `list ${path}`);
     });
   }
 
   mkdir(path: string, parents = false): Promise<void> {
-    return this.simple((id) => ({ t: "mkdir", id, path, parents }));
+    return this.simple(`mkdir ${path}`, (id) => ({ t: "mkdir", id, path, parents }));
   }
 
   remove(path: string, recursive = false): Promise<void> {
-    return this.simple((id) => ({ t: "remove", id, path, recursive }));
+    return this.simple(`remove ${path}`, (id) => ({ t: "remove", id, path, recursive }));
   }
 
   rename(from: string, to: string): Promise<void> {
-    return this.simple((id) => ({ t: "rename", id, from, to }));
+    return this.simple(`rename ${from}`, (id) => ({ t: "rename", id, from, to }));
   }
 
-  private simple(frame: (id: number) => HostFrame): Promise<void> {
+  private simple(what: string, frame: (id: number) => HostFrame): Promise<void> {
     return new Promise((resolve, reject) => {
       const id = this.allocate({ kind: "done", resolve, reject });
       this.send(frame(id));
+      this.arm(id, what);
     });
   }
 
   /**
-   * Streams a file out of the guest. The guest sends at most a credit window ahead of what the
-   * returned stream's reader has taken, so a slow reader never makes anything buffer the file.
+   * Opens a file in the guest (following symlinks) and streams it out. Resolves once the guest
+   * has opened it, with the stat of the file it opened: the stream is exactly `stat.size` long.
+   * The guest sends at most a credit window ahead of what the stream's reader has taken, so a
+   * slow reader never makes anything buffer the file.
    */
-  readStream(path: string, options: { length?: number } = {}): Readable {
-    const sink = new ReadSink((bytes) => this.send({ t: "credit", id, bytes }), options.length);
-    const id = this.allocate({ kind: "read", sink, reject: (e) => sink.fail(e) });
-    sink.onCancel(() => {
-      this.pending.delete(id);
-      this.send({ t: "cancel", id });
+  openRead(path: string): Promise<{ stat: FileStat; stream: Readable }> {
+    return new Promise((resolve, reject) => {
+      let opened = false;
+      const sink = new ReadSink(
+        (bytes) => this.send({ t: "credit", id, bytes }),
+        (waiting) => (waiting ? this.arm(id, `read ${path}`) : this.disarm(id)),
+      );
+      const id = this.allocate({
+        kind: "read",
+        sink,
+        opened: (stat) => {
+          opened = true;
+          sink.expect(stat.size);
+          resolve({ stat, stream: sink });
+        },
+        reject: (e) => {
+          // Before the open nobody reads the stream, so only the promise carries the error.
+          if (opened) sink.fail(e);
+          else {
+            sink.destroy();
+            reject(e);
+          }
+        },
+      });
+      sink.onCancel(() => {
+        this.settle(id);
+        this.send({ t: "cancel", id });
+      });
+      this.send({ t: "file_read", id, path });
+      sink.watch();
     });
-    this.send({ t: "file_read", id, path });
-    return sink;
   }
 
   async readFile(path: string, limit = 64 * 1024 * 1024): Promise<Buffer> {
     const chunks: Buffer[] = [];
     let size = 0;
-    for await (const chunk of this.readStream(path)) {
+    const { stat, stream } = await this.openRead(path);
+    if (stat.size > limit) {
+      stream.destroy();
+      throw new BothyError("file_error", `The file is larger than ${limit} bytes.`);
+    }
+    for await (const chunk of stream) {
       size += (chunk as Buffer).length;
       if (size > limit) throw new BothyError("file_error", `The file is larger than ${limit} bytes.`);
       chunks.push(chunk as Buffer);
@@ -254,6 +297,7 @@ export class AgentClient {
     options: { mode?: number; ifSha256?: string } = {},
   ): Promise<{ size: number; sha256: string }> {
     let inflight = 0;
+    let eofSent = false;
     let wake: (() => void) | undefined;
     let failure: BothyError | undefined;
     let resolveDone!: (r: { size: number; sha256: string }) => void;
@@ -273,6 +317,8 @@ export class AgentClient {
       },
       acked: (bytes) => {
         inflight -= bytes;
+        // After the last chunk the guest owes the commit: each ack restarts its deadline.
+        if (eofSent) this.arm(id, `write ${path}`);
         wake?.();
       },
     });
@@ -282,7 +328,11 @@ export class AgentClient {
         const buf = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
         for (let off = 0; off < buf.length; off += MAX_PAYLOAD_BYTES) {
           const part = buf.subarray(off, off + MAX_PAYLOAD_BYTES);
-          while (inflight + part.length > UPLOAD_WINDOW_BYTES && !failure) await new Promise<void>((r) => (wake = r));
+          while (inflight + part.length > UPLOAD_WINDOW_BYTES && !failure) {
+            this.arm(id, `write ${path}`);
+            await new Promise<void>((r) => (wake = r));
+            this.disarm(id);
+          }
           if (failure) throw failure;
           inflight += part.length;
           this.send({ t: "file_chunk", id, eof: false }, part);
@@ -290,13 +340,15 @@ export class AgentClient {
       }
     } catch (err) {
       // Never commit a partial upload: the guest removes its temporary file.
-      this.pending.delete(id);
+      this.settle(id);
       this.send({ t: "cancel", id });
       throw err instanceof BothyError
         ? err
         : new BothyError("file_error", `Upload aborted: ${(err as Error).message}`, { cause: err });
     }
     this.send({ t: "file_chunk", id, eof: true });
+    eofSent = true;
+    this.arm(id, `write ${path}`);
     return done;
   }
 
@@ -315,6 +367,7 @@ export class AgentClient {
         },
         identity.entropy,
       );
+      this.arm(id, "identity");
     });
   }
 
@@ -323,6 +376,7 @@ export class AgentClient {
     return new Promise((resolve, reject) => {
       const id = this.allocate({ kind: "done", resolve, reject });
       this.send({ t: "limits", id, max_processes: limits.maxProcesses, root_bytes: limits.rootBytes });
+      this.arm(id, "limits");
     });
   }
 
@@ -358,6 +412,8 @@ export class AgentClient {
     this.helloWaiter?.reject(reason);
     clearTimeout(this.creditTimer);
     this.owedCredit.clear();
+    for (const timer of this.deadlines.values()) clearTimeout(timer);
+    this.deadlines.clear();
     for (const [, p] of this.pending) {
       if (p.kind === "exec") p.events.onError(reason);
       else p.reject(reason);
@@ -366,6 +422,42 @@ export class AgentClient {
     for (const fn of this.closeListeners) fn(reason);
     this.input.destroy();
     this.output.destroy();
+  }
+
+  /**
+   * Starts (or restarts) request `id`'s deadline: if the guest has not moved it on within the
+   * file timeout, the request fails with `agent_timeout` and the guest is told to drop it. The
+   * channel and every other request carry on.
+   */
+  private arm(id: number, what: string): void {
+    if (!this.pending.has(id)) return;
+    clearTimeout(this.deadlines.get(id));
+    this.deadlines.set(
+      id,
+      setTimeout(() => {
+        const p = this.pending.get(id);
+        this.settle(id);
+        if (!p) return;
+        this.send({ t: "cancel", id });
+        const err = new BothyError(
+          "agent_timeout",
+          `The guest agent did not answer (${what}) within ${this.fileTimeoutMs} ms; the request was abandoned, the sandbox is still usable.`,
+        );
+        if (p.kind === "exec") p.events.onError(err);
+        else p.reject(err);
+      }, this.fileTimeoutMs),
+    );
+  }
+
+  private disarm(id: number): void {
+    clearTimeout(this.deadlines.get(id));
+    this.deadlines.delete(id);
+  }
+
+  /** Request `id` is over: no frame or deadline reaches it any more. */
+  private settle(id: number): void {
+    this.pending.delete(id);
+    this.disarm(id);
   }
 
   private allocate(p: Pending): number {
@@ -439,20 +531,26 @@ export class AgentClient {
           p.events.onOutput(frame.fd, payload, () => this.creditOutput(id, Math.max(1, payload.length)));
         return;
       case "exited":
-        this.pending.delete(id);
+        this.settle(id);
         this.owedCredit.delete(id);
         if (p.kind === "exec") p.events.onExited(frame.code, frame.signal, frame.oom_killed === true);
         return;
       case "identity_done":
-        this.pending.delete(id);
+        this.settle(id);
         if (p.kind === "identity") p.resolve();
         return;
       case "stat_result":
-        this.pending.delete(id);
+        if (p.kind === "read") {
+          this.disarm(id);
+          p.opened(frame.stat);
+          p.sink.watch();
+          return;
+        }
+        this.settle(id);
         if (p.kind === "stat") p.resolve(frame.stat);
         return;
       case "list_result": {
-        this.pending.delete(id);
+        this.settle(id);
         if (p.kind !== "list") return;
         const entries = parseEntries(payload);
         if (entries) p.resolve({ entries, truncated: frame.truncated });
@@ -460,7 +558,7 @@ export class AgentClient {
         return;
       }
       case "done":
-        this.pending.delete(id);
+        this.settle(id);
         if (p.kind === "done") p.resolve();
         return;
       case "file_ack":
@@ -470,7 +568,7 @@ export class AgentClient {
         if (p.kind === "read") p.sink.chunk(payload);
         return;
       case "file_done":
-        this.pending.delete(id);
+        this.settle(id);
         if (p.kind === "read") p.sink.end();
         else if (p.kind === "write") p.resolve({ size: frame.size, sha256: frame.sha256 });
         return;
@@ -481,7 +579,7 @@ export class AgentClient {
             p.events.onError(new BothyError("invalid_command", `The command could not start: ${frame.message}`));
           return; // an exec still ends with its own `exited` frame
         }
-        this.pending.delete(id);
+        this.settle(id);
         p.reject(err);
         return;
       }

@@ -39,17 +39,20 @@ export async function fileRoutes(app: FastifyInstance, manager: SandboxManager):
 
     scope.get<Params & { Querystring: Record<string, string> }>("/sandboxes/:id/files", async (request, reply) => {
       const { path } = parseInput(fileQuery, request.query, "GET /files?path=<file>");
-      const agent = manager.agent(request.params.id);
-      const stat = await agent.stat(path);
-      if (stat.type === "dir")
-        throw new BothyError(
-          "file_error",
-          `${path} is a directory; list it with GET /sandboxes/${request.params.id}/files/list?path=...`,
-        );
-      return reply
-        .type("application/octet-stream")
-        .header("content-length", stat.size)
-        .send(agent.readStream(path, { length: stat.size }));
+      // The length is that of the file the guest opened, so a symlink's target is sent whole.
+      const { stat, stream } = await manager
+        .agent(request.params.id)
+        .openRead(path)
+        .catch((err: unknown) => {
+          if (err instanceof BothyError && err.details?.["guest_code"] === "not_a_file")
+            throw new BothyError(
+              "file_error",
+              `${err.message}: only regular files can be read; list a directory with GET /sandboxes/${request.params.id}/files/list?path=...`,
+              { cause: err },
+            );
+          throw err;
+        });
+      return reply.type("application/octet-stream").header("content-length", stat.size).send(stream);
     });
 
     scope.put<Params & { Querystring: Record<string, string> }>("/sandboxes/:id/files", async (request) => {

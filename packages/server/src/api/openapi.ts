@@ -25,6 +25,7 @@ import {
   fileWriteQuery,
   fileWriteResult,
   healthz,
+  jsonRpcErrorResponse,
   usageReport,
   mkdirRequest,
   mkdirResult,
@@ -39,6 +40,7 @@ import {
 /** Named schemas, published under #/components/schemas. */
 const SCHEMAS = {
   Problem: problemDetails,
+  JsonRpcError: jsonRpcErrorResponse,
   CreateSandboxRequest: createSandboxRequest,
   SetTimeoutRequest: setTimeoutRequest,
   Sandbox: sandboxInfo,
@@ -68,10 +70,37 @@ type Method = "get" | "post" | "put" | "delete";
 
 interface Answer {
   description: string;
-  /** A named schema, or a media type whose body is not JSON. */
+  /** A named schema, or the media types of a body that is not one. */
   schema?: SchemaName;
-  type?: string;
+  type?: string | string[];
 }
+
+/** What an operation's error answers are: their media types and the schema of each. */
+interface Errors {
+  description: string;
+  content: Partial<Record<string, SchemaName>>;
+}
+
+const PROBLEM_ERRORS: Errors = {
+  description: "An error: RFC 9457 problem details with a stable code",
+  content: { "application/problem+json": "Problem" },
+};
+
+/** /mcp speaks MCP's streamable HTTP transport, whose errors are JSON-RPC; only what fails before it is problem+json. */
+const MCP_ERRORS: Errors = {
+  description:
+    "Errors the MCP transport finds (no or an unknown mcp-session-id, an Accept without application/json and text/event-stream, an unsupported mcp-protocol-version, a body that is not JSON-RPC) are JSON-RPC error responses with application/json, as MCP specifies. Errors found before it (a body over 32 MiB or not JSON, a bad URL) are problem+json with a stable code.",
+  content: { "application/json": "JsonRpcError", "application/problem+json": "Problem" },
+};
+
+const MCP_SESSION = {
+  name: "mcp-session-id",
+  description: "The session, from the answer to initialize; every request but initialize needs it",
+};
+const MCP_VERSION = {
+  name: "mcp-protocol-version",
+  description: "The MCP protocol version negotiated at initialize",
+};
 
 interface Operation {
   method: Method;
@@ -82,6 +111,10 @@ interface Operation {
   body?: SchemaName | { type: string; description: string };
   query?: z.ZodObject;
   answers: Record<number, Answer>;
+  /** Request headers the operation reads. */
+  headers?: Array<{ name: string; description: string }>;
+  /** Its error answers; problem+json unless said otherwise. */
+  errors?: Errors;
   /** For WebSocket routes: what the client sends and what the server streams. */
   websocket?: { send: SchemaName[]; receive: SchemaName };
 }
@@ -272,23 +305,36 @@ export const OPERATIONS: Operation[] = [
     method: "get",
     path: "/mcp",
     tag: "agent tools",
-    summary: "MCP streamable HTTP: the server-to-client stream",
+    summary: "MCP streamable HTTP: the server-to-client stream (Accept: text/event-stream)",
+    headers: [MCP_SESSION, MCP_VERSION],
     answers: { 200: { description: "An SSE stream of MCP messages", type: "text/event-stream" } },
+    errors: MCP_ERRORS,
   },
   {
     method: "post",
     path: "/mcp",
     tag: "agent tools",
-    summary: "MCP streamable HTTP: a JSON-RPC message",
-    body: { type: "application/json", description: "A JSON-RPC 2.0 message (MCP)" },
-    answers: { 200: { description: "The JSON-RPC answer, as JSON or an SSE stream", type: "application/json" } },
+    summary:
+      "MCP streamable HTTP: a JSON-RPC message (Accept: application/json, text/event-stream); without mcp-session-id it must be initialize",
+    headers: [MCP_SESSION, MCP_VERSION],
+    body: { type: "application/json", description: "A JSON-RPC 2.0 message or batch (MCP)" },
+    answers: {
+      200: {
+        description: "The JSON-RPC answer, as JSON or an SSE stream",
+        type: ["application/json", "text/event-stream"],
+      },
+      202: { description: "Notifications or responses accepted; no body" },
+    },
+    errors: MCP_ERRORS,
   },
   {
     method: "delete",
     path: "/mcp",
     tag: "agent tools",
     summary: "MCP streamable HTTP: end the session",
+    headers: [MCP_SESSION, MCP_VERSION],
     answers: { 200: { description: "Session ended" } },
+    errors: MCP_ERRORS,
   },
   {
     method: "post",
@@ -385,6 +431,14 @@ function operation(op: Operation): Json {
     required: true,
     schema: { type: "string" },
   }));
+  for (const h of op.headers ?? [])
+    params.push({
+      name: h.name,
+      in: "header",
+      required: false,
+      description: h.description,
+      schema: { type: "string" },
+    });
   if (op.query) {
     const q = jsonSchema(op.query, "input") as { properties?: Record<string, Json>; required?: string[] };
     for (const [name, schema] of Object.entries(q.properties ?? {}))
@@ -397,13 +451,16 @@ function operation(op: Operation): Json {
       ...(a.schema
         ? { content: { "application/json": { schema: ref(a.schema) } } }
         : a.type
-          ? { content: { [a.type]: {} } }
+          ? { content: Object.fromEntries([a.type].flat().map((t) => [t, {}])) }
           : {}),
     };
   }
+  const errors = op.errors ?? PROBLEM_ERRORS;
   responses["default"] = {
-    description: "An error: RFC 9457 problem details with a stable code",
-    content: { "application/problem+json": { schema: ref("Problem") } },
+    description: errors.description,
+    content: Object.fromEntries(
+      Object.entries(errors.content).map(([type, name]) => [type, { schema: ref(name as SchemaName) }]),
+    ),
   };
   let requestBody: Json | undefined;
   if (typeof op.body === "string")
@@ -447,7 +504,7 @@ export function openApiDocument(): Json {
       title: "bothy",
       version: "0.1.0",
       description:
-        "Self-hosted sandboxes: create them, run commands over WebSockets, move files. Errors are application/problem+json with a stable `code`.",
+        "Self-hosted sandboxes: create them, run commands over WebSockets, move files. Errors are application/problem+json with a stable `code`; only /mcp answers the errors of its MCP transport as JSON-RPC, as MCP specifies (see its operations).",
     },
     paths,
     components: { schemas },
@@ -458,14 +515,17 @@ export interface RouteRecord {
   method: string;
   /** Fastify form: /sandboxes/:id */
   url: string;
+  /** It takes a WebSocket upgrade. */
+  websocket: boolean;
 }
 
 /** Records every route registered from now on (HEAD routes Fastify adds itself are left out). */
 export function recordRoutes(app: FastifyInstance): RouteRecord[] {
   const routes: RouteRecord[] = [];
   app.addHook("onRoute", (route) => {
+    const websocket = Boolean(route.websocket ?? route.wsHandler);
     for (const method of [route.method].flat())
-      if (method !== "HEAD") routes.push({ method: method.toLowerCase(), url: route.url });
+      if (method !== "HEAD") routes.push({ method: method.toLowerCase(), url: route.url, websocket });
   });
   return routes;
 }

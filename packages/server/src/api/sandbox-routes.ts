@@ -1,5 +1,5 @@
 import type { FastifyInstance } from "fastify";
-import { SANDBOX_ID_RE } from "@bothy/protocol";
+import { BothyError, SANDBOX_ID_RE } from "@bothy/protocol";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 
 /** Routes that talk to a sandbox's agent: a paused sandbox is resumed before they run. */
@@ -18,6 +18,9 @@ export function sandboxRoutes(app: FastifyInstance, manager: SandboxManager, sta
   });
 
   app.post("/sandboxes", async (request, reply) => {
+    // JSON null is a body, not an absent one (which means the defaults).
+    if (request.body === null)
+      throw new BothyError("invalid_request", "POST /sandboxes takes a JSON object, or no body for the defaults.");
     const key = request.headers["idempotency-key"];
     const { sandbox, created } = await manager.create(request.body, Array.isArray(key) ? key[0] : key);
     return reply.code(created ? 201 : 200).send(sandbox);

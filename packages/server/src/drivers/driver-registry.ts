@@ -7,6 +7,7 @@ import { hardwareVirtualization, QemuDriver } from "./qemu-driver.ts";
 import { HostNetwork } from "../network/host-network.ts";
 import { NetworkedDriver } from "../network/networked-driver.ts";
 import type { Logger } from "../events/server-events.ts";
+import { hostTag } from "../util/host-names.ts";
 
 /**
  * The drivers this host can run, and the default one. A driver whose preflight failed is kept
@@ -17,6 +18,7 @@ export class DriverRegistry {
     private readonly ready: ReadonlyMap<DriverName, Driver>,
     private readonly unavailable: ReadonlyMap<DriverName, string>,
     readonly defaultName: DriverName,
+    private readonly network?: HostNetwork,
   ) {}
 
   get default(): Driver {
@@ -50,6 +52,11 @@ export class DriverRegistry {
   async release(sandboxId: string): Promise<void> {
     for (const d of this.all()) await d.release(sandboxId);
   }
+
+  /** After every sandbox has stopped: what the drivers share on the host goes too. */
+  async close(): Promise<void> {
+    await this.network?.close();
+  }
 }
 
 /**
@@ -59,10 +66,18 @@ export class DriverRegistry {
  */
 export async function createDrivers(config: Config, log: Logger): Promise<DriverRegistry> {
   const sandboxesDir = join(config.home, "sandboxes");
+  const tag = hostTag(config.home);
   const candidates: Record<DriverName, Driver> = {
-    gvisor: new GvisorDriver({ runscRoot: join(config.home, "runsc"), sandboxesDir, agentPath: config.agentPath, log }),
+    gvisor: new GvisorDriver({
+      runscRoot: join(config.home, "runsc"),
+      sandboxesDir,
+      agentPath: config.agentPath,
+      hostTag: tag,
+      log,
+    }),
     qemu: new QemuDriver({
       home: config.home,
+      hostTag: tag,
       kernelDir: config.qemu.kernelDir,
       sandboxesDir,
       agentPath: config.agentPath,
@@ -75,7 +90,7 @@ export async function createDrivers(config: Config, log: Logger): Promise<Driver
   };
   // Networking is checked first: with it on, a host that cannot give sandboxes their posture
   // does not start (the error says what to run, or to set BOTHY_NETWORK=off).
-  const network = config.network.enabled ? new HostNetwork({ ...config.network, log }) : undefined;
+  const network = config.network.enabled ? new HostNetwork({ ...config.network, tag, sandboxesDir, log }) : undefined;
   await network?.preflight();
   const ready = new Map<DriverName, Driver>();
   const unavailable = new Map<DriverName, string>();
@@ -101,9 +116,10 @@ export async function createDrivers(config: Config, log: Logger): Promise<Driver
     throw new BothyError("create_failed", `The default driver ${defaultName} cannot run here: ${why}`);
   log("drivers", {
     default: defaultName,
+    host_tag: tag,
     ready: [...ready.keys()],
     unavailable: Object.fromEntries(unavailable),
     acceleration: ready.get("qemu")?.acceleration ?? null,
   });
-  return new DriverRegistry(ready, unavailable, defaultName);
+  return new DriverRegistry(ready, unavailable, defaultName, network);
 }

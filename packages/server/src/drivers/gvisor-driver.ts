@@ -5,6 +5,7 @@ import { mkdir, readdir, readFile, rm, truncate, writeFile } from "node:fs/promi
 import { dirname, join } from "node:path";
 import { BothyError, resyncPreamble, SANDBOX_ID_RE } from "@bothy/protocol";
 import { HostCommandError, run } from "../util/host-command.ts";
+import { cgroupPath } from "../util/host-names.ts";
 import type { Driver, ExitInfo, GuestStream, HostObject, SandboxHandle, SandboxSpec } from "./driver.ts";
 import { buildOciSpec, GVISOR_COMPAT_FILES } from "./oci-spec.ts";
 import type { Logger } from "../events/server-events.ts";
@@ -16,6 +17,8 @@ export interface GvisorOptions {
   sandboxesDir: string;
   /** The bundled guest agent on the host, bind-mounted read-only into each sandbox. */
   agentPath: string;
+  /** The home's tag (util/host-names.ts): names each sandbox's cgroup. */
+  hostTag: string;
   runscPath?: string;
   log: Logger;
 }
@@ -286,6 +289,7 @@ class GvisorSandbox implements SandboxHandle {
         ...this.spec,
         rootfs,
         agentPath: this.driver.options.agentPath,
+        cgroupsPath: cgroupPath(this.driver.options.hostTag, this.id),
         ...(resolvConf ? { resolvConf } : {}),
       });
       await writeFile(join(dir, "bundle", "config.json"), JSON.stringify(oci));

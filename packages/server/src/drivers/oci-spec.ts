@@ -35,7 +35,9 @@ const CAPABILITIES = [
 ];
 
 /** The OCI runtime spec of one sandbox: the agent as the only process, talking over stdio. */
-export function buildOciSpec(spec: SandboxSpec & { rootfs: string; agentPath: string; resolvConf?: string }): object {
+export function buildOciSpec(
+  spec: SandboxSpec & { rootfs: string; agentPath: string; cgroupsPath: string; resolvConf?: string },
+): object {
   const env = {
     PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     HOME: "/root",
@@ -80,7 +82,7 @@ export function buildOciSpec(spec: SandboxSpec & { rootfs: string; agentPath: st
         : [{ destination: "/etc/resolv.conf", type: "bind", source: spec.resolvConf, options: ["rbind", "ro"] }]),
     ],
     linux: {
-      cgroupsPath: `/bothy/${spec.id}`,
+      cgroupsPath: spec.cgroupsPath,
       resources: {
         cpu: { quota: Math.round(spec.vcpu * CPU_PERIOD_US), period: CPU_PERIOD_US },
         memory: { limit: spec.memoryMib * 1024 * 1024 },

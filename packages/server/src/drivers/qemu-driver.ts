@@ -9,6 +9,7 @@ import { GUEST_MAX_PROCESSES } from "../images/guest-init.ts";
 import { ensureInitramfs } from "../images/initramfs.ts";
 import { ensureKernel, type GuestKernel } from "../images/kernel.ts";
 import { run } from "../util/host-command.ts";
+import { snapshotTapName } from "../util/host-names.ts";
 import { bootTimeoutMs, type Driver, type HostObject, type SandboxHandle, type SandboxSpec } from "./driver.ts";
 import { saveVm, VmProcess, vmFiles, type Acceleration, type VmConfig } from "./qemu-process.ts";
 import { QemuSandbox, VM_MARKER } from "./qemu-sandbox.ts";
@@ -16,6 +17,8 @@ import type { Logger } from "../events/server-events.ts";
 
 export interface QemuOptions {
   home: string;
+  /** The home's tag (util/host-names.ts): names the warm-start snapshot VM's tap. */
+  hostTag: string;
   /** Where unpacked guest kernels are cached; default `<home>/kernel`. */
   kernelDir?: string;
   /** Parent of every sandbox directory; each sandbox dir is `<sandboxesDir>/<id>`. */
@@ -233,7 +236,7 @@ export class QemuDriver implements Driver {
       await this.createOverlay(join(work, "disk.qcow2"), image, "raw", diskBytes);
       // A restore needs the snapshot's devices: with networking the snapshot VM has a NIC too, on a
       // transient tap QEMU makes itself, down and without an address, gone when QEMU ends.
-      const network = this.opts.network ? { tap: `bs-${key.slice(0, 12)}` } : undefined;
+      const network = this.opts.network ? { tap: snapshotTapName(this.opts.hostTag, key) } : undefined;
       vm = await VmProcess.spawn(
         this.vmConfig({ ...shape, ...(network ? { network } : {}) }, work, join(work, "disk.qcow2")),
       );

@@ -95,13 +95,16 @@ export async function envdRoutes(
       const { path, username } = parseE2b(fileQuery, request.query, "GET /files");
       checkUser(username);
       if (path === undefined) throw new E2bHttpError(400, "path is required");
-      const agent = manager.agent(envdSandboxId(request));
-      const stat = await agent.stat(path);
-      if (stat.type === "dir") throw new E2bHttpError(400, `${path} is a directory, not a file`);
-      return reply
-        .type("application/octet-stream")
-        .header("content-length", stat.size)
-        .send(agent.readStream(path, { length: stat.size }));
+      // The length is that of the file the guest opened (a symlink's target), so it is sent whole.
+      const { stat, stream } = await manager
+        .agent(envdSandboxId(request))
+        .openRead(path)
+        .catch((err: unknown) => {
+          if (err instanceof BothyError && err.details?.["guest_code"] === "not_a_file")
+            throw new E2bHttpError(400, `${path} is not a regular file`);
+          throw err;
+        });
+      return reply.type("application/octet-stream").header("content-length", stat.size).send(stream);
     });
 
     files.post<{ Querystring: Record<string, string> }>("/files", async (request) => {

@@ -8,7 +8,13 @@ type Failure = { sandbox_id: string; error: string };
  * events; none of them reads log lines. A new event needs an entry here and a level below.
  */
 export interface ServerEventMap {
-  drivers: { default: string; ready: string[]; unavailable: Record<string, string>; acceleration: string | null };
+  drivers: {
+    default: string;
+    ready: string[];
+    unavailable: Record<string, string>;
+    acceleration: string | null;
+    host_tag: string;
+  };
   kernel_fetch: { package: string };
   ip_forward_enabled: { sysctl: string; why: string };
   network_pool_public: { pool: string };

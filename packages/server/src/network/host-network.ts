@@ -1,15 +1,18 @@
 /**
  * Per-sandbox networking on the host: a /30 from the pool for each sandbox, the link (a veth into
  * the sandbox's own network namespace for gVisor, a tap for VMs), and the sandbox's nftables chain.
- * Names derive from the sandbox id, so every object can be found again without memory: the
- * namespace `bothy-<id suffix>`, the interface `bv-…`/`bt-…` (15-character limit; its alias holds
- * the full id) and the chain `sbx_…` in table `inet bothy`.
+ * Names derive from the home's tag and the sandbox id (util/host-names.ts), so every object can be
+ * found again without memory, and only objects with this home's tag are ever listed or removed:
+ * the namespace `bothy-<tag>-<id suffix>`, the interface `bv<tag>-…`/`bt<tag>-…` (its alias holds
+ * the full id) and the chain `sbx_…` in table `inet bothy-<tag>`.
  */
 import { existsSync } from "node:fs";
 import { readdir, readFile, writeFile } from "node:fs/promises";
+import { join } from "node:path";
 import { BothyError, SANDBOX_ID_RE } from "@bothy/protocol";
 import type { EgressPolicy, GuestNetwork, HostObject } from "../drivers/driver.ts";
 import { run } from "../util/host-command.ts";
+import { ifaceName, LEGACY, netnsName, nftTable, type LinkKind } from "../util/host-names.ts";
 import {
   cidrContains,
   cidrsOverlap,
@@ -21,12 +24,16 @@ import {
   subnetAt,
   type Cidr,
 } from "./ipv4.ts";
-import { PRIVATE_RANGES, renderBase, renderSandboxAdd, renderSandboxRemove, TABLE } from "./nft-ruleset.ts";
+import { PRIVATE_RANGES, renderBase, renderSandboxAdd, renderSandboxRemove } from "./nft-ruleset.ts";
 import type { Logger } from "../events/server-events.ts";
 
-export type LinkKind = "veth" | "tap";
+export type { LinkKind } from "../util/host-names.ts";
 
 export interface HostNetworkOptions {
+  /** The home's tag (util/host-names.ts), carried by every object made here. */
+  tag: string;
+  /** The home's sandbox directories: an object under the untagged names is this home's only if its sandbox's directory is here. */
+  sandboxesDir: string;
   pool: string;
   /** Default: the default route's interface. */
   uplink: string | undefined;
@@ -45,13 +52,7 @@ export interface PlannedNetwork {
 }
 
 const NETNS_DIR = "/run/netns";
-const NETNS_RE = /^bothy-([a-z2-7]{20})$/;
-const IFACE_RE = /^b[vt]-[a-z2-7]{12}$/;
 const CMD_TIMEOUT_MS = 15_000;
-
-export const netnsName = (sandboxId: string): string => `bothy-${sandboxId.slice(4)}`;
-export const ifaceName = (sandboxId: string, kind: LinkKind): string =>
-  `${kind === "veth" ? "bv-" : "bt-"}${sandboxId.slice(4, 16)}`;
 
 export const DEFAULT_POLICY: EgressPolicy = { internet: true, allowOut: [], denyOut: [] };
 
@@ -75,10 +76,18 @@ export class HostNetwork {
   private readonly used = new Map<string, number>();
   private uplinkName = "";
   private ipv6 = false;
+  /** Whether the untagged table was there at start-up: only then can a sandbox of ours have rules in it. */
+  private legacyTable = false;
+  private readonly table: string;
+  private readonly netnsRe: RegExp;
+  private readonly ifaceRe: RegExp;
 
   constructor(private readonly opts: HostNetworkOptions) {
     this.pool = parseCidr(opts.pool);
     this.capacity = poolCapacity(this.pool);
+    this.table = nftTable(opts.tag);
+    this.netnsRe = new RegExp(`^bothy-${opts.tag}-([a-z2-7]{20})$`);
+    this.ifaceRe = new RegExp(`^b[vt]${opts.tag}-[a-z2-7]{8}$`);
   }
 
   get uplink(): string {
@@ -128,6 +137,12 @@ export class HostNetwork {
         );
     }
     for (const r of this.opts.extraBlocked) parseCidr(r);
+    const shared = await this.poolOfAnotherHome();
+    if (shared)
+      throw new BothyError(
+        "create_failed",
+        `BOTHY_NET_POOL ${formatCidr(this.pool)} overlaps ${shared.pool}, the pool of another bothy home on this host (table inet ${shared.table}); give each server its own block. If no server of that home runs any more, \`nft delete table inet ${shared.table}\` removes its rules.`,
+      );
     for (const clash of (await hostAddresses()).filter((a) => cidrContains(this.pool, parseIpv4(a)))) {
       if (!(await this.isOurs(clash)))
         throw new BothyError(
@@ -140,20 +155,76 @@ export class HostNetwork {
     await this.ensureForwarding();
     this.ipv6 = existsSync("/proc/sys/net/ipv6");
     await nft(
-      renderBase({ pool: formatCidr(this.pool), uplink: this.uplinkName, extraBlocked: this.opts.extraBlocked }),
+      renderBase({
+        tag: this.opts.tag,
+        pool: formatCidr(this.pool),
+        uplink: this.uplinkName,
+        extraBlocked: this.opts.extraBlocked,
+      }),
     );
+    this.legacyTable = (await listRules(LEGACY.table)) !== undefined;
     this.opts.log("network_ready", {
       pool: formatCidr(this.pool),
       uplink: this.uplinkName,
       dns: this.opts.dns,
-      table: TABLE,
+      table: this.table,
     });
+  }
+
+  /**
+   * Another home's table in this namespace whose pool (the source its postrouting masquerades)
+   * overlaps ours: both servers would route the same /30s to their own interfaces.
+   */
+  private async poolOfAnotherHome(): Promise<{ table: string; pool: string } | undefined> {
+    const { stdout } = await run("nft", ["-j", "list", "tables"], { timeoutMs: CMD_TIMEOUT_MS });
+    const tables = (
+      (JSON.parse(stdout) as { nftables?: Array<{ table?: { family?: string; name?: string } }> }).nftables ?? []
+    )
+      .flatMap((i) => (i.table?.family === "inet" && i.table.name ? [i.table.name] : []))
+      .filter((name) => /^bothy-[a-z2-7]{4}$/.test(name) && `inet ${name}` !== this.table);
+    for (const table of tables) {
+      const listed = await run("nft", ["-j", "list", "chain", "inet", table, "postrouting"], {
+        timeoutMs: CMD_TIMEOUT_MS,
+      }).catch((err: unknown) => {
+        // A table without that chain masquerades nothing.
+        if (/No such file or directory/.test((err as Error).message)) return undefined;
+        throw err;
+      });
+      const items = (JSON.parse(listed?.stdout || "{}") as { nftables?: Array<{ rule?: { expr?: unknown[] } }> })
+        .nftables;
+      for (const expr of (items ?? []).flatMap((i) => i.rule?.expr ?? [])) {
+        const match = (expr as { match?: { left?: { payload?: { field?: string } }; right?: unknown } }).match;
+        const prefix = (match?.right as { prefix?: { addr?: string; len?: number } } | undefined)?.prefix;
+        if (match?.left?.payload?.field !== "saddr" || prefix?.addr === undefined || prefix.len === undefined) continue;
+        const pool = `${prefix.addr}/${prefix.len}`;
+        if (cidrsOverlap(parseCidr(pool), this.pool)) return { table, pool };
+      }
+    }
+    return undefined;
   }
 
   /** Only an address on one of our own interfaces (a leftover reconcile will remove) may sit in the pool. */
   private async isOurs(addr: string): Promise<boolean> {
     const { stdout } = await run("ip", ["-j", "-4", "addr", "show", "to", `${addr}/32`], { timeoutMs: CMD_TIMEOUT_MS });
-    return (JSON.parse(stdout || "[]") as Array<{ ifname?: string }>).every((l) => IFACE_RE.test(l.ifname ?? ""));
+    const links = await listLinks();
+    return (JSON.parse(stdout || "[]") as Array<{ ifname?: string }>).every((holder) => {
+      const link = links.find((l) => l.name === holder.ifname);
+      return link !== undefined && this.isOwnLink(link);
+    });
+  }
+
+  /**
+   * A link this home made: its tag in the name and a sandbox id as alias, or the untagged name of
+   * a sandbox whose directory is in this home (made before names carried the tag).
+   */
+  private isOwnLink(link: { name: string; alias: string | undefined }): boolean {
+    if (!link.alias || !SANDBOX_ID_RE.test(link.alias)) return false;
+    if (this.ifaceRe.test(link.name)) return true;
+    return LEGACY.ifaceRe.test(link.name) && this.hasSandboxDir(link.alias);
+  }
+
+  private hasSandboxDir(sandboxId: string): boolean {
+    return existsSync(join(this.opts.sandboxesDir, sandboxId));
   }
 
   private async ensureForwarding(): Promise<void> {
@@ -194,13 +265,13 @@ export class HostNetwork {
       this.used.set(sandboxId, index);
     }
     const subnet = subnetAt(this.pool, index);
-    const iface = ifaceName(sandboxId, kind);
+    const iface = ifaceName(this.opts.tag, sandboxId, kind);
     const guest: GuestNetwork = {
       guest: subnet.guest,
       gateway: subnet.gateway,
       prefix: subnet.prefix,
       dns: this.opts.dns,
-      ...(kind === "veth" ? { netns: netnsName(sandboxId) } : { tap: iface }),
+      ...(kind === "veth" ? { netns: netnsName(this.opts.tag, sandboxId) } : { tap: iface }),
     };
     return { sandboxId, kind, iface, policy, guest };
   }
@@ -208,10 +279,11 @@ export class HostNetwork {
   /**
    * Takes over the network of a sandbox that outlived a server restart: its link's gateway
    * address says which subnet it has, and its chain must still be there. Nothing on the host
-   * changes; undefined when the network is not whole (the sandbox is then stopped and rebuilt).
+   * changes; undefined when the network is not whole (the sandbox is then stopped and rebuilt), as
+   * for a sandbox whose network has the untagged names of an older bothy.
    */
   async adopt(sandboxId: string, kind: LinkKind, policy: EgressPolicy): Promise<PlannedNetwork | undefined> {
-    const iface = ifaceName(sandboxId, kind);
+    const iface = ifaceName(this.opts.tag, sandboxId, kind);
     const shown = await run("ip", ["-j", "-4", "addr", "show", "dev", iface], { timeoutMs: CMD_TIMEOUT_MS }).catch(
       () => undefined,
     );
@@ -226,8 +298,8 @@ export class HostNetwork {
       [...this.used].some(([id, i]) => i === index && id !== sandboxId)
     )
       return undefined;
-    if (kind === "veth" && !existsSync(`${NETNS_DIR}/${netnsName(sandboxId)}`)) return undefined;
-    if (!(await this.listRules()).chains.includes(sandboxId)) return undefined;
+    if (kind === "veth" && !existsSync(`${NETNS_DIR}/${netnsName(this.opts.tag, sandboxId)}`)) return undefined;
+    if (!(await listRules(this.table))?.chains.includes(sandboxId)) return undefined;
     this.used.set(sandboxId, index);
     return this.allocate(sandboxId, kind, policy);
   }
@@ -239,7 +311,7 @@ export class HostNetwork {
     const started = Date.now();
     try {
       if (plan.kind === "veth") {
-        const ns = netnsName(plan.sandboxId);
+        const ns = netnsName(this.opts.tag, plan.sandboxId);
         await ip(["netns", "add", ns]);
         // Before eth0 exists, so it never gets an IPv6 link-local address for gVisor to copy.
         if (this.ipv6)
@@ -272,7 +344,15 @@ export class HostNetwork {
         await this.disableIpv6(iface);
         await ipBatch([`addr add ${cidr(guest.gateway)} dev ${iface}`, `link set ${iface} up`]);
       }
-      await nft(renderSandboxAdd({ sandboxId: plan.sandboxId, iface, guest: guest.guest, policy: plan.policy }));
+      await nft(
+        renderSandboxAdd({
+          table: this.table,
+          sandboxId: plan.sandboxId,
+          iface,
+          guest: guest.guest,
+          policy: plan.policy,
+        }),
+      );
       this.opts.log("network_plumbed", {
         sandbox_id: plan.sandboxId,
         iface,
@@ -293,72 +373,101 @@ export class HostNetwork {
     if (this.ipv6) await writeFile(`/proc/sys/net/ipv6/conf/${iface}/disable_ipv6`, "1\n");
   }
 
-  /** Removes the sandbox's chain, interfaces and namespace, whichever exist; safe to repeat. */
+  /**
+   * Removes the sandbox's chain, interfaces and namespace, whichever exist, under this home's names
+   * and under the untagged ones of an older bothy; safe to repeat.
+   */
   async teardown(sandboxId: string): Promise<void> {
     if (!SANDBOX_ID_RE.test(sandboxId))
       throw new BothyError("invalid_sandbox_id", `Refusing to remove the network of ${sandboxId}: not a sandbox id.`);
-    const rules = await this.listRules();
-    const keys = rules.elements.filter((e) => e.target === sandboxId).map((e) => e.key);
-    const script = renderSandboxRemove(sandboxId, keys, rules.chains.includes(sandboxId));
-    if (script) await nft(script);
+    for (const table of this.legacyTable ? [this.table, LEGACY.table] : [this.table]) {
+      const rules = await listRules(table);
+      if (!rules) continue;
+      const keys = rules.elements.filter((e) => e.target === sandboxId).map((e) => e.key);
+      const script = renderSandboxRemove(table, sandboxId, keys, rules.chains.includes(sandboxId));
+      if (script) await nft(script);
+    }
+    // By alias: another sandbox whose name collides in its 8 id characters keeps its link. A link
+    // of ours without an alias yet is one a plumb of this sandbox cut short.
+    const names = [ifaceName(this.opts.tag, sandboxId, "veth"), ifaceName(this.opts.tag, sandboxId, "tap")];
     // Deleting the host end removes the veth pair at once; a deleted namespace frees its links later.
     for (const link of await listLinks())
-      if (
-        link.alias === sandboxId ||
-        link.name === ifaceName(sandboxId, "veth") ||
-        link.name === ifaceName(sandboxId, "tap")
-      )
+      if (link.alias === sandboxId || (link.alias === undefined && names.includes(link.name)))
         await ip(["link", "del", link.name]);
-    const ns = netnsName(sandboxId);
-    if (existsSync(`${NETNS_DIR}/${ns}`)) await ip(["netns", "del", ns]);
+    for (const ns of [netnsName(this.opts.tag, sandboxId), LEGACY.netnsName(sandboxId)])
+      if (existsSync(`${NETNS_DIR}/${ns}`)) await ip(["netns", "del", ns]);
     this.used.delete(sandboxId);
   }
 
-  /** Every network object of a sandbox on this host: namespaces, interfaces, chains. */
+  /**
+   * At a clean stop: removes this home's table once no sandbox has rules in it (a paused VM keeps
+   * its chain, and with it the table), so a home no longer used leaves nothing on the host.
+   */
+  async close(): Promise<void> {
+    const rules = await listRules(this.table);
+    if (rules && !rules.chains.some((c) => SANDBOX_ID_RE.test(c)) && rules.elements.length === 0)
+      await nft(`delete table ${this.table}\n`);
+  }
+
+  /**
+   * Every network object of a sandbox of this home: namespaces, interfaces, chains with its tag,
+   * and those under the untagged names whose sandbox has its directory in this home.
+   */
   async reconcile(): Promise<HostObject[]> {
     const found: HostObject[] = [];
     for (const name of await readdir(NETNS_DIR).catch(() => [] as string[])) {
-      const m = NETNS_RE.exec(name);
-      if (m) found.push({ sandboxId: `sbx_${m[1] ?? ""}`, kind: "netns", description: `network namespace ${name}` });
+      const id = `sbx_${this.netnsRe.exec(name)?.[1] ?? LEGACY.netnsRe.exec(name)?.[1] ?? ""}`;
+      if (SANDBOX_ID_RE.test(id) && (this.netnsRe.test(name) || this.hasSandboxDir(id)))
+        found.push({ sandboxId: id, kind: "netns", description: `network namespace ${name}` });
     }
     for (const link of await listLinks()) {
-      if (IFACE_RE.test(link.name) && link.alias && SANDBOX_ID_RE.test(link.alias))
+      if (link.alias && this.isOwnLink(link))
         found.push({ sandboxId: link.alias, kind: "interface", description: `interface ${link.name}` });
     }
-    const rules = await this.listRules();
-    for (const chain of rules.chains)
-      if (SANDBOX_ID_RE.test(chain))
-        found.push({ sandboxId: chain, kind: "nft-chain", description: `nft chain ${TABLE} ${chain}` });
-    for (const e of rules.elements)
-      if (SANDBOX_ID_RE.test(e.target) && !rules.chains.includes(e.target))
-        found.push({ sandboxId: e.target, kind: "nft-map-element", description: `nft map element ${e.key}` });
+    for (const table of this.legacyTable ? [this.table, LEGACY.table] : [this.table]) {
+      const rules = await listRules(table);
+      if (!rules) continue;
+      const ours = (id: string): boolean => SANDBOX_ID_RE.test(id) && (table === this.table || this.hasSandboxDir(id));
+      for (const chain of rules.chains.filter(ours))
+        found.push({ sandboxId: chain, kind: "nft-chain", description: `nft chain ${table} ${chain}` });
+      for (const e of rules.elements)
+        if (ours(e.target) && !rules.chains.includes(e.target))
+          found.push({
+            sandboxId: e.target,
+            kind: "nft-map-element",
+            description: `nft map element ${table} ${e.key}`,
+          });
+    }
     return found;
   }
+}
 
-  private async listRules(): Promise<{ chains: string[]; elements: Array<{ key: string; target: string }> }> {
-    let text: string;
-    try {
-      text = (await run("nft", ["-j", "list", "table", ...TABLE.split(" ")], { timeoutMs: CMD_TIMEOUT_MS })).stdout;
-    } catch (err) {
-      if (/No such file or directory/.test((err as Error).message)) return { chains: [], elements: [] };
-      throw err;
-    }
-    const items = (JSON.parse(text) as { nftables?: Array<Record<string, unknown>> }).nftables ?? [];
-    const chains: string[] = [];
-    const elements: Array<{ key: string; target: string }> = [];
-    for (const item of items) {
-      const chain = item["chain"] as { name?: string } | undefined;
-      if (chain?.name) chains.push(chain.name);
-      const map = item["map"] as { name?: string; elem?: unknown[] } | undefined;
-      if (map?.name !== "egress") continue;
-      for (const el of map.elem ?? []) {
-        if (!Array.isArray(el) || typeof el[0] !== "string") continue;
-        const verdict = el[1] as { goto?: { target?: string }; jump?: { target?: string } } | undefined;
-        elements.push({ key: el[0], target: verdict?.goto?.target ?? verdict?.jump?.target ?? "" });
-      }
-    }
-    return { chains, elements };
+/** A table's chains and verdict-map elements; undefined when there is no such table. */
+async function listRules(
+  table: string,
+): Promise<{ chains: string[]; elements: Array<{ key: string; target: string }> } | undefined> {
+  let text: string;
+  try {
+    text = (await run("nft", ["-j", "list", "table", ...table.split(" ")], { timeoutMs: CMD_TIMEOUT_MS })).stdout;
+  } catch (err) {
+    if (/No such file or directory/.test((err as Error).message)) return undefined;
+    throw err;
   }
+  const items = (JSON.parse(text) as { nftables?: Array<Record<string, unknown>> }).nftables ?? [];
+  const chains: string[] = [];
+  const elements: Array<{ key: string; target: string }> = [];
+  for (const item of items) {
+    const chain = item["chain"] as { name?: string } | undefined;
+    if (chain?.name) chains.push(chain.name);
+    const map = item["map"] as { name?: string; elem?: unknown[] } | undefined;
+    if (map?.name !== "egress") continue;
+    for (const el of map.elem ?? []) {
+      if (!Array.isArray(el) || typeof el[0] !== "string") continue;
+      const verdict = el[1] as { goto?: { target?: string }; jump?: { target?: string } } | undefined;
+      elements.push({ key: el[0], target: verdict?.goto?.target ?? verdict?.jump?.target ?? "" });
+    }
+  }
+  return { chains, elements };
 }
 
 async function ip(args: string[]): Promise<void> {

@@ -1,6 +1,6 @@
 /**
- * The nftables text bothy feeds to `nft -f -`. Everything lives in one table, `inet bothy`, that
- * bothy owns: base chains hooked into forward, input and NAT postrouting, a verdict map from a
+ * The nftables text bothy feeds to `nft -f -`. Everything lives in one table per home,
+ * `inet bothy-<tag>` (util/host-names.ts), that only that home's server touches: base chains hooked into forward, input and NAT postrouting, a verdict map from a
  * sandbox's host-side interface to that sandbox's own chain, and one chain per sandbox
  * (`sbx_<id>`). Adding or removing a sandbox is one nft transaction, atomic in the kernel.
  *
@@ -8,11 +8,14 @@
  * reset: a blocked connect fails at once instead of timing out. The rest gets the ICMP reject.
  */
 import type { EgressPolicy } from "../drivers/driver.ts";
+import { nftTable } from "../util/host-names.ts";
 import { cidrContains, formatCidr, parseCidr, type Cidr } from "./ipv4.ts";
 
-export const TABLE = "inet bothy";
-/** Host-side interface names: `bv-` veths (gVisor), `bt-` taps (VMs). */
-export const IFACE_PREFIXES = ["bv-", "bt-"] as const;
+/**
+ * This home's host-side interfaces, as nft wildcards: `bv<tag>*` veths (gVisor), `bt<tag>*` taps
+ * (VMs). Another home's interfaces never match, so its packets are that server's to judge.
+ */
+const ifaceWildcards = (tag: string): string[] => [`"bv${tag}*"`, `"bt${tag}*"`];
 
 /** Ranges no sandbox reaches unless an `allow_out` entry names them. */
 export const PRIVATE_RANGES = [
@@ -27,6 +30,7 @@ export const PRIVATE_RANGES = [
 ] as const;
 
 export interface SandboxRules {
+  table: string;
   sandboxId: string;
   iface: string;
   guest: string;
@@ -34,6 +38,8 @@ export interface SandboxRules {
 }
 
 export interface BaseRules {
+  /** The home's tag: names the table and this home's interfaces. */
+  tag: string;
   /** Every sandbox subnet: blocked as a destination (no sandbox reaches another), masqueraded as a source. */
   pool: string;
   uplink: string;
@@ -46,7 +52,6 @@ export const chainName = (sandboxId: string): string => sandboxId;
 
 const set = (items: readonly string[]): string => `{ ${items.join(", ")} }`;
 const quoted = (s: string): string => `"${s}"`;
-const wildcards = IFACE_PREFIXES.map((p) => quoted(`${p}*`));
 
 /**
  * Collapses CIDRs nft would reject as overlapping elements of one anonymous interval set:
@@ -64,31 +69,33 @@ export function mergeCidrs(items: readonly string[]): string[] {
  * chains and map elements are left alone (reconcile removes the orphans among them).
  */
 export function renderBase(b: BaseRules): string {
+  const table = nftTable(b.tag);
+  const wildcards = ifaceWildcards(b.tag);
   const blockedLine = `ip daddr ${set(mergeCidrs([...PRIVATE_RANGES, b.pool, ...b.extraBlocked]))} goto refuse`;
   return (
     [
-      `add table ${TABLE}`,
-      `add map ${TABLE} egress { type ifname : verdict; }`,
-      `add chain ${TABLE} refuse`,
-      `add chain ${TABLE} blocked`,
-      `add chain ${TABLE} forward { type filter hook forward priority filter; policy accept; }`,
-      `add chain ${TABLE} input { type filter hook input priority filter; policy accept; }`,
-      `add chain ${TABLE} postrouting { type nat hook postrouting priority srcnat; policy accept; }`,
-      ...["refuse", "blocked", "forward", "input", "postrouting"].map((c) => `flush chain ${TABLE} ${c}`),
+      `add table ${table}`,
+      `add map ${table} egress { type ifname : verdict; }`,
+      `add chain ${table} refuse`,
+      `add chain ${table} blocked`,
+      `add chain ${table} forward { type filter hook forward priority filter; policy accept; }`,
+      `add chain ${table} input { type filter hook input priority filter; policy accept; }`,
+      `add chain ${table} postrouting { type nat hook postrouting priority srcnat; policy accept; }`,
+      ...["refuse", "blocked", "forward", "input", "postrouting"].map((c) => `flush chain ${table} ${c}`),
       // IPv6 is dropped silently; IPv4 TCP gets a reset (gVisor ignores ICMP admin-prohibited).
-      `add rule ${TABLE} refuse meta nfproto ipv6 drop`,
-      `add rule ${TABLE} refuse meta l4proto tcp reject with tcp reset`,
-      `add rule ${TABLE} refuse reject with icmpx admin-prohibited`,
-      `add rule ${TABLE} blocked ${blockedLine}`,
+      `add rule ${table} refuse meta nfproto ipv6 drop`,
+      `add rule ${table} refuse meta l4proto tcp reject with tcp reset`,
+      `add rule ${table} refuse reject with icmpx admin-prohibited`,
+      `add rule ${table} blocked ${blockedLine}`,
       // A sandbox's traffic goes to its own chain; an interface of ours without one sends nothing.
-      `add rule ${TABLE} forward iifname vmap @egress`,
-      ...wildcards.map((w) => `add rule ${TABLE} forward iifname ${w} drop`),
+      `add rule ${table} forward iifname vmap @egress`,
+      ...wildcards.map((w) => `add rule ${table} forward iifname ${w} drop`),
       // Nothing from outside starts a connection to a sandbox.
-      ...wildcards.map((w) => `add rule ${TABLE} forward oifname ${w} ct state established,related accept`),
-      ...wildcards.map((w) => `add rule ${TABLE} forward oifname ${w} drop`),
+      ...wildcards.map((w) => `add rule ${table} forward oifname ${w} ct state established,related accept`),
+      ...wildcards.map((w) => `add rule ${table} forward oifname ${w} drop`),
       // Every address of the host itself, gateway included, is delivered through input: refused.
-      ...wildcards.map((w) => `add rule ${TABLE} input iifname ${w} goto refuse`),
-      `add rule ${TABLE} postrouting ip saddr ${b.pool} oifname ${quoted(b.uplink)} masquerade`,
+      ...wildcards.map((w) => `add rule ${table} input iifname ${w} goto refuse`),
+      `add rule ${table} postrouting ip saddr ${b.pool} oifname ${quoted(b.uplink)} masquerade`,
     ].join("\n") + "\n"
   );
 }
@@ -99,28 +106,34 @@ export function renderBase(b: BaseRules): string {
  * and the rest only when `internet` is on.
  */
 export function renderSandboxAdd(r: SandboxRules): string {
+  const table = r.table;
   const chain = chainName(r.sandboxId);
   const lines = [
-    `add chain ${TABLE} ${chain}`,
-    `flush chain ${TABLE} ${chain}`,
-    `add rule ${TABLE} ${chain} meta nfproto ipv6 drop`,
-    `add rule ${TABLE} ${chain} ip saddr != ${r.guest} drop`,
-    `add rule ${TABLE} ${chain} ct state established,related accept`,
+    `add chain ${table} ${chain}`,
+    `flush chain ${table} ${chain}`,
+    `add rule ${table} ${chain} meta nfproto ipv6 drop`,
+    `add rule ${table} ${chain} ip saddr != ${r.guest} drop`,
+    `add rule ${table} ${chain} ct state established,related accept`,
   ];
   if (r.policy.allowOut.length > 0)
-    lines.push(`add rule ${TABLE} ${chain} ip daddr ${set(mergeCidrs(r.policy.allowOut))} accept`);
+    lines.push(`add rule ${table} ${chain} ip daddr ${set(mergeCidrs(r.policy.allowOut))} accept`);
   if (r.policy.denyOut.length > 0)
-    lines.push(`add rule ${TABLE} ${chain} ip daddr ${set(mergeCidrs(r.policy.denyOut))} goto refuse`);
-  lines.push(`add rule ${TABLE} ${chain} jump blocked`);
-  lines.push(r.policy.internet ? `add rule ${TABLE} ${chain} accept` : `add rule ${TABLE} ${chain} goto refuse`);
-  lines.push(`add element ${TABLE} egress { ${quoted(r.iface)} : goto ${chain} }`);
+    lines.push(`add rule ${table} ${chain} ip daddr ${set(mergeCidrs(r.policy.denyOut))} goto refuse`);
+  lines.push(`add rule ${table} ${chain} jump blocked`);
+  lines.push(r.policy.internet ? `add rule ${table} ${chain} accept` : `add rule ${table} ${chain} goto refuse`);
+  lines.push(`add element ${table} egress { ${quoted(r.iface)} : goto ${chain} }`);
   return lines.join("\n") + "\n";
 }
 
 /** Removes what exists of one sandbox's rules (nft 1.0.6 has no `destroy`: delete only what is there). */
-export function renderSandboxRemove(sandboxId: string, mapKeys: readonly string[], hasChain: boolean): string {
+export function renderSandboxRemove(
+  table: string,
+  sandboxId: string,
+  mapKeys: readonly string[],
+  hasChain: boolean,
+): string {
   const chain = chainName(sandboxId);
-  const lines = mapKeys.map((k) => `delete element ${TABLE} egress { ${quoted(k)} }`);
-  if (hasChain) lines.push(`delete chain ${TABLE} ${chain}`);
+  const lines = mapKeys.map((k) => `delete element ${table} egress { ${quoted(k)} }`);
+  if (hasChain) lines.push(`delete chain ${table} ${chain}`);
   return lines.length > 0 ? lines.join("\n") + "\n" : "";
 }

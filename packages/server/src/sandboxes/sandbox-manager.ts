@@ -58,7 +58,8 @@ export interface CreateResult {
 export class SandboxManager {
   private readonly live = new Map<string, BootedSandbox>();
   private readonly creating = new Map<string, Promise<CreateResult>>();
-  private readonly inflightKeys = new Map<string, Promise<CreateResult>>();
+  /** Creates under an Idempotency-Key that are still booting, with the fingerprint of their body. */
+  private readonly inflightKeys = new Map<string, { fingerprint: string; job: Promise<CreateResult> }>();
   private readonly deleting = new Map<string, Promise<SandboxInfo>>();
   /** When each sandbox was last used, for idle sleep. */
   private readonly lastActive = new Map<string, number>();
@@ -245,23 +246,25 @@ export class SandboxManager {
       );
     }
     const fingerprint = createHash("sha256").update(JSON.stringify(req)).digest("hex");
+    const reused = (): BothyError =>
+      new BothyError(
+        "idempotency_key_reused",
+        "This Idempotency-Key was used for a different request body; use a new key for a new sandbox.",
+      );
+    // A create still booting under this key may not be in the ledger yet, so its body is checked here too.
+    const inflight = this.inflightKeys.get(idempotencyKey);
+    if (inflight) {
+      if (inflight.fingerprint !== fingerprint) throw reused();
+      return { ...(await inflight.job), created: false };
+    }
     const known = this.ledger.findIdempotencyKey(idempotencyKey);
     if (known) {
-      if (known.fingerprint !== fingerprint) {
-        throw new BothyError(
-          "idempotency_key_reused",
-          "This Idempotency-Key was used for a different request body; use a new key for a new sandbox.",
-        );
-      }
-      const inflight = this.inflightKeys.get(idempotencyKey);
-      if (inflight) return { ...(await inflight), created: false };
+      if (known.fingerprint !== fingerprint) throw reused();
       const row = this.ledger.getSandbox(known.sandbox_id);
       if (row) return { sandbox: toSandboxInfo(row), created: false };
     }
-    const inflight = this.inflightKeys.get(idempotencyKey);
-    if (inflight) return { ...(await inflight), created: false };
     const job = this.createNew(req, { key: idempotencyKey, fingerprint });
-    this.inflightKeys.set(idempotencyKey, job);
+    this.inflightKeys.set(idempotencyKey, { fingerprint, job });
     try {
       return await job;
     } finally {

@@ -1,21 +1,14 @@
 import { expect } from "vitest";
 import WebSocket from "ws";
 import type { BothyEvent, CommandEvent } from "@bothy/protocol";
+import { Sandbox } from "@bothy/sdk";
 
-/** Starts a background command and resolves with its id once `started`; the socket is closed right after. */
-export function startBackgroundCommand(wsBase: string, sandboxId: string, cmd: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(`${wsBase}/sandboxes/${sandboxId}/command`);
-    ws.on("open", () => ws.send(JSON.stringify({ cmd, background: true })));
-    ws.on("message", (data) => {
-      const ev = JSON.parse(data.toString()) as CommandEvent;
-      if (ev.type === "started") {
-        ws.close();
-        resolve(ev.command_id);
-      }
-    });
-    ws.on("error", reject);
-  });
+/** Starts a background command through the SDK and answers its id once started; the socket is let go at once. */
+export async function startBackgroundCommand(baseUrl: string, sandboxId: string, cmd: string): Promise<string> {
+  const sandbox = await Sandbox.connect(sandboxId, { baseUrl });
+  const handle = await sandbox.commands.run(cmd, { background: true });
+  handle.disconnect();
+  return handle.commandId;
 }
 
 /** Re-attaches to a command and collects everything until the server closes the socket. */

@@ -1,5 +1,11 @@
+/**
+ * Test clients of the API. Sandboxes are made with the SDK; `api` and `runCommand` stay raw on
+ * purpose: tests use them to check exact statuses, problem bodies, frames and close codes, and to
+ * send what a well-behaved client never would.
+ */
 import WebSocket from "ws";
 import type { CommandEvent } from "@bothy/protocol";
+import { Sandbox, type SandboxCreateOptions } from "@bothy/sdk";
 
 export async function api(
   base: string,
@@ -21,13 +27,12 @@ export async function api(
   };
 }
 
+/** Creates a sandbox through the SDK and answers its id (a refused create throws the SDK's typed error). */
 export async function createSandbox(
-  base: string,
-  body: unknown = { template: "seed", vcpu: 1, memory_mib: 512 },
+  baseUrl: string,
+  options: SandboxCreateOptions = { template: "seed", vcpu: 1, memoryMib: 512 },
 ): Promise<string> {
-  const res = await api(base, "POST", "/sandboxes", body);
-  if (res.status !== 201) throw new Error(`create failed: ${res.status} ${JSON.stringify(res.json)}`);
-  return res.json["sandbox_id"] as string;
+  return (await Sandbox.create({ baseUrl, ...options })).sandboxId;
 }
 
 export interface TimedEvent {

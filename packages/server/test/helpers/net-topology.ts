@@ -146,10 +146,15 @@ export class NetTopology {
   }
 
   /** Spawns a process inside the `host` namespace (network only: the mount namespace stays ours). */
-  spawnInHost(file: string, args: string[], env: NodeJS.ProcessEnv): ChildProcess {
+  spawnInHost(
+    file: string,
+    args: string[],
+    env: NodeJS.ProcessEnv,
+    stderr: "inherit" | "pipe" = "inherit",
+  ): ChildProcess {
     return spawn("nsenter", [`--net=${this.netnsPath}`, "--", file, ...args], {
       env,
-      stdio: ["ignore", "pipe", "inherit"],
+      stdio: ["ignore", "pipe", stderr],
     });
   }
 
@@ -158,20 +163,36 @@ export class NetTopology {
    * on the control link; `env` adds to or overrides that (networking is on unless it says off).
    */
   serveInHost(home: string, env: Record<string, string> = {}): ServeProcess {
-    return watchServe(
-      this.spawnInHost(process.execPath, [BOTHY, "serve"], {
-        ...process.env,
-        BOTHY_HOME: home,
-        BOTHY_TEMPLATES_DIR: testTemplatesDir(),
-        BOTHY_KERNEL_DIR: testKernelDir(),
-        BOTHY_HOST: this.ctlHostAddr,
-        BOTHY_PORT: "0",
-        BOTHY_POOL_SIZE: "0",
-        BOTHY_NETWORK: "on",
-        BOTHY_DNS: PUBLIC_DNS,
-        ...env,
-      }),
+    return watchServe(this.spawnInHost(process.execPath, [BOTHY, "serve"], this.serveEnv(home, env)));
+  }
+
+  /** Starts `bothy serve` as `serveInHost` does, for a start that must fail: its exit code and what it printed. */
+  async serveFailure(home: string, env: Record<string, string> = {}): Promise<{ code: number | null; stderr: string }> {
+    const child = this.spawnInHost(process.execPath, [BOTHY, "serve"], this.serveEnv(home, env), "pipe");
+    let stderr = "";
+    child.stderr?.on("data", (d: Buffer) => (stderr += d.toString()));
+    const closed = new Promise<number | null>((r) => child.once("close", (c) => r(c)));
+    // A server that starts after all is stopped at once (its clean exit fails the caller's check).
+    watchServe(child).url.then(
+      () => child.kill("SIGTERM"),
+      () => undefined,
     );
+    return { code: await closed, stderr };
+  }
+
+  private serveEnv(home: string, env: Record<string, string>): NodeJS.ProcessEnv {
+    return {
+      ...process.env,
+      BOTHY_HOME: home,
+      BOTHY_TEMPLATES_DIR: testTemplatesDir(),
+      BOTHY_KERNEL_DIR: testKernelDir(),
+      BOTHY_HOST: this.ctlHostAddr,
+      BOTHY_PORT: "0",
+      BOTHY_POOL_SIZE: "0",
+      BOTHY_NETWORK: "on",
+      BOTHY_DNS: PUBLIC_DNS,
+      ...env,
+    };
   }
 
   /** Runs a command in the `host` namespace and returns its stdout. */
@@ -179,27 +200,38 @@ export class NetTopology {
     return sh("nsenter", [`--net=${this.netnsPath}`, "--", file, ...args]);
   }
 
-  /** What bothy's network objects still exist: namespaces, interfaces (in `host`) and chains. */
-  async bothyObjects(): Promise<{ netns: string[]; links: string[]; chains: string[]; mapElements: number }> {
+  /**
+   * What bothy's network objects still exist: namespaces, interfaces (in `host`) and chains and map
+   * elements of its tables; of the home with that tag (util/host-names.ts), or of any home.
+   */
+  async bothyObjects(
+    tag?: string,
+  ): Promise<{ netns: string[]; links: string[]; chains: string[]; mapElements: number }> {
+    const t = tag ?? "[a-z2-7]{4}";
     const netns = (await sh("ip", ["netns", "list"]))
       .split("\n")
       .map((l) => l.split(" ")[0] ?? "")
-      .filter((n) => /^bothy-/.test(n));
+      .filter((n) => new RegExp(`^bothy-${t}-`).test(n) || (!tag && /^bothy-[a-z2-7]{20}$/.test(n)));
     const links = (JSON.parse(await this.inHost("ip", ["-j", "link", "show"])) as Array<{ ifname: string }>)
       .map((l) => l.ifname)
-      .filter((n) => /^b[vt]-/.test(n));
-    let chains: string[] = [];
+      .filter((n) => new RegExp(`^b[vts]${t}-`).test(n) || (!tag && /^b[vt]-/.test(n)));
+    const tables = (
+      JSON.parse(await this.inHost("nft", ["-j", "list", "tables"])) as {
+        nftables: Array<{ table?: { family: string; name: string } }>;
+      }
+    ).nftables
+      .flatMap((i) => (i.table?.family === "inet" ? [i.table.name] : []))
+      .filter((n) => (tag ? n === `bothy-${tag}` : /^bothy(-[a-z2-7]{4})?$/.test(n)));
+    const chains: string[] = [];
     let mapElements = 0;
-    try {
+    for (const table of tables) {
       const items = (
-        JSON.parse(await this.inHost("nft", ["-j", "list", "table", "inet", "bothy"])) as {
+        JSON.parse(await this.inHost("nft", ["-j", "list", "table", "inet", table])) as {
           nftables: Array<Record<string, { name?: string; elem?: unknown[] }>>;
         }
       ).nftables;
-      chains = items.flatMap((i) => (i["chain"]?.name ? [i["chain"].name] : [])).filter((n) => n.startsWith("sbx_"));
-      mapElements = items.reduce((n, i) => n + (i["map"]?.elem?.length ?? 0), 0);
-    } catch {
-      chains = []; // no table: nothing of ours either
+      chains.push(...items.flatMap((i) => (i["chain"]?.name?.startsWith("sbx_") ? [i["chain"].name] : [])));
+      mapElements += items.reduce((n, i) => n + (i["map"]?.elem?.length ?? 0), 0);
     }
     return { netns, links, chains, mapElements };
   }

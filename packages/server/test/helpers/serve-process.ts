@@ -7,6 +7,8 @@ export interface ServeProcess {
   logs: Array<Record<string, unknown>>;
   /** Resolves with the URL from the `listening` log line; rejects if the server exits first. */
   url: Promise<string>;
+  /** Resolves with the first log line of that event (one already logged too); rejects if the log ends first. */
+  logged(event: string): Promise<Record<string, unknown>>;
   /** SIGTERM, then SIGKILL if it has not exited within `graceMs`. */
   stop(graceMs?: number): Promise<void>;
 }
@@ -14,23 +16,43 @@ export interface ServeProcess {
 /** Follows a spawned `bothy serve` (stdout piped): every JSON log line is kept in `logs`. */
 export function watchServe(child: ChildProcess): ServeProcess {
   const logs: Array<Record<string, unknown>> = [];
-  const url = new Promise<string>((resolve, reject) => {
-    child.once("exit", (code) =>
-      reject(new Error(`bothy serve exited (${code}); last logs: ${JSON.stringify(logs.slice(-3))}`)),
-    );
-    if (!child.stdout) return reject(new Error("bothy serve was started without a stdout pipe"));
-    createInterface({ input: child.stdout }).on("line", (line) => {
+  const waiters = new Set<{ event: string; resolve: (entry: Record<string, unknown>) => void; reject: () => void }>();
+  // The log has ended once stdout closes: after the last line, unlike the process's `exit`.
+  let ended = !child.stdout;
+  if (child.stdout) {
+    const lines = createInterface({ input: child.stdout });
+    lines.on("line", (line) => {
       const entry = JSON.parse(line) as Record<string, unknown>;
       logs.push(entry);
-      if (entry["event"] === "listening") resolve(String(entry["address"]));
+      for (const w of waiters)
+        if (w.event === entry["event"]) {
+          waiters.delete(w);
+          w.resolve(entry);
+        }
     });
-  });
+    lines.once("close", () => {
+      ended = true;
+      for (const w of waiters) w.reject();
+      waiters.clear();
+    });
+  }
+  const logged = (event: string): Promise<Record<string, unknown>> =>
+    new Promise((resolve, reject) => {
+      const seen = logs.find((l) => l["event"] === event);
+      if (seen) return resolve(seen);
+      const fail = (): void =>
+        reject(new Error(`bothy serve's log ended before ${event}; last logs: ${JSON.stringify(logs.slice(-3))}`));
+      if (ended) return fail();
+      waiters.add({ event, resolve, reject: fail });
+    });
+  const url = logged("listening").then((entry) => String(entry["address"]));
   url.catch(() => undefined); // a caller that never awaits it must not see an unhandled rejection
   const exited = (): boolean => child.exitCode !== null || child.signalCode !== null;
   return {
     child,
     logs,
     url,
+    logged,
     stop: async (graceMs = 20_000) => {
       if (exited()) return;
       const gone = new Promise((r) => child.once("exit", r));

@@ -1,10 +1,12 @@
 /** `computer_bash`: a shell command in the conversation's sandbox, its output streamed as it runs. */
 import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import type { Sandbox } from "@bothy/sdk";
 import { z } from "zod";
 import type { AgentTools } from "../agent-tools.ts";
 import { DESCRIPTIONS } from "../guidance.ts";
 import { MiddleTruncator } from "../text-view.ts";
 import { okResult, untrustedResult } from "../tool-result.ts";
+import { runToEnd, type CommandEnd } from "../sandbox-calls.ts";
 import { shellQuote, withContext, type Extra } from "../tool-context.ts";
 
 const FLUSH_MS = 250;
@@ -62,18 +64,40 @@ class OutputStreamer {
 }
 
 /**
+ * Waits for a background command to end, on the server's event stream (replayed from the start
+ * for this sandbox, so an end that came first is not missed). Undefined when the sandbox is
+ * deleted first, the stream ends, or `signal` aborts.
+ */
+async function commandExit(
+  sandbox: Sandbox,
+  commandId: string,
+  signal: AbortSignal,
+): Promise<{ exit_code: number | null; signal: string | null } | undefined> {
+  for await (const ev of sandbox.events({ since: 0, signal })) {
+    if (ev.type === "sandbox.deleted") return undefined;
+    if (ev.type === "command.exited" && ev.data["command_id"] === commandId) {
+      const { exit_code: code, signal: killedBy } = ev.data;
+      return {
+        exit_code: typeof code === "number" ? code : null,
+        signal: typeof killedBy === "string" ? killedBy : null,
+      };
+    }
+  }
+  return undefined;
+}
+
+/**
  * Tells the client when a background command ends: a log notification on the session (no
  * request to hang it on any more), while the session lasts. The platform's event stream and
  * webhook carry the same `command.exited` for clients that are gone.
  */
 function reportWhenDone(
   server: McpServer,
-  tools: AgentTools,
+  sandbox: Sandbox,
   session: AbortSignal,
-  ids: { conversationId: string; sandboxId: string; commandId: string },
+  ids: { conversationId: string; commandId: string },
 ): void {
-  void tools.api
-    .waitForCommand(ids.sandboxId, ids.commandId, session)
+  void commandExit(sandbox, ids.commandId, session)
     .then(async (exit) => {
       if (!exit || session.aborted) return;
       await server.server.notification({
@@ -123,49 +147,53 @@ export function registerComputerBash(server: McpServer, tools: AgentTools, sessi
     withContext(
       tools,
       async (args: { command: string; timeout_s?: number | undefined; background?: boolean | undefined }, ctx) => {
-        const sandboxId = await ctx.sandbox();
+        const sandbox = await ctx.sandbox();
         const cmd = `exec bash -c ${shellQuote(args.command)}`;
         if (args.background) {
-          const started = await tools.api.exec(
-            sandboxId,
-            { cmd, cwd: "/workspace", background: true, ...(args.timeout_s ? { timeout_s: args.timeout_s } : {}) },
-            () => undefined,
-          );
-          reportWhenDone(server, tools, session, {
+          const started = await sandbox.commands.run(cmd, {
+            cwd: "/workspace",
+            background: true,
+            ...(args.timeout_s ? { timeoutS: args.timeout_s } : {}),
+          });
+          // The command runs on without this socket; its end is reported from the event stream.
+          started.disconnect();
+          reportWhenDone(server, sandbox, session, {
             conversationId: ctx.conversationId,
-            sandboxId,
-            commandId: started.command_id,
+            commandId: started.commandId,
           });
           return okResult(
-            `Started in the background as ${started.command_id}. Its output is not returned: if you did not redirect it to a file (cmd > /workspace/job.log 2>&1 &), you cannot read it. You are told when it ends (a log notification with its exit code); check on it with computer_bash (e.g. cat the log, or ps).`,
-            { command_id: started.command_id },
+            `Started in the background as ${started.commandId}. Its output is not returned: if you did not redirect it to a file (cmd > /workspace/job.log 2>&1 &), you cannot read it. You are told when it ends (a log notification with its exit code); check on it with computer_bash (e.g. cat the log, or ps).`,
+            { command_id: started.commandId },
           );
         }
         const output = new MiddleTruncator();
         const streamer = new OutputStreamer(ctx.extra);
-        let result;
+        const onText = (text: string): void => {
+          output.push(text);
+          streamer.push(text);
+        };
+        let result: CommandEnd;
         try {
-          result = await tools.api.exec(
-            sandboxId,
-            { cmd, cwd: "/workspace", timeout_s: args.timeout_s ?? 300 },
-            (_stream, text) => {
-              output.push(text);
-              streamer.push(text);
-            },
-            ctx.extra.signal,
-          );
+          result = await runToEnd(sandbox, cmd, {
+            cwd: "/workspace",
+            timeoutS: args.timeout_s ?? 300,
+            keepOutput: false,
+            onStdout: onText,
+            onStderr: onText,
+            signal: ctx.extra.signal,
+          });
         } finally {
           await streamer.drain();
         }
-        const status = result.timed_out
+        const status = result.timedOut
           ? `Timed out after ${args.timeout_s ?? 300} s and was killed.`
-          : result.exit_code === null
+          : result.exitCode === null
             ? `Ended by signal ${result.signal ?? "?"}.`
-            : `Exit code ${result.exit_code}.`;
+            : `Exit code ${result.exitCode}.`;
         const text = output.toString();
         return untrustedResult("sandbox", `${status}${text ? " Output (stdout and stderr):" : " No output."}`, text, {
-          command_id: result.command_id,
-          exit_code: result.exit_code,
+          command_id: result.commandId,
+          exit_code: result.exitCode,
           ...(result.signal ? { signal: result.signal } : {}),
           ...(output.omitted > 0 ? { omitted_chars: output.omitted } : {}),
         });

@@ -47,9 +47,9 @@ export function registerCorpusTools(server: McpServer, tools: AgentTools): void 
           );
         }
         const dest = resolvePath(args.path ?? `documents/${doc.name}`);
-        const sandboxId = await ctx.sandbox();
-        await tools.api.mkdirp(sandboxId, posix.dirname(dest));
-        const written = await tools.api.write(sandboxId, dest, createReadStream(tools.corpus.path(doc.id)));
+        const sandbox = await ctx.sandbox();
+        await sandbox.files.makeDir(posix.dirname(dest));
+        const written = await sandbox.files.write(dest, createReadStream(tools.corpus.path(doc.id)));
         let shape =
           doc.media_type === "application/pdf"
             ? `a PDF whose text (${doc.lines} lines) is what rag_search searches; extract it here with pdftotext -layout`

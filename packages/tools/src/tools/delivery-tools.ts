@@ -24,11 +24,10 @@ export function registerDeliveryTools(server: McpServer, tools: AgentTools): voi
       },
     },
     withContext(tools, async (args: { path: string; name?: string | undefined }, ctx) => {
-      const sandboxId = await ctx.sandbox();
       const exported = await tools.exportFile(
         ctx.conversationId,
         ctx.turnId,
-        sandboxId,
+        await ctx.sandbox(),
         resolvePath(args.path),
         args.name,
       );

@@ -4,17 +4,19 @@
  * checked atomically in the guest against it (If-Match), so a file changed since the read is
  * refused whoever changed it.
  */
-import { createHash, randomBytes } from "node:crypto";
+import { createHash } from "node:crypto";
 import { posix } from "node:path";
 import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
 import { BothyError } from "@bothy/protocol";
+import { NotFoundError, type Sandbox } from "@bothy/sdk";
 import type { AgentTools } from "../agent-tools.ts";
 import { DESCRIPTIONS } from "../guidance.ts";
 import { imageType, isBinary, numberedLines, splitLines } from "../text-view.ts";
 import { okResult, refusal, untrustedResult, UNTRUSTED_META } from "../tool-result.ts";
-import { readFileBytes, resolvePath, shellQuote, withContext, type CallContext } from "../tool-context.ts";
+import { shrinkInSandbox } from "../image-shrink.ts";
+import { readFileBytes, resolvePath, withContext, type CallContext } from "../tool-context.ts";
 
 /** Text files larger than this can be read only in part. */
 const MAX_TEXT_BYTES = 16 * 1024 * 1024;
@@ -23,32 +25,12 @@ const MAX_IMAGE_BYTES = 10 * 1024 * 1024;
 const VIEW_IMAGE_BYTES = 1024 * 1024;
 const VIEW_MAX_SIDE = 1568;
 
-/**
- * A downscaled JPEG copy of a large image, made in the sandbox (Pillow, which matplotlib brings,
- * else ImageMagick) and removed after reading. Undefined when the sandbox has neither.
- */
-async function downscaled(ctx: CallContext, sandboxId: string, path: string): Promise<Buffer | undefined> {
-  const out = `/tmp/bothy-view-${randomBytes(6).toString("hex")}.jpg`;
-  const py = `from PIL import Image; import sys; im = Image.open(sys.argv[1]); im.thumbnail((${VIEW_MAX_SIDE}, ${VIEW_MAX_SIDE})); im.convert("RGB").save(sys.argv[2], "JPEG", quality=85)`;
-  const cmd = `python3 -c '${py}' "$0" "$1" 2>/dev/null || convert "$0[0]" -resize '${VIEW_MAX_SIDE}x${VIEW_MAX_SIDE}>' -quality 85 "$1" 2>/dev/null`;
-  try {
-    const done = await ctx.tools.api.exec(
-      sandboxId,
-      { cmd: `sh -c ${shellQuote(cmd)} ${shellQuote(path)} ${shellQuote(out)}`, cwd: "/", timeout_s: 60 },
-      () => undefined,
-    );
-    return done.exit_code === 0 ? await ctx.tools.api.readAll(sandboxId, out) : undefined;
-  } finally {
-    await ctx.tools.api.exec(sandboxId, { cmd: `rm -f ${out}`, cwd: "/" }, () => undefined).catch(() => undefined);
-  }
-}
-
 const sha256 = (b: Buffer | string): string => createHash("sha256").update(b).digest("hex");
 
 async function readText(ctx: CallContext, path: string, startLine?: number, endLine?: number): Promise<CallToolResult> {
-  const sandboxId = await ctx.sandbox();
-  await refuseDirectory(ctx, sandboxId, path);
-  const file = await readFileBytes(ctx, sandboxId, path, MAX_TEXT_BYTES);
+  const sandbox = await ctx.sandbox();
+  await refuseDirectory(sandbox, path);
+  const file = await readFileBytes(ctx, sandbox, path, MAX_TEXT_BYTES);
   if (isBinary(file.bytes)) {
     return refusal(
       "binary_file",
@@ -72,8 +54,8 @@ async function readText(ctx: CallContext, path: string, startLine?: number, endL
   });
 }
 
-async function refuseDirectory(ctx: CallContext, sandboxId: string, path: string): Promise<void> {
-  const stat = await ctx.tools.api.stat(sandboxId, path);
+async function refuseDirectory(sandbox: Sandbox, path: string): Promise<void> {
+  const stat = await sandbox.files.stat(path);
   if (stat.type === "dir")
     throw new BothyError("file_error", `${path} is a directory; list it with computer_bash (ls -la ${path}).`);
 }
@@ -111,25 +93,34 @@ export function registerFileTools(server: McpServer, tools: AgentTools): void {
       tools,
       async (args: { path: string; start_line?: number | undefined; end_line?: number | undefined }, ctx) => {
         const path = resolvePath(args.path);
-        const sandboxId = await ctx.sandbox();
-        await refuseDirectory(ctx, sandboxId, path);
-        const file = await readFileBytes(ctx, sandboxId, path, MAX_IMAGE_BYTES);
+        const sandbox = await ctx.sandbox();
+        await refuseDirectory(sandbox, path);
+        const file = await readFileBytes(ctx, sandbox, path, MAX_IMAGE_BYTES);
         const type = imageType(file.bytes);
         if (!type) return readText(ctx, path, args.start_line, args.end_line);
         let shown = { bytes: file.bytes, type, note: "" };
+        let shrink: { shrunk: true; width: number; height: number } | { shrunk: false; reason: string } | undefined;
         if (file.size > VIEW_IMAGE_BYTES) {
-          const small = await downscaled(ctx, sandboxId, path);
-          if (small)
+          const small = await shrinkInSandbox(sandbox, path, type, {
+            maxSide: VIEW_MAX_SIDE,
+            maxBytes: VIEW_IMAGE_BYTES,
+          });
+          if (small.shrunk) {
             shown = {
-              bytes: small,
+              bytes: small.jpeg,
               type: "image/jpeg",
-              note: ` Shown as a downscaled JPEG copy (at most ${VIEW_MAX_SIDE} px a side, ${small.length} bytes).`,
+              note: ` Shown shrunk: a ${small.outWidth}x${small.outHeight} JPEG copy (${small.jpeg.length} bytes) of the ${small.width}x${small.height} original.`,
             };
-          else if (file.cut)
+            shrink = { shrunk: true, width: small.width, height: small.height };
+          } else if (file.cut) {
             return refusal(
               "too_large",
-              `${path} is a ${file.size}-byte image, over the ${MAX_IMAGE_BYTES}-byte limit for viewing, and this sandbox has no Pillow or ImageMagick to shrink it. Make a smaller copy first (e.g. save the chart with a lower dpi) and view that.`,
+              `${path} is a ${file.size}-byte image, over the ${MAX_IMAGE_BYTES}-byte limit for viewing, and it could not be shrunk because ${small.why}. Make a smaller PNG or JPEG copy first (e.g. save the chart with a lower dpi) and view that.`,
             );
+          } else {
+            shown.note = ` It is over ${VIEW_IMAGE_BYTES} bytes but could not be shrunk because ${small.why}; shown as it is.`;
+            shrink = { shrunk: false, reason: small.reason };
+          }
         }
         ctx.tools.store.recordRead(ctx.conversationId, ctx.turnId, path, { sha256: file.sha256, full: true });
         return {
@@ -144,7 +135,8 @@ export function registerFileTools(server: McpServer, tools: AgentTools): void {
             path,
             sha256: file.sha256,
             media_type: type,
-            ...(shown.note ? { shown_as: "image/jpeg" } : {}),
+            ...(shrink?.shrunk ? { shown_as: "image/jpeg" } : {}),
+            ...(shrink ? { shrink } : {}),
             [UNTRUSTED_META]: { untrusted: true, source: "sandbox" },
           },
         };
@@ -179,8 +171,8 @@ export function registerFileTools(server: McpServer, tools: AgentTools): void {
           );
         if (args.old_string === args.new_string)
           return refusal("no_change", "old_string and new_string are the same; nothing to change.");
-        const sandboxId = await ctx.sandbox();
-        const file = await readFileBytes(ctx, sandboxId, path, MAX_TEXT_BYTES);
+        const sandbox = await ctx.sandbox();
+        const file = await readFileBytes(ctx, sandbox, path, MAX_TEXT_BYTES);
         if (file.sha256 !== read.sha256) return changedRefusal(path);
         if (file.cut)
           return refusal(
@@ -205,7 +197,7 @@ export function registerFileTools(server: McpServer, tools: AgentTools): void {
           ? text.split(args.old_string).join(args.new_string)
           : text.replace(args.old_string, () => args.new_string);
         // The guest compares the file's sha256 with the one this turn read, atomically with the rename.
-        const written = await tools.api.write(sandboxId, path, Buffer.from(updated, "utf8"), read.sha256);
+        const written = await sandbox.files.write(path, Buffer.from(updated, "utf8"), { ifMatch: read.sha256 });
         tools.store.recordRead(ctx.conversationId, ctx.turnId, path, { sha256: written.sha256, full: read.full });
         const first = lineOf(updated, at[0] ?? 0);
         const newLines = splitLines(args.new_string).length;
@@ -232,9 +224,9 @@ export function registerFileTools(server: McpServer, tools: AgentTools): void {
     },
     withContext(tools, async (args: { path: string; content: string }, ctx) => {
       const path = resolvePath(args.path);
-      const sandboxId = await ctx.sandbox();
-      const existing = await tools.api.stat(sandboxId, path).catch((err: unknown) => {
-        if (err instanceof BothyError && err.code === "file_not_found") return undefined;
+      const sandbox = await ctx.sandbox();
+      const existing = await sandbox.files.stat(path).catch((err: unknown) => {
+        if (err instanceof NotFoundError && err.code === "file_not_found") return undefined;
         throw err;
       });
       let ifMatch: string | undefined;
@@ -254,9 +246,11 @@ export function registerFileTools(server: McpServer, tools: AgentTools): void {
           );
         ifMatch = read.sha256;
       } else {
-        await tools.api.mkdirp(sandboxId, posix.dirname(path));
+        await sandbox.files.makeDir(posix.dirname(path));
       }
-      const written = await tools.api.write(sandboxId, path, Buffer.from(args.content, "utf8"), ifMatch);
+      const written = await sandbox.files.write(path, Buffer.from(args.content, "utf8"), {
+        ...(ifMatch === undefined ? {} : { ifMatch }),
+      });
       if (written.sha256 !== sha256(args.content))
         throw new BothyError("internal", "The sandbox stored other bytes than were sent.");
       // What the model wrote, it knows in full: later edits in this turn need no new read.
