@@ -12,6 +12,7 @@ import { infoCommand } from "./commands/info.ts";
 import { logsCommand } from "./commands/logs.ts";
 import { lsCommand } from "./commands/ls.ts";
 import { pauseCommand } from "./commands/pause.ts";
+import { portCommand } from "./commands/port.ts";
 import { resumeCommand } from "./commands/resume.ts";
 import { rmCommand } from "./commands/rm.ts";
 import { shellCommand } from "./commands/shell.ts";
@@ -23,6 +24,7 @@ export const API_COMMANDS: Command[] = [
   execCommand,
   shellCommand,
   cpCommand,
+  portCommand,
   rmCommand,
   pauseCommand,
   resumeCommand,

@@ -14,6 +14,7 @@ import {
 } from "./files.ts";
 import { applyIdentity } from "./identity.ts";
 import { applyLimits } from "./limits.ts";
+import { listeningPorts, TcpTunnel } from "./ports.ts";
 import { VirtioPort } from "./virtio-port.ts";
 
 const AGENT_VERSION = "bothy-agent/0.1.0";
@@ -27,6 +28,7 @@ let childEnv: NodeJS.ProcessEnv = { ...process.env };
 const commands = new Map<number, Command>();
 const writes = new Map<number, AtomicWrite>();
 const reads = new Map<number, FileRead>();
+const tunnels = new Map<number, TcpTunnel>();
 let acked = false;
 
 /**
@@ -51,6 +53,8 @@ function dropHostRequests(): void {
   writes.clear();
   for (const read of reads.values()) read.cancel();
   reads.clear();
+  for (const tunnel of tunnels.values()) tunnel.destroy();
+  tunnels.clear();
 }
 
 function hostGone(): void {
@@ -112,6 +116,7 @@ function onFrame(raw: RawFrame): void {
     case "credit":
       commands.get(frame.id)?.credit(frame.bytes);
       reads.get(frame.id)?.credit(frame.bytes);
+      tunnels.get(frame.id)?.credit(frame.bytes);
       return;
     case "identity":
       applyIdentity(frame, raw.payload).then(
@@ -146,7 +151,28 @@ function onFrame(raw: RawFrame): void {
       reads.delete(frame.id);
       void writes.get(frame.id)?.abort();
       writes.delete(frame.id);
+      tunnels.get(frame.id)?.destroy();
       return;
+    case "ports_list":
+      listeningPorts().then(
+        (ports) => channel.send({ t: "ports_result", id: frame.id, ports }),
+        (err: Error) => sendError(frame.id, "io_error", `listing ports: ${err.message}`),
+      );
+      return;
+    case "tcp_open": {
+      if (tunnels.has(frame.id)) return sendError(frame.id, "busy", `request id ${frame.id} is in use`);
+      const tunnel: TcpTunnel = new TcpTunnel(frame.id, frame.port, channel, (id) => {
+        if (tunnels.get(id) === tunnel) tunnels.delete(id);
+      });
+      tunnels.set(frame.id, tunnel);
+      return;
+    }
+    case "tcp_data": {
+      const tunnel = tunnels.get(frame.id);
+      if (!tunnel) return; // reset by the guest's side already; its tcp_closed is on the way
+      tunnel.write(raw.payload, frame.eof);
+      return;
+    }
     case "mkdir":
       return reply(frame.id, makeDir(resolveGuestPath(frame.path), frame.parents));
     case "remove":
@@ -207,6 +233,7 @@ function shutdown(reason: string): void {
   for (const cmd of commands.values()) cmd.kill();
   for (const write of writes.values()) void write.abort();
   for (const read of reads.values()) read.cancel();
+  for (const tunnel of tunnels.values()) tunnel.destroy();
   // A moment for the stderr line above to leave; the host is already gone.
   setTimeout(() => process.exit(0), 10);
 }

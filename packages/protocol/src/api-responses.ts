@@ -14,6 +14,10 @@ export const fileDeleteResult = z.object({ path: z.string(), deleted: z.literal(
 export const mkdirResult = z.object({ path: z.string(), created: z.literal(true) });
 export const renameResult = z.object({ from: z.string(), to: z.string(), renamed: z.literal(true) });
 export const commandList = z.object({ commands: z.array(commandInfo) });
+/** A listening TCP socket inside a sandbox: its port and the address it is bound to. */
+export const listeningPort = z.object({ port: z.number().int().min(1).max(65535), address: z.string() });
+export const portList = z.object({ ports: z.array(listeningPort) });
+export type ListeningPort = z.infer<typeof listeningPort>;
 
 /** RFC 9457 problem details with bothy's stable `code`; extra members may follow. */
 export const problemDetails = z.looseObject({

@@ -9,6 +9,8 @@ export const OUTPUT_WINDOW_BYTES = 1024 * 1024;
 export const UPLOAD_WINDOW_BYTES = 2 * 1024 * 1024;
 /** Largest output chunk the agent sends in one frame. */
 export const OUTPUT_CHUNK_BYTES = 64 * 1024;
+/** Most listening sockets one `ports_result` names. */
+export const MAX_LISTED_PORTS = 1024;
 
 const requestId = z
   .number()
@@ -26,6 +28,7 @@ export type SignalName = z.infer<typeof signalName>;
 export const ptySize = z
   .object({ cols: z.number().int().min(1).max(1000), rows: z.number().int().min(1).max(1000) })
   .strict();
+const tcpPort = z.number().int().min(1).max(65535);
 const envMap = z.record(
   z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment names are letters, digits and _"),
   z.string().max(65536),
@@ -96,6 +99,16 @@ export const hostFrame = z.discriminatedUnion("t", [
   z.object({ t: z.literal("mkdir"), id: requestId, path: guestPath, parents: z.boolean().default(false) }).strict(),
   z.object({ t: z.literal("remove"), id: requestId, path: guestPath, recursive: z.boolean().default(false) }).strict(),
   z.object({ t: z.literal("rename"), id: requestId, from: guestPath, to: guestPath }).strict(),
+  /** Lists the guest's listening TCP sockets: answered with `ports_result`. */
+  z.object({ t: z.literal("ports_list"), id: requestId }).strict(),
+  /**
+   * Opens a TCP connection to `port` on the guest's loopback: answered with `tcp_opened`, or an
+   * `error` (`refused` when nothing listens). Bytes then flow as `tcp_data` both ways: the host's
+   * under `tcp_ack`, the guest's under `credit`; `cancel` resets it, and `tcp_closed` ends it.
+   */
+  z.object({ t: z.literal("tcp_open"), id: requestId, port: tcpPort }).strict(),
+  /** Bytes for connection `id` (payload); `eof` half-closes the sending side after them. */
+  z.object({ t: z.literal("tcp_data"), id: requestId, eof: z.boolean().default(false) }).strict(),
   /**
    * The sandbox's limits, applied by the guest before the sandbox is handed out (answered with
    * `done`): at most `max_processes` processes (threads included) under its commands, and, for
@@ -177,6 +190,19 @@ export const guestFrame = z.discriminatedUnion("t", [
   z.object({ t: z.literal("identity_done"), id: requestId }).strict(),
   z
     .object({
+      t: z.literal("ports_result"),
+      id: requestId,
+      ports: z.array(z.object({ port: tcpPort, address: z.string().max(64) }).strict()).max(MAX_LISTED_PORTS),
+    })
+    .strict(),
+  z.object({ t: z.literal("tcp_opened"), id: requestId }).strict(),
+  z.object({ t: z.literal("tcp_data"), id: requestId, eof: z.boolean().default(false) }).strict(),
+  /** `bytes` more the host sent on connection `id` have been written to its socket. */
+  z.object({ t: z.literal("tcp_ack"), id: requestId, bytes: z.number().int().min(0) }).strict(),
+  /** Connection `id` is over (its id is free); `error` says why when it did not end cleanly. */
+  z.object({ t: z.literal("tcp_closed"), id: requestId, error: z.string().max(4096).optional() }).strict(),
+  z
+    .object({
       t: z.literal("error"),
       id: requestId.optional(),
       code: z.enum([
@@ -189,6 +215,7 @@ export const guestFrame = z.discriminatedUnion("t", [
         "precondition_failed",
         "not_a_file",
         "busy",
+        "refused",
       ]),
       message: z.string().max(4096),
     })

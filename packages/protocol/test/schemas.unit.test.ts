@@ -117,6 +117,45 @@ describe("protocol surface", () => {
           },
           {
             "fields": [
+              "id",
+              "ports",
+              "t",
+            ],
+            "t": "ports_result",
+          },
+          {
+            "fields": [
+              "id",
+              "t",
+            ],
+            "t": "tcp_opened",
+          },
+          {
+            "fields": [
+              "eof",
+              "id",
+              "t",
+            ],
+            "t": "tcp_data",
+          },
+          {
+            "fields": [
+              "bytes",
+              "id",
+              "t",
+            ],
+            "t": "tcp_ack",
+          },
+          {
+            "fields": [
+              "error",
+              "id",
+              "t",
+            ],
+            "t": "tcp_closed",
+          },
+          {
+            "fields": [
               "code",
               "id",
               "message",
@@ -260,6 +299,29 @@ describe("protocol surface", () => {
               "to",
             ],
             "t": "rename",
+          },
+          {
+            "fields": [
+              "id",
+              "t",
+            ],
+            "t": "ports_list",
+          },
+          {
+            "fields": [
+              "id",
+              "port",
+              "t",
+            ],
+            "t": "tcp_open",
+          },
+          {
+            "fields": [
+              "eof",
+              "id",
+              "t",
+            ],
+            "t": "tcp_data",
           },
           {
             "fields": [

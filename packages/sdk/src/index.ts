@@ -16,6 +16,7 @@ export {
   type CommandInfo,
   type SignalName,
 } from "./commands.ts";
+export { Ports, type ListeningPort } from "./ports.ts";
 export { Pty, DEFAULT_PTY_COMMAND, type PtyOptions } from "./pty.ts";
 export {
   Files,

@@ -8,6 +8,7 @@ import { streamEvents, type BothyEvent, type EventOptions } from "./events.ts";
 import { NotFoundError } from "./errors.ts";
 import { Files } from "./files.ts";
 import { HttpClient, type CallOptions, type ConnectionOptions } from "./http-client.ts";
+import { Ports } from "./ports.ts";
 import { Pty } from "./pty.ts";
 
 export type { DriverName, SandboxInfo, SandboxState };
@@ -47,6 +48,7 @@ export class Sandbox {
   readonly commands: Commands;
   readonly pty: Pty;
   readonly files: Files;
+  readonly ports: Ports;
   private readonly http: HttpClient;
   private last: SandboxInfo;
 
@@ -57,6 +59,7 @@ export class Sandbox {
     this.commands = new Commands(http, info.sandbox_id);
     this.pty = new Pty(this.commands);
     this.files = new Files(http, info.sandbox_id);
+    this.ports = new Ports(http, info.sandbox_id);
   }
 
   /** Boots a new sandbox and answers once it runs. */
@@ -120,6 +123,11 @@ export class Sandbox {
   /** What the server last said about this sandbox (refresh with `getInfo()`). */
   get info(): SandboxInfo {
     return this.last;
+  }
+
+  /** Where `port` inside the sandbox is reached, without the scheme: `ports.host(port)`. */
+  getHost(port: number): string {
+    return this.ports.host(port);
   }
 
   async getInfo(options: CallOptions = {}): Promise<SandboxInfo> {

@@ -64,6 +64,14 @@ const envSchema = z.object({
   BOTHY_DNS: z.string().default("1.1.1.1,8.8.8.8"),
   /** More destinations every sandbox is refused, comma-separated CIDRs (e.g. a cloud's metadata on a public address). */
   BOTHY_NET_BLOCK: z.string().default(""),
+  /** Serves `{port}-{sandbox id}.<this domain>` as that sandbox's port (a wildcard DNS name for the server). */
+  BOTHY_PREVIEW_DOMAIN: z
+    .string()
+    .regex(
+      /^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/,
+      "a lower-case DNS name such as preview.example.com",
+    )
+    .optional(),
 });
 
 export interface Config {
@@ -90,6 +98,8 @@ export interface Config {
   logLevel: z.infer<typeof envSchema>["BOTHY_LOG_LEVEL"];
   bootTimeoutMs: number;
   bodyLimitBytes: number;
+  /** Host names `{port}-{id}.<previewDomain>` reach that sandbox's port (unset: only the path form). */
+  previewDomain: string | undefined;
   driver: "auto" | "gvisor" | "qemu";
   qemu: { warmStart: boolean; tbSizeMib: number; kernelDir: string };
   webhook: { url: string; retryBaseMs: number } | undefined;
@@ -149,6 +159,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     logLevel: e.BOTHY_LOG_LEVEL,
     bootTimeoutMs: e.BOTHY_BOOT_TIMEOUT_S * 1000,
     bodyLimitBytes: 1024 * 1024,
+    previewDomain: e.BOTHY_PREVIEW_DOMAIN,
     driver: e.BOTHY_DRIVER,
     qemu: {
       warmStart: e.BOTHY_QEMU_WARM === "1",

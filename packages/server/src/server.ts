@@ -11,6 +11,7 @@ import { fileRoutes } from "./api/file-routes.ts";
 import { lifecycleRoutes } from "./api/lifecycle-routes.ts";
 import { metricsRoutes } from "./api/metrics-routes.ts";
 import { openapiRoutes, recordRoutes, type RouteRecord } from "./api/openapi.ts";
+import { portRoutes, previewHostRewrite } from "./api/port-routes.ts";
 import { answerClientError, answerExpectation, sendProblem } from "./api/problem.ts";
 import { sandboxRoutes } from "./api/sandbox-routes.ts";
 import { checkWebSocketHandshakes } from "./api/websocket-handshake.ts";
@@ -103,7 +104,11 @@ export async function startServer(
   const startedAt = Date.now();
   const logProblem = (err: BothyError): void => {
     metrics.error(err.code);
-    if (err.status >= 500) logger.error({ event: "request_error", code: err.code, err: err.cause ?? err }, err.message);
+    // A bug or a failed boot is an error; a 5xx that names an expected condition (a port nobody
+    // listens on, a guest past its deadline, a stop under way) is worth a warning only.
+    if (err.code === "internal" || err.code === "create_failed")
+      logger.error({ event: "request_error", code: err.code, err: err.cause ?? err }, err.message);
+    else if (err.status >= 500) logger.warn({ event: "request_error", code: err.code }, err.message);
   };
   const routeNotFound = (request: FastifyRequest): BothyError =>
     new BothyError(
@@ -121,6 +126,7 @@ export async function startServer(
     clientErrorHandler: (err, socket) => answerClientError(err, socket, logProblem),
     // Node answers a missing Host with a bare 400; the hook below answers it as problem+json.
     http: { requireHostHeader: false },
+    ...(config.previewDomain === undefined ? {} : { rewriteUrl: previewHostRewrite(config.previewDomain) }),
   });
   app.server.on("checkExpectation", (req, res) => answerExpectation(req, res, logProblem));
   // JSON only: a text body would otherwise reach validation as a string and get a vaguer error.
@@ -155,6 +161,7 @@ export async function startServer(
   commandRoutes(app, manager, registry, watch);
   eventRoutes(app, events);
   await fileRoutes(app, manager);
+  await portRoutes(app, manager);
   await agentToolRoutes(app, config, logger);
   usageRoutes(app, meter, ledger);
   await e2bRoutes(app, { config, manager, registry, serverEvents, metrics, logger });

@@ -17,6 +17,7 @@ import {
   type SignalName,
 } from "@bothy/protocol";
 import { ReadSink } from "./read-sink.ts";
+import { TcpStream } from "./tcp-stream.ts";
 
 export interface ExecOptions {
   cmd: string;
@@ -71,7 +72,14 @@ type Pending =
     }
   | { kind: "list"; resolve: (r: { entries: DirEntry[]; truncated: boolean }) => void; reject: (e: BothyError) => void }
   | { kind: "done"; resolve: () => void; reject: (e: BothyError) => void }
-  | { kind: "identity"; resolve: () => void; reject: (e: BothyError) => void };
+  | { kind: "identity"; resolve: () => void; reject: (e: BothyError) => void }
+  | { kind: "ports"; resolve: (ports: ListeningPort[]) => void; reject: (e: BothyError) => void }
+  | { kind: "tcp"; stream: TcpStream; opened: () => void; reject: (e: BothyError) => void };
+
+export interface ListeningPort {
+  port: number;
+  address: string;
+}
 
 export interface GuestIdentity {
   sandboxId: string;
@@ -90,6 +98,8 @@ const CREDIT_DELAY_MS = 10;
  * way, for the guest's next step (a reader or uploader that is slow itself does not count).
  */
 export const FILE_TIMEOUT_MS = 120_000;
+/** How long opening a connection to a port inside the guest may take. */
+export const CONNECT_TIMEOUT_MS = 15_000;
 
 /** How every hello header starts (the agent encodes `{ t: "hello", ... }` with JSON.stringify). */
 const HELLO_MARKER = Buffer.from('{"t":"hello"');
@@ -352,6 +362,52 @@ export class AgentClient {
     return done;
   }
 
+  /** The TCP sockets listening inside the guest. */
+  listPorts(): Promise<ListeningPort[]> {
+    return new Promise((resolve, reject) => {
+      const id = this.allocate({ kind: "ports", resolve, reject });
+      this.send({ t: "ports_list", id });
+      this.arm(id, "ports_list");
+    });
+  }
+
+  /**
+   * Opens a TCP connection to `port` on the guest's loopback, relayed over the guest channel.
+   * Fails with `port_not_listening` when nothing listens there, `agent_timeout` when the guest
+   * has not connected within the connect timeout. Destroying the stream resets the guest's socket.
+   */
+  openTcp(port: number): Promise<TcpStream> {
+    return new Promise((resolve, reject) => {
+      let opened = false;
+      const stream = new TcpStream({
+        data: (payload, eof) => this.send({ t: "tcp_data", id, eof }, payload),
+        credit: (bytes) => this.creditOutput(id, bytes),
+        cancel: () => {
+          this.settle(id);
+          this.owedCredit.delete(id);
+          this.send({ t: "cancel", id });
+        },
+      });
+      const id = this.allocate({
+        kind: "tcp",
+        stream,
+        opened: () => {
+          opened = true;
+          resolve(stream);
+        },
+        reject: (e) => {
+          if (opened) stream.destroy(e);
+          else {
+            stream.destroy();
+            reject(e);
+          }
+        },
+      });
+      this.send({ t: "tcp_open", id, port });
+      this.arm(id, `connect to port ${port}`, CONNECT_TIMEOUT_MS);
+    });
+  }
+
   /** Tells the guest who it is (see the `identity` frame); resolves once it has applied it. */
   identify(identity: GuestIdentity): Promise<void> {
     return new Promise((resolve, reject) => {
@@ -429,7 +485,7 @@ export class AgentClient {
    * file timeout, the request fails with `agent_timeout` and the guest is told to drop it. The
    * channel and every other request carry on.
    */
-  private arm(id: number, what: string): void {
+  private arm(id: number, what: string, timeoutMs = this.fileTimeoutMs): void {
     if (!this.pending.has(id)) return;
     clearTimeout(this.deadlines.get(id));
     this.deadlines.set(
@@ -441,11 +497,11 @@ export class AgentClient {
         this.send({ t: "cancel", id });
         const err = new BothyError(
           "agent_timeout",
-          `The guest agent did not answer (${what}) within ${this.fileTimeoutMs} ms; the request was abandoned, the sandbox is still usable.`,
+          `The guest agent did not answer (${what}) within ${timeoutMs} ms; the request was abandoned, the sandbox is still usable.`,
         );
         if (p.kind === "exec") p.events.onError(err);
         else p.reject(err);
-      }, this.fileTimeoutMs),
+      }, timeoutMs),
     );
   }
 
@@ -561,6 +617,25 @@ export class AgentClient {
         this.settle(id);
         if (p.kind === "done") p.resolve();
         return;
+      case "ports_result":
+        this.settle(id);
+        if (p.kind === "ports") p.resolve(frame.ports);
+        return;
+      case "tcp_opened":
+        this.disarm(id);
+        if (p.kind === "tcp") p.opened();
+        return;
+      case "tcp_data":
+        if (p.kind === "tcp") p.stream.received(payload, frame.eof);
+        return;
+      case "tcp_ack":
+        if (p.kind === "tcp") p.stream.acked(frame.bytes);
+        return;
+      case "tcp_closed":
+        this.settle(id);
+        this.owedCredit.delete(id);
+        if (p.kind === "tcp") p.stream.guestClosed(frame.error);
+        return;
       case "file_ack":
         if (p.kind === "write") p.acked(frame.bytes);
         return;
@@ -580,7 +655,13 @@ export class AgentClient {
           return; // an exec still ends with its own `exited` frame
         }
         this.settle(id);
-        p.reject(err);
+        if (p.kind === "tcp")
+          p.reject(
+            new BothyError(frame.code === "refused" ? "port_not_listening" : "agent_unavailable", frame.message, {
+              details: { guest_code: frame.code },
+            }),
+          );
+        else p.reject(err);
         return;
       }
     }

@@ -29,6 +29,7 @@ import {
   usageReport,
   mkdirRequest,
   mkdirResult,
+  portList,
   problemDetails,
   renameRequest,
   renameResult,
@@ -61,12 +62,13 @@ const SCHEMAS = {
   MkdirResult: mkdirResult,
   RenameRequest: renameRequest,
   RenameResult: renameResult,
+  PortList: portList,
   CreateConversationRequest: createConversationRequest,
   BeginTurnRequest: beginTurnRequest,
 } satisfies Record<string, z.ZodType>;
 
 type SchemaName = keyof typeof SCHEMAS;
-type Method = "get" | "post" | "put" | "delete";
+type Method = "get" | "post" | "put" | "patch" | "delete" | "options";
 
 interface Answer {
   description: string;
@@ -118,6 +120,9 @@ interface Operation {
   /** For WebSocket routes: what the client sends and what the server streams. */
   websocket?: { send: SchemaName[]; receive: SchemaName };
 }
+
+const PROXY_PATHS = ["/sandboxes/{id}/ports/{port}", "/sandboxes/{id}/ports/{port}/*"];
+const PROXY_METHODS: Method[] = ["get", "post", "put", "patch", "delete", "options"];
 
 const SANDBOX: Answer = { description: "The sandbox", schema: "Sandbox" };
 const BYTES = "application/octet-stream";
@@ -263,6 +268,23 @@ export const OPERATIONS: Operation[] = [
     body: "RenameRequest",
     answers: { 200: { description: "Renamed", schema: "RenameResult" } },
   },
+  {
+    method: "get",
+    path: "/sandboxes/{id}/ports",
+    tag: "ports",
+    summary: "List the TCP ports listening inside the sandbox",
+    answers: { 200: { description: "Listening sockets", schema: "PortList" } },
+  },
+  ...PROXY_PATHS.flatMap((path) =>
+    PROXY_METHODS.map((method): Operation => ({
+      method,
+      path,
+      tag: "ports",
+      summary:
+        "Proxied to 127.0.0.1:{port} inside the sandbox (HTTP and WebSocket upgrades; 502 port_not_listening when nothing listens)",
+      answers: { 200: { description: "Whatever the server inside answers", type: "*/*" } },
+    })),
+  ),
   {
     method: "get",
     path: "/events",

@@ -81,6 +81,8 @@ $bb mkdir -p /dev/pts /dev/shm /tmp
 $bb mount -t devpts -o gid=5,mode=620 devpts /dev/pts
 $bb mount -t tmpfs -o mode=1777 shm /dev/shm
 $bb ln -sf /proc/self/fd /dev/fd 2>/dev/null
+# Loopback, with or without a network: servers inside are reached on 127.0.0.1 (also by the host's port proxy).
+$bb ip link set lo up
 # Commands run in a cgroup that caps their processes (a fork bomb gets EAGAIN, not the VM); the
 # agent stays outside it, and the OOM killer never picks the agent.
 cg=/sys/fs/cgroup

@@ -1,0 +1,39 @@
+import { Sandbox } from "@bothy/sdk";
+import { CONNECTION_FLAGS, connection, JSON_FLAG, parse, UsageError } from "../args/parse.ts";
+import type { Command } from "../command.ts";
+import { printJson } from "../output.ts";
+
+const USAGE = `usage: bothy port ID PORT    print the URL that reaches PORT inside the sandbox
+       bothy port ID [--json]    list the ports listening inside it
+
+HTTP and WebSocket to the URL are relayed to 127.0.0.1:PORT inside the sandbox.
+`;
+
+export const portCommand: Command = {
+  name: "port",
+  summary: "print the URL of a port inside a sandbox, or list its ports",
+  usage: USAGE,
+  async run(args) {
+    const { values, positionals } = parse(
+      args,
+      { ...CONNECTION_FLAGS, ...JSON_FLAG },
+      { min: 1, max: 2, names: "sandbox ID and PORT" },
+    );
+    if (values.help) {
+      process.stdout.write(USAGE);
+      return 0;
+    }
+    const sandbox = await Sandbox.connect(positionals[0] ?? "", connection(values));
+    const raw = positionals[1];
+    if (raw === undefined) {
+      const ports = await sandbox.ports.list();
+      if (values.json) printJson({ ports });
+      else for (const p of ports) process.stdout.write(`${p.port}\t${p.address}\t${sandbox.ports.url(p.port)}\n`);
+      return 0;
+    }
+    const port = /^[0-9]{1,5}$/.test(raw) ? Number(raw) : NaN;
+    if (!(port >= 1 && port <= 65535)) throw new UsageError(`"${raw}" is not a TCP port (1-65535)`);
+    process.stdout.write(`${sandbox.ports.url(port)}\n`);
+    return 0;
+  },
+};

@@ -1,0 +1,243 @@
+import {
+  request as httpRequest,
+  type IncomingHttpHeaders,
+  type IncomingMessage,
+  type OutgoingHttpHeaders,
+} from "node:http";
+import type { Socket } from "node:net";
+import type { Duplex } from "node:stream";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { BothyError, toProblem } from "@bothy/protocol";
+import type { TcpStream } from "../agent/tcp-stream.ts";
+import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
+
+type PortParams = { Params: { id: string; port: string; "*"?: string } };
+
+/** The methods the proxy passes on (HEAD separately: Fastify's own HEAD would run GET's handler). */
+export const PROXIED_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] as const;
+export const PROXY_URLS = ["/sandboxes/:id/ports/:port", "/sandboxes/:id/ports/:port/*"] as const;
+
+/** Hop-by-hop headers (RFC 9110 7.6.1): they describe one connection and are never passed on. */
+const HOP_BY_HOP = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "proxy-authenticate",
+  "proxy-authorization",
+  "te",
+  "trailer",
+  "transfer-encoding",
+  "upgrade",
+]);
+
+/** Requests that came by a preview host name: the app is at the root of their origin. */
+const viaPreviewHost = new WeakSet<IncomingMessage>();
+
+/**
+ * For Fastify's `rewriteUrl`, which runs before routing (WebSocket upgrades included): a request
+ * whose Host is `{port}-{sandbox id}.<domain>` is routed as `/sandboxes/{id}/ports/{port}{url}`,
+ * so the same hooks, checks and proxy serve it. Any other Host is left alone.
+ */
+export function previewHostRewrite(domain: string): (req: IncomingMessage) => string {
+  const suffix = `.${domain}`;
+  return (req) => {
+    const url = req.url ?? "/";
+    const host = (req.headers.host ?? "").toLowerCase().replace(/:\d+$/, "");
+    if (!host.endsWith(suffix)) return url;
+    const match = /^([0-9]{1,5})-(sbx_[a-z2-7]{20})$/.exec(host.slice(0, -suffix.length));
+    if (!match) return url;
+    viaPreviewHost.add(req);
+    return `/sandboxes/${match[2]}/ports/${match[1]}${url.startsWith("/") ? url : `/${url}`}`;
+  };
+}
+
+/** The part of the request URL after `/sandboxes/ID/ports/PORT`, as the client sent it. */
+const TARGET_RE = /^\/sandboxes\/[^/?]+\/ports\/[^/?]+(.*)$/s;
+
+function parsePort(raw: string): number {
+  const port = /^[0-9]{1,5}$/.test(raw) ? Number(raw) : NaN;
+  if (!(port >= 1 && port <= 65535))
+    throw new BothyError("invalid_request", `"${raw.slice(0, 16)}" is not a TCP port; use a number from 1 to 65535.`);
+  return port;
+}
+
+/** Headers without hop-by-hop ones, nor any the Connection header names. */
+function endToEnd(headers: IncomingHttpHeaders): OutgoingHttpHeaders {
+  const named = new Set(
+    String(headers["connection"] ?? "")
+      .split(",")
+      .map((h) => h.trim().toLowerCase())
+      .filter(Boolean),
+  );
+  const out: OutgoingHttpHeaders = {};
+  for (const [name, value] of Object.entries(headers))
+    if (value !== undefined && !HOP_BY_HOP.has(name) && !named.has(name)) out[name] = value;
+  return out;
+}
+
+/** Raw header lines of a response, for writing it onto a socket ourselves. */
+function headBlock(res: IncomingMessage, headers: OutgoingHttpHeaders): string {
+  const lines = [`HTTP/1.1 ${res.statusCode ?? 502} ${res.statusMessage ?? ""}`];
+  for (const [name, value] of Object.entries(headers))
+    for (const v of [value].flat()) if (v !== undefined) lines.push(`${name}: ${String(v)}`);
+  return `${lines.join("\r\n")}\r\n\r\n`;
+}
+
+/** The `head` bytes @fastify/websocket kept from the upgrade event (what the client sent past its headers). */
+function upgradeHead(request: FastifyRequest): Buffer {
+  const raw = request.raw as unknown as Record<symbol, unknown>;
+  const key = Object.getOwnPropertySymbols(raw).find((s) => s.description === "ws-head");
+  const head = key === undefined ? undefined : raw[key];
+  return Buffer.isBuffer(head) ? head : Buffer.alloc(0);
+}
+
+/**
+ * Ports as URLs: `GET /sandboxes/:id/ports` lists the sandbox's listening TCP sockets, and HTTP or
+ * WebSocket to `/sandboxes/:id/ports/:port/...` reaches `127.0.0.1:port` inside it over the guest
+ * channel (never through a network path from the host). Bodies stream both ways under the guest
+ * protocol's windows; a client that goes away resets the connection inside the sandbox.
+ */
+export async function portRoutes(app: FastifyInstance, manager: SandboxManager): Promise<void> {
+  app.get<{ Params: { id: string } }>("/sandboxes/:id/ports", async (request) => ({
+    ports: await manager.agent(request.params.id).listPorts(),
+  }));
+
+  await app.register(async (scope) => {
+    // Bodies of any type pass through unparsed: the route streams the raw request on.
+    scope.removeAllContentTypeParsers();
+    scope.addContentTypeParser("*", (_request, payload, done) => done(null, payload));
+
+    for (const url of PROXY_URLS)
+      scope.route<PortParams>({
+        method: [...PROXIED_METHODS],
+        url,
+        exposeHeadRoute: false,
+        // Runs before @fastify/websocket's handler, which would answer an upgrade itself.
+        preHandler: async (request, reply) => {
+          if (request.ws) await relayUpgrade(request, reply, await connect(manager, request));
+        },
+        handler: async (request, reply) => proxyHttp(request, reply, await connect(manager, request)),
+      });
+  });
+}
+
+async function connect(manager: SandboxManager, request: FastifyRequest<PortParams>): Promise<TcpStream> {
+  const { id } = request.params;
+  const port = parsePort(request.params.port);
+  return manager
+    .agent(id)
+    .openTcp(port)
+    .catch((err: unknown) => {
+      if (err instanceof BothyError && err.code === "port_not_listening")
+        throw new BothyError(
+          "port_not_listening",
+          `Nothing listens on port ${port} inside sandbox ${id}. Start a server there on 127.0.0.1 or 0.0.0.0 port ${port} (GET /sandboxes/${id}/ports lists the ports that are listening), then retry.`,
+          { cause: err },
+        );
+      throw err;
+    });
+}
+
+function target(request: FastifyRequest): string {
+  const rest = TARGET_RE.exec(request.raw.url ?? "")?.[1] ?? "";
+  return rest.startsWith("/") ? rest : `/${rest}`;
+}
+
+function forwardedHeaders(request: FastifyRequest<PortParams>): OutgoingHttpHeaders {
+  const port = request.params.port;
+  return {
+    // Development servers check Host; inside the sandbox the app is on localhost.
+    host: `localhost:${port}`,
+    "x-forwarded-host": request.headers.host ?? "",
+    "x-forwarded-proto": "http",
+    ...(viaPreviewHost.has(request.raw)
+      ? {}
+      : { "x-forwarded-prefix": `/sandboxes/${request.params.id}/ports/${port}` }),
+  };
+}
+
+/** One HTTP exchange over its own connection into the sandbox, streamed both ways. */
+function proxyHttp(request: FastifyRequest<PortParams>, reply: FastifyReply, tunnel: TcpStream): void {
+  reply.hijack();
+  const res = reply.raw;
+  const upstream = httpRequest({
+    method: request.method,
+    path: target(request),
+    headers: { ...endToEnd(request.headers), ...forwardedHeaders(request) },
+    createConnection: () => tunnel as unknown as Socket,
+  });
+  const teardown = (): void => {
+    upstream.destroy();
+    tunnel.destroy();
+  };
+  // The response is over (sent, or its client gone): nothing may stay open inside the sandbox.
+  res.once("close", teardown);
+  upstream.on("response", (answer) => {
+    res.writeHead(answer.statusCode ?? 502, answer.statusMessage, endToEnd(answer.headers));
+    // Each chunk goes out as it comes, so a streamed response arrives as it is made.
+    answer.pipe(res);
+    answer.once("error", () => res.destroy());
+  });
+  upstream.on("error", (err) => {
+    if (res.headersSent) {
+      res.destroy();
+      return;
+    }
+    const problem = new BothyError(
+      "port_not_listening",
+      `The server on port ${request.params.port} inside sandbox ${request.params.id} closed the connection without an HTTP answer (${err.message}).`,
+    );
+    res.writeHead(problem.status, { "content-type": "application/problem+json" });
+    res.end(JSON.stringify(toProblem(problem, request.url.split("?")[0])));
+  });
+  request.raw.pipe(upstream);
+}
+
+/**
+ * A WebSocket (or any Upgrade) request: sent on into the sandbox; on its 101 the two sockets are
+ * joined byte for byte; any other answer is passed back and the connection closed.
+ */
+async function relayUpgrade(
+  request: FastifyRequest<PortParams>,
+  reply: FastifyReply,
+  tunnel: TcpStream,
+): Promise<void> {
+  reply.hijack();
+  const client = request.raw.socket as Duplex;
+  const clientHead = upgradeHead(request);
+  const upstream = httpRequest({
+    method: request.method,
+    path: target(request),
+    headers: {
+      ...endToEnd(request.headers),
+      connection: "Upgrade",
+      upgrade: request.headers.upgrade ?? "websocket",
+      ...forwardedHeaders(request),
+    },
+    createConnection: () => tunnel as unknown as Socket,
+  });
+  const teardown = (): void => {
+    upstream.destroy();
+    tunnel.destroy();
+    client.destroy();
+  };
+  client.once("close", teardown);
+  client.on("error", teardown);
+  upstream.on("error", teardown);
+  upstream.on("upgrade", (answer, joined, head) => {
+    const headers = { ...endToEnd(answer.headers), connection: "Upgrade", upgrade: answer.headers.upgrade ?? "" };
+    client.write(headBlock(answer, headers));
+    if (head.length > 0) client.write(head);
+    if (clientHead.length > 0) joined.write(clientHead);
+    joined.on("error", teardown);
+    joined.once("close", teardown);
+    joined.pipe(client);
+    client.pipe(joined);
+  });
+  upstream.on("response", (answer) => {
+    client.write(headBlock(answer, { ...endToEnd(answer.headers), connection: "close" }));
+    answer.pipe(client);
+    answer.once("error", teardown);
+  });
+  upstream.end();
+}

@@ -1,0 +1,284 @@
+import { createHash, randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { get as httpGet, type IncomingMessage } from "node:http";
+import { describe, expect, it } from "vitest";
+import WebSocket from "ws";
+import { startBackgroundCommand } from "./helpers/background.ts";
+import { api, createSandbox, runCommand } from "./helpers/client.ts";
+import { driverTitle, testDrivers } from "./helpers/drivers.ts";
+import { useServerWithSandbox } from "./helpers/suite.ts";
+import type { TestServer } from "./helpers/test-server.ts";
+
+const PORT_SERVER = readFileSync(new URL("./fixtures/port-server.mjs", import.meta.url));
+const NODE_PORT = 8000;
+const LOOPBACK_PORT = 8001;
+const PREVIEW_DOMAIN = "preview.test";
+
+/** GET with a Host header of our choosing (fetch sets its own). */
+function getWithHost(
+  base: string,
+  host: string,
+  path: string,
+): Promise<{ status: number; headers: IncomingMessage["headers"]; body: string }> {
+  const { hostname, port } = new URL(base);
+  return new Promise((resolve, reject) => {
+    httpGet({ hostname, port, path, headers: { host: `${host}:${port}` } }, (res) => {
+      let body = "";
+      res.on("data", (c: Buffer) => (body += c.toString()));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+      res.on("error", reject);
+    }).on("error", reject);
+  });
+}
+
+/** Waits until the sandbox lists `port` as listening (a server inside takes a moment to start). */
+async function waitListening(ts: TestServer, id: string, port: number): Promise<void> {
+  for (let i = 0; i < 600; i++) {
+    const res = await api(ts.url, "GET", `/sandboxes/${id}/ports`);
+    expect(res.status).toBe(200);
+    if ((res.json["ports"] as Array<{ port: number }>).some((p) => p.port === port)) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`port ${port} never started listening in ${id}`);
+}
+
+async function startPortServer(ts: TestServer, id: string, port = NODE_PORT, host = "0.0.0.0"): Promise<void> {
+  const put = await fetch(`${ts.url}/sandboxes/${id}/files?path=/workspace/port-server.mjs`, {
+    method: "PUT",
+    body: PORT_SERVER,
+    headers: { "content-type": "application/octet-stream" },
+  });
+  expect(put.status).toBe(200);
+  await startBackgroundCommand(
+    ts.wsUrl,
+    id,
+    `node /workspace/port-server.mjs ${port} ${host} > /tmp/srv-${port}.log 2>&1`,
+  );
+  await waitListening(ts, id, port);
+}
+
+/** Reads a streamed body up to and including `text`, leaving the rest unread. */
+async function readUntil(reader: ReadableStreamDefaultReader<Uint8Array>, text: string): Promise<string> {
+  let seen = "";
+  while (!seen.includes(text)) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`stream ended before "${text}"; got ${JSON.stringify(seen)}`);
+    seen += Buffer.from(value).toString("utf8");
+  }
+  return seen;
+}
+
+/** How many TCP connections to `port` inside the sandbox are established (from its /proc/net/tcp). */
+async function establishedTo(ts: TestServer, id: string, port: number): Promise<number> {
+  const hex = port.toString(16).toUpperCase().padStart(4, "0");
+  const r = await runCommand(ts.wsUrl, id, {
+    cmd: `cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$2 ~ /:${hex}$/ && $4 == "01"' | wc -l`,
+  });
+  return Number(r.stdout.trim());
+}
+
+async function waitNoConnections(ts: TestServer, id: string, port: number): Promise<void> {
+  for (let i = 0; i < 100; i++) {
+    if ((await establishedTo(ts, id, port)) === 0) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  expect(await establishedTo(ts, id, port)).toBe(0);
+}
+
+for (const driver of testDrivers()) {
+  describe.skipIf(driver.missing !== undefined)(driverTitle(driver, "ports as URLs"), () => {
+    let ts: TestServer;
+    let id: string;
+    // Emulated QEMU moves a few hundred KB/s through its one CPU: smaller bodies there.
+    const BODY_BYTES = driver.name === "qemu" ? 200_000 : 5_000_000;
+
+    useServerWithSandbox(
+      driver.name,
+      (server, sandbox) => {
+        ts = server;
+        id = sandbox;
+      },
+      { BOTHY_PREVIEW_DOMAIN: PREVIEW_DOMAIN },
+    );
+    const portUrl = (port: number, rest = ""): string => `${ts.url}/sandboxes/${id}/ports/${port}${rest}`;
+
+    it("lists the ports servers listen on inside the sandbox", async () => {
+      await startPortServer(ts, id);
+      await startPortServer(ts, id, LOOPBACK_PORT, "127.0.0.1");
+      await runCommand(ts.wsUrl, id, {
+        cmd: "mkdir -p /workspace/www && echo 'a static file' > /workspace/www/index.txt",
+      });
+      const res = await api(ts.url, "GET", `/sandboxes/${id}/ports`);
+      expect(res.json["ports"]).toEqual(
+        expect.arrayContaining([
+          { port: NODE_PORT, address: "0.0.0.0" },
+          { port: LOOPBACK_PORT, address: "127.0.0.1" },
+        ]),
+      );
+    });
+
+    it("proxies GET to a server inside: path, query and a Host it accepts", async () => {
+      const file = await fetch(portUrl(LOOPBACK_PORT, "/www/index.txt"));
+      expect(file.status).toBe(200);
+      expect(await file.text()).toBe("a static file\n");
+
+      const hello = await fetch(portUrl(NODE_PORT, "/hello?x=1&y=%20z"));
+      expect(hello.status).toBe(200);
+      expect(await hello.text()).toBe("hello from inside\n");
+      expect(hello.headers.get("x-seen-path")).toBe("/hello?x=1&y=%20z");
+      expect(hello.headers.get("x-seen-host")).toBe(`localhost:${NODE_PORT}`);
+      expect(hello.headers.get("x-seen-prefix")).toBe(`/sandboxes/${id}/ports/${NODE_PORT}`);
+
+      const missing = await fetch(portUrl(NODE_PORT, "/nope"));
+      expect(missing.status).toBe(404);
+      expect(await missing.text()).toBe("no such page\n");
+    });
+
+    it("passes a streamed response on as it is made, not when it ends", async () => {
+      const res = await fetch(portUrl(NODE_PORT, "/stream"));
+      expect(res.status).toBe(200);
+      const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+      // The second part does not exist until /release is called, so the first arrived on its own.
+      expect(await readUntil(reader, "part one\n")).toBe("part one\n");
+      expect(await (await fetch(portUrl(NODE_PORT, "/release"))).text()).toBe("released\n");
+      expect(await readUntil(reader, "part two\n")).toBe("part two\n");
+      expect((await reader.read()).done).toBe(true);
+    });
+
+    it("streams a POST body in", async () => {
+      const body = randomBytes(BODY_BYTES);
+      const res = await fetch(portUrl(NODE_PORT, "/echo"), {
+        method: "POST",
+        body,
+        headers: { "content-type": "application/octet-stream" },
+      });
+      expect(res.status).toBe(200);
+      expect(await res.json()).toEqual({
+        method: "POST",
+        size: body.length,
+        sha256: createHash("sha256").update(body).digest("hex"),
+      });
+      const put = await fetch(portUrl(NODE_PORT, "/echo"), {
+        method: "PUT",
+        body: "{}",
+        headers: { "content-type": "application/json" },
+      });
+      expect(await put.json()).toMatchObject({ method: "PUT", size: 2 });
+    });
+
+    it("relays a WebSocket to a server inside", async () => {
+      const ws = new WebSocket(`${ts.wsUrl}/sandboxes/${id}/ports/${NODE_PORT}/ws`);
+      const echoed = await new Promise<string[]>((resolve, reject) => {
+        const got: string[] = [];
+        ws.on("open", () => ws.send("ping"));
+        ws.on("message", (data) => {
+          got.push(data.toString());
+          if (got.length === 1) ws.send("x".repeat(3000));
+          else ws.close();
+        });
+        ws.on("close", () => resolve(got));
+        ws.on("error", reject);
+      });
+      expect(echoed).toEqual(["ping", "x".repeat(3000)]);
+    });
+
+    it("serves the host-name form {port}-{id}.<BOTHY_PREVIEW_DOMAIN>, WebSockets too", async () => {
+      const host = `${NODE_PORT}-${id}.${PREVIEW_DOMAIN}`;
+      const hello = await getWithHost(ts.url, host, "/hello?a=b");
+      expect(hello).toMatchObject({ status: 200, body: "hello from inside\n" });
+      expect(hello.headers["x-seen-path"]).toBe("/hello?a=b");
+      // At the root of its own origin, the app needs no prefix.
+      expect(hello.headers["x-seen-prefix"]).toBe("(none)");
+      const ws = new WebSocket(`${ts.wsUrl}/ws`, { headers: { host } });
+      const echoed = await new Promise<string>((resolve, reject) => {
+        ws.on("open", () => ws.send("over the host name"));
+        ws.on("message", (data) => {
+          resolve(data.toString());
+          ws.close();
+        });
+        ws.on("error", reject);
+      });
+      expect(echoed).toBe("over the host name");
+      const notListening = await getWithHost(ts.url, `9-${id}.${PREVIEW_DOMAIN}`, "/");
+      expect(notListening.status).toBe(502);
+      // Any other host name is the API as usual.
+      expect((await getWithHost(ts.url, `8000-sbx_nope.${PREVIEW_DOMAIN}`, "/healthz")).status).toBe(200);
+    });
+
+    it("answers 502 port_not_listening for a port nobody listens on, 400 for a port that is no port", async () => {
+      const res = await fetch(portUrl(9, "/"));
+      expect(res.status).toBe(502);
+      expect(res.headers.get("content-type")).toContain("application/problem+json");
+      const problem = (await res.json()) as { code: string; detail: string };
+      expect(problem.code).toBe("port_not_listening");
+      expect(problem.detail).toContain(`/sandboxes/${id}/ports`);
+      const bad = await api(ts.url, "GET", `/sandboxes/${id}/ports/99999/`);
+      expect(bad.status).toBe(400);
+      expect(bad.json["code"]).toBe("invalid_request");
+    });
+
+    it("resets the connection inside when the client goes away", async () => {
+      const controller = new AbortController();
+      const res = await fetch(portUrl(NODE_PORT, "/stream"), { signal: controller.signal });
+      await readUntil((res.body as ReadableStream<Uint8Array>).getReader(), "part one\n");
+      expect(await establishedTo(ts, id, NODE_PORT)).toBe(1);
+      controller.abort();
+      await waitNoConnections(ts, id, NODE_PORT);
+    });
+
+    it.skipIf(driver.name !== "gvisor")("downloads 20 MB paced by its client: nothing buffers the body", async () => {
+      const TOTAL = 20_000_000;
+      const rssBefore = process.memoryUsage().rss;
+      let peak = rssBefore;
+      const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 20);
+      let response: IncomingMessage | undefined;
+      let received = 0;
+      const done = new Promise<void>((resolve, reject) => {
+        httpGet(portUrl(NODE_PORT, `/bytes?n=${TOTAL}`), (res) => {
+          response = res;
+          // The client stops reading after its first bytes.
+          res.once("data", (c: Buffer) => {
+            received += c.length;
+            res.pause();
+            res.on("data", (more: Buffer) => (received += more.length));
+          });
+          res.on("end", resolve);
+          res.on("error", reject);
+        }).on("error", reject);
+      });
+      // While it does not read, the server inside is held back once the windows and socket
+      // buffers on the way are full: its progress settles below the whole body. A proxy that
+      // buffered would let it write all 20 MB.
+      let progress = -1;
+      for (let settled = 0; settled < 3;) {
+        await new Promise((r) => setTimeout(r, 300));
+        const now = Number(await (await fetch(portUrl(NODE_PORT, "/progress"))).text());
+        settled = now === progress && now > 0 ? settled + 1 : 0;
+        progress = now;
+      }
+      expect(progress).toBeLessThan(TOTAL);
+      (response as IncomingMessage).resume();
+      await done;
+      clearInterval(sampler);
+      expect(received).toBe(TOTAL);
+      const growthMb = (peak - rssBefore) / 1024 / 1024;
+      console.info(
+        `${driver.name}: 20 MB through the port proxy: held at ${(progress / 1e6).toFixed(1)} MB written while paused; test process RSS +${growthMb.toFixed(1)} MB`,
+      );
+      expect(growthMb).toBeLessThan(60); // server and client together; mostly garbage not yet collected
+    });
+
+    it("ends an open proxied stream when its sandbox is deleted", async () => {
+      const other = await createSandbox(ts.url);
+      const otherUrl = `${ts.url}/sandboxes/${other}/ports/${NODE_PORT}`;
+      await startPortServer(ts, other);
+      const res = await fetch(`${otherUrl}/stream`);
+      const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+      await readUntil(reader, "part one\n");
+      expect((await api(ts.url, "DELETE", `/sandboxes/${other}`)).status).toBe(200);
+      await expect(readUntil(reader, "part two\n")).rejects.toThrow();
+      const after = await api(ts.url, "GET", `/sandboxes/${other}/ports`);
+      expect(after.json["code"]).toBe("sandbox_not_running");
+    });
+  });
+}
