@@ -1,3 +1,4 @@
+import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import type { FastifyInstance } from "fastify";
 import type { Logger as PinoLogger } from "pino";
 import type { BothyError } from "@bothy/protocol";
@@ -7,7 +8,6 @@ import type { ServerEvents } from "../events/server-events.ts";
 import type { Metrics } from "../metrics/metrics.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { AccessTokens } from "./access-token.ts";
-import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import { controlPlaneRoutes } from "./control-plane.ts";
 import { envdRoutes } from "./envd-routes.ts";
 import { filesystemService } from "./filesystem-service.ts";

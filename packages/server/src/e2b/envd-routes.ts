@@ -13,7 +13,7 @@ import { E2bHttpError, parseE2b } from "./e2b-errors.ts";
 /** envd's own port: the SDK names it in E2b-Sandbox-Port on every envd call. */
 export const ENVD_PORT = "49983";
 /** Where relative paths start, and a command's default directory (E2B's is /home/user). */
-const HOME = "/workspace";
+export const HOME = "/workspace";
 
 const fileQuery = z.object({ path: z.string().min(1).optional(), username: z.string().optional() });
 
@@ -28,7 +28,7 @@ export function checkUser(username: string | undefined): void {
     throw new E2bHttpError(401, `User "${username}" does not exist in bothy sandboxes; omit the user (root).`);
 }
 
-/** The sandbox an envd call names, once its access token is verified. */
+/** The sandbox an envd call names (the onRequest hook has checked it and its token). */
 export function envdSandboxId(request: FastifyRequest): string {
   const id = header(request, "e2b-sandbox-id");
   if (id === undefined) throw new E2bHttpError(400, "E2b-Sandbox-Id header missing");

@@ -6,13 +6,12 @@ import type { FileStat } from "@bothy/protocol";
 import type { AgentClient } from "../agent/agent-client.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { toConnectError } from "./e2b-errors.ts";
+import { HOME } from "./envd-routes.ts";
 import { Filesystem, FileType, type EntryInfoSchema } from "./gen/filesystem_pb.ts";
 import { checkRpcUser, sandboxOf } from "./process-service.ts";
 
 type EntryInit = MessageInitShape<typeof EntryInfoSchema>;
 
-/** Where relative paths start in a bothy sandbox (E2B's home is /home/user). */
-const HOME = "/workspace";
 /** envd lists at most this deep when asked for more. */
 const MAX_DEPTH = 16;
 
