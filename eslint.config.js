@@ -2,7 +2,7 @@ import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["**/node_modules/**", "**/dist/**", ".bothy/**"] },
+  { ignores: ["**/node_modules/**", "**/dist/**", ".bothy/**", "packages/server/src/e2b/gen/**"] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

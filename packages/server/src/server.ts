@@ -22,6 +22,7 @@ import { EVENT_LEVELS, ServerEvents, type ServerEventListener } from "./events/s
 import { WebhookSender } from "./events/webhook.ts";
 import type { Config } from "./config.ts";
 import { createDrivers } from "./drivers/driver-registry.ts";
+import { e2bRoutes } from "./e2b/e2b-routes.ts";
 import { TemplateStore } from "./images/template-store.ts";
 import { Ledger } from "./ledger/ledger.ts";
 import { Metrics } from "./metrics/metrics.ts";
@@ -163,6 +164,7 @@ export async function startServer(
   await portRoutes(app, manager);
   await agentToolRoutes(app, config, logger);
   usageRoutes(app, meter, ledger);
+  await e2bRoutes(app, { config, manager, registry, serverEvents, metrics, logger });
   openapiRoutes(app);
 
   const address = await app.listen({ host: config.host, port: config.port });

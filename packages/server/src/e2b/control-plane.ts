@@ -1,0 +1,218 @@
+import type { FastifyInstance } from "fastify";
+import { z } from "zod";
+import { BothyError, DORMANT_STATES, type SandboxInfo } from "@bothy/protocol";
+import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
+import type { AccessTokens } from "./access-token.ts";
+import { E2bHttpError, parseE2b as parse } from "./e2b-errors.ts";
+import type { E2bState } from "./e2b-state.ts";
+
+/**
+ * The envd version this emulation claims. The SDK switches features on by it: ≥ 0.4.0 means no
+ * implicit user on envd calls, 0.5.2 adds stdin close, 0.5.7 octet-stream and gzip uploads;
+ * file metadata (0.6.2) and newer features are refused client-side with TemplateError until
+ * bothy serves them.
+ */
+export const ENVD_VERSION = "0.5.7";
+
+/** E2B's default sandbox lifetime when the create names none (bothy's own default may differ). */
+const E2B_DEFAULT_TIMEOUT_S = 300;
+/** E2B's template with nothing installed maps to bothy's base template. */
+const TEMPLATE_ALIASES: Record<string, string> = { base: "seed" };
+const MAX_PAGE = 100;
+
+const envName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment names are letters, digits and _");
+
+const createBody = z.object({
+  templateID: z.string().optional(),
+  timeout: z.number().int().optional(),
+  metadata: z.record(z.string(), z.string()).optional(),
+  envVars: z.record(envName, z.string()).optional(),
+  allow_internet_access: z.boolean().optional(),
+  // Accepted because every bothy sandbox is secured with an access token.
+  secure: z.boolean().optional(),
+  autoPause: z.literal(false, "autoPause is not supported by bothy yet").optional(),
+});
+
+const timeoutBody = z.object({ timeout: z.number().int() });
+const connectBody = z.object({ timeout: z.number().int().optional(), memory: z.boolean().optional() });
+
+const listQuery = z.object({
+  metadata: z.string().optional(),
+  // Comma-joined, or the parameter repeated.
+  state: z.union([z.string(), z.array(z.string())]).optional(),
+  template: z.string().optional(),
+  startedAfter: z.iso.datetime({ offset: true }).optional(),
+  order: z.enum(["asc", "desc"]).optional(),
+  limit: z.coerce.number().int().min(1).max(MAX_PAGE).optional(),
+  nextToken: z.string().optional(),
+});
+
+type Params = { Params: { id: string } };
+
+/** bothy's states as E2B's two: dormant sandboxes read as paused (any envd call wakes them). */
+function e2bState(info: SandboxInfo): "running" | "paused" | undefined {
+  if (info.state === "running") return "running";
+  if (DORMANT_STATES.includes(info.state)) return "paused";
+  return undefined;
+}
+
+function listedShape(info: SandboxInfo, state: "running" | "paused"): Record<string, unknown> {
+  return {
+    sandboxID: info.sandbox_id,
+    templateID: info.template,
+    clientID: "bothy",
+    startedAt: info.created_at,
+    endAt: info.expires_at ?? info.created_at,
+    state,
+    cpuCount: info.vcpu,
+    memoryMB: info.memory_mib,
+    diskSizeMB: info.disk_mib ?? 0,
+    envdVersion: ENVD_VERSION,
+    metadata: info.metadata,
+  };
+}
+
+/** `metadata=k=v&k2=v2` (form-encoded, keys and values URI-encoded once more): every pair must match. */
+export function metadataFilter(raw: string | undefined): (info: SandboxInfo) => boolean {
+  if (raw === undefined || raw === "") return () => true;
+  const wanted: [string, string][] = [];
+  try {
+    for (const [k, v] of new URLSearchParams(raw)) wanted.push([decodeURIComponent(k), decodeURIComponent(v)]);
+  } catch (err) {
+    throw new E2bHttpError(400, `metadata is not a form-encoded key=value list: ${(err as Error).message}`);
+  }
+  return (info) => wanted.every(([k, v]) => info.metadata[k] === v);
+}
+
+/** Paging cursor: the (created_at, sandbox_id) of the last sandbox shown, opaque to clients. */
+function encodeToken(info: SandboxInfo): string {
+  return Buffer.from(JSON.stringify([info.created_at, info.sandbox_id])).toString("base64url");
+}
+
+function decodeToken(token: string): [string, string] {
+  const bad = new E2bHttpError(400, "nextToken is not one this server gave out");
+  let value: unknown;
+  try {
+    value = JSON.parse(Buffer.from(token, "base64url").toString("utf8"));
+  } catch {
+    throw bad;
+  }
+  const parsed = z.tuple([z.string(), z.string()]).safeParse(value);
+  if (!parsed.success) throw bad;
+  return parsed.data;
+}
+
+/** E2B's control plane (`/e2b/...`): each call maps onto bothy's SandboxManager. */
+export function controlPlaneRoutes(
+  app: FastifyInstance,
+  manager: SandboxManager,
+  tokens: AccessTokens,
+  state: E2bState,
+): void {
+  /** What create and connect answer: how to reach the sandbox's envd. */
+  const connection = (info: SandboxInfo): Record<string, unknown> => ({
+    sandboxID: info.sandbox_id,
+    templateID: info.template,
+    clientID: "bothy",
+    envdVersion: ENVD_VERSION,
+    envdAccessToken: tokens.tokenFor(info.sandbox_id),
+    trafficAccessToken: null,
+    domain: null,
+  });
+
+  /** A sandbox E2B can see: gone (deleted, failed) or still being made is E2B's 404. */
+  const visible = (id: string): SandboxInfo & { e2bState: "running" | "paused" } => {
+    const info = manager.info(id);
+    const shown = e2bState(info);
+    if (!shown) throw new E2bHttpError(404, `Sandbox ${id} not found (it is ${info.state})`);
+    return { ...info, e2bState: shown };
+  };
+
+  app.post("/v2/sandboxes", async (request, reply) => {
+    const body = parse(createBody, request.body, "POST /v2/sandboxes");
+    const templateID = body.templateID ?? "base";
+    const { sandbox } = await manager.create(
+      {
+        template: TEMPLATE_ALIASES[templateID] ?? templateID,
+        timeout_s: body.timeout ?? E2B_DEFAULT_TIMEOUT_S,
+        ...(body.metadata ? { metadata: body.metadata } : {}),
+        ...(body.allow_internet_access === false ? { internet: false } : {}),
+      },
+      undefined,
+    );
+    state.setEnv(sandbox.sandbox_id, body.envVars ?? {});
+    return reply.code(201).send(connection(sandbox));
+  });
+
+  /** Resumes a dormant sandbox (201) or joins a running one (200); the timeout only ever extends. */
+  app.post<Params>("/v2/sandboxes/:id/connect", async (request, reply) => {
+    const body = parse(connectBody, request.body, "POST /v2/sandboxes/{id}/connect");
+    const info = visible(request.params.id);
+    if (info.e2bState !== "running") await manager.ensureRunning(info.sandbox_id);
+    if (body.timeout !== undefined) {
+      const current = manager.info(info.sandbox_id).expires_at;
+      if (current === null || Date.parse(current) < Date.now() + body.timeout * 1000)
+        manager.setTimeout(info.sandbox_id, { timeout_s: body.timeout });
+    }
+    return reply.code(info.e2bState === "running" ? 200 : 201).send(connection(info));
+  });
+
+  app.get("/v2/sandboxes", async (request, reply) => {
+    const query = parse(listQuery, request.query, "GET /v2/sandboxes");
+    const states = new Set([query.state ?? "running,paused"].flat().flatMap((s) => s.split(",")));
+    const matches = metadataFilter(query.metadata);
+    const template = query.template === undefined ? undefined : (TEMPLATE_ALIASES[query.template] ?? query.template);
+    const startedAfter = query.startedAfter === undefined ? undefined : Date.parse(query.startedAfter);
+    // Newest first with order=desc: the cursor then walks the other way.
+    const sign = query.order === "desc" ? -1 : 1;
+    const listed = manager
+      .list()
+      .map((info) => ({ info, shown: e2bState(info) }))
+      .filter(
+        (s): s is { info: SandboxInfo; shown: "running" | "paused" } =>
+          s.shown !== undefined &&
+          states.has(s.shown) &&
+          matches(s.info) &&
+          (template === undefined || s.info.template === template) &&
+          (startedAfter === undefined || Date.parse(s.info.created_at) > startedAfter),
+      )
+      .sort((a, b) => sign * cursorCompare(a.info, [b.info.created_at, b.info.sandbox_id]));
+    const after = query.nextToken === undefined ? undefined : decodeToken(query.nextToken);
+    const rest = after ? listed.filter((s) => sign * cursorCompare(s.info, after) > 0) : listed;
+    const page = rest.slice(0, query.limit ?? MAX_PAGE);
+    const last = page.at(-1);
+    if (last && rest.length > page.length) reply.header("x-next-token", encodeToken(last.info));
+    return page.map((s) => listedShape(s.info, s.shown));
+  });
+
+  app.get<Params>("/sandboxes/:id", async (request) => {
+    const info = visible(request.params.id);
+    return {
+      ...listedShape(info, info.e2bState),
+      envdAccessToken: tokens.tokenFor(info.sandbox_id),
+      domain: null,
+      allowInternetAccess: info.network?.internet ?? false,
+      lifecycle: { onTimeout: "kill", autoResume: false },
+    };
+  });
+
+  app.post<Params>("/sandboxes/:id/timeout", async (request, reply) => {
+    const { timeout } = parse(timeoutBody, request.body, "POST /sandboxes/{id}/timeout");
+    visible(request.params.id);
+    manager.setTimeout(request.params.id, { timeout_s: timeout });
+    return reply.code(204).send();
+  });
+
+  app.delete<Params>("/sandboxes/:id", async (request, reply) => {
+    const info = manager.info(request.params.id);
+    if (info.state === "deleted" || info.state === "failed")
+      throw new BothyError("sandbox_not_found", `Sandbox ${info.sandbox_id} was already ${info.state}.`);
+    await manager.delete(request.params.id);
+    return reply.code(204).send();
+  });
+}
+
+function cursorCompare(info: SandboxInfo, [createdAt, id]: [string, string]): number {
+  if (info.created_at !== createdAt) return info.created_at < createdAt ? -1 : 1;
+  return info.sandbox_id < id ? -1 : info.sandbox_id > id ? 1 : 0;
+}

@@ -1,0 +1,74 @@
+import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
+import type { FastifyInstance } from "fastify";
+import type { Logger as PinoLogger } from "pino";
+import type { BothyError } from "@bothy/protocol";
+import type { CommandRegistry } from "../commands/command-registry.ts";
+import type { Config } from "../config.ts";
+import type { ServerEvents } from "../events/server-events.ts";
+import type { Metrics } from "../metrics/metrics.ts";
+import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
+import { AccessTokens } from "./access-token.ts";
+import { controlPlaneRoutes } from "./control-plane.ts";
+import { envdRoutes } from "./envd-routes.ts";
+import { filesystemService } from "./filesystem-service.ts";
+import { Filesystem } from "./gen/filesystem_pb.ts";
+import { Process } from "./gen/process_pb.ts";
+import { processService } from "./process-service.ts";
+import { E2bHttpError, sendE2bError } from "./e2b-errors.ts";
+import { E2bState } from "./e2b-state.ts";
+
+export interface E2bDeps {
+  config: Config;
+  manager: SandboxManager;
+  registry: CommandRegistry;
+  serverEvents: ServerEvents;
+  metrics: Metrics;
+  logger: PinoLogger;
+}
+
+/**
+ * The E2B-compatible surface, for the unmodified `e2b` SDK: its control plane under `/e2b` and
+ * its in-sandbox daemon (envd) under `/e2b/envd`, both mapped onto bothy's own sandboxes,
+ * commands and files. Errors are E2B's `{"code","message"}`, not problem+json.
+ */
+export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<void> {
+  const tokens = await AccessTokens.load(deps.config.home);
+  const state = new E2bState();
+  // Error answers are counted, and server faults logged, as on bothy's own routes.
+  const logError = (err: BothyError): void => {
+    deps.metrics.error(err.code);
+    if (err.status >= 500)
+      deps.logger.error({ event: "request_error", code: err.code, err: err.cause ?? err }, err.message);
+  };
+  deps.serverEvents.subscribe((ev) => {
+    if (ev.event === "sandbox_deleted") state.forget(ev.sandbox_id);
+  });
+  await app.register(
+    async (e2b) => {
+      e2b.setErrorHandler((err, _request, reply) => sendE2bError(reply, err, logError));
+      e2b.setNotFoundHandler((request, reply) =>
+        sendE2bError(
+          reply,
+          new E2bHttpError(404, `No E2B route ${request.method} ${request.url.split("?")[0]} on bothy`),
+          logError,
+        ),
+      );
+      controlPlaneRoutes(e2b, deps.manager, tokens, state);
+      await e2b.register(
+        (envd) =>
+          envdRoutes(envd, deps.manager, tokens, async (scope) => {
+            await scope.register(fastifyConnectPlugin, {
+              // envd's clients may be newer than its protos.
+              jsonOptions: { ignoreUnknownFields: true },
+              routes: (router) => {
+                router.service(Process, processService(deps.manager, deps.registry, state));
+                router.service(Filesystem, filesystemService(deps.manager));
+              },
+            });
+          }),
+        { prefix: "/envd" },
+      );
+    },
+    { prefix: "/e2b" },
+  );
+}

@@ -1,0 +1,120 @@
+import { posix } from "node:path";
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { FileStat } from "@bothy/protocol";
+import type { AgentClient } from "../agent/agent-client.ts";
+import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
+import { toConnectError } from "./e2b-errors.ts";
+import { HOME } from "./envd-routes.ts";
+import { Filesystem, FileType, type EntryInfoSchema } from "./gen/filesystem_pb.ts";
+import { checkRpcUser, sandboxOf } from "./process-service.ts";
+
+type EntryInit = MessageInitShape<typeof EntryInfoSchema>;
+
+/** envd lists at most this deep when asked for more. */
+const MAX_DEPTH = 16;
+
+const TYPES: Record<FileStat["type"], FileType> = {
+  file: FileType.FILE,
+  dir: FileType.DIRECTORY,
+  symlink: FileType.SYMLINK,
+  other: FileType.UNSPECIFIED,
+};
+
+/** Go's FileMode.String(), as envd reports `permissions`: "-rw-r--r--", "drwxr-xr-x", "Lrwxrwxrwx". */
+function permissions(type: FileStat["type"], mode: number): string {
+  const lead = type === "dir" ? "d" : type === "symlink" ? "L" : "-";
+  let bits = "";
+  for (let i = 8; i >= 0; i--) bits += mode & (1 << i) ? "rwx"[(8 - i) % 3] : "-";
+  return lead + bits;
+}
+
+function entry(path: string, stat: Omit<FileStat, "sha256">): EntryInit {
+  return {
+    name: posix.basename(path),
+    type: TYPES[stat.type],
+    path,
+    size: BigInt(stat.size),
+    mode: stat.mode,
+    permissions: permissions(stat.type, stat.mode),
+    // bothy runs everything as root, and files it makes are root's.
+    owner: "root",
+    group: "root",
+    modifiedTime: timestampFromMs(Math.round(stat.mtime_ms)),
+  };
+}
+
+async function statEntry(agent: AgentClient, path: string): Promise<EntryInit> {
+  return entry(path, await agent.stat(path));
+}
+
+async function exists(agent: AgentClient, path: string): Promise<boolean> {
+  try {
+    await agent.stat(path);
+    return true;
+  } catch (err) {
+    if (toConnectError(err).code === Code.NotFound) return false;
+    throw err;
+  }
+}
+
+/** envd's `filesystem.Filesystem` (unary calls) on the agent's file calls. WatchDir is not served. */
+export function filesystemService(manager: SandboxManager): Partial<ServiceImpl<typeof Filesystem>> {
+  /** Runs a call on the sandbox's agent with an absolute path, its errors as Connect codes. */
+  const call = async <T>(ctx: HandlerContext, path: string, run: (agent: AgentClient, abs: string) => Promise<T>) => {
+    checkRpcUser(ctx);
+    if (path === "") throw new ConnectError("path is required", Code.InvalidArgument);
+    try {
+      return await run(manager.agent(sandboxOf(ctx)), posix.resolve(HOME, path));
+    } catch (err) {
+      throw toConnectError(err);
+    }
+  };
+
+  return {
+    stat: (req, ctx) => call(ctx, req.path, async (agent, path) => ({ entry: await statEntry(agent, path) })),
+
+    listDir: (req, ctx) =>
+      call(ctx, req.path, async (agent, path) => {
+        const root = await agent.stat(path);
+        if (root.type !== "dir") throw new ConnectError(`${path} is not a directory`, Code.InvalidArgument);
+        const depth = Math.min(Math.max(req.depth, 1), MAX_DEPTH);
+        const entries: EntryInit[] = [];
+        const walk = async (dir: string, level: number): Promise<void> => {
+          for (const e of (await agent.list(dir)).entries) {
+            if (e.type === "other") continue;
+            const child = posix.join(dir, e.name);
+            entries.push(entry(child, e));
+            if (e.type === "dir" && level < depth) await walk(child, level + 1);
+          }
+        };
+        await walk(path, 1);
+        return { entries };
+      }),
+
+    makeDir: (req, ctx) =>
+      call(ctx, req.path, async (agent, path) => {
+        if (await exists(agent, path)) throw new ConnectError(`${path} already exists`, Code.AlreadyExists);
+        await agent.mkdir(path, true);
+        return { entry: await statEntry(agent, path) };
+      }),
+
+    move: (req, ctx) =>
+      call(ctx, req.source, async (agent, source) => {
+        if (req.destination === "") throw new ConnectError("destination is required", Code.InvalidArgument);
+        const destination = posix.resolve(HOME, req.destination);
+        const parent = posix.dirname(destination);
+        if (parent !== "/") await agent.mkdir(parent, true);
+        await agent.rename(source, destination);
+        return { entry: await statEntry(agent, destination) };
+      }),
+
+    remove: (req, ctx) =>
+      call(ctx, req.path, async (agent, path) => {
+        const stat = await agent.stat(path);
+        await agent.remove(path, stat.type === "dir");
+        return {};
+      }),
+  };
+}

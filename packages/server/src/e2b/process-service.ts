@@ -1,0 +1,284 @@
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { BothyError, commandRequest, ERROR_CODES, type CommandEvent, type ErrorCode } from "@bothy/protocol";
+import type { CommandRegistry, RunningCommand } from "../commands/command-registry.ts";
+import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
+import { toConnectError } from "./e2b-errors.ts";
+import type { E2bProcess, E2bState } from "./e2b-state.ts";
+import {
+  Process,
+  Signal,
+  type ProcessEventSchema,
+  type ProcessSelector,
+  type StartRequest,
+  type StartResponseSchema,
+} from "./gen/process_pb.ts";
+
+type StartResponseInit = MessageInitShape<typeof StartResponseSchema>;
+type ProcessEventInit = MessageInitShape<typeof ProcessEventSchema>;
+
+/** How Go (envd) words a death by signal in `status`: "signal: killed". */
+const GO_SIGNAL_TEXT: Record<string, string> = {
+  SIGKILL: "killed",
+  SIGTERM: "terminated",
+  SIGINT: "interrupt",
+  SIGHUP: "hangup",
+  SIGQUIT: "quit",
+  SIGPIPE: "broken pipe",
+  SIGABRT: "aborted",
+  SIGSEGV: "segmentation fault",
+};
+
+/** One argument for `/bin/sh -c`, quoted so the shell passes it through unchanged. */
+function shellQuote(arg: string): string {
+  return `'${arg.replace(/'/g, `'\\''`)}'`;
+}
+
+/** The user an envd call names (`Authorization: Basic base64("user:")`); bothy has only root. */
+export function checkRpcUser(ctx: HandlerContext): void {
+  const auth = ctx.requestHeader.get("authorization");
+  if (auth === null) return;
+  const user = /^Basic\s+(.+)$/i.exec(auth)?.[1];
+  const name = user === undefined ? undefined : Buffer.from(user, "base64").toString("utf8").split(":")[0];
+  if (name !== "root")
+    throw new ConnectError(
+      `User "${name ?? "?"}" does not exist in bothy sandboxes; omit the user (root).`,
+      Code.Unauthenticated,
+    );
+}
+
+export function sandboxOf(ctx: HandlerContext): string {
+  const id = ctx.requestHeader.get("e2b-sandbox-id");
+  if (id === null) throw new ConnectError("E2b-Sandbox-Id header missing", Code.InvalidArgument);
+  return id;
+}
+
+function endEvent(event: Extract<CommandEvent, { type: "process_exited" }>): ProcessEventInit {
+  if (event.exit_code !== null) {
+    const status = `exit status ${event.exit_code}`;
+    const end = {
+      exitCode: event.exit_code,
+      exited: true,
+      status,
+      ...(event.exit_code === 0 ? {} : { error: status }),
+    };
+    return { event: { case: "end", value: end } };
+  }
+  const status = `signal: ${GO_SIGNAL_TEXT[event.signal ?? ""] ?? (event.signal ?? "unknown").toLowerCase()}`;
+  return { event: { case: "end", value: { exitCode: -1, exited: false, status, error: status } } };
+}
+
+function asBothyError(event: Extract<CommandEvent, { type: "error" }>): BothyError {
+  const code = (ERROR_CODES as readonly string[]).includes(event.code) ? (event.code as ErrorCode) : "internal";
+  return new BothyError(code, event.message);
+}
+
+/**
+ * A command's events as an async iterable: each is acknowledged (credit back to the guest) only
+ * once the stream has taken it, so a slow client slows the command instead of filling memory.
+ * After `keepaliveMs` without an event it yields `keepalive`, as envd does.
+ */
+async function* follow(
+  command: RunningCommand,
+  signal: AbortSignal,
+  keepaliveMs: number | undefined,
+): AsyncGenerator<CommandEvent | "keepalive"> {
+  const queue: { event: CommandEvent; written: () => void }[] = [];
+  let wake: (() => void) | undefined;
+  const detach = command.attach((event, written) => {
+    queue.push({ event, written });
+    wake?.();
+  }, false);
+  const onAbort = (): void => wake?.();
+  signal.addEventListener("abort", onAbort);
+  try {
+    for (;;) {
+      const item = queue.shift();
+      if (item) {
+        try {
+          yield item.event;
+        } finally {
+          item.written();
+        }
+        continue;
+      }
+      if (signal.aborted) return;
+      let timer: NodeJS.Timeout | undefined;
+      const timedOut = await new Promise<boolean>((resolve) => {
+        wake = () => resolve(false);
+        if (keepaliveMs !== undefined) timer = setTimeout(() => resolve(true), keepaliveMs);
+      });
+      clearTimeout(timer);
+      wake = undefined;
+      if (timedOut) yield "keepalive";
+    }
+  } finally {
+    signal.removeEventListener("abort", onAbort);
+    detach();
+    for (const item of queue.splice(0)) item.written();
+  }
+}
+
+/** bothy's events of one command as envd's process events, until its end event. */
+async function* processEvents(
+  command: RunningCommand,
+  ctx: HandlerContext,
+  onStarted: (pid: number) => void,
+): AsyncGenerator<ProcessEventInit> {
+  const interval = Number(ctx.requestHeader.get("keepalive-ping-interval"));
+  const keepaliveMs = Number.isFinite(interval) && interval > 0 ? interval * 1000 : undefined;
+  for await (const event of follow(command, ctx.signal, keepaliveMs)) {
+    if (event === "keepalive") {
+      yield { event: { case: "keepalive", value: {} } };
+      continue;
+    }
+    switch (event.type) {
+      case "started":
+        onStarted(event.pid);
+        yield { event: { case: "start", value: { pid: event.pid } } };
+        break;
+      case "stdout":
+      case "stderr": {
+        const bytes = Buffer.from(event.data, event.encoding === "base64" ? "base64" : "utf8");
+        yield { event: { case: "data", value: { output: { case: event.type, value: bytes } } } };
+        break;
+      }
+      case "process_exited":
+        yield endEvent(event);
+        return;
+      case "error":
+        throw toConnectError(asBothyError(event));
+      case "output_dropped":
+        break;
+    }
+  }
+}
+
+const SIGNALS: Partial<Record<Signal, "SIGKILL" | "SIGTERM">> = {
+  [Signal.SIGKILL]: "SIGKILL",
+  [Signal.SIGTERM]: "SIGTERM",
+};
+
+/**
+ * envd's `process.Process` on bothy's command registry. Every command runs as a bothy background
+ * command: closing the stream leaves it running (as in envd), and the deadline
+ * (`Connect-Timeout-Ms`) kills it. Processes are named by guest pid (or tag), which `E2bState`
+ * maps to bothy command ids.
+ */
+export function processService(
+  manager: SandboxManager,
+  registry: CommandRegistry,
+  state: E2bState,
+): Partial<ServiceImpl<typeof Process>> {
+  /** The running command a selector names; a finished or unknown one is `not_found`, as in envd. */
+  const selected = (
+    ctx: HandlerContext,
+    selector: ProcessSelector | undefined,
+  ): { pid: number; process: E2bProcess; command: RunningCommand; sandboxId: string } => {
+    checkRpcUser(ctx);
+    const sandboxId = sandboxOf(ctx);
+    const sel = selector?.selector;
+    let pid: number | undefined;
+    let process: E2bProcess | undefined;
+    if (sel?.case === "pid") {
+      pid = sel.value;
+      process = state.process(sandboxId, pid);
+    } else if (sel?.case === "tag") {
+      [pid, process] = state.listProcesses(sandboxId).find(([, p]) => p.tag === sel.value) ?? [];
+    }
+    const command = process && registry.get(sandboxId, process.commandId);
+    if (pid === undefined || !process || !command || command.finished) {
+      if (pid !== undefined) state.dropProcess(sandboxId, pid);
+      throw new ConnectError(`process ${sel?.value ?? "?"} not found`, Code.NotFound);
+    }
+    return { pid, process, command, sandboxId };
+  };
+
+  return {
+    async *start(req: StartRequest, ctx: HandlerContext): AsyncGenerator<StartResponseInit> {
+      checkRpcUser(ctx);
+      const sandboxId = sandboxOf(ctx);
+      if (req.pty) throw new ConnectError("PTY is not supported by bothy's E2B surface yet", Code.Unimplemented);
+      const proc = req.process;
+      if (!proc?.cmd) throw new ConnectError("process.cmd is required", Code.InvalidArgument);
+      let command: RunningCommand;
+      try {
+        const agent = manager.agent(sandboxId);
+        if (proc.cwd !== undefined && proc.cwd !== "") {
+          const where = await agent.stat(proc.cwd).catch((err: unknown) => {
+            if (err instanceof BothyError && err.code === "file_not_found") return undefined;
+            throw err;
+          });
+          if (where?.type !== "dir")
+            throw new ConnectError(`cwd ${proc.cwd} is not a directory in the sandbox`, Code.InvalidArgument);
+        }
+        const deadline = ctx.timeoutMs();
+        const parsed = commandRequest.safeParse({
+          cmd: `exec ${[proc.cmd, ...proc.args].map(shellQuote).join(" ")}`,
+          ...(proc.cwd ? { cwd: proc.cwd } : {}),
+          env: { ...state.env(sandboxId), ...proc.envs },
+          stdin: req.stdin ?? false,
+          background: true,
+          ...(deadline === undefined ? {} : { timeout_s: Math.max(deadline, 1) / 1000 }),
+        });
+        if (!parsed.success)
+          throw new ConnectError(parsed.error.issues[0]?.message ?? "invalid process", Code.InvalidArgument);
+        command = registry.start(sandboxId, agent, parsed.data);
+      } catch (err) {
+        throw toConnectError(err);
+      }
+      const config = { cmd: proc.cmd, args: proc.args, envs: proc.envs, ...(proc.cwd ? { cwd: proc.cwd } : {}) };
+      const tag = req.tag === undefined ? {} : { tag: req.tag };
+      let pid: number | undefined;
+      const onStarted = (started: number): void => {
+        pid = started;
+        state.addProcess(sandboxId, started, { commandId: command.id, config, ...tag });
+      };
+      for await (const event of processEvents(command, ctx, onStarted)) yield { event };
+      // It ended (the stream carried its end event): forget its pid, unless a newer process has it.
+      if (pid !== undefined && state.process(sandboxId, pid)?.commandId === command.id)
+        state.dropProcess(sandboxId, pid);
+    },
+
+    async *connect(req, ctx) {
+      const { pid, command } = selected(ctx, req.process);
+      yield { event: { event: { case: "start", value: { pid } } } };
+      for await (const event of processEvents(command, ctx, () => undefined)) yield { event };
+    },
+
+    list: (_req, ctx) => {
+      checkRpcUser(ctx);
+      const sandboxId = sandboxOf(ctx);
+      const processes = [];
+      for (const [pid, process] of state.listProcesses(sandboxId)) {
+        const command = registry.get(sandboxId, process.commandId);
+        if (!command || command.finished) state.dropProcess(sandboxId, pid);
+        else
+          processes.push({ pid, config: process.config, ...(process.tag === undefined ? {} : { tag: process.tag }) });
+      }
+      return { processes };
+    },
+
+    sendSignal: (req, ctx) => {
+      const { command } = selected(ctx, req.process);
+      const signal = SIGNALS[req.signal];
+      if (!signal) throw new ConnectError("signal must be SIGNAL_SIGKILL or SIGNAL_SIGTERM", Code.InvalidArgument);
+      command.signal(signal);
+      return {};
+    },
+
+    sendInput: (req, ctx) => {
+      const { command } = selected(ctx, req.process);
+      const input = req.input?.input;
+      if (input?.case === "stdin") command.stdin(Buffer.from(input.value), false);
+      else if (input?.case === "pty") throw new ConnectError("PTY is not supported yet", Code.Unimplemented);
+      return {};
+    },
+
+    closeStdin: (req, ctx) => {
+      const { command } = selected(ctx, req.process);
+      command.stdin(Buffer.alloc(0), true);
+      return {};
+    },
+  };
+}

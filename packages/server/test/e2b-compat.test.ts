@@ -1,0 +1,385 @@
+import { readFile } from "node:fs/promises";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import {
+  CommandExitError,
+  InvalidArgumentError,
+  FileNotFoundError,
+  FileType,
+  Sandbox,
+  SandboxNotFoundError,
+  TimeoutError,
+} from "e2b";
+import { noLeaks } from "./helpers/host-state.ts";
+import { startTestServer, type TestServer } from "./helpers/test-server.ts";
+
+/**
+ * The real `e2b` SDK against a real bothy (gVisor), configured only as an E2B user would:
+ * E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY.
+ */
+describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
+  let ts: TestServer;
+  const saved: Record<string, string | undefined> = {};
+  const E2B_ENV = ["E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DOMAIN", "E2B_DEBUG"] as const;
+
+  beforeAll(async () => {
+    ts = await startTestServer({ BOTHY_DRIVER: "gvisor" });
+    for (const name of E2B_ENV) saved[name] = process.env[name];
+    delete process.env["E2B_DOMAIN"];
+    delete process.env["E2B_DEBUG"];
+    process.env["E2B_API_URL"] = `${ts.url}/e2b`;
+    process.env["E2B_SANDBOX_URL"] = `${ts.url}/e2b/envd`;
+    // bothy has no API keys yet: any key is accepted.
+    process.env["E2B_API_KEY"] = "e2b_0000000000000000000000000000000000000000";
+  });
+
+  afterAll(async () => {
+    for (const name of E2B_ENV) {
+      if (saved[name] === undefined) delete process.env[name];
+      else process.env[name] = saved[name];
+    }
+    expect(await ts?.stop()).toEqual(noLeaks());
+  });
+
+  /** A sandbox for one test, killed afterwards whatever happens. */
+  async function withSandbox<T>(
+    opts: Parameters<typeof Sandbox.create>[1],
+    use: (sbx: Sandbox) => Promise<T>,
+  ): Promise<T> {
+    const sbx = await Sandbox.create("base", opts);
+    try {
+      return await use(sbx);
+    } catch (err) {
+      console.error(`failed with sandbox ${sbx.sandboxId}`);
+      throw err;
+    } finally {
+      await sbx.kill();
+    }
+  }
+
+  describe("control plane", () => {
+    it("creates with timeout and metadata; getInfo shows them", async () => {
+      await withSandbox({ timeoutMs: 120_000, metadata: { suite: "e2b", case: "info" } }, async (sbx) => {
+        expect(sbx.sandboxId).toMatch(/^sbx_/);
+        const info = await sbx.getInfo();
+        expect(info).toMatchObject({
+          sandboxId: sbx.sandboxId,
+          templateId: "seed",
+          metadata: { suite: "e2b", case: "info" },
+          state: "running",
+          cpuCount: 1,
+        });
+        const lifetime = info.endAt.getTime() - info.startedAt.getTime();
+        expect(lifetime).toBeGreaterThan(100_000);
+        expect(lifetime).toBeLessThan(200_000);
+      });
+    });
+
+    it("connect joins a running sandbox by id; its timeout only extends", async () => {
+      await withSandbox({ timeoutMs: 600_000 }, async (sbx) => {
+        const endAt = (await sbx.getInfo()).endAt.getTime();
+        const again = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 60_000 });
+        expect(again.sandboxId).toBe(sbx.sandboxId);
+        expect((await again.commands.run("echo joined")).stdout).toBe("joined\n");
+        expect((await again.getInfo()).endAt.getTime()).toBe(endAt);
+        await Sandbox.connect(sbx.sandboxId, { timeoutMs: 3_600_000 });
+        expect((await again.getInfo()).endAt.getTime()).toBeGreaterThan(endAt);
+      });
+      await expect(Sandbox.connect("sbx_doesnotexist")).rejects.toBeInstanceOf(SandboxNotFoundError);
+    });
+
+    it("a sleeping sandbox reads as paused; connect and any envd call wake it", async () => {
+      await withSandbox({ metadata: { case: "sleep" } }, async (sbx) => {
+        await sbx.files.write("kept.txt", "survives sleep");
+        await ts.server.manager.sleep(sbx.sandboxId);
+        expect((await sbx.getInfo()).state).toBe("paused");
+        const paused = await Sandbox.list({ query: { metadata: { case: "sleep" }, state: ["paused"] } }).nextItems();
+        expect(paused.map((s) => s.sandboxId)).toEqual([sbx.sandboxId]);
+        const woken = await Sandbox.connect(sbx.sandboxId);
+        expect((await woken.getInfo()).state).toBe("running");
+        expect(await woken.files.read("kept.txt")).toBe("survives sleep");
+
+        await ts.server.manager.sleep(sbx.sandboxId);
+        expect((await sbx.commands.run("cat kept.txt")).stdout).toBe("survives sleep");
+      });
+    });
+
+    it("setTimeout moves the end of the sandbox's life", async () => {
+      await withSandbox({ timeoutMs: 60_000 }, async (sbx) => {
+        const before = (await sbx.getInfo()).endAt.getTime();
+        await sbx.setTimeout(3_600_000);
+        const after = (await sbx.getInfo()).endAt.getTime();
+        expect(after - before).toBeGreaterThan(3_000_000);
+      });
+    });
+
+    it("lists by metadata, a page at a time", async () => {
+      const tag = `list-${Date.now()}`;
+      const made: Sandbox[] = [];
+      try {
+        for (let i = 0; i < 3; i++) made.push(await Sandbox.create("base", { metadata: { tag, n: String(i) } }));
+        const other = await Sandbox.create("base", { metadata: { tag: `${tag}-other` } });
+        made.push(other);
+
+        const all = Sandbox.list({ query: { metadata: { tag } } });
+        const firstPage = await all.nextItems();
+        expect(firstPage.map((s) => s.sandboxId).sort()).toEqual(
+          made
+            .slice(0, 3)
+            .map((s) => s.sandboxId)
+            .sort(),
+        );
+        expect(all.hasNext).toBe(false);
+
+        const paged = Sandbox.list({ query: { metadata: { tag } }, limit: 2 });
+        const seen: string[] = [];
+        let pages = 0;
+        while (paged.hasNext) {
+          seen.push(...(await paged.nextItems()).map((s) => s.sandboxId));
+          pages++;
+        }
+        expect(pages).toBe(2);
+        expect(seen.sort()).toEqual(firstPage.map((s) => s.sandboxId).sort());
+
+        const one = await Sandbox.list({ query: { metadata: { tag, n: "1" } } }).nextItems();
+        expect(one.map((s) => s.sandboxId)).toEqual([made[1]?.sandboxId]);
+        const paused = await Sandbox.list({ query: { metadata: { tag }, state: ["paused"] } }).nextItems();
+        expect(paused).toEqual([]);
+
+        const newestFirst = Sandbox.list({ query: { metadata: { tag }, template: "base" }, order: "desc", limit: 2 });
+        const desc: Date[] = [];
+        while (newestFirst.hasNext) desc.push(...(await newestFirst.nextItems()).map((s) => s.startedAt));
+        expect(desc).toHaveLength(3);
+        expect([...desc].sort((a, b) => b.getTime() - a.getTime())).toEqual(desc);
+        expect(await Sandbox.list({ query: { metadata: { tag }, template: "nope" } }).nextItems()).toEqual([]);
+        const later = new Date(Date.now() + 3_600_000);
+        expect(await Sandbox.list({ query: { metadata: { tag }, startedAfter: later } }).nextItems()).toEqual([]);
+      } finally {
+        for (const sbx of made) await sbx.kill();
+      }
+    });
+
+    it("kill twice: true, then false; a killed sandbox is not found", async () => {
+      const sbx = await Sandbox.create("base");
+      try {
+        expect(await sbx.kill()).toBe(true);
+      } finally {
+        expect(await Sandbox.kill(sbx.sandboxId)).toBe(false);
+      }
+      await expect(sbx.getInfo()).rejects.toBeInstanceOf(SandboxNotFoundError);
+      await expect(sbx.setTimeout(60_000)).rejects.toBeInstanceOf(SandboxNotFoundError);
+      await expect(Sandbox.getInfo("sbx_doesnotexist")).rejects.toBeInstanceOf(SandboxNotFoundError);
+      expect(await Sandbox.kill("sbx_doesnotexist")).toBe(false);
+    });
+
+    it("refuses what bothy cannot honour with E2B's error shape", async () => {
+      const res = await fetch(`${ts.url}/e2b/v2/sandboxes`, {
+        method: "POST",
+        headers: { "content-type": "application/json", "x-api-key": "e2b_0" },
+        body: JSON.stringify({ templateID: "base", metadata: { "a b": "c" } }),
+      });
+      expect(res.status).toBe(400);
+      const body = (await res.json()) as { code: number; message: string };
+      expect(body.code).toBe(400);
+      expect(body.message).toMatch(/metadata/);
+      const missing = await fetch(`${ts.url}/e2b/no/such/route`);
+      expect(missing.status).toBe(404);
+      expect(await missing.json()).toMatchObject({ code: 404 });
+    });
+  });
+
+  describe("envd: commands and files", () => {
+    let sbx: Sandbox;
+
+    beforeAll(async () => {
+      sbx = await Sandbox.create("base", { envs: { FROM_CREATE: "created", SHARED: "create" } });
+    });
+
+    afterAll(async () => {
+      await sbx?.kill();
+    });
+
+    it("runs a command: stdout and stderr apart, exit code 0", async () => {
+      expect(await sbx.isRunning()).toBe(true);
+      const result = await sbx.commands.run("echo out; echo err >&2");
+      expect(result).toMatchObject({ exitCode: 0, stdout: "out\n", stderr: "err\n" });
+    });
+
+    it("a non-zero exit raises CommandExitError with the exit code and output", async () => {
+      const err = await sbx.commands.run("echo partial; echo oops >&2; exit 3").catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(CommandExitError);
+      expect(err).toMatchObject({ exitCode: 3, stdout: "partial\n", stderr: "oops\n", error: "exit status 3" });
+    });
+
+    it("hands output to the onStdout and onStderr callbacks", async () => {
+      const out: string[] = [];
+      const errs: string[] = [];
+      const result = await sbx.commands.run("for i in 1 2 3; do echo line$i; sleep 0.1; done; echo bad >&2", {
+        onStdout: (d) => void out.push(d),
+        onStderr: (d) => void errs.push(d),
+      });
+      expect(out.join("")).toBe("line1\nline2\nline3\n");
+      expect(errs.join("")).toBe("bad\n");
+      expect(result.stdout).toBe(out.join(""));
+    });
+
+    it("honours cwd, the create's envs and the command's envs (the command's win)", async () => {
+      const result = await sbx.commands.run('pwd; echo "$FROM_CREATE $SHARED $FROM_RUN"', {
+        cwd: "/tmp",
+        envs: { SHARED: "run", FROM_RUN: "here" },
+      });
+      expect(result.stdout).toBe("/tmp\ncreated run here\n");
+      const home = await sbx.commands.run("pwd");
+      expect(home.stdout).toBe("/workspace\n");
+      await expect(sbx.commands.run("pwd", { cwd: "/no/such/dir" })).rejects.toBeInstanceOf(InvalidArgumentError);
+    });
+
+    it("writes and reads files as text and as bytes, making parent directories", async () => {
+      const info = await sbx.files.write("/tmp/e2b/nested/hello.txt", "hello from e2b\n");
+      expect(info).toMatchObject({ path: "/tmp/e2b/nested/hello.txt", name: "hello.txt" });
+      expect(await sbx.files.read("/tmp/e2b/nested/hello.txt")).toBe("hello from e2b\n");
+      expect((await sbx.commands.run("cat /tmp/e2b/nested/hello.txt")).stdout).toBe("hello from e2b\n");
+
+      const bytes = new Uint8Array(70_000).map((_, i) => (i * 7) % 256);
+      await sbx.files.write("bin/data.bin", bytes.buffer);
+      const back = await sbx.files.read("/workspace/bin/data.bin", { format: "bytes" });
+      expect(Buffer.from(back).equals(Buffer.from(bytes))).toBe(true);
+
+      const many = await sbx.files.write([
+        { path: "/tmp/many/a.txt", data: "A" },
+        { path: "many/b.txt", data: "B" },
+      ]);
+      expect(many.map((w) => w.path)).toEqual(["/tmp/many/a.txt", "/workspace/many/b.txt"]);
+      expect((await sbx.commands.run("cat /tmp/many/a.txt /workspace/many/b.txt")).stdout).toBe("AB");
+
+      await sbx.files.write("octet/plain.txt", "octets", { useOctetStream: true });
+      await sbx.files.write("octet/zipped.bin", bytes.buffer, { gzip: true });
+      const stream = new ReadableStream<Uint8Array>({
+        start(controller) {
+          controller.enqueue(new TextEncoder().encode("streamed "));
+          controller.enqueue(new TextEncoder().encode("upload"));
+          controller.close();
+        },
+      });
+      const streamed = await sbx.files.write("octet/streamed.txt", stream);
+      expect(streamed).toMatchObject({ path: "/workspace/octet/streamed.txt", name: "streamed.txt" });
+      expect(await sbx.files.read("octet/plain.txt")).toBe("octets");
+      expect(
+        Buffer.from(await sbx.files.read("octet/zipped.bin", { format: "bytes" })).equals(Buffer.from(bytes)),
+      ).toBe(true);
+      expect(await sbx.files.read("octet/streamed.txt")).toBe("streamed upload");
+
+      await sbx.files.write("empty.txt", "");
+      expect(await sbx.files.read("empty.txt")).toBe("");
+    });
+
+    it("reading a missing file raises FileNotFoundError, a directory InvalidArgumentError", async () => {
+      await expect(sbx.files.read("/tmp/does-not-exist")).rejects.toBeInstanceOf(FileNotFoundError);
+      await expect(sbx.files.read("/tmp")).rejects.toBeInstanceOf(InvalidArgumentError);
+    });
+
+    it("background commands: listed, fed on stdin, stdin closed, waited for", async () => {
+      const handle = await sbx.commands.run("cat", { background: true, stdin: true });
+      const listed = await sbx.commands.list();
+      expect(listed.find((p) => p.pid === handle.pid)).toMatchObject({ cmd: "/bin/bash", args: ["-l", "-c", "cat"] });
+      await sbx.commands.sendStdin(handle.pid, "hello ");
+      await sbx.commands.sendStdin(handle.pid, new TextEncoder().encode("stdin"));
+      await sbx.commands.closeStdin(handle.pid);
+      expect(await handle.wait()).toMatchObject({ exitCode: 0, stdout: "hello stdin" });
+      expect((await sbx.commands.list()).map((p) => p.pid)).not.toContain(handle.pid);
+    });
+
+    it("connects to a running command and sees the rest of its output", async () => {
+      const first = await sbx.commands.run('read line; echo "got $line"', { background: true, stdin: true });
+      const again = await sbx.commands.connect(first.pid);
+      await sbx.commands.sendStdin(first.pid, "x\n");
+      expect(await again.wait()).toMatchObject({ exitCode: 0, stdout: "got x\n" });
+      expect(await first.wait()).toMatchObject({ exitCode: 0, stdout: "got x\n" });
+    });
+
+    it("kill ends a background command: wait raises CommandExitError, a second kill is false", async () => {
+      const handle = await sbx.commands.run("sleep 600", { background: true });
+      expect(await sbx.commands.kill(handle.pid)).toBe(true);
+      const err = await handle.wait().catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(CommandExitError);
+      expect(err).toMatchObject({ exitCode: -1 });
+      expect(await sbx.commands.kill(handle.pid)).toBe(false);
+      await expect(sbx.commands.connect(handle.pid)).rejects.toThrow();
+    });
+
+    it("a command's timeout kills it in the sandbox, as envd's deadline does", async () => {
+      await expect(sbx.commands.run("sleep 600", { timeoutMs: 1500 })).rejects.toBeInstanceOf(TimeoutError);
+      // The server kills it at the same deadline: wait for that, not for a guessed time.
+      await vi.waitFor(
+        () =>
+          expect(
+            ts.events.some(
+              (ev) => ev.event === "command_exited" && ev.sandbox_id === sbx.sandboxId && ev.timed_out === true,
+            ),
+          ).toBe(true),
+        { timeout: 30_000 },
+      );
+    });
+
+    it("filesystem: makeDir, list (with depth), getInfo, exists, rename, remove", async () => {
+      expect(await sbx.files.makeDir("/tmp/fs/a/b")).toBe(true);
+      expect(await sbx.files.makeDir("/tmp/fs/a/b")).toBe(false);
+      await sbx.files.write("/tmp/fs/a/f.txt", "12345");
+      const listed = await sbx.files.list("/tmp/fs/a");
+      expect(listed.map((e) => [e.name, e.type, e.path])).toEqual([
+        ["b", FileType.DIR, "/tmp/fs/a/b"],
+        ["f.txt", FileType.FILE, "/tmp/fs/a/f.txt"],
+      ]);
+      const deep = await sbx.files.list("/tmp/fs", { depth: 3 });
+      expect(deep.map((e) => e.path).sort()).toEqual(["/tmp/fs/a", "/tmp/fs/a/b", "/tmp/fs/a/f.txt"]);
+      const info = await sbx.files.getInfo("/tmp/fs/a/f.txt");
+      expect(info).toMatchObject({
+        name: "f.txt",
+        type: FileType.FILE,
+        size: 5,
+        permissions: "-rw-r--r--",
+        owner: "root",
+      });
+      expect(info.modifiedTime).toBeInstanceOf(Date);
+      expect(await sbx.files.exists("/tmp/fs/a/f.txt")).toBe(true);
+      expect(await sbx.files.exists("/tmp/fs/nothing")).toBe(false);
+      const moved = await sbx.files.rename("/tmp/fs/a/f.txt", "/tmp/fs/g.txt");
+      expect(moved).toMatchObject({ path: "/tmp/fs/g.txt", name: "g.txt" });
+      expect(await sbx.files.read("/tmp/fs/g.txt")).toBe("12345");
+      await sbx.files.remove("/tmp/fs");
+      expect(await sbx.files.exists("/tmp/fs")).toBe(false);
+      await expect(sbx.files.getInfo("/tmp/fs/g.txt")).rejects.toBeInstanceOf(FileNotFoundError);
+    });
+
+    it("a killed sandbox's envd answers as not running", async () => {
+      const gone = await Sandbox.create("base");
+      await gone.kill();
+      expect(await gone.isRunning()).toBe(false);
+      await expect(gone.commands.run("true")).rejects.toBeInstanceOf(SandboxNotFoundError);
+    });
+
+    it("refuses envd calls without the sandbox's access token, and never logs the token", async () => {
+      const url = `${ts.url}/e2b/envd/files?path=/etc/hostname`;
+      for (const token of ["wrong", undefined]) {
+        const res = await fetch(url, {
+          headers: { "e2b-sandbox-id": sbx.sandboxId, ...(token ? { "x-access-token": token } : {}) },
+        });
+        expect(res.status).toBe(401);
+        expect(await res.json()).toMatchObject({ code: 401 });
+      }
+      const rpc = await fetch(`${ts.url}/e2b/envd/process.Process/List`, {
+        method: "POST",
+        headers: { "e2b-sandbox-id": sbx.sandboxId, "content-type": "application/json" },
+        body: "{}",
+      });
+      expect(rpc.status).toBe(401);
+      const info = (await (await fetch(`${ts.url}/e2b/sandboxes/${sbx.sandboxId}`)).json()) as {
+        envdAccessToken: string;
+      };
+      const ok = await fetch(url, {
+        headers: { "e2b-sandbox-id": sbx.sandboxId, "x-access-token": info.envdAccessToken },
+      });
+      expect(ok.status).toBe(200);
+      expect(await readFile(ts.logPath, "utf8")).not.toContain(info.envdAccessToken);
+    });
+  });
+});
