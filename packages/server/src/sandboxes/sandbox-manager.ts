@@ -99,14 +99,20 @@ export class SandboxManager {
         // Commands of the old server cannot be followed by this one; they run on in the guest, detached.
         this.ledger.loseCommands(row.id);
         if (await this.attachAfterRestart(row)) continue;
-        this.ledger.setState(
+        this.ledger.transition(
           row.id,
+          "running",
           "stopped",
           "The server restarted and its processes ended; its files are kept and the next call starts it again.",
         );
         this.log("sandbox_recovered", { sandbox_id: row.id, previous_state: row.state, state: "stopped" });
       } else if (row.state === "creating") {
-        this.ledger.setState(row.id, "failed", "The server restarted while this sandbox was being created.");
+        this.ledger.transition(
+          row.id,
+          "creating",
+          "failed",
+          "The server restarted while this sandbox was being created.",
+        );
         this.ledger.forgetIdempotencyKeysOf(row.id);
         this.log("sandbox_lost", { sandbox_id: row.id, previous_state: row.state });
       } else if (row.state === "deleting") {
@@ -116,7 +122,7 @@ export class SandboxManager {
     for (const id of deleting) {
       await this.drivers.removeOrphan(id);
       this.ledger.loseCommands(id);
-      this.ledger.setState(id, "deleted");
+      this.ledger.transition(id, "deleting", "deleted");
       this.log("sandbox_deleted", { sandbox_id: id, reason: "completed after restart" });
     }
     const objects = (await Promise.all(this.drivers.all().map((d) => d.reconcile()))).flat();
@@ -188,7 +194,7 @@ export class SandboxManager {
     const closed: string[] = [];
     for (const row of this.ledger.liveSandboxes()) {
       if (owned.has(row.id) || DORMANT_STATES.includes(row.state)) continue;
-      this.ledger.setState(row.id, "failed", reason);
+      this.ledger.transition(row.id, row.state, "failed", reason);
       this.ledger.loseCommands(row.id);
       this.log("sandbox_lost", { sandbox_id: row.id, previous_state: row.state });
       closed.push(row.id);
@@ -418,13 +424,19 @@ export class SandboxManager {
           err instanceof BothyError
             ? err
             : new BothyError("create_failed", "The sandbox failed to boot.", { cause: err });
-        this.ledger.setState(id, "failed", e.message);
+        this.ledger.transition(id, "creating", "failed", e.message);
         if (idem) this.ledger.forgetIdempotencyKey(idem.key);
         this.log("sandbox_create_failed", { sandbox_id: id, error: e.message });
         throw e;
       }
+      try {
+        if (!warm) this.ledger.transition(id, "creating", "running");
+      } catch (err) {
+        await booted.handle.destroy();
+        if (idem) this.ledger.forgetIdempotencyKey(idem.key);
+        throw err;
+      }
       this.adopt(booted);
-      this.ledger.setState(id, "running");
       // A sandbox's time counts from when it runs, not from a boot that may have been slow.
       if (!warm) this.ledger.setExpiresAt(id, expiryFrom(lifetime.timeoutS));
       this.touch(id);
@@ -453,6 +465,8 @@ export class SandboxManager {
     this.live.set(id, booted);
     void booted.handle.wait().then((exit) => {
       if (this.live.get(id) !== booted || this.deleting.has(id) || this.stopping) return;
+      // Not running: a resume is bringing it back, and its own failure handles the death.
+      if (this.ledger.getSandbox(id)?.state !== "running") return;
       this.lose(
         id,
         booted,
@@ -485,14 +499,16 @@ export class SandboxManager {
     await execQuiet(booted.agent, "sync", FLUSH_TIMEOUT_MS, "Flushing the disk").catch((err: unknown) =>
       this.log("sandbox_flush_failed", { sandbox_id: id, error: (err as Error).message }),
     );
+    // It died or was deleted during the flush: whoever noticed has let go of it already.
+    if (this.live.get(id) !== booted) return;
     await this.stopHeld(id, booted, reason, closeWith);
   }
 
   /** Lets go of a held sandbox: `stopped` in the ledger at once, its processes and network removed in the background. */
   private stopHeld(id: string, booted: BootedSandbox, reason: string, closeWith: BothyError): Promise<void> {
+    this.ledger.transition(id, "running", "stopped", reason);
     this.live.delete(id);
     booted.agent.close(closeWith);
-    this.ledger.setState(id, "stopped", reason);
     this.ledger.loseCommands(id);
     // What is left after a failed stop is for the sweeper's next pass.
     const job = booted.handle
@@ -560,7 +576,7 @@ export class SandboxManager {
     booted.agent.close(new BothyError("sandbox_not_running", "The sandbox was paused."));
     await booted.handle.pause?.();
     this.ledger.loseCommands(id);
-    this.ledger.setState(id, "paused");
+    this.ledger.transition(id, "running", "paused");
     this.log("sandbox_paused", { sandbox_id: id });
   }
 
@@ -593,11 +609,11 @@ export class SandboxManager {
         // A sandbox that cannot come back is over: its state file and disk go with it.
         this.live.delete(id);
         await booted.handle.destroy();
-        this.ledger.setState(id, "failed", (err as Error).message);
+        this.ledger.transition(id, "paused", "failed", (err as Error).message);
         this.log("sandbox_resume_failed", { sandbox_id: id, error: (err as Error).message });
         throw err;
       }
-      this.ledger.setState(id, "running");
+      this.ledger.transition(id, "paused", "running");
       this.log("sandbox_resumed", { sandbox_id: id });
     });
   }
@@ -668,8 +684,13 @@ export class SandboxManager {
           { cause: err },
         );
       });
+      try {
+        this.ledger.transition(id, row.state, "running");
+      } catch (err) {
+        await booted.handle.stop();
+        throw err;
+      }
       this.adopt(booted);
-      this.ledger.setState(id, "running");
       this.log("sandbox_woken", { sandbox_id: id, from: row.state, driver: row.driver, ms: Date.now() - started });
     });
   }
@@ -809,14 +830,15 @@ export class SandboxManager {
       await this.reaping.get(id);
       const row = this.ledger.getSandbox(id);
       if (row?.state === "failed") return this.info(id);
-      this.ledger.setState(id, "deleting");
+      if (!row) return this.info(id);
+      this.ledger.transition(id, row.state, "deleting");
       const booted = this.live.get(id);
       this.live.delete(id);
       booted?.agent.close(new BothyError("sandbox_not_running", "The sandbox was deleted."));
       if (booted) await booted.handle.destroy();
       else await this.drivers.removeOrphan(id);
       this.ledger.loseCommands(id);
-      this.ledger.setState(id, "deleted");
+      this.ledger.transition(id, "deleting", "deleted");
       this.log("sandbox_deleted", { sandbox_id: id, reason });
       return this.info(id);
     })();
