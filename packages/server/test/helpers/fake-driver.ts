@@ -213,6 +213,7 @@ class FakeHandle implements SandboxHandle {
     const m = this.machine();
     m.disk = true;
     await tick();
+    if (this.dead) throw new BothyError("create_failed", "The server's process is gone.");
     if (this.host.takeStartFailure()) throw new BothyError("create_failed", "The fake host refused to start it.");
     if (m.guest) throw new BothyError("internal", `${this.id} already runs a guest.`);
     const fromMemory = m.savedMemory;
@@ -276,6 +277,7 @@ class FakeHandle implements SandboxHandle {
       throw new BothyError("sandbox_not_running", `Sandbox ${this.id} has no running guest to pause.`);
     this.paused = true;
     await tick();
+    if (this.dead) throw new BothyError("internal", "The server's process is gone.");
     m.savedMemory = true;
     this.endGuest();
   }
@@ -284,6 +286,7 @@ class FakeHandle implements SandboxHandle {
     if (this.dead) throw new BothyError("internal", "The server's process is gone.");
     if (!this.paused) throw new BothyError("internal", `Sandbox ${this.id} is not paused.`);
     await tick();
+    if (this.dead) throw new BothyError("internal", "The server's process is gone.");
     const m = this.host.machines.get(this.id);
     if (!m?.savedMemory) throw new BothyError("agent_unavailable", `Sandbox ${this.id} has no saved memory.`);
     if (this.host.takeStartFailure()) throw new BothyError("agent_unavailable", "The fake host refused to restore it.");
