@@ -146,11 +146,7 @@ export class AgentClient {
   handshake(timeoutMs: number, signal?: AbortSignal, resync = false): Promise<void> {
     if (this.helloSeen) return Promise.resolve();
     if (this.closed) return Promise.reject(this.closed);
-    if (resync) {
-      this.hunting = true;
-      this.send({ t: "resync" });
-    }
-    return new Promise((resolve, reject) => {
+    const handshake = new Promise<void>((resolve, reject) => {
       const timer = setTimeout(
         () => fail(new BothyError("agent_unavailable", `The guest agent did not say hello within ${timeoutMs} ms.`)),
         timeoutMs,
@@ -173,6 +169,12 @@ export class AgentClient {
         reject: fail,
       };
     });
+    // Asked only once the hello is listened for: the answer may come in the same turn.
+    if (resync) {
+      this.hunting = true;
+      this.send({ t: "resync" });
+    }
+    return handshake;
   }
 
   get isClosed(): boolean {

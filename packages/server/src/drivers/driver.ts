@@ -91,6 +91,8 @@ export interface SandboxHandle {
   readonly guestNetwork?: GuestNetwork;
   /** VMs: the size the host made the guest's disk; the guest grows its root file system to it. */
   readonly guestRootBytes?: number;
+  /** What the driver saw of the guest (its console's last lines), quoted when a boot fails. */
+  readonly diagnostics?: string | undefined;
 }
 
 /** A host object that exists for a sandbox: found by `reconcile`, removable without a handle. */

@@ -1,5 +1,6 @@
 import Database from "better-sqlite3";
-import { LIVE_STATES, type NetworkPolicy, type SandboxInfo, type SandboxState } from "@bothy/protocol";
+import { BothyError, LIVE_STATES, type NetworkPolicy, type SandboxInfo, type SandboxState } from "@bothy/protocol";
+import { canTransition, INITIAL_STATES, TransitionError } from "../sandboxes/lifecycle.ts";
 
 /** Schema steps in order; `PRAGMA user_version` records how many have run. */
 const MIGRATIONS = [
@@ -179,6 +180,8 @@ export class Ledger {
       >,
     idempotency?: { key: string; fingerprint: string },
   ): SandboxRow {
+    if (!INITIAL_STATES.includes(row.state))
+      throw new BothyError("internal", `A sandbox's row starts as creating or running, not ${row.state}.`);
     const t = now();
     const full: SandboxRow = {
       expires_at: null,
@@ -210,13 +213,20 @@ export class Ledger {
     return full;
   }
 
-  setState(id: string, state: SandboxState, error?: string): void {
+  /**
+   * Moves a sandbox from `from` to `to` if, and only if, it is in `from` now (compare-and-set) and
+   * the lifecycle table allows the move; otherwise throws a TransitionError and changes nothing.
+   * `reason` (why it stopped or failed) is kept as the row's error.
+   */
+  transition(id: string, from: SandboxState, to: SandboxState, reason?: string): void {
+    if (!canTransition(from, to)) throw new TransitionError("illegal", id, from, to, this.getSandbox(id)?.state);
     const t = now();
-    this.db
+    const changed = this.db
       .prepare(
-        `UPDATE sandboxes SET state = ?, updated_at = ?, error = COALESCE(?, error), deleted_at = CASE WHEN ? = 'deleted' THEN ? ELSE deleted_at END WHERE id = ?`,
+        `UPDATE sandboxes SET state = ?, updated_at = ?, error = COALESCE(?, error), deleted_at = CASE WHEN ? = 'deleted' THEN ? ELSE deleted_at END WHERE id = ? AND state = ?`,
       )
-      .run(state, t, error ?? null, state, t, id);
+      .run(to, t, reason ?? null, to, t, id, from).changes;
+    if (changed !== 1) throw new TransitionError("stale", id, from, to, this.getSandbox(id)?.state);
   }
 
   getSandbox(id: string): SandboxRow | undefined {

@@ -1,8 +1,15 @@
 import { BothyError } from "@bothy/protocol";
 import { randomBytes } from "node:crypto";
 import { AgentClient, type GuestIdentity } from "../agent/agent-client.ts";
-import { bootTimeoutMs, type Driver, type SandboxHandle, type SandboxSpec } from "../drivers/driver.ts";
+import {
+  bootTimeoutMs,
+  type Driver,
+  type GuestStream,
+  type SandboxHandle,
+  type SandboxSpec,
+} from "../drivers/driver.ts";
 import { configureGuestNetwork } from "../network/guest-config.ts";
+import { CleanupStack } from "../util/cleanup-stack.ts";
 
 /** A sandbox whose guest agent has answered the handshake. */
 export interface BootedSandbox {
@@ -12,8 +19,77 @@ export interface BootedSandbox {
 }
 
 /**
- * Boots one sandbox up to a ready agent. On any failure everything it made is destroyed before
- * the error is thrown, so a failed boot leaves nothing on the host.
+ * How a boot starts: a new sandbox; one started again on the disk it kept (woken, or restored from
+ * the memory a pause saved); one still running from before a server restart, taken over.
+ */
+export type BootMode = "new" | "kept disk" | "take-over";
+
+type StepName = "start" | "handshake" | "identity" | "network" | "limits";
+
+/** The named steps of each mode, in order. A new boot and one on a kept disk differ only in the start's undo. */
+export const BOOT_STEPS: Record<BootMode, readonly StepName[]> = {
+  new: ["start", "handshake", "identity", "network", "limits"],
+  "kept disk": ["start", "handshake", "identity", "network", "limits"],
+  // It already has its identity, network and limits.
+  "take-over": ["start", "handshake"],
+};
+
+export function bootMode(spec: SandboxSpec): BootMode {
+  return spec.attach ? "take-over" : spec.reuseDisk ? "kept disk" : "new";
+}
+
+/** What the steps of one boot share. */
+interface Boot {
+  readonly mode: BootMode;
+  readonly driver: Driver;
+  readonly spec: SandboxSpec;
+  readonly handle: SandboxHandle;
+  readonly timeoutMs: number;
+  readonly signal: AbortSignal | undefined;
+  readonly cleanup: CleanupStack;
+  stream?: GuestStream;
+  agent?: AgentClient;
+  /** Rejects when the sandbox exits before the boot is over; every later step races it. */
+  exited?: Promise<never>;
+}
+
+const STEPS: Record<StepName, (b: Boot) => Promise<void>> = {
+  async start(b) {
+    // Undo first: a start that fails half-way may have made host objects. A kept disk is not this
+    // boot's to remove.
+    b.cleanup.push("start", () => (b.mode === "new" ? b.handle.destroy() : b.handle.stop()));
+    b.stream = await b.handle.start(b.signal);
+    const agent = (b.agent = new AgentClient(b.stream.input, b.stream.output));
+    b.cleanup.push("agent", () => agent.close(new BothyError("agent_unavailable", "Boot failed.")));
+    b.exited = b.handle.wait().then((exit) => {
+      throw new BothyError(
+        "create_failed",
+        `The sandbox exited during boot (code ${exit.code ?? "none"}, signal ${exit.signal ?? "none"})${describe(b.handle)}.`,
+      );
+    });
+    b.exited.catch(() => undefined);
+  },
+  async handshake(b) {
+    await race(
+      b,
+      agentOf(b).handshake(bootTimeoutMs(b.driver.acceleration, b.timeoutMs), b.signal, b.stream?.resync === true),
+    );
+  },
+  async identity(b) {
+    if (b.handle.needsIdentity) await race(b, agentOf(b).identify(guestIdentity(b.spec)));
+  },
+  async network(b) {
+    if (b.handle.guestNetwork) await race(b, configureGuestNetwork(agentOf(b), b.handle.guestNetwork));
+  },
+  async limits(b) {
+    await race(b, applyLimits(agentOf(b), b.spec, b.handle));
+  },
+};
+
+/**
+ * Boots one sandbox up to a ready agent, step by step (BOOT_STEPS). Each step that makes something
+ * pushes its undo; on any failure the undos run once, newest first, before the error is thrown, so
+ * a failed boot leaves nothing on the host (but a kept disk).
  */
 export async function bootSandbox(
   driver: Driver,
@@ -21,37 +97,24 @@ export async function bootSandbox(
   timeoutMs: number,
   signal?: AbortSignal,
 ): Promise<BootedSandbox> {
-  const handle = driver.create(spec);
-  let agent: AgentClient | undefined;
+  const mode = bootMode(spec);
+  const b: Boot = { mode, driver, spec, handle: driver.create(spec), timeoutMs, signal, cleanup: new CleanupStack() };
+  let step: StepName | undefined;
   try {
-    const stream = await handle.start(signal);
-    agent = new AgentClient(stream.input, stream.output);
-    const exited = handle.wait().then((exit) => {
-      throw new BothyError(
-        "create_failed",
-        `The sandbox exited during boot (code ${exit.code ?? "none"}, signal ${exit.signal ?? "none"})${describe(handle)}.`,
-      );
-    });
-    await Promise.race([
-      agent.handshake(bootTimeoutMs(driver.acceleration, timeoutMs), signal, stream.resync === true),
-      exited,
-    ]);
-    // A sandbox taken over after a server restart already has its identity and network.
-    if (handle.needsIdentity && !spec.attach) await Promise.race([agent.identify(guestIdentity(spec)), exited]);
-    if (handle.guestNetwork && !spec.attach)
-      await Promise.race([configureGuestNetwork(agent, handle.guestNetwork), exited]);
-    if (!spec.attach) await Promise.race([applyLimits(agent, spec, handle), exited]);
-    exited.catch(() => undefined);
-    return { spec, handle, agent };
+    for (step of BOOT_STEPS[mode]) await STEPS[step](b);
+    b.cleanup.release();
+    return { spec, handle: b.handle, agent: agentOf(b) };
   } catch (err) {
-    const detail = describe(handle);
-    agent?.close(new BothyError("agent_unavailable", "Boot failed."));
-    // A sandbox started again on its disk keeps it: the files are not this boot's to remove.
-    await (spec.reuseDisk ? handle.stop() : handle.destroy());
-    if (err instanceof BothyError && err.code === "create_failed") throw err;
-    throw new BothyError("create_failed", `Could not boot sandbox ${spec.id}: ${(err as Error).message}${detail}`, {
-      cause: err,
-    });
+    const detail = describe(b.handle);
+    const undone: string[] = [];
+    await b.cleanup.run((name, e) => undone.push(`undoing ${name} failed too: ${(e as Error).message}`));
+    const also = undone.length > 0 ? ` (${undone.join("; ")})` : "";
+    if (err instanceof BothyError && err.code === "create_failed" && also === "") throw err;
+    const message =
+      err instanceof BothyError && err.code === "create_failed"
+        ? err.message
+        : `Could not boot sandbox ${spec.id} (${mode}, step ${step ?? "none"}): ${(err as Error).message}${detail}`;
+    throw new BothyError("create_failed", `${message}${also}`, { cause: err });
   }
 }
 
@@ -99,6 +162,16 @@ export function guestIdentity(spec: SandboxSpec): GuestIdentity {
 }
 
 function describe(handle: SandboxHandle): string {
-  const diag = (handle as { diagnostics?: string }).diagnostics;
+  const diag = handle.diagnostics;
   return diag ? ` (driver said: ${diag.slice(-500)})` : "";
+}
+
+function agentOf(b: Boot): AgentClient {
+  if (!b.agent) throw new BothyError("internal", `Boot of ${b.spec.id} has no agent before its start step.`);
+  return b.agent;
+}
+
+/** A step's wait ends early, with the reason, when the sandbox exits during boot. */
+function race<T>(b: Boot, work: Promise<T>): Promise<T> {
+  return b.exited ? Promise.race([work, b.exited]) : work;
 }

@@ -21,6 +21,7 @@ import { toSandboxInfo, type Ledger, type SandboxRow } from "../ledger/ledger.ts
 import { newSandboxId } from "../util/ids.ts";
 import { bootSandbox, reattachSandbox, type BootedSandbox } from "./boot.ts";
 import { expiryFrom, lifetimeOf, parseSetTimeout } from "./lifetime.ts";
+import { SandboxRecords, type SandboxRecord } from "./sandbox-records.ts";
 import { WarmPool, type PoolShape } from "./warm-pool.ts";
 
 export interface BuiltTemplateRef {
@@ -56,19 +57,10 @@ export interface CreateResult {
  * start-up reconcile that removes whatever the ledger does not own.
  */
 export class SandboxManager {
-  private readonly live = new Map<string, BootedSandbox>();
-  private readonly creating = new Map<string, Promise<CreateResult>>();
+  /** One record per sandbox this process holds or works on (see sandbox-records.ts). */
+  private readonly records = new SandboxRecords();
   /** Creates under an Idempotency-Key that are still booting, with the fingerprint of their body. */
   private readonly inflightKeys = new Map<string, { fingerprint: string; job: Promise<CreateResult> }>();
-  private readonly deleting = new Map<string, Promise<SandboxInfo>>();
-  /** When each sandbox was last used, for idle sleep. */
-  private readonly lastActive = new Map<string, number>();
-  /** API calls using a sandbox right now (file transfers): it does not sleep under them. */
-  private readonly holds = new Map<string, number>();
-  /** A pause or resume in progress per sandbox: they run one at a time. */
-  private readonly transitions = new Map<string, Promise<SandboxInfo>>();
-  /** Sandboxes being stopped (died on their own, or put to sleep) while their host objects go. */
-  private readonly reaping = new Map<string, Promise<void>>();
   private readonly pool: WarmPool;
   private stopping = false;
 
@@ -101,14 +93,20 @@ export class SandboxManager {
         // Commands of the old server cannot be followed by this one; they run on in the guest, detached.
         this.ledger.loseCommands(row.id);
         if (await this.attachAfterRestart(row)) continue;
-        this.ledger.setState(
+        this.ledger.transition(
           row.id,
+          "running",
           "stopped",
           "The server restarted and its processes ended; its files are kept and the next call starts it again.",
         );
         this.log("sandbox_recovered", { sandbox_id: row.id, previous_state: row.state, state: "stopped" });
       } else if (row.state === "creating") {
-        this.ledger.setState(row.id, "failed", "The server restarted while this sandbox was being created.");
+        this.ledger.transition(
+          row.id,
+          "creating",
+          "failed",
+          "The server restarted while this sandbox was being created.",
+        );
         this.ledger.forgetIdempotencyKeysOf(row.id);
         this.log("sandbox_lost", { sandbox_id: row.id, previous_state: row.state });
       } else if (row.state === "deleting") {
@@ -118,7 +116,7 @@ export class SandboxManager {
     for (const id of deleting) {
       await this.drivers.removeOrphan(id);
       this.ledger.loseCommands(id);
-      this.ledger.setState(id, "deleted");
+      this.ledger.transition(id, "deleting", "deleted");
       this.log("sandbox_deleted", { sandbox_id: id, reason: "completed after restart" });
     }
     const objects = (await Promise.all(this.drivers.all().map((d) => d.reconcile()))).flat();
@@ -159,7 +157,7 @@ export class SandboxManager {
     return new Set(
       this.ledger
         .liveSandboxes()
-        .filter((r) => DORMANT_STATES.includes(r.state) && !this.live.has(r.id))
+        .filter((r) => DORMANT_STATES.includes(r.state) && this.records.get(r.id)?.booted === undefined)
         .map((r) => r.id),
     );
   }
@@ -169,19 +167,12 @@ export class SandboxManager {
    * deleted, paused or resumed, dying, and the warm pool's (which have no ledger row).
    */
   ownedIds(): Set<string> {
-    return new Set([
-      ...this.live.keys(),
-      ...this.creating.keys(),
-      ...this.deleting.keys(),
-      ...this.transitions.keys(),
-      ...this.reaping.keys(),
-      ...this.pool.ownedIds(),
-    ]);
+    return new Set([...this.records.ownedIds(), ...this.pool.ownedIds()]);
   }
 
   /** Ids of the sandboxes held live right now (running or paused). */
   liveIds(): Set<string> {
-    return new Set(this.live.keys());
+    return new Set(this.records.held().map((r) => r.id));
   }
 
   /** Live ledger rows that no sandbox in this process stands behind become `failed` (dormant ones need none). */
@@ -190,7 +181,7 @@ export class SandboxManager {
     const closed: string[] = [];
     for (const row of this.ledger.liveSandboxes()) {
       if (owned.has(row.id) || DORMANT_STATES.includes(row.state)) continue;
-      this.ledger.setState(row.id, "failed", reason);
+      this.ledger.transition(row.id, row.state, "failed", reason);
       this.ledger.loseCommands(row.id);
       this.log("sandbox_lost", { sandbox_id: row.id, previous_state: row.state });
       closed.push(row.id);
@@ -205,8 +196,8 @@ export class SandboxManager {
    */
   checkAlive(before: ReadonlySet<string>, onHost: ReadonlySet<string>): string[] {
     const dead: string[] = [];
-    for (const [id, booted] of [...this.live]) {
-      if (!before.has(id) || this.creating.has(id) || this.deleting.has(id) || this.transitions.has(id)) continue;
+    for (const { id, booted, creating, deleting, queue } of this.records.held()) {
+      if (!booted || !before.has(id) || creating || deleting || queue) continue;
       if (this.ledger.getSandbox(id)?.state !== "running") continue;
       const why = booted.agent.isClosed
         ? "its agent channel closed"
@@ -363,7 +354,7 @@ export class SandboxManager {
         `Template "${req.template}" is defined but not built yet: run \`bothy template build ${req.template}\`.`,
       );
     }
-    if (this.live.size + this.creating.size >= this.config.limits.maxSandboxes) {
+    if (this.atCapacity()) {
       throw new BothyError(
         "capacity_exhausted",
         `This host runs at most ${this.config.limits.maxSandboxes} sandboxes; delete one or raise BOTHY_MAX_SANDBOXES.`,
@@ -422,13 +413,19 @@ export class SandboxManager {
           err instanceof BothyError
             ? err
             : new BothyError("create_failed", "The sandbox failed to boot.", { cause: err });
-        this.ledger.setState(id, "failed", e.message);
+        this.ledger.transition(id, "creating", "failed", e.message);
         if (idem) this.ledger.forgetIdempotencyKey(idem.key);
         this.log("sandbox_create_failed", { sandbox_id: id, error: e.message });
         throw e;
       }
+      try {
+        if (!warm) this.ledger.transition(id, "creating", "running");
+      } catch (err) {
+        await booted.handle.destroy();
+        if (idem) this.ledger.forgetIdempotencyKey(idem.key);
+        throw err;
+      }
       this.adopt(booted);
-      this.ledger.setState(id, "running");
       // A sandbox's time counts from when it runs, not from a boot that may have been slow.
       if (!warm) this.ledger.setExpiresAt(id, expiryFrom(lifetime.timeoutS));
       this.touch(id);
@@ -443,20 +440,32 @@ export class SandboxManager {
       });
       return { sandbox: this.info(id), created: true };
     })();
-    this.creating.set(id, job);
+    const rec = this.records.of(id);
+    rec.creating = job;
     try {
       return await job;
     } finally {
-      this.creating.delete(id);
+      rec.creating = undefined;
+      this.records.tidy(rec);
     }
+  }
+
+  /** Held sandboxes and creates in flight count against the host's limit (a create that has adopted its sandbox twice). */
+  private atCapacity(): boolean {
+    const all = this.records.all();
+    const n = all.filter((r) => r.booted).length + all.filter((r) => r.creating).length;
+    return n >= this.config.limits.maxSandboxes;
   }
 
   /** Takes ownership of a booted sandbox and notices when it dies on its own. */
   private adopt(booted: BootedSandbox): void {
     const id = booted.spec.id;
-    this.live.set(id, booted);
+    const rec = this.records.of(id);
+    const generation = this.records.hold(rec, booted);
     void booted.handle.wait().then((exit) => {
-      if (this.live.get(id) !== booted || this.deleting.has(id) || this.stopping) return;
+      if (rec.generation !== generation || rec.deleting || this.stopping) return;
+      // Not running: a resume is bringing it back, and its own failure handles the death.
+      if (this.ledger.getSandbox(id)?.state !== "running") return;
       this.lose(
         id,
         booted,
@@ -491,24 +500,31 @@ export class SandboxManager {
    * a machine does before it powers off, so nothing written before the stop is lost.
    */
   private async stopOnPurpose(id: string, booted: BootedSandbox, reason: string, closeWith: BothyError): Promise<void> {
+    const generation = this.records.get(id)?.generation;
     await execQuiet(booted.agent, "sync", FLUSH_TIMEOUT_MS, "Flushing the disk").catch((err: unknown) =>
       this.log("sandbox_flush_failed", { sandbox_id: id, error: (err as Error).message }),
     );
+    // It died or was deleted during the flush: whoever noticed has let go of it already.
+    if (this.records.get(id)?.generation !== generation) return;
     await this.stopHeld(id, booted, reason, closeWith);
   }
 
   /** Lets go of a held sandbox: `stopped` in the ledger at once, its processes and network removed in the background. */
   private stopHeld(id: string, booted: BootedSandbox, reason: string, closeWith: BothyError): Promise<void> {
-    this.live.delete(id);
+    this.ledger.transition(id, "running", "stopped", reason);
+    const rec = this.records.of(id);
+    this.records.letGo(rec);
     booted.agent.close(closeWith);
-    this.ledger.setState(id, "stopped", reason);
     this.ledger.loseCommands(id);
     // What is left after a failed stop is for the sweeper's next pass.
     const job = booted.handle
       .stop()
       .catch((err: unknown) => this.log("sandbox_stop_failed", { sandbox_id: id, error: (err as Error).message }))
-      .finally(() => this.reaping.delete(id));
-    this.reaping.set(id, job);
+      .finally(() => {
+        if (rec.reaping === job) rec.reaping = undefined;
+        this.records.tidy(rec);
+      });
+    rec.reaping = job;
     return job;
   }
 
@@ -530,7 +546,7 @@ export class SandboxManager {
   /** The agent of a running sandbox, for commands and files. */
   agent(id: string): AgentClient {
     const info = this.info(id);
-    const booted = this.live.get(id);
+    const booted = this.records.get(id)?.booted;
     if (info.state !== "running" || !booted || booted.agent.isClosed) {
       throw new BothyError(
         "sandbox_not_running",
@@ -556,10 +572,9 @@ export class SandboxManager {
     };
     // Paused with no VM (a restart came between the pause and now): nothing to pause, unless a
     // wake already under way has it running by this pause's turn.
-    if (this.info(id).state === "paused" && !this.live.has(id)) {
-      return this.serialized(id, async () => {
-        const booted = this.live.get(id);
-        if (booted && !this.deleting.has(id)) await step(booted);
+    if (this.info(id).state === "paused" && !this.records.get(id)?.booted) {
+      return this.serialized(id, async (rec) => {
+        if (rec.booted && !rec.deleting) await step(rec.booted);
       });
     }
     return this.transition(id, step);
@@ -569,7 +584,7 @@ export class SandboxManager {
     booted.agent.close(new BothyError("sandbox_not_running", "The sandbox was paused."));
     await booted.handle.pause?.();
     this.ledger.loseCommands(id);
-    this.ledger.setState(id, "paused");
+    this.ledger.transition(id, "running", "paused");
     this.log("sandbox_paused", { sandbox_id: id });
   }
 
@@ -592,21 +607,21 @@ export class SandboxManager {
   }
 
   resume(id: string): Promise<SandboxInfo> {
-    if (this.info(id).state === "stopped" || (this.info(id).state === "paused" && !this.live.has(id)))
+    if (this.info(id).state === "stopped" || (this.info(id).state === "paused" && !this.records.get(id)?.booted))
       return this.revive(id);
-    return this.transition(id, async (booted) => {
+    return this.transition(id, async (booted, rec) => {
       if (this.info(id).state !== "paused") return;
       try {
         await reattachSandbox(booted, this.config.bootTimeoutMs);
       } catch (err) {
         // A sandbox that cannot come back is over: its state file and disk go with it.
-        this.live.delete(id);
+        this.records.letGo(rec);
         await booted.handle.destroy();
-        this.ledger.setState(id, "failed", (err as Error).message);
+        this.ledger.transition(id, "paused", "failed", (err as Error).message);
         this.log("sandbox_resume_failed", { sandbox_id: id, error: (err as Error).message });
         throw err;
       }
-      this.ledger.setState(id, "running");
+      this.ledger.transition(id, "paused", "running");
       this.log("sandbox_resumed", { sandbox_id: id });
     });
   }
@@ -637,15 +652,15 @@ export class SandboxManager {
 
   /** An API call is using the sandbox: it does not go to sleep until the returned release is called. */
   hold(id: string): () => void {
-    this.holds.set(id, (this.holds.get(id) ?? 0) + 1);
+    const rec = this.records.of(id);
+    rec.holds++;
     let released = false;
     return () => {
       if (released) return;
       released = true;
-      const n = (this.holds.get(id) ?? 1) - 1;
-      if (n > 0) this.holds.set(id, n);
-      else this.holds.delete(id);
+      rec.holds--;
       this.touch(id);
+      this.records.tidy(rec);
     };
   }
 
@@ -655,13 +670,13 @@ export class SandboxManager {
    * failed start leaves it stopped with its files, and says why.
    */
   private revive(id: string): Promise<SandboxInfo> {
-    return this.serialized(id, async () => {
+    return this.serialized(id, async (rec) => {
       const row = this.ledger.getSandbox(id);
-      if (!row || !DORMANT_STATES.includes(row.state) || this.live.has(id)) return;
-      await this.reaping.get(id);
-      if (this.stopping || this.deleting.has(id))
+      if (!row || !DORMANT_STATES.includes(row.state) || rec.booted) return;
+      await rec.reaping;
+      if (this.stopping || rec.deleting)
         throw new BothyError("sandbox_not_running", `Sandbox ${id} is being deleted or the server is stopping.`);
-      if (this.live.size + this.creating.size >= this.config.limits.maxSandboxes) {
+      if (this.atCapacity()) {
         throw new BothyError(
           "capacity_exhausted",
           `This host runs at most ${this.config.limits.maxSandboxes} sandboxes; delete one or raise BOTHY_MAX_SANDBOXES to wake ${id}.`,
@@ -677,8 +692,13 @@ export class SandboxManager {
           { cause: err },
         );
       });
+      try {
+        this.ledger.transition(id, row.state, "running");
+      } catch (err) {
+        await booted.handle.stop();
+        throw err;
+      }
       this.adopt(booted);
-      this.ledger.setState(id, "running");
       this.log("sandbox_woken", { sandbox_id: id, from: row.state, driver: row.driver, ms: Date.now() - started });
     });
   }
@@ -748,61 +768,70 @@ export class SandboxManager {
 
   /** Notes activity on a sandbox: idle sleep counts from the last one. */
   touch(id: string): void {
-    this.lastActive.set(id, Date.now());
+    const rec = this.records.get(id);
+    if (rec?.booted) rec.lastActive = Date.now();
   }
 
   /** Forgets the activity of sandboxes that are no longer live. */
   pruneActivity(live: ReadonlySet<string>): void {
-    for (const id of this.lastActive.keys()) if (!live.has(id)) this.lastActive.delete(id);
+    for (const rec of this.records.all()) {
+      if (live.has(rec.id) || rec.lastActive === undefined) continue;
+      rec.lastActive = undefined;
+      this.records.tidy(rec);
+    }
   }
 
   /** Milliseconds since the sandbox was last used (created, called, or a command ended). */
   idleFor(id: string): number {
-    const last = this.lastActive.get(id) ?? Date.parse(this.ledger.getSandbox(id)?.updated_at ?? "");
+    const last = this.records.get(id)?.lastActive ?? Date.parse(this.ledger.getSandbox(id)?.updated_at ?? "");
     return Number.isNaN(last) ? 0 : Date.now() - last;
   }
 
   /** Whether the sandbox is running and nothing else is changing its state. */
   canSleep(id: string): boolean {
+    const rec = this.records.get(id);
     return (
-      this.live.has(id) &&
-      this.info(id).state === "running" &&
-      !this.transitions.has(id) &&
-      !this.deleting.has(id) &&
-      !this.holds.has(id)
+      rec?.booted !== undefined && this.info(id).state === "running" && !rec.queue && !rec.deleting && rec.holds === 0
     );
   }
 
-  private transition(id: string, step: (booted: BootedSandbox) => Promise<void>): Promise<SandboxInfo> {
+  private transition(
+    id: string,
+    step: (booted: BootedSandbox, rec: SandboxRecord) => Promise<void>,
+  ): Promise<SandboxInfo> {
     const info = this.info(id);
-    const booted = this.live.get(id);
-    if (!booted || (info.state !== "running" && info.state !== "paused")) {
+    const rec = this.records.get(id);
+    const booted = rec?.booted;
+    if (!rec || !booted || (info.state !== "running" && info.state !== "paused")) {
       throw new BothyError(
         "sandbox_not_running",
         `Sandbox ${id} is ${info.state}; only a running or paused sandbox can be paused or resumed.`,
       );
     }
+    const generation = rec.generation;
     return this.serialized(id, async () => {
-      if (this.live.get(id) !== booted || this.deleting.has(id))
+      if (rec.generation !== generation || rec.deleting)
         throw new BothyError("sandbox_not_running", `Sandbox ${id} is being deleted or has stopped.`);
-      await step(booted);
+      await step(booted, rec);
     });
   }
 
   /** Runs pause, resume, sleep and wake of one sandbox one at a time. */
-  private async serialized(id: string, step: () => Promise<void>): Promise<SandboxInfo> {
-    const previous = this.transitions.get(id) ?? Promise.resolve();
+  private async serialized(id: string, step: (rec: SandboxRecord) => Promise<void>): Promise<SandboxInfo> {
+    const rec = this.records.of(id);
+    const previous = rec.queue ?? Promise.resolve();
     const job = previous
       .catch(() => undefined)
       .then(async () => {
-        await step();
+        await step(rec);
         return this.info(id);
       });
-    this.transitions.set(id, job);
+    rec.queue = job;
     try {
       return await job;
     } finally {
-      if (this.transitions.get(id) === job) this.transitions.delete(id);
+      if (rec.queue === job) rec.queue = undefined;
+      this.records.tidy(rec);
     }
   }
 
@@ -810,30 +839,31 @@ export class SandboxManager {
   async delete(id: string, reason = "requested"): Promise<SandboxInfo> {
     const info = this.info(id);
     if (info.state === "deleted" || info.state === "failed") return info;
-    const existing = this.deleting.get(id);
-    if (existing) return existing;
+    const rec = this.records.of(id);
+    if (rec.deleting) return rec.deleting;
     const job = (async () => {
-      await this.creating.get(id)?.catch(() => undefined);
-      await this.transitions.get(id)?.catch(() => undefined);
-      await this.reaping.get(id);
+      await rec.creating?.catch(() => undefined);
+      await rec.queue?.catch(() => undefined);
+      await rec.reaping;
       const row = this.ledger.getSandbox(id);
       if (row?.state === "failed") return this.info(id);
-      this.ledger.setState(id, "deleting");
-      const booted = this.live.get(id);
-      this.live.delete(id);
+      if (!row) return this.info(id);
+      this.ledger.transition(id, row.state, "deleting");
+      const booted = this.records.letGo(rec);
       booted?.agent.close(new BothyError("sandbox_not_running", "The sandbox was deleted."));
       if (booted) await booted.handle.destroy();
       else await this.drivers.removeOrphan(id);
       this.ledger.loseCommands(id);
-      this.ledger.setState(id, "deleted");
+      this.ledger.transition(id, "deleting", "deleted");
       this.log("sandbox_deleted", { sandbox_id: id, reason });
       return this.info(id);
     })();
-    this.deleting.set(id, job);
+    rec.deleting = job;
     try {
       return await job;
     } finally {
-      this.deleting.delete(id);
+      rec.deleting = undefined;
+      this.records.tidy(rec);
     }
   }
 
@@ -843,13 +873,16 @@ export class SandboxManager {
    */
   async close(): Promise<void> {
     this.stopping = true;
-    await Promise.allSettled([...this.creating.values()]);
-    await Promise.allSettled([...this.transitions.values()]);
+    await Promise.allSettled(this.records.all().map((r) => r.creating));
+    await Promise.allSettled(this.records.all().map((r) => r.queue));
     await this.pool.close();
     await Promise.allSettled(
-      [...this.live].map(async ([id, booted]) => {
+      this.records.held().map(async (rec) => {
+        const { id, booted } = rec;
+        if (!booted) return;
         if (this.ledger.getSandbox(id)?.state === "paused") {
-          this.live.delete(id); // its VM ended at pause; the saved memory stays with the disk
+          this.records.letGo(rec); // its VM ended at pause; the saved memory stays with the disk
+          this.records.tidy(rec);
           return;
         }
         await this.stopOnPurpose(
@@ -861,7 +894,7 @@ export class SandboxManager {
         this.log("sandbox_stopped", { sandbox_id: id });
       }),
     );
-    await Promise.allSettled([...this.deleting.values(), ...this.reaping.values()]);
+    await Promise.allSettled(this.records.all().flatMap((r) => [r.deleting, r.reaping]));
   }
 
   private checkId(id: string): void {

@@ -1,0 +1,321 @@
+import { BothyError, SANDBOX_STATES, type SandboxState } from "@bothy/protocol";
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { execQuiet } from "../src/agent/quiet-exec.ts";
+import { loadConfig, type Config } from "../src/config.ts";
+import { DriverRegistry } from "../src/drivers/driver-registry.ts";
+import { Ledger } from "../src/ledger/ledger.ts";
+import { canTransition, TransitionError } from "../src/sandboxes/lifecycle.ts";
+import { SandboxManager, type TemplateSource } from "../src/sandboxes/sandbox-manager.ts";
+import { Sweeper } from "../src/sandboxes/sweeper.ts";
+import { FakeDriver, FakeHost } from "./helpers/fake-driver.ts";
+
+/**
+ * Model-based test of the sandbox lifecycle: random sequences of API calls, driver deaths and
+ * server crashes against a SandboxManager with fake drivers and a real (in-memory) SQLite ledger.
+ * After every step the ledger, the manager and the fake host must agree, and every state a
+ * sandbox showed must follow from the one before along the lifecycle table.
+ */
+
+type Driver = "qemu" | "gvisor";
+type Op =
+  | { t: "create"; driver: Driver }
+  | { t: "exec" | "pause" | "resume" | "sleep" | "delete" | "kill"; i: number }
+  | { t: "failNextStart" }
+  | { t: "crash" }
+  | { t: "restart" }
+  | { t: "sweep" }
+  | { t: "together"; a: Op; b: Op };
+
+const single: fc.Arbitrary<Op> = fc.oneof(
+  {
+    weight: 3,
+    arbitrary: fc.record({ t: fc.constant("create" as const), driver: fc.constantFrom<Driver>("qemu", "gvisor") }),
+  },
+  {
+    weight: 10,
+    arbitrary: fc.record({
+      t: fc.constantFrom(
+        "exec" as const,
+        "pause" as const,
+        "resume" as const,
+        "sleep" as const,
+        "delete" as const,
+        "kill" as const,
+      ),
+      i: fc.nat(7),
+    }),
+  },
+  { weight: 1, arbitrary: fc.constant({ t: "failNextStart" as const }) },
+  { weight: 1, arbitrary: fc.constant({ t: "crash" as const }) },
+  { weight: 1, arbitrary: fc.constant({ t: "restart" as const }) },
+  { weight: 1, arbitrary: fc.constant({ t: "sweep" as const }) },
+);
+/** A crash is not run alongside a call: the model has no process to kill mid-call (crash-recovery.test.ts does that). */
+const concurrent = single.filter((o) => o.t !== "crash");
+const op: fc.Arbitrary<Op> = fc.oneof(
+  { weight: 4, arbitrary: single },
+  { weight: 1, arbitrary: fc.record({ t: fc.constant("together" as const), a: concurrent, b: concurrent }) },
+);
+
+const template = { name: "seed", hash: "h1", rootfs: "/nonexistent/rootfs", env: {} };
+const templates: TemplateSource = {
+  resolve: async (name) => (name === "seed" ? template : undefined),
+  resolveBuild: async (name, hash) => (name === "seed" && hash === template.hash ? template : undefined),
+};
+
+/** Lets every chain of the fakes run to its end: their steps are setImmediate ticks, never timers. */
+async function settle(): Promise<void> {
+  for (let i = 0; i < 30; i++) await new Promise((r) => setImmediate(r));
+}
+
+/** States reachable from `from` along the table in zero or more moves. */
+const reachable = (from: SandboxState): Set<SandboxState> => REACHABLE[from];
+function reachableFrom(from: SandboxState): Set<SandboxState> {
+  const seen = new Set<SandboxState>([from]);
+  const queue = [from];
+  for (let s = queue.shift(); s !== undefined; s = queue.shift()) {
+    for (const to of SANDBOX_STATES) {
+      if (seen.has(to) || !canTransition(s, to)) continue;
+      seen.add(to);
+      queue.push(to);
+    }
+  }
+  return seen;
+}
+
+const REACHABLE = Object.fromEntries(SANDBOX_STATES.map((s) => [s, reachableFrom(s)])) as Record<
+  SandboxState,
+  Set<SandboxState>
+>;
+
+/** Codes a call may answer with in these sequences; anything else (e.g. `internal`) is a bug. */
+const EXPECTED_CODES = new Set([
+  "sandbox_not_running",
+  "not_supported",
+  "capacity_exhausted",
+  "create_failed",
+  "agent_unavailable",
+  "shutting_down",
+]);
+
+class World {
+  readonly host = new FakeHost();
+  readonly ledger = new Ledger(":memory:");
+  readonly config: Config;
+  readonly log: string[] = [];
+  manager!: SandboxManager;
+  drivers!: DriverRegistry;
+  private lastSeen = new Map<string, SandboxState>();
+  steps = 0;
+
+  /** `pool`: one warm sandbox per shape is booted ahead (it has no row until a create claims it). */
+  constructor(pool: boolean) {
+    this.config = loadConfig({
+      BOTHY_HOME: "/nonexistent/bothy-model",
+      BOTHY_NETWORK: "off",
+      BOTHY_MAX_SANDBOXES: "4",
+      BOTHY_POOL_SIZE: pool ? "1" : "0",
+    });
+  }
+
+  async boot(): Promise<void> {
+    const drivers = (this.drivers = new DriverRegistry(
+      new Map([
+        ["qemu", new FakeDriver("qemu", this.host)],
+        ["gvisor", new FakeDriver("gvisor", this.host)],
+      ]),
+      new Map(),
+      "gvisor",
+    ));
+    this.manager = new SandboxManager(this.config, this.ledger, drivers, templates, (event, fields) =>
+      this.log.push(`${event} ${JSON.stringify(fields)}`),
+    );
+    await this.manager.reconcile();
+  }
+
+  /** Any sandbox ever made, deleted and failed ones too: calls on them must answer sensibly. */
+  pick(i: number): string | undefined {
+    const ids = this.ledger.listSandboxes({ includeDeleted: true }).map((r) => r.id);
+    return ids.length === 0 ? undefined : ids[i % ids.length];
+  }
+
+  state(id: string): SandboxState | undefined {
+    return this.ledger.getSandbox(id)?.state;
+  }
+
+  async run(o: Op): Promise<void> {
+    this.log.push(`> ${JSON.stringify(o)}`);
+    switch (o.t) {
+      case "together": {
+        // A restart's stop runs alongside the other call, and its replacement starts once both are done:
+        // two server processes never share the ledger.
+        const restart = o.a.t === "restart" || o.b.t === "restart";
+        const run = (x: Op): Promise<void> => (x.t === "restart" ? this.manager.close() : this.run(x));
+        const results = await Promise.allSettled([run(o.a), run(o.b)]);
+        for (const r of results) if (r.status === "rejected") throw r.reason;
+        if (restart) await this.boot();
+        return;
+      }
+      case "create": {
+        try {
+          const { sandbox } = await this.manager.create(
+            { template: "seed", driver: o.driver, vcpu: 1, memory_mib: 256 },
+            undefined,
+          );
+          expect(this.state(sandbox.sandbox_id)).toBe("running");
+        } catch (err) {
+          expected(err);
+        }
+        return;
+      }
+      case "failNextStart":
+        this.host.failStarts++;
+        return;
+      case "crash": {
+        await settle();
+        this.host.crashServer(new Set(["qemu"]));
+        await this.boot();
+        return;
+      }
+      case "restart":
+        await this.manager.close();
+        await this.boot();
+        return;
+      case "sweep": {
+        const sweeper = new Sweeper(this.manager, this.ledger, this.drivers, 1_000_000, () => undefined);
+        await sweeper.sweep();
+        await sweeper.sweep();
+        return;
+      }
+    }
+    const id = this.pick(o.i);
+    if (id === undefined) return;
+    if (o.t === "kill") {
+      this.host.kill(id);
+      return;
+    }
+    const before = this.state(id);
+    try {
+      switch (o.t) {
+        case "exec": {
+          await this.manager.ensureRunning(id);
+          await execQuiet(this.manager.agent(id), "true", 1000, "Running a command");
+          break;
+        }
+        case "pause":
+          await this.manager.pause(id);
+          break;
+        case "resume":
+          await this.manager.resume(id);
+          break;
+        case "sleep":
+          await this.manager.sleep(id);
+          break;
+        case "delete":
+          await this.manager.delete(id);
+          if (before !== "failed" && before !== "deleted") expect(this.state(id)).toBe("deleted");
+          break;
+      }
+    } catch (err) {
+      expected(err);
+    }
+  }
+
+  /** The ledger, the manager and the fake host agree, and every state change followed the table. */
+  check(): void {
+    const live = this.manager.liveIds();
+    const rows = this.ledger.listSandboxes({ includeDeleted: true });
+    const rowIds = new Set(rows.map((r) => r.id));
+    const owned = this.manager.ownedIds();
+    for (const id of this.host.ids()) assert(rowIds.has(id) || owned.has(id), `orphan ${id} on the host`);
+    for (const row of rows) {
+      const m = this.host.machines.get(row.id);
+      const where = `${row.id} (${row.driver}) is ${row.state}`;
+      const previous = this.lastSeen.get(row.id) ?? "creating";
+      assert(reachable(previous).has(row.state), `${row.id} went from ${previous} to ${row.state}`);
+      this.lastSeen.set(row.id, row.state);
+      switch (row.state) {
+        case "creating":
+        case "deleting":
+          throw new Error(`${where} with nothing in flight`);
+        case "running":
+          assert(m?.guest !== undefined, `${where}: no guest runs`);
+          assert(live.has(row.id), `${where}: the manager holds no handle`);
+          this.manager.agent(row.id);
+          break;
+        case "paused":
+          assert(m?.guest === undefined, `${where}: a guest runs`);
+          assert(m?.disk === true && m.savedMemory, `${where}: disk or memory lost`);
+          break;
+        case "stopped":
+          assert(m?.guest === undefined, `${where}: a guest runs`);
+          assert(m?.disk === true, `${where}: disk lost`);
+          assert(!live.has(row.id), `${where}: the manager still holds it`);
+          break;
+        case "deleted":
+        case "failed":
+          assert(m === undefined, `${where}: host objects left`);
+          assert(!live.has(row.id), `${where}: the manager still holds it`);
+          break;
+      }
+    }
+  }
+}
+
+/** A step that never ends is a bug (a promise nobody settles); it fails with the log instead of stalling the run. */
+async function hangGuard(step: Promise<void>, log: () => string[]): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const hung = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`step hung:\n${log().slice(-30).join("\n")}`)), 10_000);
+  });
+  try {
+    await Promise.race([step, hung]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function assert(ok: boolean, message: string): void {
+  if (!ok) throw new Error(message);
+}
+
+function expected(err: unknown): void {
+  if (err instanceof TransitionError || !(err instanceof BothyError) || !EXPECTED_CODES.has(err.code)) throw err;
+}
+
+/** MODEL_SEED=s replays the batch of a failure's printed seed. */
+describe("lifecycle model", () => {
+  it("random sequences of calls, deaths and crashes keep the ledger, the manager and the host in agreement", async () => {
+    let steps = 0;
+    const ops = fc.array(op, { minLength: 1, maxLength: 60, size: "max" });
+    const property = fc.asyncProperty(fc.boolean(), ops, async (pool, ops) => {
+      const world = new World(pool);
+      try {
+        await world.boot();
+        for (const o of ops) {
+          await hangGuard(world.run(o), () => world.log);
+          await settle();
+          world.check();
+          steps++;
+        }
+        await hangGuard(world.manager.close(), () => world.log);
+        await settle();
+        world.check();
+      } catch (err) {
+        throw new Error(`${(err as Error).message}\n--- log (last 40) ---\n${world.log.slice(-40).join("\n")}`, {
+          cause: err,
+        });
+      } finally {
+        world.ledger.close();
+      }
+    });
+    const seed = process.env["MODEL_SEED"];
+    if (seed !== undefined) {
+      await fc.assert(property, { seed: Number(seed), numRuns: 50, endOnFailure: true });
+      return;
+    }
+    // Batches of sequences until at least 10,000 steps ran; each batch shrinks its own failure.
+    while (steps < 10_000) await fc.assert(property, { numRuns: 50 });
+  }, 120_000);
+});
