@@ -2,7 +2,12 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createSandboxCgroup, hostCgroupLayout, removeSandboxCgroup } from "../src/drivers/host-cgroups.ts";
+import {
+  createSandboxCgroup,
+  hostCgroupLayout,
+  removeSandboxCgroup,
+  sandboxCgroup,
+} from "../src/drivers/host-cgroups.ts";
 import { hostTag } from "../src/util/host-names.ts";
 import { hardwareVirtualization, QemuDriver } from "../src/drivers/qemu-driver.ts";
 import { VM_MARKER } from "../src/drivers/qemu-sandbox.ts";
@@ -18,7 +23,7 @@ import { startTestServer, type TestServer } from "./helpers/test-server.ts";
  * controller-less cgroup2): the driver's promise, not its word. Deleting the sandbox removes its
  * cgroup everywhere.
  */
-const SHAPE = { template: "seed", vcpu: 1, memory_mib: 256, disk_mib: 128, max_processes: 64 };
+const SHAPE = { template: "seed", vcpu: 1, memoryMib: 256, diskMib: 128, maxProcesses: 64 };
 const MIB = 1024 * 1024;
 const ROOT = "/sys/fs/cgroup";
 /** Pure v2 has cgroup.controllers at the root; v1 and hybrid hosts have a directory per hierarchy. */
@@ -27,7 +32,10 @@ const V2 = existsSync(join(ROOT, "cgroup.controllers"));
 const read = (path: string): string => readFileSync(path, "utf8").trim();
 
 /** What the host's cgroup files say about a sandbox, in one shape for both layouts. */
-function limitsOf(id: string): {
+function limitsOf(
+  home: string,
+  id: string,
+): {
   quotaUs: number;
   periodUs: number;
   memoryBytes: number;
@@ -35,7 +43,7 @@ function limitsOf(id: string): {
   procs: string[];
 } {
   if (V2) {
-    const dir = join(ROOT, "bothy", id);
+    const dir = join(ROOT, sandboxCgroup(hostTag(home), id));
     const [quota = "", period = ""] = read(join(dir, "cpu.max")).split(" ");
     return {
       quotaUs: Number(quota),
@@ -45,7 +53,7 @@ function limitsOf(id: string): {
       procs: read(join(dir, "cgroup.procs")).split("\n").filter(Boolean),
     };
   }
-  const dir = (controller: string): string => join(ROOT, controller, "bothy", id);
+  const dir = (controller: string): string => join(ROOT, controller, sandboxCgroup(hostTag(home), id));
   return {
     quotaUs: Number(read(join(dir("cpu"), "cpu.cfs_quota_us"))),
     periodUs: Number(read(join(dir("cpu"), "cpu.cfs_period_us"))),
@@ -136,7 +144,7 @@ for (const driver of testDrivers()) {
       async () => {
         const id = await createSandbox(ts.url, SHAPE);
         made.push(id);
-        const limits = limitsOf(id);
+        const limits = limitsOf(ts.home, id);
         console.info(`${driver.name} sandbox ${id} cgroup limits: ${JSON.stringify(limits)}`);
         expect(limits.periodUs).toBe(100_000);
         expect(limits.quotaUs).toBe(SHAPE.vcpu * 100_000);
@@ -144,7 +152,7 @@ for (const driver of testDrivers()) {
         // (BOTHY_QEMU_TB_MIB under TCG) and QEMU's own 256 MiB.
         const tbMib = driver.name === "qemu" && !(await hardwareVirtualization()) ? ts.config.qemu.tbSizeMib : 0;
         expect(limits.memoryBytes).toBe(
-          driver.name === "gvisor" ? SHAPE.memory_mib * MIB : (SHAPE.memory_mib + tbMib + 256) * MIB,
+          driver.name === "gvisor" ? SHAPE.memoryMib * MIB : (SHAPE.memoryMib + tbMib + 256) * MIB,
         );
         expect(limits.pids).toBe("4096");
         // The sandbox's processes are really in it: runsc's sandbox, or the VM's QEMU.
@@ -168,11 +176,11 @@ for (const driver of testDrivers()) {
         async () => {
           const id = await createSandbox(ts.url, SHAPE);
           made.push(id);
-          const before = limitsOf(id);
+          const before = limitsOf(ts.home, id);
           expect((await api(ts.url, "POST", `/sandboxes/${id}/pause`)).json["state"]).toBe("paused");
           expect(cgroupDirsOf(id)).toEqual([]);
           expect((await api(ts.url, "POST", `/sandboxes/${id}/resume`)).json["state"]).toBe("running");
-          const after = limitsOf(id);
+          const after = limitsOf(ts.home, id);
           expect({ ...after, procs: [] }).toEqual({ ...before, procs: [] });
           expect(read(`/proc/${after.procs[0]}/cmdline`)).toContain(id);
         },
