@@ -545,7 +545,9 @@ export interface RouteRecord {
 export function recordRoutes(app: FastifyInstance): RouteRecord[] {
   const routes: RouteRecord[] = [];
   app.addHook("onRoute", (route) => {
-    const websocket = Boolean(route.websocket ?? route.wsHandler);
+    // A route relaying upgrades itself (the port proxy) says so in its config.
+    const relays = (route.config as { relaysUpgrade?: boolean } | undefined)?.relaysUpgrade === true;
+    const websocket = Boolean(route.websocket ?? route.wsHandler) || relays;
     for (const method of [route.method].flat())
       if (method !== "HEAD") routes.push({ method: method.toLowerCase(), url: route.url, websocket });
   });

@@ -112,6 +112,7 @@ export async function portRoutes(app: FastifyInstance, manager: SandboxManager):
         method: [...PROXIED_METHODS],
         url,
         exposeHeadRoute: false,
+        config: { relaysUpgrade: true },
         // Runs before @fastify/websocket's handler, which would answer an upgrade itself.
         preHandler: async (request, reply) => {
           if (request.ws) await relayUpgrade(request, reply, await connect(manager, request));
