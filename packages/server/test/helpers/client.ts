@@ -32,6 +32,9 @@ export async function createSandbox(
   baseUrl: string,
   options: SandboxCreateOptions = { template: "seed", vcpu: 1, memoryMib: 512 },
 ): Promise<string> {
+  // The SDK takes camelCase options and ignores others: a wire name here would silently not apply.
+  const wireNames = Object.keys(options).filter((k) => k.includes("_"));
+  if (wireNames.length > 0) throw new Error(`createSandbox takes SDK option names, not ${wireNames.join(", ")}`);
   return (await Sandbox.create({ baseUrl, ...options })).sandboxId;
 }
 
