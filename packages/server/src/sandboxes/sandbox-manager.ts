@@ -15,6 +15,7 @@ import type { AgentClient } from "../agent/agent-client.ts";
 import { execQuiet } from "../agent/quiet-exec.ts";
 import type { Config } from "../config.ts";
 import type { Driver, EgressPolicy, HostObject } from "../drivers/driver.ts";
+import { describeCauses, toCreateFailure, toResumeFailure, toWakeFailure } from "../errors/internal-errors.ts";
 import { egressFromRequest, isDefaultPolicy } from "../network/host-network.ts";
 import type { DriverRegistry } from "../drivers/driver-registry.ts";
 import { toSandboxInfo, type Ledger, type SandboxRow } from "../ledger/ledger.ts";
@@ -418,13 +419,10 @@ export class SandboxManager {
           this.config.bootTimeoutMs,
         );
       } catch (err) {
-        const e =
-          err instanceof BothyError
-            ? err
-            : new BothyError("create_failed", "The sandbox failed to boot.", { cause: err });
+        const e = toCreateFailure(err);
         this.ledger.setState(id, "failed", e.message);
         if (idem) this.ledger.forgetIdempotencyKey(idem.key);
-        this.log("sandbox_create_failed", { sandbox_id: id, error: e.message });
+        this.log("sandbox_create_failed", { sandbox_id: id, error: describeCauses(err) });
         throw e;
       }
       this.adopt(booted);
@@ -602,9 +600,10 @@ export class SandboxManager {
         // A sandbox that cannot come back is over: its state file and disk go with it.
         this.live.delete(id);
         await booted.handle.destroy();
-        this.ledger.setState(id, "failed", (err as Error).message);
-        this.log("sandbox_resume_failed", { sandbox_id: id, error: (err as Error).message });
-        throw err;
+        const e = toResumeFailure(err);
+        this.ledger.setState(id, "failed", e.message);
+        this.log("sandbox_resume_failed", { sandbox_id: id, error: describeCauses(err) });
+        throw e;
       }
       this.ledger.setState(id, "running");
       this.log("sandbox_resumed", { sandbox_id: id });
@@ -669,13 +668,8 @@ export class SandboxManager {
       }
       const started = Date.now();
       const booted = await this.bootDormant(row).catch((err: unknown) => {
-        const message = err instanceof Error ? err.message : String(err);
-        this.log("sandbox_wake_failed", { sandbox_id: id, error: message });
-        throw new BothyError(
-          "sandbox_not_running",
-          `Sandbox ${id} could not be started again; its files are kept: ${message}`,
-          { cause: err },
-        );
+        this.log("sandbox_wake_failed", { sandbox_id: id, error: describeCauses(err) });
+        throw toWakeFailure(id, err);
       });
       this.adopt(booted);
       this.ledger.setState(id, "running");
@@ -694,7 +688,7 @@ export class SandboxManager {
       return await this.bootFromDisk(row);
     } catch (err) {
       if (row.state !== "paused" || (err instanceof BothyError && err.code === "template_not_built")) throw err;
-      this.log("sandbox_restore_failed", { sandbox_id: row.id, error: (err as Error).message });
+      this.log("sandbox_restore_failed", { sandbox_id: row.id, error: describeCauses(err) });
       return this.bootFromDisk(row);
     }
   }
@@ -711,7 +705,7 @@ export class SandboxManager {
       this.log("sandbox_reattached", { sandbox_id: row.id, driver: row.driver, ms: Date.now() - started });
       return true;
     } catch (err) {
-      this.log("sandbox_reattach_failed", { sandbox_id: row.id, error: (err as Error).message });
+      this.log("sandbox_reattach_failed", { sandbox_id: row.id, error: describeCauses(err) });
       return false;
     }
   }
