@@ -57,8 +57,8 @@ for (const driver of testDrivers()) {
           expect(res.type).toContain("application/problem+json");
           expect(res.json["code"]).toBe("create_failed");
           // The client learns which step failed; what the driver or guest printed goes to the log.
-          expect(res.json["detail"]).toMatch(/^(Could not boot sandbox|Sandbox) sbx_\S+ /);
-          expect(res.json["detail"]).not.toMatch(/driver said|console:|QEMU|runsc|Error:/);
+          expect(res.json["detail"]).toMatch(/\bsbx_\w+\b/);
+          expect(res.json["detail"]).not.toMatch(/driver said|console:|runsc |Error:|\//);
 
           const { hostLeaks } = await import("./helpers/host-state.ts");
           const leaks = await hostLeaks(ts.home);

@@ -10,6 +10,7 @@ import type { Driver, ExitInfo, GuestStream, HostObject, SandboxHandle, SandboxS
 import { hostCgroupLayout, limitsProblem, requireHostLimits } from "./host-cgroups.ts";
 import { buildOciSpec, GVISOR_COMPAT_FILES } from "./oci-spec.ts";
 import type { Logger } from "../events/server-events.ts";
+import { BootError } from "../errors/internal-errors.ts";
 
 export interface GvisorOptions {
   /** Where runsc keeps its container state. */
@@ -330,10 +331,8 @@ class GvisorSandbox implements SandboxHandle {
     } catch (err) {
       // A failed restart keeps the disk: the files are the sandbox's, not this attempt's.
       await (this.spec.reuseDisk ? this.stop() : this.destroy());
-      if (err instanceof BothyError) throw err;
-      throw new BothyError("create_failed", `Could not start the gVisor sandbox: ${(err as Error).message}`, {
-        cause: err,
-      });
+      if (err instanceof BootError) throw err;
+      throw new BootError("start", `Could not start gVisor sandbox ${this.id}.`, { cause: err });
     }
   }
 
@@ -369,7 +368,7 @@ class GvisorSandbox implements SandboxHandle {
   /** Takes over a container an earlier server started: `runsc wait` tells when it ends. */
   private async attach(): Promise<GuestStream> {
     if (!(await this.driver.containerRunning(this.id)))
-      throw new BothyError("create_failed", `Sandbox ${this.id} has no running container to attach to.`);
+      throw new BootError("attach", `Sandbox ${this.id} has no running container to attach to.`);
     this.watch(spawn(this.driver.runscPath, this.driver.runscArgs("wait", this.id), { stdio: "ignore" }), false);
     return this.connect(true);
   }

@@ -7,27 +7,26 @@ import { BothyError } from "@bothy/protocol";
  * `toWakeFailure`), and the cause chain goes to the log, never to a client.
  */
 export class InternalError extends Error {
-  constructor(message: string, options?: { cause?: unknown }) {
+  /** What the failing part printed (QEMU's last words, the guest console's last lines): for the log, like the cause. */
+  readonly diagnostics: string | undefined;
+
+  constructor(message: string, options?: { cause?: unknown; diagnostics?: string }) {
     super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.name = new.target.name;
+    this.diagnostics = options?.diagnostics || undefined;
   }
 }
 
 /** The part of a boot that failed. */
 export type BootStep = "prepare" | "start" | "attach" | "restore" | "handshake" | "identify" | "network" | "limits";
 
-/**
- * A sandbox could not start. `diagnostics` is what the driver saw (QEMU's last words, the guest
- * console's last lines): for the log, like the cause.
- */
+/** A sandbox could not start; `step` names the part of the boot that failed. */
 export class BootError extends InternalError {
   readonly step: BootStep;
-  readonly diagnostics: string | undefined;
 
   constructor(step: BootStep, message: string, options?: { cause?: unknown; diagnostics?: string }) {
     super(message, options);
     this.step = step;
-    this.diagnostics = options?.diagnostics || undefined;
   }
 }
 
@@ -74,7 +73,7 @@ export function toResumeFailure(err: unknown): BothyError {
 
 /**
  * One line for a log field: each error of the chain with its name, outermost first, and the
- * driver's diagnostics where a boot error has them.
+ * diagnostics where an internal error has them.
  */
 export function describeCauses(err: unknown): string {
   const parts: string[] = [];
@@ -85,7 +84,7 @@ export function describeCauses(err: unknown): string {
       parts.push(String(e));
       break;
     }
-    const diag = e instanceof BootError && e.diagnostics ? ` [${e.diagnostics}]` : "";
+    const diag = e instanceof InternalError && e.diagnostics ? ` [${e.diagnostics}]` : "";
     parts.push(`${e.name}: ${e.message}${diag}`);
     e = e.cause;
   }

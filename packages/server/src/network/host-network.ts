@@ -26,6 +26,7 @@ import {
 } from "./ipv4.ts";
 import { PRIVATE_RANGES, renderBase, renderSandboxAdd, renderSandboxRemove } from "./nft-ruleset.ts";
 import type { Logger } from "../events/server-events.ts";
+import { describeCauses, NetworkSetupError } from "../errors/internal-errors.ts";
 
 export type { LinkKind } from "../util/host-names.ts";
 
@@ -361,11 +362,9 @@ export class HostNetwork {
       });
     } catch (err) {
       await this.teardown(plan.sandboxId).catch((e: unknown) =>
-        this.opts.log("network_teardown_failed", { sandbox_id: plan.sandboxId, error: (e as Error).message }),
+        this.opts.log("network_teardown_failed", { sandbox_id: plan.sandboxId, error: describeCauses(e) }),
       );
-      throw new BothyError("create_failed", `Could not set up the sandbox's network: ${(err as Error).message}`, {
-        cause: err,
-      });
+      throw new NetworkSetupError(`Could not set up the network of sandbox ${plan.sandboxId}.`, { cause: err });
     }
   }
 
