@@ -10,7 +10,7 @@ import type { Driver, ExitInfo, GuestStream, HostObject, SandboxHandle, SandboxS
 import { hostCgroupLayout, limitsProblem, requireHostLimits } from "./host-cgroups.ts";
 import { buildOciSpec, GVISOR_COMPAT_FILES } from "./oci-spec.ts";
 import type { Logger } from "../events/server-events.ts";
-import { BootError } from "../errors/internal-errors.ts";
+import { BootError, describeCauses } from "../errors/internal-errors.ts";
 
 export interface GvisorOptions {
   /** Where runsc keeps its container state. */
@@ -171,11 +171,7 @@ export class GvisorDriver implements Driver {
       );
     }
     if (await this.hasContainerState(id)) {
-      throw new BothyError(
-        "internal",
-        `runsc could not remove container ${id}: ${lastError instanceof Error ? lastError.message : "unknown error"}`,
-        { cause: lastError },
-      );
+      throw new BothyError("internal", `runsc could not remove container ${id}.`, { cause: lastError });
     }
     if (lastError instanceof HostCommandError)
       this.opts.log("runsc_remove_retried", { sandbox_id: id, error: lastError.message.slice(0, 300) });
@@ -208,7 +204,7 @@ export class GvisorDriver implements Driver {
       if (!mounted.has(target)) continue;
       await run("umount", [target], { timeoutMs: MOUNT_TIMEOUT_MS }).catch(async (err) => {
         // A process of ours may still hold it for a moment; detach now, the kernel frees it after.
-        this.opts.log("umount_lazy", { dir, target, error: (err as Error).message });
+        this.opts.log("umount_lazy", { dir, target, error: describeCauses(err) });
         await run("umount", ["-l", target], { timeoutMs: MOUNT_TIMEOUT_MS });
       });
     }
