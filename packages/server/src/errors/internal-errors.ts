@@ -4,7 +4,8 @@ import { BothyError } from "@bothy/protocol";
  * An error raised inside the server (drivers, network, images, boot). Its message says, in the
  * server's own words and without any text from below, what failed; whatever caused it stays in
  * `cause`. It carries no HTTP status: the API boundary decides that once (`toCreateFailure`,
- * `toWakeFailure`), and the cause chain goes to the log, never to a client.
+ * `toWakeFailure`), and the cause chain goes to the log, never to a client. A failed host command
+ * is a `HostCommandError` (util/host-command.ts), not one of these: its message quotes stderr.
  */
 export class InternalError extends Error {
   /** What the failing part printed (QEMU's last words, the guest console's last lines): for the log, like the cause. */
