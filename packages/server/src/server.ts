@@ -108,7 +108,11 @@ export async function startServer(
     // listens on, a guest past its deadline, a stop under way) is worth a warning only.
     if (err.code === "internal" || err.code === "create_failed")
       logger.error({ event: "request_error", code: err.code, err: err.cause ?? err }, err.message);
-    else if (err.status >= 500) logger.warn({ event: "request_error", code: err.code }, err.message);
+    else if (err.status >= 500)
+      logger.warn(
+        { event: "request_error", code: err.code, ...(err.cause === undefined ? {} : { err: err.cause }) },
+        err.message,
+      );
   };
   const routeNotFound = (request: FastifyRequest): BothyError =>
     new BothyError(

@@ -20,14 +20,17 @@ describe("boot pipeline", () => {
     expect(bootMode(spec("a", { reuseDisk: true }))).toBe("kept disk");
     expect(bootMode(spec("a", { reuseDisk: true, attach: true }))).toBe("take-over");
     expect(BOOT_STEPS["take-over"]).toEqual(["start", "handshake"]);
-    expect(BOOT_STEPS.new).toEqual(["start", "handshake", "identity", "network", "limits"]);
+    expect(BOOT_STEPS.new).toEqual(["start", "handshake", "identify", "network", "limits"]);
   });
 
   it("a failed new boot leaves nothing on the host; a failed boot on a kept disk keeps the disk", async () => {
     const host = new FakeHost();
     const driver = new FakeDriver("gvisor", host);
     host.failStarts = 1;
-    await expect(bootSandbox(driver, spec("sbx_new"), 60_000)).rejects.toMatchObject({ code: "create_failed" });
+    await expect(bootSandbox(driver, spec("sbx_new"), 60_000)).rejects.toMatchObject({
+      name: "BootError",
+      step: "start",
+    });
     expect(host.machines.has("sbx_new")).toBe(false);
 
     const booted = await bootSandbox(driver, spec("sbx_kept"), 60_000);
@@ -35,7 +38,8 @@ describe("boot pipeline", () => {
     expect(host.machines.get("sbx_kept")).toMatchObject({ disk: true, guest: undefined });
     host.failStarts = 1;
     await expect(bootSandbox(driver, spec("sbx_kept", { reuseDisk: true }), 60_000)).rejects.toMatchObject({
-      code: "create_failed",
+      name: "BootError",
+      step: "start",
     });
     expect(host.machines.get("sbx_kept")).toMatchObject({ disk: true, guest: undefined });
 

@@ -56,6 +56,13 @@ for (const driver of testDrivers()) {
           expect(res.status).toBe(500);
           expect(res.type).toContain("application/problem+json");
           expect(res.json["code"]).toBe("create_failed");
+          // The client learns which step failed; what the driver or guest printed goes to the log.
+          expect(res.json["detail"]).toMatch(/\bsbx_\w+\b/);
+          expect(res.json["detail"]).not.toMatch(/driver said|console:|runsc |Error:|\//);
+          // The log line has the internal error and, when it has one, its cause chain (`<- ...`); which
+          // step fails first (the exit or the handshake) is a race, so the chain's length is not checked.
+          const logged = ts.events.flatMap((e) => (e.event === "sandbox_create_failed" ? [e.error] : []));
+          expect(logged.at(-1)).toMatch(/^BootError: Could not|^BootError: Sandbox sbx_/);
 
           const { hostLeaks } = await import("./helpers/host-state.ts");
           const leaks = await hostLeaks(ts.home);

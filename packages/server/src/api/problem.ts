@@ -2,6 +2,7 @@ import { STATUS_CODES, type IncomingMessage, type ServerResponse } from "node:ht
 import type { Socket } from "node:net";
 import type { FastifyError, FastifyReply, FastifyRequest } from "fastify";
 import { BothyError, toBothyError, toProblem, type ErrorCode } from "@bothy/protocol";
+import { InternalError, toCreateFailure } from "../errors/internal-errors.ts";
 
 /**
  * What a client may still send once it is refused is read and dropped, up to this much, so a
@@ -64,6 +65,8 @@ const BY_STATUS: Record<number, ErrorCode> = {
 /** The BothyError an answer carries for any thrown value; bad input is never a 5xx. */
 function toAnswer(err: unknown, request: FastifyRequest): BothyError {
   if (err instanceof BothyError) return err;
+  // Internal errors are all about making or starting a sandbox; the manager maps those it catches.
+  if (err instanceof InternalError) return toCreateFailure(err);
   const mapped = fromFastify(err as FastifyError, request);
   if (mapped) return mapped;
   const status = (err as { statusCode?: unknown } | undefined)?.statusCode;

@@ -1,6 +1,7 @@
 import { join } from "node:path";
 import { BothyError, DRIVER_NAMES, type DriverName } from "@bothy/protocol";
 import type { Config } from "../config.ts";
+import { describeCauses } from "../errors/internal-errors.ts";
 import type { Driver } from "./driver.ts";
 import { GvisorDriver } from "./gvisor-driver.ts";
 import { describeLayout, hostCgroupLayout, limitsProblem } from "./host-cgroups.ts";
@@ -97,6 +98,7 @@ export async function createDrivers(config: Config, log: Logger): Promise<Driver
   await network?.preflight();
   const ready = new Map<DriverName, Driver>();
   const unavailable = new Map<DriverName, string>();
+  const failures = new Map<DriverName, unknown>();
   for (const name of DRIVER_NAMES) {
     try {
       await candidates[name].preflight();
@@ -106,6 +108,7 @@ export async function createDrivers(config: Config, log: Logger): Promise<Driver
       );
     } catch (err) {
       unavailable.set(name, err instanceof Error ? err.message : String(err));
+      failures.set(name, err);
     }
   }
   const defaultName: DriverName =
@@ -115,17 +118,20 @@ export async function createDrivers(config: Config, log: Logger): Promise<Driver
         ? "qemu"
         : "gvisor";
   const cgroups = await hostCgroupLayout();
-  const why = unavailable.get(defaultName);
-  if (why !== undefined)
-    throw new BothyError("create_failed", `The default driver ${defaultName} cannot run here: ${why}`);
+  // The log has each refusal's whole cause chain (a failed apt-get's output, say); clients see its message.
   log("drivers", {
     default: defaultName,
     host_tag: tag,
     ready: [...ready.keys()],
-    unavailable: Object.fromEntries(unavailable),
+    unavailable: Object.fromEntries([...failures].map(([name, err]) => [name, describeCauses(err)])),
     acceleration: ready.get("qemu")?.acceleration ?? null,
     cgroups: describeLayout(cgroups),
     host_limits: limitsProblem(cgroups) === undefined ? "enforced" : config.hostLimits === "off" ? "off" : "refused",
   });
+  const why = unavailable.get(defaultName);
+  if (why !== undefined)
+    throw new BothyError("create_failed", `The default driver ${defaultName} cannot run here: ${why}`, {
+      cause: failures.get(defaultName),
+    });
   return new DriverRegistry(ready, unavailable, defaultName, network);
 }

@@ -10,6 +10,7 @@ import type { Driver, ExitInfo, GuestStream, HostObject, SandboxHandle, SandboxS
 import { hostCgroupLayout, limitsProblem, requireHostLimits } from "./host-cgroups.ts";
 import { buildOciSpec, GVISOR_COMPAT_FILES } from "./oci-spec.ts";
 import type { Logger } from "../events/server-events.ts";
+import { BootError, describeCauses } from "../errors/internal-errors.ts";
 
 export interface GvisorOptions {
   /** Where runsc keeps its container state. */
@@ -170,11 +171,7 @@ export class GvisorDriver implements Driver {
       );
     }
     if (await this.hasContainerState(id)) {
-      throw new BothyError(
-        "internal",
-        `runsc could not remove container ${id}: ${lastError instanceof Error ? lastError.message : "unknown error"}`,
-        { cause: lastError },
-      );
+      throw new BothyError("internal", `runsc could not remove container ${id}.`, { cause: lastError });
     }
     if (lastError instanceof HostCommandError)
       this.opts.log("runsc_remove_retried", { sandbox_id: id, error: lastError.message.slice(0, 300) });
@@ -207,7 +204,7 @@ export class GvisorDriver implements Driver {
       if (!mounted.has(target)) continue;
       await run("umount", [target], { timeoutMs: MOUNT_TIMEOUT_MS }).catch(async (err) => {
         // A process of ours may still hold it for a moment; detach now, the kernel frees it after.
-        this.opts.log("umount_lazy", { dir, target, error: (err as Error).message });
+        this.opts.log("umount_lazy", { dir, target, error: describeCauses(err) });
         await run("umount", ["-l", target], { timeoutMs: MOUNT_TIMEOUT_MS });
       });
     }
@@ -330,10 +327,8 @@ class GvisorSandbox implements SandboxHandle {
     } catch (err) {
       // A failed restart keeps the disk: the files are the sandbox's, not this attempt's.
       await (this.spec.reuseDisk ? this.stop() : this.destroy());
-      if (err instanceof BothyError) throw err;
-      throw new BothyError("create_failed", `Could not start the gVisor sandbox: ${(err as Error).message}`, {
-        cause: err,
-      });
+      if (err instanceof BootError) throw err;
+      throw new BootError("start", `Could not start gVisor sandbox ${this.id}.`, { cause: err });
     }
   }
 
@@ -369,7 +364,7 @@ class GvisorSandbox implements SandboxHandle {
   /** Takes over a container an earlier server started: `runsc wait` tells when it ends. */
   private async attach(): Promise<GuestStream> {
     if (!(await this.driver.containerRunning(this.id)))
-      throw new BothyError("create_failed", `Sandbox ${this.id} has no running container to attach to.`);
+      throw new BootError("attach", `Sandbox ${this.id} has no running container to attach to.`);
     this.watch(spawn(this.driver.runscPath, this.driver.runscArgs("wait", this.id), { stdio: "ignore" }), false);
     return this.connect(true);
   }

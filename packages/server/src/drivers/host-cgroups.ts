@@ -216,9 +216,7 @@ export async function removeSandboxCgroup(
         const code = (err as NodeJS.ErrnoException).code;
         if (code === "ENOENT" || (code === "EBUSY" && waitMs === 0)) break;
         if (code !== "EBUSY" || Date.now() > deadline)
-          throw new BothyError("internal", `Could not remove the sandbox's cgroup ${dir}: ${(err as Error).message}`, {
-            cause: err,
-          });
+          throw new BothyError("internal", `Could not remove the sandbox's cgroup ${dir}.`, { cause: err });
         await new Promise((r) => setTimeout(r, 50));
       }
     }

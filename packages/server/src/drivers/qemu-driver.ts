@@ -23,6 +23,7 @@ import { bootTimeoutMs, type Driver, type HostObject, type SandboxHandle, type S
 import { saveVm, VmProcess, vmFiles, type Acceleration, type VmConfig } from "./qemu-process.ts";
 import { QemuSandbox, VM_MARKER } from "./qemu-sandbox.ts";
 import type { Logger } from "../events/server-events.ts";
+import { TemplateError } from "../errors/internal-errors.ts";
 
 export interface QemuOptions {
   home: string;
@@ -306,12 +307,8 @@ export class QemuDriver implements Driver {
       this.opts.log("qemu_base_snapshot", { key, image, ms: Date.now() - started });
       return done;
     } catch (err) {
-      const diag = vm ? await vm.diagnostics() : "";
-      throw new BothyError(
-        "create_failed",
-        `Making the warm-start snapshot failed: ${(err as Error).message}${diag ? ` (${diag})` : ""}`,
-        { cause: err },
-      );
+      const diagnostics = vm ? await vm.diagnostics() : "";
+      throw new TemplateError("Making the warm-start snapshot failed.", { cause: err, diagnostics });
     } finally {
       if (vm?.running) await vm.stop(undefined, 0);
       if (work !== undefined) await rm(work, { recursive: true, force: true });

@@ -9,12 +9,13 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { connect, type Socket } from "node:net";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import type { Readable } from "node:stream";
 import { BothyError } from "@bothy/protocol";
 import { AGENT_PORT_NAME } from "../images/guest-init.ts";
 import type { ExitInfo } from "./driver.ts";
 import { QmpClient } from "./qmp-client.ts";
+import { BootError } from "../errors/internal-errors.ts";
 
 export type Acceleration = "kvm" | "tcg";
 
@@ -255,7 +256,9 @@ export class VmProcess {
     for (;;) {
       signal?.throwIfAborted();
       if (!this.running)
-        throw new BothyError("create_failed", `QEMU exited before opening ${path}: ${await this.diagnostics()}`);
+        throw new BootError("start", `QEMU exited before opening ${basename(path)}.`, {
+          diagnostics: await this.diagnostics(),
+        });
       if (existsSync(path)) {
         const sock = await new Promise<Socket | undefined>((resolve) => {
           const s = connect(path);
@@ -265,7 +268,7 @@ export class VmProcess {
         if (sock) return sock;
       }
       if (Date.now() > deadline)
-        throw new BothyError("create_failed", `QEMU did not open ${path} within ${SOCKET_WAIT_MS} ms.`);
+        throw new BootError("start", `QEMU did not open ${basename(path)} within ${SOCKET_WAIT_MS} ms.`);
       await new Promise((r) => setTimeout(r, 20));
     }
   }
@@ -316,11 +319,11 @@ export async function resumeIncoming(qmp: QmpClient, timeoutMs: number): Promise
     const st = (await qmp.command("query-status")) as { status?: string };
     if (st.status !== "inmigrate") {
       if (st.status === "internal-error" || st.status === "shutdown")
-        throw new BothyError("create_failed", `Restoring the VM failed (state ${st.status}).`);
+        throw new BootError("restore", `Restoring the VM failed (state ${st.status}).`);
       break;
     }
     if (Date.now() > deadline)
-      throw new BothyError("create_failed", `Restoring the VM did not finish within ${timeoutMs} ms.`);
+      throw new BootError("restore", `Restoring the VM did not finish within ${timeoutMs} ms.`);
     await new Promise((r) => setTimeout(r, 10));
   }
   await qmp.command("cont");

@@ -7,6 +7,7 @@ import type { ExitInfo, GuestStream, SandboxHandle, SandboxSpec } from "./driver
 import type { QemuDriver } from "./qemu-driver.ts";
 import { resumeIncoming, saveVm, VmProcess, vmFiles } from "./qemu-process.ts";
 import type { QmpClient } from "./qmp-client.ts";
+import { BootError, describeCauses } from "../errors/internal-errors.ts";
 
 /** Written first into a QEMU sandbox's directory, so reconcile knows the directory is a VM's. */
 export const VM_MARKER = "vm.json";
@@ -73,14 +74,9 @@ export class QemuSandbox implements SandboxHandle {
       );
       return await this.launch(undefined, signal);
     } catch (err) {
-      const diag = this.diagnostics;
+      const diagnostics = this.diagnostics;
       await this.destroy();
-      if (err instanceof BothyError) throw err;
-      throw new BothyError(
-        "create_failed",
-        `Could not start the QEMU sandbox: ${(err as Error).message}${diag ? ` (${diag})` : ""}`,
-        { cause: err },
-      );
+      throw new BootError("start", `Could not start QEMU sandbox ${this.id}.`, { cause: err, diagnostics });
     }
   }
 
@@ -90,9 +86,8 @@ export class QemuSandbox implements SandboxHandle {
    * whatever happens; a failed start leaves the sandbox stopped.
    */
   private async restart(signal?: AbortSignal): Promise<GuestStream> {
+    if (!existsSync(this.disk)) throw new BootError("prepare", `Sandbox ${this.id} has no disk left to start from.`);
     try {
-      if (!existsSync(this.disk))
-        throw new BothyError("create_failed", `Sandbox ${this.id} has no disk left to start from.`);
       if (existsSync(this.memoryState)) {
         // Until the restore holds, its QEMU ending is not the sandbox ending.
         this.paused = true;
@@ -100,7 +95,7 @@ export class QemuSandbox implements SandboxHandle {
           return await this.launchFromMemory(signal);
         } catch (err) {
           // A save cut short by a crash cannot be restored; the disk is still whole.
-          this.driver.options.log("qemu_restore_failed", { sandbox_id: this.id, error: (err as Error).message });
+          this.driver.options.log("qemu_restore_failed", { sandbox_id: this.id, error: describeCauses(err) });
           await this.vm?.stop(undefined, 0);
           this.qmp?.close();
           this.paused = false;
@@ -109,14 +104,9 @@ export class QemuSandbox implements SandboxHandle {
       }
       return await this.launch(undefined, signal);
     } catch (err) {
-      const diag = this.diagnostics;
+      const diagnostics = this.diagnostics;
       await this.stop();
-      if (err instanceof BothyError) throw err;
-      throw new BothyError(
-        "create_failed",
-        `Could not start the QEMU sandbox again: ${(err as Error).message}${diag ? ` (${diag})` : ""}`,
-        { cause: err },
-      );
+      throw new BootError("start", `Could not start QEMU sandbox ${this.id} again.`, { cause: err, diagnostics });
     }
   }
 
@@ -129,8 +119,7 @@ export class QemuSandbox implements SandboxHandle {
   private async attach(signal?: AbortSignal): Promise<GuestStream> {
     try {
       const pid = await this.driver.sandboxPid(this.id);
-      if (pid === undefined)
-        throw new BothyError("create_failed", `Sandbox ${this.id} has no running VM to attach to.`);
+      if (pid === undefined) throw new BootError("attach", `Sandbox ${this.id} has no running VM to attach to.`);
       const vm = VmProcess.adopt(pid, this.driver.vmConfig(this.spec, this.spec.dir, this.disk));
       this.vm = vm;
       void vm.exited.then((exit) => {
@@ -139,10 +128,7 @@ export class QemuSandbox implements SandboxHandle {
       this.qmp = await vm.qmp(signal);
       const status = ((await this.qmp.command("query-status")) as { status?: string }).status;
       if (status !== "running")
-        throw new BothyError(
-          "create_failed",
-          `Sandbox ${this.id}'s VM is ${status ?? "in an unknown state"}, not running.`,
-        );
+        throw new BootError("attach", `Sandbox ${this.id}'s VM is ${status ?? "in an unknown state"}, not running.`);
       const sock = await vm.connectSocket(vmFiles(this.spec.dir).agentSocket, signal);
       return { input: sock, output: sock, resync: true };
     } catch (err) {
@@ -183,7 +169,7 @@ export class QemuSandbox implements SandboxHandle {
       inserted?: { image?: { "virtual-size"?: number } };
     }>;
     const current = drives.find((d) => d.device === ROOT_DRIVE)?.inserted?.image?.["virtual-size"];
-    if (current === undefined) throw new BothyError("create_failed", "QEMU reported no root disk for the sandbox.");
+    if (current === undefined) throw new BootError("start", "QEMU reported no root disk for the sandbox.");
     if (current >= bytes) return { bytes, grown: false };
     await qmp.command("block_resize", { device: ROOT_DRIVE, size: bytes });
     return { bytes, grown: true };
@@ -255,9 +241,7 @@ export class QemuSandbox implements SandboxHandle {
       // Still paused: the state file is kept and a later resume may try again.
       const vm = this.vm;
       await vm?.stop(undefined, 0);
-      throw new BothyError("agent_unavailable", `Resuming sandbox ${this.id} failed: ${(err as Error).message}`, {
-        cause: err,
-      });
+      throw new BootError("restore", `Resuming sandbox ${this.id} failed.`, { cause: err });
     }
   }
 

@@ -8,8 +8,8 @@
 import { existsSync } from "node:fs";
 import { chmod, mkdtemp, rename, rm } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
-import { BothyError } from "@bothy/protocol";
 import { run } from "../util/host-command.ts";
+import { TemplateError } from "../errors/internal-errors.ts";
 
 const MIB = 1024 * 1024;
 /** Beyond the tree's blocks: the journal, group descriptors, bitmaps and a little free space. */
@@ -65,11 +65,7 @@ async function build(rootfs: string, image: string): Promise<string> {
     await chmod(tmp, 0o444);
     await rename(tmp, image);
   } catch (err) {
-    throw new BothyError(
-      "create_failed",
-      `Making the ext4 image of ${rootfs} failed: ${(err as Error).message}. Is e2fsprogs installed?`,
-      { cause: err },
-    );
+    throw new TemplateError(`Making the ext4 image of ${rootfs} failed: is e2fsprogs installed?`, { cause: err });
   } finally {
     await rm(work, { recursive: true, force: true });
   }

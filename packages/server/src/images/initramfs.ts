@@ -10,11 +10,11 @@ import { mkdir, mkdtemp, readFile, rename, rm, writeFile } from "node:fs/promise
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
-import { BothyError } from "@bothy/protocol";
 import { run } from "../util/host-command.ts";
 import { cpioNewc, type CpioEntry } from "./cpio-newc.ts";
 import { GUEST_MODULES, INIT_APPLETS, INIT_SCRIPT, PID1_SCRIPT } from "./guest-init.ts";
 import type { GuestKernel } from "./kernel.ts";
+import { TemplateError } from "../errors/internal-errors.ts";
 
 export const HELPER_SOURCE = fileURLToPath(new URL("../../../guest/native/bothy-helper.c", import.meta.url));
 /** Debian's busybox-static installs here; it must be static, the initramfs has no libc. */
@@ -37,14 +37,12 @@ export async function ensureInitramfs(inputs: InitramfsInputs): Promise<string> 
     readFile(inputs.agentPath),
     readFile(helperSource),
   ]).catch((err: unknown) => {
-    throw new BothyError(
-      "create_failed",
-      `Cannot build the initramfs: ${(err as Error).message}. Run scripts/install-deps and \`npm run build\`.`,
-      { cause: err },
-    );
+    throw new TemplateError("Cannot build the initramfs: run scripts/install-deps and `npm run build`.", {
+      cause: err,
+    });
   });
   if (!isStaticElf(busybox))
-    throw new BothyError("create_failed", `${busyboxPath} is not statically linked: install busybox-static.`);
+    throw new TemplateError(`${busyboxPath} is not statically linked: install busybox-static.`);
   const modules = await Promise.all(
     GUEST_MODULES.map(async (m) => ({
       name: m.split("/").pop() ?? m,
@@ -99,11 +97,9 @@ async function compileHelper(source: string, work: string): Promise<Buffer> {
   try {
     await run("gcc", ["-static", "-Os", "-s", "-Wall", "-o", bin, source], { timeoutMs: 120_000 });
   } catch (err) {
-    throw new BothyError(
-      "create_failed",
-      `Compiling the guest helper failed: ${(err as Error).message}. Install gcc and libc6-dev (scripts/install-deps).`,
-      { cause: err },
-    );
+    throw new TemplateError("Compiling the guest helper failed: install gcc and libc6-dev (scripts/install-deps).", {
+      cause: err,
+    });
   }
   return readFile(bin);
 }

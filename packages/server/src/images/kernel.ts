@@ -6,9 +6,9 @@
 import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, readdir, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { BothyError } from "@bothy/protocol";
 import { run } from "../util/host-command.ts";
 import type { Logger } from "../events/server-events.ts";
+import { TemplateError } from "../errors/internal-errors.ts";
 
 /** The meta package; it depends on the versioned image of the current ABI. */
 export const KERNEL_META_PACKAGE = "linux-image-cloud-amd64";
@@ -54,14 +54,12 @@ export async function ensureKernel(root: string, log: Logger = () => undefined):
     const cached = await cachedReleases(root);
     const newest = cached.at(-1);
     if (newest !== undefined) return kernelAt(join(root, newest), newest);
-    throw new BothyError(
-      "create_failed",
-      `No guest kernel: ${(err as Error).message}. Run \`apt-get update\` so ${KERNEL_META_PACKAGE} can be resolved.`,
-      { cause: err },
-    );
+    throw new TemplateError(`No guest kernel: run \`apt-get update\` so ${KERNEL_META_PACKAGE} can be resolved.`, {
+      cause: err,
+    });
   }
   const release = pkg.slice("linux-image-".length);
-  if (!RELEASE_RE.test(release)) throw new BothyError("create_failed", `Unexpected kernel package name ${pkg}.`);
+  if (!RELEASE_RE.test(release)) throw new TemplateError(`Unexpected kernel package name ${pkg}.`);
   const dir = join(root, release);
   if (existsSync(join(dir, COMPLETE_MARK))) return kernelAt(dir, release);
 
@@ -83,9 +81,7 @@ export async function ensureKernel(root: string, log: Logger = () => undefined):
       if (err.code !== "ENOTEMPTY" && err.code !== "EEXIST") throw err;
     });
   } catch (err) {
-    throw new BothyError("create_failed", `Fetching the guest kernel ${pkg} failed: ${(err as Error).message}`, {
-      cause: err,
-    });
+    throw new TemplateError(`Fetching the guest kernel ${pkg} failed.`, { cause: err });
   } finally {
     await rm(work, { recursive: true, force: true });
   }

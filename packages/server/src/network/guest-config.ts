@@ -3,6 +3,7 @@ import type { AgentClient } from "../agent/agent-client.ts";
 import { execQuiet } from "../agent/quiet-exec.ts";
 import type { GuestNetwork } from "../drivers/driver.ts";
 import { parseIpv4 } from "./ipv4.ts";
+import { NetworkSetupError } from "../errors/internal-errors.ts";
 
 const CONFIGURE_TIMEOUT_MS = 15_000;
 
@@ -38,9 +39,8 @@ export async function configureGuestNetwork(agent: AgentClient, net: GuestNetwor
     "Configuring the guest's network",
   );
   if (code !== 0)
-    throw new BothyError(
-      "create_failed",
-      `Configuring the guest's network failed (exit ${code ?? "none"}): ${output.slice(-500)}`,
-    );
+    throw new NetworkSetupError(`Configuring the guest's network failed (exit ${code ?? "none"}).`, {
+      diagnostics: output.slice(-500),
+    });
   await agent.writeFile("/etc/resolv.conf", Buffer.from(resolvConf(net.dns)), { mode: 0o644 });
 }

@@ -11,7 +11,7 @@ import { readdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { BothyError, SANDBOX_ID_RE } from "@bothy/protocol";
 import type { EgressPolicy, GuestNetwork, HostObject } from "../drivers/driver.ts";
-import { run } from "../util/host-command.ts";
+import { HostCommandError, run } from "../util/host-command.ts";
 import { ifaceName, LEGACY, netnsName, nftTable, type LinkKind } from "../util/host-names.ts";
 import {
   cidrContains,
@@ -26,6 +26,7 @@ import {
 } from "./ipv4.ts";
 import { PRIVATE_RANGES, renderBase, renderSandboxAdd, renderSandboxRemove } from "./nft-ruleset.ts";
 import type { Logger } from "../events/server-events.ts";
+import { describeCauses, NetworkSetupError } from "../errors/internal-errors.ts";
 
 export type { LinkKind } from "../util/host-names.ts";
 
@@ -187,7 +188,7 @@ export class HostNetwork {
         timeoutMs: CMD_TIMEOUT_MS,
       }).catch((err: unknown) => {
         // A table without that chain masquerades nothing.
-        if (/No such file or directory/.test((err as Error).message)) return undefined;
+        if (noSuchObject(err)) return undefined;
         throw err;
       });
       const items = (JSON.parse(listed?.stdout || "{}") as { nftables?: Array<{ rule?: { expr?: unknown[] } }> })
@@ -361,11 +362,9 @@ export class HostNetwork {
       });
     } catch (err) {
       await this.teardown(plan.sandboxId).catch((e: unknown) =>
-        this.opts.log("network_teardown_failed", { sandbox_id: plan.sandboxId, error: (e as Error).message }),
+        this.opts.log("network_teardown_failed", { sandbox_id: plan.sandboxId, error: describeCauses(e) }),
       );
-      throw new BothyError("create_failed", `Could not set up the sandbox's network: ${(err as Error).message}`, {
-        cause: err,
-      });
+      throw new NetworkSetupError(`Could not set up the network of sandbox ${plan.sandboxId}.`, { cause: err });
     }
   }
 
@@ -450,7 +449,7 @@ async function listRules(
   try {
     text = (await run("nft", ["-j", "list", "table", ...table.split(" ")], { timeoutMs: CMD_TIMEOUT_MS })).stdout;
   } catch (err) {
-    if (/No such file or directory/.test((err as Error).message)) return undefined;
+    if (noSuchObject(err)) return undefined;
     throw err;
   }
   const items = (JSON.parse(text) as { nftables?: Array<Record<string, unknown>> }).nftables ?? [];
@@ -507,4 +506,9 @@ async function hostAddresses(): Promise<string[]> {
 async function defaultRouteInterface(): Promise<string> {
   const { stdout } = await run("ip", ["-j", "-4", "route", "show", "default"], { timeoutMs: CMD_TIMEOUT_MS });
   return (JSON.parse(stdout || "[]") as Array<{ dev?: string }>)[0]?.dev ?? "";
+}
+
+/** nft's answer for a table or chain that does not exist. */
+function noSuchObject(err: unknown): boolean {
+  return err instanceof HostCommandError && /No such file or directory/.test(err.stderr);
 }

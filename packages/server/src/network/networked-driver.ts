@@ -1,4 +1,3 @@
-import { BothyError } from "@bothy/protocol";
 import type {
   Driver,
   ExitInfo,
@@ -9,6 +8,7 @@ import type {
   SandboxSpec,
 } from "../drivers/driver.ts";
 import { DEFAULT_POLICY, type HostNetwork, type LinkKind, type PlannedNetwork } from "./host-network.ts";
+import { NetworkSetupError } from "../errors/internal-errors.ts";
 
 /**
  * A driver whose sandboxes each get a network: the link and its rules are made before the inner
@@ -47,10 +47,7 @@ export class NetworkedDriver implements Driver {
       planNetwork = async () => {
         const plan = await this.net.adopt(spec.id, this.kind, policy);
         if (!plan)
-          throw new BothyError(
-            "create_failed",
-            `Sandbox ${spec.id}'s network is not whole any more; it cannot be taken over.`,
-          );
+          throw new NetworkSetupError(`Sandbox ${spec.id}'s network is not whole any more; it cannot be taken over.`);
         return plan;
       };
     } else {

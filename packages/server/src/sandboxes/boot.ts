@@ -9,6 +9,7 @@ import {
   type SandboxSpec,
 } from "../drivers/driver.ts";
 import { configureGuestNetwork } from "../network/guest-config.ts";
+import { BootError, type BootStep } from "../errors/internal-errors.ts";
 import { CleanupStack } from "../util/cleanup-stack.ts";
 
 /** A sandbox whose guest agent has answered the handshake. */
@@ -24,12 +25,12 @@ export interface BootedSandbox {
  */
 export type BootMode = "new" | "kept disk" | "take-over";
 
-type StepName = "start" | "handshake" | "identity" | "network" | "limits";
+type StepName = Extract<BootStep, "start" | "handshake" | "identify" | "network" | "limits">;
 
 /** The named steps of each mode, in order. A new boot and one on a kept disk differ only in the start's undo. */
 export const BOOT_STEPS: Record<BootMode, readonly StepName[]> = {
-  new: ["start", "handshake", "identity", "network", "limits"],
-  "kept disk": ["start", "handshake", "identity", "network", "limits"],
+  new: ["start", "handshake", "identify", "network", "limits"],
+  "kept disk": ["start", "handshake", "identify", "network", "limits"],
   // It already has its identity, network and limits.
   "take-over": ["start", "handshake"],
 };
@@ -47,6 +48,8 @@ interface Boot {
   readonly timeoutMs: number;
   readonly signal: AbortSignal | undefined;
   readonly cleanup: CleanupStack;
+  /** The step running now: a sandbox that exits during boot failed in it. */
+  step: StepName;
   stream?: GuestStream;
   agent?: AgentClient;
   /** Rejects when the sandbox exits before the boot is over; every later step races it. */
@@ -62,9 +65,10 @@ const STEPS: Record<StepName, (b: Boot) => Promise<void>> = {
     const agent = (b.agent = new AgentClient(b.stream.input, b.stream.output));
     b.cleanup.push("agent", () => agent.close(new BothyError("agent_unavailable", "Boot failed.")));
     b.exited = b.handle.wait().then((exit) => {
-      throw new BothyError(
-        "create_failed",
-        `The sandbox exited during boot (code ${exit.code ?? "none"}, signal ${exit.signal ?? "none"})${describe(b.handle)}.`,
+      throw new BootError(
+        b.step,
+        `Sandbox ${b.spec.id} exited during boot (code ${exit.code ?? "none"}, signal ${exit.signal ?? "none"}).`,
+        diagnosticsOf(b.handle),
       );
     });
     b.exited.catch(() => undefined);
@@ -75,7 +79,7 @@ const STEPS: Record<StepName, (b: Boot) => Promise<void>> = {
       agentOf(b).handshake(bootTimeoutMs(b.driver.acceleration, b.timeoutMs), b.signal, b.stream?.resync === true),
     );
   },
-  async identity(b) {
+  async identify(b) {
     if (b.handle.needsIdentity) await race(b, agentOf(b).identify(guestIdentity(b.spec)));
   },
   async network(b) {
@@ -98,25 +102,47 @@ export async function bootSandbox(
   signal?: AbortSignal,
 ): Promise<BootedSandbox> {
   const mode = bootMode(spec);
-  const b: Boot = { mode, driver, spec, handle: driver.create(spec), timeoutMs, signal, cleanup: new CleanupStack() };
-  let step: StepName | undefined;
+  const b: Boot = {
+    mode,
+    driver,
+    spec,
+    handle: driver.create(spec),
+    timeoutMs,
+    signal,
+    cleanup: new CleanupStack(),
+    step: "start",
+  };
   try {
-    for (step of BOOT_STEPS[mode]) await STEPS[step](b);
+    for (const step of BOOT_STEPS[mode]) {
+      b.step = step;
+      await STEPS[step](b);
+    }
     b.cleanup.release();
     return { spec, handle: b.handle, agent: agentOf(b) };
   } catch (err) {
-    const detail = describe(b.handle);
-    const undone: string[] = [];
-    await b.cleanup.run((name, e) => undone.push(`undoing ${name} failed too: ${(e as Error).message}`));
-    const also = undone.length > 0 ? ` (${undone.join("; ")})` : "";
-    if (err instanceof BothyError && err.code === "create_failed" && also === "") throw err;
-    const message =
-      err instanceof BothyError && err.code === "create_failed"
-        ? err.message
-        : `Could not boot sandbox ${spec.id} (${mode}, step ${step ?? "none"}): ${(err as Error).message}${detail}`;
-    throw new BothyError("create_failed", `${message}${also}`, { cause: err });
+    const diagnostics = diagnosticsOf(b.handle);
+    const undone: unknown[] = [];
+    await b.cleanup.run((_name, e) => undone.push(e));
+    // A failed undo is for the log (the cause chain), never the client's message.
+    const cause = undone.length === 0 ? err : new AggregateError([err, ...undone], "boot failed, and undoing it too");
+    if (undone.length === 0 && (err instanceof BootError || err instanceof BothyError)) throw err;
+    // A refusal meant for the client (not_supported, template_not_built, …) keeps its code.
+    if (err instanceof BothyError) throw new BothyError(err.code, err.message, { cause });
+    throw new BootError(b.step, `Could not boot sandbox ${spec.id} (${mode}): ${STEP_FAILED[b.step]}.`, {
+      cause,
+      ...diagnostics,
+    });
   }
 }
+
+/** What each step's failure means, in words a client may see. */
+const STEP_FAILED: Record<StepName, string> = {
+  start: "the driver could not start it",
+  handshake: "its guest agent did not answer",
+  identify: "its guest agent did not take its identity",
+  network: "its guest network could not be configured",
+  limits: "the guest could not apply the sandbox's limits",
+};
 
 /**
  * Brings a paused sandbox back: the driver restores it, a new agent client asks the running agent
@@ -133,11 +159,9 @@ export async function reattachSandbox(booted: BootedSandbox, timeoutMs: number, 
     if (booted.handle.needsIdentity) await agent.identify(guestIdentity(booted.spec));
   } catch (err) {
     agent.close(new BothyError("agent_unavailable", "Resume failed."));
-    throw new BothyError(
-      "agent_unavailable",
-      `Sandbox ${booted.spec.id} was restored but its agent did not answer: ${(err as Error).message}`,
-      { cause: err },
-    );
+    throw new BootError("handshake", `Sandbox ${booted.spec.id} was restored but its agent did not answer.`, {
+      cause: err,
+    });
   }
   booted.agent = agent;
 }
@@ -150,9 +174,7 @@ async function applyLimits(agent: AgentClient, spec: SandboxSpec, handle: Sandbo
       ...(handle.guestRootBytes === undefined ? {} : { rootBytes: handle.guestRootBytes }),
     });
   } catch (err) {
-    throw new BothyError("create_failed", `The guest could not apply the sandbox's limits: ${(err as Error).message}`, {
-      cause: err,
-    });
+    throw new BootError("limits", "The guest could not apply the sandbox's limits.", { cause: err });
   }
 }
 
@@ -161,9 +183,10 @@ export function guestIdentity(spec: SandboxSpec): GuestIdentity {
   return { sandboxId: spec.id, hostname: spec.id, env: spec.templateEnv, entropy: randomBytes(64) };
 }
 
-function describe(handle: SandboxHandle): string {
-  const diag = handle.diagnostics;
-  return diag ? ` (driver said: ${diag.slice(-500)})` : "";
+/** The end of what the driver said (console, runsc log), kept on the error for the log only. */
+function diagnosticsOf(handle: SandboxHandle): { diagnostics?: string } {
+  const diagnostics = handle.diagnostics?.slice(-500);
+  return diagnostics ? { diagnostics } : {};
 }
 
 function agentOf(b: Boot): AgentClient {

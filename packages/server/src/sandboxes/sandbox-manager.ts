@@ -15,6 +15,7 @@ import type { AgentClient } from "../agent/agent-client.ts";
 import { execQuiet } from "../agent/quiet-exec.ts";
 import type { Config } from "../config.ts";
 import type { Driver, EgressPolicy, HostObject } from "../drivers/driver.ts";
+import { describeCauses, toCreateFailure, toResumeFailure, toWakeFailure } from "../errors/internal-errors.ts";
 import { egressFromRequest, isDefaultPolicy } from "../network/host-network.ts";
 import type { DriverRegistry } from "../drivers/driver-registry.ts";
 import { toSandboxInfo, type Ledger, type SandboxRow } from "../ledger/ledger.ts";
@@ -409,13 +410,10 @@ export class SandboxManager {
           this.config.bootTimeoutMs,
         );
       } catch (err) {
-        const e =
-          err instanceof BothyError
-            ? err
-            : new BothyError("create_failed", "The sandbox failed to boot.", { cause: err });
+        const e = toCreateFailure(err);
         this.ledger.transition(id, "creating", "failed", e.message);
         if (idem) this.ledger.forgetIdempotencyKey(idem.key);
-        this.log("sandbox_create_failed", { sandbox_id: id, error: e.message });
+        this.log("sandbox_create_failed", { sandbox_id: id, error: describeCauses(err) });
         throw e;
       }
       try {
@@ -617,9 +615,10 @@ export class SandboxManager {
         // A sandbox that cannot come back is over: its state file and disk go with it.
         this.records.letGo(rec);
         await booted.handle.destroy();
-        this.ledger.transition(id, "paused", "failed", (err as Error).message);
-        this.log("sandbox_resume_failed", { sandbox_id: id, error: (err as Error).message });
-        throw err;
+        const e = toResumeFailure(err);
+        this.ledger.transition(id, "paused", "failed", e.message);
+        this.log("sandbox_resume_failed", { sandbox_id: id, error: describeCauses(err) });
+        throw e;
       }
       this.ledger.transition(id, "paused", "running");
       this.log("sandbox_resumed", { sandbox_id: id });
@@ -684,13 +683,8 @@ export class SandboxManager {
       }
       const started = Date.now();
       const booted = await this.bootDormant(row).catch((err: unknown) => {
-        const message = err instanceof Error ? err.message : String(err);
-        this.log("sandbox_wake_failed", { sandbox_id: id, error: message });
-        throw new BothyError(
-          "sandbox_not_running",
-          `Sandbox ${id} could not be started again; its files are kept: ${message}`,
-          { cause: err },
-        );
+        this.log("sandbox_wake_failed", { sandbox_id: id, error: describeCauses(err) });
+        throw toWakeFailure(id, err);
       });
       try {
         this.ledger.transition(id, row.state, "running");
@@ -714,7 +708,7 @@ export class SandboxManager {
       return await this.bootFromDisk(row);
     } catch (err) {
       if (row.state !== "paused" || (err instanceof BothyError && err.code === "template_not_built")) throw err;
-      this.log("sandbox_restore_failed", { sandbox_id: row.id, error: (err as Error).message });
+      this.log("sandbox_restore_failed", { sandbox_id: row.id, error: describeCauses(err) });
       return this.bootFromDisk(row);
     }
   }
@@ -731,7 +725,7 @@ export class SandboxManager {
       this.log("sandbox_reattached", { sandbox_id: row.id, driver: row.driver, ms: Date.now() - started });
       return true;
     } catch (err) {
-      this.log("sandbox_reattach_failed", { sandbox_id: row.id, error: (err as Error).message });
+      this.log("sandbox_reattach_failed", { sandbox_id: row.id, error: describeCauses(err) });
       return false;
     }
   }

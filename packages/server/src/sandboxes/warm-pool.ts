@@ -1,4 +1,4 @@
-import { BothyError } from "@bothy/protocol";
+import { describeCauses } from "../errors/internal-errors.ts";
 import { newSandboxId } from "../util/ids.ts";
 import { bootSandbox, type BootedSandbox } from "./boot.ts";
 import type { Driver, SandboxSpec } from "../drivers/driver.ts";
@@ -82,10 +82,7 @@ export class WarmPool {
           list.push(booted);
           this.ready.set(key, list);
         } catch (err) {
-          this.log("pool_boot_failed", {
-            sandbox_id: id,
-            error: err instanceof BothyError ? err.message : String(err),
-          });
+          this.log("pool_boot_failed", { sandbox_id: id, error: describeCauses(err) });
           return; // a failing shape is not retried in a loop; the next claim tries again
         } finally {
           this.booting.delete(id);

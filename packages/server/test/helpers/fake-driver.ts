@@ -1,5 +1,6 @@
 import { PassThrough } from "node:stream";
 import { BothyError, encodeFrame, FrameDecoder, hostFrame, PROTOCOL_GENERATION } from "@bothy/protocol";
+import { BootError } from "../../src/errors/internal-errors.ts";
 import type {
   Driver,
   ExitInfo,
@@ -201,20 +202,20 @@ class FakeHandle implements SandboxHandle {
     if (this.started) throw new BothyError("internal", `Sandbox ${this.id} was already started.`);
     this.started = true;
     await tick();
-    if (this.dead) throw new BothyError("create_failed", "The server's process is gone.");
+    if (this.dead) throw new BootError("start", "The server's process is gone.");
     const existing = this.host.machines.get(this.id);
     if (this.spec.attach) {
-      if (!existing?.guest) throw new BothyError("create_failed", `Nothing of ${this.id} runs to attach to.`);
+      if (!existing?.guest) throw new BootError("attach", `Nothing of ${this.id} runs to attach to.`);
       return this.adoptGuest(existing.guest, true);
     }
-    if (this.spec.reuseDisk && !existing?.disk) throw new BothyError("create_failed", `${this.id} has no disk.`);
+    if (this.spec.reuseDisk && !existing?.disk) throw new BootError("prepare", `${this.id} has no disk.`);
     if (!this.spec.reuseDisk && existing)
       throw new BothyError("internal", `${this.id} already has host objects; ids are never reused.`);
     const m = this.machine();
     m.disk = true;
     await tick();
-    if (this.dead) throw new BothyError("create_failed", "The server's process is gone.");
-    if (this.host.takeStartFailure()) throw new BothyError("create_failed", "The fake host refused to start it.");
+    if (this.dead) throw new BootError("start", "The server's process is gone.");
+    if (this.host.takeStartFailure()) throw new BootError("start", "The fake host refused to start it.");
     if (m.guest) throw new BothyError("internal", `${this.id} already runs a guest.`);
     const fromMemory = m.savedMemory;
     m.savedMemory = false;
