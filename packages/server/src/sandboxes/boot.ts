@@ -125,9 +125,10 @@ export async function bootSandbox(
     await b.cleanup.run((_name, e) => undone.push(e));
     // A failed undo is for the log (the cause chain), never the client's message.
     const cause = undone.length === 0 ? err : new AggregateError([err, ...undone], "boot failed, and undoing it too");
-    if (undone.length === 0 && (err instanceof BootError || err instanceof BothyError)) throw err;
-    // A refusal meant for the client (not_supported, template_not_built, …) keeps its code.
-    if (err instanceof BothyError) throw new BothyError(err.code, err.message, { cause });
+    if (err instanceof BootError && undone.length === 0) throw err;
+    // A driver's refusal (this host cannot give what was asked, and how to fix it) is the answer as it is.
+    if (err instanceof BothyError && err.code === "not_supported")
+      throw undone.length === 0 ? err : new BothyError(err.code, err.message, { cause });
     throw new BootError(b.step, `Could not boot sandbox ${spec.id} (${mode}): ${STEP_FAILED[b.step]}.`, {
       cause,
       ...diagnostics,
