@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { parseCgroupLayout } from "@bothy/server";
-import { cgroupChecks } from "../src/commands/doctor.ts";
+import { cgroupChecks } from "../src/commands/doctor-cgroups.ts";
 
 const HYBRID = `31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
 32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
@@ -32,7 +32,7 @@ describe("bothy doctor's cgroup checks", () => {
       ["limits (QEMU)", "ok"],
     ]);
     expect(checks[0]?.detail).toBe(
-      "cgroup v1 (hybrid) with cpu, memory, pids: runsc sets each sandbox's CPU quota, memory limit and pids backstop in /sys/fs/cgroup/cpu/bothy/<id>, /sys/fs/cgroup/memory/bothy/<id>, /sys/fs/cgroup/pids/bothy/<id>",
+      "cgroup v1 (hybrid) with cpu, memory, pids: runsc sets each sandbox's CPU quota, memory limit and pids backstop in /sys/fs/cgroup/cpu/bothy-<tag>/<id>, /sys/fs/cgroup/memory/bothy-<tag>/<id>, /sys/fs/cgroup/pids/bothy-<tag>/<id>",
     );
     expect(checks[1]?.detail).toMatch(/^cgroup v1 \(hybrid\).*: the server puts each VM's QEMU, with its limits, in /);
   });
@@ -41,7 +41,7 @@ describe("bothy doctor's cgroup checks", () => {
     const layout = v2("cpuset cpu io memory pids\n");
     const checks = cgroupChecks(layout, undefined);
     expect(checks.every((c) => c.status === "ok")).toBe(true);
-    expect(checks[0]?.detail).toMatch(/^cgroup v2 at .*bothy\/<id>/);
+    expect(checks[0]?.detail).toMatch(/^cgroup v2 at .*bothy-<tag>\/<id>/);
   });
 
   it("fails without a controller, with the fix, and only warns when the operator opted out", () => {

@@ -7,7 +7,6 @@ import { execFile } from "node:child_process";
 import { access, constants, open, readdir, readFile, statfs } from "node:fs/promises";
 import { delimiter, join } from "node:path";
 import { promisify } from "node:util";
-import { describeLayout, hostCgroupLayout, HOST_LIMITS_ENV, limitsProblem, type CgroupLayout } from "@bothy/server";
 import { JSON_FLAG, parse } from "../args/parse.ts";
 import type { Command } from "../command.ts";
 import { formatBytes } from "../byte-progress.ts";
@@ -115,43 +114,24 @@ async function hostKernel(): Promise<Check> {
 }
 
 /**
- * Whether each driver's sandboxes get their CPU quota, memory limit and pids backstop on this
- * host's cgroup layout (the server's own detection, so doctor and server agree): gVisor's from
- * runsc, a VM's from the server, which puts its QEMU in the sandbox's cgroup. Without the
- * controllers the server refuses to start sandboxes unless BOTHY_HOST_LIMITS=off.
+ * The cgroup checks use the server's own detection, which only a checkout has: an installed CLI
+ * says it skipped them instead of failing to load.
  */
-export function cgroupChecks(layout: CgroupLayout, hostLimits: string | undefined): Check[] {
-  const where = (
-    layout.version === 2 ? [layout.root] : Object.values(layout.controllers).filter((d) => d !== undefined)
-  )
-    .map((d) => `${d}/bothy/<id>`)
-    .join(", ");
-  const problem = limitsProblem(layout);
-  const drivers = [
-    { name: "limits (gVisor)", how: "runsc sets each sandbox's CPU quota, memory limit and pids backstop" },
-    { name: "limits (QEMU)", how: "the server puts each VM's QEMU, with its limits," },
-  ];
-  return drivers.map(({ name, how }): Check => {
-    if (problem === undefined)
-      return {
-        name,
-        status: "ok",
-        detail: `${describeLayout(layout)}: ${how} in ${where}`,
-      };
-    if (hostLimits === "off")
-      return {
-        name,
+async function cgroups(): Promise<Check[]> {
+  let mod: typeof import("./doctor-cgroups.ts");
+  try {
+    mod = await import("./doctor-cgroups.ts");
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "ERR_MODULE_NOT_FOUND") throw err;
+    return [
+      {
+        name: "limits",
         status: "warn",
-        detail: `${describeLayout(layout)}: sandboxes run WITHOUT CPU, memory and process limits (${HOST_LIMITS_ENV}=off)`,
-        fix: problem,
-      };
-    return {
-      name,
-      status: "fail",
-      detail: `${describeLayout(layout)}: the server refuses to start sandboxes (not_supported)`,
-      fix: problem,
-    };
-  });
+        detail: "not checked: the host's cgroup checks need the server's code (run doctor from a bothy checkout)",
+      },
+    ];
+  }
+  return mod.cgroupChecks(await mod.hostCgroupLayout(), process.env[mod.HOST_LIMITS_ENV]);
 }
 
 async function kvm(): Promise<Check> {
@@ -283,7 +263,7 @@ export async function runChecks(): Promise<Check[]> {
     qemu(),
     guestKernel(),
     hostKernel(),
-    ...cgroupChecks(await hostCgroupLayout(), process.env[HOST_LIMITS_ENV]),
+    ...(await cgroups()),
     kvm(),
     nft(),
     ipForward(),
