@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   createSandboxCgroup,
   hostCgroupLayout,
+  homeCgroupDirs,
   removeSandboxCgroup,
   sandboxCgroup,
 } from "../src/drivers/host-cgroups.ts";
@@ -134,8 +135,11 @@ for (const driver of testDrivers()) {
 
     afterAll(async () => {
       for (const id of made) await api(ts.url, "DELETE", `/sandboxes/${id}`);
+      const tag = hostTag(ts.home);
       expect(await ts?.stop()).toEqual(noLeaks());
       for (const id of made) expect(cgroupDirsOf(id)).toEqual([]);
+      // The home's parent cgroups go with a clean stop too.
+      expect(homeCgroupDirs(await hostCgroupLayout(), tag).filter((d) => existsSync(d))).toEqual([]);
     });
 
     it(

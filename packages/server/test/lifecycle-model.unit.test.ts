@@ -127,6 +127,7 @@ class World {
       ]),
       new Map(),
       "gvisor",
+      "fake",
     ));
     this.manager = new SandboxManager(this.config, this.ledger, drivers, templates, (event, fields) =>
       this.log.push(`${event} ${JSON.stringify(fields)}`),

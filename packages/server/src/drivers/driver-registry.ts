@@ -4,7 +4,7 @@ import type { Config } from "../config.ts";
 import { describeCauses } from "../errors/internal-errors.ts";
 import type { Driver } from "./driver.ts";
 import { GvisorDriver } from "./gvisor-driver.ts";
-import { describeLayout, hostCgroupLayout, limitsProblem } from "./host-cgroups.ts";
+import { describeLayout, hostCgroupLayout, limitsProblem, removeHomeCgroups } from "./host-cgroups.ts";
 import { hardwareVirtualization, QemuDriver } from "./qemu-driver.ts";
 import { HostNetwork } from "../network/host-network.ts";
 import { NetworkedDriver } from "../network/networked-driver.ts";
@@ -20,6 +20,8 @@ export class DriverRegistry {
     private readonly ready: ReadonlyMap<DriverName, Driver>,
     private readonly unavailable: ReadonlyMap<DriverName, string>,
     readonly defaultName: DriverName,
+    /** The home's tag (util/host-names.ts): its parent cgroups go at close. */
+    private readonly tag: string,
     private readonly network?: HostNetwork,
   ) {}
 
@@ -58,6 +60,7 @@ export class DriverRegistry {
   /** After every sandbox has stopped: what the drivers share on the host goes too. */
   async close(): Promise<void> {
     await this.network?.close();
+    await removeHomeCgroups(await hostCgroupLayout(), this.tag);
   }
 }
 
@@ -133,5 +136,5 @@ export async function createDrivers(config: Config, log: Logger): Promise<Driver
     throw new BothyError("create_failed", `The default driver ${defaultName} cannot run here: ${why}`, {
       cause: failures.get(defaultName),
     });
-  return new DriverRegistry(ready, unavailable, defaultName, network);
+  return new DriverRegistry(ready, unavailable, defaultName, tag, network);
 }

@@ -222,3 +222,25 @@ export async function removeSandboxCgroup(
     }
   }
 }
+
+/** The home's parent cgroup (`bothy-<tag>`) in each hierarchy of this layout. */
+export function homeCgroupDirs(layout: CgroupLayout, tag: string): string[] {
+  const parent = dirname(sandboxCgroup(tag, "x"));
+  return (layout.version === 2 ? [layout.root] : layout.hierarchies).map((h) => join(h, parent));
+}
+
+/**
+ * Removes the home's parent cgroups once its sandboxes have stopped (a clean stop): each test
+ * home, and each server, would otherwise leave one per hierarchy. One still holding a sandbox's
+ * cgroup stays for the next start.
+ */
+export async function removeHomeCgroups(layout: CgroupLayout, tag: string): Promise<void> {
+  for (const dir of homeCgroupDirs(layout, tag)) {
+    try {
+      await rmdir(dir);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code !== "ENOENT" && code !== "ENOTEMPTY" && code !== "EBUSY") throw err;
+    }
+  }
+}
