@@ -6,6 +6,7 @@ import {
   createSandboxCgroup,
   hostCgroupLayout,
   homeCgroupDirs,
+  removeHomeCgroups,
   removeSandboxCgroup,
   sandboxCgroup,
 } from "../src/drivers/host-cgroups.ts";
@@ -118,6 +119,7 @@ describe.skipIf(qemu?.missing !== undefined)(
         expect(cgroupDirsOf(id)).toEqual([]);
       } finally {
         await removeSandboxCgroup(layout, hostTag(home), id);
+        await removeHomeCgroups(layout, hostTag(home));
         await rm(home, { recursive: true, force: true });
       }
     });
