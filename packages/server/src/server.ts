@@ -168,7 +168,7 @@ export async function startServer(
   await portRoutes(app, manager);
   await agentToolRoutes(app, config, logger);
   usageRoutes(app, meter, ledger);
-  await e2bRoutes(app, { config, manager, registry, serverEvents, metrics, logger });
+  await e2bRoutes(app, { config, manager, registry, serverEvents, logProblem });
   openapiRoutes(app);
 
   const address = await app.listen({ host: config.host, port: config.port });

@@ -1,11 +1,9 @@
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import type { FastifyInstance } from "fastify";
-import type { Logger as PinoLogger } from "pino";
 import type { BothyError } from "@bothy/protocol";
 import type { CommandRegistry } from "../commands/command-registry.ts";
 import type { Config } from "../config.ts";
 import type { ServerEvents } from "../events/server-events.ts";
-import type { Metrics } from "../metrics/metrics.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { AccessTokens } from "./access-token.ts";
 import { controlPlaneRoutes } from "./control-plane.ts";
@@ -22,8 +20,8 @@ export interface E2bDeps {
   manager: SandboxManager;
   registry: CommandRegistry;
   serverEvents: ServerEvents;
-  metrics: Metrics;
-  logger: PinoLogger;
+  /** The server's own error accounting (metrics, and a log line for 5xx), shared with its routes. */
+  logProblem: (err: BothyError) => void;
 }
 
 /**
@@ -34,23 +32,17 @@ export interface E2bDeps {
 export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<void> {
   const tokens = await AccessTokens.load(deps.config.home);
   const state = new E2bState();
-  // Error answers are counted, and server faults logged, as on bothy's own routes.
-  const logError = (err: BothyError): void => {
-    deps.metrics.error(err.code);
-    if (err.status >= 500)
-      deps.logger.error({ event: "request_error", code: err.code, err: err.cause ?? err }, err.message);
-  };
   deps.serverEvents.subscribe((ev) => {
     if (ev.event === "sandbox_deleted") state.forget(ev.sandbox_id);
   });
   await app.register(
     async (e2b) => {
-      e2b.setErrorHandler((err, _request, reply) => sendE2bError(reply, err, logError));
+      e2b.setErrorHandler((err, _request, reply) => sendE2bError(reply, err, deps.logProblem));
       e2b.setNotFoundHandler((request, reply) =>
         sendE2bError(
           reply,
           new E2bHttpError(404, `No E2B route ${request.method} ${request.url.split("?")[0]} on bothy`),
-          logError,
+          deps.logProblem,
         ),
       );
       controlPlaneRoutes(e2b, deps.manager, tokens, state);

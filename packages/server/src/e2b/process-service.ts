@@ -1,6 +1,6 @@
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { BothyError, commandRequest, ERROR_CODES, type CommandEvent, type ErrorCode } from "@bothy/protocol";
+import { BothyError, commandRequest, isErrorCode, type CommandEvent } from "@bothy/protocol";
 import type { CommandRegistry, RunningCommand } from "../commands/command-registry.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { toConnectError } from "./e2b-errors.ts";
@@ -69,8 +69,7 @@ function endEvent(event: Extract<CommandEvent, { type: "process_exited" }>): Pro
 }
 
 function asBothyError(event: Extract<CommandEvent, { type: "error" }>): BothyError {
-  const code = (ERROR_CODES as readonly string[]).includes(event.code) ? (event.code as ErrorCode) : "internal";
-  return new BothyError(code, event.message);
+  return new BothyError(isErrorCode(event.code) ? event.code : "internal", event.message);
 }
 
 /**
