@@ -1,4 +1,5 @@
-import { readFile } from "node:fs/promises";
+import { readdir, readFile } from "node:fs/promises";
+import { join, relative } from "node:path";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import {
   CommandExitError,
@@ -379,7 +380,17 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
         headers: { "e2b-sandbox-id": sbx.sandboxId, "x-access-token": info.envdAccessToken },
       });
       expect(ok.status).toBe(200);
-      expect(await readFile(ts.logPath, "utf8")).not.toContain(info.envdAccessToken);
+      // Not in the log, the ledger (its WAL included) or any other file the server keeps in its
+      // home (sandbox disks and template trees aside), nor in its events or the guest's environment.
+      const kept = (await readdir(ts.home, { withFileTypes: true, recursive: true })).filter(
+        (e) => e.isFile() && !/^(sandboxes|runsc|qemu|initramfs)\b/.test(relative(ts.home, e.parentPath)),
+      );
+      expect(kept.map((e) => e.name)).toEqual(expect.arrayContaining(["ledger.sqlite", "server.log"]));
+      for (const e of kept)
+        expect((await readFile(join(e.parentPath, e.name))).includes(info.envdAccessToken), e.name).toBe(false);
+      expect(JSON.stringify(ts.events)).not.toContain(info.envdAccessToken);
+      const env = await sbx.commands.run("env");
+      expect(env.stdout).not.toContain(info.envdAccessToken);
     });
   });
 });
