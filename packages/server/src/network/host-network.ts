@@ -77,8 +77,11 @@ export class HostNetwork {
   private readonly used = new Map<string, number>();
   private uplinkName = "";
   private ipv6 = false;
-  /** Whether the untagged table was there at start-up: only then can a sandbox of ours have rules in it. */
-  private legacyTable = false;
+  /**
+   * The tables a sandbox of this home may have rules in: its own, and the untagged one of an
+   * older bothy if that was there at start-up.
+   */
+  private tables: string[];
   private readonly table: string;
   private readonly netnsRe: RegExp;
   private readonly ifaceRe: RegExp;
@@ -87,6 +90,7 @@ export class HostNetwork {
     this.pool = parseCidr(opts.pool);
     this.capacity = poolCapacity(this.pool);
     this.table = nftTable(opts.tag);
+    this.tables = [this.table];
     this.netnsRe = new RegExp(`^bothy-${opts.tag}-([a-z2-7]{20})$`);
     this.ifaceRe = new RegExp(`^b[vt]${opts.tag}-[a-z2-7]{8}$`);
   }
@@ -163,7 +167,7 @@ export class HostNetwork {
         extraBlocked: this.opts.extraBlocked,
       }),
     );
-    this.legacyTable = (await listRules(LEGACY.table)) !== undefined;
+    this.tables = (await listRules(LEGACY.table)) !== undefined ? [this.table, LEGACY.table] : [this.table];
     this.opts.log("network_ready", {
       pool: formatCidr(this.pool),
       uplink: this.uplinkName,
@@ -379,7 +383,7 @@ export class HostNetwork {
   async teardown(sandboxId: string): Promise<void> {
     if (!SANDBOX_ID_RE.test(sandboxId))
       throw new BothyError("invalid_sandbox_id", `Refusing to remove the network of ${sandboxId}: not a sandbox id.`);
-    for (const table of this.legacyTable ? [this.table, LEGACY.table] : [this.table]) {
+    for (const table of this.tables) {
       const rules = await listRules(table);
       if (!rules) continue;
       const keys = rules.elements.filter((e) => e.target === sandboxId).map((e) => e.key);
@@ -423,7 +427,7 @@ export class HostNetwork {
       if (link.alias && this.isOwnLink(link))
         found.push({ sandboxId: link.alias, kind: "interface", description: `interface ${link.name}` });
     }
-    for (const table of this.legacyTable ? [this.table, LEGACY.table] : [this.table]) {
+    for (const table of this.tables) {
       const rules = await listRules(table);
       if (!rules) continue;
       const ours = (id: string): boolean => SANDBOX_ID_RE.test(id) && (table === this.table || this.hasSandboxDir(id));
