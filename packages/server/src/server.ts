@@ -12,6 +12,8 @@ import { lifecycleRoutes } from "./api/lifecycle-routes.ts";
 import { metricsRoutes } from "./api/metrics-routes.ts";
 import { openapiRoutes, recordRoutes, type RouteRecord } from "./api/openapi.ts";
 import { portRoutes, previewHostRewrite } from "./api/port-routes.ts";
+import { desktopRoutes } from "./api/desktop-routes.ts";
+import { DesktopService } from "./desktop/desktop-service.ts";
 import { answerClientError, answerExpectation, sendProblem } from "./api/problem.ts";
 import { sandboxRoutes } from "./api/sandbox-routes.ts";
 import { checkWebSocketHandshakes } from "./api/websocket-handshake.ts";
@@ -166,6 +168,7 @@ export async function startServer(
   eventRoutes(app, events);
   await fileRoutes(app, manager);
   await portRoutes(app, manager);
+  await desktopRoutes(app, manager, new DesktopService(manager));
   await agentToolRoutes(app, config, logger);
   usageRoutes(app, meter, ledger);
   await e2bRoutes(app, { config, manager, registry, serverEvents, logProblem });
