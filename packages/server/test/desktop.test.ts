@@ -1,5 +1,8 @@
 import { existsSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { chromium, type Browser } from "playwright-core";
 import { PNG } from "pngjs";
 import { Sandbox } from "@bothy/sdk";
@@ -142,28 +145,27 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
           "<script>onmousemove = (e) => (window.seen = [e.screenX, e.screenY]);</script>",
       ),
     );
-    expect(await tab!.evaluate(() => document.body.style.background)).toBe("rgb(0, 128, 128)");
+    expect(await tab!.evaluate<string>("document.body.style.background")).toBe("rgb(0, 128, 128)");
     await eventually("the page turns teal", async () =>
       regionIs((await desk.desktop.screenshot()).png, { x: 600, y: 420, w: 80, h: 40 }, TEAL),
     );
 
     // The field's top-left on the screen, from the window's position: a click there lands in it.
-    const origin = await tab!.evaluate(() => [window.screenX, window.screenY, window.outerHeight - window.innerHeight]);
+    const origin = await tab!.evaluate<number[]>("[screenX, screenY, outerHeight - innerHeight]");
     const fieldY = origin[1]! + origin[2]! + 50;
     await desk.desktop.click(400, fieldY);
     await desk.desktop.type("hello bothy");
     await eventually(
       "the field holds the text",
-      async () =>
-        (await tab!.evaluate(() => (document.getElementById("f") as HTMLInputElement).value)) === "hello bothy",
+      async () => (await tab!.evaluate<string>("document.getElementById('f').value")) === "hello bothy",
     );
     await desk.desktop.move(700, 500);
     await eventually("the page saw the pointer at the screen coordinates", async () => {
-      const seen = await tab!.evaluate(() => (window as unknown as { seen?: number[] }).seen);
+      const seen = await tab!.evaluate<number[] | undefined>("window.seen");
       return seen?.[0] === 700 && seen[1] === 500;
     });
     await desk.desktop.scroll(700, 500, "down", 5);
-    await eventually("the page scrolled", async () => (await tab!.evaluate(() => window.scrollY)) > 0);
+    await eventually("the page scrolled", async () => (await tab!.evaluate<number>("scrollY")) > 0);
     expect(pixel((await desk.desktop.screenshot()).png, 640, 600)).toEqual(TEAL);
   });
 
@@ -179,7 +181,61 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
     await eventually("the viewer shows the teal page", async () => regionIs(await view.screenshot(), middle, TEAL));
     // Live: a change inside the sandbox reaches the viewer without a reload.
     const tab = cdp!.contexts()[0]!.pages()[0]!;
-    await tab.evaluate(() => (document.body.style.background = "rgb(255, 128, 0)"));
+    await tab.evaluate("document.body.style.background = 'rgb(255, 128, 0)'");
     await eventually("the viewer shows the orange page", async () => regionIs(await view.screenshot(), middle, ORANGE));
+  });
+
+  it("gives the agent the same screen as MCP tools: computer_screenshot as an image, the input tools", async () => {
+    const client = new Client({ name: "bothy-desktop-test", version: "1.0.0" });
+    await client.connect(new StreamableHTTPClientTransport(new URL(`${ts.url}/mcp`)));
+    const made: string[] = [];
+    try {
+      for (const [id, template] of [
+        ["desk-conv", "desktop"],
+        ["plain-conv", "seed"],
+      ] as const) {
+        const res = await api(ts.url, "POST", "/conversations", { conversation_id: id, template, memory_mib: 1024 });
+        expect(res.status).toBe(201);
+        made.push(id);
+      }
+      const call = async (conv: string, name: string, args: Record<string, unknown> = {}): Promise<CallToolResult> =>
+        (await client.callTool(
+          { name, arguments: args, _meta: { "bothy/conversation_id": conv, "bothy/turn_id": "t1" } },
+          undefined,
+          { timeout: 120_000 },
+        )) as CallToolResult;
+
+      const refused = await call("plain-conv", "computer_screenshot");
+      expect(refused.isError).toBe(true);
+      expect(JSON.stringify(refused.content)).toContain("desktop_not_available");
+
+      const first = await call("desk-conv", "computer_screenshot");
+      expect(first.isError).toBeFalsy();
+      const image = first.content.find((c) => c.type === "image");
+      expect(image).toMatchObject({ type: "image", mimeType: "image/png" });
+      expect(first._meta).toMatchObject({ width: 1280, height: 800 });
+
+      for (const [name, args] of [
+        ["computer_key", { keys: "ctrl+l" }],
+        ["computer_type", { text: page(ORANGE) }],
+        ["computer_key", { keys: "Return" }],
+        ["computer_move", { x: 10, y: 10 }],
+        ["computer_click", { x: 640, y: 600 }],
+        ["computer_scroll", { x: 640, y: 600, direction: "down", amount: 2 }],
+      ] as const) {
+        const result = await call("desk-conv", name, args);
+        expect(result.isError, `${name}: ${JSON.stringify(result.content)}`).toBeFalsy();
+      }
+      await eventually("the conversation's screen turns orange", async () => {
+        const shot = await call("desk-conv", "computer_screenshot");
+        const png = shot.content.find((c) => c.type === "image");
+        return (
+          png?.type === "image" && regionIs(Buffer.from(png.data, "base64"), { x: 600, y: 420, w: 80, h: 40 }, ORANGE)
+        );
+      });
+    } finally {
+      await client.close();
+      for (const id of made) expect((await api(ts.url, "DELETE", `/conversations/${id}`)).status).toBe(200);
+    }
   });
 });
