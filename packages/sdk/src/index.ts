@@ -16,7 +16,7 @@ export {
   type CommandInfo,
   type SignalName,
 } from "./commands.ts";
-export { Ports, type ListeningPort } from "./ports.ts";
+export { Ports, type ListeningPort, type ForwardOptions, type PortForward } from "./ports.ts";
 export {
   Desktop,
   type DesktopAction,

@@ -9,17 +9,15 @@ import { createRequire } from "node:module";
 import type { Socket } from "node:net";
 import { dirname, join, normalize, sep } from "node:path";
 import type { FastifyInstance, FastifyRequest } from "fastify";
-import type { WebSocket } from "ws";
 import { BothyError, desktopStartRequest, SANDBOX_ID_RE } from "@bothy/protocol";
 import type { TcpStream } from "../agent/tcp-stream.ts";
 import type { DesktopService } from "../desktop/desktop-service.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { parseInput } from "./parse-input.ts";
+import { relayTcp } from "./tcp-relay.ts";
 
 type Params = { Params: { id: string } };
 
-/** Bytes waiting in a viewer's WebSocket before the relay stops reading from the VNC server. */
-const VIEWER_HIGH_WATER = 4 * 1024 * 1024;
 const CDP_JSON_LIMIT = 1024 * 1024;
 
 function novncRoot(): string {
@@ -159,7 +157,11 @@ export async function desktopRoutes(
         "This endpoint is the desktop's VNC stream over a WebSocket; open /sandboxes/ID/desktop in a browser to watch.",
       );
     },
-    wsHandler: (socket, request) => relayVnc(socket, request.params.id, manager, desktop, request.log),
+    wsHandler: (socket, request) =>
+      relayTcp(socket, request.log, request.params.id, async () => {
+        const info = await desktop.start(request.params.id);
+        return manager.agent(request.params.id).openTcp(info.vnc_port);
+      }),
   });
 
   const cdpJson = async (request: FastifyRequest<Params & { Params: { "*": string } }>): Promise<unknown> => {
@@ -185,52 +187,4 @@ export async function desktopRoutes(
     return rewriteCdpUrls(parsed, wsBase);
   };
   app.get("/sandboxes/:id/desktop/cdp/*", cdpJson);
-}
-
-function relayVnc(
-  socket: WebSocket,
-  id: string,
-  manager: SandboxManager,
-  desktop: DesktopService,
-  log: FastifyRequest["log"],
-): void {
-  const early: Buffer[] = [];
-  let tunnel: TcpStream | undefined;
-  let closed = false;
-  const close = (code: number, reason: string): void => {
-    if (closed) return;
-    closed = true;
-    tunnel?.destroy();
-    if (socket.readyState === socket.OPEN || socket.readyState === socket.CONNECTING) socket.close(code, reason);
-  };
-  socket.on("message", (data: Buffer | ArrayBuffer | Buffer[]) => {
-    const bytes = Buffer.isBuffer(data) ? data : Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data);
-    if (tunnel) tunnel.write(bytes);
-    else early.push(bytes);
-  });
-  socket.on("close", () => close(1000, ""));
-  socket.on("error", () => close(1011, "error"));
-  void (async () => {
-    const info = await desktop.start(id);
-    const stream = await manager.agent(id).openTcp(info.vnc_port);
-    if (closed) {
-      stream.destroy();
-      return;
-    }
-    tunnel = stream;
-    for (const bytes of early.splice(0)) stream.write(bytes);
-    stream.on("data", (chunk: Buffer) => {
-      socket.send(chunk, { binary: true }, () => {
-        if (stream.isPaused() && socket.bufferedAmount < VIEWER_HIGH_WATER) stream.resume();
-      });
-      if (socket.bufferedAmount >= VIEWER_HIGH_WATER) stream.pause();
-    });
-    stream.on("end", () => close(1000, "the VNC server closed"));
-    stream.on("error", () => close(1011, "the VNC connection failed"));
-    stream.on("close", () => close(1000, "the VNC server closed"));
-  })().catch((err: unknown) => {
-    log.warn({ err, sandbox_id: id }, "desktop viewer could not reach VNC");
-    const reason = err instanceof BothyError ? err.code : "desktop_failed";
-    close(1011, reason);
-  });
 }

@@ -294,6 +294,14 @@ export const OPERATIONS: Operation[] = [
     })),
   ),
   {
+    method: "get",
+    path: "/sandboxes/{id}/tunnel/{port}",
+    tag: "ports",
+    summary:
+      "WebSocket: a raw TCP connection to 127.0.0.1:{port} inside the sandbox, its bytes in binary messages (what `bothy port --forward` uses)",
+    answers: { 101: { description: "Switching to WebSocket" } },
+  },
+  {
     method: "post",
     path: "/sandboxes/{id}/desktop/start",
     tag: "desktop",
