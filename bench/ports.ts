@@ -24,7 +24,7 @@ const PORT = 8000;
 /** A client run inside the sandbox on its Node: prints one JSON line of figures. */
 const INSIDE_CLIENT = `
 const http = require("node:http");
-const [what, n] = process.argv.slice(1);
+const [what, n] = process.argv.slice(2);
 const get = (path) => new Promise((resolve, reject) => {
   const t = process.hrtime.bigint();
   http.get({ host: "127.0.0.1", port: ${PORT}, path, agent: false }, (res) => {

@@ -314,6 +314,12 @@ for (const driver of testDrivers()) {
         await forward.close();
       }
       await waitNoConnections(ts, id, NODE_PORT);
+      const nobody = new WebSocket(`${ts.wsUrl}/sandboxes/${id}/tunnel/9`);
+      const closed = await new Promise<[number, string]>((resolve, reject) => {
+        nobody.on("close", (code, reason) => resolve([code, reason.toString()]));
+        nobody.on("error", reject);
+      });
+      expect(closed).toEqual([1011, "port_not_listening"]);
       const plain = await api(ts.url, "GET", `/sandboxes/${id}/tunnel/${NODE_PORT}`);
       expect(plain.status).toBe(426);
       expect(plain.json["code"]).toBe("upgrade_required");
