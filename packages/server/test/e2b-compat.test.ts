@@ -6,10 +6,12 @@ import {
   InvalidArgumentError,
   FileNotFoundError,
   FileType,
+  FilesystemEventType,
   Sandbox,
   SandboxNotFoundError,
   TimeoutError,
 } from "e2b";
+import type { FilesystemEvent } from "e2b";
 import { noLeaks } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
 
@@ -349,6 +351,89 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
       await sbx.files.remove("/tmp/fs");
       expect(await sbx.files.exists("/tmp/fs")).toBe(false);
       await expect(sbx.files.getInfo("/tmp/fs/g.txt")).rejects.toBeInstanceOf(FileNotFoundError);
+    });
+
+    it("PTY: create, input, resize, output through onData, exit code", async () => {
+      const enc = new TextEncoder();
+      const dec = new TextDecoder();
+      let screen = "";
+      const term = await sbx.pty.create({
+        cols: 80,
+        rows: 24,
+        envs: { FROM_PTY: "pty-env" },
+        onData: (d) => void (screen += dec.decode(d, { stream: true })),
+        timeoutMs: 0,
+      });
+      expect((await sbx.commands.list()).find((p) => p.pid === term.pid)).toMatchObject({ args: ["-i", "-l"] });
+      await sbx.pty.sendInput(term.pid, enc.encode('stty size; echo "T=$TERM E=$FROM_PTY"; tty\n'));
+      await vi.waitFor(() => expect(screen).toMatch(/24 80[\s\S]*T=xterm-256color E=pty-env[\s\S]*\/dev\/pts\//), {
+        timeout: 30_000,
+      });
+      await sbx.pty.resize(term.pid, { cols: 132, rows: 40 });
+      // The guest applies a resize after Update has answered: ask again until the new size shows.
+      await vi.waitFor(
+        async () => {
+          if (!screen.includes("40 132")) await sbx.pty.sendInput(term.pid, enc.encode("stty size\n"));
+          expect(screen).toContain("40 132");
+        },
+        { timeout: 30_000, interval: 500 },
+      );
+      await sbx.pty.sendInput(term.pid, enc.encode("exit 7\n"));
+      const err = await term.wait().catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(CommandExitError);
+      expect(err).toMatchObject({ exitCode: 7 });
+      expect(await sbx.pty.kill(term.pid)).toBe(false);
+
+      const killed = await sbx.pty.create({ cols: 80, rows: 24, onData: () => undefined, timeoutMs: 0 });
+      expect(await sbx.pty.kill(killed.pid)).toBe(true);
+      expect(await killed.wait().catch((e: unknown) => e)).toMatchObject({ exitCode: -1 });
+      // A command without a terminal cannot be resized.
+      const plain = await sbx.commands.run("sleep 600", { background: true });
+      await expect(sbx.pty.resize(plain.pid, { cols: 10, rows: 10 })).rejects.toBeInstanceOf(InvalidArgumentError);
+      await sbx.commands.kill(plain.pid);
+    });
+
+    it("watchDir: create, write and remove events; recursive reaches subdirectories", async () => {
+      await sbx.files.makeDir("/tmp/watched/sub");
+      const flat: FilesystemEvent[] = [];
+      const handle = await sbx.files.watchDir("/tmp/watched", (e) => void flat.push(e), { timeoutMs: 0 });
+      try {
+        await sbx.files.write("/tmp/watched/sub/deep.txt", "not seen without recursive");
+        await sbx.files.write("/tmp/watched/a.txt", "one");
+        await sbx.files.write("/tmp/watched/a.txt", "two");
+        await sbx.commands.run("echo three >> /tmp/watched/a.txt");
+        await sbx.files.remove("/tmp/watched/a.txt");
+        await vi.waitFor(() => expect(flat).toContainEqual({ name: "a.txt", type: FilesystemEventType.REMOVE }), {
+          timeout: 30_000,
+        });
+        const kinds = flat.filter((e) => e.name === "a.txt").map((e) => e.type);
+        const { CREATE, WRITE, REMOVE } = FilesystemEventType;
+        expect(kinds[0]).toBe(CREATE);
+        expect(kinds.slice(1, -1).every((k) => k === WRITE)).toBe(true);
+        expect(kinds.at(-1)).toBe(REMOVE);
+        expect(kinds.filter((k) => k === CREATE)).toHaveLength(1);
+        expect(kinds.filter((k) => k === WRITE).length).toBeGreaterThanOrEqual(3);
+        // bothy's own temporary files do not show.
+        expect(flat.filter((e) => e.name.includes(".bothy-"))).toEqual([]);
+        expect(flat.map((e) => e.name)).not.toContain("sub/deep.txt");
+      } finally {
+        await handle.stop();
+      }
+
+      const deep: FilesystemEvent[] = [];
+      const recursive = await sbx.files.watchDir("/tmp/watched", (e) => void deep.push(e), {
+        recursive: true,
+        timeoutMs: 0,
+      });
+      try {
+        await sbx.files.write("/tmp/watched/sub/b.txt", "two");
+        await vi.waitFor(() => expect(deep).toContainEqual({ name: "sub/b.txt", type: FilesystemEventType.CREATE }), {
+          timeout: 30_000,
+        });
+      } finally {
+        await recursive.stop();
+      }
+      await expect(sbx.files.watchDir("/tmp/no-such-dir", () => undefined)).rejects.toBeInstanceOf(FileNotFoundError);
     });
 
     it("a killed sandbox's envd answers as not running", async () => {
