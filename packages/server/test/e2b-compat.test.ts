@@ -8,6 +8,7 @@ import {
   FileType,
   FilesystemEventType,
   Sandbox,
+  SandboxError,
   SandboxNotFoundError,
   TimeoutError,
 } from "e2b";
@@ -104,6 +105,30 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
         await ts.server.manager.sleep(sbx.sandboxId);
         expect((await sbx.commands.run("cat kept.txt")).stdout).toBe("survives sleep");
       });
+    });
+
+    it("getMetrics: one sample from inside the sandbox; gVisor refuses pause", async () => {
+      await withSandbox({}, async (sbx) => {
+        const metrics = await sbx.getMetrics();
+        expect(metrics).toHaveLength(1);
+        const [m] = metrics;
+        expect(m?.cpuCount).toBe(1);
+        expect(m?.timestamp).toBeInstanceOf(Date);
+        expect(m?.memTotal).toBeGreaterThan(0);
+        expect(m?.memUsed).toBeGreaterThan(0);
+        expect(m?.memUsed).toBeLessThanOrEqual(m?.memTotal ?? 0);
+        expect(m?.diskTotal).toBeGreaterThan(0);
+        expect(m?.cpuUsedPct).toBeGreaterThanOrEqual(0);
+        expect(m?.cpuUsedPct).toBeLessThanOrEqual(100);
+        expect(await sbx.getMetrics({ end: new Date(Date.now() - 3_600_000) })).toEqual([]);
+
+        const err = await sbx.pause().catch((e: unknown) => e);
+        expect(err).toBeInstanceOf(SandboxError);
+        expect((err as Error).message).toMatch(/^501: .*qemu/);
+        expect((await sbx.getInfo()).state).toBe("running");
+      });
+      await expect(Sandbox.getMetrics("sbx_doesnotexist")).rejects.toBeInstanceOf(SandboxNotFoundError);
+      await expect(Sandbox.pause("sbx_doesnotexist")).rejects.toBeInstanceOf(SandboxNotFoundError);
     });
 
     it("setTimeout moves the end of the sandbox's life", async () => {
