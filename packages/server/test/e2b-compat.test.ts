@@ -1,4 +1,5 @@
 import { readdir, readFile } from "node:fs/promises";
+import { get as httpGet } from "node:http";
 import { join, relative } from "node:path";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import {
@@ -16,6 +17,21 @@ import type { FilesystemEvent } from "e2b";
 import { noLeaks } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
 
+const PREVIEW_DOMAIN = "e2b-preview.test";
+
+/** A GET to the server by a host name that does not resolve: the Host header names it. */
+function getByHost(serverUrl: string, host: string, path: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = httpGet(`${serverUrl}${path}`, { headers: { host } }, (res) => {
+      let body = "";
+      res.setEncoding("utf8");
+      res.on("data", (d: string) => (body += d));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.on("error", reject);
+  });
+}
+
 /**
  * The real `e2b` SDK against a real bothy (gVisor), configured only as an E2B user would:
  * E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY.
@@ -26,7 +42,7 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
   const E2B_ENV = ["E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DOMAIN", "E2B_DEBUG"] as const;
 
   beforeAll(async () => {
-    ts = await startTestServer({ BOTHY_DRIVER: "gvisor" });
+    ts = await startTestServer({ BOTHY_DRIVER: "gvisor", BOTHY_PREVIEW_DOMAIN: PREVIEW_DOMAIN });
     for (const name of E2B_ENV) saved[name] = process.env[name];
     delete process.env["E2B_DOMAIN"];
     delete process.env["E2B_DEBUG"];
@@ -459,6 +475,39 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
         await recursive.stop();
       }
       await expect(sbx.files.watchDir("/tmp/no-such-dir", () => undefined)).rejects.toBeInstanceOf(FileNotFoundError);
+    });
+
+    it("E2b-Sandbox-Port other than envd's reaches that port in the sandbox; getHost names it", async () => {
+      const server = await sbx.commands.run(
+        `exec node -e 'require("http").createServer((q, r) => r.end(q.method + " " + q.url + " " + q.headers["x-probe"])).listen(8000)'`,
+        { background: true, timeoutMs: 0 },
+      );
+      try {
+        const { envdAccessToken } = (await (await fetch(`${ts.url}/e2b/sandboxes/${sbx.sandboxId}`)).json()) as {
+          envdAccessToken: string;
+        };
+        // As code-interpreter calls its Jupyter server: the envd URL, the sandbox and port in headers.
+        const viaPort = (): Promise<Response> =>
+          fetch(`${process.env["E2B_SANDBOX_URL"]}/execute?x=1`, {
+            method: "POST",
+            headers: { "e2b-sandbox-id": sbx.sandboxId, "e2b-sandbox-port": "8000", "x-probe": "probe" },
+            body: "{}",
+          });
+        await vi.waitFor(async () => expect((await viaPort()).status).toBe(200), { timeout: 30_000, interval: 250 });
+        expect(await (await viaPort()).text()).toBe("POST /execute?x=1 probe");
+        // envd's own port still needs the access token; other ports do not (as in E2B).
+        const envd = await fetch(`${process.env["E2B_SANDBOX_URL"]}/health`, {
+          headers: { "e2b-sandbox-id": sbx.sandboxId, "e2b-sandbox-port": "49983" },
+        });
+        expect(envd.status).toBe(401);
+        expect(envdAccessToken).not.toBe("");
+
+        const host = sbx.getHost(8000);
+        expect(host).toBe(`8000-${sbx.sandboxId}.${PREVIEW_DOMAIN}`);
+        expect(await getByHost(ts.url, host, "/by-host")).toEqual({ status: 200, body: "GET /by-host undefined" });
+      } finally {
+        await sbx.commands.kill(server.pid);
+      }
     });
 
     it("a killed sandbox's envd answers as not running", async () => {

@@ -115,6 +115,8 @@ export function controlPlaneRoutes(
   manager: SandboxManager,
   tokens: AccessTokens,
   state: E2bState,
+  /** bothy's preview domain: the SDK's `getHost(port)` then names a host bothy serves. */
+  domain: string | null,
 ): void {
   /** What create and connect answer: how to reach the sandbox's envd. */
   const connection = (info: SandboxInfo): Record<string, unknown> => ({
@@ -124,7 +126,7 @@ export function controlPlaneRoutes(
     envdVersion: ENVD_VERSION,
     envdAccessToken: tokens.tokenFor(info.sandbox_id),
     trafficAccessToken: null,
-    domain: null,
+    domain,
   });
 
   /** A sandbox E2B can see: gone (deleted, failed) or still being made is E2B's 404. */
@@ -197,7 +199,7 @@ export function controlPlaneRoutes(
     return {
       ...listedShape(info, info.e2bState),
       envdAccessToken: tokens.tokenFor(info.sandbox_id),
-      domain: null,
+      domain,
       allowInternetAccess: info.network?.internet ?? false,
       lifecycle: { onTimeout: "kill", autoResume: false },
     };

@@ -45,7 +45,7 @@ export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<vo
           deps.logProblem,
         ),
       );
-      controlPlaneRoutes(e2b, deps.manager, tokens, state);
+      controlPlaneRoutes(e2b, deps.manager, tokens, state, deps.config.previewDomain ?? null);
       await e2b.register(
         (envd) =>
           envdRoutes(envd, deps.manager, tokens, async (scope) => {

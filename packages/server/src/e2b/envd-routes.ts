@@ -42,8 +42,8 @@ export function envdSandboxId(request: FastifyRequest): string {
 function admit(manager: SandboxManager, tokens: AccessTokens, request: FastifyRequest): SandboxInfo {
   const id = envdSandboxId(request);
   const port = header(request, "e2b-sandbox-port") ?? ENVD_PORT;
-  if (port !== ENVD_PORT)
-    throw new E2bHttpError(502, `bothy does not forward sandbox port ${port} yet; only envd (${ENVD_PORT}) is served.`);
+  // A well-formed other port was routed to bothy's port proxy before reaching here.
+  if (port !== ENVD_PORT) throw new E2bHttpError(400, `E2b-Sandbox-Port ${port.slice(0, 16)} is not a TCP port`);
   let info: SandboxInfo;
   try {
     info = manager.info(id);
