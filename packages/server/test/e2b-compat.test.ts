@@ -510,6 +510,33 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
       }
     });
 
+    it("signed upload and download URLs reach the sandbox whose token signed them", async () => {
+      const uploadUrl = await sbx.uploadUrl("/tmp/signed/up.txt");
+      // The SDK drops the envd URL's path: the URL is at the server's root, with no sandbox id.
+      expect(new URL(uploadUrl).pathname).toBe("/files");
+      const form = new FormData();
+      form.append("file", new Blob(["signed upload"]), "up.txt");
+      const up = await fetch(uploadUrl, { method: "POST", body: form });
+      expect(up.status).toBe(200);
+      expect(await up.json()).toEqual([{ path: "/tmp/signed/up.txt", name: "up.txt", type: "file" }]);
+      expect(await sbx.files.read("/tmp/signed/up.txt")).toBe("signed upload");
+
+      const down = await fetch(await sbx.downloadUrl("/tmp/signed/up.txt", { useSignatureExpiration: 600 }));
+      expect(down.status).toBe(200);
+      expect(await down.text()).toBe("signed upload");
+
+      // A signature for reading does not write, a changed path does not verify, an expired one is refused.
+      const readSigned = new URL(await sbx.downloadUrl("/tmp/signed/up.txt"));
+      expect((await fetch(readSigned, { method: "POST", body: form })).status).toBe(401);
+      const otherPath = new URL(readSigned);
+      otherPath.searchParams.set("path", "/etc/shadow");
+      expect((await fetch(otherPath)).status).toBe(401);
+      const expired = new URL(await sbx.downloadUrl("/tmp/signed/up.txt", { useSignatureExpiration: -10 }));
+      const refused = await fetch(expired);
+      expect(refused.status).toBe(401);
+      expect(await refused.json()).toMatchObject({ code: 401, message: expect.stringMatching(/expired/) });
+    });
+
     it("a killed sandbox's envd answers as not running", async () => {
       const gone = await Sandbox.create("base");
       await gone.kill();
