@@ -7,6 +7,7 @@ import type { ServerEvents } from "../events/server-events.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { AccessTokens } from "./access-token.ts";
 import { controlPlaneRoutes } from "./control-plane.ts";
+import { controlPlaneAuth } from "./e2b-auth.ts";
 import { envdRoutes } from "./envd-routes.ts";
 import { filesystemService } from "./filesystem-service.ts";
 import { Filesystem } from "./gen/filesystem_pb.ts";
@@ -46,7 +47,10 @@ export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<vo
           deps.logProblem,
         ),
       );
-      controlPlaneRoutes(e2b, deps.manager, tokens, state, deps.config.previewDomain ?? null);
+      await e2b.register(async (controlPlane) => {
+        controlPlaneAuth(controlPlane);
+        controlPlaneRoutes(controlPlane, deps.manager, tokens, state, deps.config.previewDomain ?? null);
+      });
       await e2b.register(
         (envd) =>
           envdRoutes(envd, deps.manager, tokens, async (scope) => {
