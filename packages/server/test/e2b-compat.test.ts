@@ -426,8 +426,11 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
       expect(await sbx.pty.kill(term.pid)).toBe(false);
 
       const killed = await sbx.pty.create({ cols: 80, rows: 24, onData: () => undefined, timeoutMs: 0 });
+      const joined = await sbx.pty.connect(killed.pid, { onData: () => undefined, timeoutMs: 0 });
       expect(await sbx.pty.kill(killed.pid)).toBe(true);
+      // Killed by a signal, as envd reports it, to the creating and the connected handle alike.
       expect(await killed.wait().catch((e: unknown) => e)).toMatchObject({ exitCode: -1 });
+      expect(await joined.wait().catch((e: unknown) => e)).toMatchObject({ exitCode: -1 });
       // A command without a terminal cannot be resized.
       const plain = await sbx.commands.run("sleep 600", { background: true });
       await expect(sbx.pty.resize(plain.pid, { cols: 10, rows: 10 })).rejects.toBeInstanceOf(InvalidArgumentError);

@@ -133,9 +133,11 @@ async function* processEvents(
   command: RunningCommand,
   ctx: HandlerContext,
   pty: boolean,
+  /** The process already known (Connect), or made known by the `started` event (Start). */
+  known: E2bProcess | undefined,
   onStarted: (pid: number) => E2bProcess | undefined,
 ): AsyncGenerator<ProcessEventInit> {
-  let process: E2bProcess | undefined;
+  let process = known;
   const interval = Number(ctx.requestHeader.get("keepalive-ping-interval"));
   const keepaliveMs = Number.isFinite(interval) && interval > 0 ? interval * 1000 : undefined;
   for await (const event of follow(command, ctx.signal, keepaliveMs)) {
@@ -252,7 +254,7 @@ export function processService(
         state.addProcess(sandboxId, started, process);
         return process;
       };
-      for await (const event of processEvents(command, ctx, size !== undefined, onStarted)) yield { event };
+      for await (const event of processEvents(command, ctx, size !== undefined, undefined, onStarted)) yield { event };
       // It ended (the stream carried its end event): forget its pid, unless a newer process has it.
       if (pid !== undefined && state.process(sandboxId, pid)?.commandId === command.id)
         state.dropProcess(sandboxId, pid);
@@ -261,7 +263,7 @@ export function processService(
     async *connect(req, ctx) {
       const { pid, process, command } = selected(ctx, req.process);
       yield { event: { event: { case: "start", value: { pid } } } };
-      for await (const event of processEvents(command, ctx, process.pty, () => process)) yield { event };
+      for await (const event of processEvents(command, ctx, process.pty, process, () => process)) yield { event };
     },
 
     list: (_req, ctx) => {
