@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import type { SandboxSpec } from "../src/drivers/driver.ts";
+import type { Driver, SandboxHandle, SandboxSpec, UndoStack } from "../src/drivers/driver.ts";
+import { NotSupportedError, toCreateFailure } from "../src/errors/internal-errors.ts";
 import { BOOT_STEPS, bootMode, bootSandbox, resumeSandbox } from "../src/sandboxes/boot.ts";
 import { FakeDriver, FakeHost } from "./helpers/fake-driver.ts";
 
@@ -90,5 +91,24 @@ describe("boot pipeline", () => {
     expect(host.running("sbx_res")).toBe(true);
     await booted.handle.destroy();
     expect(host.machines.size).toBe(0);
+  });
+
+  it("a host's refusal stands as it is, after the undos ran, and is 501 not_supported at the boundary", async () => {
+    const fake = new FakeDriver("gvisor", new FakeHost());
+    const fix = "This host cannot limit sandboxes; set BOTHY_HOST_LIMITS=off to run them without.";
+    const undone: string[] = [];
+    const refusing: Driver = Object.assign(Object.create(fake) as Driver, {
+      create: (s: SandboxSpec): SandboxHandle =>
+        Object.assign(Object.create(fake.create(s)) as SandboxHandle, {
+          start: (undo: UndoStack) => {
+            undo.push("made before the refusal", () => void undone.push("undone"));
+            return Promise.reject(new NotSupportedError(fix));
+          },
+        }),
+    });
+    const err = await bootSandbox(refusing, spec("sbx_ref"), 60_000).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(NotSupportedError);
+    expect(undone).toEqual(["undone"]);
+    expect(toCreateFailure(err)).toMatchObject({ code: "not_supported", message: fix });
   });
 });
