@@ -16,7 +16,15 @@ export {
   type CommandInfo,
   type SignalName,
 } from "./commands.ts";
-export { Ports, type ListeningPort } from "./ports.ts";
+export { Ports, type ListeningPort, type ForwardOptions, type PortForward } from "./ports.ts";
+export {
+  Desktop,
+  type DesktopAction,
+  type DesktopActionResult,
+  type DesktopInfo,
+  type MouseButton,
+  type Screenshot,
+} from "./desktop.ts";
 export { Pty, DEFAULT_PTY_COMMAND, type PtyOptions } from "./pty.ts";
 export {
   Files,

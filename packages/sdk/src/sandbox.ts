@@ -8,6 +8,7 @@ import { streamEvents, type BothyEvent, type EventOptions } from "./events.ts";
 import { NotFoundError } from "./errors.ts";
 import { Files } from "./files.ts";
 import { HttpClient, type CallOptions, type ConnectionOptions } from "./http-client.ts";
+import { Desktop } from "./desktop.ts";
 import { Ports } from "./ports.ts";
 import { Pty } from "./pty.ts";
 
@@ -49,6 +50,8 @@ export class Sandbox {
   readonly pty: Pty;
   readonly files: Files;
   readonly ports: Ports;
+  /** The screen, mouse and keyboard of a sandbox of the `desktop` template. */
+  readonly desktop: Desktop;
   private readonly http: HttpClient;
   private last: SandboxInfo;
 
@@ -60,6 +63,7 @@ export class Sandbox {
     this.pty = new Pty(this.commands);
     this.files = new Files(http, info.sandbox_id);
     this.ports = new Ports(http, info.sandbox_id);
+    this.desktop = new Desktop(http, info.sandbox_id);
   }
 
   /** Boots a new sandbox and answers once it runs. */

@@ -13,6 +13,9 @@ import { lifecycleRoutes } from "./api/lifecycle-routes.ts";
 import { metricsRoutes } from "./api/metrics-routes.ts";
 import { openapiRoutes, recordRoutes, type RouteRecord } from "./api/openapi.ts";
 import { portRoutes, previewHostRewrite } from "./api/port-routes.ts";
+import { desktopRoutes } from "./api/desktop-routes.ts";
+import { tunnelRoutes } from "./api/tunnel-routes.ts";
+import { DesktopService } from "./desktop/desktop-service.ts";
 import { answerClientError, answerExpectation, sendProblem } from "./api/problem.ts";
 import { sandboxRoutes } from "./api/sandbox-routes.ts";
 import { checkWebSocketHandshakes } from "./api/websocket-handshake.ts";
@@ -174,6 +177,8 @@ export async function startServer(
   eventRoutes(app, events);
   await fileRoutes(app, manager);
   await portRoutes(app, manager);
+  await desktopRoutes(app, manager, new DesktopService(manager));
+  tunnelRoutes(app, manager);
   await agentToolRoutes(app, config, logger);
   usageRoutes(app, meter, ledger);
   await e2bRoutes(app, { config, manager, registry, serverEvents, logProblem });

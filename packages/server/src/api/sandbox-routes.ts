@@ -3,9 +3,9 @@ import { BothyError, SANDBOX_ID_RE } from "@bothy/protocol";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 
 /** Routes that talk to a sandbox's agent: a paused sandbox is resumed before they run. */
-const AGENT_ROUTE = /^\/sandboxes\/:id\/(command|commands\/|files|ports)/;
+const AGENT_ROUTE = /^\/sandboxes\/:id\/(command|commands\/|files|ports|desktop|tunnel)/;
 /** Plain HTTP calls to the agent and proxied connections: no sleep while one runs. */
-const FILE_ROUTE = /^\/sandboxes\/:id\/(files|ports)/;
+const FILE_ROUTE = /^\/sandboxes\/:id\/(files|ports|desktop|tunnel)/;
 
 export function sandboxRoutes(app: FastifyInstance, manager: SandboxManager, startedAt: number): void {
   // Registered before the command and file routes, and run before their own checks.
