@@ -40,12 +40,23 @@ function viewerPage(id: string, control: boolean): string {
 <script type="module">
 import RFB from "/desktop/novnc/core/rfb.js";
 const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-const rfb = new RFB(document.getElementById("screen"), scheme + "//" + location.host + "/sandboxes/${id}/desktop/vnc", { shared: true });
-rfb.viewOnly = ${control ? "false" : "true"};
-rfb.scaleViewport = true;
+const url = scheme + "//" + location.host + "/sandboxes/${id}/desktop/vnc";
 const status = document.getElementById("status");
-rfb.addEventListener("connect", () => { document.body.dataset.state = "connected"; status.textContent = "live"; });
-rfb.addEventListener("disconnect", () => { document.body.dataset.state = "disconnected"; status.textContent = "disconnected: reload to reconnect"; });
+const show = (state, text) => { document.body.dataset.state = state; status.textContent = text; };
+// A dropped or refused connection (the desktop still starting, the sandbox waking) is retried, as a person would.
+let wait = 500;
+function connect() {
+  const rfb = new RFB(document.getElementById("screen"), url, { shared: true });
+  rfb.viewOnly = ${control ? "false" : "true"};
+  rfb.scaleViewport = true;
+  rfb.addEventListener("connect", () => { wait = 500; show("connected", "live"); });
+  rfb.addEventListener("disconnect", () => {
+    show("reconnecting", "disconnected: reconnecting");
+    setTimeout(connect, wait);
+    wait = Math.min(wait * 2, 5000);
+  });
+}
+connect();
 </script>
 </body>
 </html>
