@@ -18,6 +18,7 @@ import {
   createSandboxRequest,
   dirListing,
   fileDeleteQuery,
+  sandboxDeleteQuery,
   fileDeleteResult,
   fileQuery,
   fileStatQuery,
@@ -159,7 +160,8 @@ export const OPERATIONS: Operation[] = [
     method: "delete",
     path: "/sandboxes/{id}",
     tag: "sandboxes",
-    summary: "Delete a sandbox (idempotent)",
+    summary: "Delete a sandbox (idempotent): answers once it is deleting, or with wait=true once deleted",
+    query: sandboxDeleteQuery,
     answers: { 200: SANDBOX },
   },
   {

@@ -67,6 +67,7 @@ export interface ServerEventMap {
   sandbox_timeout_set: { sandbox_id: string; timeout_s: number; expires_at: string };
   sandbox_expired: { sandbox_id: string; expires_at: string | null };
   sandbox_deleted: { sandbox_id: string; reason: string };
+  sandbox_delete_failed: Failure;
   orphan_removed: { sandbox_id: string; kind: string; description: string; by: string; disk_kept?: true };
   orphan_remove_failed: Failure;
   sweep_failed: { error: string };
@@ -143,6 +144,7 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   sandbox_timeout_set: "info",
   sandbox_expired: "info",
   sandbox_deleted: "info",
+  sandbox_delete_failed: "warn",
   orphan_removed: "info",
   orphan_remove_failed: "warn",
   sweep_failed: "error",
