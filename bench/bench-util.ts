@@ -20,6 +20,10 @@ const pexec = promisify(execFile);
 
 export const repoRoot = fileURLToPath(new URL("../", import.meta.url));
 
+/** The runsc the server under test runs (BOTHY_RUNSC), and its platform (BOTHY_RUNSC_PLATFORM). */
+export const RUNSC = process.env["BOTHY_RUNSC"] || "runsc";
+export const RUNSC_PLATFORM = process.env["BOTHY_RUNSC_PLATFORM"] || "ptrace";
+
 /** No step of one run should take this long; a hung step must not hang the benchmark. */
 const STEP_TIMEOUT_MS = 60_000;
 
@@ -45,14 +49,14 @@ export function summary(xs: readonly number[]): string {
 
 /** One line saying where and when the figures were taken: they move with load. */
 export async function header(): Promise<string> {
-  const version = await pexec("runsc", ["--version"]).then(
+  const version = await pexec(RUNSC, ["--version"]).then(
     (r) => r.stdout.split("\n")[0]?.trim() ?? "?",
     (err: unknown) => `unavailable (${(err as Error).message})`,
   );
   const load = loadavg()
     .map((l) => l.toFixed(2))
     .join(" ");
-  return `# ${new Date().toISOString()}  nproc=${cpus().length}  load=${load}  ${version}`;
+  return `# ${new Date().toISOString()}  nproc=${cpus().length}  load=${load}  ${version} (${RUNSC}, platform ${RUNSC_PLATFORM})`;
 }
 
 /** The built seed template in the shared test cache; builds it (minutes) when missing. */
@@ -184,9 +188,9 @@ async function globalLeaks(home: string, ids: readonly string[], alreadyReported
 /** Removes the home after the inspection; a leftover mount or container is removed first. */
 async function removeHome(home: string, leaks: string[]): Promise<void> {
   const root = join(home, "runsc");
-  const { stdout } = await pexec("runsc", ["--root", root, "list", "-quiet"]).catch(() => ({ stdout: "" }));
+  const { stdout } = await pexec(RUNSC, ["--root", root, "list", "-quiet"]).catch(() => ({ stdout: "" }));
   for (const id of stdout.split("\n").filter(Boolean)) {
-    await pexec("runsc", ["--root", root, "delete", "--force", id]).catch((err: unknown) =>
+    await pexec(RUNSC, ["--root", root, "delete", "--force", id]).catch((err: unknown) =>
       leaks.push(`bench cleanup: runsc delete ${id}: ${(err as Error).message}`),
     );
   }

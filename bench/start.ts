@@ -21,6 +21,8 @@ import {
   interruptSignal,
   median,
   parseArgs,
+  RUNSC,
+  RUNSC_PLATFORM,
   secs,
   seedTemplate,
   stopAndInspect,
@@ -31,7 +33,7 @@ import {
 } from "./bench-util.ts";
 
 /** The same flags the gVisor driver passes (gvisor-driver.ts runscArgs). */
-const RUNSC_FLAGS = ["--platform=ptrace", "--network=none", "--overlay2=none"];
+const RUNSC_FLAGS = [`--platform=${RUNSC_PLATFORM}`, "--network=none", "--overlay2=none"];
 /** Quiet time before each timed run, so the previous run's teardown does not bleed into it. */
 const SETTLE_MS = 250;
 /** Each series first does one untimed run: the first of a kind pays for cold caches. */
@@ -246,7 +248,7 @@ interface OciSpec {
 
 function runsc(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn("runsc", ["--root", runscRoot, ...RUNSC_FLAGS, ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(RUNSC, ["--root", runscRoot, ...RUNSC_FLAGS, ...args], { stdio: ["ignore", "pipe", "pipe"] });
     let stdout = "";
     let stderr = "";
     child.stdout.setEncoding("utf8").on("data", (s: string) => (stdout += s));
@@ -259,11 +261,11 @@ function runsc(args: string[]): Promise<{ code: number | null; stdout: string; s
 /** Containers, mounts and files of the raw runs; anything found here is reported as a leak. */
 async function cleanScratch(): Promise<void> {
   const listed = existsSync(runscRoot)
-    ? await run("runsc", ["--root", runscRoot, "list", "-quiet"]).catch(() => ({ stdout: "" }))
+    ? await run(RUNSC, ["--root", runscRoot, "list", "-quiet"]).catch(() => ({ stdout: "" }))
     : { stdout: "" };
   for (const id of listed.stdout.split("\n").filter(Boolean)) {
     leaks.push(`raw: runsc container ${id} left behind`);
-    await run("runsc", ["--root", runscRoot, "delete", "--force", id]).catch((err: unknown) =>
+    await run(RUNSC, ["--root", runscRoot, "delete", "--force", id]).catch((err: unknown) =>
       leaks.push(`raw: runsc delete ${id}: ${(err as Error).message}`),
     );
   }

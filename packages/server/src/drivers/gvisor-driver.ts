@@ -21,7 +21,10 @@ export interface GvisorOptions {
   agentPath: string;
   /** The home's tag (util/host-names.ts): names each sandbox's cgroup. */
   hostTag: string;
+  /** The runsc binary (BOTHY_RUNSC); default `runsc` on PATH. */
   runscPath?: string;
+  /** gVisor's platform (BOTHY_RUNSC_PLATFORM); shown as the sandbox's `acceleration`. */
+  platform?: "ptrace" | "systrap";
   /** `off`: a host whose cgroups cannot limit sandboxes runs them unlimited instead of refusing (BOTHY_HOST_LIMITS). */
   hostLimits?: "required" | "off";
   log: Logger;
@@ -36,22 +39,27 @@ const SHUTDOWN_GRACE_MS = 3_000;
 
 export class GvisorDriver implements Driver {
   readonly name = "gvisor";
-  readonly acceleration = "ptrace";
+  readonly acceleration: "ptrace" | "systrap";
   /** Containers run on when the server dies; the agent's FIFOs take a new server. */
   readonly attaches = true;
   private readonly runsc: string;
 
   constructor(private readonly opts: GvisorOptions) {
     this.runsc = opts.runscPath ?? "runsc";
+    this.acceleration = opts.platform ?? "ptrace";
   }
 
   async preflight(): Promise<void> {
     try {
       await run(this.runsc, ["--version"], { timeoutMs: 10_000 });
     } catch (err) {
-      throw new BothyError("create_failed", "runsc (gVisor) is not installed: run `apt-get install runsc`.", {
-        cause: err,
-      });
+      throw new BothyError(
+        "create_failed",
+        `${this.runsc} (gVisor) is not there: run \`apt-get install runsc\` or set BOTHY_RUNSC.`,
+        {
+          cause: err,
+        },
+      );
     }
     for (const file of [
       this.opts.agentPath,
@@ -79,7 +87,14 @@ export class GvisorDriver implements Driver {
 
   /** @internal the runsc command line prefix shared by every call. */
   runscArgs(...args: string[]): string[] {
-    return ["--root", this.opts.runscRoot, "--platform=ptrace", "--network=none", "--overlay2=none", ...args];
+    return [
+      "--root",
+      this.opts.runscRoot,
+      `--platform=${this.acceleration}`,
+      "--network=none",
+      "--overlay2=none",
+      ...args,
+    ];
   }
 
   /**
@@ -253,11 +268,23 @@ class GvisorSandbox implements SandboxHandle {
   /** The runsc process this server started, or `runsc wait` for one it attached to. */
   private watcher: ChildProcess | undefined;
   private destroying: Promise<void> | undefined;
+  /** ms of each phase of `start` (SandboxHandle.startSteps). */
+  readonly startSteps: Record<string, number> = {};
 
   constructor(
     private readonly spec: SandboxSpec,
     private readonly driver: GvisorDriver,
   ) {}
+
+  /** Runs one phase of `start`, noting how long it took. */
+  private async phase<T>(name: string, work: () => Promise<T>): Promise<T> {
+    const t0 = performance.now();
+    try {
+      return await work();
+    } finally {
+      this.startSteps[name] = Math.round(performance.now() - t0);
+    }
+  }
 
   get id(): string {
     return this.spec.id;
@@ -268,30 +295,33 @@ class GvisorSandbox implements SandboxHandle {
     this.started = true;
     const { dir } = this.spec;
     const rootfs = join(dir, "rootfs");
-    const hostLimits = this.spec.attach ? true : await this.driver.hostLimits();
+    const hostLimits = this.spec.attach ? true : await this.phase("limits", () => this.driver.hostLimits());
     try {
       if (this.spec.attach) return await this.attach();
       // A new sandbox's directory must not exist yet; a stopped one's holds its disk.
       const reuse = this.spec.reuseDisk === true;
       await mkdir(dir, { recursive: reuse, mode: 0o700 });
       await Promise.all(["rootfs", "bundle"].map((d) => mkdir(join(dir, d), { recursive: reuse })));
-      const layer = await this.mountDisk();
+      const layer = await this.phase("disk", () => this.mountDisk());
       signal?.throwIfAborted();
       // The template stays read-only underneath; every write lands in this sandbox's upper dir.
-      await run(
-        "mount",
-        [
-          "-t",
-          "overlay",
-          "overlay",
-          "-o",
-          `lowerdir=${this.spec.templateRoot},upperdir=${layer.upper},workdir=${layer.work}`,
-          rootfs,
-        ],
-        {
-          timeoutMs: MOUNT_TIMEOUT_MS,
-        },
+      await this.phase("overlay", () =>
+        run(
+          "mount",
+          [
+            "-t",
+            "overlay",
+            "overlay",
+            "-o",
+            `lowerdir=${this.spec.templateRoot},upperdir=${layer.upper},workdir=${layer.work}`,
+            rootfs,
+          ],
+          {
+            timeoutMs: MOUNT_TIMEOUT_MS,
+          },
+        ),
       );
+      const t0 = performance.now();
       const network = this.spec.network;
       const resolvConf = network ? join(dir, "bundle", "resolv.conf") : undefined;
       if (network && resolvConf)
@@ -308,6 +338,7 @@ class GvisorSandbox implements SandboxHandle {
       const files = channelFiles(dir);
       await Promise.all([files.toGuest, files.fromGuest].map((f) => rm(f, { force: true })));
       await run("mkfifo", ["-m", "600", files.toGuest, files.fromGuest], { timeoutMs: MOUNT_TIMEOUT_MS });
+      this.startSteps["bundle"] = Math.round(performance.now() - t0);
       signal?.throwIfAborted();
       const [file, args] = this.driver.runCommand(join(dir, "bundle"), this.id, network !== undefined);
       // Read-write opens never block on a FIFO and keep both ends open in runsc for its lifetime.

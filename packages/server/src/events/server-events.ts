@@ -36,6 +36,8 @@ export interface ServerEventMap {
     driver: string;
     warm: boolean;
     ms: number;
+    /** A boot's steps and the driver's start phases (ms), for profiling; absent when warm. */
+    steps?: Readonly<Record<string, number>>;
   };
   sandbox_create_failed: Failure;
   pool_boot_failed: Failure;

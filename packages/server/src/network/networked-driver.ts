@@ -96,6 +96,7 @@ class NetworkedHandle implements SandboxHandle {
   private inner: SandboxHandle | undefined;
   private plan: PlannedNetwork | undefined;
   private destroying: Promise<void> | undefined;
+  private networkMs: number | undefined;
 
   constructor(
     private readonly spec: SandboxSpec,
@@ -132,10 +133,16 @@ class NetworkedHandle implements SandboxHandle {
     return (this.inner as { diagnostics?: string } | undefined)?.diagnostics;
   }
 
+  get startSteps(): Readonly<Record<string, number>> {
+    return { ...(this.networkMs === undefined ? {} : { network: this.networkMs }), ...this.inner?.startSteps };
+  }
+
   async start(signal?: AbortSignal): Promise<GuestStream> {
+    const t0 = performance.now();
     const plan = await this.planNetwork();
     this.plan = plan;
     if (this.plumb) await this.net.plumb(plan);
+    this.networkMs = Math.round(performance.now() - t0);
     this.inner = this.makeInner(plan);
     try {
       return await this.inner.start(signal);

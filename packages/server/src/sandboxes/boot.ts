@@ -17,6 +17,8 @@ export interface BootedSandbox {
   spec: SandboxSpec;
   handle: SandboxHandle;
   agent: AgentClient;
+  /** How long each boot step took (ms), and the driver's own start phases as `start.<phase>`. */
+  stepsMs?: Readonly<Record<string, number>>;
 }
 
 /**
@@ -112,13 +114,17 @@ export async function bootSandbox(
     cleanup: new CleanupStack(),
     step: "start",
   };
+  const stepsMs: Record<string, number> = {};
   try {
     for (const step of BOOT_STEPS[mode]) {
       b.step = step;
+      const t0 = performance.now();
       await STEPS[step](b);
+      stepsMs[step] = Math.round(performance.now() - t0);
     }
     b.cleanup.release();
-    return { spec, handle: b.handle, agent: agentOf(b) };
+    for (const [phase, ms] of Object.entries(b.handle.startSteps ?? {})) stepsMs[`start.${phase}`] = ms;
+    return { spec, handle: b.handle, agent: agentOf(b), stepsMs };
   } catch (err) {
     const diagnostics = diagnosticsOf(b.handle);
     const undone: unknown[] = [];

@@ -428,6 +428,7 @@ export class SandboxManager {
         driver: driver.name,
         warm: warm !== undefined,
         ms: Date.now() - started,
+        ...(warm === undefined && booted.stepsMs ? { steps: booted.stepsMs } : {}),
       });
       return { sandbox: this.info(id), created: true };
     })();

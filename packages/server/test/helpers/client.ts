@@ -49,6 +49,18 @@ export async function waitDeleted(base: string, id: string, timeoutMs = 60_000):
   }
 }
 
+/** Polls GET /sandboxes until no sandbox is `deleting`: every teardown under way has ended. */
+export async function waitNoneDeleting(base: string, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const list = (await api(base, "GET", "/sandboxes")).json["sandboxes"] as Array<{ state: string }>;
+    const deleting = list.filter((s) => s.state === "deleting").length;
+    if (deleting === 0) return;
+    if (Date.now() > deadline) throw new Error(`${deleting} sandboxes still deleting after ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 20)); // the poll's pace, not a wait for an outcome
+  }
+}
+
 /** Creates a sandbox through the SDK and answers its id (a refused create throws the SDK's typed error). */
 export async function createSandbox(
   baseUrl: string,
