@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { closeSync, constants as fsConstants, existsSync, openSync, readFileSync } from "node:fs";
 import { Socket } from "node:net";
-import { mkdir, readdir, readFile, rm, truncate, writeFile } from "node:fs/promises";
+import { mkdir, readdir, readFile, rename, rm, truncate, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { BothyError, resyncPreamble, SANDBOX_ID_RE } from "@bothy/protocol";
 import { HostCommandError, run } from "../util/host-command.ts";
@@ -43,6 +43,8 @@ export class GvisorDriver implements Driver {
   /** Containers run on when the server dies; the agent's FIFOs take a new server. */
   readonly attaches = true;
   private readonly runsc: string;
+  /** Empty disk images by size in MiB (blankDisk). */
+  private readonly blanks = new Map<number, Promise<string>>();
 
   constructor(private readonly opts: GvisorOptions) {
     this.runsc = opts.runscPath ?? "runsc";
@@ -73,6 +75,37 @@ export class GvisorDriver implements Driver {
 
   create(spec: SandboxSpec): SandboxHandle {
     return new GvisorSandbox(spec, this);
+  }
+
+  /**
+   * @internal An empty ext4 image of `mib` MiB, made once per size and process: a new sandbox's
+   * disk is a sparse copy of it (`cp --sparse=always`, ~10 ms here) instead of its own mkfs (~50 ms
+   * and a CPU-bound step in every cold create).
+   */
+  blankDisk(mib: number): Promise<string> {
+    let made = this.blanks.get(mib);
+    if (!made) {
+      made = this.makeBlankDisk(mib).catch((err: unknown) => {
+        this.blanks.delete(mib);
+        throw err;
+      });
+      this.blanks.set(mib, made);
+    }
+    return made;
+  }
+
+  private async makeBlankDisk(mib: number): Promise<string> {
+    const dir = join(dirname(this.opts.sandboxesDir), "disk-blanks");
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+    const path = join(dir, `${mib}.ext4`);
+    const partial = `${path}.${process.pid}.partial`;
+    await writeFile(partial, "", { mode: 0o600 });
+    await truncate(partial, mib * 1024 * 1024);
+    await run("mkfs.ext4", ["-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", partial], {
+      timeoutMs: MOUNT_TIMEOUT_MS,
+    });
+    await rename(partial, path);
+    return path;
   }
 
   /**
@@ -375,15 +408,10 @@ class GvisorSandbox implements SandboxHandle {
     const base = diskMib === undefined && !existsSync(join(dir, DISK_IMAGE)) ? dir : join(dir, DISK_MOUNT);
     if (base !== dir) {
       const image = join(dir, DISK_IMAGE);
-      if (!existsSync(image)) {
-        await writeFile(image, "", { mode: 0o600 });
-        await truncate(image, (diskMib ?? 0) * 1024 * 1024);
-        await run(
-          "mkfs.ext4",
-          ["-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", image],
-          { timeoutMs: MOUNT_TIMEOUT_MS },
-        );
-      }
+      if (!existsSync(image))
+        await run("cp", ["--sparse=always", await this.driver.blankDisk(diskMib ?? 0), image], {
+          timeoutMs: MOUNT_TIMEOUT_MS,
+        });
       await mkdir(base, { recursive: true });
       await run("mount", ["-o", "loop,nosuid,nodev", image, base], { timeoutMs: MOUNT_TIMEOUT_MS });
     }
