@@ -863,6 +863,9 @@ export class SandboxManager {
     const done = marked
       .then(async (m) => {
         if (!m) return;
+        // The answer goes out first: spawning the teardown's host commands costs the event loop
+        // milliseconds that are not the caller's.
+        await new Promise((resolve) => setImmediate(resolve));
         // A stop under way (the sandbox had died or gone to sleep) ends before its objects are removed.
         await rec.reaping;
         if (m.booted) await m.booted.handle.destroy();
