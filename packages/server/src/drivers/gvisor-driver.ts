@@ -99,13 +99,20 @@ export class GvisorDriver implements Driver {
     await mkdir(dir, { recursive: true, mode: 0o700 });
     const path = join(dir, `${mib}.ext4`);
     const partial = `${path}.${process.pid}.partial`;
-    await writeFile(partial, "", { mode: 0o600 });
-    await truncate(partial, mib * 1024 * 1024);
-    await run("mkfs.ext4", ["-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", partial], {
-      timeoutMs: MOUNT_TIMEOUT_MS,
-    });
-    await rename(partial, path);
-    return path;
+    try {
+      await writeFile(partial, "", { mode: 0o600 });
+      await truncate(partial, mib * 1024 * 1024);
+      await run(
+        "mkfs.ext4",
+        ["-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", partial],
+        { timeoutMs: MOUNT_TIMEOUT_MS },
+      );
+      await rename(partial, path);
+      return path;
+    } catch (err) {
+      await rm(partial, { force: true });
+      throw err;
+    }
   }
 
   /**
