@@ -2,6 +2,7 @@ export {
   Sandbox,
   type SandboxCreateOptions,
   type SandboxOptions,
+  type KillOptions,
   type SandboxInfo,
   type SandboxState,
   type DriverName,

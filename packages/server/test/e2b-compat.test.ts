@@ -14,6 +14,7 @@ import {
   TimeoutError,
 } from "e2b";
 import type { FilesystemEvent } from "e2b";
+import { waitNoneDeleting } from "./helpers/client.ts";
 import { noLeaks } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
 
@@ -571,6 +572,8 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
       expect(ok.status).toBe(200);
       // Not in the log, the ledger (its WAL included) or any other file the server keeps in its
       // home (sandbox disks and template trees aside), nor in its events or the guest's environment.
+      // Earlier tests' deletes finish first: a teardown removes directories while the walk reads them.
+      await waitNoneDeleting(ts.url);
       const kept = (await readdir(ts.home, { withFileTypes: true, recursive: true })).filter(
         (e) => e.isFile() && !/^(sandboxes|runsc|qemu|initramfs)\b/.test(relative(ts.home, e.parentPath)),
       );

@@ -22,6 +22,7 @@ import {
   desktopStartRequest,
   dirListing,
   fileDeleteQuery,
+  sandboxDeleteQuery,
   fileDeleteResult,
   fileQuery,
   fileStatQuery,
@@ -167,7 +168,8 @@ export const OPERATIONS: Operation[] = [
     method: "delete",
     path: "/sandboxes/{id}",
     tag: "sandboxes",
-    summary: "Delete a sandbox (idempotent)",
+    summary: "Delete a sandbox (idempotent): answers once it is deleting, or with wait=true once deleted",
+    query: sandboxDeleteQuery,
     answers: { 200: SANDBOX },
   },
   {

@@ -233,7 +233,8 @@ export function controlPlaneRoutes(
 
   app.delete<Params>("/sandboxes/:id", async (request, reply) => {
     const info = manager.info(request.params.id);
-    if (info.state === "deleted" || info.state === "failed")
+    // One being deleted is already gone for E2B: a second kill answers false, as once it is deleted.
+    if (info.state === "deleted" || info.state === "failed" || info.state === "deleting")
       throw new BothyError("sandbox_not_found", `Sandbox ${info.sandbox_id} was already ${info.state}.`);
     await manager.delete(request.params.id);
     return reply.code(204).send();
