@@ -9,6 +9,7 @@ number_of_executions and end_of_execution. Only Python is served.
 import fcntl
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -84,18 +85,19 @@ class Context:
     def describe(self):
         return {"id": self.id, "language": self.language, "cwd": self.cwd}
 
-    def execute(self, code, env_vars, send):
-        """Runs code; send(obj) writes one line to the client and returns False once the client is gone."""
+    def execute(self, code, env_vars, send, gone):
+        """Runs code; send(obj) writes one line to the client and returns False once the client is
+        gone; gone() says whether it went away while the cell is quiet."""
         with self.lock:
             if env_vars:
                 self.run_silent(_set_env_code(env_vars))
             try:
-                self._execute(code, send)
+                self._execute(code, send, gone)
             finally:
                 if env_vars:
                     self.run_silent(_restore_env_code())
 
-    def _execute(self, code, send):
+    def _execute(self, code, send, gone):
         msg_id = self.kc.execute(code, store_history=True, allow_stdin=False)
         connected = True
 
@@ -110,6 +112,10 @@ class Context:
             try:
                 msg = self.kc.get_iopub_msg(timeout=1)
             except Empty:
+                if connected and gone():
+                    # The caller went away (its timeout, a kill): stop the cell, as a notebook's interrupt would.
+                    connected = False
+                    self.km.interrupt_kernel()
                 if not self.km.is_alive():
                     emit({"type": "error", "name": "KernelDied", "value": "the kernel died", "traceback": ""})
                     return
@@ -311,7 +317,15 @@ class Handler(BaseHTTPRequestHandler):
             except OSError:
                 return False
 
-        ctx.execute(code, env_vars, send)
+        def gone():
+            # The client sends nothing more after its request: a readable socket means it closed.
+            try:
+                readable, _, _ = select.select([self.connection], [], [], 0)
+                return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            except OSError:
+                return True
+
+        ctx.execute(code, env_vars, send, gone)
         try:
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()

@@ -1,6 +1,6 @@
 import { execFileSync } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Sandbox, type ExecutionError, type OutputMessage, type Result } from "@e2b/code-interpreter";
+import { Sandbox, TimeoutError, type ExecutionError, type OutputMessage, type Result } from "@e2b/code-interpreter";
 import { useE2bEnv } from "./helpers/e2b-env.ts";
 import { noLeaks } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
@@ -111,6 +111,15 @@ describe("E2B code interpreter (@e2b/code-interpreter 2.8, gVisor)", () => {
     expect((await sandbox().runCode("'y' in dir()", { context: ctx })).text).toBe("False");
     await sandbox().removeCodeContext(ctx);
     expect((await sandbox().listCodeContexts()).map((c) => c.id)).not.toContain(ctx.id);
+  });
+
+  it("a run that outlives its timeout raises TimeoutError and is interrupted in the kernel", async () => {
+    const err = await sandbox()
+      .runCode("import time\ntime.sleep(600)", { timeoutMs: 2_000 })
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(TimeoutError);
+    // The kernel is free again only because the abandoned cell was interrupted.
+    expect((await sandbox().runCode("6 * 7")).text).toBe("42");
   });
 
   it("wakes a sleeping sandbox and starts the server again", async () => {
