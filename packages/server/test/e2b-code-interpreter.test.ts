@@ -98,6 +98,14 @@ describe("E2B code interpreter (@e2b/code-interpreter 2.8, gVisor)", () => {
     expect(results).toHaveLength(execution.results.length);
   });
 
+  it("returns a pandas DataFrame with its HTML and text forms", async () => {
+    const execution = await sandbox().runCode("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [3, 4]})");
+    const main = execution.results.find((r) => r.isMainResult);
+    expect(main?.html).toContain("<table");
+    expect(main?.text).toMatch(/a\s+b/);
+    expect(main?.formats()).toContain("html");
+  });
+
   it("creates, lists, runs in, restarts and removes a context", async () => {
     const ctx = await sandbox().createCodeContext({ cwd: "/tmp" });
     expect(ctx).toMatchObject({ language: "python", cwd: "/tmp" });
