@@ -275,13 +275,22 @@ class Handler(BaseHTTPRequestHandler):
             language = body.get("language") or "python"
             if language not in LANGUAGES:
                 return self._error(400, f"language {language} is not supported here; use python")
-            ctx = CONTEXTS.create(language, body.get("cwd") or DEFAULT_CWD)
+            cwd = body.get("cwd") or DEFAULT_CWD
+            if not isinstance(cwd, str) or not os.path.isdir(cwd):
+                return self._error(400, f"cwd {cwd} is not a directory in the sandbox")
+            try:
+                ctx = CONTEXTS.create(language, cwd)
+            except Exception as err:  # a kernel that cannot start: say so rather than drop the connection
+                return self._error(500, f"the kernel did not start: {err}")
             return self._json(200, ctx.describe())
         if len(parts) == 4 and parts[1] == "contexts" and parts[3] == "restart":
             ctx = CONTEXTS.get(parts[2])
             if ctx is None:
                 return self._error(404, f"context {parts[2]} not found")
-            ctx.restart()
+            try:
+                ctx.restart()
+            except Exception as err:
+                return self._error(500, f"the kernel did not restart: {err}")
             return self._json(200, {})
         self._error(404, f"no route {path}")
 
@@ -301,7 +310,10 @@ class Handler(BaseHTTPRequestHandler):
             language = body.get("language") or "python"
             if language not in LANGUAGES:
                 return self._error(400, f"language {language} is not supported here; use python")
-            ctx = CONTEXTS.default(language)
+            try:
+                ctx = CONTEXTS.default(language)
+            except Exception as err:
+                return self._error(500, f"the kernel did not start: {err}")
 
         self.send_response(200)
         self.send_header("Content-Type", "application/x-ndjson")

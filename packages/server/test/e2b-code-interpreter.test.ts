@@ -1,6 +1,13 @@
 import { execFileSync } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Sandbox, TimeoutError, type ExecutionError, type OutputMessage, type Result } from "@e2b/code-interpreter";
+import {
+  NotFoundError,
+  Sandbox,
+  TimeoutError,
+  type ExecutionError,
+  type OutputMessage,
+  type Result,
+} from "@e2b/code-interpreter";
 import { useE2bEnv } from "./helpers/e2b-env.ts";
 import { noLeaks } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
@@ -119,6 +126,8 @@ describe("E2B code interpreter (@e2b/code-interpreter 2.8, gVisor)", () => {
     expect((await sandbox().runCode("'y' in dir()", { context: ctx })).text).toBe("False");
     await sandbox().removeCodeContext(ctx);
     expect((await sandbox().listCodeContexts()).map((c) => c.id)).not.toContain(ctx.id);
+    await expect(sandbox().runCode("1", { context: ctx })).rejects.toBeInstanceOf(NotFoundError);
+    await expect(sandbox().createCodeContext({ cwd: "/no/such/dir" })).rejects.toThrow(/400/);
   });
 
   it("a run that outlives its timeout raises TimeoutError and is interrupted in the kernel", async () => {
