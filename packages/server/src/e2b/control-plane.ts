@@ -17,8 +17,8 @@ export const ENVD_VERSION = "0.5.7";
 
 /** E2B's default sandbox lifetime when the create names none (bothy's own default may differ). */
 const E2B_DEFAULT_TIMEOUT_S = 300;
-/** E2B's template with nothing installed maps to bothy's base template. */
-const TEMPLATE_ALIASES: Record<string, string> = { base: "seed" };
+/** E2B's template with nothing installed maps to bothy's base template; @e2b/code-interpreter's default to ours. */
+const TEMPLATE_ALIASES: Record<string, string> = { base: "seed", "code-interpreter-v1": "code-interpreter" };
 const MAX_PAGE = 100;
 
 const envName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment names are letters, digits and _");

@@ -6,6 +6,7 @@ import type { Config } from "../config.ts";
 import type { ServerEvents } from "../events/server-events.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { AccessTokens } from "./access-token.ts";
+import { codeInterpreterStarter } from "./code-interpreter.ts";
 import { controlPlaneRoutes } from "./control-plane.ts";
 import { controlPlaneAuth } from "./e2b-auth.ts";
 import { envdRoutes } from "./envd-routes.ts";
@@ -69,4 +70,5 @@ export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<vo
     { prefix: "/e2b" },
   );
   await signedFileRoutes(app, deps.manager, tokens, deps.logProblem);
+  codeInterpreterStarter(app, deps.manager);
 }
