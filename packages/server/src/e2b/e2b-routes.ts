@@ -2,7 +2,9 @@ import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import type { FastifyInstance } from "fastify";
 import type { BothyError } from "@bothy/protocol";
 import type { CommandRegistry } from "../commands/command-registry.ts";
+import type { Quotas } from "../auth/quotas.ts";
 import type { Config } from "../config.ts";
+import type { Ledger } from "../ledger/ledger.ts";
 import type { ServerEvents } from "../events/server-events.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { AccessTokens } from "./access-token.ts";
@@ -22,12 +24,15 @@ export interface E2bDeps {
   serverEvents: ServerEvents;
   /** The server's own error accounting (metrics, and a log line for 5xx), shared with its routes. */
   logProblem: (err: BothyError) => void;
+  ledger: Ledger;
+  quotas: Quotas;
 }
 
 /**
  * The E2B-compatible surface, for the unmodified `e2b` SDK: its control plane under `/e2b` and
  * its in-sandbox daemon (envd) under `/e2b/envd`, both mapped onto bothy's own sandboxes,
- * commands and files. Errors are E2B's `{"code","message"}`, not problem+json.
+ * commands and files. Errors are E2B's `{"code","message"}`, not problem+json. The control plane
+ * takes a bothy API key in E2B's X-API-Key; envd calls carry the sandbox's own access token.
  */
 export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<void> {
   const tokens = await AccessTokens.load(deps.config.home);
@@ -45,7 +50,7 @@ export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<vo
           deps.logProblem,
         ),
       );
-      controlPlaneRoutes(e2b, deps.manager, tokens, state);
+      controlPlaneRoutes(e2b, deps, tokens, state);
       await e2b.register(
         (envd) =>
           envdRoutes(envd, deps.manager, tokens, async (scope) => {
