@@ -4,8 +4,11 @@
  * without its checks fails here; revocation ends open sockets; quotas refuse without leaving
  * anything half-made; no raw key is ever found in the server's home, log, events or answers.
  */
+import { execFile } from "node:child_process";
 import { readdir, readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import WebSocket from "ws";
@@ -90,6 +93,8 @@ function operations(doc: Record<string, unknown>): Operation[] {
   return out;
 }
 
+const BOTHY = fileURLToPath(new URL("../../cli/bin/bothy.js", import.meta.url));
+const pexec = promisify(execFile);
 const UNKNOWN_SBX = "sbx_aaaaaaaaaaaaaaaaaaaa";
 const UNKNOWN_CMD = "cmd_aaaaaaaaaaaaaaaaaaaa";
 
@@ -428,6 +433,30 @@ describe("API keys, scopes and tenants", () => {
     const tenant = (await call(ts.url, admin, "GET", "/tenants/q")).json;
     expect(tenant["live"]).toMatchObject({ sandboxes: 1, memory_mib: 256 });
     expect((await call(ts.url, q, "DELETE", `/sandboxes/${String(first.json["sandbox_id"])}`)).status).toBe(200);
+  });
+
+  it("bothy keys and bothy tenants, with the admin key taken from $BOTHY_HOME/admin.key when BOTHY_API_KEY is unset", async () => {
+    const env: NodeJS.ProcessEnv = { ...process.env, BOTHY_URL: ts.url, BOTHY_HOME: ts.home };
+    delete env["BOTHY_API_KEY"];
+    const bothy = async (...args: string[]): Promise<string> =>
+      (await pexec(process.execPath, [BOTHY, ...args], { env })).stdout;
+    expect(await bothy("tenants", "create", "cli", "max_sandboxes=3")).toContain("max_sandboxes=3");
+    const key = (
+      await bothy("keys", "create", "--tenant", "cli", "--name", "from-cli", "--scope", "sandboxes:read")
+    ).trim();
+    minted.push(key);
+    expect(key).toMatch(/^bothy_[0-9a-f]{64}$/);
+    const listed = JSON.parse(await bothy("keys", "ls", "--json")) as { keys: Array<Record<string, unknown>> };
+    const made = listed.keys.find((k) => k["name"] === "from-cli");
+    expect(made).toMatchObject({ tenant: "cli", scopes: ["sandboxes:read"] });
+    expect(JSON.stringify(listed)).not.toContain(key);
+    // The new key works for what its scope allows, from BOTHY_API_KEY.
+    const ls = await pexec(process.execPath, [BOTHY, "ls", "--json"], { env: { ...env, BOTHY_API_KEY: key } });
+    expect(JSON.parse(ls.stdout)).toEqual({ sandboxes: [] });
+    expect(await bothy("keys", "revoke", String(made?.["key_id"]))).toContain(String(made?.["key_id"]));
+    expect(await bothy("tenants", "quota", "cli", "max_sandboxes=none", "max_vcpu=4")).toContain("max_vcpu=4");
+    const tenants = JSON.parse(await bothy("tenants", "ls", "--json")) as { tenants: Array<{ tenant: string }> };
+    expect(tenants.tenants.map((t) => t.tenant)).toEqual(expect.arrayContaining(["default", "a", "b", "cli"]));
   });
 
   it("never writes a raw key to the home (ledger and WAL included), the log, events or answers", async () => {
