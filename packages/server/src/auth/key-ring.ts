@@ -53,15 +53,23 @@ export function keyView(row: ApiKeyRow): KeyView {
   };
 }
 
-async function loadPepper(home: string): Promise<Buffer> {
+/** The pepper, made on first start. Refuses to make a new one for a ledger that has keys: none would verify. */
+async function loadPepper(home: string, ledger: Ledger): Promise<Buffer> {
   const dir = join(home, "secrets");
   await mkdir(dir, { recursive: true, mode: 0o700 });
   await chmod(dir, 0o700);
   const file = join(dir, "pepper");
   try {
-    await writeFile(file, randomBytes(32), { mode: 0o600, flag: "wx" });
+    const keys = ledger.auth.countKeys();
+    if (keys > 0) await readFile(file);
+    else await writeFile(file, randomBytes(32), { mode: 0o600, flag: "wx" });
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === "ENOENT")
+      throw new Error(
+        `${file} is missing but the ledger holds API keys made with it: restore it from a backup (no key verifies without it), or move ledger.sqlite's keys away by starting on a fresh BOTHY_HOME.`,
+      );
+    if (code !== "EEXIST") throw err;
   }
   const pepper = await readFile(file);
   if (pepper.length < 32) throw new Error(`${file} holds ${pepper.length} bytes; a pepper is 32 random bytes.`);
@@ -73,7 +81,8 @@ export class KeyRing {
   private readonly cache = new Map<string, ApiKeyRow>();
   private readonly touched = new Map<string, number>();
   /** Keys the server's own agent tools call the API with, one per tenant: in memory only, never stored. */
-  private readonly service = new Map<string, { key: string; principal: Principal }>();
+  private readonly service = new Map<string, Principal>();
+  private readonly serviceKeys = new Map<string, string>();
 
   private constructor(
     private readonly ledger: Ledger,
@@ -81,7 +90,7 @@ export class KeyRing {
   ) {}
 
   static async open(home: string, ledger: Ledger): Promise<KeyRing> {
-    return new KeyRing(ledger, await loadPepper(home));
+    return new KeyRing(ledger, await loadPepper(home, ledger));
   }
 
   private digest(key: string): string {
@@ -132,15 +141,15 @@ export class KeyRing {
    * that tenant's sandboxes and files only. It lives in this process's memory and dies with it.
    */
   serviceKey(tenant: string): string {
-    const known = [...this.service.values()].find((s) => s.principal.tenant === tenant);
-    if (known) return known.key;
+    const known = this.serviceKeys.get(tenant);
+    if (known) return known;
     const key = `bothy_${randomBytes(32).toString("hex")}`;
-    const principal: Principal = {
+    this.service.set(this.digest(key), {
       keyId: null,
       tenant,
       scopes: new Set<Scope>(["sandboxes:read", "sandboxes:write", "files"]),
-    };
-    this.service.set(this.digest(key), { key, principal });
+    });
+    this.serviceKeys.set(tenant, key);
     return key;
   }
 
@@ -149,7 +158,7 @@ export class KeyRing {
     if (!KEY_RE.test(presented)) return { ok: false, reason: "malformed" };
     const digest = this.digest(presented);
     const service = this.service.get(digest);
-    if (service) return { ok: true, principal: service.principal };
+    if (service) return { ok: true, principal: service };
     const row = this.cache.get(digest) ?? this.ledger.auth.keyByDigest(digest);
     // The lookup is by digest; comparing it again in constant time keeps the check itself timing-safe.
     if (!row || !timingSafeEqual(Buffer.from(row.digest, "hex"), Buffer.from(digest, "hex")))
