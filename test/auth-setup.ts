@@ -1,8 +1,8 @@
 /**
  * Every integration test file runs with one admin key: each server a test starts (in process or
  * as `bothy serve`) mints it at its first start (BOTHY_ADMIN_KEY), and every client sends it —
- * the SDK and CLI read BOTHY_API_KEY; fetch and node:http (so `ws` too) to a loopback address get
- * `Authorization: Bearer` added when the request names no key itself. A request that must go
+ * the SDK and CLI read BOTHY_API_KEY; fetch and node:http (so `ws` too) to a loopback or private
+ * address get `Authorization: Bearer` added when the request names no key itself. A request that must go
  * without a key sends the ANONYMOUS header (test/auth.ts), which is removed before it leaves.
  */
 import { randomBytes } from "node:crypto";
@@ -15,11 +15,13 @@ process.env["BOTHY_ADMIN_KEY"] = key;
 process.env["BOTHY_API_KEY"] = key;
 
 const LOOPBACK = new Set(["127.0.0.1", "localhost", "[::1]", "::1"]);
+/** Loopback, and the private addresses of the namespaces tests build (a server on a test's control link). */
+const PRIVATE = /^(127\.|10\.|192\.168\.|172\.(1[6-9]|2\d|3[01])\.)\d+\.\d+(\.\d+)?$/;
 
 function loopback(host: string | null | undefined): boolean {
   if (!host) return false;
   const name = host.replace(/:\d+$/, "");
-  return LOOPBACK.has(name) || /^127\.\d+\.\d+\.\d+$/.test(name);
+  return LOOPBACK.has(name) || PRIVATE.test(name);
 }
 
 /** Adds the key unless the headers name one; removes the anonymous marker. */
