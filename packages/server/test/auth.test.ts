@@ -12,6 +12,7 @@ import { promisify } from "node:util";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import WebSocket from "ws";
+import { Sandbox } from "@bothy/sdk";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ANONYMOUS } from "../../../test/auth.ts";
 import { noLeaks } from "./helpers/host-state.ts";
@@ -433,6 +434,32 @@ describe("API keys, scopes and tenants", () => {
     const tenant = (await call(ts.url, admin, "GET", "/tenants/q")).json;
     expect(tenant["live"]).toMatchObject({ sandboxes: 1, memory_mib: 256 });
     expect((await call(ts.url, q, "DELETE", `/sandboxes/${String(first.json["sandbox_id"])}`)).status).toBe(200);
+  });
+
+  it("keeps the key out of the sandbox: the port proxy drops it, and leaves the app's own Authorization", async () => {
+    const box = await Sandbox.connect(a.sandbox, { baseUrl: ts.url, apiKey: a.key });
+    const echo = `require("http").createServer((q, s) => s.end(JSON.stringify(q.headers))).listen(8089)`;
+    const handle = await box.commands.run(`node -e '${echo}'`, { background: true });
+    handle.disconnect();
+    for (;;) {
+      const ports = (await call(ts.url, a.key, "GET", `/sandboxes/${a.sandbox}/ports`)).json["ports"] as Array<{
+        port: number;
+      }>;
+      if (ports.some((p) => p.port === 8089)) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const viaBearer = await call(ts.url, a.key, "GET", `/sandboxes/${a.sandbox}/ports/8089/`);
+    expect(viaBearer.status).toBe(200);
+    expect(viaBearer.json["authorization"]).toBeUndefined();
+    const viaHeader = await call(ts.url, undefined, "GET", `/sandboxes/${a.sandbox}/ports/8089/`, undefined, {
+      authorization: "Basic YXBwOnNlY3JldA==",
+      "x-api-key": a.key,
+    });
+    expect(viaHeader.status).toBe(200);
+    expect(viaHeader.json["authorization"]).toBe("Basic YXBwOnNlY3JldA==");
+    expect(viaHeader.json["x-api-key"]).toBeUndefined();
+    expect(viaBearer.text + viaHeader.text).not.toContain("bothy_");
+    await box.commands.kill(handle.commandId);
   });
 
   it("bothy keys and bothy tenants, with the admin key taken from $BOTHY_HOME/admin.key when BOTHY_API_KEY is unset", async () => {

@@ -35,14 +35,18 @@ export function sees(principal: Principal, tenant: string): boolean {
   return principal.scopes.has("admin") || principal.tenant === tenant;
 }
 
+/**
+ * The key a request presents: a bothy key as Bearer, else X-API-Key (so an app behind the port
+ * proxy keeps its own Authorization), else whatever Bearer token there is; "" for an
+ * Authorization that is no Bearer token at all.
+ */
 function presentedKey(request: FastifyRequest): string | undefined {
   const auth = request.headers.authorization;
-  if (auth !== undefined) {
-    const match = /^Bearer\s+(\S+)\s*$/i.exec(auth);
-    return match?.[1] ?? "";
-  }
+  const bearer = auth === undefined ? undefined : (/^Bearer\s+(\S+)\s*$/i.exec(auth)?.[1] ?? "");
+  if (bearer?.startsWith("bothy_")) return bearer;
   const header = request.headers["x-api-key"];
-  return Array.isArray(header) ? header[0] : header;
+  const apiKey = Array.isArray(header) ? header[0] : header;
+  return apiKey ?? bearer;
 }
 
 function refuse(reply: FastifyReply, challenge: string, message: string): BothyError {
