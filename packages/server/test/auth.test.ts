@@ -369,8 +369,18 @@ describe("API keys, scopes and tenants", () => {
     const within = await call(ts.url, manager.key, "POST", "/keys", { scopes: ["sandboxes:read"] });
     expect(within.status).toBe(201);
     minted.push(String(within.json["key"]));
-    // ... and only in its own tenant.
+    // ... and only in its own tenant; it revokes no stronger key, and no other tenant's.
     expect((await call(ts.url, manager.key, "POST", "/keys", { tenant: "b" })).status).toBe(404);
+    const stronger = await mint(admin, { tenant: "a", scopes: ["sandboxes:write"] });
+    const refused = await call(ts.url, manager.key, "DELETE", `/keys/${stronger.key_id}`);
+    expect([refused.status, refused.json["scope"]]).toEqual([403, "sandboxes:write"]);
+    const bManager = await mint(admin, { tenant: "b", scopes: ["keys:manage", "sandboxes:read"] });
+    const theirs = await call(ts.url, bManager.key, "DELETE", `/keys/${stronger.key_id}`);
+    const unknown = await call(ts.url, bManager.key, "DELETE", "/keys/key_aaaaaaaaaaaaaaaaaaaa");
+    expect([theirs.status, theirs.text.replaceAll(stronger.key_id, "ID")]).toEqual([
+      404,
+      unknown.text.replaceAll("key_aaaaaaaaaaaaaaaaaaaa", "ID"),
+    ]);
   });
 
   it("ends a revoked key's open command socket and event stream, and refuses its next request", async () => {

@@ -72,6 +72,14 @@ export function authRoutes(
     const { id } = request.params;
     const row = KEY_ID_RE.test(id) ? ledger.auth.key(id) : undefined;
     if (!row || !sees(principal, row.tenant)) throw keyNotFound(id);
+    // As with minting: a key revokes only keys within its own scopes (not a stronger one).
+    const beyond = keyView(row).scopes.filter((s) => !hasScope(principal.scopes, s));
+    if (beyond.length > 0)
+      throw new BothyError(
+        "scope_missing",
+        `A key revokes only keys within its own scopes; key ${id} has ${beyond.join(", ")}, which this one lacks.`,
+        { details: { scope: beyond[0] } },
+      );
     ring.revoke(id);
     connections.end(id);
     const after = ledger.auth.key(id);
