@@ -25,7 +25,14 @@ export interface ApiKeyRow {
 
 /** The ledger's tenants and API keys (tables of migration 10). */
 export class AuthRows {
-  constructor(private readonly db: Database.Database) {}
+  /** Statements of every request, prepared once. */
+  private readonly byDigest: Database.Statement;
+  private readonly tenantOf: Database.Statement;
+
+  constructor(private readonly db: Database.Database) {
+    this.byDigest = db.prepare(`SELECT * FROM api_keys WHERE digest = ?`);
+    this.tenantOf = db.prepare(`SELECT tenant FROM sandboxes WHERE id = ?`);
+  }
 
   tenant(id: string): TenantRow | undefined {
     return this.db.prepare(`SELECT * FROM tenants WHERE id = ?`).get(id) as TenantRow | undefined;
@@ -58,7 +65,7 @@ export class AuthRows {
   }
 
   keyByDigest(digest: string): ApiKeyRow | undefined {
-    return this.db.prepare(`SELECT * FROM api_keys WHERE digest = ?`).get(digest) as ApiKeyRow | undefined;
+    return this.byDigest.get(digest) as ApiKeyRow | undefined;
   }
 
   key(id: string): ApiKeyRow | undefined {
@@ -124,7 +131,6 @@ export class AuthRows {
   }
 
   sandboxTenant(id: string): string | undefined {
-    return (this.db.prepare(`SELECT tenant FROM sandboxes WHERE id = ?`).get(id) as { tenant: string } | undefined)
-      ?.tenant;
+    return (this.tenantOf.get(id) as { tenant: string } | undefined)?.tenant;
   }
 }
