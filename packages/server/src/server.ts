@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs";
+import type { IncomingMessage } from "node:http";
 import { mkdir } from "node:fs/promises";
 import { isIP } from "node:net";
 import { join } from "node:path";
@@ -29,6 +30,7 @@ import { WebhookSender } from "./events/webhook.ts";
 import type { Config } from "./config.ts";
 import { createDrivers } from "./drivers/driver-registry.ts";
 import { e2bRoutes } from "./e2b/e2b-routes.ts";
+import { e2bPortRewrite } from "./e2b/port-rewrite.ts";
 import { TemplateStore } from "./images/template-store.ts";
 import { Ledger } from "./ledger/ledger.ts";
 import { Metrics } from "./metrics/metrics.ts";
@@ -80,6 +82,12 @@ function checkExposure(config: Config): void {
 
 export function createLogger(config: Config, destination?: NodeJS.WritableStream): PinoLogger {
   return pino({ level: config.logLevel, base: { service: "bothy" } }, destination ?? process.stdout);
+}
+
+/** URL rewrites before routing: E2B's port header, then preview host names (when configured). */
+function rewriteUrl(previewDomain: string | undefined): (req: IncomingMessage) => string {
+  const preview = previewDomain === undefined ? undefined : previewHostRewrite(previewDomain);
+  return (req) => e2bPortRewrite(req) ?? preview?.(req) ?? req.url ?? "/";
 }
 
 /** Builds and starts the server: ledger, driver preflight, reconcile, routes, listen. */
@@ -166,7 +174,7 @@ export async function startServer(
     clientErrorHandler: (err, socket) => answerClientError(err, socket, logProblem),
     // Node answers a missing Host with a bare 400; the hook below answers it as problem+json.
     http: { requireHostHeader: false },
-    ...(config.previewDomain === undefined ? {} : { rewriteUrl: previewHostRewrite(config.previewDomain) }),
+    rewriteUrl: rewriteUrl(config.previewDomain),
     ...(tls ? { https: tls } : {}),
   }) as unknown as FastifyInstance;
   app.server.on("checkExpectation", (req, res) => answerExpectation(req, res, logProblem));

@@ -641,14 +641,18 @@ export function recordRoutes(app: FastifyInstance): RouteRecord[] {
   return routes;
 }
 
-/** The E2B-compatible surface follows E2B's own API (docs/architecture.md), not this document. */
+/**
+ * The E2B-compatible surface follows E2B's own API (docs/architecture.md), not this document: its
+ * prefix, and `/files` at the root for the e2b SDK's signed URLs.
+ */
 const E2B_PREFIX = "/e2b";
+const E2B_ROOT_ROUTES = new Set(["/files"]);
 
 /** `METHOD /path` of each recorded route that has no operation in the document. */
 export function undocumentedRoutes(routes: readonly RouteRecord[], doc: Json = openApiDocument()): string[] {
   const paths = doc["paths"] as Record<string, Record<string, unknown>>;
   return routes
-    .filter((r) => r.url !== E2B_PREFIX && !r.url.startsWith(`${E2B_PREFIX}/`))
+    .filter((r) => r.url !== E2B_PREFIX && !r.url.startsWith(`${E2B_PREFIX}/`) && !E2B_ROOT_ROUTES.has(r.url))
     .map((r) => ({ method: r.method, path: r.url.replace(/:(\w+)/g, "{$1}") }))
     .filter((r) => paths[r.path]?.[r.method] === undefined)
     .map((r) => `${r.method.toUpperCase()} ${r.path}`);

@@ -21,8 +21,9 @@ export type Requirement = "public" | "key" | Scope;
 export function requirementOf(method: string, url: string | undefined, websocket: boolean): Requirement {
   if (url === undefined) return "key";
   if (url === "/healthz" || url === "/openapi.json") return "public";
-  // envd calls carry the sandbox's own access token instead (checked by the envd routes).
-  if (url === "/e2b/envd" || url.startsWith("/e2b/envd/")) return "public";
+  // envd calls carry the sandbox's own access token instead (checked by the envd routes), and
+  // the e2b SDK's signed file URLs a signature made with it.
+  if (url === "/e2b/envd" || url.startsWith("/e2b/envd/") || url === "/files") return "public";
   if (url === "/metrics" || url.startsWith("/tenants")) return "admin";
   if (url.startsWith("/keys")) return "keys:manage";
   if (url.startsWith("/sandboxes/:id/files")) return "files";

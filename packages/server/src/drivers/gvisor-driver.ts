@@ -6,11 +6,11 @@ import { dirname, join } from "node:path";
 import { BothyError, resyncPreamble, SANDBOX_ID_RE } from "@bothy/protocol";
 import { HostCommandError, run } from "../util/host-command.ts";
 import { cgroupPath } from "../util/host-names.ts";
-import type { Driver, ExitInfo, GuestStream, HostObject, SandboxHandle, SandboxSpec } from "./driver.ts";
+import type { Driver, ExitInfo, GuestStream, HostObject, SandboxHandle, SandboxSpec, UndoStack } from "./driver.ts";
 import { hostCgroupLayout, limitsProblem, requireHostLimits } from "./host-cgroups.ts";
 import { buildOciSpec, GVISOR_COMPAT_FILES } from "./oci-spec.ts";
 import type { Logger } from "../events/server-events.ts";
-import { BootError, describeCauses } from "../errors/internal-errors.ts";
+import { BootError, describeCauses, HostSetupError } from "../errors/internal-errors.ts";
 
 export interface GvisorOptions {
   /** Where runsc keeps its container state. */
@@ -49,7 +49,7 @@ export class GvisorDriver implements Driver {
     try {
       await run(this.runsc, ["--version"], { timeoutMs: 10_000 });
     } catch (err) {
-      throw new BothyError("create_failed", "runsc (gVisor) is not installed: run `apt-get install runsc`.", {
+      throw new HostSetupError("runsc (gVisor) is not installed: run `apt-get install runsc`.", {
         cause: err,
       });
     }
@@ -57,7 +57,7 @@ export class GvisorDriver implements Driver {
       this.opts.agentPath,
       ...GVISOR_COMPAT_FILES.map((f) => join(dirname(this.opts.agentPath), f.name)),
     ]) {
-      if (!existsSync(file)) throw new BothyError("create_failed", `${file} is missing: run \`npm run build\`.`);
+      if (!existsSync(file)) throw new HostSetupError(`${file} is missing: run \`npm run build\`.`);
     }
     await mkdir(this.opts.runscRoot, { recursive: true, mode: 0o700 });
     await mkdir(this.opts.sandboxesDir, { recursive: true, mode: 0o700 });
@@ -69,7 +69,7 @@ export class GvisorDriver implements Driver {
 
   /**
    * @internal whether sandboxes get their cgroup limits (runsc applies them on either layout);
-   * throws `not_supported`, saying how to fix the host, when it cannot and the operator did not opt out.
+   * throws a NotSupportedError, saying how to fix the host, when it cannot and the operator did not opt out.
    */
   async hostLimits(): Promise<boolean> {
     const layout = await hostCgroupLayout();
@@ -199,15 +199,17 @@ export class GvisorDriver implements Driver {
 
   /** Unmounts the sandbox's root overlay, then its disk (the overlay's upper layer lives on it). */
   private async unmountRoot(dir: string): Promise<void> {
-    const mounted = new Set((await this.listMounts()).map((m) => m.target));
-    for (const target of [join(dir, "rootfs"), join(dir, DISK_MOUNT)]) {
-      if (!mounted.has(target)) continue;
-      await run("umount", [target], { timeoutMs: MOUNT_TIMEOUT_MS }).catch(async (err) => {
-        // A process of ours may still hold it for a moment; detach now, the kernel frees it after.
-        this.opts.log("umount_lazy", { dir, target, error: describeCauses(err) });
-        await run("umount", ["-l", target], { timeoutMs: MOUNT_TIMEOUT_MS });
-      });
-    }
+    for (const target of [join(dir, "rootfs"), join(dir, DISK_MOUNT)]) await this.unmount(target);
+  }
+
+  /** @internal unmounts `target` if something is mounted there. */
+  async unmount(target: string): Promise<void> {
+    if (!(await this.listMounts()).some((m) => m.target === target)) return;
+    await run("umount", [target], { timeoutMs: MOUNT_TIMEOUT_MS }).catch(async (err) => {
+      // A process of ours may still hold it for a moment; detach now, the kernel frees it after.
+      this.opts.log("umount_lazy", { dir: dirname(target), target, error: describeCauses(err) });
+      await run("umount", ["-l", target], { timeoutMs: MOUNT_TIMEOUT_MS });
+    });
   }
 
   private async listContainers(): Promise<string[]> {
@@ -263,73 +265,69 @@ class GvisorSandbox implements SandboxHandle {
     return this.spec.id;
   }
 
-  async start(signal?: AbortSignal): Promise<GuestStream> {
+  async start(undo: UndoStack, signal?: AbortSignal): Promise<GuestStream> {
     if (this.started || this.destroying) throw new BothyError("internal", `Sandbox ${this.id} was already started.`);
     this.started = true;
+    if (this.spec.attach) return this.attach(undo);
+    const hostLimits = await this.driver.hostLimits();
     const { dir } = this.spec;
     const rootfs = join(dir, "rootfs");
-    const hostLimits = this.spec.attach ? true : await this.driver.hostLimits();
-    try {
-      if (this.spec.attach) return await this.attach();
-      // A new sandbox's directory must not exist yet; a stopped one's holds its disk.
-      const reuse = this.spec.reuseDisk === true;
-      await mkdir(dir, { recursive: reuse, mode: 0o700 });
-      await Promise.all(["rootfs", "bundle"].map((d) => mkdir(join(dir, d), { recursive: reuse })));
-      const layer = await this.mountDisk();
-      signal?.throwIfAborted();
-      // The template stays read-only underneath; every write lands in this sandbox's upper dir.
-      await run(
-        "mount",
-        [
-          "-t",
-          "overlay",
-          "overlay",
-          "-o",
-          `lowerdir=${this.spec.templateRoot},upperdir=${layer.upper},workdir=${layer.work}`,
-          rootfs,
-        ],
-        {
-          timeoutMs: MOUNT_TIMEOUT_MS,
-        },
-      );
-      const network = this.spec.network;
-      const resolvConf = network ? join(dir, "bundle", "resolv.conf") : undefined;
-      if (network && resolvConf)
-        await writeFile(resolvConf, network.dns.map((d) => `nameserver ${d}\n`).join(""), { mode: 0o644 });
-      const oci = buildOciSpec({
-        ...this.spec,
+    // A new sandbox's directory must not exist yet; a stopped one's holds its disk, which is not this start's to remove.
+    const reuse = this.spec.reuseDisk === true;
+    await mkdir(dir, { recursive: reuse, mode: 0o700 });
+    if (!reuse) undo.push("sandbox directory", () => rm(dir, { recursive: true, force: true }));
+    await Promise.all(["rootfs", "bundle"].map((d) => mkdir(join(dir, d), { recursive: reuse })));
+    const layer = await this.mountDisk(undo);
+    signal?.throwIfAborted();
+    // The template stays read-only underneath; every write lands in this sandbox's upper dir. Each
+    // undo goes on before its mount or process: one cut short by its timeout may still have happened.
+    undo.push("root overlay", () => this.driver.unmount(rootfs));
+    await run(
+      "mount",
+      [
+        "-t",
+        "overlay",
+        "overlay",
+        "-o",
+        `lowerdir=${this.spec.templateRoot},upperdir=${layer.upper},workdir=${layer.work}`,
         rootfs,
-        agentPath: this.driver.options.agentPath,
-        cgroupsPath: cgroupPath(this.driver.options.hostTag, this.id),
-        hostLimits,
-        ...(resolvConf ? { resolvConf } : {}),
-      });
-      await writeFile(join(dir, "bundle", "config.json"), JSON.stringify(oci));
-      const files = channelFiles(dir);
-      await Promise.all([files.toGuest, files.fromGuest].map((f) => rm(f, { force: true })));
-      await run("mkfifo", ["-m", "600", files.toGuest, files.fromGuest], { timeoutMs: MOUNT_TIMEOUT_MS });
-      signal?.throwIfAborted();
-      const [file, args] = this.driver.runCommand(join(dir, "bundle"), this.id, network !== undefined);
-      // Read-write opens never block on a FIFO and keep both ends open in runsc for its lifetime.
-      const fds = [
-        openSync(files.toGuest, fsConstants.O_RDWR),
-        openSync(files.fromGuest, fsConstants.O_RDWR),
-        openSync(files.log, "a", 0o600),
-      ];
-      try {
-        // Out of the server's process group and session: a terminal's Ctrl-C goes to the server,
-        // which stops its sandboxes in order, and a server that dies leaves them running.
-        this.watch(spawn(file, args, { stdio: fds, detached: true }), true);
-      } finally {
-        for (const fd of fds) closeSync(fd);
-      }
-      return this.connect(false);
-    } catch (err) {
-      // A failed restart keeps the disk: the files are the sandbox's, not this attempt's.
-      await (this.spec.reuseDisk ? this.stop() : this.destroy());
-      if (err instanceof BootError) throw err;
-      throw new BootError("start", `Could not start gVisor sandbox ${this.id}.`, { cause: err });
+      ],
+      { timeoutMs: MOUNT_TIMEOUT_MS },
+    );
+    const network = this.spec.network;
+    const resolvConf = network ? join(dir, "bundle", "resolv.conf") : undefined;
+    if (network && resolvConf)
+      await writeFile(resolvConf, network.dns.map((d) => `nameserver ${d}\n`).join(""), { mode: 0o644 });
+    const oci = buildOciSpec({
+      ...this.spec,
+      rootfs,
+      agentPath: this.driver.options.agentPath,
+      cgroupsPath: cgroupPath(this.driver.options.hostTag, this.id),
+      hostLimits,
+      ...(resolvConf ? { resolvConf } : {}),
+    });
+    await writeFile(join(dir, "bundle", "config.json"), JSON.stringify(oci));
+    const files = channelFiles(dir);
+    await Promise.all([files.toGuest, files.fromGuest].map((f) => rm(f, { force: true })));
+    await run("mkfifo", ["-m", "600", files.toGuest, files.fromGuest], { timeoutMs: MOUNT_TIMEOUT_MS });
+    signal?.throwIfAborted();
+    const [file, args] = this.driver.runCommand(join(dir, "bundle"), this.id, network !== undefined);
+    // Read-write opens never block on a FIFO and keep both ends open in runsc for its lifetime.
+    const fds = [
+      openSync(files.toGuest, fsConstants.O_RDWR),
+      openSync(files.fromGuest, fsConstants.O_RDWR),
+      openSync(files.log, "a", 0o600),
+    ];
+    // The container (runsc removes its cgroup with it).
+    undo.push("container", () => this.kill());
+    try {
+      // Out of the server's process group and session: a terminal's Ctrl-C goes to the server,
+      // which stops its sandboxes in order, and a server that dies leaves them running.
+      this.watch(spawn(file, args, { stdio: fds, detached: true }), true);
+    } finally {
+      for (const fd of fds) closeSync(fd);
     }
+    return this.connect(false);
   }
 
   /**
@@ -339,7 +337,7 @@ class GvisorSandbox implements SandboxHandle {
    * on a restart. Without `diskMib` (sandboxes made before disk sizes) the layer lives in the
    * directory itself.
    */
-  private async mountDisk(): Promise<{ upper: string; work: string }> {
+  private async mountDisk(undo: UndoStack): Promise<{ upper: string; work: string }> {
     const { dir, diskMib } = this.spec;
     const base = diskMib === undefined && !existsSync(join(dir, DISK_IMAGE)) ? dir : join(dir, DISK_MOUNT);
     if (base !== dir) {
@@ -354,6 +352,7 @@ class GvisorSandbox implements SandboxHandle {
         );
       }
       await mkdir(base, { recursive: true });
+      undo.push("disk mount", () => this.driver.unmount(base));
       await run("mount", ["-o", "loop,nosuid,nodev", image, base], { timeoutMs: MOUNT_TIMEOUT_MS });
     }
     const layer = { upper: join(base, "upper"), work: join(base, "work") };
@@ -361,11 +360,15 @@ class GvisorSandbox implements SandboxHandle {
     return layer;
   }
 
-  /** Takes over a container an earlier server started: `runsc wait` tells when it ends. */
-  private async attach(): Promise<GuestStream> {
+  /**
+   * Takes over a container an earlier server started: `runsc wait` tells when it ends. A take-over
+   * that fails stops the sandbox (its disk stays).
+   */
+  private async attach(undo: UndoStack): Promise<GuestStream> {
     if (!(await this.driver.containerRunning(this.id)))
       throw new BootError("attach", `Sandbox ${this.id} has no running container to attach to.`);
     this.watch(spawn(this.driver.runscPath, this.driver.runscArgs("wait", this.id), { stdio: "ignore" }), false);
+    undo.push("container", () => this.stop());
     return this.connect(true);
   }
 

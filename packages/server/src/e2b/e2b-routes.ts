@@ -16,6 +16,7 @@ import { Process } from "./gen/process_pb.ts";
 import { processService } from "./process-service.ts";
 import { E2bHttpError, sendE2bError } from "./e2b-errors.ts";
 import { E2bState } from "./e2b-state.ts";
+import { signedFileRoutes } from "./signed-files.ts";
 
 export interface E2bDeps {
   config: Config;
@@ -29,10 +30,11 @@ export interface E2bDeps {
 }
 
 /**
- * The E2B-compatible surface, for the unmodified `e2b` SDK: its control plane under `/e2b` and
- * its in-sandbox daemon (envd) under `/e2b/envd`, both mapped onto bothy's own sandboxes,
- * commands and files. Errors are E2B's `{"code","message"}`, not problem+json. The control plane
- * takes a bothy API key in E2B's X-API-Key; envd calls carry the sandbox's own access token.
+ * The E2B-compatible surface, for the unmodified `e2b` SDK: its control plane under `/e2b`, its
+ * in-sandbox daemon (envd) under `/e2b/envd`, and `/files` for the SDK's signed URLs, all mapped
+ * onto bothy's own sandboxes, commands and files. Errors are E2B's `{"code","message"}`, not problem+json.
+ * The control plane takes a bothy API key in E2B's X-API-Key (bothy's auth hooks check it, as on
+ * every route); envd calls and signed URLs carry the sandbox's own access token instead.
  */
 export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<void> {
   const tokens = await AccessTokens.load(deps.config.home);
@@ -50,7 +52,7 @@ export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<vo
           deps.logProblem,
         ),
       );
-      controlPlaneRoutes(e2b, deps, tokens, state);
+      controlPlaneRoutes(e2b, deps, tokens, state, deps.config.previewDomain ?? null);
       await e2b.register(
         (envd) =>
           envdRoutes(envd, deps.manager, tokens, async (scope) => {
@@ -68,4 +70,5 @@ export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<vo
     },
     { prefix: "/e2b" },
   );
+  await signedFileRoutes(app, deps.manager, tokens, deps.logProblem);
 }

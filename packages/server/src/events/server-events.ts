@@ -22,9 +22,7 @@ export interface ServerEventMap {
   network_pool_public: { pool: string };
   network_ready: { pool: string; uplink: string; dns: readonly string[]; table: string };
   network_plumbed: { sandbox_id: string; iface: string; guest: string; ms: number };
-  network_teardown_failed: Failure;
   qemu_base_snapshot: { key: string; image: string; ms: number };
-  qemu_restore_failed: Failure;
   runsc_remove_retried: Failure;
   umount_lazy: { dir: string; target: string; error: string };
 
@@ -115,9 +113,7 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   network_pool_public: "warn",
   network_ready: "info",
   network_plumbed: "info",
-  network_teardown_failed: "warn",
   qemu_base_snapshot: "info",
-  qemu_restore_failed: "warn",
   runsc_remove_retried: "warn",
   umount_lazy: "warn",
   sandbox_created: "info",

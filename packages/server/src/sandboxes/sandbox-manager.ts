@@ -20,7 +20,7 @@ import { egressFromRequest, isDefaultPolicy } from "../network/host-network.ts";
 import type { DriverRegistry } from "../drivers/driver-registry.ts";
 import { DEFAULT_TENANT, toSandboxInfo, type Ledger, type SandboxRow } from "../ledger/ledger.ts";
 import { newSandboxId } from "../util/ids.ts";
-import { bootSandbox, reattachSandbox, type BootedSandbox } from "./boot.ts";
+import { bootSandbox, resumeSandbox, type BootedSandbox } from "./boot.ts";
 import { expiryFrom, lifetimeOf, parseSetTimeout } from "./lifetime.ts";
 import { SandboxRecords, type SandboxRecord } from "./sandbox-records.ts";
 import { WarmPool, type PoolShape } from "./warm-pool.ts";
@@ -626,7 +626,7 @@ export class SandboxManager {
     return this.transition(id, async (booted, rec) => {
       if (this.info(id).state !== "paused") return;
       try {
-        await reattachSandbox(booted, this.config.bootTimeoutMs);
+        await resumeSandbox(this.drivers.get(this.info(id).driver), booted, this.config.bootTimeoutMs);
       } catch (err) {
         // A sandbox that cannot come back is over: its state file and disk go with it.
         this.records.letGo(rec);
@@ -698,7 +698,7 @@ export class SandboxManager {
         );
       }
       const started = Date.now();
-      const booted = await this.bootDormant(row).catch((err: unknown) => {
+      const booted = await this.bootFromDisk(row).catch((err: unknown) => {
         this.log("sandbox_wake_failed", { sandbox_id: id, error: describeCauses(err) });
         throw toWakeFailure(id, err);
       });
@@ -711,22 +711,6 @@ export class SandboxManager {
       this.adopt(booted);
       this.log("sandbox_woken", { sandbox_id: id, from: row.state, driver: row.driver, ms: Date.now() - started });
     });
-  }
-
-  /**
-   * Boots a stopped or paused sandbox on its disk. A paused one's memory image is gone once QEMU
-   * runs it: if the restored guest then fails its start (an agent from an older bothy that does
-   * not know a frame, a guest that broke its own cgroups), its disk is still whole, and it boots
-   * cold from there, as after a crash: files kept, processes lost.
-   */
-  private async bootDormant(row: SandboxRow): Promise<BootedSandbox> {
-    try {
-      return await this.bootFromDisk(row);
-    } catch (err) {
-      if (row.state !== "paused" || (err instanceof BothyError && err.code === "template_not_built")) throw err;
-      this.log("sandbox_restore_failed", { sandbox_id: row.id, error: describeCauses(err) });
-      return this.bootFromDisk(row);
-    }
   }
 
   /** Takes over a sandbox that still runs from before the restart; false when it cannot (then it is stopped). */
@@ -773,7 +757,11 @@ export class SandboxManager {
       reuseDisk: true,
       ...how,
     };
-    return bootSandbox(this.drivers.get(row.driver), spec, this.config.bootTimeoutMs);
+    // A wake from saved memory that fails (an agent from an older bothy that does not know a frame, a
+    // guest that broke its own cgroups) boots cold on the same disk: files kept, processes lost.
+    return bootSandbox(this.drivers.get(row.driver), spec, this.config.bootTimeoutMs, {
+      onWakeFailed: (err) => this.log("sandbox_restore_failed", { sandbox_id: row.id, error: describeCauses(err) }),
+    });
   }
 
   /** Notes activity on a sandbox: idle sleep counts from the last one. */

@@ -8,6 +8,7 @@ import type {
   HostObject,
   SandboxHandle,
   SandboxSpec,
+  UndoStack,
 } from "../../src/drivers/driver.ts";
 
 /**
@@ -158,6 +159,7 @@ const tick = (): Promise<void> => new Promise((r) => setImmediate(r));
 class FakeHandle implements SandboxHandle {
   readonly id: string;
   readonly needsIdentity = true;
+  readonly diagnostics = undefined;
   private started = false;
   private guest: FakeGuest | undefined;
   private paused = false;
@@ -165,7 +167,7 @@ class FakeHandle implements SandboxHandle {
   private resolveEnd!: (exit: ExitInfo) => void;
   private readonly epoch: number;
   readonly pause?: () => Promise<void>;
-  readonly resume?: (signal?: AbortSignal) => Promise<GuestStream>;
+  readonly resume?: (undo: UndoStack, signal?: AbortSignal) => Promise<GuestStream>;
 
   constructor(
     private readonly driver: FakeDriver,
@@ -176,7 +178,7 @@ class FakeHandle implements SandboxHandle {
     this.ended = new Promise((r) => (this.resolveEnd = r));
     if (driver.canPause) {
       this.pause = () => this.doPause();
-      this.resume = () => this.doResume();
+      this.resume = (undo) => this.doResume(undo);
     }
   }
 
@@ -198,7 +200,8 @@ class FakeHandle implements SandboxHandle {
     return m;
   }
 
-  async start(): Promise<GuestStream> {
+  /** Like the real drivers, it leaves the cleanup of a failed start to the undos it pushes. */
+  async start(undo: UndoStack): Promise<GuestStream> {
     if (this.started) throw new BothyError("internal", `Sandbox ${this.id} was already started.`);
     this.started = true;
     await tick();
@@ -206,19 +209,24 @@ class FakeHandle implements SandboxHandle {
     const existing = this.host.machines.get(this.id);
     if (this.spec.attach) {
       if (!existing?.guest) throw new BootError("attach", `Nothing of ${this.id} runs to attach to.`);
+      undo.push("guest", () => this.stop());
       return this.adoptGuest(existing.guest, true);
     }
     if (this.spec.reuseDisk && !existing?.disk) throw new BootError("prepare", `${this.id} has no disk.`);
     if (!this.spec.reuseDisk && existing)
       throw new BothyError("internal", `${this.id} already has host objects; ids are never reused.`);
     const m = this.machine();
+    if (!this.spec.reuseDisk) undo.push("disk", () => void this.host.machines.delete(this.id));
     m.disk = true;
     await tick();
     if (this.dead) throw new BootError("start", "The server's process is gone.");
-    if (this.host.takeStartFailure()) throw new BootError("start", "The fake host refused to start it.");
+    if (this.host.takeStartFailure())
+      throw new BootError(this.spec.fromMemory ? "restore" : "start", "The fake host refused to start it.");
     if (m.guest) throw new BothyError("internal", `${this.id} already runs a guest.`);
-    const fromMemory = m.savedMemory;
+    if (this.spec.fromMemory && !m.savedMemory) throw new BootError("prepare", `${this.id} has no saved memory.`);
+    const fromMemory = this.spec.fromMemory === true;
     m.savedMemory = false;
+    undo.push("guest", () => this.endGuest());
     return this.adoptGuest(this.newGuest(m), fromMemory);
   }
 
@@ -283,7 +291,7 @@ class FakeHandle implements SandboxHandle {
     this.endGuest();
   }
 
-  private async doResume(): Promise<GuestStream> {
+  private async doResume(undo: UndoStack): Promise<GuestStream> {
     if (this.dead) throw new BothyError("internal", "The server's process is gone.");
     if (!this.paused) throw new BothyError("internal", `Sandbox ${this.id} is not paused.`);
     await tick();
@@ -293,6 +301,7 @@ class FakeHandle implements SandboxHandle {
     if (this.host.takeStartFailure()) throw new BothyError("agent_unavailable", "The fake host refused to restore it.");
     m.savedMemory = false;
     this.paused = false;
+    undo.push("guest", () => this.endGuest());
     return this.adoptGuest(this.newGuest(m), true);
   }
 }
@@ -312,6 +321,10 @@ export class FakeDriver implements Driver {
   }
 
   async preflight(): Promise<void> {}
+
+  savedMemory(spec: SandboxSpec): boolean {
+    return this.host.machines.get(spec.id)?.savedMemory === true;
+  }
 
   create(spec: SandboxSpec): SandboxHandle {
     return new FakeHandle(this, spec);
