@@ -2,6 +2,8 @@
  * Shared pieces of the benchmark scripts: statistics, the host header, the seed template, one
  * timed create → exec → delete through the API, and the host checks after a server stops.
  */
+// The benchmarks' servers and clients share one admin key, as the tests' do.
+import "../test/auth-setup.ts";
 import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
 import { copyFile, readdir, readFile, rm } from "node:fs/promises";

@@ -5,3 +5,4 @@ export * from "./api.ts";
 export * from "./tools-api.ts";
 export * from "./api-responses.ts";
 export * from "./desktop-api.ts";
+export * from "./auth-api.ts";

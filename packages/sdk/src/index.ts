@@ -55,3 +55,13 @@ export {
   type CommandResult,
   type SandboxErrorOptions,
 } from "./errors.ts";
+export {
+  ApiKeys,
+  Tenants,
+  type AdminOptions,
+  type ApiKeyInfo,
+  type CreatedKey,
+  type KeyCreateOptions,
+  type TenantInfo,
+  type TenantQuota,
+} from "./admin.ts";

@@ -49,8 +49,8 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
     delete process.env["E2B_DEBUG"];
     process.env["E2B_API_URL"] = `${ts.url}/e2b`;
     process.env["E2B_SANDBOX_URL"] = `${ts.url}/e2b/envd`;
-    // bothy has no API keys yet: any key is accepted.
-    process.env["E2B_API_KEY"] = "e2b_0000000000000000000000000000000000000000";
+    // E2B keys are bothy keys: the admin key of the test server.
+    process.env["E2B_API_KEY"] = ts.apiKey;
   });
 
   afterAll(async () => {
@@ -219,7 +219,7 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
     it("refuses what bothy cannot honour with E2B's error shape", async () => {
       const res = await fetch(`${ts.url}/e2b/v2/sandboxes`, {
         method: "POST",
-        headers: { "content-type": "application/json", "x-api-key": "e2b_0" },
+        headers: { "content-type": "application/json", "x-api-key": ts.apiKey },
         body: JSON.stringify({ templateID: "base", metadata: { "a b": "c" } }),
       });
       expect(res.status).toBe(400);

@@ -18,7 +18,7 @@ import type { Driver, EgressPolicy, HostObject } from "../drivers/driver.ts";
 import { describeCauses, toCreateFailure, toResumeFailure, toWakeFailure } from "../errors/internal-errors.ts";
 import { egressFromRequest, isDefaultPolicy } from "../network/host-network.ts";
 import type { DriverRegistry } from "../drivers/driver-registry.ts";
-import { toSandboxInfo, type Ledger, type SandboxRow } from "../ledger/ledger.ts";
+import { DEFAULT_TENANT, toSandboxInfo, type Ledger, type SandboxRow } from "../ledger/ledger.ts";
 import { newSandboxId } from "../util/ids.ts";
 import { bootSandbox, resumeSandbox, type BootedSandbox } from "./boot.ts";
 import { expiryFrom, lifetimeOf, parseSetTimeout } from "./lifetime.ts";
@@ -46,6 +46,12 @@ import type { Logger, ServerEventMap } from "../events/server-events.ts";
 const FLUSH_TIMEOUT_MS = 10_000;
 
 type CreateRequest = ReturnType<typeof createSandboxRequest.parse>;
+
+/** Whose the sandbox is, and what its tenant's quotas say about a new one (throws to refuse). */
+export interface CreateOwner {
+  tenant: string;
+  admit?: (size: { vcpu: number; memoryMib: number }) => void;
+}
 
 export interface CreateResult {
   sandbox: SandboxInfo;
@@ -219,11 +225,15 @@ export class SandboxManager {
       );
   }
 
-  async create(body: unknown, idempotencyKey: string | undefined): Promise<CreateResult> {
+  async create(
+    body: unknown,
+    idempotencyKey: string | undefined,
+    owner: CreateOwner = { tenant: DEFAULT_TENANT },
+  ): Promise<CreateResult> {
     if (this.stopping)
       throw new BothyError("shutting_down", "The server is shutting down; retry against its replacement.");
     const req = this.validate(body);
-    if (idempotencyKey === undefined) return this.createNew(req, undefined);
+    if (idempotencyKey === undefined) return this.createNew(req, undefined, owner);
     if (!IDEMPOTENCY_KEY_RE.test(idempotencyKey)) {
       throw new BothyError(
         "idempotency_key_invalid",
@@ -237,23 +247,25 @@ export class SandboxManager {
         "This Idempotency-Key was used for a different request body; use a new key for a new sandbox.",
       );
     // A create still booting under this key may not be in the ledger yet, so its body is checked here too.
-    const inflight = this.inflightKeys.get(idempotencyKey);
+    // Keys are per tenant: the same key in two tenants names two sandboxes.
+    const slot = `${owner.tenant}\0${idempotencyKey}`;
+    const inflight = this.inflightKeys.get(slot);
     if (inflight) {
       if (inflight.fingerprint !== fingerprint) throw reused();
       return { ...(await inflight.job), created: false };
     }
-    const known = this.ledger.findIdempotencyKey(idempotencyKey);
+    const known = this.ledger.findIdempotencyKey(owner.tenant, idempotencyKey);
     if (known) {
       if (known.fingerprint !== fingerprint) throw reused();
       const row = this.ledger.getSandbox(known.sandbox_id);
       if (row) return { sandbox: toSandboxInfo(row), created: false };
     }
-    const job = this.createNew(req, { key: idempotencyKey, fingerprint });
-    this.inflightKeys.set(idempotencyKey, { fingerprint, job });
+    const job = this.createNew(req, { key: idempotencyKey, fingerprint }, owner);
+    this.inflightKeys.set(slot, { fingerprint, job });
     try {
       return await job;
     } finally {
-      this.inflightKeys.delete(idempotencyKey);
+      this.inflightKeys.delete(slot);
     }
   }
 
@@ -340,6 +352,7 @@ export class SandboxManager {
   private async createNew(
     req: CreateRequest,
     idem: { key: string; fingerprint: string } | undefined,
+    owner: CreateOwner,
   ): Promise<CreateResult> {
     const template = await this.templates.resolve(req.template);
     if (!template) {
@@ -354,6 +367,8 @@ export class SandboxManager {
         `This host runs at most ${this.config.limits.maxSandboxes} sandboxes; delete one or raise BOTHY_MAX_SANDBOXES.`,
       );
     }
+    // Checked in the same synchronous run as the row's insert below, so two creates cannot both pass.
+    owner.admit?.({ vcpu: req.vcpu, memoryMib: req.memory_mib });
     const driver = this.drivers.get(req.driver);
     const lifetime = lifetimeOf(req, this.config.lifecycle);
     const started = Date.now();
@@ -381,6 +396,7 @@ export class SandboxManager {
         disconnect_grace_s: lifetime.disconnectGraceS,
         network: JSON.stringify(network.shown),
         metadata: JSON.stringify(req.metadata ?? {}),
+        tenant: owner.tenant,
       },
       idem,
     );
@@ -405,7 +421,7 @@ export class SandboxManager {
       } catch (err) {
         const e = toCreateFailure(err);
         this.ledger.transition(id, "creating", "failed", e.message);
-        if (idem) this.ledger.forgetIdempotencyKey(idem.key);
+        if (idem) this.ledger.forgetIdempotencyKey(owner.tenant, idem.key);
         this.log("sandbox_create_failed", { sandbox_id: id, error: describeCauses(err) });
         throw e;
       }
@@ -413,7 +429,7 @@ export class SandboxManager {
         if (!warm) this.ledger.transition(id, "creating", "running");
       } catch (err) {
         await booted.handle.destroy();
-        if (idem) this.ledger.forgetIdempotencyKey(idem.key);
+        if (idem) this.ledger.forgetIdempotencyKey(owner.tenant, idem.key);
         throw err;
       }
       this.adopt(booted);
