@@ -14,6 +14,7 @@ const key = `bothy_${randomBytes(32).toString("hex")}`;
 process.env["BOTHY_ADMIN_KEY"] = key;
 process.env["BOTHY_API_KEY"] = key;
 
+const E2B_SANDBOX = "e2b-sandbox-id";
 const LOOPBACK = new Set(["127.0.0.1", "localhost", "[::1]", "::1"]);
 /** Loopback, and the private addresses of the namespaces tests build (a server on a test's control link). */
 const PRIVATE = /^(127\.|10\.|192\.168\.|172\.(1[6-9]|2\d|3[01])\.)\d+\.\d+(\.\d+)?$/;
@@ -24,10 +25,15 @@ function loopback(host: string | null | undefined): boolean {
   return LOOPBACK.has(name) || PRIVATE.test(name);
 }
 
-/** Adds the key unless the headers name one; removes the anonymous marker. */
+/**
+ * Adds the key unless the headers name one; removes the anonymous marker. E2B's sandbox traffic
+ * (`E2b-Sandbox-Id`: envd and the sandbox's ports) goes as the SDKs send it, with the sandbox's own
+ * tokens and no API key.
+ */
 function withKey(headers: Headers): Headers {
   if (headers.has(ANONYMOUS_HEADER)) headers.delete(ANONYMOUS_HEADER);
-  else if (!headers.has("authorization") && !headers.has("x-api-key")) headers.set("authorization", `Bearer ${key}`);
+  else if (!headers.has("authorization") && !headers.has("x-api-key") && !headers.has(E2B_SANDBOX))
+    headers.set("authorization", `Bearer ${key}`);
   return headers;
 }
 
@@ -48,7 +54,7 @@ function patchOptions(options: Outgoing): Outgoing {
     delete given[ANONYMOUS_HEADER];
     return { ...options, headers: given };
   }
-  if ("authorization" in given || "x-api-key" in given) return options;
+  if ("authorization" in given || "x-api-key" in given || E2B_SANDBOX in given) return options;
   return { ...options, headers: { ...given, authorization: `Bearer ${key}` } };
 }
 

@@ -33,7 +33,8 @@ import { WebhookSender } from "./events/webhook.ts";
 import type { Config } from "./config.ts";
 import { createDrivers } from "./drivers/driver-registry.ts";
 import { e2bRoutes } from "./e2b/e2b-routes.ts";
-import { e2bPortRewrite } from "./e2b/port-rewrite.ts";
+import { AccessTokens } from "./e2b/access-token.ts";
+import { e2bPortRewrite, e2bPortTrafficOf } from "./e2b/port-rewrite.ts";
 import { TemplateStore } from "./images/template-store.ts";
 import { Ledger } from "./ledger/ledger.ts";
 import { Metrics } from "./metrics/metrics.ts";
@@ -197,7 +198,24 @@ export async function startServer(
     if (request.raw.httpVersion === "1.1" && request.headers.host === undefined)
       throw new BothyError("malformed_request", "An HTTP/1.1 request needs a Host header (RFC 9112); send one.");
   });
-  authHooks(app, { ring, ledger, mode: config.auth.mode, connections });
+  const e2bTokens = await AccessTokens.load(config.home);
+  authHooks(app, {
+    ring,
+    ledger,
+    mode: config.auth.mode,
+    connections,
+    sandboxGrant: (request) => {
+      const id = e2bPortTrafficOf(request.raw);
+      const header = (name: string): string | undefined => {
+        const value = request.headers[name];
+        return Array.isArray(value) ? value[0] : value;
+      };
+      return id !== undefined &&
+        e2bTokens.verifyTraffic(id, header("e2b-traffic-access-token"), header("x-access-token"))
+        ? id
+        : undefined;
+    },
+  });
   // A request no route takes can still fail earlier on its body or content type; it gets the 404.
   app.setErrorHandler((err, request, reply) =>
     sendProblem(reply, request, request.is404 ? routeNotFound(request) : err, logProblem),
@@ -220,7 +238,7 @@ export async function startServer(
   tunnelRoutes(app, manager);
   await agentToolRoutes(app, config, logger, ring);
   usageRoutes(app, meter, ledger);
-  await e2bRoutes(app, { config, manager, registry, serverEvents, logProblem, ledger, quotas });
+  await e2bRoutes(app, { tokens: e2bTokens, config, manager, registry, serverEvents, logProblem, ledger, quotas });
   openapiRoutes(app);
 
   const address = await app.listen({ host: config.host, port: config.port });

@@ -173,7 +173,12 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
     const viewer = desk.desktop.viewerUrl();
     expect(viewer).toBe(`${ts.url}/sandboxes/${desk.sandboxId}/desktop`);
     host = await chromium.launch({ executablePath: HOST_CHROMIUM, args: HOST_FLAGS });
-    const view = await host.newPage({ viewport: { width: 1280, height: 800 } });
+    // The viewer is an API route like any other: the browser sends the key (a person's browser
+    // reaches it through a proxy that adds it; per-sandbox viewer links are not built yet).
+    const view = await host.newPage({
+      viewport: { width: 1280, height: 800 },
+      extraHTTPHeaders: { authorization: `Bearer ${ts.apiKey}` },
+    });
     await view.goto(viewer);
     await view.waitForSelector("body[data-state=connected]", { timeout: 60_000 });
     // The sandbox shows teal (the previous test); it is scaled into the viewport, so look at the middle.

@@ -490,16 +490,24 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
         const { envdAccessToken } = (await (await fetch(`${ts.url}/e2b/sandboxes/${sbx.sandboxId}`)).json()) as {
           envdAccessToken: string;
         };
-        // As code-interpreter calls its Jupyter server: the envd URL, the sandbox and port in headers.
-        const viaPort = (): Promise<Response> =>
+        const trafficToken = sbx.trafficAccessToken;
+        expect(trafficToken).toBeTruthy();
+        // As code-interpreter calls its Jupyter server: the envd URL, the sandbox and port in headers,
+        // the sandbox's traffic token and no API key.
+        const viaPort = (token: Record<string, string> = { "e2b-traffic-access-token": trafficToken! }) =>
           fetch(`${process.env["E2B_SANDBOX_URL"]}/execute?x=1`, {
             method: "POST",
-            headers: { "e2b-sandbox-id": sbx.sandboxId, "e2b-sandbox-port": "8000", "x-probe": "probe" },
+            headers: { "e2b-sandbox-id": sbx.sandboxId, "e2b-sandbox-port": "8000", "x-probe": "probe", ...token },
             body: "{}",
           });
         await vi.waitFor(async () => expect((await viaPort()).status).toBe(200), { timeout: 30_000, interval: 250 });
         expect(await (await viaPort()).text()).toBe("POST /execute?x=1 probe");
-        // envd's own port still needs the access token; other ports do not (as in E2B).
+        // The envd access token opens the sandbox's ports too; no token, or a wrong one, is refused.
+        expect((await viaPort({ "x-access-token": envdAccessToken })).status).toBe(200);
+        expect((await viaPort({})).status).toBe(401);
+        expect((await viaPort({ "e2b-traffic-access-token": envdAccessToken })).status).toBe(401);
+        expect((await viaPort({ "x-access-token": trafficToken! })).status).toBe(401);
+        // envd's own port still needs the access token.
         const envd = await fetch(`${process.env["E2B_SANDBOX_URL"]}/health`, {
           headers: { "e2b-sandbox-id": sbx.sandboxId, "e2b-sandbox-port": "49983" },
         });

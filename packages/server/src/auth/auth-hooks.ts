@@ -74,20 +74,46 @@ export class KeyConnections {
   }
 }
 
+/**
+ * A request that authenticates with a sandbox's own token instead of an API key (E2B's port
+ * traffic): the sandbox it was made for, when its token verifies; the grant covers only that
+ * sandbox's ports.
+ */
+export type SandboxGrant = (request: FastifyRequest) => string | undefined;
+
+const PORT_ROUTE = /^\/sandboxes\/:id\/ports\//;
+
 export function authHooks(
   app: FastifyInstance,
-  options: { ring: KeyRing; ledger: Ledger; mode: "keys" | "none"; connections: KeyConnections },
+  options: {
+    ring: KeyRing;
+    ledger: Ledger;
+    mode: "keys" | "none";
+    connections: KeyConnections;
+    sandboxGrant?: SandboxGrant;
+  },
 ): void {
-  const { ring, ledger, mode, connections } = options;
+  const { ring, ledger, mode, connections, sandboxGrant } = options;
+
+  /** The principal of a request to a sandbox's port that carries that sandbox's own token. */
+  const granted = (request: FastifyRequest, url: string | undefined): Principal | undefined => {
+    if (!sandboxGrant || url === undefined || !PORT_ROUTE.test(url)) return undefined;
+    const id = sandboxGrant(request);
+    if (id === undefined || (request.params as { id?: unknown }).id !== id) return undefined;
+    const tenant = ledger.auth.sandboxTenant(id);
+    return tenant === undefined ? undefined : { keyId: null, tenant, scopes: new Set(["sandboxes:write"]) };
+  };
   app.decorateRequest("principal", null);
   app.addHook("onRequest", async (request, reply) => {
     const url = request.routeOptions.url;
     const need = requirementOf(request.method, url, request.ws);
     if (need === "public") return;
     let principal: Principal;
+    const key = presentedKey(request);
+    const grant = key === undefined ? granted(request, url) : undefined;
     if (mode === "none") principal = NO_AUTH_PRINCIPAL;
+    else if (grant) principal = grant;
     else {
-      const key = presentedKey(request);
       if (key === undefined || key === "")
         throw refuse(
           reply,

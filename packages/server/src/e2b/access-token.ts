@@ -30,6 +30,16 @@ export class AccessTokens {
     return token !== undefined && same(this.tokenFor(sandboxId), token);
   }
 
+  /** The token E2B's SDKs send to the sandbox's other ports (`E2B-Traffic-Access-Token`). */
+  trafficTokenFor(sandboxId: string): string {
+    return createHmac("sha256", this.key).update(`traffic:${sandboxId}`).digest("base64url");
+  }
+
+  /** Whether a request to one of the sandbox's ports carries either of its tokens. */
+  verifyTraffic(sandboxId: string, traffic: string | undefined, envd: string | undefined): boolean {
+    return (traffic !== undefined && same(this.trafficTokenFor(sandboxId), traffic)) || this.verify(sandboxId, envd);
+  }
+
   /**
    * Whether `signature` signs this file operation for the sandbox, as the SDK's uploadUrl and
    * downloadUrl compute it from the access token: `v1_` + unpadded base64 of

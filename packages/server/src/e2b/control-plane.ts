@@ -129,7 +129,7 @@ export function controlPlaneRoutes(
     clientID: "bothy",
     envdVersion: ENVD_VERSION,
     envdAccessToken: tokens.tokenFor(info.sandbox_id),
-    trafficAccessToken: null,
+    trafficAccessToken: tokens.trafficTokenFor(info.sandbox_id),
     domain,
   });
 

@@ -7,7 +7,7 @@ import type { Config } from "../config.ts";
 import type { Ledger } from "../ledger/ledger.ts";
 import type { ServerEvents } from "../events/server-events.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
-import { AccessTokens } from "./access-token.ts";
+import type { AccessTokens } from "./access-token.ts";
 import { codeInterpreterStarter } from "./code-interpreter.ts";
 import { controlPlaneRoutes } from "./control-plane.ts";
 import { envdRoutes } from "./envd-routes.ts";
@@ -21,6 +21,8 @@ import { signedFileRoutes } from "./signed-files.ts";
 
 export interface E2bDeps {
   config: Config;
+  /** The sandboxes' envd and traffic tokens (also checked by the auth hooks for port traffic). */
+  tokens: AccessTokens;
   manager: SandboxManager;
   registry: CommandRegistry;
   serverEvents: ServerEvents;
@@ -38,7 +40,7 @@ export interface E2bDeps {
  * every route); envd calls and signed URLs carry the sandbox's own access token instead.
  */
 export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<void> {
-  const tokens = await AccessTokens.load(deps.config.home);
+  const { tokens } = deps;
   const state = new E2bState();
   deps.serverEvents.subscribe((ev) => {
     if (ev.event === "sandbox_deleted") state.forget(ev.sandbox_id);

@@ -5,6 +5,18 @@ import { ENVD_PORT } from "./envd-routes.ts";
 /** Where the E2B envd surface is mounted (E2B_SANDBOX_URL's path). */
 export const ENVD_PREFIX = "/e2b/envd";
 
+/** Requests the rewrite below sent to the port proxy, with the sandbox their E2B headers named. */
+const portTraffic = new WeakMap<IncomingMessage, string>();
+
+/**
+ * The sandbox an E2B port request (rewritten below) is for: such a request authenticates with that
+ * sandbox's own tokens (E2B-Traffic-Access-Token or X-Access-Token), not an API key, as E2B's SDKs
+ * send them (`@e2b/code-interpreter` sends no API key to its Jupyter port).
+ */
+export function e2bPortTrafficOf(req: IncomingMessage): string | undefined {
+  return portTraffic.get(req);
+}
+
 function header(req: IncomingMessage, name: string): string | undefined {
   const value = req.headers[name];
   return Array.isArray(value) ? value[0] : value;
@@ -25,6 +37,7 @@ export function e2bPortRewrite(req: IncomingMessage): string | undefined {
   // Anything malformed stays on the envd surface, which refuses it in E2B's shape.
   if (!/^[0-9]{1,5}$/.test(port) || !/^sbx_[a-z2-7]{20}$/.test(id)) return undefined;
   servedAtRoot(req);
+  portTraffic.set(req, id);
   const rest = url.slice(ENVD_PREFIX.length);
   return `/sandboxes/${id}/ports/${port}${rest.startsWith("/") ? rest : `/${rest}`}`;
 }
