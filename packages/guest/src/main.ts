@@ -139,7 +139,8 @@ function onFrame(raw: RawFrame): void {
       );
       return;
     case "limits":
-      applyLimits(frame).then(
+      // A start ends with limits: once answered, commands go through the helper from the first.
+      Promise.all([applyLimits(frame), spawner?.settled]).then(
         () => channel.send({ t: "done", id: frame.id }),
         (err: Error) => sendError(frame.id, "io_error", `limits: ${err.message}`),
       );

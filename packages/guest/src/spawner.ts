@@ -115,6 +115,9 @@ export class Spawner {
   private ready = false;
   private gone = false;
   private lineBuf = "";
+  private settle!: () => void;
+  /** Resolves once the helper listens, or has failed (commands then go through Node). */
+  readonly settled = new Promise<void>((resolve) => (this.settle = resolve));
 
   private constructor(
     private readonly helper: ChildProcess,
@@ -209,8 +212,10 @@ export class Spawner {
       this.lineBuf = this.lineBuf.slice(nl + 1);
       const seq = Number(a);
       const proc = this.procs.get(seq);
-      if (word === "ready") this.ready = true;
-      else if (!proc) continue;
+      if (word === "ready") {
+        this.ready = true;
+        this.settle();
+      } else if (!proc) continue;
       else if (word === "started") proc.started(Number(b));
       else if (word === "failed") {
         this.procs.delete(seq);
@@ -226,6 +231,7 @@ export class Spawner {
   private lost(): void {
     if (this.gone) return;
     this.gone = true;
+    this.settle();
     process.stderr.write("bothy-agent: the spawner helper ended; commands start through Node from now on\n");
     for (const proc of this.procs.values()) {
       if (proc.pid === undefined) proc.failed(2, constants.errno.ECHILD);
