@@ -145,8 +145,11 @@ export class Command {
     this.spawner = fast;
     // Through the helper the process joins the cgroup before its exec; through Node a prefix
     // in its shell does, and then that first shell becomes the command's own shell (exec): the
-    // same process, so exit codes and signals read exactly as without it.
-    const prefix = fast ? "" : shellPrefix(cgroup.join);
+    // same process, so exit codes and signals read exactly as without it. On a terminal only
+    // the command behind `script` joins (the prefix, either way): a SIGKILL's cgroup.kill then
+    // ends the command, and `script` reports its status as a terminal's shell would.
+    const helperJoins = fast !== undefined && !frame.pty;
+    const prefix = helperJoins ? "" : shellPrefix(cgroup.join);
     const env = {
       ...baseEnv,
       ...(frame.pty ? { TERM: "xterm-256color", BOTHY_PTY_CMD: prefix ? `${prefix} ${frame.cmd}` : frame.cmd } : {}),
@@ -160,7 +163,15 @@ export class Command {
     const stdin = frame.stdin || frame.pty !== undefined;
     const cwd = frame.cwd ?? "/workspace";
     this.child = fast
-      ? fast.spawn({ file, args, cwd, env, stdin, cgroup: cgroup.join, resetOomScore: IN_VM })
+      ? fast.spawn({
+          file,
+          args,
+          cwd,
+          env,
+          stdin,
+          cgroup: helperJoins ? cgroup.join : undefined,
+          resetOomScore: helperJoins && IN_VM,
+        })
       : spawn(file, args, {
           cwd,
           env,
