@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -130,74 +131,106 @@ static void child_fail(int errpipe, int step) {
   _exit(127);
 }
 
-/* In the child: never returns. */
-static void exec_child(struct cmd *c, int errpipe) {
-  char **f = malloc(sizeof(char *) * (c->req_len + 2));
-  if (!f) child_fail(errpipe, 2);
-  int n = fields(c->req, c->req_len, f, (int)c->req_len + 1);
-  unsigned flags = (unsigned)strtoul(f[2], NULL, 10);
-  const char *cgroup = f[3], *cwd = f[4];
-  int argc = atoi(f[5]);
-  if (argc < 1 || 6 + argc > n) { errno = EINVAL; child_fail(errpipe, 2); }
-  /* argv and env as NULL-terminated arrays: shift argv down one slot to make room for its NULL. */
-  char **argv = f + 5;
-  for (int i = 0; i < argc; i++) argv[i] = f[6 + i];
-  argv[argc] = NULL;
-  char **env = f + 6 + argc;
-  f[n] = NULL;
+/* What the child needs, all prepared by the parent: the child shares its memory (see launch). */
+struct launch {
+  int errpipe, in, out, err;
+  unsigned flags;
+  const char *cgroup_procs, *cwd;
+  char **argv, **env;
+};
 
+/* In the child: only system calls from here to the exec, no heap. Never returns. */
+static int exec_child(void *arg) {
+  struct launch *l = arg;
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
   for (int s = 1; s < NSIG; s++) signal(s, SIG_DFL);
   setsid();
-  int in = (flags & F_STDIN) ? c->fds[0] : open("/dev/null", O_RDONLY);
-  int out = (flags & F_QUIET) ? open("/dev/null", O_WRONLY) : c->fds[1];
-  int err = (flags & F_QUIET) ? out : c->fds[2];
-  if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) child_fail(errpipe, 2);
-  if (cgroup[0]) {
-    char path[4096], pid[24];
-    snprintf(path, sizeof path, "%s/cgroup.procs", cgroup);
+  int in = l->in >= 0 ? l->in : open("/dev/null", O_RDONLY);
+  int out = l->out >= 0 ? l->out : open("/dev/null", O_WRONLY);
+  int err = l->err >= 0 ? l->err : out;
+  if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) child_fail(l->errpipe, 2);
+  if (l->cgroup_procs) {
+    char pid[24];
     snprintf(pid, sizeof pid, "%d", (int)getpid());
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    int fd = open(l->cgroup_procs, O_WRONLY | O_CLOEXEC);
     if (fd < 0 || write(fd, pid, strlen(pid)) < 0) {
       write_all(2, "bothy: this command could not join the sandbox's process-limited cgroup\n");
       _exit(126);
     }
     close(fd);
   }
-  if (flags & F_OOM_ADJ) {
+  if (l->flags & F_OOM_ADJ) {
     int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
     if (fd >= 0) { write_all(fd, "0"); close(fd); }
   }
-  if (chdir(cwd) < 0) child_fail(errpipe, 1);
-  execve(argv[0], argv, env);
-  child_fail(errpipe, 2);
+  if (chdir(l->cwd) < 0) child_fail(l->errpipe, 1);
+  execve(l->argv[0], l->argv, l->env);
+  child_fail(l->errpipe, 2);
+  return 127;
 }
 
-/* Forks once the request and every stream it needs are there. */
+/* The child's stack: one at a time, since the parent waits for each child's exec (CLONE_VFORK). */
+static char child_stack[64 * 1024] __attribute__((aligned(16)));
+
+/*
+ * Starts the command once the request and every stream it needs are there. The child shares
+ * this process's memory until its exec (CLONE_VM | CLONE_VFORK, as posix_spawn does): no copy
+ * of an address space to make, which inside gVisor is most of what a fork costs.
+ */
 static void maybe_launch(struct cmd *c) {
   if (!c->req) return;
-  char *f[4];
-  if (fields(c->req, c->req_len, f, 4) < 4) return;
-  unsigned flags = (unsigned)strtoul(f[2], NULL, 10);
-  if (!(flags & F_QUIET) && (c->fds[1] < 0 || c->fds[2] < 0)) return;
-  if ((flags & F_STDIN) && c->fds[0] < 0) return;
-  int ep[2];
-  if (pipe2(ep, O_CLOEXEC) < 0) { say("failed %u %ld %ld\n", c->seq, 2, errno); drop(c); return; }
-  pid_t pid = fork();
-  if (pid < 0) {
-    say("failed %u %ld %ld\n", c->seq, 2, errno);
-    close(ep[0]);
-    close(ep[1]);
+  char **f = malloc(sizeof(char *) * (c->req_len + 2));
+  if (!f) { perror("bothy-helper: malloc"); exit(1); }
+  int n = fields(c->req, c->req_len, f, (int)c->req_len + 1);
+  unsigned flags = n >= 3 ? (unsigned)strtoul(f[2], NULL, 10) : 0;
+  int argc = n >= 6 ? atoi(f[5]) : 0;
+  if ((!(flags & F_QUIET) && (c->fds[1] < 0 || c->fds[2] < 0)) || ((flags & F_STDIN) && c->fds[0] < 0)) {
+    free(f);
+    return;
+  }
+  if (argc < 1 || 6 + argc > n) {
+    say("failed %u %ld %ld\n", c->seq, 2, EINVAL);
+    free(f);
     drop(c);
     return;
   }
-  if (pid == 0) {
-    close(ep[0]);
-    exec_child(c, ep[1]);
+  /* argv and env as NULL-terminated arrays: argv moves down one slot to make room for its NULL. */
+  char **argv = f + 5;
+  for (int i = 0; i < argc; i++) argv[i] = f[6 + i];
+  argv[argc] = NULL;
+  f[n] = NULL;
+  char procs[4096];
+  snprintf(procs, sizeof procs, "%s/cgroup.procs", f[3]);
+  struct launch l = {
+    .in = (flags & F_STDIN) ? c->fds[0] : -1,
+    .out = (flags & F_QUIET) ? -1 : c->fds[1],
+    .err = (flags & F_QUIET) ? -1 : c->fds[2],
+    .flags = flags,
+    .cgroup_procs = f[3][0] ? procs : NULL,
+    .cwd = f[4],
+    .argv = argv,
+    .env = f + 6 + argc,
+  };
+  int ep[2];
+  if (pipe2(ep, O_CLOEXEC) < 0) {
+    say("failed %u %ld %ld\n", c->seq, 2, errno);
+    free(f);
+    drop(c);
+    return;
   }
+  l.errpipe = ep[1];
+  pid_t pid = clone(exec_child, child_stack + sizeof child_stack, CLONE_VM | CLONE_VFORK | SIGCHLD, &l);
+  int clone_errno = errno;
   close(ep[1]);
+  free(f);
+  if (pid < 0) {
+    say("failed %u %ld %ld\n", c->seq, 2, clone_errno);
+    close(ep[0]);
+    drop(c);
+    return;
+  }
   c->pid = pid;
   c->errpipe = ep[0];
   for (int i = 0; i < 3; i++) if (c->fds[i] >= 0) { close(c->fds[i]); c->fds[i] = -1; }
