@@ -3,7 +3,7 @@ import { TemplateStore } from "../packages/server/src/images/template-store.ts";
 import { testTemplatesDir } from "./paths.ts";
 
 /**
- * Integration tests need the `seed`, `charts` and `workspace` templates. They are built once into a persistent
+ * Integration tests need the `seed`, `charts`, `workspace` and `desktop` templates. They are built once into a persistent
  * cache (keyed by the template's content hash), so only the first run on a machine pays for debootstrap and apt.
  */
 export default async function setup(): Promise<void> {
@@ -12,8 +12,9 @@ export default async function setup(): Promise<void> {
     storeDir: testTemplatesDir(),
   });
   // charts (seed + matplotlib and pandas, ~70 s) is for the agent tools' flow tests; workspace
-  // (~3 min, 2.6 GB) is the conversations' default computer, checked by workspace-template.test.ts.
-  for (const name of ["seed", "charts", "workspace"]) {
+  // (~3 min, 2.6 GB) is the conversations' default computer, checked by workspace-template.test.ts;
+  // desktop (seed + Xvfb, Chromium, x11vnc; ~64 s, 1.1 GB) is for desktop.test.ts.
+  for (const name of ["seed", "charts", "workspace", "desktop"]) {
     if (await store.resolve(name)) continue;
     process.stderr.write(`building template ${name} into ${testTemplatesDir()} (first run only)\n`);
     await store.build(name, {

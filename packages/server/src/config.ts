@@ -30,6 +30,10 @@ const envSchema = z.object({
    * to start sandboxes (saying how to fix it); `off`: they run without host limits.
    */
   BOTHY_HOST_LIMITS: z.enum(["required", "off"]).default("required"),
+  /** The gVisor runtime binary (a path, or a name on PATH): e.g. a newer runsc unpacked beside the system's. */
+  BOTHY_RUNSC: z.string().min(1).default("runsc"),
+  /** gVisor's platform: `ptrace` works everywhere; `systrap` needs runsc 2023 or later (docs/architecture.md). */
+  BOTHY_RUNSC_PLATFORM: z.enum(["ptrace", "systrap"]).default("ptrace"),
   /** The default driver; `auto` is qemu with KVM where hardware virtualization works, else gvisor. */
   BOTHY_DRIVER: z.enum(["auto", "gvisor", "qemu"]).default("auto"),
   /** QEMU: restore new sandboxes from a per-template memory snapshot (1) or boot each (0). */
@@ -108,6 +112,7 @@ export interface Config {
   driver: "auto" | "gvisor" | "qemu";
   hostLimits: "required" | "off";
   qemu: { warmStart: boolean; tbSizeMib: number; kernelDir: string };
+  gvisor: { runsc: string; platform: "ptrace" | "systrap" };
   webhook: { url: string; retryBaseMs: number } | undefined;
   commandReplayBytes: number;
   metering: { intervalMs: number; budget: { vcpuHours: number | undefined; gibHours: number | undefined } };
@@ -168,6 +173,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     previewDomain: e.BOTHY_PREVIEW_DOMAIN,
     driver: e.BOTHY_DRIVER,
     hostLimits: e.BOTHY_HOST_LIMITS,
+    gvisor: { runsc: e.BOTHY_RUNSC, platform: e.BOTHY_RUNSC_PLATFORM },
     qemu: {
       warmStart: e.BOTHY_QEMU_WARM === "1",
       tbSizeMib: e.BOTHY_QEMU_TB_MIB,

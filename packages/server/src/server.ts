@@ -1,3 +1,4 @@
+import type { IncomingMessage } from "node:http";
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import websocket from "@fastify/websocket";
@@ -12,6 +13,9 @@ import { lifecycleRoutes } from "./api/lifecycle-routes.ts";
 import { metricsRoutes } from "./api/metrics-routes.ts";
 import { openapiRoutes, recordRoutes, type RouteRecord } from "./api/openapi.ts";
 import { portRoutes, previewHostRewrite } from "./api/port-routes.ts";
+import { desktopRoutes } from "./api/desktop-routes.ts";
+import { tunnelRoutes } from "./api/tunnel-routes.ts";
+import { DesktopService } from "./desktop/desktop-service.ts";
 import { answerClientError, answerExpectation, sendProblem } from "./api/problem.ts";
 import { sandboxRoutes } from "./api/sandbox-routes.ts";
 import { checkWebSocketHandshakes } from "./api/websocket-handshake.ts";
@@ -23,6 +27,7 @@ import { WebhookSender } from "./events/webhook.ts";
 import type { Config } from "./config.ts";
 import { createDrivers } from "./drivers/driver-registry.ts";
 import { e2bRoutes } from "./e2b/e2b-routes.ts";
+import { e2bPortRewrite } from "./e2b/port-rewrite.ts";
 import { TemplateStore } from "./images/template-store.ts";
 import { Ledger } from "./ledger/ledger.ts";
 import { Metrics } from "./metrics/metrics.ts";
@@ -55,6 +60,12 @@ export interface StartOptions {
 
 export function createLogger(config: Config, destination?: NodeJS.WritableStream): PinoLogger {
   return pino({ level: config.logLevel, base: { service: "bothy" } }, destination ?? process.stdout);
+}
+
+/** URL rewrites before routing: E2B's port header, then preview host names (when configured). */
+function rewriteUrl(previewDomain: string | undefined): (req: IncomingMessage) => string {
+  const preview = previewDomain === undefined ? undefined : previewHostRewrite(previewDomain);
+  return (req) => e2bPortRewrite(req) ?? preview?.(req) ?? req.url ?? "/";
 }
 
 /** Builds and starts the server: ledger, driver preflight, reconcile, routes, listen. */
@@ -130,7 +141,7 @@ export async function startServer(
     clientErrorHandler: (err, socket) => answerClientError(err, socket, logProblem),
     // Node answers a missing Host with a bare 400; the hook below answers it as problem+json.
     http: { requireHostHeader: false },
-    ...(config.previewDomain === undefined ? {} : { rewriteUrl: previewHostRewrite(config.previewDomain) }),
+    rewriteUrl: rewriteUrl(config.previewDomain),
   });
   app.server.on("checkExpectation", (req, res) => answerExpectation(req, res, logProblem));
   // JSON only: a text body would otherwise reach validation as a string and get a vaguer error.
@@ -166,6 +177,8 @@ export async function startServer(
   eventRoutes(app, events);
   await fileRoutes(app, manager);
   await portRoutes(app, manager);
+  await desktopRoutes(app, manager, new DesktopService(manager));
+  tunnelRoutes(app, manager);
   await agentToolRoutes(app, config, logger);
   usageRoutes(app, meter, ledger);
   await e2bRoutes(app, { config, manager, registry, serverEvents, logProblem });

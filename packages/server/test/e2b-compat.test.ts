@@ -1,4 +1,5 @@
 import { readdir, readFile } from "node:fs/promises";
+import { get as httpGet } from "node:http";
 import { join, relative } from "node:path";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import {
@@ -6,12 +7,31 @@ import {
   InvalidArgumentError,
   FileNotFoundError,
   FileType,
+  FilesystemEventType,
   Sandbox,
+  SandboxError,
   SandboxNotFoundError,
   TimeoutError,
 } from "e2b";
+import type { FilesystemEvent } from "e2b";
+import { waitNoneDeleting } from "./helpers/client.ts";
 import { noLeaks } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
+
+const PREVIEW_DOMAIN = "e2b-preview.test";
+
+/** A GET to the server by a host name that does not resolve: the Host header names it. */
+function getByHost(serverUrl: string, host: string, path: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = httpGet(`${serverUrl}${path}`, { headers: { host } }, (res) => {
+      let body = "";
+      res.setEncoding("utf8");
+      res.on("data", (d: string) => (body += d));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.on("error", reject);
+  });
+}
 
 /**
  * The real `e2b` SDK against a real bothy (gVisor), configured only as an E2B user would:
@@ -23,7 +43,7 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
   const E2B_ENV = ["E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DOMAIN", "E2B_DEBUG"] as const;
 
   beforeAll(async () => {
-    ts = await startTestServer({ BOTHY_DRIVER: "gvisor" });
+    ts = await startTestServer({ BOTHY_DRIVER: "gvisor", BOTHY_PREVIEW_DOMAIN: PREVIEW_DOMAIN });
     for (const name of E2B_ENV) saved[name] = process.env[name];
     delete process.env["E2B_DOMAIN"];
     delete process.env["E2B_DEBUG"];
@@ -102,6 +122,30 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
         await ts.server.manager.sleep(sbx.sandboxId);
         expect((await sbx.commands.run("cat kept.txt")).stdout).toBe("survives sleep");
       });
+    });
+
+    it("getMetrics: one sample from inside the sandbox; gVisor refuses pause", async () => {
+      await withSandbox({}, async (sbx) => {
+        const metrics = await sbx.getMetrics();
+        expect(metrics).toHaveLength(1);
+        const [m] = metrics;
+        expect(m?.cpuCount).toBe(1);
+        expect(m?.timestamp).toBeInstanceOf(Date);
+        expect(m?.memTotal).toBeGreaterThan(0);
+        expect(m?.memUsed).toBeGreaterThan(0);
+        expect(m?.memUsed).toBeLessThanOrEqual(m?.memTotal ?? 0);
+        expect(m?.diskTotal).toBeGreaterThan(0);
+        expect(m?.cpuUsedPct).toBeGreaterThanOrEqual(0);
+        expect(m?.cpuUsedPct).toBeLessThanOrEqual(100);
+        expect(await sbx.getMetrics({ end: new Date(Date.now() - 3_600_000) })).toEqual([]);
+
+        const err = await sbx.pause().catch((e: unknown) => e);
+        expect(err).toBeInstanceOf(SandboxError);
+        expect((err as Error).message).toMatch(/^501: .*qemu/);
+        expect((await sbx.getInfo()).state).toBe("running");
+      });
+      await expect(Sandbox.getMetrics("sbx_doesnotexist")).rejects.toBeInstanceOf(SandboxNotFoundError);
+      await expect(Sandbox.pause("sbx_doesnotexist")).rejects.toBeInstanceOf(SandboxNotFoundError);
     });
 
     it("setTimeout moves the end of the sandbox's life", async () => {
@@ -351,6 +395,152 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
       await expect(sbx.files.getInfo("/tmp/fs/g.txt")).rejects.toBeInstanceOf(FileNotFoundError);
     });
 
+    it("PTY: create, input, resize, output through onData, exit code", async () => {
+      const enc = new TextEncoder();
+      const dec = new TextDecoder();
+      let screen = "";
+      const term = await sbx.pty.create({
+        cols: 80,
+        rows: 24,
+        envs: { FROM_PTY: "pty-env" },
+        onData: (d) => void (screen += dec.decode(d, { stream: true })),
+        timeoutMs: 0,
+      });
+      expect((await sbx.commands.list()).find((p) => p.pid === term.pid)).toMatchObject({ args: ["-i", "-l"] });
+      await sbx.pty.sendInput(term.pid, enc.encode('stty size; echo "T=$TERM E=$FROM_PTY"; tty\n'));
+      await vi.waitFor(() => expect(screen).toMatch(/24 80[\s\S]*T=xterm-256color E=pty-env[\s\S]*\/dev\/pts\//), {
+        timeout: 30_000,
+      });
+      await sbx.pty.resize(term.pid, { cols: 132, rows: 40 });
+      // The guest applies a resize after Update has answered: ask again until the new size shows.
+      await vi.waitFor(
+        async () => {
+          if (!screen.includes("40 132")) await sbx.pty.sendInput(term.pid, enc.encode("stty size\n"));
+          expect(screen).toContain("40 132");
+        },
+        { timeout: 30_000, interval: 500 },
+      );
+      await sbx.pty.sendInput(term.pid, enc.encode("exit 7\n"));
+      const err = await term.wait().catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(CommandExitError);
+      expect(err).toMatchObject({ exitCode: 7 });
+      expect(await sbx.pty.kill(term.pid)).toBe(false);
+
+      const killed = await sbx.pty.create({ cols: 80, rows: 24, onData: () => undefined, timeoutMs: 0 });
+      const joined = await sbx.pty.connect(killed.pid, { onData: () => undefined, timeoutMs: 0 });
+      expect(await sbx.pty.kill(killed.pid)).toBe(true);
+      // Killed by a signal, as envd reports it, to the creating and the connected handle alike.
+      expect(await killed.wait().catch((e: unknown) => e)).toMatchObject({ exitCode: -1 });
+      expect(await joined.wait().catch((e: unknown) => e)).toMatchObject({ exitCode: -1 });
+      // A command without a terminal cannot be resized.
+      const plain = await sbx.commands.run("sleep 600", { background: true });
+      await expect(sbx.pty.resize(plain.pid, { cols: 10, rows: 10 })).rejects.toBeInstanceOf(InvalidArgumentError);
+      await sbx.commands.kill(plain.pid);
+    });
+
+    it("watchDir: create, write and remove events; recursive reaches subdirectories", async () => {
+      await sbx.files.makeDir("/tmp/watched/sub");
+      const flat: FilesystemEvent[] = [];
+      const handle = await sbx.files.watchDir("/tmp/watched", (e) => void flat.push(e), { timeoutMs: 0 });
+      try {
+        await sbx.files.write("/tmp/watched/sub/deep.txt", "not seen without recursive");
+        await sbx.files.write("/tmp/watched/a.txt", "one");
+        await sbx.files.write("/tmp/watched/a.txt", "two");
+        await sbx.commands.run("echo three >> /tmp/watched/a.txt");
+        await sbx.files.remove("/tmp/watched/a.txt");
+        await vi.waitFor(() => expect(flat).toContainEqual({ name: "a.txt", type: FilesystemEventType.REMOVE }), {
+          timeout: 30_000,
+        });
+        const kinds = flat.filter((e) => e.name === "a.txt").map((e) => e.type);
+        const { CREATE, WRITE, REMOVE } = FilesystemEventType;
+        expect(kinds[0]).toBe(CREATE);
+        expect(kinds.slice(1, -1).every((k) => k === WRITE)).toBe(true);
+        expect(kinds.at(-1)).toBe(REMOVE);
+        expect(kinds.filter((k) => k === CREATE)).toHaveLength(1);
+        expect(kinds.filter((k) => k === WRITE).length).toBeGreaterThanOrEqual(3);
+        // bothy's own temporary files do not show.
+        expect(flat.filter((e) => e.name.includes(".bothy-"))).toEqual([]);
+        expect(flat.map((e) => e.name)).not.toContain("sub/deep.txt");
+      } finally {
+        await handle.stop();
+      }
+
+      const deep: FilesystemEvent[] = [];
+      const recursive = await sbx.files.watchDir("/tmp/watched", (e) => void deep.push(e), {
+        recursive: true,
+        timeoutMs: 0,
+      });
+      try {
+        await sbx.files.write("/tmp/watched/sub/b.txt", "two");
+        await vi.waitFor(() => expect(deep).toContainEqual({ name: "sub/b.txt", type: FilesystemEventType.CREATE }), {
+          timeout: 30_000,
+        });
+      } finally {
+        await recursive.stop();
+      }
+      await expect(sbx.files.watchDir("/tmp/no-such-dir", () => undefined)).rejects.toBeInstanceOf(FileNotFoundError);
+    });
+
+    it("E2b-Sandbox-Port other than envd's reaches that port in the sandbox; getHost names it", async () => {
+      const server = await sbx.commands.run(
+        `exec node -e 'require("http").createServer((q, r) => r.end(q.method + " " + q.url + " " + q.headers["x-probe"])).listen(8000)'`,
+        { background: true, timeoutMs: 0 },
+      );
+      try {
+        const { envdAccessToken } = (await (await fetch(`${ts.url}/e2b/sandboxes/${sbx.sandboxId}`)).json()) as {
+          envdAccessToken: string;
+        };
+        // As code-interpreter calls its Jupyter server: the envd URL, the sandbox and port in headers.
+        const viaPort = (): Promise<Response> =>
+          fetch(`${process.env["E2B_SANDBOX_URL"]}/execute?x=1`, {
+            method: "POST",
+            headers: { "e2b-sandbox-id": sbx.sandboxId, "e2b-sandbox-port": "8000", "x-probe": "probe" },
+            body: "{}",
+          });
+        await vi.waitFor(async () => expect((await viaPort()).status).toBe(200), { timeout: 30_000, interval: 250 });
+        expect(await (await viaPort()).text()).toBe("POST /execute?x=1 probe");
+        // envd's own port still needs the access token; other ports do not (as in E2B).
+        const envd = await fetch(`${process.env["E2B_SANDBOX_URL"]}/health`, {
+          headers: { "e2b-sandbox-id": sbx.sandboxId, "e2b-sandbox-port": "49983" },
+        });
+        expect(envd.status).toBe(401);
+        expect(envdAccessToken).not.toBe("");
+
+        const host = sbx.getHost(8000);
+        expect(host).toBe(`8000-${sbx.sandboxId}.${PREVIEW_DOMAIN}`);
+        expect(await getByHost(ts.url, host, "/by-host")).toEqual({ status: 200, body: "GET /by-host undefined" });
+      } finally {
+        await sbx.commands.kill(server.pid);
+      }
+    });
+
+    it("signed upload and download URLs reach the sandbox whose token signed them", async () => {
+      const uploadUrl = await sbx.uploadUrl("/tmp/signed/up.txt");
+      // The SDK drops the envd URL's path: the URL is at the server's root, with no sandbox id.
+      expect(new URL(uploadUrl).pathname).toBe("/files");
+      const form = new FormData();
+      form.append("file", new Blob(["signed upload"]), "up.txt");
+      const up = await fetch(uploadUrl, { method: "POST", body: form });
+      expect(up.status).toBe(200);
+      expect(await up.json()).toEqual([{ path: "/tmp/signed/up.txt", name: "up.txt", type: "file" }]);
+      expect(await sbx.files.read("/tmp/signed/up.txt")).toBe("signed upload");
+
+      const down = await fetch(await sbx.downloadUrl("/tmp/signed/up.txt", { useSignatureExpiration: 600 }));
+      expect(down.status).toBe(200);
+      expect(await down.text()).toBe("signed upload");
+
+      // A signature for reading does not write, a changed path does not verify, an expired one is refused.
+      const readSigned = new URL(await sbx.downloadUrl("/tmp/signed/up.txt"));
+      expect((await fetch(readSigned, { method: "POST", body: form })).status).toBe(401);
+      const otherPath = new URL(readSigned);
+      otherPath.searchParams.set("path", "/etc/shadow");
+      expect((await fetch(otherPath)).status).toBe(401);
+      const expired = new URL(await sbx.downloadUrl("/tmp/signed/up.txt", { useSignatureExpiration: -10 }));
+      const refused = await fetch(expired);
+      expect(refused.status).toBe(401);
+      expect(await refused.json()).toMatchObject({ code: 401, message: expect.stringMatching(/expired/) });
+    });
+
     it("a killed sandbox's envd answers as not running", async () => {
       const gone = await Sandbox.create("base");
       await gone.kill();
@@ -382,6 +572,8 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
       expect(ok.status).toBe(200);
       // Not in the log, the ledger (its WAL included) or any other file the server keeps in its
       // home (sandbox disks and template trees aside), nor in its events or the guest's environment.
+      // Earlier tests' deletes finish first: a teardown removes directories while the walk reads them.
+      await waitNoneDeleting(ts.url);
       const kept = (await readdir(ts.home, { withFileTypes: true, recursive: true })).filter(
         (e) => e.isFile() && !/^(sandboxes|runsc|qemu|initramfs)\b/.test(relative(ts.home, e.parentPath)),
       );

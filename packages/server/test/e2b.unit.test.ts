@@ -4,7 +4,11 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import type { SandboxInfo } from "@bothy/protocol";
 import { AccessTokens } from "../src/e2b/access-token.ts";
+import type { IncomingMessage } from "node:http";
+import { getSignature } from "e2b";
 import { metadataFilter } from "../src/e2b/control-plane.ts";
+import { e2bPortRewrite } from "../src/e2b/port-rewrite.ts";
+import { parseProbe } from "../src/e2b/sandbox-metrics.ts";
 
 describe("E2B list metadata filter", () => {
   const withMetadata = (metadata: Record<string, string>) => ({ metadata }) as SandboxInfo;
@@ -39,5 +43,74 @@ describe("envd access tokens", () => {
     } finally {
       await rm(home, { recursive: true, force: true });
     }
+  });
+});
+
+describe("signed file URLs", () => {
+  it("verify the signature the e2b SDK computes, for that path, operation, user and expiry only", async () => {
+    const home = await mkdtemp(join(tmpdir(), "bothy-e2b-unit-"));
+    try {
+      const tokens = await AccessTokens.load(home);
+      const envdAccessToken = tokens.tokenFor("sbx_a");
+      const op = { path: "/tmp/x", operation: "read" as const, user: undefined, expiration: undefined };
+      const { signature } = await getSignature({ ...op, envdAccessToken });
+      expect(tokens.verifySignature("sbx_a", op, signature)).toBe(true);
+      expect(tokens.verifySignature("sbx_b", op, signature)).toBe(false);
+      expect(tokens.verifySignature("sbx_a", { ...op, operation: "write" }, signature)).toBe(false);
+      expect(tokens.verifySignature("sbx_a", { ...op, path: "/tmp/y" }, signature)).toBe(false);
+      expect(tokens.verifySignature("sbx_a", { ...op, user: "root" }, signature)).toBe(false);
+      const timed = await getSignature({ ...op, envdAccessToken, expirationInSeconds: 60 });
+      const expiration = String(timed.expiration);
+      expect(tokens.verifySignature("sbx_a", { ...op, expiration }, timed.signature)).toBe(true);
+      expect(tokens.verifySignature("sbx_a", { ...op, expiration: "1" }, timed.signature)).toBe(false);
+    } finally {
+      await rm(home, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("E2b-Sandbox-Port routing", () => {
+  const id = "sbx_abcdefghijklmnopqrst";
+  const req = (url: string, headers: Record<string, string>) => ({ url, headers }) as unknown as IncomingMessage;
+
+  it("sends another port to bothy's port proxy and leaves envd's own port, and the rest, alone", () => {
+    const to = (port: string, url = "/e2b/envd/execute?a=1") =>
+      e2bPortRewrite(req(url, { "e2b-sandbox-id": id, "e2b-sandbox-port": port }));
+    expect(to("49999")).toBe(`/sandboxes/${id}/ports/49999/execute?a=1`);
+    expect(to("8000", "/e2b/envd")).toBe(`/sandboxes/${id}/ports/8000/`);
+    expect(to("8000", "/e2b/envd?x")).toBe(`/sandboxes/${id}/ports/8000/?x`);
+    expect(to("49983")).toBeUndefined();
+    expect(to("80a")).toBeUndefined();
+    expect(to("8000", "/e2b/envdx/execute")).toBeUndefined();
+    expect(to("8000", "/sandboxes")).toBeUndefined();
+    expect(e2bPortRewrite(req("/e2b/envd/x", { "e2b-sandbox-id": "../x", "e2b-sandbox-port": "80" }))).toBeUndefined();
+    expect(e2bPortRewrite(req("/e2b/envd/x", { "e2b-sandbox-port": "80" }))).toBeUndefined();
+  });
+});
+
+describe("sandbox metrics probe", () => {
+  it("reads CPU use between two /proc/stat lines, memory from meminfo and the disk from df", () => {
+    const output = [
+      "cpu  100 0 100 800 0 0 0 0 0 0",
+      "cpu  150 0 150 900 0 0 0 0 0 0",
+      "MemTotal:        1000 kB",
+      "MemFree:          200 kB",
+      "MemAvailable:     600 kB",
+      "Cached:           100 kB",
+      "none 2000 500 1500 25% /",
+      "",
+    ].join("\n");
+    const now = new Date("2026-12-01T00:00:00Z");
+    expect(parseProbe(output, 2, now)).toEqual({
+      timestamp: "2026-12-01T00:00:00.000Z",
+      timestampUnix: Math.floor(now.getTime() / 1000),
+      cpuUsedPct: 50,
+      cpuCount: 2,
+      memUsed: 400 * 1024,
+      memTotal: 1000 * 1024,
+      memCache: 100 * 1024,
+      diskUsed: 500 * 1024,
+      diskTotal: 2000 * 1024,
+    });
   });
 });

@@ -82,7 +82,7 @@ describe("host cgroup layout", () => {
     expect(layout.missing).toEqual(["cpu"]);
     expect(() => requireHostLimits(layout, "required")).toThrow(
       expect.objectContaining({
-        code: "not_supported",
+        name: "NotSupportedError",
         message: expect.stringMatching(/without cpu \(cgroup controllers\).*BOTHY_HOST_LIMITS=off/),
       }),
     );

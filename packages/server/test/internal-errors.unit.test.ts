@@ -5,7 +5,9 @@ import { sendProblem } from "../src/api/problem.ts";
 import {
   BootError,
   describeCauses,
+  HostSetupError,
   NetworkSetupError,
+  NotSupportedError,
   TemplateError,
   toCreateFailure,
   toResumeFailure,
@@ -116,5 +118,17 @@ describe("the API boundary", () => {
     } finally {
       await app.close();
     }
+  });
+
+  it("a host that cannot limit sandboxes is 501 not_supported at every boundary; a host setup problem a failed create", () => {
+    const fix = "This host has cgroup v1 without cpu (cgroup controllers); set BOTHY_HOST_LIMITS=off to run without.";
+    const refusal = new NotSupportedError(fix);
+    expect(refusal).not.toBeInstanceOf(BothyError);
+    expect(toCreateFailure(refusal)).toMatchObject({ code: "not_supported", message: fix, cause: refusal });
+    expect(toResumeFailure(refusal)).toMatchObject({ code: "not_supported", message: fix });
+    expect(toWakeFailure("sbx_a", refusal)).toMatchObject({ code: "sandbox_not_running" });
+    expect(toWakeFailure("sbx_a", refusal).message).toContain(fix);
+    const setup = new HostSetupError("runsc (gVisor) is not installed: run `apt-get install runsc`.");
+    expect(toCreateFailure(setup)).toMatchObject({ code: "create_failed", message: setup.message });
   });
 });

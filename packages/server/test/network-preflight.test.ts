@@ -19,7 +19,7 @@ describe("network start-up checks", () => {
   it("refuses an uplink that does not exist, naming the setting to fix", async () => {
     const net = new HostNetwork({ ...base, uplink: "bothy-nope0" });
     await expect(net.preflight()).rejects.toMatchObject({
-      code: "create_failed",
+      name: "HostSetupError",
       message: expect.stringMatching(/uplink interface bothy-nope0 does not exist.*BOTHY_UPLINK.*BOTHY_NETWORK=off/),
     });
   });
@@ -29,7 +29,7 @@ describe("network start-up checks", () => {
     process.env["PATH"] = "/nonexistent";
     try {
       await expect(new HostNetwork({ ...base }).preflight()).rejects.toMatchObject({
-        code: "create_failed",
+        name: "HostSetupError",
         message: expect.stringMatching(/apt-get install nftables/),
       });
     } finally {

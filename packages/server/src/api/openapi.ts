@@ -16,8 +16,13 @@ import {
   corpusUploadQuery,
   createConversationRequest,
   createSandboxRequest,
+  desktopAction,
+  desktopActionResult,
+  desktopInfo,
+  desktopStartRequest,
   dirListing,
   fileDeleteQuery,
+  sandboxDeleteQuery,
   fileDeleteResult,
   fileQuery,
   fileStatQuery,
@@ -63,6 +68,10 @@ const SCHEMAS = {
   RenameRequest: renameRequest,
   RenameResult: renameResult,
   PortList: portList,
+  DesktopStartRequest: desktopStartRequest,
+  Desktop: desktopInfo,
+  DesktopAction: desktopAction,
+  DesktopActionResult: desktopActionResult,
   CreateConversationRequest: createConversationRequest,
   BeginTurnRequest: beginTurnRequest,
 } satisfies Record<string, z.ZodType>;
@@ -159,7 +168,8 @@ export const OPERATIONS: Operation[] = [
     method: "delete",
     path: "/sandboxes/{id}",
     tag: "sandboxes",
-    summary: "Delete a sandbox (idempotent)",
+    summary: "Delete a sandbox (idempotent): answers once it is deleting, or with wait=true once deleted",
+    query: sandboxDeleteQuery,
     answers: { 200: SANDBOX },
   },
   {
@@ -285,6 +295,69 @@ export const OPERATIONS: Operation[] = [
       answers: { 200: { description: "Whatever the server inside answers", type: "*/*" } },
     })),
   ),
+  {
+    method: "get",
+    path: "/sandboxes/{id}/tunnel/{port}",
+    tag: "ports",
+    summary:
+      "WebSocket: a raw TCP connection to 127.0.0.1:{port} inside the sandbox, its bytes in binary messages (what `bothy port --forward` uses)",
+    answers: { 101: { description: "Switching to WebSocket" } },
+  },
+  {
+    method: "post",
+    path: "/sandboxes/{id}/desktop/start",
+    tag: "desktop",
+    summary:
+      "Start the desktop (Xvfb, openbox, x11vnc, Chromium) if it is not running; template desktop (409 desktop_not_available otherwise)",
+    body: "DesktopStartRequest",
+    answers: { 200: { description: "The running desktop", schema: "Desktop" } },
+  },
+  {
+    method: "get",
+    path: "/sandboxes/{id}/desktop/screenshot",
+    tag: "desktop",
+    summary: "The screen as a PNG (X-Screen-Width/Height); coordinates of actions are its pixels. Starts the desktop",
+    answers: { 200: { description: "The screen", type: "image/png" } },
+  },
+  {
+    method: "post",
+    path: "/sandboxes/{id}/desktop/actions",
+    tag: "desktop",
+    summary: "Mouse and keyboard: move, click, type, key, scroll (xdotool inside the sandbox). Starts the desktop",
+    body: "DesktopAction",
+    answers: { 200: { description: "Done", schema: "DesktopActionResult" } },
+  },
+  {
+    method: "get",
+    path: "/sandboxes/{id}/desktop",
+    tag: "desktop",
+    summary: "The live view: a noVNC page (view only; ?control=1 passes mouse and keyboard on)",
+    query: z.object({ control: z.enum(["1"]).optional() }),
+    answers: { 200: { description: "An HTML page", type: "text/html" } },
+  },
+  {
+    method: "get",
+    path: "/sandboxes/{id}/desktop/vnc",
+    tag: "desktop",
+    summary:
+      "WebSocket: the desktop's VNC (RFB) stream in binary messages, relayed to x11vnc inside (what noVNC connects to)",
+    answers: { 101: { description: "Switching to WebSocket" } },
+  },
+  {
+    method: "get",
+    path: "/sandboxes/{id}/desktop/cdp/*",
+    tag: "desktop",
+    summary:
+      "Chromium's DevTools /json/version and /json/list, WebSocket URLs rewritten to the port proxy: give /sandboxes/{id}/desktop/cdp to Playwright's connectOverCDP",
+    answers: { 200: { description: "DevTools JSON", type: "application/json" } },
+  },
+  {
+    method: "get",
+    path: "/desktop/novnc/*",
+    tag: "desktop",
+    summary: "noVNC's own files (core/, vendor/), for the live view",
+    answers: { 200: { description: "JavaScript", type: "text/javascript" } },
+  },
   {
     method: "get",
     path: "/events",
@@ -554,14 +627,18 @@ export function recordRoutes(app: FastifyInstance): RouteRecord[] {
   return routes;
 }
 
-/** The E2B-compatible surface follows E2B's own API (docs/architecture.md), not this document. */
+/**
+ * The E2B-compatible surface follows E2B's own API (docs/architecture.md), not this document: its
+ * prefix, and `/files` at the root for the e2b SDK's signed URLs.
+ */
 const E2B_PREFIX = "/e2b";
+const E2B_ROOT_ROUTES = new Set(["/files"]);
 
 /** `METHOD /path` of each recorded route that has no operation in the document. */
 export function undocumentedRoutes(routes: readonly RouteRecord[], doc: Json = openApiDocument()): string[] {
   const paths = doc["paths"] as Record<string, Record<string, unknown>>;
   return routes
-    .filter((r) => r.url !== E2B_PREFIX && !r.url.startsWith(`${E2B_PREFIX}/`))
+    .filter((r) => r.url !== E2B_PREFIX && !r.url.startsWith(`${E2B_PREFIX}/`) && !E2B_ROOT_ROUTES.has(r.url))
     .map((r) => ({ method: r.method, path: r.url.replace(/:(\w+)/g, "{$1}") }))
     .filter((r) => paths[r.path]?.[r.method] === undefined)
     .map((r) => `${r.method.toUpperCase()} ${r.path}`);

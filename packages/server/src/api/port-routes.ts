@@ -30,8 +30,13 @@ const HOP_BY_HOP = new Set([
   "upgrade",
 ]);
 
-/** Requests that came by a preview host name: the app is at the root of their origin. */
+/** Requests that came by a preview host name (or E2B's port header): the app is at the root of their origin. */
 const viaPreviewHost = new WeakSet<IncomingMessage>();
+
+/** Marks a request a URL rewrite sent to the proxy as one whose app sees no path prefix. */
+export function servedAtRoot(req: IncomingMessage): void {
+  viaPreviewHost.add(req);
+}
 
 /**
  * For Fastify's `rewriteUrl`, which runs before routing (WebSocket upgrades included): a request

@@ -1,11 +1,12 @@
 import type { FastifyInstance } from "fastify";
-import { BothyError, SANDBOX_ID_RE } from "@bothy/protocol";
+import { BothyError, SANDBOX_ID_RE, sandboxDeleteQuery } from "@bothy/protocol";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
+import { parseInput } from "./parse-input.ts";
 
 /** Routes that talk to a sandbox's agent: a paused sandbox is resumed before they run. */
-const AGENT_ROUTE = /^\/sandboxes\/:id\/(command|commands\/|files|ports)/;
+const AGENT_ROUTE = /^\/sandboxes\/:id\/(command|commands\/|files|ports|desktop|tunnel)/;
 /** Plain HTTP calls to the agent and proxied connections: no sleep while one runs. */
-const FILE_ROUTE = /^\/sandboxes\/:id\/(files|ports)/;
+const FILE_ROUTE = /^\/sandboxes\/:id\/(files|ports|desktop|tunnel)/;
 
 export function sandboxRoutes(app: FastifyInstance, manager: SandboxManager, startedAt: number): void {
   // Registered before the command and file routes, and run before their own checks.
@@ -30,7 +31,10 @@ export function sandboxRoutes(app: FastifyInstance, manager: SandboxManager, sta
 
   app.get<{ Params: { id: string } }>("/sandboxes/:id", async (request) => manager.info(request.params.id));
 
-  app.delete<{ Params: { id: string } }>("/sandboxes/:id", async (request) => manager.delete(request.params.id));
+  app.delete<{ Params: { id: string }; Querystring: Record<string, string> }>("/sandboxes/:id", async (request) => {
+    const { wait } = parseInput(sandboxDeleteQuery, request.query, "DELETE /sandboxes/{id}[?wait=true]");
+    return manager.delete(request.params.id, "requested", { wait: wait ?? false });
+  });
 
   app.post<{ Params: { id: string } }>("/sandboxes/:id/pause", async (request) => manager.pause(request.params.id));
 

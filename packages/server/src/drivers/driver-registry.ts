@@ -1,7 +1,7 @@
 import { join } from "node:path";
 import { BothyError, DRIVER_NAMES, type DriverName } from "@bothy/protocol";
 import type { Config } from "../config.ts";
-import { describeCauses } from "../errors/internal-errors.ts";
+import { describeCauses, HostSetupError } from "../errors/internal-errors.ts";
 import type { Driver } from "./driver.ts";
 import { GvisorDriver } from "./gvisor-driver.ts";
 import { describeLayout, hostCgroupLayout, limitsProblem, removeHomeCgroups } from "./host-cgroups.ts";
@@ -79,6 +79,8 @@ export async function createDrivers(config: Config, log: Logger): Promise<Driver
       agentPath: config.agentPath,
       hostTag: tag,
       hostLimits: config.hostLimits,
+      runscPath: config.gvisor.runsc,
+      platform: config.gvisor.platform,
       log,
     }),
     qemu: new QemuDriver({
@@ -98,7 +100,9 @@ export async function createDrivers(config: Config, log: Logger): Promise<Driver
   // Networking is checked first: with it on, a host that cannot give sandboxes their posture
   // does not start (the error says what to run, or to set BOTHY_NETWORK=off).
   const network = config.network.enabled ? new HostNetwork({ ...config.network, tag, sandboxesDir, log }) : undefined;
-  await network?.preflight();
+  await network?.preflight().catch((err: unknown) => {
+    throw err instanceof HostSetupError ? new BothyError("create_failed", err.message, { cause: err }) : err;
+  });
   const ready = new Map<DriverName, Driver>();
   const unavailable = new Map<DriverName, string>();
   const failures = new Map<DriverName, unknown>();

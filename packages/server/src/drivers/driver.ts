@@ -27,6 +27,12 @@ export interface SandboxSpec {
    */
   reuseDisk?: boolean;
   /**
+   * With `reuseDisk`: start from the memory a pause saved in `dir` (the boot pipeline's `wake`,
+   * set when the driver's `savedMemory` says there is one). Without it a kept disk boots cold and
+   * any memory a pause left is dropped.
+   */
+  fromMemory?: boolean;
+  /**
    * The sandbox still runs from before a server restart: connect to it instead of starting it
    * (drivers with `attaches`); its agent is asked to say hello again.
    */
@@ -69,13 +75,24 @@ export interface ExitInfo {
 }
 
 /**
- * One sandbox on the host. `start` runs once; `wait` is shared by every caller; `shutdown` asks
+ * Where a start or a resume records, right after making each host object (directory, mount,
+ * process, cgroup, socket, link), how to remove it again. The boot pipeline owns it
+ * (util/cleanup-stack.ts): when any later step fails it runs the undos once, newest first; when
+ * the boot succeeds it forgets them and the handle's `stop`/`destroy` answer for the sandbox.
+ */
+export interface UndoStack {
+  push(name: string, undo: () => Promise<void> | void): void;
+}
+
+/**
+ * One sandbox on the host. `start` runs once and never cleans up after itself: what it made is
+ * on the `UndoStack` it was given; `wait` is shared by every caller; `shutdown` asks
  * the guest to stop, `kill` does not ask; `stop` ends it and removes every host object but its
  * disk; `destroy` removes every host object the sandbox has. Both are safe to call again.
  */
 export interface SandboxHandle {
   readonly id: string;
-  start(signal?: AbortSignal): Promise<GuestStream>;
+  start(undo: UndoStack, signal?: AbortSignal): Promise<GuestStream>;
   wait(): Promise<ExitInfo>;
   shutdown(timeoutMs: number): Promise<void>;
   kill(): Promise<void>;
@@ -85,14 +102,19 @@ export interface SandboxHandle {
   readonly needsIdentity?: boolean;
   /** Saves the sandbox's memory to disk and ends its VM; absent where the driver cannot. */
   pause?(): Promise<void>;
-  /** Brings a paused sandbox back; its agent then needs a resync handshake. */
-  resume?(signal?: AbortSignal): Promise<GuestStream>;
+  /**
+   * Brings a paused sandbox back, pushing what it makes onto `undo` like `start`; a failed resume
+   * leaves it paused. Its agent then needs a resync handshake.
+   */
+  resume?(undo: UndoStack, signal?: AbortSignal): Promise<GuestStream>;
   /** The guest's network, when the guest configures it itself over the channel after identity (VMs). */
   readonly guestNetwork?: GuestNetwork;
   /** VMs: the size the host made the guest's disk; the guest grows its root file system to it. */
   readonly guestRootBytes?: number;
-  /** What the driver saw of the guest (its console's last lines), quoted when a boot fails. */
-  readonly diagnostics?: string | undefined;
+  /** What the driver saw of the guest (runsc's log, the console's last lines), for the log when a boot fails. */
+  readonly diagnostics: string | undefined;
+  /** How long the phases of `start` took (ms), by name (disk, overlay, network, …), for profiling. */
+  readonly startSteps?: Readonly<Record<string, number>>;
 }
 
 /** A host object that exists for a sandbox: found by `reconcile`, removable without a handle. */
@@ -121,6 +143,8 @@ export interface Driver {
   /** Checks the host can run this driver; throws a BothyError saying what to install or fix. */
   preflight(): Promise<void>;
   create(spec: SandboxSpec): SandboxHandle;
+  /** Whether a pause left this sandbox's memory in its directory (a start on its kept disk can restore it); absent: never. */
+  savedMemory?(spec: SandboxSpec): boolean;
   /** Every host object this driver's sandboxes hold, whether or not a handle exists for them. */
   reconcile(): Promise<HostObject[]>;
   /** Removes all host objects of a sandbox that has no live handle. */

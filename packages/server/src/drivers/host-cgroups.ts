@@ -11,6 +11,7 @@ import { mkdir, readFile, rmdir, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { BothyError } from "@bothy/protocol";
 import { cgroupPath } from "../util/host-names.ts";
+import { NotSupportedError } from "../errors/internal-errors.ts";
 
 export const CGROUP_ROOT = "/sys/fs/cgroup";
 /** The controllers a sandbox's limits need: CPU quota, memory limit, process backstop. */
@@ -136,10 +137,10 @@ export function limitsProblem(layout: CgroupLayout): string | undefined {
   );
 }
 
-/** Throws `not_supported` with the fix when the host cannot limit sandboxes and the operator did not opt out. */
+/** Throws a NotSupportedError (public: `501 not_supported`) with the fix when the host cannot limit sandboxes and the operator did not opt out. */
 export function requireHostLimits(layout: CgroupLayout, hostLimits: "required" | "off"): void {
   const problem = limitsProblem(layout);
-  if (problem !== undefined && hostLimits === "required") throw new BothyError("not_supported", problem);
+  if (problem !== undefined && hostLimits === "required") throw new NotSupportedError(problem);
 }
 
 /** A sandbox's cgroup, relative to each hierarchy's root: `cgroupPath` (runsc's `cgroupsPath`) without its slash. */

@@ -21,9 +21,9 @@ import {
 } from "./host-cgroups.ts";
 import { bootTimeoutMs, type Driver, type HostObject, type SandboxHandle, type SandboxSpec } from "./driver.ts";
 import { saveVm, VmProcess, vmFiles, type Acceleration, type VmConfig } from "./qemu-process.ts";
-import { QemuSandbox, VM_MARKER } from "./qemu-sandbox.ts";
+import { MEMORY_STATE, QemuSandbox, VM_MARKER } from "./qemu-sandbox.ts";
 import type { Logger } from "../events/server-events.ts";
-import { TemplateError } from "../errors/internal-errors.ts";
+import { HostSetupError, TemplateError } from "../errors/internal-errors.ts";
 
 export interface QemuOptions {
   home: string;
@@ -116,17 +116,12 @@ export class QemuDriver implements Driver {
     try {
       await run(this.qemuPath, ["--version"], { timeoutMs: 10_000 });
     } catch (err) {
-      throw new BothyError(
-        "create_failed",
-        "QEMU is not installed: run `apt-get install qemu-system-x86 qemu-utils`.",
-        { cause: err },
-      );
+      throw new HostSetupError("QEMU is not installed: run `apt-get install qemu-system-x86 qemu-utils`.", {
+        cause: err,
+      });
     }
     if (!existsSync(this.opts.agentPath))
-      throw new BothyError(
-        "create_failed",
-        `The guest agent bundle ${this.opts.agentPath} is missing: run \`npm run build\`.`,
-      );
+      throw new HostSetupError(`The guest agent bundle ${this.opts.agentPath} is missing: run \`npm run build\`.`);
     if (this.opts.accel === undefined) this.accel = (await hardwareVirtualization()) ? "kvm" : "tcg";
     this.kernel = await ensureKernel(this.opts.kernelDir ?? join(this.opts.home, "kernel"), this.opts.log);
     this.initramfs = await ensureInitramfs({
@@ -142,7 +137,12 @@ export class QemuDriver implements Driver {
     return new QemuSandbox(spec, this);
   }
 
-  /** @internal throws `not_supported`, saying how to fix the host, when VMs could not be limited. */
+  /** A pause wrote the VM's memory and devices to `memory.state` in its directory. */
+  savedMemory(spec: SandboxSpec): boolean {
+    return existsSync(join(spec.dir, MEMORY_STATE));
+  }
+
+  /** @internal throws a NotSupportedError, saying how to fix the host, when VMs could not be limited. */
   async requireHostLimits(): Promise<void> {
     requireHostLimits(await hostCgroupLayout(), this.opts.hostLimits ?? "required");
   }

@@ -15,7 +15,7 @@ import { BothyError } from "@bothy/protocol";
 import { AGENT_PORT_NAME } from "../images/guest-init.ts";
 import type { ExitInfo } from "./driver.ts";
 import { QmpClient } from "./qmp-client.ts";
-import { BootError } from "../errors/internal-errors.ts";
+import { BootError, HostSetupError } from "../errors/internal-errors.ts";
 
 export type Acceleration = "kvm" | "tcg";
 
@@ -117,10 +117,7 @@ export async function qemuArgs(c: VmConfig): Promise<string[]> {
 
 function shellSafe(path: string): string {
   if (!SHELL_SAFE_PATH.test(path))
-    throw new BothyError(
-      "create_failed",
-      `The path ${path} has characters QEMU's exec: URI cannot take; use a plain BOTHY_HOME.`,
-    );
+    throw new HostSetupError(`The path ${path} has characters QEMU's exec: URI cannot take; use a plain BOTHY_HOME.`);
   return path;
 }
 

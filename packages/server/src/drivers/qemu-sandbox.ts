@@ -3,14 +3,16 @@ import { mkdir, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { BothyError } from "@bothy/protocol";
 import { ensureExt4Image } from "../images/ext4-image.ts";
-import type { ExitInfo, GuestStream, SandboxHandle, SandboxSpec } from "./driver.ts";
+import type { ExitInfo, GuestStream, SandboxHandle, SandboxSpec, UndoStack } from "./driver.ts";
 import type { QemuDriver } from "./qemu-driver.ts";
 import { resumeIncoming, saveVm, VmProcess, vmFiles } from "./qemu-process.ts";
 import type { QmpClient } from "./qmp-client.ts";
-import { BootError, describeCauses } from "../errors/internal-errors.ts";
+import { BootError } from "../errors/internal-errors.ts";
 
 /** Written first into a QEMU sandbox's directory, so reconcile knows the directory is a VM's. */
 export const VM_MARKER = "vm.json";
+/** A paused sandbox's memory and device state, in its directory. */
+export const MEMORY_STATE = "memory.state";
 const RESTORE_TIMEOUT_MS = 60_000;
 const SAVE_TIMEOUT_MS = 60_000;
 const QUIT_GRACE_MS = 3_000;
@@ -47,112 +49,102 @@ export class QemuSandbox implements SandboxHandle {
   }
 
   private get memoryState(): string {
-    return join(this.spec.dir, "memory.state");
+    return join(this.spec.dir, MEMORY_STATE);
   }
 
-  async start(signal?: AbortSignal): Promise<GuestStream> {
+  async start(undo: UndoStack, signal?: AbortSignal): Promise<GuestStream> {
     if (this.started || this.destroying) throw new BothyError("internal", `Sandbox ${this.id} was already started.`);
     this.started = true;
-    if (this.spec.attach) return this.attach(signal);
+    if (this.spec.attach) return this.attach(undo, signal);
     await this.driver.requireHostLimits();
-    if (this.spec.reuseDisk) return this.restart(signal);
-    try {
-      await mkdir(this.spec.dir, { recursive: false, mode: 0o700 });
-      await writeFile(join(this.spec.dir, VM_MARKER), JSON.stringify({ driver: "qemu", id: this.id }));
+    if (this.spec.reuseDisk) return this.restart(undo, signal);
+    await mkdir(this.spec.dir, { recursive: false, mode: 0o700 });
+    undo.push("sandbox directory", () => rm(this.spec.dir, { recursive: true, force: true }));
+    await writeFile(join(this.spec.dir, VM_MARKER), JSON.stringify({ driver: "qemu", id: this.id }));
+    signal?.throwIfAborted();
+    if (this.driver.warmStart) {
+      const base = await this.driver.baseSnapshot(this.spec.templateRoot, this.spec);
       signal?.throwIfAborted();
-      if (this.driver.warmStart) {
-        const base = await this.driver.baseSnapshot(this.spec.templateRoot, this.spec);
-        signal?.throwIfAborted();
-        await this.driver.createOverlay(this.disk, base.disk, "qcow2");
-        return await this.launch(base.memory, signal);
-      }
-      await this.driver.createOverlay(
-        this.disk,
-        await ensureExt4Image(this.spec.templateRoot),
-        "raw",
-        await this.driver.diskBytes(this.spec.templateRoot, this.spec.diskMib),
-      );
-      return await this.launch(undefined, signal);
-    } catch (err) {
-      const diagnostics = this.diagnostics;
-      await this.destroy();
-      throw new BootError("start", `Could not start QEMU sandbox ${this.id}.`, { cause: err, diagnostics });
+      await this.driver.createOverlay(this.disk, base.disk, "qcow2");
+      return this.launch(undo, base.memory, signal);
     }
+    await this.driver.createOverlay(
+      this.disk,
+      await ensureExt4Image(this.spec.templateRoot),
+      "raw",
+      await this.driver.diskBytes(this.spec.templateRoot, this.spec.diskMib),
+    );
+    return this.launch(undo, undefined, signal);
   }
 
   /**
-   * Starts a stopped sandbox again on its own disk: from the memory it saved when paused, if a
-   * pause left one (a server restart between pause and resume), else a cold boot. The disk stays
-   * whatever happens; a failed start leaves the sandbox stopped.
+   * Starts a stopped sandbox again on its own disk: from the memory its pause saved when the
+   * pipeline says so (`fromMemory`, its `wake`), else a cold boot that drops any saved memory.
+   * The disk is never this start's to remove.
    */
-  private async restart(signal?: AbortSignal): Promise<GuestStream> {
+  private async restart(undo: UndoStack, signal?: AbortSignal): Promise<GuestStream> {
     if (!existsSync(this.disk)) throw new BootError("prepare", `Sandbox ${this.id} has no disk left to start from.`);
-    try {
-      if (existsSync(this.memoryState)) {
-        // Until the restore holds, its QEMU ending is not the sandbox ending.
-        this.paused = true;
-        try {
-          return await this.launchFromMemory(signal);
-        } catch (err) {
-          // A save cut short by a crash cannot be restored; the disk is still whole.
-          this.driver.options.log("qemu_restore_failed", { sandbox_id: this.id, error: describeCauses(err) });
-          await this.vm?.stop(undefined, 0);
-          this.qmp?.close();
-          this.paused = false;
-          await rm(this.memoryState, { force: true });
-        }
-      }
-      return await this.launch(undefined, signal);
-    } catch (err) {
-      const diagnostics = this.diagnostics;
-      await this.stop();
-      throw new BootError("start", `Could not start QEMU sandbox ${this.id} again.`, { cause: err, diagnostics });
+    if (!this.spec.fromMemory) {
+      await rm(this.memoryState, { force: true });
+      return this.launch(undo, undefined, signal);
     }
+    if (!existsSync(this.memoryState))
+      throw new BootError("prepare", `Sandbox ${this.id} has no saved memory to start from.`);
+    // Until the restore holds, its QEMU ending is not the sandbox ending.
+    this.paused = true;
+    return this.launchFromMemory(undo, signal);
   }
 
   /**
    * Takes over the VM an earlier server started (it crashed or was killed): QMP and the agent's
    * socket accept the new server, and the agent, which noticed its host leave, says hello again.
-   * A VM that is not running (stopped in the middle of a pause) is not taken over: it is stopped
-   * and its disk kept.
+   * A VM that is not running (stopped in the middle of a pause) is not taken over: the undo stops
+   * it and keeps its disk.
    */
-  private async attach(signal?: AbortSignal): Promise<GuestStream> {
-    try {
-      const pid = await this.driver.sandboxPid(this.id);
-      if (pid === undefined) throw new BootError("attach", `Sandbox ${this.id} has no running VM to attach to.`);
-      const vm = VmProcess.adopt(pid, this.driver.vmConfig(this.spec, this.spec.dir, this.disk));
-      this.vm = vm;
-      void vm.exited.then((exit) => {
-        if (this.vm === vm && !this.paused) this.resolveEnd(exit);
-      });
-      this.qmp = await vm.qmp(signal);
-      const status = ((await this.qmp.command("query-status")) as { status?: string }).status;
-      if (status !== "running")
-        throw new BootError("attach", `Sandbox ${this.id}'s VM is ${status ?? "in an unknown state"}, not running.`);
-      const sock = await vm.connectSocket(vmFiles(this.spec.dir).agentSocket, signal);
-      return { input: sock, output: sock, resync: true };
-    } catch (err) {
-      await this.stop();
-      throw err;
-    }
+  private async attach(undo: UndoStack, signal?: AbortSignal): Promise<GuestStream> {
+    const pid = await this.driver.sandboxPid(this.id);
+    if (pid === undefined) throw new BootError("attach", `Sandbox ${this.id} has no running VM to attach to.`);
+    const vm = VmProcess.adopt(pid, this.driver.vmConfig(this.spec, this.spec.dir, this.disk));
+    this.vm = vm;
+    undo.push("vm", () => this.stop());
+    void vm.exited.then((exit) => {
+      if (this.vm === vm && !this.paused) this.resolveEnd(exit);
+    });
+    this.qmp = await vm.qmp(signal);
+    const status = ((await this.qmp.command("query-status")) as { status?: string }).status;
+    if (status !== "running")
+      throw new BootError("attach", `Sandbox ${this.id}'s VM is ${status ?? "in an unknown state"}, not running.`);
+    const sock = await vm.connectSocket(vmFiles(this.spec.dir).agentSocket, signal);
+    return { input: sock, output: sock, resync: true };
   }
 
-  /** Starts QEMU on this sandbox's disk: a cold boot, or a restore of `incoming`. */
-  private async launch(incoming: string | undefined, signal?: AbortSignal): Promise<GuestStream> {
+  /**
+   * Starts QEMU on this sandbox's disk: a cold boot, or a restore of `incoming`. Its cgroup, its
+   * process with its sockets and pid file, and its QMP connection each go onto `undo` once made.
+   */
+  private async launch(undo: UndoStack, incoming: string | undefined, signal?: AbortSignal): Promise<GuestStream> {
+    // Before it is made: a cgroup made in part is removed all the same.
+    undo.push("cgroup", () => this.driver.removeSandboxCgroup(this.id));
     const cgroupProcs = await this.driver.sandboxCgroup(this.spec);
     signal?.throwIfAborted();
+    const files = vmFiles(this.spec.dir);
+    undo.push("vm files", async () => {
+      for (const f of [files.agentSocket, files.qmpSocket, files.pidFile]) await rm(f, { force: true });
+    });
     const vm = await VmProcess.spawn(this.driver.vmConfig(this.spec, this.spec.dir, this.disk, incoming), cgroupProcs);
     this.vm = vm;
+    undo.push("vm", () => vm.stop(undefined, 0));
     void vm.exited.then((exit) => {
       // A pause ends the process on purpose; anything else ends the sandbox.
       if (this.vm === vm && !this.paused) this.resolveEnd(exit);
     });
-    this.qmp = await vm.qmp(signal);
-    if (incoming !== undefined) await resumeIncoming(this.qmp, RESTORE_TIMEOUT_MS);
+    const qmp = (this.qmp = await vm.qmp(signal));
+    undo.push("qmp", () => qmp.close());
+    if (incoming !== undefined) await resumeIncoming(qmp, RESTORE_TIMEOUT_MS);
     // A restored guest already fills its disk unless it had to grow now; a booting one is told its size.
-    const disk = await this.growDisk(this.qmp);
+    const disk = await this.growDisk(qmp);
     this.rootBytes = disk.grown || incoming === undefined ? disk.bytes : undefined;
-    const sock = await vm.connectSocket(vmFiles(this.spec.dir).agentSocket, signal);
+    const sock = await vm.connectSocket(files.agentSocket, signal);
     return { input: sock, output: sock, resync: incoming !== undefined };
   }
 
@@ -223,26 +215,22 @@ export class QemuSandbox implements SandboxHandle {
       await rm(f, { force: true });
   }
 
-  /** Starts QEMU from the saved memory; once it runs, the sandbox is no longer paused and the state file goes. */
-  private async launchFromMemory(signal?: AbortSignal): Promise<GuestStream> {
-    const stream = await this.launch(this.memoryState, signal);
+  /**
+   * Starts QEMU from the saved memory; once it runs, the sandbox is no longer paused and the state
+   * file goes. Until then a failure leaves it paused with its state file (the undos end the new QEMU).
+   */
+  private async launchFromMemory(undo: UndoStack, signal?: AbortSignal): Promise<GuestStream> {
+    const stream = await this.launch(undo, this.memoryState, signal);
     this.paused = false;
     await rm(this.memoryState, { force: true });
     return stream;
   }
 
   /** Restores a paused sandbox from its memory state; the state file goes once QEMU runs it. */
-  async resume(signal?: AbortSignal): Promise<GuestStream> {
+  async resume(undo: UndoStack, signal?: AbortSignal): Promise<GuestStream> {
     if (this.destroying) throw new BothyError("sandbox_not_running", `Sandbox ${this.id} is being deleted.`);
     if (!this.paused) throw new BothyError("internal", `Sandbox ${this.id} is not paused.`);
-    try {
-      return await this.launchFromMemory(signal);
-    } catch (err) {
-      // Still paused: the state file is kept and a later resume may try again.
-      const vm = this.vm;
-      await vm?.stop(undefined, 0);
-      throw new BootError("restore", `Resuming sandbox ${this.id} failed.`, { cause: err });
-    }
+    return this.launchFromMemory(undo, signal);
   }
 
   /** Ends the VM (QEMU's `quit` flushes the disk first); the disk stays for a later start. */

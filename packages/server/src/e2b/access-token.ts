@@ -1,4 +1,4 @@
-import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
+import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 
@@ -27,9 +27,32 @@ export class AccessTokens {
   }
 
   verify(sandboxId: string, token: string | undefined): boolean {
-    if (token === undefined) return false;
-    const expected = Buffer.from(this.tokenFor(sandboxId));
-    const given = Buffer.from(token);
-    return given.length === expected.length && timingSafeEqual(given, expected);
+    return token !== undefined && same(this.tokenFor(sandboxId), token);
   }
+
+  /**
+   * Whether `signature` signs this file operation for the sandbox, as the SDK's uploadUrl and
+   * downloadUrl compute it from the access token: `v1_` + unpadded base64 of
+   * sha256("path:operation:user:token[:expiration]").
+   */
+  verifySignature(sandboxId: string, op: SignedOperation, signature: string): boolean {
+    const parts = [op.path, op.operation, op.user ?? "", this.tokenFor(sandboxId)];
+    if (op.expiration !== undefined) parts.push(op.expiration);
+    const digest = createHash("sha256").update(parts.join(":")).digest("base64").replace(/=+$/, "");
+    return same(`v1_${digest}`, signature);
+  }
+}
+
+export interface SignedOperation {
+  path: string;
+  operation: "read" | "write";
+  user: string | undefined;
+  /** `signature_expiration` as sent (unix seconds). */
+  expiration: string | undefined;
+}
+
+function same(expected: string, given: string): boolean {
+  const a = Buffer.from(expected);
+  const b = Buffer.from(given);
+  return a.length === b.length && timingSafeEqual(a, b);
 }

@@ -5,6 +5,7 @@ import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import type { AccessTokens } from "./access-token.ts";
 import { E2bHttpError, parseE2b as parse } from "./e2b-errors.ts";
 import type { E2bState } from "./e2b-state.ts";
+import { sampleMetrics } from "./sandbox-metrics.ts";
 
 /**
  * The envd version this emulation claims. The SDK switches features on by it: ≥ 0.4.0 means no
@@ -35,6 +36,12 @@ const createBody = z.object({
 
 const timeoutBody = z.object({ timeout: z.number().int() });
 const connectBody = z.object({ timeout: z.number().int().optional(), memory: z.boolean().optional() });
+// bothy's pause always keeps memory (QEMU saves it); `memory` is accepted for E2B's clients.
+const pauseBody = z.object({ memory: z.boolean().optional() });
+const metricsQuery = z.object({
+  start: z.coerce.number().int().optional(),
+  end: z.coerce.number().int().optional(),
+});
 
 const listQuery = z.object({
   metadata: z.string().optional(),
@@ -108,6 +115,8 @@ export function controlPlaneRoutes(
   manager: SandboxManager,
   tokens: AccessTokens,
   state: E2bState,
+  /** bothy's preview domain: the SDK's `getHost(port)` then names a host bothy serves. */
+  domain: string | null,
 ): void {
   /** What create and connect answer: how to reach the sandbox's envd. */
   const connection = (info: SandboxInfo): Record<string, unknown> => ({
@@ -117,7 +126,7 @@ export function controlPlaneRoutes(
     envdVersion: ENVD_VERSION,
     envdAccessToken: tokens.tokenFor(info.sandbox_id),
     trafficAccessToken: null,
-    domain: null,
+    domain,
   });
 
   /** A sandbox E2B can see: gone (deleted, failed) or still being made is E2B's 404. */
@@ -190,10 +199,29 @@ export function controlPlaneRoutes(
     return {
       ...listedShape(info, info.e2bState),
       envdAccessToken: tokens.tokenFor(info.sandbox_id),
-      domain: null,
+      domain,
       allowInternetAccess: info.network?.internet ?? false,
       lifecycle: { onTimeout: "kill", autoResume: false },
     };
+  });
+
+  /** QEMU saves the VM's memory; gVisor cannot (bothy's 501 not_supported, as E2B's error body). */
+  app.post<Params>("/sandboxes/:id/pause", async (request, reply) => {
+    parse(pauseBody, request.body, "POST /sandboxes/{id}/pause");
+    const info = visible(request.params.id);
+    if (info.e2bState === "paused") throw new E2bHttpError(409, `Sandbox ${info.sandbox_id} is already paused`);
+    await manager.pause(info.sandbox_id);
+    return reply.code(204).send();
+  });
+
+  /** One sample taken now from inside a running sandbox; a paused one has none (it is not woken). */
+  app.get<Params>("/sandboxes/:id/metrics", async (request) => {
+    const { start, end } = parse(metricsQuery, request.query, "GET /sandboxes/{id}/metrics");
+    const info = visible(request.params.id);
+    const now = Date.now() / 1000;
+    if (info.e2bState !== "running" || (start !== undefined && start > now) || (end !== undefined && end < now - 1))
+      return [];
+    return [await sampleMetrics(manager.agent(info.sandbox_id), info.vcpu)];
   });
 
   app.post<Params>("/sandboxes/:id/timeout", async (request, reply) => {
@@ -205,7 +233,8 @@ export function controlPlaneRoutes(
 
   app.delete<Params>("/sandboxes/:id", async (request, reply) => {
     const info = manager.info(request.params.id);
-    if (info.state === "deleted" || info.state === "failed")
+    // One being deleted is already gone for E2B: a second kill answers false, as once it is deleted.
+    if (info.state === "deleted" || info.state === "failed" || info.state === "deleting")
       throw new BothyError("sandbox_not_found", `Sandbox ${info.sandbox_id} was already ${info.state}.`);
     await manager.delete(request.params.id);
     return reply.code(204).send();

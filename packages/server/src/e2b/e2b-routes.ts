@@ -7,6 +7,7 @@ import type { ServerEvents } from "../events/server-events.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { AccessTokens } from "./access-token.ts";
 import { controlPlaneRoutes } from "./control-plane.ts";
+import { controlPlaneAuth } from "./e2b-auth.ts";
 import { envdRoutes } from "./envd-routes.ts";
 import { filesystemService } from "./filesystem-service.ts";
 import { Filesystem } from "./gen/filesystem_pb.ts";
@@ -14,6 +15,7 @@ import { Process } from "./gen/process_pb.ts";
 import { processService } from "./process-service.ts";
 import { E2bHttpError, sendE2bError } from "./e2b-errors.ts";
 import { E2bState } from "./e2b-state.ts";
+import { signedFileRoutes } from "./signed-files.ts";
 
 export interface E2bDeps {
   config: Config;
@@ -25,9 +27,9 @@ export interface E2bDeps {
 }
 
 /**
- * The E2B-compatible surface, for the unmodified `e2b` SDK: its control plane under `/e2b` and
- * its in-sandbox daemon (envd) under `/e2b/envd`, both mapped onto bothy's own sandboxes,
- * commands and files. Errors are E2B's `{"code","message"}`, not problem+json.
+ * The E2B-compatible surface, for the unmodified `e2b` SDK: its control plane under `/e2b`, its
+ * in-sandbox daemon (envd) under `/e2b/envd`, and `/files` for the SDK's signed URLs, all mapped
+ * onto bothy's own sandboxes, commands and files. Errors are E2B's `{"code","message"}`, not problem+json.
  */
 export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<void> {
   const tokens = await AccessTokens.load(deps.config.home);
@@ -45,7 +47,10 @@ export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<vo
           deps.logProblem,
         ),
       );
-      controlPlaneRoutes(e2b, deps.manager, tokens, state);
+      await e2b.register(async (controlPlane) => {
+        controlPlaneAuth(controlPlane);
+        controlPlaneRoutes(controlPlane, deps.manager, tokens, state, deps.config.previewDomain ?? null);
+      });
       await e2b.register(
         (envd) =>
           envdRoutes(envd, deps.manager, tokens, async (scope) => {
@@ -63,4 +68,5 @@ export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<vo
     },
     { prefix: "/e2b" },
   );
+  await signedFileRoutes(app, deps.manager, tokens, deps.logProblem);
 }

@@ -7,6 +7,10 @@
 export interface E2bProcess {
   commandId: string;
   config: { cmd: string; args: string[]; envs: Record<string, string>; cwd?: string };
+  /** Started on a terminal: its output is envd's `pty` stream and it can be resized. */
+  pty: boolean;
+  /** The last signal SendSignal sent it. */
+  signalled?: "SIGKILL" | "SIGTERM";
   tag?: string;
 }
 

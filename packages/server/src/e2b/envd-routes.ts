@@ -42,8 +42,8 @@ export function envdSandboxId(request: FastifyRequest): string {
 function admit(manager: SandboxManager, tokens: AccessTokens, request: FastifyRequest): SandboxInfo {
   const id = envdSandboxId(request);
   const port = header(request, "e2b-sandbox-port") ?? ENVD_PORT;
-  if (port !== ENVD_PORT)
-    throw new E2bHttpError(502, `bothy does not forward sandbox port ${port} yet; only envd (${ENVD_PORT}) is served.`);
+  // A well-formed other port was routed to bothy's port proxy before reaching here.
+  if (port !== ENVD_PORT) throw new E2bHttpError(400, `E2b-Sandbox-Port ${port.slice(0, 16)} is not a TCP port`);
   let info: SandboxInfo;
   try {
     info = manager.info(id);
@@ -87,46 +87,56 @@ export async function envdRoutes(
 
   envd.get("/health", async (_request, reply) => reply.code(204).send());
 
-  await envd.register(async (files) => {
-    // Uploads stream through to the guest; nothing is buffered here.
-    files.addContentTypeParser("*", (_request, payload, done) => done(null, payload));
-
-    files.get<{ Querystring: Record<string, string> }>("/files", async (request, reply) => {
-      const { path, username } = parseE2b(fileQuery, request.query, "GET /files");
-      checkUser(username);
-      if (path === undefined) throw new E2bHttpError(400, "path is required");
-      // The length is that of the file the guest opened (a symlink's target), so it is sent whole.
-      const { stat, stream } = await manager
-        .agent(envdSandboxId(request))
-        .openRead(path)
-        .catch((err: unknown) => {
-          if (err instanceof BothyError && err.details?.["guest_code"] === "not_a_file")
-            throw new E2bHttpError(400, `${path} is not a regular file`);
-          throw err;
-        });
-      return reply.type("application/octet-stream").header("content-length", stat.size).send(stream);
-    });
-
-    files.post<{ Querystring: Record<string, string> }>("/files", async (request) => {
-      const { path, username } = parseE2b(fileQuery, request.query, "POST /files");
-      checkUser(username);
-      const agent = manager.agent(envdSandboxId(request));
-      const body = (request.body as Readable | undefined) ?? Readable.from([]);
-      const type = header(request, "content-type") ?? "";
-      if (type.startsWith("multipart/form-data")) return writeMultipart(agent, request.headers, body, path);
-      if (!type.startsWith("application/octet-stream"))
-        throw new E2bHttpError(400, "Send files as multipart/form-data or application/octet-stream.");
-      if (path === undefined) throw new E2bHttpError(400, "An octet-stream upload needs ?path=");
-      const encoding = header(request, "content-encoding") ?? "identity";
-      if (encoding !== "identity" && encoding !== "gzip")
-        throw new E2bHttpError(400, `Content-Encoding ${encoding} is not supported; send gzip or none.`);
-      await ensureParent(agent, path);
-      await agent.writeStream(path, encoding === "gzip" ? body.pipe(createGunzip()) : body);
-      return [writeInfo(path)];
-    });
-  });
+  await envd.register(async (files) => fileRoutes(files, manager, envdSandboxId));
 
   await envd.register(async (scope) => rpc(scope));
+}
+
+/**
+ * envd's `/files`: GET reads one file, POST writes (multipart or octet-stream, gzip allowed). The
+ * sandbox comes from `sandboxOf`: the E2b-Sandbox-Id header, or the signature of a signed URL.
+ */
+export async function fileRoutes(
+  files: FastifyInstance,
+  manager: SandboxManager,
+  sandboxOf: (request: FastifyRequest) => string,
+): Promise<void> {
+  // Uploads stream through to the guest; nothing is buffered here.
+  files.addContentTypeParser("*", (_request, payload, done) => done(null, payload));
+
+  files.get<{ Querystring: Record<string, string> }>("/files", async (request, reply) => {
+    const { path, username } = parseE2b(fileQuery, request.query, "GET /files");
+    checkUser(username);
+    if (path === undefined) throw new E2bHttpError(400, "path is required");
+    // The length is that of the file the guest opened (a symlink's target), so it is sent whole.
+    const { stat, stream } = await manager
+      .agent(sandboxOf(request))
+      .openRead(path)
+      .catch((err: unknown) => {
+        if (err instanceof BothyError && err.details?.["guest_code"] === "not_a_file")
+          throw new E2bHttpError(400, `${path} is not a regular file`);
+        throw err;
+      });
+    return reply.type("application/octet-stream").header("content-length", stat.size).send(stream);
+  });
+
+  files.post<{ Querystring: Record<string, string> }>("/files", async (request) => {
+    const { path, username } = parseE2b(fileQuery, request.query, "POST /files");
+    checkUser(username);
+    const agent = manager.agent(sandboxOf(request));
+    const body = (request.body as Readable | undefined) ?? Readable.from([]);
+    const type = header(request, "content-type") ?? "";
+    if (type.startsWith("multipart/form-data")) return writeMultipart(agent, request.headers, body, path);
+    if (!type.startsWith("application/octet-stream"))
+      throw new E2bHttpError(400, "Send files as multipart/form-data or application/octet-stream.");
+    if (path === undefined) throw new E2bHttpError(400, "An octet-stream upload needs ?path=");
+    const encoding = header(request, "content-encoding") ?? "identity";
+    if (encoding !== "identity" && encoding !== "gzip")
+      throw new E2bHttpError(400, `Content-Encoding ${encoding} is not supported; send gzip or none.`);
+    await ensureParent(agent, path);
+    await agent.writeStream(path, encoding === "gzip" ? body.pipe(createGunzip()) : body);
+    return [writeInfo(path)];
+  });
 }
 
 /**

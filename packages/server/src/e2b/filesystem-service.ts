@@ -7,7 +7,14 @@ import type { AgentClient } from "../agent/agent-client.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { toConnectError } from "./e2b-errors.ts";
 import { HOME } from "./envd-routes.ts";
-import { Filesystem, FileType, type EntryInfoSchema } from "./gen/filesystem_pb.ts";
+import { watchGuestDir, type DirChange } from "./dir-watch.ts";
+import {
+  EventType,
+  Filesystem,
+  FileType,
+  type EntryInfoSchema,
+  type WatchDirResponseSchema,
+} from "./gen/filesystem_pb.ts";
 import { checkRpcUser, sandboxOf } from "./process-service.ts";
 
 type EntryInit = MessageInitShape<typeof EntryInfoSchema>;
@@ -59,7 +66,17 @@ async function exists(agent: AgentClient, path: string): Promise<boolean> {
   }
 }
 
-/** envd's `filesystem.Filesystem` (unary calls) on the agent's file calls. WatchDir is not served. */
+const EVENT_TYPES: Record<DirChange["op"], EventType> = {
+  create: EventType.CREATE,
+  write: EventType.WRITE,
+  remove: EventType.REMOVE,
+};
+
+/**
+ * envd's `filesystem.Filesystem` on the agent's file calls; WatchDir runs a watcher in the guest.
+ * The polling watcher RPCs (CreateWatcher, GetWatcherEvents, RemoveWatcher) are not served: the
+ * SDKs do not call them.
+ */
 export function filesystemService(manager: SandboxManager): Partial<ServiceImpl<typeof Filesystem>> {
   /** Runs a call on the sandbox's agent with an absolute path, its errors as Connect codes. */
   const call = async <T>(ctx: HandlerContext, path: string, run: (agent: AgentClient, abs: string) => Promise<T>) => {
@@ -109,6 +126,31 @@ export function filesystemService(manager: SandboxManager): Partial<ServiceImpl<
         await agent.rename(source, destination);
         return { entry: await statEntry(agent, destination) };
       }),
+
+    async *watchDir(req, ctx): AsyncGenerator<MessageInitShape<typeof WatchDirResponseSchema>> {
+      checkRpcUser(ctx);
+      if (req.path === "") throw new ConnectError("path is required", Code.InvalidArgument);
+      const path = posix.resolve(HOME, req.path);
+      let agent: AgentClient;
+      try {
+        agent = manager.agent(sandboxOf(ctx));
+        const stat = await agent.stat(path);
+        if (stat.type !== "dir") throw new ConnectError(`${path} is not a directory`, Code.InvalidArgument);
+      } catch (err) {
+        throw toConnectError(err);
+      }
+      const interval = Number(ctx.requestHeader.get("keepalive-ping-interval"));
+      const keepaliveMs = Number.isFinite(interval) && interval > 0 ? interval * 1000 : undefined;
+      try {
+        for await (const item of watchGuestDir(agent, path, req.recursive, ctx.signal, keepaliveMs)) {
+          if (item === "ready") yield { event: { case: "start", value: {} } };
+          else if (item === "keepalive") yield { event: { case: "keepalive", value: {} } };
+          else yield { event: { case: "filesystem", value: { name: item.name, type: EVENT_TYPES[item.op] } } };
+        }
+      } catch (err) {
+        throw toConnectError(err);
+      }
+    },
 
     remove: (req, ctx) =>
       call(ctx, req.path, async (agent, path) => {

@@ -1,6 +1,6 @@
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { BothyError, commandRequest, isErrorCode, type CommandEvent } from "@bothy/protocol";
+import { BothyError, commandRequest, isErrorCode, ptySize, type CommandEvent } from "@bothy/protocol";
 import type { CommandRegistry, RunningCommand } from "../commands/command-registry.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { toConnectError } from "./e2b-errors.ts";
@@ -53,7 +53,17 @@ export function sandboxOf(ctx: HandlerContext): string {
   return id;
 }
 
-function endEvent(event: Extract<CommandEvent, { type: "process_exited" }>): ProcessEventInit {
+/** Signal numbers of the signals envd's SendSignal carries. */
+const SIGNAL_NUMBERS: Record<string, number> = { SIGKILL: 9, SIGTERM: 15 };
+
+/**
+ * A terminal's process runs under `script`, which exits 128+N when the process dies of signal N:
+ * after a SendSignal that status is the signal's death, as envd reports it.
+ */
+function endEvent(event: Extract<CommandEvent, { type: "process_exited" }>, process?: E2bProcess): ProcessEventInit {
+  const signalled = process?.pty ? process.signalled : undefined;
+  if (signalled && event.exit_code === 128 + (SIGNAL_NUMBERS[signalled] ?? 0))
+    event = { ...event, exit_code: null, signal: signalled };
   if (event.exit_code !== null) {
     const status = `exit status ${event.exit_code}`;
     const end = {
@@ -122,8 +132,12 @@ async function* follow(
 async function* processEvents(
   command: RunningCommand,
   ctx: HandlerContext,
-  onStarted: (pid: number) => void,
+  pty: boolean,
+  /** The process already known (Connect), or made known by the `started` event (Start). */
+  known: E2bProcess | undefined,
+  onStarted: (pid: number) => E2bProcess | undefined,
 ): AsyncGenerator<ProcessEventInit> {
+  let process = known;
   const interval = Number(ctx.requestHeader.get("keepalive-ping-interval"));
   const keepaliveMs = Number.isFinite(interval) && interval > 0 ? interval * 1000 : undefined;
   for await (const event of follow(command, ctx.signal, keepaliveMs)) {
@@ -133,17 +147,19 @@ async function* processEvents(
     }
     switch (event.type) {
       case "started":
-        onStarted(event.pid);
+        process = onStarted(event.pid);
         yield { event: { case: "start", value: { pid: event.pid } } };
         break;
       case "stdout":
       case "stderr": {
         const bytes = Buffer.from(event.data, event.encoding === "base64" ? "base64" : "utf8");
-        yield { event: { case: "data", value: { output: { case: event.type, value: bytes } } } };
+        // A terminal's output (bothy sends it as stdout) is envd's `pty` stream.
+        const stream = pty ? "pty" : event.type;
+        yield { event: { case: "data", value: { output: { case: stream, value: bytes } } } };
         break;
       }
       case "process_exited":
-        yield endEvent(event);
+        yield endEvent(event, process);
         return;
       case "error":
         throw toConnectError(asBothyError(event));
@@ -197,7 +213,8 @@ export function processService(
     async *start(req: StartRequest, ctx: HandlerContext): AsyncGenerator<StartResponseInit> {
       checkRpcUser(ctx);
       const sandboxId = sandboxOf(ctx);
-      if (req.pty) throw new ConnectError("PTY is not supported by bothy's E2B surface yet", Code.Unimplemented);
+      const size = req.pty?.size;
+      if (req.pty && !size) throw new ConnectError("pty.size is required for a PTY", Code.InvalidArgument);
       const proc = req.process;
       if (!proc?.cmd) throw new ConnectError("process.cmd is required", Code.InvalidArgument);
       let command: RunningCommand;
@@ -216,8 +233,10 @@ export function processService(
           cmd: `exec ${[proc.cmd, ...proc.args].map(shellQuote).join(" ")}`,
           ...(proc.cwd ? { cwd: proc.cwd } : {}),
           env: { ...state.env(sandboxId), ...proc.envs },
-          stdin: req.stdin ?? false,
+          // A terminal always takes input, as in envd.
+          stdin: size !== undefined || (req.stdin ?? false),
           background: true,
+          ...(size ? { pty: { cols: size.cols, rows: size.rows } } : {}),
           ...(deadline === undefined ? {} : { timeout_s: Math.max(deadline, 1) / 1000 }),
         });
         if (!parsed.success)
@@ -229,20 +248,22 @@ export function processService(
       const config = { cmd: proc.cmd, args: proc.args, envs: proc.envs, ...(proc.cwd ? { cwd: proc.cwd } : {}) };
       const tag = req.tag === undefined ? {} : { tag: req.tag };
       let pid: number | undefined;
-      const onStarted = (started: number): void => {
+      const onStarted = (started: number): E2bProcess => {
         pid = started;
-        state.addProcess(sandboxId, started, { commandId: command.id, config, ...tag });
+        const process = { commandId: command.id, config, pty: size !== undefined, ...tag };
+        state.addProcess(sandboxId, started, process);
+        return process;
       };
-      for await (const event of processEvents(command, ctx, onStarted)) yield { event };
+      for await (const event of processEvents(command, ctx, size !== undefined, undefined, onStarted)) yield { event };
       // It ended (the stream carried its end event): forget its pid, unless a newer process has it.
       if (pid !== undefined && state.process(sandboxId, pid)?.commandId === command.id)
         state.dropProcess(sandboxId, pid);
     },
 
     async *connect(req, ctx) {
-      const { pid, command } = selected(ctx, req.process);
+      const { pid, process, command } = selected(ctx, req.process);
       yield { event: { event: { case: "start", value: { pid } } } };
-      for await (const event of processEvents(command, ctx, () => undefined)) yield { event };
+      for await (const event of processEvents(command, ctx, process.pty, process, () => process)) yield { event };
     },
 
     list: (_req, ctx) => {
@@ -259,18 +280,32 @@ export function processService(
     },
 
     sendSignal: (req, ctx) => {
-      const { command } = selected(ctx, req.process);
+      const { process, command } = selected(ctx, req.process);
       const signal = SIGNALS[req.signal];
       if (!signal) throw new ConnectError("signal must be SIGNAL_SIGKILL or SIGNAL_SIGTERM", Code.InvalidArgument);
+      process.signalled = signal;
       command.signal(signal);
       return {};
     },
 
     sendInput: (req, ctx) => {
-      const { command } = selected(ctx, req.process);
+      const { process, command } = selected(ctx, req.process);
       const input = req.input?.input;
-      if (input?.case === "stdin") command.stdin(Buffer.from(input.value), false);
-      else if (input?.case === "pty") throw new ConnectError("PTY is not supported yet", Code.Unimplemented);
+      if (input?.case === "pty" && !process.pty)
+        throw new ConnectError("process has no terminal: send its input as stdin", Code.InvalidArgument);
+      if (input?.case === "stdin" || input?.case === "pty") command.stdin(Buffer.from(input.value), false);
+      return {};
+    },
+
+    update: (req, ctx) => {
+      const { process, command } = selected(ctx, req.process);
+      const size = req.pty?.size;
+      if (!size) return {};
+      if (!process.pty) throw new ConnectError("process has no terminal to resize", Code.InvalidArgument);
+      const parsed = ptySize.safeParse({ cols: size.cols, rows: size.rows });
+      if (!parsed.success)
+        throw new ConnectError(parsed.error.issues[0]?.message ?? "invalid size", Code.InvalidArgument);
+      command.resize(parsed.data.cols, parsed.data.rows);
       return {};
     },
 

@@ -4,8 +4,9 @@ import { BothyError } from "@bothy/protocol";
  * An error raised inside the server (drivers, network, images, boot). Its message says, in the
  * server's own words and without any text from below, what failed; whatever caused it stays in
  * `cause`. It carries no HTTP status: the API boundary decides that once (`toCreateFailure`,
- * `toWakeFailure`), and the cause chain goes to the log, never to a client. A failed host command
- * is a `HostCommandError` (util/host-command.ts), not one of these: its message quotes stderr.
+ * `toWakeFailure`, `toResumeFailure`; driver-registry.ts for preflights), and the cause chain
+ * goes to the log, never to a client. A failed host command is a `HostCommandError`
+ * (util/host-command.ts), not one of these: its message quotes stderr.
  */
 export class InternalError extends Error {
   /** What the failing part printed (QEMU's last words, the guest console's last lines): for the log, like the cause. */
@@ -37,6 +38,23 @@ export class NetworkSetupError extends InternalError {}
 /** What a VM boots from (guest kernel, initramfs, ext4 image, warm-start snapshot) could not be made. */
 export class TemplateError extends InternalError {}
 
+/**
+ * The host lacks what a driver or the network needs (a program, the agent bundle, a usable
+ * path or interface); the message says what to install or set. A preflight's failure makes its
+ * driver unavailable (driver-registry.ts answers for it); at a boot it becomes `create_failed`.
+ */
+export class HostSetupError extends InternalError {}
+
+/**
+ * This host cannot give what was asked (cgroup controllers to limit sandboxes) and the operator did
+ * not opt out; the message says how to fix the host. Public: `501 not_supported`, at any boundary.
+ */
+export class NotSupportedError extends InternalError {}
+
+function refusalAnswer(err: NotSupportedError): BothyError {
+  return new BothyError("not_supported", err.message, { cause: err });
+}
+
 const BOOT_FAILED = "The sandbox failed to boot; the server log has the details.";
 
 /**
@@ -46,6 +64,7 @@ const BOOT_FAILED = "The sandbox failed to boot; the server log has the details.
  */
 export function toCreateFailure(err: unknown): BothyError {
   if (err instanceof BothyError) return err;
+  if (err instanceof NotSupportedError) return refusalAnswer(err);
   return new BothyError("create_failed", err instanceof InternalError ? err.message : BOOT_FAILED, { cause: err });
 }
 
@@ -65,6 +84,7 @@ export function toWakeFailure(sandboxId: string, err: unknown): BothyError {
 /** The answer for a paused sandbox that could not be resumed (it stays paused, or is gone if it cannot come back). */
 export function toResumeFailure(err: unknown): BothyError {
   if (err instanceof BothyError) return err;
+  if (err instanceof NotSupportedError) return refusalAnswer(err);
   return new BothyError(
     "agent_unavailable",
     err instanceof InternalError ? err.message : "The sandbox could not be resumed; the server log has the details.",

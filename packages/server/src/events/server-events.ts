@@ -22,9 +22,7 @@ export interface ServerEventMap {
   network_pool_public: { pool: string };
   network_ready: { pool: string; uplink: string; dns: readonly string[]; table: string };
   network_plumbed: { sandbox_id: string; iface: string; guest: string; ms: number };
-  network_teardown_failed: Failure;
   qemu_base_snapshot: { key: string; image: string; ms: number };
-  qemu_restore_failed: Failure;
   runsc_remove_retried: Failure;
   umount_lazy: { dir: string; target: string; error: string };
 
@@ -36,6 +34,8 @@ export interface ServerEventMap {
     driver: string;
     warm: boolean;
     ms: number;
+    /** A boot's steps and the driver's start phases (ms), for profiling; absent when warm. */
+    steps?: Readonly<Record<string, number>>;
   };
   sandbox_create_failed: Failure;
   pool_boot_failed: Failure;
@@ -67,6 +67,7 @@ export interface ServerEventMap {
   sandbox_timeout_set: { sandbox_id: string; timeout_s: number; expires_at: string };
   sandbox_expired: { sandbox_id: string; expires_at: string | null };
   sandbox_deleted: { sandbox_id: string; reason: string };
+  sandbox_delete_failed: Failure;
   orphan_removed: { sandbox_id: string; kind: string; description: string; by: string; disk_kept?: true };
   orphan_remove_failed: Failure;
   sweep_failed: { error: string };
@@ -115,9 +116,7 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   network_pool_public: "warn",
   network_ready: "info",
   network_plumbed: "info",
-  network_teardown_failed: "warn",
   qemu_base_snapshot: "info",
-  qemu_restore_failed: "warn",
   runsc_remove_retried: "warn",
   umount_lazy: "warn",
   sandbox_created: "info",
@@ -143,6 +142,7 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   sandbox_timeout_set: "info",
   sandbox_expired: "info",
   sandbox_deleted: "info",
+  sandbox_delete_failed: "warn",
   orphan_removed: "info",
   orphan_remove_failed: "warn",
   sweep_failed: "error",

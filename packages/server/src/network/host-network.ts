@@ -26,7 +26,7 @@ import {
 } from "./ipv4.ts";
 import { PRIVATE_RANGES, renderBase, renderSandboxAdd, renderSandboxRemove } from "./nft-ruleset.ts";
 import type { Logger } from "../events/server-events.ts";
-import { describeCauses, NetworkSetupError } from "../errors/internal-errors.ts";
+import { HostSetupError, NetworkSetupError } from "../errors/internal-errors.ts";
 
 export type { LinkKind } from "../util/host-names.ts";
 
@@ -110,24 +110,22 @@ export class HostNetwork {
   async preflight(): Promise<void> {
     const off = "or start bothy with BOTHY_NETWORK=off (sandboxes then have no network at all)";
     await run("nft", ["--version"], { timeoutMs: CMD_TIMEOUT_MS }).catch((err: unknown) => {
-      throw new BothyError("create_failed", `nft is not installed: run \`apt-get install nftables\`, ${off}.`, {
+      throw new HostSetupError(`nft is not installed: run \`apt-get install nftables\`, ${off}.`, {
         cause: err,
       });
     });
     await run("ip", ["-V"], { timeoutMs: CMD_TIMEOUT_MS }).catch((err: unknown) => {
-      throw new BothyError("create_failed", `ip is not installed: run \`apt-get install iproute2\`, ${off}.`, {
+      throw new HostSetupError(`ip is not installed: run \`apt-get install iproute2\`, ${off}.`, {
         cause: err,
       });
     });
     this.uplinkName = this.opts.uplink ?? (await defaultRouteInterface());
     if (!this.uplinkName)
-      throw new BothyError(
-        "create_failed",
+      throw new HostSetupError(
         `No uplink: this host has no default route; set BOTHY_UPLINK to the interface sandboxes reach the internet by, ${off}.`,
       );
     if (!(await linkNames()).includes(this.uplinkName))
-      throw new BothyError(
-        "create_failed",
+      throw new HostSetupError(
         `The uplink interface ${this.uplinkName} does not exist; set BOTHY_UPLINK to an existing interface, ${off}.`,
       );
     for (const server of this.opts.dns) {
@@ -136,22 +134,19 @@ export class HostNetwork {
         cidrContains(parseCidr(r), addr),
       );
       if (blocked)
-        throw new BothyError(
-          "create_failed",
+        throw new HostSetupError(
           `BOTHY_DNS names ${server}, inside ${blocked}, which sandboxes may not reach; name public resolvers (default 1.1.1.1,8.8.8.8).`,
         );
     }
     for (const r of this.opts.extraBlocked) parseCidr(r);
     const shared = await this.poolOfAnotherHome();
     if (shared)
-      throw new BothyError(
-        "create_failed",
+      throw new HostSetupError(
         `BOTHY_NET_POOL ${formatCidr(this.pool)} overlaps ${shared.pool}, the pool of another bothy home on this host (table inet ${shared.table}); give each server its own block. If no server of that home runs any more, \`nft delete table inet ${shared.table}\` removes its rules.`,
       );
     for (const clash of (await hostAddresses()).filter((a) => cidrContains(this.pool, parseIpv4(a)))) {
       if (!(await this.isOurs(clash)))
-        throw new BothyError(
-          "create_failed",
+        throw new HostSetupError(
           `BOTHY_NET_POOL ${formatCidr(this.pool)} holds ${clash}, an address this host already uses; choose a free block.`,
         );
     }
@@ -238,9 +233,8 @@ export class HostNetwork {
     try {
       await writeFile(path, "1\n");
     } catch (err) {
-      throw new BothyError(
-        "create_failed",
-        `net.ipv4.ip_forward is off and bothy could not turn it on (${(err as Error).message}): run \`sysctl -w net.ipv4.ip_forward=1\` as root, or start bothy with BOTHY_NETWORK=off.`,
+      throw new HostSetupError(
+        `net.ipv4.ip_forward is off and bothy could not turn it on: run \`sysctl -w net.ipv4.ip_forward=1\` as root, or start bothy with BOTHY_NETWORK=off.`,
         { cause: err },
       );
     }
@@ -309,7 +303,10 @@ export class HostNetwork {
     return this.allocate(sandboxId, kind, policy);
   }
 
-  /** Makes the link and the chain. On failure whatever was made is removed before the error. */
+  /**
+   * Makes the link and the chain. A plumb that fails leaves what it made for `teardown`, which
+   * removes whatever of it exists: the boot pipeline pushed that undo before calling this.
+   */
   async plumb(plan: PlannedNetwork): Promise<void> {
     const { iface, guest } = plan;
     const cidr = (a: string) => `${a}/${guest.prefix}`;
@@ -365,9 +362,6 @@ export class HostNetwork {
         ms: Date.now() - started,
       });
     } catch (err) {
-      await this.teardown(plan.sandboxId).catch((e: unknown) =>
-        this.opts.log("network_teardown_failed", { sandbox_id: plan.sandboxId, error: describeCauses(e) }),
-      );
       throw new NetworkSetupError(`Could not set up the network of sandbox ${plan.sandboxId}.`, { cause: err });
     }
   }

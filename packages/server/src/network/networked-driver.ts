@@ -6,6 +6,7 @@ import type {
   HostObject,
   SandboxHandle,
   SandboxSpec,
+  UndoStack,
 } from "../drivers/driver.ts";
 import { DEFAULT_POLICY, type HostNetwork, type LinkKind, type PlannedNetwork } from "./host-network.ts";
 import { NetworkSetupError } from "../errors/internal-errors.ts";
@@ -37,6 +38,10 @@ export class NetworkedDriver implements Driver {
 
   preflight(): Promise<void> {
     return this.inner.preflight();
+  }
+
+  savedMemory(spec: SandboxSpec): boolean {
+    return this.inner.savedMemory?.(spec) ?? false;
   }
 
   /** A new sandbox gets a network made for it; one taken over after a restart keeps the one it has. */
@@ -96,6 +101,7 @@ class NetworkedHandle implements SandboxHandle {
   private inner: SandboxHandle | undefined;
   private plan: PlannedNetwork | undefined;
   private destroying: Promise<void> | undefined;
+  private networkMs: number | undefined;
 
   constructor(
     private readonly spec: SandboxSpec,
@@ -118,7 +124,7 @@ class NetworkedHandle implements SandboxHandle {
     return this.inner?.pause?.bind(this.inner);
   }
 
-  get resume(): ((signal?: AbortSignal) => Promise<GuestStream>) | undefined {
+  get resume(): ((undo: UndoStack, signal?: AbortSignal) => Promise<GuestStream>) | undefined {
     return this.inner?.resume?.bind(this.inner);
   }
 
@@ -127,22 +133,25 @@ class NetworkedHandle implements SandboxHandle {
     return this.configureInGuest ? this.plan?.guest : undefined;
   }
 
-  /** The inner driver's diagnostics, which boot failures quote. */
+  /** The inner driver's diagnostics, which boot failures log. */
   get diagnostics(): string | undefined {
-    return (this.inner as { diagnostics?: string } | undefined)?.diagnostics;
+    return this.inner?.diagnostics;
   }
 
-  async start(signal?: AbortSignal): Promise<GuestStream> {
+  get startSteps(): Readonly<Record<string, number>> {
+    return { ...(this.networkMs === undefined ? {} : { network: this.networkMs }), ...this.inner?.startSteps };
+  }
+
+  /** The network goes onto `undo` before anything of it is made (a plumb cut short leaves parts), then the inner start's objects. */
+  async start(undo: UndoStack, signal?: AbortSignal): Promise<GuestStream> {
+    const t0 = performance.now();
     const plan = await this.planNetwork();
     this.plan = plan;
+    undo.push("network", () => this.net.teardown(plan.sandboxId));
     if (this.plumb) await this.net.plumb(plan);
+    this.networkMs = Math.round(performance.now() - t0);
     this.inner = this.makeInner(plan);
-    try {
-      return await this.inner.start(signal);
-    } catch (err) {
-      await this.net.teardown(plan.sandboxId);
-      throw err;
-    }
+    return this.inner.start(undo, signal);
   }
 
   wait(): Promise<ExitInfo> {

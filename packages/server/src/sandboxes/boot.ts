@@ -9,7 +9,7 @@ import {
   type SandboxSpec,
 } from "../drivers/driver.ts";
 import { configureGuestNetwork } from "../network/guest-config.ts";
-import { BootError, type BootStep } from "../errors/internal-errors.ts";
+import { BootError, NotSupportedError, type BootStep } from "../errors/internal-errors.ts";
 import { CleanupStack } from "../util/cleanup-stack.ts";
 
 /** A sandbox whose guest agent has answered the handshake. */
@@ -17,26 +17,42 @@ export interface BootedSandbox {
   spec: SandboxSpec;
   handle: SandboxHandle;
   agent: AgentClient;
+  /** How long each boot step took (ms), and the driver's own start phases as `start.<phase>`. */
+  stepsMs?: Readonly<Record<string, number>>;
 }
 
 /**
- * How a boot starts: a new sandbox; one started again on the disk it kept (woken, or restored from
- * the memory a pause saved); one still running from before a server restart, taken over.
+ * How a boot starts:
+ * - `new`: a sandbox made now, from its template;
+ * - `kept disk`: a stopped sandbox (slept gVisor, or one a crash or restart stopped) booted cold on
+ *   the disk it kept;
+ * - `wake`: a sandbox a pause left on disk with its memory (a server restart came between the
+ *   pause and now) restored from that memory on a new handle; if that fails it boots as `kept disk`;
+ * - `take-over`: one still running from before a server restart, connected to again;
+ * - `resume`: a paused sandbox whose handle the server holds (paused on request or by idle
+ *   sleep), restored from the memory its pause saved.
  */
-export type BootMode = "new" | "kept disk" | "take-over";
+export type BootMode = "new" | "kept disk" | "wake" | "take-over" | "resume";
 
-type StepName = Extract<BootStep, "start" | "handshake" | "identify" | "network" | "limits">;
+type StepName = Extract<BootStep, "start" | "attach" | "restore" | "handshake" | "identify" | "network" | "limits">;
 
-/** The named steps of each mode, in order. A new boot and one on a kept disk differ only in the start's undo. */
+/** The named steps of each mode, in order. */
 export const BOOT_STEPS: Record<BootMode, readonly StepName[]> = {
   new: ["start", "handshake", "identify", "network", "limits"],
   "kept disk": ["start", "handshake", "identify", "network", "limits"],
+  // The restored guest gets its identity (clock, entropy), network and limits again: it runs on a new link and cgroup.
+  wake: ["restore", "handshake", "identify", "network", "limits"],
   // It already has its identity, network and limits.
-  "take-over": ["start", "handshake"],
+  "take-over": ["attach", "handshake"],
+  // The same VM on the same link: only its clock and entropy are new.
+  resume: ["restore", "handshake", "identify"],
 };
 
-export function bootMode(spec: SandboxSpec): BootMode {
-  return spec.attach ? "take-over" : spec.reuseDisk ? "kept disk" : "new";
+/** The mode of a boot on a new handle (a `resume` reuses the handle it has: `resumeSandbox`). */
+export function bootMode(spec: SandboxSpec, driver: Pick<Driver, "savedMemory">): Exclude<BootMode, "resume"> {
+  if (spec.attach) return "take-over";
+  if (!spec.reuseDisk) return "new";
+  return spec.fromMemory !== false && driver.savedMemory?.(spec) === true ? "wake" : "kept disk";
 }
 
 /** What the steps of one boot share. */
@@ -47,6 +63,7 @@ interface Boot {
   readonly handle: SandboxHandle;
   readonly timeoutMs: number;
   readonly signal: AbortSignal | undefined;
+  /** Every undo of this boot, the driver's included: the one place a failure unwinds. */
   readonly cleanup: CleanupStack;
   /** The step running now: a sandbox that exits during boot failed in it. */
   step: StepName;
@@ -56,23 +73,34 @@ interface Boot {
   exited?: Promise<never>;
 }
 
+/**
+ * The first step of every mode: the driver makes the sandbox run (starts it, attaches to it, or
+ * restores it), pushing the undo of each host object it makes; then a new agent client on its channel.
+ */
+async function launch(b: Boot): Promise<void> {
+  if (b.mode === "resume") {
+    const resume = b.handle.resume?.bind(b.handle);
+    if (!resume) throw new NotSupportedError("This driver cannot resume sandboxes.");
+    b.stream = await resume(b.cleanup, b.signal);
+  } else {
+    b.stream = await b.handle.start(b.cleanup, b.signal);
+  }
+  const agent = (b.agent = new AgentClient(b.stream.input, b.stream.output));
+  b.cleanup.push("agent", () => agent.close(new BothyError("agent_unavailable", "Boot failed.")));
+  b.exited = b.handle.wait().then((exit) => {
+    throw new BootError(
+      b.step,
+      `Sandbox ${b.spec.id} exited during boot (code ${exit.code ?? "none"}, signal ${exit.signal ?? "none"}).`,
+      diagnosticsOf(b.handle),
+    );
+  });
+  b.exited.catch(() => undefined);
+}
+
 const STEPS: Record<StepName, (b: Boot) => Promise<void>> = {
-  async start(b) {
-    // Undo first: a start that fails half-way may have made host objects. A kept disk is not this
-    // boot's to remove.
-    b.cleanup.push("start", () => (b.mode === "new" ? b.handle.destroy() : b.handle.stop()));
-    b.stream = await b.handle.start(b.signal);
-    const agent = (b.agent = new AgentClient(b.stream.input, b.stream.output));
-    b.cleanup.push("agent", () => agent.close(new BothyError("agent_unavailable", "Boot failed.")));
-    b.exited = b.handle.wait().then((exit) => {
-      throw new BootError(
-        b.step,
-        `Sandbox ${b.spec.id} exited during boot (code ${exit.code ?? "none"}, signal ${exit.signal ?? "none"}).`,
-        diagnosticsOf(b.handle),
-      );
-    });
-    b.exited.catch(() => undefined);
-  },
+  start: launch,
+  attach: launch,
+  restore: launch,
   async handshake(b) {
     await race(
       b,
@@ -91,81 +119,115 @@ const STEPS: Record<StepName, (b: Boot) => Promise<void>> = {
 };
 
 /**
- * Boots one sandbox up to a ready agent, step by step (BOOT_STEPS). Each step that makes something
- * pushes its undo; on any failure the undos run once, newest first, before the error is thrown, so
- * a failed boot leaves nothing on the host (but a kept disk).
+ * Boots one sandbox on a new handle up to a ready agent, step by step (BOOT_STEPS). The driver
+ * and each step push the undo of what they make; on any failure the undos run once, newest first,
+ * before the error is thrown, so a failed boot leaves nothing on the host but a kept disk (and a
+ * paused sandbox's saved memory, unless its restore got as far as running it). A `wake` that fails
+ * boots again as `kept disk`, after `onWakeFailed` heard why.
  */
 export async function bootSandbox(
   driver: Driver,
   spec: SandboxSpec,
   timeoutMs: number,
-  signal?: AbortSignal,
+  options: { signal?: AbortSignal; onWakeFailed?: (err: unknown) => void } = {},
 ): Promise<BootedSandbox> {
-  const mode = bootMode(spec);
+  const mode = bootMode(spec, driver);
+  const handle = driver.create(mode === "wake" ? { ...spec, fromMemory: true } : { ...spec, fromMemory: false });
+  try {
+    return await runSteps(mode, driver, spec, handle, timeoutMs, options.signal);
+  } catch (err) {
+    // A driver's refusal stands; anything else of a restore is worth a cold boot on the same disk.
+    if (mode !== "wake" || err instanceof NotSupportedError) throw err;
+    options.onWakeFailed?.(err);
+    return bootSandbox(driver, { ...spec, fromMemory: false }, timeoutMs, { ...options, onWakeFailed: undefined });
+  }
+}
+
+/**
+ * Brings a paused sandbox back on the handle the server holds (mode `resume`): the driver restores
+ * it, a new agent client asks the running agent for a fresh hello, and the guest gets its identity
+ * again (the clock moved; new entropy does no harm). The old client was closed at pause. A failed
+ * resume unwinds what it made and leaves the sandbox paused; what becomes of it is the caller's call.
+ */
+export async function resumeSandbox(
+  driver: Driver,
+  booted: BootedSandbox,
+  timeoutMs: number,
+  signal?: AbortSignal,
+): Promise<void> {
+  const done = await runSteps("resume", driver, booted.spec, booted.handle, timeoutMs, signal);
+  booted.agent = done.agent;
+}
+
+async function runSteps(
+  mode: BootMode,
+  driver: Driver,
+  spec: SandboxSpec,
+  handle: SandboxHandle,
+  timeoutMs: number,
+  signal: AbortSignal | undefined,
+): Promise<BootedSandbox> {
+  const steps = BOOT_STEPS[mode];
   const b: Boot = {
     mode,
     driver,
     spec,
-    handle: driver.create(spec),
+    handle,
     timeoutMs,
     signal,
     cleanup: new CleanupStack(),
-    step: "start",
+    step: steps[0] ?? "start",
   };
+  const stepsMs: Record<string, number> = {};
   try {
-    for (const step of BOOT_STEPS[mode]) {
+    for (const step of steps) {
       b.step = step;
+      const t0 = performance.now();
       await STEPS[step](b);
+      stepsMs[step] = Math.round(performance.now() - t0);
     }
     b.cleanup.release();
-    return { spec, handle: b.handle, agent: agentOf(b) };
+    for (const [phase, ms] of Object.entries(handle.startSteps ?? {})) stepsMs[`start.${phase}`] = ms;
+    return { spec, handle, agent: agentOf(b), stepsMs };
   } catch (err) {
-    const diagnostics = diagnosticsOf(b.handle);
+    const diagnostics = diagnosticsOf(handle);
     const undone: unknown[] = [];
     await b.cleanup.run((_name, e) => undone.push(e));
     // A failed undo is for the log (the cause chain), never the client's message.
     const cause = undone.length === 0 ? err : new AggregateError([err, ...undone], "boot failed, and undoing it too");
-    if (err instanceof BootError && undone.length === 0) throw err;
+    // A driver's own account of the step stands, with what the driver printed added for the log.
+    if (err instanceof BootError && undone.length === 0)
+      throw err.diagnostics || !diagnostics.diagnostics
+        ? err
+        : new BootError(err.step, err.message, { cause: err, ...diagnostics });
     // A driver's refusal (this host cannot give what was asked, and how to fix it) is the answer as it is.
-    if (err instanceof BothyError && err.code === "not_supported")
-      throw undone.length === 0 ? err : new BothyError(err.code, err.message, { cause });
-    throw new BootError(b.step, `Could not boot sandbox ${spec.id} (${mode}): ${STEP_FAILED[b.step]}.`, {
+    if (err instanceof NotSupportedError)
+      throw undone.length === 0 ? err : new NotSupportedError(err.message, { cause });
+    throw new BootError(b.step, `Could not ${VERB[mode]} sandbox ${spec.id} (${mode}): ${STEP_FAILED[b.step]}.`, {
       cause,
       ...diagnostics,
     });
   }
 }
 
+const VERB: Record<BootMode, string> = {
+  new: "boot",
+  "kept disk": "boot",
+  wake: "wake",
+  "take-over": "take over",
+  resume: "resume",
+};
+
 /** What each step's failure means, in words a client may see. */
 const STEP_FAILED: Record<StepName, string> = {
   start: "the driver could not start it",
+  attach: "the driver could not attach to it",
+  restore: "the driver could not restore it from its saved memory",
   handshake: "its guest agent did not answer",
   identify: "its guest agent did not take its identity",
   network: "its guest network could not be configured",
   limits: "the guest could not apply the sandbox's limits",
 };
-
-/**
- * Brings a paused sandbox back: the driver restores it, a new agent client asks the running agent
- * for a fresh hello, and the guest gets its identity again (the clock moved; new entropy does no
- * harm). The old client was closed at pause.
- */
-export async function reattachSandbox(booted: BootedSandbox, timeoutMs: number, signal?: AbortSignal): Promise<void> {
-  const resume = booted.handle.resume?.bind(booted.handle);
-  if (!resume) throw new BothyError("not_supported", "This driver cannot resume sandboxes.");
-  const stream = await resume(signal);
-  const agent = new AgentClient(stream.input, stream.output);
-  try {
-    await agent.handshake(timeoutMs, signal, true);
-    if (booted.handle.needsIdentity) await agent.identify(guestIdentity(booted.spec));
-  } catch (err) {
-    agent.close(new BothyError("agent_unavailable", "Resume failed."));
-    throw new BootError("handshake", `Sandbox ${booted.spec.id} was restored but its agent did not answer.`, {
-      cause: err,
-    });
-  }
-  booted.agent = agent;
-}
 
 /** The process limit, and a VM's root file system grown to the disk the driver made. */
 async function applyLimits(agent: AgentClient, spec: SandboxSpec, handle: SandboxHandle): Promise<void> {

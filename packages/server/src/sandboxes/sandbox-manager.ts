@@ -20,7 +20,7 @@ import { egressFromRequest, isDefaultPolicy } from "../network/host-network.ts";
 import type { DriverRegistry } from "../drivers/driver-registry.ts";
 import { toSandboxInfo, type Ledger, type SandboxRow } from "../ledger/ledger.ts";
 import { newSandboxId } from "../util/ids.ts";
-import { bootSandbox, reattachSandbox, type BootedSandbox } from "./boot.ts";
+import { bootSandbox, resumeSandbox, type BootedSandbox } from "./boot.ts";
 import { expiryFrom, lifetimeOf, parseSetTimeout } from "./lifetime.ts";
 import { SandboxRecords, type SandboxRecord } from "./sandbox-records.ts";
 import { WarmPool, type PoolShape } from "./warm-pool.ts";
@@ -88,7 +88,6 @@ export class SandboxManager {
    * sandbox's objects except its disk.
    */
   async reconcile(): Promise<void> {
-    const deleting: string[] = [];
     for (const row of this.ledger.liveSandboxes()) {
       if (row.state === "running") {
         // Commands of the old server cannot be followed by this one; they run on in the guest, detached.
@@ -110,16 +109,9 @@ export class SandboxManager {
         );
         this.ledger.forgetIdempotencyKeysOf(row.id);
         this.log("sandbox_lost", { sandbox_id: row.id, previous_state: row.state });
-      } else if (row.state === "deleting") {
-        deleting.push(row.id);
       }
     }
-    for (const id of deleting) {
-      await this.drivers.removeOrphan(id);
-      this.ledger.loseCommands(id);
-      this.ledger.transition(id, "deleting", "deleted");
-      this.log("sandbox_deleted", { sandbox_id: id, reason: "completed after restart" });
-    }
+    await this.finishDeletes("completed after restart");
     const objects = (await Promise.all(this.drivers.all().map((d) => d.reconcile()))).flat();
     for (const [id, found] of this.unowned(objects)) await this.removeUnowned(id, found, "start-up");
   }
@@ -181,7 +173,8 @@ export class SandboxManager {
     const owned = this.ownedIds();
     const closed: string[] = [];
     for (const row of this.ledger.liveSandboxes()) {
-      if (owned.has(row.id) || DORMANT_STATES.includes(row.state)) continue;
+      // A `deleting` row is finished by finishDeletes, not failed: its host objects may still be there.
+      if (owned.has(row.id) || DORMANT_STATES.includes(row.state) || row.state === "deleting") continue;
       this.ledger.transition(row.id, row.state, "failed", reason);
       this.ledger.loseCommands(row.id);
       this.log("sandbox_lost", { sandbox_id: row.id, previous_state: row.state });
@@ -435,6 +428,7 @@ export class SandboxManager {
         driver: driver.name,
         warm: warm !== undefined,
         ms: Date.now() - started,
+        ...(warm === undefined && booted.stepsMs ? { steps: booted.stepsMs } : {}),
       });
       return { sandbox: this.info(id), created: true };
     })();
@@ -610,7 +604,7 @@ export class SandboxManager {
     return this.transition(id, async (booted, rec) => {
       if (this.info(id).state !== "paused") return;
       try {
-        await reattachSandbox(booted, this.config.bootTimeoutMs);
+        await resumeSandbox(this.drivers.get(this.info(id).driver), booted, this.config.bootTimeoutMs);
       } catch (err) {
         // A sandbox that cannot come back is over: its state file and disk go with it.
         this.records.letGo(rec);
@@ -682,7 +676,7 @@ export class SandboxManager {
         );
       }
       const started = Date.now();
-      const booted = await this.bootDormant(row).catch((err: unknown) => {
+      const booted = await this.bootFromDisk(row).catch((err: unknown) => {
         this.log("sandbox_wake_failed", { sandbox_id: id, error: describeCauses(err) });
         throw toWakeFailure(id, err);
       });
@@ -695,22 +689,6 @@ export class SandboxManager {
       this.adopt(booted);
       this.log("sandbox_woken", { sandbox_id: id, from: row.state, driver: row.driver, ms: Date.now() - started });
     });
-  }
-
-  /**
-   * Boots a stopped or paused sandbox on its disk. A paused one's memory image is gone once QEMU
-   * runs it: if the restored guest then fails its start (an agent from an older bothy that does
-   * not know a frame, a guest that broke its own cgroups), its disk is still whole, and it boots
-   * cold from there, as after a crash: files kept, processes lost.
-   */
-  private async bootDormant(row: SandboxRow): Promise<BootedSandbox> {
-    try {
-      return await this.bootFromDisk(row);
-    } catch (err) {
-      if (row.state !== "paused" || (err instanceof BothyError && err.code === "template_not_built")) throw err;
-      this.log("sandbox_restore_failed", { sandbox_id: row.id, error: describeCauses(err) });
-      return this.bootFromDisk(row);
-    }
   }
 
   /** Takes over a sandbox that still runs from before the restart; false when it cannot (then it is stopped). */
@@ -757,7 +735,11 @@ export class SandboxManager {
       reuseDisk: true,
       ...how,
     };
-    return bootSandbox(this.drivers.get(row.driver), spec, this.config.bootTimeoutMs);
+    // A wake from saved memory that fails (an agent from an older bothy that does not know a frame, a
+    // guest that broke its own cgroups) boots cold on the same disk: files kept, processes lost.
+    return bootSandbox(this.drivers.get(row.driver), spec, this.config.bootTimeoutMs, {
+      onWakeFailed: (err) => this.log("sandbox_restore_failed", { sandbox_id: row.id, error: describeCauses(err) }),
+    });
   }
 
   /** Notes activity on a sandbox: idle sleep counts from the last one. */
@@ -829,35 +811,78 @@ export class SandboxManager {
     }
   }
 
-  /** `reason` is logged: "requested", or who else asked (the sweeper, a dropped client). */
-  async delete(id: string, reason = "requested"): Promise<SandboxInfo> {
+  /**
+   * Deletes a sandbox, off the caller's clock: the answer comes as soon as it is `deleting` and
+   * can no longer be reached (its agent closed, its handle let go, so commands, files, ports and
+   * sockets refuse it); its teardown goes on in the background and ends in `deleted` (the
+   * `sandbox_deleted` event). A create or pause/resume in flight ends first. Idempotent: a delete
+   * under way answers with the same sandbox. `reason` is logged: "requested", or who else asked
+   * (the sweeper, a dropped client). With `wait`, the answer comes once the teardown has ended
+   * (`deleted`, or still `deleting` when it failed and the sweeper will finish it).
+   */
+  async delete(id: string, reason = "requested", how: { wait?: boolean } = {}): Promise<SandboxInfo> {
     const info = this.info(id);
     if (info.state === "deleted" || info.state === "failed") return info;
+    const job = this.deleteJob(id, reason);
+    const answer = await job.answered;
+    if (!how.wait) return answer;
+    await job.done;
+    return this.info(id);
+  }
+
+  /**
+   * The delete of `id`, started if none is under way. A row already `deleting` (a teardown that a
+   * crash cut short or that failed) goes straight to the teardown. Ownership of the sandbox's host
+   * objects stays with the record until the teardown has ended, so the sweeper never races it.
+   */
+  private deleteJob(id: string, reason: string): NonNullable<SandboxRecord["deleting"]> {
     const rec = this.records.of(id);
     if (rec.deleting) return rec.deleting;
-    const job = (async () => {
+    const marked = (async () => {
       await rec.creating?.catch(() => undefined);
       await rec.queue?.catch(() => undefined);
-      await rec.reaping;
       const row = this.ledger.getSandbox(id);
-      if (row?.state === "failed") return this.info(id);
-      if (!row) return this.info(id);
-      this.ledger.transition(id, row.state, "deleting");
+      if (!row || row.state === "failed" || row.state === "deleted") return undefined;
+      if (row.state !== "deleting") this.ledger.transition(id, row.state, "deleting");
       const booted = this.records.letGo(rec);
       booted?.agent.close(new BothyError("sandbox_not_running", "The sandbox was deleted."));
-      if (booted) await booted.handle.destroy();
-      else await this.drivers.removeOrphan(id);
-      this.ledger.loseCommands(id);
-      this.ledger.transition(id, "deleting", "deleted");
-      this.log("sandbox_deleted", { sandbox_id: id, reason });
-      return this.info(id);
+      return { booted };
     })();
+    const done = marked
+      .then(async (m) => {
+        if (!m) return;
+        // The answer goes out first: spawning the teardown's host commands costs the event loop
+        // milliseconds that are not the caller's.
+        await new Promise((resolve) => setImmediate(resolve));
+        // A stop under way (the sandbox had died or gone to sleep) ends before its objects are removed.
+        await rec.reaping;
+        if (m.booted) await m.booted.handle.destroy();
+        else await this.drivers.removeOrphan(id);
+        this.ledger.loseCommands(id);
+        this.ledger.transition(id, "deleting", "deleted");
+        this.log("sandbox_deleted", { sandbox_id: id, reason });
+      })
+      // Left `deleting`: the sweeper's next pass (or a restart) finishes it.
+      .catch((err: unknown) => this.log("sandbox_delete_failed", { sandbox_id: id, error: describeCauses(err) }))
+      .finally(() => {
+        if (rec.deleting === job) rec.deleting = undefined;
+        this.records.tidy(rec);
+      });
+    const job = { answered: marked.then(() => this.info(id)), done };
+    job.answered.catch(() => undefined); // a caller that waits only for `done` has its failure logged
     rec.deleting = job;
-    try {
-      return await job;
-    } finally {
-      rec.deleting = undefined;
-      this.records.tidy(rec);
+    return job;
+  }
+
+  /**
+   * Completes every delete no operation of this process is carrying out: one a crash cut short
+   * (at start-up) or whose teardown failed (the sweeper tries again each pass).
+   */
+  async finishDeletes(reason: string): Promise<void> {
+    const owned = this.ownedIds();
+    for (const row of this.ledger.liveSandboxes()) {
+      if (row.state !== "deleting" || owned.has(row.id)) continue;
+      await this.deleteJob(row.id, reason).done;
     }
   }
 
@@ -888,7 +913,7 @@ export class SandboxManager {
         this.log("sandbox_stopped", { sandbox_id: id });
       }),
     );
-    await Promise.allSettled(this.records.all().flatMap((r) => [r.deleting, r.reaping]));
+    await Promise.allSettled(this.records.all().flatMap((r) => [r.deleting?.done, r.reaping]));
   }
 
   private checkId(id: string): void {

@@ -8,6 +8,7 @@ import type {
   HostObject,
   SandboxHandle,
   SandboxSpec,
+  UndoStack,
 } from "../../src/drivers/driver.ts";
 
 /**
@@ -31,6 +32,8 @@ export class FakeHost {
   readonly machines = new Map<string, FakeMachine>();
   /** How many of the next starts (boots, wakes, resumes) fail. */
   failStarts = 0;
+  /** How many of the next removals (destroy, removeOrphan) fail, leaving everything in place. */
+  failRemovals = 0;
   /** Bumped when the server process "dies": handles of an older process do nothing any more. */
   epoch = 0;
 
@@ -61,6 +64,12 @@ export class FakeHost {
       if (m.guest && !attaching.has(m.driver)) m.guest.end({ code: null, signal: "SIGKILL" }, true);
       m.guest?.detach();
     }
+  }
+
+  takeRemovalFailure(): boolean {
+    if (this.failRemovals === 0) return false;
+    this.failRemovals--;
+    return true;
   }
 
   takeStartFailure(): boolean {
@@ -158,6 +167,7 @@ const tick = (): Promise<void> => new Promise((r) => setImmediate(r));
 class FakeHandle implements SandboxHandle {
   readonly id: string;
   readonly needsIdentity = true;
+  readonly diagnostics = undefined;
   private started = false;
   private guest: FakeGuest | undefined;
   private paused = false;
@@ -165,7 +175,7 @@ class FakeHandle implements SandboxHandle {
   private resolveEnd!: (exit: ExitInfo) => void;
   private readonly epoch: number;
   readonly pause?: () => Promise<void>;
-  readonly resume?: (signal?: AbortSignal) => Promise<GuestStream>;
+  readonly resume?: (undo: UndoStack, signal?: AbortSignal) => Promise<GuestStream>;
 
   constructor(
     private readonly driver: FakeDriver,
@@ -176,7 +186,7 @@ class FakeHandle implements SandboxHandle {
     this.ended = new Promise((r) => (this.resolveEnd = r));
     if (driver.canPause) {
       this.pause = () => this.doPause();
-      this.resume = () => this.doResume();
+      this.resume = (undo) => this.doResume(undo);
     }
   }
 
@@ -198,7 +208,8 @@ class FakeHandle implements SandboxHandle {
     return m;
   }
 
-  async start(): Promise<GuestStream> {
+  /** Like the real drivers, it leaves the cleanup of a failed start to the undos it pushes. */
+  async start(undo: UndoStack): Promise<GuestStream> {
     if (this.started) throw new BothyError("internal", `Sandbox ${this.id} was already started.`);
     this.started = true;
     await tick();
@@ -206,19 +217,24 @@ class FakeHandle implements SandboxHandle {
     const existing = this.host.machines.get(this.id);
     if (this.spec.attach) {
       if (!existing?.guest) throw new BootError("attach", `Nothing of ${this.id} runs to attach to.`);
+      undo.push("guest", () => this.stop());
       return this.adoptGuest(existing.guest, true);
     }
     if (this.spec.reuseDisk && !existing?.disk) throw new BootError("prepare", `${this.id} has no disk.`);
     if (!this.spec.reuseDisk && existing)
       throw new BothyError("internal", `${this.id} already has host objects; ids are never reused.`);
     const m = this.machine();
+    if (!this.spec.reuseDisk) undo.push("disk", () => void this.host.machines.delete(this.id));
     m.disk = true;
     await tick();
     if (this.dead) throw new BootError("start", "The server's process is gone.");
-    if (this.host.takeStartFailure()) throw new BootError("start", "The fake host refused to start it.");
+    if (this.host.takeStartFailure())
+      throw new BootError(this.spec.fromMemory ? "restore" : "start", "The fake host refused to start it.");
     if (m.guest) throw new BothyError("internal", `${this.id} already runs a guest.`);
-    const fromMemory = m.savedMemory;
+    if (this.spec.fromMemory && !m.savedMemory) throw new BootError("prepare", `${this.id} has no saved memory.`);
+    const fromMemory = this.spec.fromMemory === true;
     m.savedMemory = false;
+    undo.push("guest", () => this.endGuest());
     return this.adoptGuest(this.newGuest(m), fromMemory);
   }
 
@@ -259,6 +275,7 @@ class FakeHandle implements SandboxHandle {
   async destroy(): Promise<void> {
     await tick();
     if (this.dead) return;
+    if (this.host.takeRemovalFailure()) throw new BothyError("internal", `The fake host kept ${this.id}.`);
     this.endGuest();
     this.host.machines.delete(this.id);
     this.resolveEnd({ code: 0, signal: null });
@@ -283,7 +300,7 @@ class FakeHandle implements SandboxHandle {
     this.endGuest();
   }
 
-  private async doResume(): Promise<GuestStream> {
+  private async doResume(undo: UndoStack): Promise<GuestStream> {
     if (this.dead) throw new BothyError("internal", "The server's process is gone.");
     if (!this.paused) throw new BothyError("internal", `Sandbox ${this.id} is not paused.`);
     await tick();
@@ -293,6 +310,7 @@ class FakeHandle implements SandboxHandle {
     if (this.host.takeStartFailure()) throw new BothyError("agent_unavailable", "The fake host refused to restore it.");
     m.savedMemory = false;
     this.paused = false;
+    undo.push("guest", () => this.endGuest());
     return this.adoptGuest(this.newGuest(m), true);
   }
 }
@@ -313,6 +331,10 @@ export class FakeDriver implements Driver {
 
   async preflight(): Promise<void> {}
 
+  savedMemory(spec: SandboxSpec): boolean {
+    return this.host.machines.get(spec.id)?.savedMemory === true;
+  }
+
   create(spec: SandboxSpec): SandboxHandle {
     return new FakeHandle(this, spec);
   }
@@ -332,6 +354,7 @@ export class FakeDriver implements Driver {
     await tick();
     const m = this.host.machines.get(sandboxId);
     if (m?.driver !== this.name) return;
+    if (this.host.takeRemovalFailure()) throw new BothyError("internal", `The fake host kept ${sandboxId}.`);
     m.guest?.end({ code: null, signal: "SIGKILL" });
     this.host.machines.delete(sandboxId);
   }

@@ -1,0 +1,61 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Sandbox } from "e2b";
+import { useE2bEnv } from "./helpers/e2b-env.ts";
+import { driverTitle, testDrivers } from "./helpers/drivers.ts";
+import { noLeaks } from "./helpers/host-state.ts";
+import { startTestServer, type TestServer } from "./helpers/test-server.ts";
+
+const qemu = testDrivers().find((d) => d.name === "qemu") ?? {
+  name: "qemu" as const,
+  missing: "BOTHY_TEST_DRIVERS to include qemu",
+};
+
+/** The real `e2b` SDK's pause and resume, which bothy serves on QEMU (it saves the VM's memory). */
+describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "E2B pause and connect (e2b SDK, QEMU)"), () => {
+  let ts: TestServer;
+  let restoreEnv: (() => void) | undefined;
+
+  beforeAll(async () => {
+    ts = await startTestServer({ BOTHY_DRIVER: "qemu" });
+    restoreEnv = useE2bEnv(ts.url);
+  });
+
+  afterAll(async () => {
+    restoreEnv?.();
+    expect(await ts?.stop()).toEqual(noLeaks());
+  });
+
+  it("pause keeps files and running processes; a second pause is false; connect resumes", async () => {
+    const sbx = await Sandbox.create("base", { metadata: { case: "pause" } });
+    try {
+      await sbx.files.write("kept.txt", "before pause");
+      const counter = await sbx.commands.run("i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done", {
+        background: true,
+        timeoutMs: 0,
+      });
+      expect(await sbx.pause()).toBe(true);
+      expect(await sbx.pause()).toBe(false);
+      expect((await sbx.getInfo()).state).toBe("paused");
+      const paused = await Sandbox.list({ query: { metadata: { case: "pause" }, state: ["paused"] } }).nextItems();
+      expect(paused.map((s) => s.sandboxId)).toEqual([sbx.sandboxId]);
+      expect(await sbx.getMetrics()).toEqual([]);
+
+      const resumed = await Sandbox.connect(sbx.sandboxId);
+      expect((await resumed.getInfo()).state).toBe("running");
+      expect(await resumed.files.read("kept.txt")).toBe("before pause");
+      // The loop from before the pause still runs in the resumed VM.
+      const first = Number((await resumed.commands.run("cat /tmp/count")).stdout);
+      const later = await resumed.commands.run(
+        `while [ "$(cat /tmp/count)" -le ${first} ]; do sleep 0.1; done; echo moved`,
+      );
+      expect(later.stdout).toBe("moved\n");
+      // It runs on, but bothy lets go of commands across a pause: it can no longer be attached to.
+      await expect(resumed.commands.connect(counter.pid)).rejects.toThrow();
+    } catch (err) {
+      console.error(`failed with sandbox ${sbx.sandboxId}`);
+      throw err;
+    } finally {
+      await sbx.kill();
+    }
+  });
+});

@@ -1,0 +1,19 @@
+/** The variables an E2B user sets; `useE2bEnv` points them at a bothy server and returns the undo. */
+const E2B_ENV = ["E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DOMAIN", "E2B_DEBUG"] as const;
+
+export function useE2bEnv(serverUrl: string): () => void {
+  const saved = Object.fromEntries(E2B_ENV.map((name) => [name, process.env[name]]));
+  delete process.env["E2B_DOMAIN"];
+  delete process.env["E2B_DEBUG"];
+  process.env["E2B_API_URL"] = `${serverUrl}/e2b`;
+  process.env["E2B_SANDBOX_URL"] = `${serverUrl}/e2b/envd`;
+  // Until bothy has API keys, any key is accepted.
+  process.env["E2B_API_KEY"] = "e2b_0000000000000000000000000000000000000000";
+  return () => {
+    for (const name of E2B_ENV) {
+      const value = saved[name];
+      if (value === undefined) delete process.env[name];
+      else process.env[name] = value;
+    }
+  };
+}
