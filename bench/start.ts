@@ -383,7 +383,7 @@ function report(warm: RunTimes[], cold: RunTimes[], rawOverlay: RawTimes[], rawP
   const firstWarm = median(warm.map((t) => t.firstOutput));
   const rawRunsc = median(rawOverlay.map((t) => t.runsc));
   console.log(
-    `(e) warm create → first output p50 ${firstWarm.toFixed(1)} ms (goal <= 50 ms) vs raw \`runsc run\` of the same tree (spawn → exit of \`echo ok\`) ${rawRunsc.toFixed(1)} ms: ${(firstWarm / rawRunsc).toFixed(2)}x`,
+    `(h) warm create → first output p50 ${firstWarm.toFixed(1)} ms (goal <= 50 ms) vs raw \`runsc run\` of the same tree (spawn → exit of \`echo ok\`) ${rawRunsc.toFixed(1)} ms: ${(firstWarm / rawRunsc).toFixed(2)}x`,
   );
   console.log("    phases are per-phase medians; they need not sum to the median total.");
 }
