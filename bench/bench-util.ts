@@ -90,6 +90,8 @@ export function withTimeout<T>(p: Promise<T>, what: string, ms = STEP_TIMEOUT_MS
 export interface RunTimes {
   id: string;
   create: number;
+  /** From the create request to the command's first byte of output reaching the client. */
+  firstOutput: number;
   exec: number;
   delete: number;
   total: number;
@@ -105,9 +107,21 @@ export async function timedRun(url: string, wsUrl: string): Promise<RunTimes> {
   const id = await withTimeout(createSandbox(url), "create");
   const t1 = performance.now();
   let t2 = t1;
+  let first = NaN;
   let deleteTried = false;
   try {
-    const res = await withTimeout(runCommand(wsUrl, id, { cmd: "echo ok" }, { keepEvents: false }), `exec in ${id}`);
+    const res = await withTimeout(
+      runCommand(
+        wsUrl,
+        id,
+        { cmd: "echo ok" },
+        {
+          keepEvents: false,
+          onEvent: (ev) => void (ev.type === "stdout" && Number.isNaN(first) && (first = performance.now())),
+        },
+      ),
+      `exec in ${id}`,
+    );
     t2 = performance.now();
     if (res.stdout !== "ok\n" || res.exit?.exit_code !== 0) {
       throw new Error(
@@ -123,7 +137,7 @@ export async function timedRun(url: string, wsUrl: string): Promise<RunTimes> {
     if (!deleteTried) await api(url, "DELETE", `/sandboxes/${id}`).catch(() => undefined);
   }
   const t3 = performance.now();
-  return { id, create: t1 - t0, exec: t2 - t1, delete: t3 - t2, total: t3 - t0 };
+  return { id, create: t1 - t0, firstOutput: first - t0, exec: t2 - t1, delete: t3 - t2, total: t3 - t0 };
 }
 
 /**

@@ -52,3 +52,19 @@ execFileSync(
   ["-static", "-O2", "-Wall", "-Werror", "-o", `${here}dist/bothy-init`, `${here}native/bothy-init.c`],
   { stdio: "inherit" },
 );
+// The guest helper (identity, disk growth, the command spawner), for gVisor sandboxes; the QEMU
+// initramfs compiles its own from the same sources (server/src/images/initramfs.ts).
+execFileSync(
+  "gcc",
+  [
+    "-static",
+    "-O2",
+    "-Wall",
+    "-Werror",
+    "-o",
+    `${here}dist/bothy-helper`,
+    `${here}native/bothy-helper.c`,
+    `${here}native/spawner.c`,
+  ],
+  { stdio: "inherit" },
+);

@@ -1,6 +1,7 @@
 /*
- * bothy-helper: the two things the guest agent needs that Node cannot do (no ioctl, no
- * clock_settime). Built statically by the host when it makes the initramfs.
+ * bothy-helper: what the guest agent needs that Node cannot do (no ioctl, no clock_settime), or
+ * cannot do fast (a Node child_process.spawn costs ~95 ms inside gVisor). Built statically: by
+ * the host when it makes the initramfs (QEMU), and beside the agent bundle (gVisor, bind-mounted).
  *
  *   bothy-helper reseed          credits the bytes on stdin (up to 512) to the kernel's input pool
  *                                and forces the CRNG to reseed now: after a memory snapshot is
@@ -10,6 +11,7 @@
  *   bothy-helper growroot DEV B  waits (up to 30 s) until the block device DEV holds at least B
  *                                bytes (the guest learns of a disk the host grew a moment later),
  *                                then grows the ext4 file system mounted at / to fill it, online.
+ *   bothy-helper spawner PATH    stays resident and starts the agent's commands (see spawner.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -75,11 +77,14 @@ static int growroot(const char *dev, const char *bytes) {
   return 0;
 }
 
+int spawner(const char *name);
+
 int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "spawner") == 0) return spawner(argv[2]);
   if (argc == 2 && strcmp(argv[1], "reseed") == 0) return reseed();
   if (argc == 4 && strcmp(argv[1], "settime") == 0) return settime(argv[2], argv[3]);
   if (argc == 4 && strcmp(argv[1], "identity") == 0) return reseed() || settime(argv[2], argv[3]);
   if (argc == 4 && strcmp(argv[1], "growroot") == 0) return growroot(argv[2], argv[3]);
-  fprintf(stderr, "usage: bothy-helper reseed | settime SECONDS NANOSECONDS | identity SECONDS NANOSECONDS | growroot DEVICE BYTES\n");
+  fprintf(stderr, "usage: bothy-helper reseed | settime SECONDS NANOSECONDS | identity SECONDS NANOSECONDS | growroot DEVICE BYTES | spawner PATH\n");
   return 2;
 }

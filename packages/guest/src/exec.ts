@@ -1,10 +1,11 @@
-import { spawn, type ChildProcess } from "node:child_process";
+import { spawn } from "node:child_process";
 import { mkdirSync, readFileSync, rmdir, writeFileSync } from "node:fs";
 import type { Readable } from "node:stream";
 import { OUTPUT_CHUNK_BYTES, OUTPUT_WINDOW_BYTES, type ParsedHostFrame, type SignalName } from "@bothy/protocol";
 import type { Channel } from "./channel.ts";
 import { COMMANDS_CGROUP } from "./limits.ts";
 import { ptyArgs, resizePty, SCRIPT_PATH, signalSession, type PtySize } from "./pty.ts";
+import type { Proc, Spawner } from "./spawner.ts";
 
 type ExecFrame = Extract<ParsedHostFrame, { t: "exec" }>;
 
@@ -35,26 +36,32 @@ function outputRestMs(): number {
 const OUTPUT_REST_MS = outputRestMs();
 
 /**
- * What a command's shell does first: it moves itself into the commands' cgroup, so the process
- * limit counts all it starts (a shell that cannot join does not run the command). In a VM each
- * command has a cgroup of its own under that one, so a SIGKILL can end every process it made
- * (cgroup.kill), however it forks; gVisor's pids controller charges a cgroup's own tasks only,
- * so there the commands share the limited cgroup itself. In a VM the agent is also exempt from
- * the OOM killer and its children inherit that: a command gives it up (else an out-of-memory
- * guest has nothing to kill and panics).
+ * The cgroup a command joins before it runs, so the process limit counts all it starts (one that
+ * cannot join does not run). In a VM each command has a cgroup of its own under the commands'
+ * one, so a SIGKILL can end every process it made (cgroup.kill), however it forks; gVisor's pids
+ * controller charges a cgroup's own tasks only, so there the commands share the limited cgroup
+ * itself. Returns the cgroup to join and the one made for this command (to remove at its end).
  */
-function commandSetup(): { prefix: string; cgroup: string | undefined } {
-  let cgroup: string | undefined;
+function commandCgroup(): { join: string | undefined; own: string | undefined } {
+  let own: string | undefined;
   if (COMMANDS_CGROUP && IN_VM) {
     try {
-      cgroup = `${COMMANDS_CGROUP}/c${++cgroupSeq}`;
-      mkdirSync(cgroup);
+      own = `${COMMANDS_CGROUP}/c${++cgroupSeq}`;
+      mkdirSync(own);
     } catch {
-      cgroup = undefined;
+      own = undefined;
     }
   }
-  const join = cgroup ?? COMMANDS_CGROUP;
-  const prefix = [
+  return { join: own ?? COMMANDS_CGROUP, own };
+}
+
+/**
+ * Without the spawner helper, what a command's shell does first: it joins the cgroup itself,
+ * and in a VM gives up the agent's OOM-killer exemption, which children inherit (else an
+ * out-of-memory guest has nothing to kill and panics). The helper does both before its exec.
+ */
+function shellPrefix(join: string | undefined): string {
+  return [
     ...(join
       ? [
           `{ echo $$ > ${join}/cgroup.procs; } 2>/dev/null || { echo "bothy: this command could not join the sandbox's process-limited cgroup" >&2; exit 126; };`,
@@ -62,7 +69,6 @@ function commandSetup(): { prefix: string; cgroup: string | undefined } {
       : []),
     ...(IN_VM ? ["echo 0 > /proc/$$/oom_score_adj 2>/dev/null;"] : []),
   ].join(" ");
-  return { prefix, cgroup };
 }
 
 /** How often, and how many times, a SIGKILL is sent again to a process group that is still there. */
@@ -103,7 +109,7 @@ function oomKills(): number | undefined {
  * without end is slowed to the pace of the slowest reader instead of filling memory.
  */
 export class Command {
-  private readonly child: ChildProcess;
+  private readonly child: Proc;
   private inflight = 0;
   private paused = false;
   private finished = false;
@@ -119,6 +125,8 @@ export class Command {
   /** Only VM guests have an OOM killer of their own to ask (gVisor ends the whole sandbox). */
   private readonly oomKillsAtStart = IN_VM ? oomKills() : undefined;
   private readonly cgroup: string | undefined;
+  /** The helper that started it, when one did (also runs its resizes' stty). */
+  private readonly spawner: Spawner | undefined;
   /** Pipes resting after a short read, so that the next read finds more (see OUTPUT_REST_MS). */
   private readonly resting = new Set<Readable>();
 
@@ -128,34 +136,52 @@ export class Command {
     baseEnv: NodeJS.ProcessEnv,
     private readonly channel: Channel,
     private readonly onDone: (id: number) => void,
+    spawner: Spawner | undefined,
   ) {
     this.pty = frame.pty;
-    const setup = commandSetup();
-    this.cgroup = setup.cgroup;
+    const cgroup = commandCgroup();
+    this.cgroup = cgroup.own;
+    const fast = spawner?.available ? spawner : undefined;
+    this.spawner = fast;
+    // Through the helper the process joins the cgroup before its exec; through Node a prefix
+    // in its shell does, and then that first shell becomes the command's own shell (exec): the
+    // same process, so exit codes and signals read exactly as without it. On a terminal only
+    // the command behind `script` joins (the prefix, either way): a SIGKILL's cgroup.kill then
+    // ends the command, and `script` reports its status as a terminal's shell would.
+    const helperJoins = fast !== undefined && !frame.pty;
+    const prefix = helperJoins ? "" : shellPrefix(cgroup.join);
     const env = {
       ...baseEnv,
-      ...(frame.pty
-        ? { TERM: "xterm-256color", BOTHY_PTY_CMD: setup.prefix ? `${setup.prefix} ${frame.cmd}` : frame.cmd }
-        : {}),
+      ...(frame.pty ? { TERM: "xterm-256color", BOTHY_PTY_CMD: prefix ? `${prefix} ${frame.cmd}` : frame.cmd } : {}),
       ...frame.env,
     };
-    // With a prefix, a first shell runs it and then becomes the command's own shell (exec): the
-    // same process, so exit codes and signals read exactly as without it.
-    const shell: [string, string[]] = setup.prefix
-      ? ["/bin/sh", ["-c", `${setup.prefix} exec /bin/sh -c "$1"`, "sh", frame.cmd]]
+    const shell: [string, string[]] = prefix
+      ? ["/bin/sh", ["-c", `${prefix} exec /bin/sh -c "$1"`, "sh", frame.cmd]]
       : ["/bin/sh", ["-c", frame.cmd]];
     const [file, args] = frame.pty ? [SCRIPT_PATH, ptyArgs(frame.pty)] : shell;
-    this.child = spawn(file, args, {
-      cwd: frame.cwd ?? "/workspace",
-      env,
-      // A terminal always has input; without one the command still gets a pipe only on request.
-      stdio: [frame.stdin || frame.pty ? "pipe" : "ignore", "pipe", "pipe"],
-      // Its own process group, so a signal reaches the whole pipeline the shell started.
-      detached: true,
-    });
+    // A terminal always has input; without one the command still gets a stream only on request.
+    const stdin = frame.stdin || frame.pty !== undefined;
+    const cwd = frame.cwd ?? "/workspace";
+    this.child = fast
+      ? fast.spawn({
+          file,
+          args,
+          cwd,
+          env,
+          stdin,
+          cgroup: helperJoins ? cgroup.join : undefined,
+          resetOomScore: helperJoins && IN_VM,
+        })
+      : spawn(file, args, {
+          cwd,
+          env,
+          stdio: [stdin ? "pipe" : "ignore", "pipe", "pipe"],
+          // Its own process group, so a signal reaches the whole pipeline the shell started.
+          detached: true,
+        });
     this.stopDrainWatch = channel.onDrain(() => this.updateFlow());
     this.child.once("spawn", () => channel.send({ t: "started", id, pid: this.child.pid ?? -1 }));
-    this.child.once("error", (err) => {
+    this.child.once("error", (err: Error) => {
       const message =
         frame.pty && (err as NodeJS.ErrnoException).code === "ENOENT"
           ? `PTY mode needs ${SCRIPT_PATH} (util-linux) in the template`
@@ -166,7 +192,7 @@ export class Command {
     this.child.stdin?.on("error", () => undefined); // EPIPE when the command ignores its input
     this.pipe(this.child.stdout, 1);
     this.pipe(this.child.stderr, 2);
-    this.child.once("exit", (code, signal) => {
+    this.child.once("exit", (code: number | null, signal: NodeJS.Signals | null) => {
       this.exitCode = code;
       this.exitSignal = signal;
       this.exitedAt = Date.now();
@@ -195,7 +221,7 @@ export class Command {
     // One stty at a time, each applying the newest size: resizes that overlap (a terminal sends
     // one per SIGWINCH, and a window change can be two) must not finish out of order.
     this.resizing = this.resizing
-      .then(() => (this.pty && this.exitedAt === 0 ? resizePty(pid, this.pty) : undefined))
+      .then(() => (this.pty && this.exitedAt === 0 ? resizePty(pid, this.pty, this.spawner) : undefined))
       .catch(() => undefined);
   }
 

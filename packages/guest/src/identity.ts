@@ -4,8 +4,12 @@ import type { ParsedHostFrame } from "@bothy/protocol";
 
 type IdentityFrame = Extract<ParsedHostFrame, { t: "identity" }>;
 
-/** Installed beside the agent by the QEMU initramfs: RNG reseed and clock, which Node cannot do. */
-const HELPER = "/opt/bothy/bothy-helper";
+/**
+ * Installed beside the agent (QEMU initramfs, gVisor bind mount): RNG reseed, clock, disk growth
+ * and the command spawner. BOTHY_HELPER names another (the agent's tests run it on the host).
+ */
+export const HELPER = process.env["BOTHY_HELPER"] ?? "/opt/bothy/bothy-helper";
+delete process.env["BOTHY_HELPER"];
 const BASE_ENV = {
   PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
   HOME: "/root",

@@ -15,6 +15,7 @@ import {
 import { applyIdentity } from "./identity.ts";
 import { applyLimits } from "./limits.ts";
 import { listeningPorts, TcpTunnel } from "./ports.ts";
+import { Spawner } from "./spawner.ts";
 import { VirtioPort } from "./virtio-port.ts";
 
 const AGENT_VERSION = "bothy-agent/0.1.0";
@@ -40,6 +41,9 @@ delete process.env["BOTHY_CHANNEL"];
 const port = portPath === undefined ? undefined : new VirtioPort(portPath, hostGone);
 // One failed request must not take the whole sandbox's agent down with it.
 process.on("unhandledRejection", (err) => process.stderr.write(`bothy-agent: unhandled rejection: ${String(err)}\n`));
+
+/** Commands start through the resident helper once it is up (see spawner.ts); through Node until then. */
+const spawner = Spawner.start();
 
 const channel = port
   ? new Channel(port.input, port.output, onFrame, shutdown)
@@ -95,9 +99,16 @@ function onFrame(raw: RawFrame): void {
     case "exec": {
       if (commands.has(frame.id) || writes.has(frame.id))
         return sendError(frame.id, "busy", `request id ${frame.id} is in use`);
-      const cmd: Command = new Command(frame.id, frame, childEnv, channel, (id) => {
-        if (commands.get(id) === cmd) commands.delete(id); // a detached command's id may be taken again
-      });
+      const cmd: Command = new Command(
+        frame.id,
+        frame,
+        childEnv,
+        channel,
+        (id) => {
+          if (commands.get(id) === cmd) commands.delete(id); // a detached command's id may be taken again
+        },
+        spawner,
+      );
       commands.set(frame.id, cmd);
       return;
     }
@@ -128,7 +139,8 @@ function onFrame(raw: RawFrame): void {
       );
       return;
     case "limits":
-      applyLimits(frame).then(
+      // A start ends with limits: once answered, commands go through the helper from the first.
+      Promise.all([applyLimits(frame), spawner?.settled]).then(
         () => channel.send({ t: "done", id: frame.id }),
         (err: Error) => sendError(frame.id, "io_error", `limits: ${err.message}`),
       );

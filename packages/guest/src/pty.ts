@@ -1,6 +1,7 @@
 import { spawn } from "node:child_process";
 import { readdir, readFile, readlink } from "node:fs/promises";
 import type { SignalName } from "@bothy/protocol";
+import type { Spawner } from "./spawner.ts";
 
 /**
  * PTY mode without a native module: util-linux's `script` (in every Debian, bsdutils is
@@ -8,6 +9,8 @@ import type { SignalName } from "@bothy/protocol";
  * between the pty and its own stdin/stdout pipes, which the agent already knows how to stream.
  */
 export const SCRIPT_PATH = "/usr/bin/script";
+/** coreutils (essential in Debian); by path, since the spawner helper does not search PATH. */
+const STTY_PATH = "/bin/stty";
 
 export interface PtySize {
   cols: number;
@@ -42,13 +45,15 @@ async function procStats(): Promise<ProcStat[]> {
 }
 
 /** Sets the terminal size; the kernel then sends SIGWINCH to the foreground process group. */
-export async function resizePty(scriptPid: number, size: PtySize): Promise<void> {
+export async function resizePty(scriptPid: number, size: PtySize, spawner?: Spawner): Promise<void> {
   const leader = (await procStats()).find((p) => p.ppid === scriptPid)?.pid;
   if (leader === undefined) return;
   const tty = await readlink(`/proc/${leader}/fd/0`).catch(() => undefined);
   if (!tty?.startsWith("/dev/pts/")) return;
+  const args = ["-F", tty, "cols", String(size.cols), "rows", String(size.rows)];
+  if (spawner?.available) return spawner.runQuiet(STTY_PATH, args);
   await new Promise<void>((resolve) => {
-    const stty = spawn("stty", ["-F", tty, "cols", String(size.cols), "rows", String(size.rows)], { stdio: "ignore" });
+    const stty = spawn(STTY_PATH, args, { stdio: "ignore" });
     stty.once("error", () => resolve());
     stty.once("exit", () => resolve());
   });

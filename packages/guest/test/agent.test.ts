@@ -10,22 +10,24 @@ import { AgentClient } from "../../server/src/agent/agent-client.ts";
 
 /** The bundled agent, run by the host's Node over pipes: the same bytes a sandbox runs. */
 const AGENT = fileURLToPath(new URL("../dist/agent.mjs", import.meta.url));
+/** The static helper built beside it; sandboxes have it at /opt/bothy/bothy-helper. */
+const HELPER = fileURLToPath(new URL("../dist/bothy-helper", import.meta.url));
 
 let child: ChildProcessByStdio<Writable, Readable, null>;
 let agent: AgentClient;
 let dir: string;
 
-beforeEach(async () => {
+async function startAgent(env: NodeJS.ProcessEnv): Promise<void> {
   dir = await mkdtemp("/tmp/bothy-agent-");
-  child = spawn(process.execPath, [AGENT], { stdio: ["pipe", "pipe", "inherit"] });
+  child = spawn(process.execPath, [AGENT], { stdio: ["pipe", "pipe", "inherit"], env: { ...process.env, ...env } });
   agent = new AgentClient(child.stdout, child.stdin);
   await agent.handshake(10_000);
-});
+}
 
-afterEach(async () => {
+async function stopAgent(): Promise<void> {
   child.kill("SIGKILL");
   await rm(dir, { recursive: true, force: true });
-});
+}
 
 function run(cmd: string, opts: { stdin?: boolean; credit?: boolean } = {}) {
   const out: Record<1 | 2, Buffer[]> = { 1: [], 2: [] };
@@ -59,6 +61,10 @@ function run(cmd: string, opts: { stdin?: boolean; credit?: boolean } = {}) {
 }
 
 describe("guest agent", () => {
+  // Without a helper (as outside a sandbox, or an initramfs from before it): child_process.
+  beforeEach(() => startAgent({ BOTHY_HELPER: "/nonexistent/bothy-helper" }));
+  afterEach(stopAgent);
+
   it("runs a command with separate stdout, stderr and exit code", async () => {
     const r = run("echo out; echo err >&2; exit 5");
     expect(await r.exited).toEqual({ code: 5, signal: null });
@@ -187,6 +193,9 @@ describe("guest agent", () => {
 });
 
 describe("guest agent never trusts its input", () => {
+  beforeEach(() => startAgent({ BOTHY_HELPER: "/nonexistent/bothy-helper" }));
+  afterEach(stopAgent);
+
   it("answers an invalid frame with bad_frame and keeps working", async () => {
     const { send, frames } = rawSession();
     send({ t: "exec", id: 9, cmd: "true", evil: 1 });
@@ -241,6 +250,101 @@ describe("guest agent never trusts its input", () => {
   });
 });
 
+describe("guest agent with the spawner helper", () => {
+  beforeEach(async () => {
+    await startAgent({ BOTHY_HELPER: HELPER });
+    // The helper comes up beside the agent; until then commands go through Node.
+    await waitFor(async () => (await runText("cat /proc/$PPID/comm")) === "bothy-helper\n");
+  });
+  afterEach(stopAgent);
+
+  it("starts commands from the helper, with separate stdout, stderr, exit code, cwd and environment", async () => {
+    const r = run('echo "$PWD $BOTHY_X"; echo err >&2; exit 5');
+    const started = r.exited.then(() => r.pid());
+    expect(await r.exited).toEqual({ code: 5, signal: null });
+    expect(Buffer.concat(r.out[1]).toString()).toBe(`${dir} \n`);
+    expect(Buffer.concat(r.out[2]).toString()).toBe("err\n");
+    expect(await started).toBeGreaterThan(0);
+  });
+
+  it("feeds stdin and closes it on request", async () => {
+    const r = run("tr a-z A-Z", { stdin: true });
+    r.handle.stdin(Buffer.from("hello "));
+    r.handle.stdin(Buffer.from("world"), true);
+    await r.exited;
+    expect(Buffer.concat(r.out[1]).toString()).toBe("HELLO WORLD");
+  });
+
+  it("gives a command without stdin /dev/null", async () => {
+    expect(await runText("cat; readlink /proc/self/fd/0")).toBe("/dev/null\n");
+  });
+
+  it("signals the whole process group, and reports a death by signal", async () => {
+    const r = run("sleep 30 | cat");
+    await waitFor(() => r.pid() > 0);
+    r.handle.signal("SIGTERM");
+    expect((await r.exited).signal).toBe("SIGTERM");
+    expect(await run("kill -KILL $$").exited).toEqual({ code: null, signal: "SIGKILL" });
+  });
+
+  it("finishes a command whose background child keeps its output open", async () => {
+    const started = Date.now();
+    const r = run("sleep 20 & echo bg");
+    expect(await r.exited).toEqual({ code: 0, signal: null });
+    expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
+  it("reports a working directory that does not exist as spawn_failed", async () => {
+    const errors: string[] = [];
+    await new Promise<void>((resolve) =>
+      agent.exec(
+        { cmd: "true", cwd: join(dir, "missing") },
+        {
+          onStarted: () => undefined,
+          onOutput: (_fd, _d, consumed) => consumed(),
+          onExited: () => resolve(),
+          onError: (err) => errors.push((err as { code?: string }).code ?? String(err)),
+        },
+      ),
+    );
+    expect(errors).toEqual(["invalid_command"]);
+  });
+
+  it("stops producing when output is not acknowledged", async () => {
+    const r = run("head -c 20000000 /dev/zero", { credit: false });
+    await new Promise((res) => setTimeout(res, 1000));
+    const stalled = r.bytes();
+    expect(stalled).toBeGreaterThan(0);
+    expect(stalled).toBeLessThanOrEqual(OUTPUT_WINDOW_BYTES + 64 * 1024);
+    await new Promise((res) => setTimeout(res, 300));
+    expect(r.bytes()).toBe(stalled);
+    const timer = setInterval(() => r.release(), 1);
+    await r.exited;
+    clearInterval(timer);
+    expect(r.bytes()).toBe(20_000_000);
+  });
+
+  it("runs many commands at once", async () => {
+    const outs = await Promise.all(Array.from({ length: 20 }, (_, i) => runText(`echo ${i}`)));
+    expect(outs).toEqual(Array.from({ length: 20 }, (_, i) => `${i}\n`));
+  });
+
+  it("ends the helper with the agent", async () => {
+    const helperPid = Number((await runText("echo $PPID")).trim());
+    expect(helperPid).toBeGreaterThan(0);
+    child.kill("SIGKILL");
+    await waitFor(
+      async () => !(await readFile(`/proc/${helperPid}/comm`, "utf8").catch(() => "")).startsWith("bothy-helper"),
+    );
+  });
+});
+
+async function runText(cmd: string): Promise<string> {
+  const r = run(cmd);
+  await r.exited;
+  return Buffer.concat(r.out[1]).toString();
+}
+
 /** Bypasses the client to send frames the client would never send. */
 function rawSession(): { send: (h: object) => void; frames: RawFrame[] } {
   const frames: RawFrame[] = [];
@@ -250,9 +354,9 @@ function rawSession(): { send: (h: object) => void; frames: RawFrame[] } {
   return { send: (h) => child.stdin.write(encodeFrame(h)), frames };
 }
 
-async function waitFor(pred: () => boolean, timeoutMs = 5000): Promise<void> {
+async function waitFor(pred: () => boolean | Promise<boolean>, timeoutMs = 5000): Promise<void> {
   const start = Date.now();
-  while (!pred()) {
+  while (!(await pred())) {
     if (Date.now() - start > timeoutMs) throw new Error("timed out");
     await new Promise((r) => setTimeout(r, 20));
   }

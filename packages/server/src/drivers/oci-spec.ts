@@ -10,6 +10,8 @@ export const GVISOR_COMPAT_FILES = [
   { name: "statx-compat.so", guestPath: "/opt/bothy/statx-compat.so" },
   { name: "ld.so.preload", guestPath: "/etc/ld.so.preload" },
   { name: "bothy-init", guestPath: "/opt/bothy/bothy-init" },
+  // The agent's helper: it starts commands far faster than Node can in gVisor (native/spawner.c).
+  { name: "bothy-helper", guestPath: "/opt/bothy/bothy-helper" },
 ];
 
 const CPU_PERIOD_US = 100_000;

@@ -16,7 +16,10 @@ import { GUEST_MODULES, INIT_APPLETS, INIT_SCRIPT, PID1_SCRIPT } from "./guest-i
 import type { GuestKernel } from "./kernel.ts";
 import { TemplateError } from "../errors/internal-errors.ts";
 
-export const HELPER_SOURCE = fileURLToPath(new URL("../../../guest/native/bothy-helper.c", import.meta.url));
+/** The guest helper's C sources, compiled into one static binary. */
+export const HELPER_SOURCES = ["bothy-helper.c", "spawner.c"].map((f) =>
+  fileURLToPath(new URL(`../../../guest/native/${f}`, import.meta.url)),
+);
 /** Debian's busybox-static installs here; it must be static, the initramfs has no libc. */
 export const BUSYBOX_PATH = "/bin/busybox";
 
@@ -25,17 +28,17 @@ export interface InitramfsInputs {
   kernel: GuestKernel;
   agentPath: string;
   busyboxPath?: string;
-  helperSource?: string;
+  helperSources?: string[];
 }
 
 /** Builds (or finds) the initramfs for this kernel and agent; returns its path. */
 export async function ensureInitramfs(inputs: InitramfsInputs): Promise<string> {
   const busyboxPath = inputs.busyboxPath ?? BUSYBOX_PATH;
-  const helperSource = inputs.helperSource ?? HELPER_SOURCE;
-  const [busybox, agent, helperC] = await Promise.all([
+  const helperSources = inputs.helperSources ?? HELPER_SOURCES;
+  const [busybox, agent, ...helperC] = await Promise.all([
     readFile(busyboxPath),
     readFile(inputs.agentPath),
-    readFile(helperSource),
+    ...helperSources.map((f) => readFile(f)),
   ]).catch((err: unknown) => {
     throw new TemplateError("Cannot build the initramfs: run scripts/install-deps and `npm run build`.", {
       cause: err,
@@ -57,7 +60,7 @@ export async function ensureInitramfs(inputs: InitramfsInputs): Promise<string> 
     PID1_SCRIPT,
     busybox,
     agent,
-    helperC,
+    ...helperC,
     ...modules.map((m) => m.data),
   ])
     hash.update(part).update("\0");
@@ -69,7 +72,7 @@ export async function ensureInitramfs(inputs: InitramfsInputs): Promise<string> 
   await mkdir(dir, { recursive: true, mode: 0o755 });
   const work = await mkdtemp(join(dir, ".build-"));
   try {
-    const helper = await compileHelper(helperSource, work);
+    const helper = await compileHelper(helperSources, work);
     const entries: CpioEntry[] = [
       { type: "dir", path: "bin" },
       { type: "file", path: "bin/busybox", data: busybox, mode: 0o755 },
@@ -92,10 +95,10 @@ export async function ensureInitramfs(inputs: InitramfsInputs): Promise<string> 
   return out;
 }
 
-async function compileHelper(source: string, work: string): Promise<Buffer> {
+async function compileHelper(sources: string[], work: string): Promise<Buffer> {
   const bin = join(work, "bothy-helper");
   try {
-    await run("gcc", ["-static", "-Os", "-s", "-Wall", "-o", bin, source], { timeoutMs: 120_000 });
+    await run("gcc", ["-static", "-Os", "-s", "-Wall", "-o", bin, ...sources], { timeoutMs: 120_000 });
   } catch (err) {
     throw new TemplateError("Compiling the guest helper failed: install gcc and libc6-dev (scripts/install-deps).", {
       cause: err,

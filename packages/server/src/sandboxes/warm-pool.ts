@@ -3,6 +3,37 @@ import { newSandboxId } from "../util/ids.ts";
 import { bootSandbox, type BootedSandbox } from "./boot.ts";
 import type { Driver, SandboxSpec } from "../drivers/driver.ts";
 import type { Logger } from "../events/server-events.ts";
+import type { AgentClient } from "../agent/agent-client.ts";
+
+/** How long a pooled sandbox's warm-up command may take before the sandbox is given up. */
+const WARM_UP_TIMEOUT_MS = 30_000;
+
+/**
+ * Runs one command in a freshly booted sandbox before it joins the pool: the guest's first
+ * command pays for cold caches (the shell, libc and the spawner's first fork, read through the
+ * file system for the first time), and the claimer's first command should not.
+ */
+function warmUp(agent: AgentClient): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error("the warm-up command did not end")), WARM_UP_TIMEOUT_MS);
+    agent.exec(
+      { cmd: "true" },
+      {
+        onStarted: () => undefined,
+        onOutput: (_fd, _data, consumed) => consumed(),
+        onExited: (code) => {
+          clearTimeout(timer);
+          if (code === 0) resolve();
+          else reject(new Error(`the warm-up command exited with ${code}`));
+        },
+        onError: (err) => {
+          clearTimeout(timer);
+          reject(err);
+        },
+      },
+    );
+  });
+}
 
 export interface PoolShape {
   driver: Driver;
@@ -17,8 +48,9 @@ export interface PoolShape {
 
 /**
  * Sandboxes booted ahead of demand, one set per shape (driver + template build + vcpu + memory). Each has
- * its own id, hostname and disk from the start; a claim only hands it over. The pool refills in
- * the background, one boot at a time so it never starves live work of CPU.
+ * its own id, hostname and disk from the start, its network, identity and limits applied, and has
+ * run one command (its caches warm); a claim only hands it over. The pool refills in the
+ * background, one boot at a time so it never starves live work of CPU.
  */
 export class WarmPool {
   private readonly ready = new Map<string, BootedSandbox[]>();
@@ -74,6 +106,12 @@ export class WarmPool {
         this.booting.add(id);
         try {
           const booted = await bootSandbox(shape.driver, spec, this.bootTimeoutMs);
+          try {
+            await warmUp(booted.agent);
+          } catch (err) {
+            await booted.handle.destroy();
+            throw err;
+          }
           if (this.closed) {
             await booted.handle.destroy();
             return;

@@ -1,0 +1,242 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { EventEmitter } from "node:events";
+import { existsSync, mkdirSync } from "node:fs";
+import { Socket } from "node:net";
+import { constants } from "node:os";
+import type { Readable, Writable } from "node:stream";
+import { HELPER } from "./identity.ts";
+
+/**
+ * Starting commands through bothy-helper's resident spawner (native/spawner.c) instead of Node's
+ * child_process.spawn, which costs ~95 ms per process inside gVisor (a fork of the small static
+ * helper and one exec cost a fraction of that). A command's stdin, stdout and stderr are unix
+ * stream connections the agent makes to the helper's socket: the helper hands them to
+ * the child as its fds, so output reaches a net.Socket here directly, paused and resumed as
+ * before, with the kernel's backpressure and no relay. Node cannot receive fds (SCM_RIGHTS), and
+ * named FIFOs would need a file per stream to make and clean up; connections need one socket file.
+ *
+ * Where the helper is missing (an agent run outside a sandbox, an initramfs from before it) or
+ * not up yet (the first moments of an agent), commands go through child_process as before.
+ */
+
+/** A started process as Command uses it: ChildProcess's shape, events `spawn`, `error`, `exit`, `close`. */
+export interface Proc extends EventEmitter {
+  readonly pid?: number | undefined;
+  readonly stdin: Writable | null;
+  readonly stdout: Readable | null;
+  readonly stderr: Readable | null;
+}
+
+export interface SpawnOptions {
+  file: string;
+  args: string[];
+  cwd: string;
+  env: NodeJS.ProcessEnv;
+  stdin: boolean;
+  /** A cgroup directory the process joins before it execs (it exits 126 if it cannot). */
+  cgroup?: string;
+  /** Gives up the agent's OOM-killer exemption, which children inherit. */
+  resetOomScore: boolean;
+}
+
+const FLAG_STDIN = 1;
+const FLAG_OOM_ADJ = 2;
+const FLAG_QUIET = 4;
+const TOKEN_BYTES = 16;
+/** Where the helper listens (the agent's pid in the name: a restarted agent starts another). */
+const SOCKET_DIR = "/run/bothy";
+
+const signalNames = new Map<number, NodeJS.Signals>(
+  Object.entries(constants.signals).map(([name, n]) => [n, name as NodeJS.Signals]),
+);
+const errnoNames = new Map<number, string>(Object.entries(constants.errno).map(([name, n]) => [n, name]));
+
+class HelperProcess extends EventEmitter implements Proc {
+  pid: number | undefined;
+  readonly stdin: Socket | null;
+  readonly stdout: Socket | null;
+  readonly stderr: Socket | null;
+  private exited = false;
+  private open = 0;
+
+  constructor(
+    readonly seq: number,
+    readonly file: string,
+    streams: { stdin: Socket | null; stdout: Socket | null; stderr: Socket | null },
+  ) {
+    super();
+    this.stdin = streams.stdin;
+    this.stdout = streams.stdout;
+    this.stderr = streams.stderr;
+    // Nothing comes back on stdin's connection; reading it lets it end and close with the command.
+    this.stdin?.resume();
+    for (const s of [this.stdout, this.stderr]) {
+      if (!s) continue;
+      this.open++;
+      s.once("close", () => {
+        this.open--;
+        this.maybeClose();
+      });
+    }
+  }
+
+  started(pid: number): void {
+    this.pid = pid;
+    this.emit("spawn");
+  }
+
+  failed(step: number, errno: number): void {
+    const code = errnoNames.get(errno) ?? `errno ${errno}`;
+    const err: NodeJS.ErrnoException = new Error(
+      `spawn ${this.file} ${code}${step === 1 ? " (working directory)" : ""}`,
+    );
+    err.code = code;
+    for (const s of [this.stdin, this.stdout, this.stderr]) s?.destroy();
+    this.emit("error", err);
+  }
+
+  exit(code: number | null, signal: NodeJS.Signals | null): void {
+    if (this.exited) return;
+    this.exited = true;
+    this.emit("exit", code, signal);
+    this.maybeClose();
+  }
+
+  private maybeClose(): void {
+    if (this.exited && this.open === 0) this.emit("close");
+  }
+}
+
+export class Spawner {
+  private readonly procs = new Map<number, HelperProcess>();
+  private readonly token = randomBytes(TOKEN_BYTES).toString("hex");
+  private seq = 0;
+  private ready = false;
+  private gone = false;
+  private lineBuf = "";
+  private settle!: () => void;
+  /** Resolves once the helper listens, or has failed (commands then go through Node). */
+  readonly settled = new Promise<void>((resolve) => (this.settle = resolve));
+
+  private constructor(
+    private readonly helper: ChildProcess,
+    private readonly socketPath: string,
+  ) {
+    helper.once("error", () => this.lost());
+    helper.once("exit", () => this.lost());
+    helper.stdin?.on("error", () => undefined);
+    helper.stdout?.setEncoding("utf8");
+    helper.stdout?.on("data", (text: string) => this.onLines(text));
+    this.request(["token", this.token]);
+  }
+
+  /** Starts the helper's spawner when the helper exists; undefined otherwise. */
+  static start(path = HELPER): Spawner | undefined {
+    if (!existsSync(path)) return undefined;
+    try {
+      mkdirSync(SOCKET_DIR, { recursive: true, mode: 0o700 });
+    } catch {
+      return undefined;
+    }
+    const socketPath = `${SOCKET_DIR}/spawner-${process.pid}.sock`;
+    const helper = spawn(path, ["spawner", socketPath], { stdio: ["pipe", "pipe", "inherit"] });
+    return new Spawner(helper, socketPath);
+  }
+
+  /** True once the helper listens (a command before that goes through child_process). */
+  get available(): boolean {
+    return this.ready && !this.gone;
+  }
+
+  /** Starts a process with stdout and stderr streamed back; stdin streamed too on request. */
+  spawn(opts: SpawnOptions): Proc {
+    const seq = ++this.seq;
+    const stream = (fd: 0 | 1 | 2): Socket => {
+      const s = new Socket();
+      s.connect({ path: this.socketPath });
+      s.write(`${this.token} ${String(seq).padStart(10)} ${fd}\n`);
+      return s;
+    };
+    const proc = new HelperProcess(seq, opts.file, {
+      stdin: opts.stdin ? stream(0) : null,
+      stdout: stream(1),
+      stderr: stream(2),
+    });
+    this.procs.set(seq, proc);
+    this.send(seq, opts, (opts.stdin ? FLAG_STDIN : 0) | (opts.resetOomScore ? FLAG_OOM_ADJ : 0));
+    return proc;
+  }
+
+  /** Runs a process without stdio and resolves when it has ended (however it ended). */
+  runQuiet(file: string, args: string[]): Promise<void> {
+    const seq = ++this.seq;
+    const proc = new HelperProcess(seq, file, { stdin: null, stdout: null, stderr: null });
+    this.procs.set(seq, proc);
+    this.send(seq, { file, args, cwd: "/", env: process.env, stdin: false, resetOomScore: false }, FLAG_QUIET);
+    return new Promise((resolve) => {
+      proc.once("error", () => resolve());
+      proc.once("exit", () => resolve());
+    });
+  }
+
+  private send(seq: number, opts: SpawnOptions, flags: number): void {
+    const env = Object.entries(opts.env)
+      .filter((e): e is [string, string] => e[1] !== undefined)
+      .map(([k, v]) => `${k}=${v}`);
+    this.request([
+      "spawn",
+      String(seq),
+      String(flags),
+      opts.cgroup ?? "",
+      opts.cwd,
+      String(1 + opts.args.length),
+      opts.file,
+      ...opts.args,
+      ...env,
+    ]);
+  }
+
+  private request(fields: string[]): void {
+    const body = Buffer.from(fields.map((f) => `${f}\0`).join(""));
+    const len = Buffer.alloc(4);
+    len.writeUInt32LE(body.length);
+    this.helper.stdin?.write(Buffer.concat([len, body]));
+  }
+
+  private onLines(text: string): void {
+    this.lineBuf += text;
+    let nl: number;
+    while ((nl = this.lineBuf.indexOf("\n")) >= 0) {
+      const [word, a, b, c] = this.lineBuf.slice(0, nl).split(" ");
+      this.lineBuf = this.lineBuf.slice(nl + 1);
+      const seq = Number(a);
+      const proc = this.procs.get(seq);
+      if (word === "ready") {
+        this.ready = true;
+        this.settle();
+      } else if (!proc) continue;
+      else if (word === "started") proc.started(Number(b));
+      else if (word === "failed") {
+        this.procs.delete(seq);
+        proc.failed(Number(b), Number(c));
+      } else if (word === "exited") {
+        this.procs.delete(seq);
+        proc.exit(Number(b) < 0 ? null : Number(b), Number(b) < 0 ? (signalNames.get(Number(c)) ?? "SIGKILL") : null);
+      }
+    }
+  }
+
+  /** The helper ended: what it had started is beyond reach; later commands use child_process. */
+  private lost(): void {
+    if (this.gone) return;
+    this.gone = true;
+    this.settle();
+    process.stderr.write("bothy-agent: the spawner helper ended; commands start through Node from now on\n");
+    for (const proc of this.procs.values()) {
+      if (proc.pid === undefined) proc.failed(2, constants.errno.ECHILD);
+      else proc.exit(null, null);
+    }
+    this.procs.clear();
+  }
+}
