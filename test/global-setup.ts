@@ -13,7 +13,11 @@ export default async function setup(): Promise<void> {
   });
   // charts (seed + matplotlib and pandas, ~70 s) is for the agent tools' flow tests; workspace
   // (~3 min, 2.6 GB) is the conversations' default computer, checked by workspace-template.test.ts.
-  for (const name of ["seed", "charts", "workspace"]) {
+  // fullstack (code-runtime + PostgreSQL, Redis, build tools; ~80 s over code-runtime, +0.5 GB)
+  // is for fullstack-template.test.ts.
+  const names = ["seed", "charts", "workspace"];
+  names.push("fullstack");
+  for (const name of names) {
     if (await store.resolve(name)) continue;
     process.stderr.write(`building template ${name} into ${testTemplatesDir()} (first run only)\n`);
     await store.build(name, {
