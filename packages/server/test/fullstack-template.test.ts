@@ -86,5 +86,47 @@ for (const driver of testDrivers()) {
         }
       },
     );
+
+    // Images come from a tarball or a local build: tests reach no registry.
+    const makeImage = [
+      "set -e",
+      "mkdir -p /tmp/img/bin /tmp/ctx",
+      "cp /bin/busybox /tmp/img/bin/",
+      "for a in sh echo cat; do ln -sf busybox /tmp/img/bin/$a; done",
+      "tar -C /tmp/img -cf /tmp/img.tar .",
+      "podman import -q /tmp/img.tar localhost/bb >/dev/null",
+      `printf 'FROM localhost/bb\\nRUN echo built > /built\\nCMD ["/bin/sh", "-c", "cat /built"]\\n' > /tmp/ctx/Containerfile`,
+      "podman build -q --network=none -t localhost/built /tmp/ctx >/dev/null",
+    ].join("\n");
+
+    if (driver.name === "qemu") {
+      it(
+        "runs containers with podman (and docker) from a tarball and a local build",
+        { timeout: 600_000 },
+        async () => {
+          const id = await createSandbox(ts.url, { template: "fullstack", vcpu: 1, memoryMib: 1024 });
+          try {
+            await sh(id, makeImage);
+            expect(await sh(id, "podman run --rm --network=none localhost/built")).toBe("built\n");
+            expect(await sh(id, "docker run --rm --network=none localhost/bb echo from-docker")).toBe("from-docker\n");
+          } finally {
+            await api(ts.url, "DELETE", `/sandboxes/${id}`);
+          }
+        },
+      );
+    } else {
+      it("refuses containers with a message naming the driver that runs them", { timeout: 300_000 }, async () => {
+        const id = await createSandbox(ts.url, { template: "fullstack", vcpu: 1, memoryMib: 512 });
+        try {
+          for (const tool of ["podman", "docker"]) {
+            const r = await runCommand(ts.wsUrl, id, { cmd: `${tool} run --rm localhost/bb echo hi` });
+            expect(r.exit?.exit_code).toBe(125);
+            expect(r.stderr).toContain("use a sandbox on the qemu driver");
+          }
+        } finally {
+          await api(ts.url, "DELETE", `/sandboxes/${id}`);
+        }
+      });
+    }
   });
 }
