@@ -13,7 +13,7 @@ export default async function setup(): Promise<void> {
   });
   // charts (seed + matplotlib and pandas, ~70 s) is for the agent tools' flow tests; workspace
   // (~3 min, 2.6 GB) is the conversations' default computer, checked by workspace-template.test.ts.
-  // fullstack (code-runtime + PostgreSQL, Redis, build tools; ~80 s over code-runtime, +0.5 GB)
+  // fullstack (code-runtime + PostgreSQL, Redis, build tools, Podman; 55-100 s over code-runtime, 1.2 GB)
   // is for fullstack-template.test.ts.
   const names = ["seed", "charts", "workspace"];
   names.push("fullstack");
