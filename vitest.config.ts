@@ -25,6 +25,8 @@ export default defineConfig({
           include: ["packages/*/test/**/*.test.ts"],
           exclude: ["packages/*/test/**/*.unit.test.ts"],
           globalSetup: ["test/global-setup.ts"],
+          // Every server and client of a test file shares one admin key (test/auth-setup.ts).
+          setupFiles: ["test/auth-setup.ts"],
           testTimeout: 120_000,
           hookTimeout: 600_000,
           // Sandboxes are real and this machine has 2 cores: one file at a time.

@@ -2,6 +2,8 @@
  * Shared pieces of the benchmark scripts: statistics, the host header, the seed template, one
  * timed create → exec → delete through the API, and the host checks after a server stops.
  */
+// The benchmarks' servers and clients share one admin key, as the tests' do.
+import "../test/auth-setup.ts";
 import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
 import { copyFile, readdir, readFile, rm } from "node:fs/promises";
@@ -20,6 +22,10 @@ const pexec = promisify(execFile);
 
 export const repoRoot = fileURLToPath(new URL("../", import.meta.url));
 
+/** The runsc the server under test runs (BOTHY_RUNSC), and its platform (BOTHY_RUNSC_PLATFORM). */
+export const RUNSC = process.env["BOTHY_RUNSC"] || "runsc";
+export const RUNSC_PLATFORM = process.env["BOTHY_RUNSC_PLATFORM"] || "ptrace";
+
 /** No step of one run should take this long; a hung step must not hang the benchmark. */
 const STEP_TIMEOUT_MS = 60_000;
 
@@ -28,6 +34,13 @@ export function median(xs: readonly number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   const mid = Math.floor(s.length / 2);
   return s.length % 2 === 1 ? (s[mid] ?? NaN) : ((s[mid - 1] ?? NaN) + (s[mid] ?? NaN)) / 2;
+}
+
+/** The q-quantile (0..1) by nearest rank. */
+export function quantile(xs: readonly number[], q: number): number {
+  if (xs.length === 0) return NaN;
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))] ?? NaN;
 }
 
 export function mean(xs: readonly number[]): number {
@@ -45,14 +58,14 @@ export function summary(xs: readonly number[]): string {
 
 /** One line saying where and when the figures were taken: they move with load. */
 export async function header(): Promise<string> {
-  const version = await pexec("runsc", ["--version"]).then(
+  const version = await pexec(RUNSC, ["--version"]).then(
     (r) => r.stdout.split("\n")[0]?.trim() ?? "?",
     (err: unknown) => `unavailable (${(err as Error).message})`,
   );
   const load = loadavg()
     .map((l) => l.toFixed(2))
     .join(" ");
-  return `# ${new Date().toISOString()}  nproc=${cpus().length}  load=${load}  ${version}`;
+  return `# ${new Date().toISOString()}  nproc=${cpus().length}  load=${load}  ${version} (${RUNSC}, platform ${RUNSC_PLATFORM})`;
 }
 
 /** The built seed template in the shared test cache; builds it (minutes) when missing. */
@@ -103,7 +116,8 @@ export async function timedRun(url: string, wsUrl: string): Promise<RunTimes> {
     }
     const del = await withTimeout(api(url, "DELETE", `/sandboxes/${id}`), `delete ${id}`);
     deleteTried = true;
-    if (del.status !== 200 || del.json["state"] !== "deleted")
+    // DELETE answers once the sandbox is unreachable; the host finishes in the background.
+    if (del.status !== 200 || !["deleting", "deleted"].includes(String(del.json["state"])))
       throw new Error(`${id}: delete gave ${del.status} ${JSON.stringify(del.json)}`);
   } finally {
     if (!deleteTried) await api(url, "DELETE", `/sandboxes/${id}`).catch(() => undefined);
@@ -184,9 +198,9 @@ async function globalLeaks(home: string, ids: readonly string[], alreadyReported
 /** Removes the home after the inspection; a leftover mount or container is removed first. */
 async function removeHome(home: string, leaks: string[]): Promise<void> {
   const root = join(home, "runsc");
-  const { stdout } = await pexec("runsc", ["--root", root, "list", "-quiet"]).catch(() => ({ stdout: "" }));
+  const { stdout } = await pexec(RUNSC, ["--root", root, "list", "-quiet"]).catch(() => ({ stdout: "" }));
   for (const id of stdout.split("\n").filter(Boolean)) {
-    await pexec("runsc", ["--root", root, "delete", "--force", id]).catch((err: unknown) =>
+    await pexec(RUNSC, ["--root", root, "delete", "--force", id]).catch((err: unknown) =>
       leaks.push(`bench cleanup: runsc delete ${id}: ${(err as Error).message}`),
     );
   }

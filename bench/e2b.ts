@@ -73,7 +73,8 @@ try {
   ts = await startTestServer({ BOTHY_DRIVER: driver, BOTHY_POOL_SIZE: "0" });
   process.env["E2B_API_URL"] = `${ts.url}/e2b`;
   process.env["E2B_SANDBOX_URL"] = `${ts.url}/e2b/envd`;
-  process.env["E2B_API_KEY"] ??= "e2b_0000000000000000000000000000000000000000";
+  // E2B keys are bothy keys: the admin key the test server minted.
+  process.env["E2B_API_KEY"] = ts.apiKey;
   delete process.env["E2B_DOMAIN"];
   delete process.env["E2B_DEBUG"];
 

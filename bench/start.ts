@@ -1,8 +1,10 @@
 /**
- * bench/start [--runs R=20] [--driver gvisor|qemu|all]: what one create → `echo ok` → delete costs
- * through bothy with the warm pool on and off, against a raw `runsc run` of the same rootfs,
- * command and runsc flags; with qemu, cold boot and warm restore against a raw QEMU boot
- * (bench/qemu-start.ts).
+ * bench/start [--runs R=20] [--driver gvisor|qemu|all] [--parallel N=40] [--concurrency C=4]:
+ * what one create → `echo ok` → delete costs through bothy with the warm pool on and off, against
+ * a raw `runsc run` of the same rootfs, command and runsc flags; the cold boot's steps (from the
+ * `sandbox_created` event); N cold creates C at a time against one cold create; delete as the
+ * caller sees it. With qemu, cold boot and warm restore against a raw QEMU boot
+ * (bench/qemu-start.ts). BOTHY_RUNSC and BOTHY_RUNSC_PLATFORM choose the runsc of both sides.
  */
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
@@ -13,6 +15,7 @@ import { buildOciSpec } from "../packages/server/src/drivers/oci-spec.ts";
 import { loadConfig } from "../packages/server/src/index.ts";
 import { run } from "../packages/server/src/util/host-command.ts";
 import { cgroupPath, hostTag } from "../packages/server/src/util/host-names.ts";
+import { api, createSandbox } from "../packages/server/test/helpers/client.ts";
 import { startTestServer, type TestServer } from "../packages/server/test/helpers/test-server.ts";
 import { qemuSeries, reportQemu } from "./qemu-start.ts";
 import {
@@ -21,6 +24,9 @@ import {
   interruptSignal,
   median,
   parseArgs,
+  quantile,
+  RUNSC,
+  RUNSC_PLATFORM,
   secs,
   seedTemplate,
   stopAndInspect,
@@ -31,7 +37,7 @@ import {
 } from "./bench-util.ts";
 
 /** The same flags the gVisor driver passes (gvisor-driver.ts runscArgs). */
-const RUNSC_FLAGS = ["--platform=ptrace", "--network=none", "--overlay2=none"];
+const RUNSC_FLAGS = [`--platform=${RUNSC_PLATFORM}`, "--network=none", "--overlay2=none"];
 /** Quiet time before each timed run, so the previous run's teardown does not bleed into it. */
 const SETTLE_MS = 250;
 /** Each series first does one untimed run: the first of a kind pays for cold caches. */
@@ -39,8 +45,9 @@ const WARMUP = 1;
 /** A failed run is reported and left out of the figures; this many in a row end the series. */
 const MAX_CONSECUTIVE_FAILURES = 3;
 
-const usage = "usage: bench/start [--runs R=20] [--driver gvisor|qemu|all (default gvisor)]";
-const { flags, positional } = parseArgs(process.argv.slice(2), ["runs", "driver"], usage);
+const usage =
+  "usage: bench/start [--runs R=20] [--driver gvisor|qemu|all (default gvisor)] [--parallel N=40] [--concurrency C=4]";
+const { flags, positional } = parseArgs(process.argv.slice(2), ["runs", "driver", "parallel", "concurrency"], usage);
 const driver = flags.get("driver") ?? "gvisor";
 if (!["gvisor", "qemu", "all"].includes(driver)) {
   console.error(`--driver must be gvisor, qemu or all\n${usage}`);
@@ -51,8 +58,12 @@ if (positional.length > 0) {
   process.exit(2);
 }
 const runs = intArg(flags.get("runs"), 20, "--runs", 1, 10_000, usage);
+const parallelN = intArg(flags.get("parallel"), 40, "--parallel", 0, 1000, usage);
+const concurrency = intArg(flags.get("concurrency"), 4, "--concurrency", 1, 32, usage);
 const interrupted = interruptSignal();
 const leaks: string[] = [];
+/** The events of the cold series' server: its `sandbox_created` carry each boot's steps. */
+let coldSteps: TestServer["events"] = [];
 const failures: string[] = [];
 let consecutiveFailures = 0;
 
@@ -71,7 +82,9 @@ try {
     const cold = await bothySeries(0);
     const rawOverlay = await rawSeries(true);
     const rawPlain = await rawSeries(false);
+    const parallel = parallelN > 0 ? await parallelSeries() : [];
     report(warm, cold, rawOverlay, rawPlain);
+    reportCold(cold, rawOverlay, parallel);
   }
   if (driver !== "gvisor") reportQemu(await qemuSeries(runs, WARMUP, scratch, attempt, leaks));
 } catch (err) {
@@ -97,6 +110,7 @@ async function bothySeries(poolSize: number): Promise<RunTimes[]> {
   const times: RunTimes[] = [];
   try {
     if (poolSize > 0) await ts.server.manager.warm("seed");
+    else coldSteps = ts.events;
     for (let i = 0; i < runs + WARMUP; i++) {
       interrupted.throwIfAborted();
       if (poolSize > 0) await poolReady(ts);
@@ -112,6 +126,38 @@ async function bothySeries(poolSize: number): Promise<RunTimes[]> {
     leaks.push(...found.leaks.map((l) => `${label}: ${l}`));
   }
   console.log(`# ${label}: done, median ${secs(median(times.map((t) => t.total)))}`);
+  return times;
+}
+
+/**
+ * `parallelN` cold creates, `concurrency` at a time, through one server (pool off): each create's
+ * time as its caller sees it; each sandbox is deleted right after its create.
+ */
+async function parallelSeries(): Promise<number[]> {
+  const label = `bothy ${parallelN} cold creates, ${concurrency} at a time`;
+  const ts = await startTestServer({ BOTHY_POOL_SIZE: "0", BOTHY_DRIVER: "gvisor" });
+  const times: number[] = [];
+  try {
+    let next = 0;
+    const worker = async (): Promise<void> => {
+      for (let i = next++; i < parallelN; i = next++) {
+        interrupted.throwIfAborted();
+        const t = await attempt(label, i, async () => {
+          const t0 = performance.now();
+          const id = await withTimeout(createSandbox(ts.url), "create");
+          const ms = performance.now() - t0;
+          await api(ts.url, "DELETE", `/sandboxes/${id}`);
+          return ms;
+        });
+        if (t !== undefined) times.push(t);
+      }
+    };
+    await Promise.all(Array.from({ length: concurrency }, worker));
+  } finally {
+    const found = await stopAndInspect(ts, "bench-start-parallel");
+    leaks.push(...found.leaks.map((l) => `${label}: ${l}`));
+  }
+  console.log(`# ${label}: done, p50 ${secs(quantile(times, 0.5))}, p95 ${secs(quantile(times, 0.95))}`);
   return times;
 }
 
@@ -246,7 +292,7 @@ interface OciSpec {
 
 function runsc(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn("runsc", ["--root", runscRoot, ...RUNSC_FLAGS, ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(RUNSC, ["--root", runscRoot, ...RUNSC_FLAGS, ...args], { stdio: ["ignore", "pipe", "pipe"] });
     let stdout = "";
     let stderr = "";
     child.stdout.setEncoding("utf8").on("data", (s: string) => (stdout += s));
@@ -259,11 +305,11 @@ function runsc(args: string[]): Promise<{ code: number | null; stdout: string; s
 /** Containers, mounts and files of the raw runs; anything found here is reported as a leak. */
 async function cleanScratch(): Promise<void> {
   const listed = existsSync(runscRoot)
-    ? await run("runsc", ["--root", runscRoot, "list", "-quiet"]).catch(() => ({ stdout: "" }))
+    ? await run(RUNSC, ["--root", runscRoot, "list", "-quiet"]).catch(() => ({ stdout: "" }))
     : { stdout: "" };
   for (const id of listed.stdout.split("\n").filter(Boolean)) {
     leaks.push(`raw: runsc container ${id} left behind`);
-    await run("runsc", ["--root", runscRoot, "delete", "--force", id]).catch((err: unknown) =>
+    await run(RUNSC, ["--root", runscRoot, "delete", "--force", id]).catch((err: unknown) =>
       leaks.push(`raw: runsc delete ${id}: ${(err as Error).message}`),
     );
   }
@@ -276,6 +322,35 @@ async function cleanScratch(): Promise<void> {
     await run("umount", ["-l", t]).catch((err: unknown) => leaks.push(`raw: umount ${t}: ${(err as Error).message}`));
   }
   await rm(scratch, { recursive: true, force: true });
+}
+
+/** The cold path step by step, the parallel creates, and delete as the caller sees it, with their baselines. */
+function reportCold(cold: RunTimes[], rawOverlay: RawTimes[], parallel: number[]): void {
+  const ids = new Set(cold.map((t) => t.id));
+  const steps = new Map<string, number[]>();
+  for (const ev of coldSteps) {
+    if (ev.event !== "sandbox_created" || !ids.has(ev.sandbox_id) || !ev.steps) continue;
+    for (const [name, ms] of Object.entries(ev.steps)) steps.set(name, [...(steps.get(name) ?? []), ms]);
+  }
+  const single = median(cold.map((t) => t.create));
+  const raw = median(rawOverlay.map((t) => t.total));
+  const rawRunsc = median(rawOverlay.map((t) => t.runsc));
+  console.log("");
+  console.log(
+    `(e) cold create (API, median ${secs(single)}) vs raw runsc run of the same tree (${secs(raw)}; runsc alone ${secs(rawRunsc)}): ${(single / raw).toFixed(2)}x (goal <= 2x)`,
+  );
+  console.log("    cold boot steps (median ms; start.* are the driver's phases inside `start`):");
+  for (const [name, xs] of steps) console.log(`      ${name.padEnd(16)} ${median(xs).toFixed(0).padStart(6)}`);
+  if (parallel.length > 0) {
+    const p95 = quantile(parallel, 0.95);
+    console.log(
+      `(f) ${parallel.length} cold creates ${concurrency} at a time: p50 ${secs(quantile(parallel, 0.5))}, p95 ${secs(p95)} = ${(p95 / single).toFixed(2)}x one cold create (goal <= 2x)`,
+    );
+  }
+  const dels = cold.map((t) => t.delete);
+  console.log(
+    `(g) delete as the caller sees it (cold series): p50 ${(median(dels) * 1).toFixed(1)} ms, max ${Math.max(...dels).toFixed(1)} ms (goal p50 <= 20 ms)`,
+  );
 }
 
 function report(warm: RunTimes[], cold: RunTimes[], rawOverlay: RawTimes[], rawPlain: RawTimes[]): void {

@@ -28,6 +28,16 @@ await build({
   },
 });
 
+// The desktop's helper (start, screenshot), copied into sandboxes of the desktop template (see desktop-main.ts).
+await build({
+  ...bundle,
+  entryPoints: [`${here}src/desktop-main.ts`],
+  outfile: `${here}dist/desktop.mjs`,
+  banner: {
+    js: 'import { createRequire as bothyRequire } from "node:module"; const require = bothyRequire(import.meta.url);',
+  },
+});
+
 // gVisor compatibility shim, preloaded into every process of a gVisor sandbox (see the C file).
 // Built here with the host's compiler: the host and the templates are both Debian bookworm.
 execFileSync(

@@ -9,6 +9,7 @@ import { createCommand } from "./commands/create.ts";
 import { doctorCommand } from "./commands/doctor.ts";
 import { execCommand } from "./commands/exec.ts";
 import { infoCommand } from "./commands/info.ts";
+import { keysCommand } from "./commands/keys.ts";
 import { logsCommand } from "./commands/logs.ts";
 import { lsCommand } from "./commands/ls.ts";
 import { pauseCommand } from "./commands/pause.ts";
@@ -16,6 +17,7 @@ import { portCommand } from "./commands/port.ts";
 import { resumeCommand } from "./commands/resume.ts";
 import { rmCommand } from "./commands/rm.ts";
 import { shellCommand } from "./commands/shell.ts";
+import { tenantsCommand } from "./commands/tenants.ts";
 
 export const API_COMMANDS: Command[] = [
   createCommand,
@@ -29,6 +31,8 @@ export const API_COMMANDS: Command[] = [
   pauseCommand,
   resumeCommand,
   logsCommand,
+  keysCommand,
+  tenantsCommand,
   doctorCommand,
 ];
 
@@ -36,7 +40,7 @@ export const API_USAGE = `${API_COMMANDS.map((c) => `  ${c.name.padEnd(30)}${c.s
   (bothy COMMAND --help for its options)
 
 API commands talk to BOTHY_URL (default http://127.0.0.1:8080; or --url) with BOTHY_API_KEY
-(or --api-key).`;
+(or --api-key; on the server's host, $BOTHY_HOME/admin.key when that is unset).`;
 
 /** Runs an API command; undefined when `argv` names none. Errors other than usage propagate. */
 export async function runApiCommand(argv: string[]): Promise<number | undefined> {

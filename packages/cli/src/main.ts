@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+import { useAdminKeyFile } from "./admin-key.ts";
 import { API_USAGE, errorLine, runApiCommand } from "./api-commands.ts";
 
 const USAGE = `usage: bothy <command>
@@ -10,10 +11,12 @@ const USAGE = `usage: bothy <command>
 
 ${API_USAGE}
 
-environment: BOTHY_HOME (default /var/lib/bothy), BOTHY_HOST, BOTHY_PORT, BOTHY_TEMPLATES_DIR`;
+environment: BOTHY_HOME (default /var/lib/bothy), BOTHY_HOST, BOTHY_PORT, BOTHY_TEMPLATES_DIR;
+BOTHY_API_KEY (default: $BOTHY_HOME/admin.key when readable)`;
 
 async function main(argv: string[]): Promise<number> {
   const [cmd, sub, ...rest] = argv;
+  if (cmd !== "serve") useAdminKeyFile();
   // The server-side commands load the server's code only when used: the API commands start fast,
   // and run where only the CLI is installed.
   if (cmd === "serve")

@@ -100,7 +100,7 @@ describe("bothy CLI against a real server [gvisor]", () => {
       expect(piped.stdout).toBe("SHOUT\n");
       expect((await bothy(["exec", id, "--", "kill -TERM $$"])).code).toBe(128 + 15);
     } finally {
-      const removed = await bothy(["rm", id]);
+      const removed = await bothy(["rm", "--wait", id]);
       expect(removed).toMatchObject({ code: 0, stdout: `${id}\n` });
     }
     expect((await bothy(["ls", "-q"])).stdout).not.toContain(id);

@@ -4,7 +4,7 @@ import { promisify } from "node:util";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { testTemplatesDir } from "../../../test/paths.ts";
-import { api, createSandbox, runCommand } from "../../server/test/helpers/client.ts";
+import { createSandbox, deleteSandbox, runCommand } from "../../server/test/helpers/client.ts";
 import { hostLeaks, noLeaks } from "../../server/test/helpers/host-state.ts";
 import { type ServeProcess, watchServe } from "../../server/test/helpers/serve-process.ts";
 
@@ -52,7 +52,7 @@ describe("bothy serve", () => {
       const id = await createSandbox(base);
       const r = await runCommand(base.replace(/^http/, "ws"), id, { cmd: "echo served" });
       expect(r.stdout).toBe("served\n");
-      expect((await api(base, "DELETE", `/sandboxes/${id}`)).status).toBe(200);
+      expect(await deleteSandbox(base, id)).toBe("deleted");
 
       const events = logs.filter((l) => l["sandbox_id"] === id).map((l) => l["event"]);
       expect(events).toEqual(

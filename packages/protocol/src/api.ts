@@ -222,6 +222,9 @@ export const sandboxPath = z
 
 const flag = z.enum(["true", "false", "1", "0"]).transform((v) => v === "true" || v === "1");
 
+/** `DELETE /sandboxes/{id}?wait=true` answers once the teardown has ended (`deleted`), not once it began. */
+export const sandboxDeleteQuery = z.object({ wait: flag.optional() }).strict();
+
 export const fileQuery = z.object({ path: sandboxPath }).strict();
 export const fileWriteQuery = z
   .object({

@@ -72,6 +72,9 @@ const BY_CODE: Partial<Record<ErrorCode, ErrorClass>> = {
   file_exists: ConflictError,
   precondition_failed: ConflictError,
   capacity_exhausted: RateLimitError,
+  quota_exceeded: RateLimitError,
+  unauthorized: AuthenticationError,
+  scope_missing: AuthenticationError,
   not_supported: NotSupportedError,
 };
 

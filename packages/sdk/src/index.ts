@@ -2,6 +2,7 @@ export {
   Sandbox,
   type SandboxCreateOptions,
   type SandboxOptions,
+  type KillOptions,
   type SandboxInfo,
   type SandboxState,
   type DriverName,
@@ -16,7 +17,15 @@ export {
   type CommandInfo,
   type SignalName,
 } from "./commands.ts";
-export { Ports, type ListeningPort } from "./ports.ts";
+export { Ports, type ListeningPort, type ForwardOptions, type PortForward } from "./ports.ts";
+export {
+  Desktop,
+  type DesktopAction,
+  type DesktopActionResult,
+  type DesktopInfo,
+  type MouseButton,
+  type Screenshot,
+} from "./desktop.ts";
 export { Pty, DEFAULT_PTY_COMMAND, type PtyOptions } from "./pty.ts";
 export {
   Files,
@@ -46,3 +55,13 @@ export {
   type CommandResult,
   type SandboxErrorOptions,
 } from "./errors.ts";
+export {
+  ApiKeys,
+  Tenants,
+  type AdminOptions,
+  type ApiKeyInfo,
+  type CreatedKey,
+  type KeyCreateOptions,
+  type TenantInfo,
+  type TenantQuota,
+} from "./admin.ts";

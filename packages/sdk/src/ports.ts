@@ -4,8 +4,9 @@
  */
 import { portList, type ListeningPort } from "@bothy/protocol";
 import type { CallOptions, HttpClient } from "./http-client.ts";
+import { forwardPort, type ForwardOptions, type PortForward } from "./port-forward.ts";
 
-export type { ListeningPort };
+export type { ListeningPort, ForwardOptions, PortForward };
 
 export class Ports {
   constructor(
@@ -34,5 +35,15 @@ export class Ports {
   /** `url(port)` without its scheme (`host:port/sandboxes/…/ports/PORT/`), as E2B's `getHost` answers. */
   host(port: number, path = "/"): string {
     return this.url(port, path).replace(/^[a-z]+:\/\//, "");
+  }
+
+  /**
+   * Listens on a local loopback port and relays every connection to `port` inside the sandbox
+   * (raw TCP through the server, any protocol). Node only.
+   */
+  forward(port: number, options: ForwardOptions = {}): Promise<PortForward> {
+    if (!Number.isInteger(port) || port < 1 || port > 65535)
+      throw new RangeError(`${port} is not a TCP port; use a number from 1 to 65535.`);
+    return forwardPort(this.http, this.sandboxId, port, options);
   }
 }

@@ -7,13 +7,19 @@ import { Commands } from "./commands.ts";
 import { streamEvents, type BothyEvent, type EventOptions } from "./events.ts";
 import { NotFoundError } from "./errors.ts";
 import { Files } from "./files.ts";
-import { HttpClient, type CallOptions, type ConnectionOptions } from "./http-client.ts";
+import { HttpClient, type CallOptions, type ConnectionOptions, type RequestOptions } from "./http-client.ts";
+import { Desktop } from "./desktop.ts";
 import { Ports } from "./ports.ts";
 import { Pty } from "./pty.ts";
 
 export type { DriverName, SandboxInfo, SandboxState };
 
 export interface SandboxOptions extends ConnectionOptions, CallOptions {}
+
+export interface KillOptions {
+  /** Answer once the sandbox is `deleted` (its teardown on the host ended), not once it is `deleting`. */
+  wait?: boolean;
+}
 
 export interface SandboxCreateOptions extends SandboxOptions {
   /** Template name (default "seed"). */
@@ -49,6 +55,8 @@ export class Sandbox {
   readonly pty: Pty;
   readonly files: Files;
   readonly ports: Ports;
+  /** The screen, mouse and keyboard of a sandbox of the `desktop` template. */
+  readonly desktop: Desktop;
   private readonly http: HttpClient;
   private last: SandboxInfo;
 
@@ -60,6 +68,7 @@ export class Sandbox {
     this.pty = new Pty(this.commands);
     this.files = new Files(http, info.sandbox_id);
     this.ports = new Ports(http, info.sandbox_id);
+    this.desktop = new Desktop(http, info.sandbox_id);
   }
 
   /** Boots a new sandbox and answers once it runs. */
@@ -99,10 +108,13 @@ export class Sandbox {
     return (await new HttpClient(options).json("GET", "/sandboxes", sandboxList, signalOf(options))).sandboxes;
   }
 
-  /** Deletes a sandbox by id; answers false when there was none. Deleting twice is fine. */
-  static async kill(sandboxId: string, options: SandboxOptions = {}): Promise<boolean> {
+  /**
+   * Deletes a sandbox by id; answers false when there was none. Deleting twice is fine. It answers
+   * once the sandbox is `deleting` and unreachable; with `wait: true`, once its teardown has ended.
+   */
+  static async kill(sandboxId: string, options: SandboxOptions & KillOptions = {}): Promise<boolean> {
     try {
-      await new HttpClient(options).json("DELETE", `/sandboxes/${sandboxId}`, sandboxInfo, signalOf(options));
+      await new HttpClient(options).json("DELETE", `/sandboxes/${sandboxId}`, sandboxInfo, killRequest(options));
       return true;
     } catch (err) {
       if (err instanceof NotFoundError) return false;
@@ -138,9 +150,13 @@ export class Sandbox {
     return (await this.getInfo(options)).state === "running";
   }
 
-  /** Deletes the sandbox and everything in it. Safe to call twice. */
-  async kill(options: CallOptions = {}): Promise<void> {
-    await this.update(this.http.json("DELETE", `/sandboxes/${this.sandboxId}`, sandboxInfo, signalOf(options)));
+  /**
+   * Deletes the sandbox and everything in it. Safe to call twice. It answers once the sandbox is
+   * `deleting` and unreachable (the host finishes in the background); with `wait: true`, once it is
+   * `deleted`.
+   */
+  async kill(options: CallOptions & KillOptions = {}): Promise<void> {
+    await this.update(this.http.json("DELETE", `/sandboxes/${this.sandboxId}`, sandboxInfo, killRequest(options)));
   }
 
   /** The sandbox now expires `timeoutS` seconds from now (extends or shortens its life). */
@@ -176,4 +192,8 @@ export class Sandbox {
 
 function signalOf(options: CallOptions): CallOptions {
   return options.signal ? { signal: options.signal } : {};
+}
+
+function killRequest(options: CallOptions & KillOptions): RequestOptions {
+  return { ...signalOf(options), ...(options.wait ? { query: { wait: true } } : {}) };
 }

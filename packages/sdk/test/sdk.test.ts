@@ -273,7 +273,7 @@ describe("SDK against a real server [gvisor]", () => {
     } finally {
       await a.kill();
     }
-    await a.kill();
+    await a.kill({ wait: true });
     expect(a.info.state).toBe("deleted");
     expect(await a.isRunning()).toBe(false);
     const types: string[] = [];

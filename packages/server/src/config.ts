@@ -30,6 +30,10 @@ const envSchema = z.object({
    * to start sandboxes (saying how to fix it); `off`: they run without host limits.
    */
   BOTHY_HOST_LIMITS: z.enum(["required", "off"]).default("required"),
+  /** The gVisor runtime binary (a path, or a name on PATH): e.g. a newer runsc unpacked beside the system's. */
+  BOTHY_RUNSC: z.string().min(1).default("runsc"),
+  /** gVisor's platform: `ptrace` works everywhere; `systrap` needs runsc 2023 or later (docs/architecture.md). */
+  BOTHY_RUNSC_PLATFORM: z.enum(["ptrace", "systrap"]).default("ptrace"),
   /** The default driver; `auto` is qemu with KVM where hardware virtualization works, else gvisor. */
   BOTHY_DRIVER: z.enum(["auto", "gvisor", "qemu"]).default("auto"),
   /** QEMU: restore new sandboxes from a per-template memory snapshot (1) or boot each (0). */
@@ -55,6 +59,20 @@ const envSchema = z.object({
   /** Monthly caps for the owner's running sandboxes; crossing one warns (log, event, webhook). */
   BOTHY_BUDGET_VCPU_HOURS: z.coerce.number().positive().optional(),
   BOTHY_BUDGET_GIB_HOURS: z.coerce.number().positive().optional(),
+  /** Over a monthly budget: `warn` (log, event, webhook) or also `block` the tenant's new creates. */
+  BOTHY_BUDGET_ACTION: z.enum(["warn", "block"]).default("warn"),
+  /** `keys`: every request needs an API key; `none`: no authentication (refused unless bound to loopback). */
+  BOTHY_AUTH: z.enum(["keys", "none"]).default("keys"),
+  /** The admin key the first start mints instead of a random one (for provisioning); a bothy key. */
+  BOTHY_ADMIN_KEY: z
+    .string()
+    .regex(/^bothy_[0-9a-f]{64}$/, "bothy_ and 64 hex digits, as `bothy keys create` prints them")
+    .optional(),
+  /** PEM certificate chain and key: the server speaks HTTPS itself. */
+  BOTHY_TLS_CERT: z.string().optional(),
+  BOTHY_TLS_KEY: z.string().optional(),
+  /** 1: a non-loopback address may serve plain HTTP (a TLS proxy in front does TLS). */
+  BOTHY_INSECURE_HTTP: z.enum(["0", "1"]).default("0"),
   /** How often running sandboxes' usage is added up. */
   BOTHY_METER_INTERVAL_S: z.coerce.number().positive().default(15),
   /** A sandbox with no command running and no client attached this long goes to sleep (0: never). */
@@ -108,9 +126,17 @@ export interface Config {
   driver: "auto" | "gvisor" | "qemu";
   hostLimits: "required" | "off";
   qemu: { warmStart: boolean; tbSizeMib: number; kernelDir: string };
+  gvisor: { runsc: string; platform: "ptrace" | "systrap" };
   webhook: { url: string; retryBaseMs: number } | undefined;
   commandReplayBytes: number;
-  metering: { intervalMs: number; budget: { vcpuHours: number | undefined; gibHours: number | undefined } };
+  metering: {
+    intervalMs: number;
+    budget: { vcpuHours: number | undefined; gibHours: number | undefined };
+    budgetAction: "warn" | "block";
+  };
+  auth: { mode: "keys" | "none"; adminKey: string | undefined };
+  tls: { cert: string; key: string } | undefined;
+  insecureHttp: boolean;
   lifecycle: {
     defaultTimeoutS: number;
     maxTimeoutS: number;
@@ -137,6 +163,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     throw new Error(`Invalid configuration: ${issues}`);
   }
   const e = parsed.data;
+  if ((e.BOTHY_TLS_CERT === undefined) !== (e.BOTHY_TLS_KEY === undefined))
+    throw new Error("Invalid configuration: BOTHY_TLS_CERT and BOTHY_TLS_KEY go together; set both or neither");
   if (e.BOTHY_DEFAULT_TIMEOUT_S > e.BOTHY_MAX_TIMEOUT_S)
     throw new Error(
       `Invalid configuration: BOTHY_DEFAULT_TIMEOUT_S (${e.BOTHY_DEFAULT_TIMEOUT_S}) exceeds BOTHY_MAX_TIMEOUT_S (${e.BOTHY_MAX_TIMEOUT_S})`,
@@ -168,6 +196,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     previewDomain: e.BOTHY_PREVIEW_DOMAIN,
     driver: e.BOTHY_DRIVER,
     hostLimits: e.BOTHY_HOST_LIMITS,
+    gvisor: { runsc: e.BOTHY_RUNSC, platform: e.BOTHY_RUNSC_PLATFORM },
     qemu: {
       warmStart: e.BOTHY_QEMU_WARM === "1",
       tbSizeMib: e.BOTHY_QEMU_TB_MIB,
@@ -181,7 +210,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     metering: {
       intervalMs: e.BOTHY_METER_INTERVAL_S * 1000,
       budget: { vcpuHours: e.BOTHY_BUDGET_VCPU_HOURS, gibHours: e.BOTHY_BUDGET_GIB_HOURS },
+      budgetAction: e.BOTHY_BUDGET_ACTION,
     },
+    auth: { mode: e.BOTHY_AUTH, adminKey: e.BOTHY_ADMIN_KEY },
+    tls: e.BOTHY_TLS_CERT && e.BOTHY_TLS_KEY ? { cert: e.BOTHY_TLS_CERT, key: e.BOTHY_TLS_KEY } : undefined,
+    insecureHttp: e.BOTHY_INSECURE_HTTP === "1",
     lifecycle: {
       defaultTimeoutS: e.BOTHY_DEFAULT_TIMEOUT_S,
       maxTimeoutS: e.BOTHY_MAX_TIMEOUT_S,

@@ -1,11 +1,17 @@
+import { readFileSync } from "node:fs";
 import type { IncomingMessage } from "node:http";
 import { mkdir } from "node:fs/promises";
+import { isIP } from "node:net";
 import { join } from "node:path";
 import websocket from "@fastify/websocket";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from "fastify";
 import { pino, type Logger as PinoLogger } from "pino";
 import { BothyError } from "@bothy/protocol";
 import { agentToolRoutes } from "./api/agent-tool-routes.ts";
+import { authRoutes } from "./api/auth-routes.ts";
+import { authHooks, KeyConnections } from "./auth/auth-hooks.ts";
+import { KeyRing } from "./auth/key-ring.ts";
+import { Quotas } from "./auth/quotas.ts";
 import { commandRoutes } from "./api/command-routes.ts";
 import { eventRoutes } from "./api/event-routes.ts";
 import { fileRoutes } from "./api/file-routes.ts";
@@ -13,6 +19,9 @@ import { lifecycleRoutes } from "./api/lifecycle-routes.ts";
 import { metricsRoutes } from "./api/metrics-routes.ts";
 import { openapiRoutes, recordRoutes, type RouteRecord } from "./api/openapi.ts";
 import { portRoutes, previewHostRewrite } from "./api/port-routes.ts";
+import { desktopRoutes } from "./api/desktop-routes.ts";
+import { tunnelRoutes } from "./api/tunnel-routes.ts";
+import { DesktopService } from "./desktop/desktop-service.ts";
 import { answerClientError, answerExpectation, sendProblem } from "./api/problem.ts";
 import { sandboxRoutes } from "./api/sandbox-routes.ts";
 import { checkWebSocketHandshakes } from "./api/websocket-handshake.ts";
@@ -55,6 +64,25 @@ export interface StartOptions {
   onEvent?: ServerEventListener;
 }
 
+/** Whether a listen address is loopback only (the one place plain HTTP and BOTHY_AUTH=none are allowed). */
+export function isLoopbackHost(host: string): boolean {
+  if (host === "localhost" || host === "::1" || host === "[::1]") return true;
+  return isIP(host) === 4 && host.startsWith("127.");
+}
+
+/** Refuses configurations that would expose the API without TLS or without keys. */
+function checkExposure(config: Config): void {
+  if (isLoopbackHost(config.host)) return;
+  if (config.auth.mode === "none")
+    throw new Error(
+      `BOTHY_AUTH=none is allowed only on loopback, and BOTHY_HOST is ${config.host}; remove BOTHY_AUTH or bind 127.0.0.1.`,
+    );
+  if (!config.tls && !config.insecureHttp)
+    throw new Error(
+      `BOTHY_HOST ${config.host} is not loopback: set BOTHY_TLS_CERT and BOTHY_TLS_KEY so the server speaks HTTPS, or BOTHY_INSECURE_HTTP=1 if a TLS proxy (e.g. Caddy) sits in front.`,
+    );
+}
+
 export function createLogger(config: Config, destination?: NodeJS.WritableStream): PinoLogger {
   return pino({ level: config.logLevel, base: { service: "bothy" } }, destination ?? process.stdout);
 }
@@ -71,6 +99,8 @@ export async function startServer(
   logger: PinoLogger = createLogger(config),
   options: StartOptions = {},
 ): Promise<BothyServer> {
+  checkExposure(config);
+  const tls = config.tls && { cert: readFileSync(config.tls.cert), key: readFileSync(config.tls.key) };
   await mkdir(config.home, { recursive: true, mode: 0o700 });
   // The server's typed events: logged at their level, counted by the metrics, and the ones
   // clients care about published as public events (below, once the registry exists).
@@ -107,7 +137,16 @@ export async function startServer(
   const watch = new DisconnectWatch(manager, ledger, log);
   const idle = new IdleSleep(manager, registry, watch, config.lifecycle.idleTimeoutMs, log);
   sweeper.addStep(() => idle.pass());
-  const meter = new UsageMeter(ledger, events, config.metering, log);
+  const quotas = new Quotas(ledger, config);
+  const meter = new UsageMeter(ledger, events, { ...config.metering, budgetOf: (t) => quotas.budgetOf(t) }, log);
+  const ring = await KeyRing.open(config.home, ledger);
+  const bootstrapKey = await ring.bootstrap(config.home, config.auth.adminKey);
+  if (bootstrapKey)
+    logger.info(
+      { event: "admin_key_created", key_id: bootstrapKey, file: join(config.home, "admin.key") },
+      "first start: an admin key for the default tenant was written to $BOTHY_HOME/admin.key",
+    );
+  const connections = new KeyConnections();
 
   const startedAt = Date.now();
   const logProblem = (err: BothyError): void => {
@@ -139,7 +178,8 @@ export async function startServer(
     // Node answers a missing Host with a bare 400; the hook below answers it as problem+json.
     http: { requireHostHeader: false },
     rewriteUrl: rewriteUrl(config.previewDomain),
-  });
+    ...(tls ? { https: tls } : {}),
+  }) as unknown as FastifyInstance;
   app.server.on("checkExpectation", (req, res) => answerExpectation(req, res, logProblem));
   // JSON only: a text body would otherwise reach validation as a string and get a vaguer error.
   app.removeContentTypeParser("text/plain");
@@ -157,13 +197,15 @@ export async function startServer(
     if (request.raw.httpVersion === "1.1" && request.headers.host === undefined)
       throw new BothyError("malformed_request", "An HTTP/1.1 request needs a Host header (RFC 9112); send one.");
   });
+  authHooks(app, { ring, ledger, mode: config.auth.mode, connections });
   // A request no route takes can still fail earlier on its body or content type; it gets the 404.
   app.setErrorHandler((err, request, reply) =>
     sendProblem(reply, request, request.is404 ? routeNotFound(request) : err, logProblem),
   );
   app.setNotFoundHandler((request, reply) => sendProblem(reply, request, routeNotFound(request), logProblem));
 
-  sandboxRoutes(app, manager, startedAt);
+  sandboxRoutes(app, { manager, ledger, quotas }, startedAt);
+  authRoutes(app, { ring, ledger, quotas, connections });
 
   lifecycleRoutes(app, manager);
   metricsRoutes(app, metrics, () => ({
@@ -174,9 +216,11 @@ export async function startServer(
   eventRoutes(app, events);
   await fileRoutes(app, manager);
   await portRoutes(app, manager);
-  await agentToolRoutes(app, config, logger);
+  await desktopRoutes(app, manager, new DesktopService(manager));
+  tunnelRoutes(app, manager);
+  await agentToolRoutes(app, config, logger, ring);
   usageRoutes(app, meter, ledger);
-  await e2bRoutes(app, { config, manager, registry, serverEvents, logProblem });
+  await e2bRoutes(app, { config, manager, registry, serverEvents, logProblem, ledger, quotas });
   openapiRoutes(app);
 
   const address = await app.listen({ host: config.host, port: config.port });

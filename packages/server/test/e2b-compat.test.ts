@@ -14,6 +14,7 @@ import {
   TimeoutError,
 } from "e2b";
 import type { FilesystemEvent } from "e2b";
+import { waitNoneDeleting } from "./helpers/client.ts";
 import { noLeaks } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
 
@@ -48,8 +49,8 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
     delete process.env["E2B_DEBUG"];
     process.env["E2B_API_URL"] = `${ts.url}/e2b`;
     process.env["E2B_SANDBOX_URL"] = `${ts.url}/e2b/envd`;
-    // bothy has no API keys yet: any key is accepted.
-    process.env["E2B_API_KEY"] = "e2b_0000000000000000000000000000000000000000";
+    // E2B keys are bothy keys: the admin key of the test server.
+    process.env["E2B_API_KEY"] = ts.apiKey;
   });
 
   afterAll(async () => {
@@ -218,7 +219,7 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
     it("refuses what bothy cannot honour with E2B's error shape", async () => {
       const res = await fetch(`${ts.url}/e2b/v2/sandboxes`, {
         method: "POST",
-        headers: { "content-type": "application/json", "x-api-key": "e2b_0" },
+        headers: { "content-type": "application/json", "x-api-key": ts.apiKey },
         body: JSON.stringify({ templateID: "base", metadata: { "a b": "c" } }),
       });
       expect(res.status).toBe(400);
@@ -571,6 +572,8 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
       expect(ok.status).toBe(200);
       // Not in the log, the ledger (its WAL included) or any other file the server keeps in its
       // home (sandbox disks and template trees aside), nor in its events or the guest's environment.
+      // Earlier tests' deletes finish first: a teardown removes directories while the walk reads them.
+      await waitNoneDeleting(ts.url);
       const kept = (await readdir(ts.home, { withFileTypes: true, recursive: true })).filter(
         (e) => e.isFile() && !/^(sandboxes|runsc|qemu|initramfs)\b/.test(relative(ts.home, e.parentPath)),
       );

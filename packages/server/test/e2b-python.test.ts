@@ -39,7 +39,7 @@ describe.skipIf(missing !== undefined)(title, () => {
       HOME: process.env["HOME"],
       E2B_API_URL: `${ts.url}/e2b`,
       E2B_SANDBOX_URL: `${ts.url}/e2b/envd`,
-      E2B_API_KEY: "e2b_0000000000000000000000000000000000000000",
+      E2B_API_KEY: ts.apiKey,
     };
     const { stdout } = await pexec("python3", [SCRIPT], { env, timeout: 110_000 });
     expect(JSON.parse(stdout)).toMatchObject({

@@ -15,7 +15,7 @@ import { hardwareVirtualization, QemuDriver } from "../src/drivers/qemu-driver.t
 import { VM_MARKER } from "../src/drivers/qemu-sandbox.ts";
 import { newSandboxId } from "../src/util/ids.ts";
 import { noLeaks } from "./helpers/host-state.ts";
-import { api, createSandbox } from "./helpers/client.ts";
+import { api, createSandbox, deleteSandbox } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
 
@@ -169,7 +169,7 @@ for (const driver of testDrivers()) {
           expect(cmdline).toContain(id);
         }
 
-        expect((await api(ts.url, "DELETE", `/sandboxes/${id}`)).status).toBe(200);
+        expect(await deleteSandbox(ts.url, id)).toBe("deleted");
         expect(cgroupDirsOf(id)).toEqual([]);
       },
     );

@@ -454,7 +454,8 @@ const body = type === "application/json"
   ? JSON.stringify({ pad: "x".repeat(Number(bytes)) })
   : new Uint8Array(Number(bytes)).fill(32);
 try {
-  const res = await fetch(url, { method: "POST", headers: { "content-type": type }, body });
+  const headers = { "content-type": type, authorization: "Bearer " + process.env.BOTHY_API_KEY };
+  const res = await fetch(url, { method: "POST", headers, body });
   console.log(JSON.stringify({ status: res.status, type: res.headers.get("content-type"), body: await res.text() }));
 } catch (err) {
   console.log(JSON.stringify({ status: 0, type: "", body: String(err.cause ?? err) }));

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { hostTag } from "../src/util/host-names.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { SandboxCreateOptions } from "@bothy/sdk";
-import { api, createSandbox, runCommand } from "./helpers/client.ts";
+import { api, createSandbox, deleteSandbox, runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
 import { ipv4Of, probe, sandboxNetwork, type Outcome } from "./helpers/net-probe.ts";
 import type { ServeProcess } from "./helpers/serve-process.ts";
@@ -175,7 +175,7 @@ describe.skipIf(!root)("network isolation", () => {
         expect(o.results["dns"]).toMatchObject({ ok: true });
 
         const ids = [a, peer, closed, allowed];
-        for (const id of ids) expect((await api(base, "DELETE", `/sandboxes/${id}`)).status).toBe(200);
+        for (const id of ids) expect(await deleteSandbox(base, id)).toBe("deleted");
         const left = await topo.bothyObjects();
         const suffixes = ids.map((id) => id.slice(4, 12));
         expect(left.netns.filter((n) => suffixes.some((s) => n.includes(s)))).toEqual([]);
@@ -353,7 +353,7 @@ describe.skipIf(!root)("network isolation", () => {
   });
 
   it("leaves no namespace, interface, chain or map element once every sandbox is gone", async () => {
-    for (const id of made) await api(base, "DELETE", `/sandboxes/${id}`);
+    for (const id of made) await deleteSandbox(base, id);
     expect(await topo.bothyObjects(hostTag(home))).toEqual({ netns: [], links: [], chains: [], mapElements: 0 });
   });
 });

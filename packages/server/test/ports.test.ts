@@ -1,5 +1,9 @@
+import { spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
+import { connect } from "node:net";
+import { fileURLToPath } from "node:url";
+import { Sandbox } from "@bothy/sdk";
 import { get as httpGet, type IncomingMessage } from "node:http";
 import { describe, expect, it } from "vitest";
 import WebSocket from "ws";
@@ -13,6 +17,7 @@ const PORT_SERVER = readFileSync(new URL("./fixtures/port-server.mjs", import.me
 const NODE_PORT = 8000;
 const LOOPBACK_PORT = 8001;
 const PREVIEW_DOMAIN = "preview.test";
+const BOTHY = fileURLToPath(new URL("../../cli/bin/bothy.js", import.meta.url));
 
 /** GET with a Host header of our choosing (fetch sets its own). */
 function getWithHost(
@@ -266,6 +271,83 @@ for (const driver of testDrivers()) {
         `${driver.name}: 20 MB through the port proxy: held at ${(progress / 1e6).toFixed(1)} MB written while paused; test process RSS +${growthMb.toFixed(1)} MB`,
       );
       expect(growthMb).toBeLessThan(60); // server and client together; mostly garbage not yet collected
+    });
+
+    it.skipIf(driver.name !== "gvisor")("downloads 100 MB through the proxy intact", async () => {
+      const TOTAL = 100_000_000;
+      const res = await fetch(portUrl(NODE_PORT, `/bytes?n=${TOTAL}`));
+      expect(res.status).toBe(200);
+      expect(res.headers.get("content-length")).toBe(String(TOTAL));
+      const hash = createHash("sha256");
+      let size = 0;
+      for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+        hash.update(chunk);
+        size += chunk.length;
+      }
+      expect(size).toBe(TOTAL);
+      expect(hash.digest("hex")).toBe(createHash("sha256").update(Buffer.alloc(TOTAL, 97)).digest("hex"));
+      await waitNoConnections(ts, id, NODE_PORT);
+    });
+
+    it("forwards a local loopback port to a port inside as raw TCP (SDK ports.forward)", async () => {
+      const sandbox = await Sandbox.connect(id, { baseUrl: ts.url });
+      await expect(sandbox.ports.forward(NODE_PORT, { host: "0.0.0.0" })).rejects.toThrow(/loopback/);
+      const forward = await sandbox.ports.forward(NODE_PORT);
+      try {
+        expect(forward.host).toBe("127.0.0.1");
+        // HTTP written by hand on the raw connection: nothing but bytes crosses the tunnel.
+        const answer = await new Promise<string>((resolve, reject) => {
+          const socket = connect(forward.localPort, "127.0.0.1", () =>
+            socket.write("GET /hello HTTP/1.1\r\nHost: anything\r\nConnection: close\r\n\r\n"),
+          );
+          let got = "";
+          socket.on("data", (c: Buffer) => (got += c.toString()));
+          socket.on("end", () => resolve(got));
+          socket.on("error", reject);
+        });
+        expect(answer).toMatch(/^HTTP\/1\.1 200 OK/);
+        expect(answer).toContain("hello from inside");
+        const body = randomBytes(BODY_BYTES);
+        const echoed = await fetch(`http://127.0.0.1:${forward.localPort}/echo`, { method: "POST", body });
+        expect(await echoed.json()).toMatchObject({ size: body.length });
+      } finally {
+        await forward.close();
+      }
+      await waitNoConnections(ts, id, NODE_PORT);
+      const nobody = new WebSocket(`${ts.wsUrl}/sandboxes/${id}/tunnel/9`);
+      const closed = await new Promise<[number, string]>((resolve, reject) => {
+        nobody.on("close", (code, reason) => resolve([code, reason.toString()]));
+        nobody.on("error", reject);
+      });
+      expect(closed).toEqual([1011, "port_not_listening"]);
+      const plain = await api(ts.url, "GET", `/sandboxes/${id}/tunnel/${NODE_PORT}`);
+      expect(plain.status).toBe(426);
+      expect(plain.json["code"]).toBe("upgrade_required");
+    });
+
+    it("bothy port ID PORT --forward LOCAL serves the port locally until interrupted", async () => {
+      const child = spawn(process.execPath, [BOTHY, "port", id, String(NODE_PORT), "--forward", "0"], {
+        env: { ...process.env, BOTHY_URL: ts.url },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      try {
+        const line = await new Promise<string>((resolve, reject) => {
+          let out = "";
+          child.stdout.on("data", (c: Buffer) => {
+            out += c.toString();
+            if (out.includes("\n")) resolve(out);
+          });
+          child.once("exit", (code) => reject(new Error(`bothy port exited ${code}: ${out}`)));
+        });
+        const local = /^forwarding 127\.0\.0\.1:(\d+) -> port 8000 in sbx_/.exec(line)?.[1];
+        expect(local, line).toBeDefined();
+        const hello = await fetch(`http://127.0.0.1:${local}/hello`);
+        expect(await hello.text()).toBe("hello from inside\n");
+      } finally {
+        const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
+        child.kill("SIGINT");
+        expect(await exited).toBe(0);
+      }
     });
 
     it("ends an open proxied stream when its sandbox is deleted", async () => {

@@ -175,7 +175,7 @@ describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "QEMU sandboxes"),
   it("deletes a paused sandbox with its state file, overlay and sockets", async () => {
     const id = await createSandbox(ts.url);
     await api(ts.url, "POST", `/sandboxes/${id}/pause`);
-    const del = await api(ts.url, "DELETE", `/sandboxes/${id}`);
+    const del = await api(ts.url, "DELETE", `/sandboxes/${id}?wait=true`);
     expect(del.json["state"]).toBe("deleted");
     expect(existsSync(join(ts.home, "sandboxes", id))).toBe(false);
     expect(await vmProcesses(ts, id)).toEqual([]);

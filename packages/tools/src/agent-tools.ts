@@ -26,6 +26,8 @@ export interface AgentToolsOptions {
   home: string;
   /** The sandbox API's base URL (read when first needed: the server knows it only once listening). */
   apiUrl: () => string;
+  /** The key the tools call the sandbox API with (it decides whose sandboxes they reach). */
+  apiKey?: string;
   /** Template of a conversation's sandbox when its creator names none; it also extracts PDF text (pdftotext). */
   defaultTemplate: string;
   defaultMemoryMib?: number;
@@ -104,7 +106,10 @@ export class AgentTools {
 
   /** Where the SDK reaches this server's API (read per call: the server knows it only once listening). */
   private connection(): ConnectionOptions {
-    return { baseUrl: this.options.apiUrl() };
+    return {
+      baseUrl: this.options.apiUrl(),
+      ...(this.options.apiKey === undefined ? {} : { apiKey: this.options.apiKey }),
+    };
   }
 
   // ---- conversations ------------------------------------------------------------------------

@@ -5,6 +5,7 @@ import { GUIDANCE } from "./guidance.ts";
 import { registerComputerBash } from "./tools/computer-bash.ts";
 import { registerCorpusTools } from "./tools/corpus-tools.ts";
 import { registerDeliveryTools } from "./tools/delivery-tools.ts";
+import { registerDesktopTools } from "./tools/desktop-tools.ts";
 import { registerFileTools } from "./tools/file-tools.ts";
 
 export const TOOL_NAMES = [
@@ -17,6 +18,12 @@ export const TOOL_NAMES = [
   "send_file",
   "computer_fetch_document",
   "rag_search",
+  "computer_screenshot",
+  "computer_click",
+  "computer_move",
+  "computer_type",
+  "computer_key",
+  "computer_scroll",
 ] as const;
 
 /** One MCP server per session (the SDK binds a server to one transport). */
@@ -32,6 +39,7 @@ export function createMcpServer(tools: AgentTools): McpServer {
   registerFileTools(server, tools);
   registerDeliveryTools(server, tools);
   registerCorpusTools(server, tools);
+  registerDesktopTools(server, tools);
   server.registerPrompt(
     "computer_guidance",
     {

@@ -12,15 +12,19 @@ export interface BridgeOptions {
   url: string;
   /** Every tool call of this process belongs to this conversation (else: the MCP session's own). */
   conversationId?: string | undefined;
+  /** Sent as `Authorization: Bearer`; default BOTHY_API_KEY. */
+  apiKey?: string | undefined;
   input?: NodeJS.ReadableStream;
   output?: NodeJS.WritableStream;
 }
 
 /** Runs until stdin closes; answers the process exit code. */
 export async function runStdioBridge(options: BridgeOptions): Promise<number> {
-  const headers: Record<string, string> = options.conversationId
-    ? { "bothy-conversation-id": options.conversationId }
-    : {};
+  const apiKey = options.apiKey ?? process.env["BOTHY_API_KEY"];
+  const headers: Record<string, string> = {
+    ...(options.conversationId ? { "bothy-conversation-id": options.conversationId } : {}),
+    ...(apiKey ? { authorization: `Bearer ${apiKey}` } : {}),
+  };
   const upstream = new StreamableHTTPClientTransport(new URL("/mcp", options.url), { requestInit: { headers } });
   const local = new StdioServerTransport(
     options.input as NodeJS.ReadStream | undefined,

@@ -6,7 +6,7 @@ import { randomBytes } from "node:crypto";
 import { readdir, readFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { getDefaultEnvironment, StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { LoggingMessageNotificationSchema, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { PNG } from "pngjs";
@@ -568,6 +568,8 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
         new StdioClientTransport({
           command: process.execPath,
           args: [BOTHY, "mcp", "--url", ts.url, "--conversation", "flow-stdio"],
+          // The MCP SDK passes a child only a few variables of its own; the key goes explicitly.
+          env: { ...getDefaultEnvironment(), BOTHY_API_KEY: ts.apiKey },
           stderr: "inherit",
         }),
       );

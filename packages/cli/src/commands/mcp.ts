@@ -6,7 +6,8 @@ import { runStdioBridge } from "@bothy/tools";
 
 const USAGE = `usage: bothy mcp [--url URL] [--conversation ID]
 
-Speaks MCP on stdin/stdout and relays it to a bothy server's /mcp endpoint.
+Speaks MCP on stdin/stdout and relays it to a bothy server's /mcp endpoint, with the key in
+BOTHY_API_KEY (on the server's host, $BOTHY_HOME/admin.key when that is unset).
 
   --url URL            the bothy server (default $BOTHY_URL, else http://127.0.0.1:8080)
   --conversation ID    tool calls belong to this conversation (its sandbox and files persist

@@ -4,6 +4,9 @@ import type { Command } from "../command.ts";
 import { printJson } from "../output.ts";
 
 const USAGE = `usage: bothy port ID PORT    print the URL that reaches PORT inside the sandbox
+       bothy port ID PORT --forward LOCAL
+                             serve 127.0.0.1:LOCAL (0: any free port) as PORT inside the
+                             sandbox, raw TCP (a database, SSH, HTTP), until Ctrl-C
        bothy port ID [--json]    list the ports listening inside it
 
 HTTP and WebSocket to the URL are relayed to 127.0.0.1:PORT inside the sandbox.
@@ -16,7 +19,7 @@ export const portCommand: Command = {
   async run(args) {
     const { values, positionals } = parse(
       args,
-      { ...CONNECTION_FLAGS, ...JSON_FLAG },
+      { ...CONNECTION_FLAGS, ...JSON_FLAG, forward: { type: "string" } },
       { min: 1, max: 2, names: "sandbox ID and PORT" },
     );
     if (values.help) {
@@ -33,7 +36,22 @@ export const portCommand: Command = {
     }
     const port = /^[0-9]{1,5}$/.test(raw) ? Number(raw) : NaN;
     if (!(port >= 1 && port <= 65535)) throw new UsageError(`"${raw}" is not a TCP port (1-65535)`);
-    process.stdout.write(`${sandbox.ports.url(port)}\n`);
+    if (values.forward === undefined) {
+      process.stdout.write(`${sandbox.ports.url(port)}\n`);
+      return 0;
+    }
+    const local = /^[0-9]{1,5}$/.test(values.forward) ? Number(values.forward) : NaN;
+    if (!(local >= 0 && local <= 65535))
+      throw new UsageError(`--forward "${values.forward}" is not a local port (0-65535)`);
+    const forward = await sandbox.ports.forward(port, { localPort: local });
+    process.stdout.write(
+      `forwarding ${forward.host}:${forward.localPort} -> port ${port} in ${sandbox.sandboxId} (Ctrl-C to stop)\n`,
+    );
+    await new Promise<void>((resolve) => {
+      process.once("SIGINT", resolve);
+      process.once("SIGTERM", resolve);
+    });
+    await forward.close();
     return 0;
   },
 };

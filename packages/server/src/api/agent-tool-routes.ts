@@ -1,15 +1,22 @@
 /**
  * The agent tools (packages/tools) on this server: MCP over streamable HTTP at `/mcp`, the corpus
  * at `/corpus`, conversations and turns at `/conversations`. The tools reach sandboxes through
- * this server's own public API over loopback, as any client would.
+ * this server's own public API over loopback, as any client would, with a key of the caller's
+ * tenant. Each tenant has its own tools state (`$BOTHY_HOME/tenants/<id>/tools/`; the default
+ * tenant's is `$BOTHY_HOME/tools/`): conversations, turns, exports, the corpus and its index, and
+ * MCP sessions, so another tenant's ids are unknown ids there.
  */
 import { createReadStream } from "node:fs";
 import type { AddressInfo } from "node:net";
-import type { FastifyInstance } from "fastify";
+import { join } from "node:path";
+import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { Logger as PinoLogger } from "pino";
 import { BothyError, beginTurnRequest, corpusUploadQuery, createConversationRequest } from "@bothy/protocol";
 import { AgentTools, corpusMediaType, McpHttpSessions } from "@bothy/tools";
+import { principalOf } from "../auth/auth-hooks.ts";
+import type { KeyRing } from "../auth/key-ring.ts";
 import type { Config } from "../config.ts";
+import { DEFAULT_TENANT } from "../ledger/ledger.ts";
 import { parseInput } from "./parse-input.ts";
 
 /** MCP messages carry whole files (computer_write_file), so /mcp takes more than the API's JSON limit. */
@@ -33,17 +40,49 @@ function loopbackUrl(app: FastifyInstance): string {
   return `http://${host}:${address.port}`;
 }
 
-export async function agentToolRoutes(app: FastifyInstance, config: Config, logger: PinoLogger): Promise<void> {
-  const tools = await AgentTools.open({
-    home: config.home,
-    apiUrl: () => loopbackUrl(app),
-    defaultTemplate: process.env["BOTHY_TOOLS_TEMPLATE"] ?? "workspace",
-    log: (level, event, fields) => logger[level]({ event, ...fields }, event),
-  });
-  const sessions = new McpHttpSessions(tools);
+interface TenantTools {
+  tools: AgentTools;
+  sessions: McpHttpSessions;
+}
+
+export async function agentToolRoutes(
+  app: FastifyInstance,
+  config: Config,
+  logger: PinoLogger,
+  ring: KeyRing,
+): Promise<void> {
+  const opened = new Map<string, Promise<TenantTools>>();
+  const open = async (tenant: string): Promise<TenantTools> => {
+    const tools = await AgentTools.open({
+      home: tenant === DEFAULT_TENANT ? config.home : join(config.home, "tenants", tenant),
+      apiUrl: () => loopbackUrl(app),
+      apiKey: ring.serviceKey(tenant),
+      defaultTemplate: process.env["BOTHY_TOOLS_TEMPLATE"] ?? "workspace",
+      log: (level, event, fields) => logger[level]({ event, tenant, ...fields }, event),
+    });
+    return { tools, sessions: new McpHttpSessions(tools) };
+  };
+  const of = (request: FastifyRequest): Promise<TenantTools> => {
+    const { tenant } = principalOf(request);
+    let found = opened.get(tenant);
+    if (!found) {
+      found = open(tenant);
+      opened.set(tenant, found);
+      found.catch(() => opened.delete(tenant));
+    }
+    return found;
+  };
+  const toolsOf = async (request: FastifyRequest): Promise<AgentTools> => (await of(request)).tools;
+  // The default tenant's state is opened at start, as before tenants, so a bad tools directory stops start-up.
+  opened.set(DEFAULT_TENANT, open(DEFAULT_TENANT));
+  await opened.get(DEFAULT_TENANT);
   app.addHook("onClose", async () => {
-    await sessions.close();
-    tools.close();
+    for (const pending of opened.values()) {
+      const t = await pending.catch(() => undefined);
+      if (!t) continue;
+      await t.sessions.close();
+      t.tools.close();
+    }
   });
 
   await app.register(async (scope) => {
@@ -52,6 +91,7 @@ export async function agentToolRoutes(app: FastifyInstance, config: Config, logg
       url: "/mcp",
       bodyLimit: MCP_BODY_LIMIT,
       handler: async (request, reply) => {
+        const { sessions } = await of(request);
         reply.hijack();
         await sessions.handle(request.raw, reply.raw, request.body);
       },
@@ -65,6 +105,7 @@ export async function agentToolRoutes(app: FastifyInstance, config: Config, logg
       "/corpus",
       { bodyLimit: CORPUS_BODY_LIMIT },
       async (request, reply) => {
+        const tools = await toolsOf(request);
         const { name } = parseInput(corpusUploadQuery, request.query, "POST /corpus?name=<file name>");
         const type = corpusMediaType(request.headers["content-type"], name);
         if (!type)
@@ -80,9 +121,9 @@ export async function agentToolRoutes(app: FastifyInstance, config: Config, logg
     );
   });
 
-  app.get("/corpus", async () => ({ documents: tools.store.documents() }));
+  app.get("/corpus", async (request) => ({ documents: (await toolsOf(request)).store.documents() }));
   app.get<Conv>("/corpus/:id", async (request) => {
-    const doc = tools.store.document(request.params.id);
+    const doc = (await toolsOf(request)).store.document(request.params.id);
     if (!doc)
       throw new BothyError(
         "document_not_found",
@@ -91,7 +132,7 @@ export async function agentToolRoutes(app: FastifyInstance, config: Config, logg
     return doc;
   });
   app.delete<Conv>("/corpus/:id", async (request) => {
-    if (!tools.store.deleteDocument(request.params.id))
+    if (!(await toolsOf(request)).store.deleteDocument(request.params.id))
       throw new BothyError(
         "document_not_found",
         `No corpus document ${request.params.id.slice(0, 64)}; GET /corpus lists them.`,
@@ -100,28 +141,33 @@ export async function agentToolRoutes(app: FastifyInstance, config: Config, logg
   });
 
   app.post("/conversations", async (request, reply) => {
+    const tools = await toolsOf(request);
     const body = parseInput(createConversationRequest, request.body, "POST /conversations");
     const existed = body.conversation_id !== undefined && tools.store.conversation(body.conversation_id) !== undefined;
     return reply.code(existed ? 200 : 201).send(tools.createConversation(body));
   });
-  app.get<Conv>("/conversations/:id", async (request) => ({
-    ...tools.conversation(request.params.id),
-    turns: tools.store.turns(request.params.id),
-  }));
-  app.delete<Conv>("/conversations/:id", async (request) => tools.deleteConversation(request.params.id));
+  app.get<Conv>("/conversations/:id", async (request) => {
+    const tools = await toolsOf(request);
+    return { ...tools.conversation(request.params.id), turns: tools.store.turns(request.params.id) };
+  });
+  app.delete<Conv>("/conversations/:id", async (request) =>
+    (await toolsOf(request)).deleteConversation(request.params.id),
+  );
   app.post<Conv>("/conversations/:id/turns", async (request, reply) => {
+    const tools = await toolsOf(request);
     const { turn_id } = parseInput(beginTurnRequest, request.body, "POST /conversations/{id}/turns");
     return reply.code(201).send(tools.beginTurn(request.params.id, turn_id));
   });
   app.get<Turn>("/conversations/:id/turns/:turn", async (request) =>
-    tools.turnView(request.params.id, request.params.turn),
+    (await toolsOf(request)).turnView(request.params.id, request.params.turn),
   );
   app.post<Turn>("/conversations/:id/turns/:turn/end", async (request) =>
-    tools.endTurn(request.params.id, request.params.turn),
+    (await toolsOf(request)).endTurn(request.params.id, request.params.turn),
   );
   app.get<{ Params: { id: string; turn: string; export: string } }>(
     "/conversations/:id/turns/:turn/attachments/:export",
     async (request, reply) => {
+      const tools = await toolsOf(request);
       const { id, turn, export: exportId } = request.params;
       const file = tools.attachment(id, turn, exportId);
       const name = file.name.replace(/[^\x20-\x7e]|["\\]/g, "_");

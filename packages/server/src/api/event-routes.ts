@@ -1,12 +1,14 @@
 import type { FastifyInstance } from "fastify";
 import { BothyError, SANDBOX_ID_RE, type BothyEvent } from "@bothy/protocol";
+import { principalOf, sees } from "../auth/auth-hooks.ts";
 import type { EventBus } from "../events/event-bus.ts";
 
 const KEEPALIVE_MS = 15_000;
 
 /**
  * `GET /events`: Server-Sent Events. `?sandbox_id=` filters; `Last-Event-ID` (or `?since=`)
- * replays what was missed from the ledger before live events follow.
+ * replays what was missed from the ledger before live events follow. A key sees its tenant's
+ * events only (an admin key every event, host-wide ones included).
  */
 export function eventRoutes(app: FastifyInstance, bus: EventBus): void {
   app.get<{ Querystring: { sandbox_id?: string; since?: string } }>("/events", async (request, reply) => {
@@ -18,6 +20,9 @@ export function eventRoutes(app: FastifyInstance, bus: EventBus): void {
     if (from !== undefined && (!Number.isInteger(from) || from < 0))
       throw new BothyError("invalid_request", "Last-Event-ID and since are event sequence numbers (integers >= 0).");
 
+    const principal = principalOf(request);
+    const visible = (tenant: string | null): boolean =>
+      tenant === null ? principal.scopes.has("admin") : sees(principal, tenant);
     reply.hijack();
     const res = reply.raw;
     res.writeHead(200, {
@@ -27,17 +32,22 @@ export function eventRoutes(app: FastifyInstance, bus: EventBus): void {
       "x-accel-buffering": "no",
     });
     res.write(": bothy events\n\n");
-    const write = (ev: BothyEvent): void => {
+    const write = (ev: BothyEvent, tenant: string | null): void => {
       if (sandboxId !== undefined && ev.sandbox_id !== sandboxId) return;
+      if (!visible(tenant)) return;
       res.write(`id: ${ev.seq}\nevent: ${ev.type}\ndata: ${JSON.stringify(ev)}\n\n`);
     };
     // Replay and subscribe happen in one synchronous run (the ledger is synchronous), so no event
     // can fall between them.
     if (from !== undefined) {
       let cursor = from;
-      for (let batch = bus.since(cursor, sandboxId); batch.length > 0; batch = bus.since(cursor, sandboxId)) {
-        for (const ev of batch) write(ev);
-        cursor = batch.at(-1)?.seq ?? cursor;
+      for (
+        let batch = bus.sinceWithTenant(cursor, sandboxId);
+        batch.length > 0;
+        batch = bus.sinceWithTenant(cursor, sandboxId)
+      ) {
+        for (const { event, tenant } of batch) write(event, tenant);
+        cursor = batch.at(-1)?.event.seq ?? cursor;
       }
     }
     const unsubscribe = bus.subscribe(write);

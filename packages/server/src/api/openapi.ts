@@ -4,9 +4,18 @@
  * recorded, and `undocumentedRoutes` names any the table lacks (a test keeps them equal).
  */
 import type { FastifyInstance } from "fastify";
+import { requirementOf } from "../auth/scopes.ts";
 import { z } from "zod";
 import {
+  apiKeyInfo,
   beginTurnRequest,
+  createdKey,
+  createKeyRequest,
+  createTenantRequest,
+  keyList,
+  tenantInfo,
+  tenantList,
+  tenantQuota,
   bothyEvent,
   commandEvent,
   commandInfo,
@@ -16,8 +25,13 @@ import {
   corpusUploadQuery,
   createConversationRequest,
   createSandboxRequest,
+  desktopAction,
+  desktopActionResult,
+  desktopInfo,
+  desktopStartRequest,
   dirListing,
   fileDeleteQuery,
+  sandboxDeleteQuery,
   fileDeleteResult,
   fileQuery,
   fileStatQuery,
@@ -63,8 +77,20 @@ const SCHEMAS = {
   RenameRequest: renameRequest,
   RenameResult: renameResult,
   PortList: portList,
+  DesktopStartRequest: desktopStartRequest,
+  Desktop: desktopInfo,
+  DesktopAction: desktopAction,
+  DesktopActionResult: desktopActionResult,
   CreateConversationRequest: createConversationRequest,
   BeginTurnRequest: beginTurnRequest,
+  CreateKeyRequest: createKeyRequest,
+  CreatedKey: createdKey,
+  ApiKey: apiKeyInfo,
+  KeyList: keyList,
+  CreateTenantRequest: createTenantRequest,
+  TenantQuota: tenantQuota,
+  Tenant: tenantInfo,
+  TenantList: tenantList,
 } satisfies Record<string, z.ZodType>;
 
 type SchemaName = keyof typeof SCHEMAS;
@@ -159,7 +185,8 @@ export const OPERATIONS: Operation[] = [
     method: "delete",
     path: "/sandboxes/{id}",
     tag: "sandboxes",
-    summary: "Delete a sandbox (idempotent)",
+    summary: "Delete a sandbox (idempotent): answers once it is deleting, or with wait=true once deleted",
+    query: sandboxDeleteQuery,
     answers: { 200: SANDBOX },
   },
   {
@@ -285,6 +312,69 @@ export const OPERATIONS: Operation[] = [
       answers: { 200: { description: "Whatever the server inside answers", type: "*/*" } },
     })),
   ),
+  {
+    method: "get",
+    path: "/sandboxes/{id}/tunnel/{port}",
+    tag: "ports",
+    summary:
+      "WebSocket: a raw TCP connection to 127.0.0.1:{port} inside the sandbox, its bytes in binary messages (what `bothy port --forward` uses)",
+    answers: { 101: { description: "Switching to WebSocket" } },
+  },
+  {
+    method: "post",
+    path: "/sandboxes/{id}/desktop/start",
+    tag: "desktop",
+    summary:
+      "Start the desktop (Xvfb, openbox, x11vnc, Chromium) if it is not running; template desktop (409 desktop_not_available otherwise)",
+    body: "DesktopStartRequest",
+    answers: { 200: { description: "The running desktop", schema: "Desktop" } },
+  },
+  {
+    method: "get",
+    path: "/sandboxes/{id}/desktop/screenshot",
+    tag: "desktop",
+    summary: "The screen as a PNG (X-Screen-Width/Height); coordinates of actions are its pixels. Starts the desktop",
+    answers: { 200: { description: "The screen", type: "image/png" } },
+  },
+  {
+    method: "post",
+    path: "/sandboxes/{id}/desktop/actions",
+    tag: "desktop",
+    summary: "Mouse and keyboard: move, click, type, key, scroll (xdotool inside the sandbox). Starts the desktop",
+    body: "DesktopAction",
+    answers: { 200: { description: "Done", schema: "DesktopActionResult" } },
+  },
+  {
+    method: "get",
+    path: "/sandboxes/{id}/desktop",
+    tag: "desktop",
+    summary: "The live view: a noVNC page (view only; ?control=1 passes mouse and keyboard on)",
+    query: z.object({ control: z.enum(["1"]).optional() }),
+    answers: { 200: { description: "An HTML page", type: "text/html" } },
+  },
+  {
+    method: "get",
+    path: "/sandboxes/{id}/desktop/vnc",
+    tag: "desktop",
+    summary:
+      "WebSocket: the desktop's VNC (RFB) stream in binary messages, relayed to x11vnc inside (what noVNC connects to)",
+    answers: { 101: { description: "Switching to WebSocket" } },
+  },
+  {
+    method: "get",
+    path: "/sandboxes/{id}/desktop/cdp/*",
+    tag: "desktop",
+    summary:
+      "Chromium's DevTools /json/version and /json/list, WebSocket URLs rewritten to the port proxy: give /sandboxes/{id}/desktop/cdp to Playwright's connectOverCDP",
+    answers: { 200: { description: "DevTools JSON", type: "application/json" } },
+  },
+  {
+    method: "get",
+    path: "/desktop/novnc/*",
+    tag: "desktop",
+    summary: "noVNC's own files (core/, vendor/), for the live view",
+    answers: { 200: { description: "JavaScript", type: "text/javascript" } },
+  },
   {
     method: "get",
     path: "/events",
@@ -433,6 +523,59 @@ export const OPERATIONS: Operation[] = [
     summary: "Download a file the turn exported",
     answers: { 200: { description: "The file's bytes", type: BYTES } },
   },
+  {
+    method: "post",
+    path: "/keys",
+    tag: "keys",
+    summary:
+      "Make an API key (scope keys:manage); its scopes must be within the calling key's. The answer is the only time the key is shown",
+    body: "CreateKeyRequest",
+    answers: { 201: { description: "The key, with `key` itself", schema: "CreatedKey" } },
+  },
+  {
+    method: "get",
+    path: "/keys",
+    tag: "keys",
+    summary: "The tenant's API keys (every tenant's for an admin key), without the keys themselves",
+    answers: { 200: { description: "Keys", schema: "KeyList" } },
+  },
+  {
+    method: "delete",
+    path: "/keys/{id}",
+    tag: "keys",
+    summary: "Revoke a key: refused from the next request on; its open WebSockets and event streams end",
+    answers: { 200: { description: "The revoked key", schema: "ApiKey" } },
+  },
+  {
+    method: "post",
+    path: "/tenants",
+    tag: "tenants",
+    summary: "Make a tenant, with its quotas (scope admin)",
+    body: "CreateTenantRequest",
+    answers: { 201: { description: "The tenant", schema: "Tenant" } },
+  },
+  {
+    method: "get",
+    path: "/tenants",
+    tag: "tenants",
+    summary: "Every tenant, its quotas and what it uses now (scope admin)",
+    answers: { 200: { description: "Tenants", schema: "TenantList" } },
+  },
+  {
+    method: "get",
+    path: "/tenants/{id}",
+    tag: "tenants",
+    summary: "A tenant, its quotas and what it uses now (scope admin)",
+    answers: { 200: { description: "The tenant", schema: "Tenant" } },
+  },
+  {
+    method: "patch",
+    path: "/tenants/{id}/quota",
+    tag: "tenants",
+    summary: "Change a tenant's quotas: those named are set, null lifts one (scope admin)",
+    body: "TenantQuota",
+    answers: { 200: { description: "The tenant", schema: "Tenant" } },
+  },
 ];
 
 type Json = Record<string, unknown>;
@@ -442,6 +585,11 @@ function jsonSchema(schema: z.ZodType, io: "input" | "output"): Json {
   const out = z.toJSONSchema(schema, { io, unrepresentable: "any" }) as Json;
   delete out["$schema"];
   return out;
+}
+
+/** The scope an operation needs (`public`: none; `key`: any valid key). */
+function scopeOf(op: Operation): string {
+  return requirementOf(op.method.toUpperCase(), op.path.replace(/\{(\w+)\}/g, ":$1"), op.websocket !== undefined);
 }
 
 const ref = (name: SchemaName): Json => ({ $ref: `#/components/schemas/${name}` });
@@ -494,6 +642,8 @@ function operation(op: Operation): Json {
     summary: op.summary,
     ...(params.length ? { parameters: params } : {}),
     ...(requestBody ? { requestBody } : {}),
+    ...(scopeOf(op) === "public" ? { security: [] } : {}),
+    "x-scope": scopeOf(op),
     responses,
     ...(op.websocket
       ? { "x-websocket": { send: op.websocket.send.map(ref), receive: ref(op.websocket.receive) } }
@@ -513,6 +663,9 @@ export function openApiDocument(): Json {
     "RenameRequest",
     "CreateConversationRequest",
     "BeginTurnRequest",
+    "CreateKeyRequest",
+    "CreateTenantRequest",
+    "TenantQuota",
   ]);
   const schemas = Object.fromEntries(
     Object.entries(SCHEMAS).map(([name, s]) => [
@@ -526,10 +679,17 @@ export function openApiDocument(): Json {
       title: "bothy",
       version: "0.1.0",
       description:
-        "Self-hosted sandboxes: create them, run commands over WebSockets, move files. Errors are application/problem+json with a stable `code`; only /mcp answers the errors of its MCP transport as JSON-RPC, as MCP specifies (see its operations).",
+        "Self-hosted sandboxes: create them, run commands over WebSockets, move files. Every operation but /healthz and /openapi.json takes an API key (Authorization: Bearer or X-API-Key); `x-scope` names the scope it needs. Errors are application/problem+json with a stable `code`; only /mcp answers the errors of its MCP transport as JSON-RPC, as MCP specifies (see its operations).",
     },
     paths,
-    components: { schemas },
+    security: [{ bearer: [] }, { apiKey: [] }],
+    components: {
+      schemas,
+      securitySchemes: {
+        bearer: { type: "http", scheme: "bearer", description: "A bothy API key: bothy_ and 64 hex digits" },
+        apiKey: { type: "apiKey", in: "header", name: "X-API-Key" },
+      },
+    },
   };
 }
 

@@ -149,6 +149,14 @@ function target(request: FastifyRequest): string {
   return rest.startsWith("/") ? rest : `/${rest}`;
 }
 
+/** The client's headers for the app inside, without the bothy API key that let them in: no key enters a guest. */
+function toGuest(headers: IncomingHttpHeaders): OutgoingHttpHeaders {
+  const out = endToEnd(headers);
+  if (/^Bearer\s+bothy_/i.test(String(out["authorization"] ?? ""))) delete out["authorization"];
+  if (String(out["x-api-key"] ?? "").startsWith("bothy_")) delete out["x-api-key"];
+  return out;
+}
+
 function forwardedHeaders(request: FastifyRequest<PortParams>): OutgoingHttpHeaders {
   const port = request.params.port;
   return {
@@ -169,7 +177,7 @@ function proxyHttp(request: FastifyRequest<PortParams>, reply: FastifyReply, tun
   const upstream = httpRequest({
     method: request.method,
     path: target(request),
-    headers: { ...endToEnd(request.headers), ...forwardedHeaders(request) },
+    headers: { ...toGuest(request.headers), ...forwardedHeaders(request) },
     createConnection: () => tunnel as unknown as Socket,
   });
   const teardown = (): void => {
@@ -215,7 +223,7 @@ async function relayUpgrade(
     method: request.method,
     path: target(request),
     headers: {
-      ...endToEnd(request.headers),
+      ...toGuest(request.headers),
       connection: "Upgrade",
       upgrade: request.headers.upgrade ?? "websocket",
       ...forwardedHeaders(request),

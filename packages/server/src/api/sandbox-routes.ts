@@ -1,13 +1,22 @@
 import type { FastifyInstance } from "fastify";
-import { BothyError, SANDBOX_ID_RE } from "@bothy/protocol";
+import { BothyError, SANDBOX_ID_RE, sandboxDeleteQuery } from "@bothy/protocol";
+import { principalOf } from "../auth/auth-hooks.ts";
+import type { Quotas } from "../auth/quotas.ts";
+import type { Ledger } from "../ledger/ledger.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
+import { parseInput } from "./parse-input.ts";
 
 /** Routes that talk to a sandbox's agent: a paused sandbox is resumed before they run. */
-const AGENT_ROUTE = /^\/sandboxes\/:id\/(command|commands\/|files|ports)/;
+const AGENT_ROUTE = /^\/sandboxes\/:id\/(command|commands\/|files|ports|desktop|tunnel)/;
 /** Plain HTTP calls to the agent and proxied connections: no sleep while one runs. */
-const FILE_ROUTE = /^\/sandboxes\/:id\/(files|ports)/;
+const FILE_ROUTE = /^\/sandboxes\/:id\/(files|ports|desktop|tunnel)/;
 
-export function sandboxRoutes(app: FastifyInstance, manager: SandboxManager, startedAt: number): void {
+export function sandboxRoutes(
+  app: FastifyInstance,
+  deps: { manager: SandboxManager; ledger: Ledger; quotas: Quotas },
+  startedAt: number,
+): void {
+  const { manager, ledger, quotas } = deps;
   // Registered before the command and file routes, and run before their own checks.
   app.addHook("preValidation", async (request, reply) => {
     const id = (request.params as { id?: unknown } | undefined)?.id;
@@ -22,15 +31,26 @@ export function sandboxRoutes(app: FastifyInstance, manager: SandboxManager, sta
     if (request.body === null)
       throw new BothyError("invalid_request", "POST /sandboxes takes a JSON object, or no body for the defaults.");
     const key = request.headers["idempotency-key"];
-    const { sandbox, created } = await manager.create(request.body, Array.isArray(key) ? key[0] : key);
+    const { tenant } = principalOf(request);
+    const { sandbox, created } = await manager.create(request.body, Array.isArray(key) ? key[0] : key, {
+      tenant,
+      admit: (size) => quotas.admit(tenant, size),
+    });
     return reply.code(created ? 201 : 200).send(sandbox);
   });
 
-  app.get("/sandboxes", async () => ({ sandboxes: manager.list() }));
+  app.get("/sandboxes", async (request) => {
+    const principal = principalOf(request);
+    const mine = principal.scopes.has("admin") ? undefined : ledger.auth.sandboxIdsOf(principal.tenant);
+    return { sandboxes: manager.list().filter((s) => mine === undefined || mine.has(s.sandbox_id)) };
+  });
 
   app.get<{ Params: { id: string } }>("/sandboxes/:id", async (request) => manager.info(request.params.id));
 
-  app.delete<{ Params: { id: string } }>("/sandboxes/:id", async (request) => manager.delete(request.params.id));
+  app.delete<{ Params: { id: string }; Querystring: Record<string, string> }>("/sandboxes/:id", async (request) => {
+    const { wait } = parseInput(sandboxDeleteQuery, request.query, "DELETE /sandboxes/{id}[?wait=true]");
+    return manager.delete(request.params.id, "requested", { wait: wait ?? false });
+  });
 
   app.post<{ Params: { id: string } }>("/sandboxes/:id/pause", async (request) => manager.pause(request.params.id));
 

@@ -1,17 +1,25 @@
 import type { FastifyInstance } from "fastify";
 import { BothyError, SANDBOX_ID_RE } from "@bothy/protocol";
+import { principalOf, sandboxNotFound, sees } from "../auth/auth-hooks.ts";
 import type { Ledger } from "../ledger/ledger.ts";
 import type { UsageMeter } from "../metering/usage-meter.ts";
 
-/** `GET /usage`: this month's metered hours per owner and the budgets; `?sandbox_id=` adds one sandbox. */
+/**
+ * `GET /usage`: this month's metered hours per tenant (`owner`) and the budgets, the caller's
+ * tenant only unless it holds `admin`; `?sandbox_id=` adds one sandbox.
+ */
 export function usageRoutes(app: FastifyInstance, meter: UsageMeter, ledger: Ledger): void {
   app.get<{ Querystring: { sandbox_id?: string } }>("/usage", async (request) => {
+    const principal = principalOf(request);
     meter.tick();
-    const report = meter.report();
+    const all = meter.report();
+    const report = { ...all, owners: all.owners.filter((o) => sees(principal, o.owner)) };
     const id = request.query.sandbox_id;
     if (id === undefined) return report;
-    if (!SANDBOX_ID_RE.test(id) || !ledger.getSandbox(id))
+    if (!SANDBOX_ID_RE.test(id))
       throw new BothyError("sandbox_not_found", `No sandbox ${id.slice(0, 64)}; list them with GET /sandboxes.`);
+    const row = ledger.getSandbox(id);
+    if (!row || !sees(principal, row.tenant)) throw sandboxNotFound(id);
     const u = ledger.sandboxUsage(id) ?? { vcpu_seconds: 0, gib_seconds: 0 };
     return {
       ...report,

@@ -79,6 +79,8 @@ export async function createDrivers(config: Config, log: Logger): Promise<Driver
       agentPath: config.agentPath,
       hostTag: tag,
       hostLimits: config.hostLimits,
+      runscPath: config.gvisor.runsc,
+      platform: config.gvisor.platform,
       log,
     }),
     qemu: new QemuDriver({

@@ -113,6 +113,8 @@ export interface SandboxHandle {
   readonly guestRootBytes?: number;
   /** What the driver saw of the guest (runsc's log, the console's last lines), for the log when a boot fails. */
   readonly diagnostics: string | undefined;
+  /** How long the phases of `start` took (ms), by name (disk, overlay, network, …), for profiling. */
+  readonly startSteps?: Readonly<Record<string, number>>;
 }
 
 /** A host object that exists for a sandbox: found by `reconcile`, removable without a handle. */

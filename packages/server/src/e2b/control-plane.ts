@@ -1,6 +1,9 @@
 import type { FastifyInstance } from "fastify";
 import { z } from "zod";
 import { BothyError, DORMANT_STATES, type SandboxInfo } from "@bothy/protocol";
+import { principalOf } from "../auth/auth-hooks.ts";
+import type { Quotas } from "../auth/quotas.ts";
+import type { Ledger } from "../ledger/ledger.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import type { AccessTokens } from "./access-token.ts";
 import { E2bHttpError, parseE2b as parse } from "./e2b-errors.ts";
@@ -17,8 +20,8 @@ export const ENVD_VERSION = "0.5.7";
 
 /** E2B's default sandbox lifetime when the create names none (bothy's own default may differ). */
 const E2B_DEFAULT_TIMEOUT_S = 300;
-/** E2B's template with nothing installed maps to bothy's base template. */
-const TEMPLATE_ALIASES: Record<string, string> = { base: "seed" };
+/** E2B's template with nothing installed maps to bothy's base template; @e2b/code-interpreter's default to ours. */
+const TEMPLATE_ALIASES: Record<string, string> = { base: "seed", "code-interpreter-v1": "code-interpreter" };
 const MAX_PAGE = 100;
 
 const envName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment names are letters, digits and _");
@@ -112,12 +115,13 @@ function decodeToken(token: string): [string, string] {
 /** E2B's control plane (`/e2b/...`): each call maps onto bothy's SandboxManager. */
 export function controlPlaneRoutes(
   app: FastifyInstance,
-  manager: SandboxManager,
+  deps: { manager: SandboxManager; ledger: Ledger; quotas: Quotas },
   tokens: AccessTokens,
   state: E2bState,
   /** bothy's preview domain: the SDK's `getHost(port)` then names a host bothy serves. */
   domain: string | null,
 ): void {
+  const { manager, ledger, quotas } = deps;
   /** What create and connect answer: how to reach the sandbox's envd. */
   const connection = (info: SandboxInfo): Record<string, unknown> => ({
     sandboxID: info.sandbox_id,
@@ -139,6 +143,7 @@ export function controlPlaneRoutes(
 
   app.post("/v2/sandboxes", async (request, reply) => {
     const body = parse(createBody, request.body, "POST /v2/sandboxes");
+    const { tenant } = principalOf(request);
     const templateID = body.templateID ?? "base";
     const { sandbox } = await manager.create(
       {
@@ -148,6 +153,7 @@ export function controlPlaneRoutes(
         ...(body.allow_internet_access === false ? { internet: false } : {}),
       },
       undefined,
+      { tenant, admit: (size) => quotas.admit(tenant, size) },
     );
     state.setEnv(sandbox.sandbox_id, body.envVars ?? {});
     return reply.code(201).send(connection(sandbox));
@@ -174,8 +180,11 @@ export function controlPlaneRoutes(
     const startedAfter = query.startedAfter === undefined ? undefined : Date.parse(query.startedAfter);
     // Newest first with order=desc: the cursor then walks the other way.
     const sign = query.order === "desc" ? -1 : 1;
+    const principal = principalOf(request);
+    const mine = principal.scopes.has("admin") ? undefined : ledger.auth.sandboxIdsOf(principal.tenant);
     const listed = manager
       .list()
+      .filter((info) => mine === undefined || mine.has(info.sandbox_id))
       .map((info) => ({ info, shown: e2bState(info) }))
       .filter(
         (s): s is { info: SandboxInfo; shown: "running" | "paused" } =>
@@ -233,7 +242,8 @@ export function controlPlaneRoutes(
 
   app.delete<Params>("/sandboxes/:id", async (request, reply) => {
     const info = manager.info(request.params.id);
-    if (info.state === "deleted" || info.state === "failed")
+    // One being deleted is already gone for E2B: a second kill answers false, as once it is deleted.
+    if (info.state === "deleted" || info.state === "failed" || info.state === "deleting")
       throw new BothyError("sandbox_not_found", `Sandbox ${info.sandbox_id} was already ${info.state}.`);
     await manager.delete(request.params.id);
     return reply.code(204).send();

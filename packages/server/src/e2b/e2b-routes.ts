@@ -2,12 +2,14 @@ import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import type { FastifyInstance } from "fastify";
 import type { BothyError } from "@bothy/protocol";
 import type { CommandRegistry } from "../commands/command-registry.ts";
+import type { Quotas } from "../auth/quotas.ts";
 import type { Config } from "../config.ts";
+import type { Ledger } from "../ledger/ledger.ts";
 import type { ServerEvents } from "../events/server-events.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { AccessTokens } from "./access-token.ts";
+import { codeInterpreterStarter } from "./code-interpreter.ts";
 import { controlPlaneRoutes } from "./control-plane.ts";
-import { controlPlaneAuth } from "./e2b-auth.ts";
 import { envdRoutes } from "./envd-routes.ts";
 import { filesystemService } from "./filesystem-service.ts";
 import { Filesystem } from "./gen/filesystem_pb.ts";
@@ -24,12 +26,16 @@ export interface E2bDeps {
   serverEvents: ServerEvents;
   /** The server's own error accounting (metrics, and a log line for 5xx), shared with its routes. */
   logProblem: (err: BothyError) => void;
+  ledger: Ledger;
+  quotas: Quotas;
 }
 
 /**
  * The E2B-compatible surface, for the unmodified `e2b` SDK: its control plane under `/e2b`, its
  * in-sandbox daemon (envd) under `/e2b/envd`, and `/files` for the SDK's signed URLs, all mapped
  * onto bothy's own sandboxes, commands and files. Errors are E2B's `{"code","message"}`, not problem+json.
+ * The control plane takes a bothy API key in E2B's X-API-Key (bothy's auth hooks check it, as on
+ * every route); envd calls and signed URLs carry the sandbox's own access token instead.
  */
 export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<void> {
   const tokens = await AccessTokens.load(deps.config.home);
@@ -47,10 +53,7 @@ export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<vo
           deps.logProblem,
         ),
       );
-      await e2b.register(async (controlPlane) => {
-        controlPlaneAuth(controlPlane);
-        controlPlaneRoutes(controlPlane, deps.manager, tokens, state, deps.config.previewDomain ?? null);
-      });
+      controlPlaneRoutes(e2b, deps, tokens, state, deps.config.previewDomain ?? null);
       await e2b.register(
         (envd) =>
           envdRoutes(envd, deps.manager, tokens, async (scope) => {
@@ -69,4 +72,5 @@ export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<vo
     { prefix: "/e2b" },
   );
   await signedFileRoutes(app, deps.manager, tokens, deps.logProblem);
+  codeInterpreterStarter(app, deps.manager);
 }

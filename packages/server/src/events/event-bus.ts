@@ -1,7 +1,8 @@
 import type { BothyEvent } from "@bothy/protocol";
 import type { EventRow, Ledger } from "../ledger/ledger.ts";
 
-export type EventListener = (event: BothyEvent) => void;
+/** `tenant`: the event's tenant, or null for a host-wide one (shown to admin keys only). */
+export type EventListener = (event: BothyEvent, tenant: string | null) => void;
 
 /**
  * Lifecycle and command events: written to the ledger first (so a client that reconnects with
@@ -12,9 +13,15 @@ export class EventBus {
 
   constructor(private readonly ledger: Ledger) {}
 
-  publish(type: BothyEvent["type"], sandboxId: string | null, data: Record<string, unknown>): BothyEvent {
-    const event = toEvent(this.ledger.insertEvent(type, sandboxId, data));
-    for (const listener of [...this.listeners]) listener(event);
+  publish(
+    type: BothyEvent["type"],
+    sandboxId: string | null,
+    data: Record<string, unknown>,
+    tenant?: string,
+  ): BothyEvent {
+    const row = this.ledger.insertEvent(type, sandboxId, data, tenant);
+    const event = toEvent(row);
+    for (const listener of [...this.listeners]) listener(event, row.tenant);
     return event;
   }
 
@@ -25,6 +32,11 @@ export class EventBus {
 
   since(seq: number, sandboxId?: string): BothyEvent[] {
     return this.ledger.eventsSince(seq, sandboxId).map(toEvent);
+  }
+
+  /** As `since`, each with its tenant. */
+  sinceWithTenant(seq: number, sandboxId?: string): Array<{ event: BothyEvent; tenant: string | null }> {
+    return this.ledger.eventsSince(seq, sandboxId).map((row) => ({ event: toEvent(row), tenant: row.tenant }));
   }
 }
 

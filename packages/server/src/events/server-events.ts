@@ -34,6 +34,8 @@ export interface ServerEventMap {
     driver: string;
     warm: boolean;
     ms: number;
+    /** A boot's steps and the driver's start phases (ms), for profiling; absent when warm. */
+    steps?: Readonly<Record<string, number>>;
   };
   sandbox_create_failed: Failure;
   pool_boot_failed: Failure;
@@ -65,6 +67,7 @@ export interface ServerEventMap {
   sandbox_timeout_set: { sandbox_id: string; timeout_s: number; expires_at: string };
   sandbox_expired: { sandbox_id: string; expires_at: string | null };
   sandbox_deleted: { sandbox_id: string; reason: string };
+  sandbox_delete_failed: Failure;
   orphan_removed: { sandbox_id: string; kind: string; description: string; by: string; disk_kept?: true };
   orphan_remove_failed: Failure;
   sweep_failed: { error: string };
@@ -139,6 +142,7 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   sandbox_timeout_set: "info",
   sandbox_expired: "info",
   sandbox_deleted: "info",
+  sandbox_delete_failed: "warn",
   orphan_removed: "info",
   orphan_remove_failed: "warn",
   sweep_failed: "error",

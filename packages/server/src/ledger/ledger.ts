@@ -1,9 +1,10 @@
 import Database from "better-sqlite3";
 import { BothyError, LIVE_STATES, type NetworkPolicy, type SandboxInfo, type SandboxState } from "@bothy/protocol";
+import { AuthRows } from "./auth-rows.ts";
 import { canTransition, INITIAL_STATES, TransitionError } from "../sandboxes/lifecycle.ts";
 
 /** Schema steps in order; `PRAGMA user_version` records how many have run. */
-const MIGRATIONS = [
+export const MIGRATIONS = [
   `CREATE TABLE sandboxes (
      id TEXT PRIMARY KEY,
      template TEXT NOT NULL,
@@ -73,7 +74,47 @@ const MIGRATIONS = [
   `ALTER TABLE sandboxes ADD COLUMN disk_mib INTEGER;`,
   // 9: the most processes its commands may run; null before it.
   `ALTER TABLE sandboxes ADD COLUMN max_processes INTEGER;`,
+  // 10: tenants and their API keys; every row before it belongs to the `default` tenant.
+  `CREATE TABLE tenants (
+     id TEXT PRIMARY KEY,
+     quota TEXT NOT NULL DEFAULT '{}',
+     created_at TEXT NOT NULL
+   );
+   INSERT INTO tenants (id, created_at) VALUES ('default', strftime('%Y-%m-%dT%H:%M:%fZ', 'now'));
+   CREATE TABLE api_keys (
+     id TEXT PRIMARY KEY,
+     tenant TEXT NOT NULL REFERENCES tenants(id),
+     name TEXT NOT NULL,
+     digest TEXT NOT NULL UNIQUE,
+     prefix TEXT NOT NULL,
+     last4 TEXT NOT NULL,
+     scopes TEXT NOT NULL,
+     created_at TEXT NOT NULL,
+     expires_at TEXT,
+     revoked_at TEXT,
+     last_used_at TEXT
+   );
+   ALTER TABLE sandboxes ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
+   CREATE INDEX sandboxes_tenant ON sandboxes(tenant, state);
+   ALTER TABLE commands ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
+   ALTER TABLE events ADD COLUMN tenant TEXT;
+   UPDATE events SET tenant = 'default';
+   ALTER TABLE usage_sandbox ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
+   CREATE TABLE idempotency_keys_by_tenant (
+     tenant TEXT NOT NULL,
+     key TEXT NOT NULL,
+     fingerprint TEXT NOT NULL,
+     sandbox_id TEXT NOT NULL REFERENCES sandboxes(id),
+     created_at TEXT NOT NULL,
+     PRIMARY KEY (tenant, key)
+   );
+   INSERT INTO idempotency_keys_by_tenant SELECT 'default', key, fingerprint, sandbox_id, created_at FROM idempotency_keys;
+   DROP TABLE idempotency_keys;
+   ALTER TABLE idempotency_keys_by_tenant RENAME TO idempotency_keys;`,
 ];
+
+/** The tenant every row made before tenants existed belongs to, and the bootstrap key's. */
+export const DEFAULT_TENANT = "default";
 
 export interface SandboxRow {
   id: string;
@@ -96,6 +137,7 @@ export interface SandboxRow {
   network: string | null;
   /** JSON object of the caller's labels. */
   metadata: string | null;
+  tenant: string;
 }
 
 export interface CommandRow {
@@ -115,6 +157,8 @@ export interface EventRow {
   seq: number;
   type: string;
   sandbox_id: string | null;
+  /** Null: a host-wide event, seen by admin keys only. */
+  tenant: string | null;
   data: string;
   created_at: string;
 }
@@ -127,6 +171,8 @@ const now = (): string => new Date().toISOString();
  */
 export class Ledger {
   private readonly db: Database.Database;
+  /** Tenants and API keys. */
+  readonly auth: AuthRows;
 
   constructor(path: string) {
     this.db = new Database(path);
@@ -135,6 +181,7 @@ export class Ledger {
     this.db.pragma("foreign_keys = ON");
     this.db.pragma("busy_timeout = 5000");
     this.migrate();
+    this.auth = new AuthRows(this.db);
   }
 
   private migrate(): void {
@@ -165,6 +212,7 @@ export class Ledger {
       | "metadata"
       | "disk_mib"
       | "max_processes"
+      | "tenant"
     > &
       Partial<
         Pick<
@@ -176,6 +224,7 @@ export class Ledger {
           | "metadata"
           | "disk_mib"
           | "max_processes"
+          | "tenant"
         >
       >,
     idempotency?: { key: string; fingerprint: string },
@@ -191,6 +240,7 @@ export class Ledger {
       metadata: null,
       disk_mib: null,
       max_processes: null,
+      tenant: DEFAULT_TENANT,
       ...row,
       created_at: t,
       updated_at: t,
@@ -200,14 +250,16 @@ export class Ledger {
     this.db.transaction(() => {
       this.db
         .prepare(
-          `INSERT INTO sandboxes (id, template, template_hash, driver, acceleration, vcpu, memory_mib, disk_mib, max_processes, state, created_at, updated_at, deleted_at, error, expires_at, delete_on_disconnect, disconnect_grace_s, network, metadata)
-           VALUES (@id, @template, @template_hash, @driver, @acceleration, @vcpu, @memory_mib, @disk_mib, @max_processes, @state, @created_at, @updated_at, @deleted_at, @error, @expires_at, @delete_on_disconnect, @disconnect_grace_s, @network, @metadata)`,
+          `INSERT INTO sandboxes (id, template, template_hash, driver, acceleration, vcpu, memory_mib, disk_mib, max_processes, state, created_at, updated_at, deleted_at, error, expires_at, delete_on_disconnect, disconnect_grace_s, network, metadata, tenant)
+           VALUES (@id, @template, @template_hash, @driver, @acceleration, @vcpu, @memory_mib, @disk_mib, @max_processes, @state, @created_at, @updated_at, @deleted_at, @error, @expires_at, @delete_on_disconnect, @disconnect_grace_s, @network, @metadata, @tenant)`,
         )
         .run(full);
       if (idempotency) {
         this.db
-          .prepare(`INSERT INTO idempotency_keys (key, fingerprint, sandbox_id, created_at) VALUES (?, ?, ?, ?)`)
-          .run(idempotency.key, idempotency.fingerprint, row.id, t);
+          .prepare(
+            `INSERT INTO idempotency_keys (tenant, key, fingerprint, sandbox_id, created_at) VALUES (?, ?, ?, ?, ?)`,
+          )
+          .run(full.tenant, idempotency.key, idempotency.fingerprint, row.id, t);
       }
     })();
     return full;
@@ -272,14 +324,15 @@ export class Ledger {
     return Object.fromEntries(rows.map((r) => [r.state, r.n]));
   }
 
-  findIdempotencyKey(key: string): { fingerprint: string; sandbox_id: string } | undefined {
-    return this.db.prepare(`SELECT fingerprint, sandbox_id FROM idempotency_keys WHERE key = ?`).get(key) as
-      { fingerprint: string; sandbox_id: string } | undefined;
+  findIdempotencyKey(tenant: string, key: string): { fingerprint: string; sandbox_id: string } | undefined {
+    return this.db
+      .prepare(`SELECT fingerprint, sandbox_id FROM idempotency_keys WHERE tenant = ? AND key = ?`)
+      .get(tenant, key) as { fingerprint: string; sandbox_id: string } | undefined;
   }
 
   /** A failed create frees its key, so the client may retry with the same one. */
-  forgetIdempotencyKey(key: string): void {
-    this.db.prepare(`DELETE FROM idempotency_keys WHERE key = ?`).run(key);
+  forgetIdempotencyKey(tenant: string, key: string): void {
+    this.db.prepare(`DELETE FROM idempotency_keys WHERE tenant = ? AND key = ?`).run(tenant, key);
   }
 
   /** The keys of a create the server did not live to finish: a retry with the same key makes a new sandbox. */
@@ -307,9 +360,10 @@ export class Ledger {
     this.relaxed(() =>
       this.db
         .prepare(
-          `INSERT INTO commands (id, sandbox_id, cmd, state, started_at, background) VALUES (?, ?, ?, 'running', ?, ?)`,
+          `INSERT INTO commands (id, sandbox_id, cmd, state, started_at, background, tenant)
+           VALUES (?, ?, ?, 'running', ?, ?, (SELECT tenant FROM sandboxes WHERE id = ?))`,
         )
-        .run(row.id, row.sandbox_id, row.cmd, now(), row.background ? 1 : 0),
+        .run(row.id, row.sandbox_id, row.cmd, now(), row.background ? 1 : 0, row.sandbox_id),
     );
   }
 
@@ -330,16 +384,20 @@ export class Ledger {
       .all(sandboxId) as CommandRow[];
   }
 
-  /** Appends an event and returns its sequence number (the SSE event id). */
-  insertEvent(type: string, sandboxId: string | null, data: object): EventRow {
+  /**
+   * Appends an event and returns its sequence number (the SSE event id). Its tenant is its
+   * sandbox's, or `tenant` for one about a tenant as a whole; else it is host-wide.
+   */
+  insertEvent(type: string, sandboxId: string | null, data: object, tenant?: string): EventRow {
     const created_at = now();
     const json = JSON.stringify(data);
+    const owner = tenant ?? (sandboxId === null ? null : (this.getSandbox(sandboxId)?.tenant ?? null));
     const info = this.relaxed(() =>
       this.db
-        .prepare(`INSERT INTO events (type, sandbox_id, data, created_at) VALUES (?, ?, ?, ?)`)
-        .run(type, sandboxId, json, created_at),
+        .prepare(`INSERT INTO events (type, sandbox_id, data, created_at, tenant) VALUES (?, ?, ?, ?, ?)`)
+        .run(type, sandboxId, json, created_at, owner),
     );
-    return { seq: Number(info.lastInsertRowid), type, sandbox_id: sandboxId, data: json, created_at };
+    return { seq: Number(info.lastInsertRowid), type, sandbox_id: sandboxId, tenant: owner, data: json, created_at };
   }
 
   eventsSince(seq: number, sandboxId?: string, limit = 1000): EventRow[] {

@@ -2,13 +2,17 @@ import type { EventBus } from "../events/event-bus.ts";
 import type { Ledger } from "../ledger/ledger.ts";
 import type { Logger } from "../sandboxes/sandbox-manager.ts";
 
-/** Until API keys and tenants exist, every sandbox belongs to one owner. */
-export const DEFAULT_OWNER = "default";
+export interface Budget {
+  vcpuHours: number | undefined;
+  gibHours: number | undefined;
+}
 
 export interface MeterOptions {
   intervalMs: number;
-  /** Monthly caps; crossing one warns once per owner and month. */
-  budget: { vcpuHours: number | undefined; gibHours: number | undefined };
+  /** Monthly caps; crossing one warns once per owner (tenant) and month. */
+  budget: Budget;
+  /** A tenant's own caps, over the host-wide `budget`. */
+  budgetOf?: (owner: string) => Budget;
 }
 
 export interface UsageReport {
@@ -24,7 +28,7 @@ export interface UsageReport {
 
 /**
  * Meters vCPU-seconds and GiB-seconds of memory of every running sandbox (a paused or deleted
- * one costs nothing), per sandbox and per owner and month, in the ledger. When an owner's month
+ * one costs nothing), per sandbox and per owner (its tenant) and month, in the ledger. When an owner's month
  * crosses a budget, it warns once: a warning log line, a `budget.exceeded` event (and so the
  * webhook, with its retries).
  */
@@ -59,7 +63,7 @@ export class UsageMeter {
       this.ledger.addUsage(
         running.map((r) => ({
           sandboxId: r.id,
-          owner: DEFAULT_OWNER,
+          owner: r.tenant,
           month,
           vcpuSeconds: r.vcpu * seconds,
           gibSeconds: (r.memory_mib / 1024) * seconds,
@@ -78,17 +82,17 @@ export class UsageMeter {
           budget: owner.budget,
         };
         this.warn("budget_exceeded", data);
-        this.events.publish("budget.exceeded", null, data);
+        this.events.publish("budget.exceeded", null, data, owner.owner);
       }
     }
   }
 
   report(now = Date.now()): UsageReport {
     const month = monthOf(now);
-    const { vcpuHours, gibHours } = this.opts.budget;
     return {
       month,
       owners: this.ledger.ownerUsage(month).map((o) => {
+        const { vcpuHours, gibHours } = this.opts.budgetOf?.(o.owner) ?? this.opts.budget;
         const vcpu = o.vcpu_seconds / 3600;
         const gib = o.gib_seconds / 3600;
         return {

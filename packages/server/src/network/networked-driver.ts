@@ -101,6 +101,7 @@ class NetworkedHandle implements SandboxHandle {
   private inner: SandboxHandle | undefined;
   private plan: PlannedNetwork | undefined;
   private destroying: Promise<void> | undefined;
+  private networkMs: number | undefined;
 
   constructor(
     private readonly spec: SandboxSpec,
@@ -137,12 +138,18 @@ class NetworkedHandle implements SandboxHandle {
     return this.inner?.diagnostics;
   }
 
+  get startSteps(): Readonly<Record<string, number>> {
+    return { ...(this.networkMs === undefined ? {} : { network: this.networkMs }), ...this.inner?.startSteps };
+  }
+
   /** The network goes onto `undo` before anything of it is made (a plumb cut short leaves parts), then the inner start's objects. */
   async start(undo: UndoStack, signal?: AbortSignal): Promise<GuestStream> {
+    const t0 = performance.now();
     const plan = await this.planNetwork();
     this.plan = plan;
     undo.push("network", () => this.net.teardown(plan.sandboxId));
     if (this.plumb) await this.net.plumb(plan);
+    this.networkMs = Math.round(performance.now() - t0);
     this.inner = this.makeInner(plan);
     return this.inner.start(undo, signal);
   }

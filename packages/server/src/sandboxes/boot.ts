@@ -17,6 +17,8 @@ export interface BootedSandbox {
   spec: SandboxSpec;
   handle: SandboxHandle;
   agent: AgentClient;
+  /** How long each boot step took (ms), and the driver's own start phases as `start.<phase>`. */
+  stepsMs?: Readonly<Record<string, number>>;
 }
 
 /**
@@ -176,13 +178,17 @@ async function runSteps(
     cleanup: new CleanupStack(),
     step: steps[0] ?? "start",
   };
+  const stepsMs: Record<string, number> = {};
   try {
     for (const step of steps) {
       b.step = step;
+      const t0 = performance.now();
       await STEPS[step](b);
+      stepsMs[step] = Math.round(performance.now() - t0);
     }
     b.cleanup.release();
-    return { spec, handle, agent: agentOf(b) };
+    for (const [phase, ms] of Object.entries(handle.startSteps ?? {})) stepsMs[`start.${phase}`] = ms;
+    return { spec, handle, agent: agentOf(b), stepsMs };
   } catch (err) {
     const diagnostics = diagnosticsOf(handle);
     const undone: unknown[] = [];

@@ -27,8 +27,7 @@ export const LIFECYCLE = {
     deleting: ["delete begins"],
   },
   deleting: {
-    deleted: ["delete ends", "restart completes the delete"],
-    failed: ["sweeper found nothing behind it"],
+    deleted: ["delete ends", "restart or sweeper completes the delete"],
   },
   deleted: {},
   failed: {},

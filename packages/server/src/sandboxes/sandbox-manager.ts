@@ -18,7 +18,7 @@ import type { Driver, EgressPolicy, HostObject } from "../drivers/driver.ts";
 import { describeCauses, toCreateFailure, toResumeFailure, toWakeFailure } from "../errors/internal-errors.ts";
 import { egressFromRequest, isDefaultPolicy } from "../network/host-network.ts";
 import type { DriverRegistry } from "../drivers/driver-registry.ts";
-import { toSandboxInfo, type Ledger, type SandboxRow } from "../ledger/ledger.ts";
+import { DEFAULT_TENANT, toSandboxInfo, type Ledger, type SandboxRow } from "../ledger/ledger.ts";
 import { newSandboxId } from "../util/ids.ts";
 import { bootSandbox, resumeSandbox, type BootedSandbox } from "./boot.ts";
 import { expiryFrom, lifetimeOf, parseSetTimeout } from "./lifetime.ts";
@@ -46,6 +46,12 @@ import type { Logger, ServerEventMap } from "../events/server-events.ts";
 const FLUSH_TIMEOUT_MS = 10_000;
 
 type CreateRequest = ReturnType<typeof createSandboxRequest.parse>;
+
+/** Whose the sandbox is, and what its tenant's quotas say about a new one (throws to refuse). */
+export interface CreateOwner {
+  tenant: string;
+  admit?: (size: { vcpu: number; memoryMib: number }) => void;
+}
 
 export interface CreateResult {
   sandbox: SandboxInfo;
@@ -88,7 +94,6 @@ export class SandboxManager {
    * sandbox's objects except its disk.
    */
   async reconcile(): Promise<void> {
-    const deleting: string[] = [];
     for (const row of this.ledger.liveSandboxes()) {
       if (row.state === "running") {
         // Commands of the old server cannot be followed by this one; they run on in the guest, detached.
@@ -110,16 +115,9 @@ export class SandboxManager {
         );
         this.ledger.forgetIdempotencyKeysOf(row.id);
         this.log("sandbox_lost", { sandbox_id: row.id, previous_state: row.state });
-      } else if (row.state === "deleting") {
-        deleting.push(row.id);
       }
     }
-    for (const id of deleting) {
-      await this.drivers.removeOrphan(id);
-      this.ledger.loseCommands(id);
-      this.ledger.transition(id, "deleting", "deleted");
-      this.log("sandbox_deleted", { sandbox_id: id, reason: "completed after restart" });
-    }
+    await this.finishDeletes("completed after restart");
     const objects = (await Promise.all(this.drivers.all().map((d) => d.reconcile()))).flat();
     for (const [id, found] of this.unowned(objects)) await this.removeUnowned(id, found, "start-up");
   }
@@ -181,7 +179,8 @@ export class SandboxManager {
     const owned = this.ownedIds();
     const closed: string[] = [];
     for (const row of this.ledger.liveSandboxes()) {
-      if (owned.has(row.id) || DORMANT_STATES.includes(row.state)) continue;
+      // A `deleting` row is finished by finishDeletes, not failed: its host objects may still be there.
+      if (owned.has(row.id) || DORMANT_STATES.includes(row.state) || row.state === "deleting") continue;
       this.ledger.transition(row.id, row.state, "failed", reason);
       this.ledger.loseCommands(row.id);
       this.log("sandbox_lost", { sandbox_id: row.id, previous_state: row.state });
@@ -226,11 +225,15 @@ export class SandboxManager {
       );
   }
 
-  async create(body: unknown, idempotencyKey: string | undefined): Promise<CreateResult> {
+  async create(
+    body: unknown,
+    idempotencyKey: string | undefined,
+    owner: CreateOwner = { tenant: DEFAULT_TENANT },
+  ): Promise<CreateResult> {
     if (this.stopping)
       throw new BothyError("shutting_down", "The server is shutting down; retry against its replacement.");
     const req = this.validate(body);
-    if (idempotencyKey === undefined) return this.createNew(req, undefined);
+    if (idempotencyKey === undefined) return this.createNew(req, undefined, owner);
     if (!IDEMPOTENCY_KEY_RE.test(idempotencyKey)) {
       throw new BothyError(
         "idempotency_key_invalid",
@@ -244,23 +247,25 @@ export class SandboxManager {
         "This Idempotency-Key was used for a different request body; use a new key for a new sandbox.",
       );
     // A create still booting under this key may not be in the ledger yet, so its body is checked here too.
-    const inflight = this.inflightKeys.get(idempotencyKey);
+    // Keys are per tenant: the same key in two tenants names two sandboxes.
+    const slot = `${owner.tenant}\0${idempotencyKey}`;
+    const inflight = this.inflightKeys.get(slot);
     if (inflight) {
       if (inflight.fingerprint !== fingerprint) throw reused();
       return { ...(await inflight.job), created: false };
     }
-    const known = this.ledger.findIdempotencyKey(idempotencyKey);
+    const known = this.ledger.findIdempotencyKey(owner.tenant, idempotencyKey);
     if (known) {
       if (known.fingerprint !== fingerprint) throw reused();
       const row = this.ledger.getSandbox(known.sandbox_id);
       if (row) return { sandbox: toSandboxInfo(row), created: false };
     }
-    const job = this.createNew(req, { key: idempotencyKey, fingerprint });
-    this.inflightKeys.set(idempotencyKey, { fingerprint, job });
+    const job = this.createNew(req, { key: idempotencyKey, fingerprint }, owner);
+    this.inflightKeys.set(slot, { fingerprint, job });
     try {
       return await job;
     } finally {
-      this.inflightKeys.delete(idempotencyKey);
+      this.inflightKeys.delete(slot);
     }
   }
 
@@ -347,6 +352,7 @@ export class SandboxManager {
   private async createNew(
     req: CreateRequest,
     idem: { key: string; fingerprint: string } | undefined,
+    owner: CreateOwner,
   ): Promise<CreateResult> {
     const template = await this.templates.resolve(req.template);
     if (!template) {
@@ -361,6 +367,8 @@ export class SandboxManager {
         `This host runs at most ${this.config.limits.maxSandboxes} sandboxes; delete one or raise BOTHY_MAX_SANDBOXES.`,
       );
     }
+    // Checked in the same synchronous run as the row's insert below, so two creates cannot both pass.
+    owner.admit?.({ vcpu: req.vcpu, memoryMib: req.memory_mib });
     const driver = this.drivers.get(req.driver);
     const lifetime = lifetimeOf(req, this.config.lifecycle);
     const started = Date.now();
@@ -388,6 +396,7 @@ export class SandboxManager {
         disconnect_grace_s: lifetime.disconnectGraceS,
         network: JSON.stringify(network.shown),
         metadata: JSON.stringify(req.metadata ?? {}),
+        tenant: owner.tenant,
       },
       idem,
     );
@@ -412,7 +421,7 @@ export class SandboxManager {
       } catch (err) {
         const e = toCreateFailure(err);
         this.ledger.transition(id, "creating", "failed", e.message);
-        if (idem) this.ledger.forgetIdempotencyKey(idem.key);
+        if (idem) this.ledger.forgetIdempotencyKey(owner.tenant, idem.key);
         this.log("sandbox_create_failed", { sandbox_id: id, error: describeCauses(err) });
         throw e;
       }
@@ -420,7 +429,7 @@ export class SandboxManager {
         if (!warm) this.ledger.transition(id, "creating", "running");
       } catch (err) {
         await booted.handle.destroy();
-        if (idem) this.ledger.forgetIdempotencyKey(idem.key);
+        if (idem) this.ledger.forgetIdempotencyKey(owner.tenant, idem.key);
         throw err;
       }
       this.adopt(booted);
@@ -435,6 +444,7 @@ export class SandboxManager {
         driver: driver.name,
         warm: warm !== undefined,
         ms: Date.now() - started,
+        ...(warm === undefined && booted.stepsMs ? { steps: booted.stepsMs } : {}),
       });
       return { sandbox: this.info(id), created: true };
     })();
@@ -817,35 +827,78 @@ export class SandboxManager {
     }
   }
 
-  /** `reason` is logged: "requested", or who else asked (the sweeper, a dropped client). */
-  async delete(id: string, reason = "requested"): Promise<SandboxInfo> {
+  /**
+   * Deletes a sandbox, off the caller's clock: the answer comes as soon as it is `deleting` and
+   * can no longer be reached (its agent closed, its handle let go, so commands, files, ports and
+   * sockets refuse it); its teardown goes on in the background and ends in `deleted` (the
+   * `sandbox_deleted` event). A create or pause/resume in flight ends first. Idempotent: a delete
+   * under way answers with the same sandbox. `reason` is logged: "requested", or who else asked
+   * (the sweeper, a dropped client). With `wait`, the answer comes once the teardown has ended
+   * (`deleted`, or still `deleting` when it failed and the sweeper will finish it).
+   */
+  async delete(id: string, reason = "requested", how: { wait?: boolean } = {}): Promise<SandboxInfo> {
     const info = this.info(id);
     if (info.state === "deleted" || info.state === "failed") return info;
+    const job = this.deleteJob(id, reason);
+    const answer = await job.answered;
+    if (!how.wait) return answer;
+    await job.done;
+    return this.info(id);
+  }
+
+  /**
+   * The delete of `id`, started if none is under way. A row already `deleting` (a teardown that a
+   * crash cut short or that failed) goes straight to the teardown. Ownership of the sandbox's host
+   * objects stays with the record until the teardown has ended, so the sweeper never races it.
+   */
+  private deleteJob(id: string, reason: string): NonNullable<SandboxRecord["deleting"]> {
     const rec = this.records.of(id);
     if (rec.deleting) return rec.deleting;
-    const job = (async () => {
+    const marked = (async () => {
       await rec.creating?.catch(() => undefined);
       await rec.queue?.catch(() => undefined);
-      await rec.reaping;
       const row = this.ledger.getSandbox(id);
-      if (row?.state === "failed") return this.info(id);
-      if (!row) return this.info(id);
-      this.ledger.transition(id, row.state, "deleting");
+      if (!row || row.state === "failed" || row.state === "deleted") return undefined;
+      if (row.state !== "deleting") this.ledger.transition(id, row.state, "deleting");
       const booted = this.records.letGo(rec);
       booted?.agent.close(new BothyError("sandbox_not_running", "The sandbox was deleted."));
-      if (booted) await booted.handle.destroy();
-      else await this.drivers.removeOrphan(id);
-      this.ledger.loseCommands(id);
-      this.ledger.transition(id, "deleting", "deleted");
-      this.log("sandbox_deleted", { sandbox_id: id, reason });
-      return this.info(id);
+      return { booted };
     })();
+    const done = marked
+      .then(async (m) => {
+        if (!m) return;
+        // The answer goes out first: spawning the teardown's host commands costs the event loop
+        // milliseconds that are not the caller's.
+        await new Promise((resolve) => setImmediate(resolve));
+        // A stop under way (the sandbox had died or gone to sleep) ends before its objects are removed.
+        await rec.reaping;
+        if (m.booted) await m.booted.handle.destroy();
+        else await this.drivers.removeOrphan(id);
+        this.ledger.loseCommands(id);
+        this.ledger.transition(id, "deleting", "deleted");
+        this.log("sandbox_deleted", { sandbox_id: id, reason });
+      })
+      // Left `deleting`: the sweeper's next pass (or a restart) finishes it.
+      .catch((err: unknown) => this.log("sandbox_delete_failed", { sandbox_id: id, error: describeCauses(err) }))
+      .finally(() => {
+        if (rec.deleting === job) rec.deleting = undefined;
+        this.records.tidy(rec);
+      });
+    const job = { answered: marked.then(() => this.info(id)), done };
+    job.answered.catch(() => undefined); // a caller that waits only for `done` has its failure logged
     rec.deleting = job;
-    try {
-      return await job;
-    } finally {
-      rec.deleting = undefined;
-      this.records.tidy(rec);
+    return job;
+  }
+
+  /**
+   * Completes every delete no operation of this process is carrying out: one a crash cut short
+   * (at start-up) or whose teardown failed (the sweeper tries again each pass).
+   */
+  async finishDeletes(reason: string): Promise<void> {
+    const owned = this.ownedIds();
+    for (const row of this.ledger.liveSandboxes()) {
+      if (row.state !== "deleting" || owned.has(row.id)) continue;
+      await this.deleteJob(row.id, reason).done;
     }
   }
 
@@ -876,7 +929,7 @@ export class SandboxManager {
         this.log("sandbox_stopped", { sandbox_id: id });
       }),
     );
-    await Promise.allSettled(this.records.all().flatMap((r) => [r.deleting, r.reaping]));
+    await Promise.allSettled(this.records.all().flatMap((r) => [r.deleting?.done, r.reaping]));
   }
 
   private checkId(id: string): void {

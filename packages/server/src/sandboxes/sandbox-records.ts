@@ -16,7 +16,8 @@ export interface SandboxRecord {
   generation: number;
   /** The create that makes it. */
   creating: Promise<unknown> | undefined;
-  deleting: Promise<SandboxInfo> | undefined;
+  /** Its delete: `answered` once it is `deleting` and unreachable, `done` once its teardown has ended. */
+  deleting: { answered: Promise<SandboxInfo>; done: Promise<void> } | undefined;
   /** The last of its pause, resume, sleep and wake, which run one at a time. */
   queue: Promise<SandboxInfo> | undefined;
   /** Its processes and network being released after it stopped (the disk stays). */

@@ -60,6 +60,8 @@ export class Sweeper {
       await step();
     }
     if (this.stopped) return;
+    await this.manager.finishDeletes("completed by the sweeper");
+    if (this.stopped) return;
     const before = this.manager.liveIds();
     const objects = (await Promise.all(this.drivers.all().map((d) => d.reconcile()))).flat();
     if (this.stopped) return;

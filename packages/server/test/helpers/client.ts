@@ -27,6 +27,40 @@ export async function api(
   };
 }
 
+/**
+ * Deletes a sandbox and waits until its teardown on the host has ended. DELETE answers as soon as
+ * the sandbox is `deleting` (the host finishes in the background), so a test that then looks at
+ * the host waits for `deleted` by polling GET. Answers the final state.
+ */
+export async function deleteSandbox(base: string, id: string): Promise<string> {
+  const res = await api(base, "DELETE", `/sandboxes/${id}`);
+  if (res.status !== 200) throw new Error(`DELETE ${id} answered ${res.status}: ${JSON.stringify(res.json)}`);
+  return waitDeleted(base, id);
+}
+
+/** Polls GET until the sandbox is `deleted` (or `failed`); throws with its state after `timeoutMs`. */
+export async function waitDeleted(base: string, id: string, timeoutMs = 60_000): Promise<string> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const state = String((await api(base, "GET", `/sandboxes/${id}`)).json["state"]);
+    if (state === "deleted" || state === "failed") return state;
+    if (Date.now() > deadline) throw new Error(`${id} is still ${state} ${timeoutMs} ms after its delete`);
+    await new Promise((r) => setTimeout(r, 20)); // the poll's pace, not a wait for an outcome
+  }
+}
+
+/** Polls GET /sandboxes until no sandbox is `deleting`: every teardown under way has ended. */
+export async function waitNoneDeleting(base: string, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const list = (await api(base, "GET", "/sandboxes")).json["sandboxes"] as Array<{ state: string }>;
+    const deleting = list.filter((s) => s.state === "deleting").length;
+    if (deleting === 0) return;
+    if (Date.now() > deadline) throw new Error(`${deleting} sandboxes still deleting after ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 20)); // the poll's pace, not a wait for an outcome
+  }
+}
+
 /** Creates a sandbox through the SDK and answers its id (a refused create throws the SDK's typed error). */
 export async function createSandbox(
   baseUrl: string,

@@ -1,3 +1,5 @@
+import { testAdminKey } from "../../../../test/auth.ts";
+
 /** The variables an E2B user sets; `useE2bEnv` points them at a bothy server and returns the undo. */
 const E2B_ENV = ["E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DOMAIN", "E2B_DEBUG"] as const;
 
@@ -7,8 +9,8 @@ export function useE2bEnv(serverUrl: string): () => void {
   delete process.env["E2B_DEBUG"];
   process.env["E2B_API_URL"] = `${serverUrl}/e2b`;
   process.env["E2B_SANDBOX_URL"] = `${serverUrl}/e2b/envd`;
-  // Until bothy has API keys, any key is accepted.
-  process.env["E2B_API_KEY"] = "e2b_0000000000000000000000000000000000000000";
+  // E2B keys are bothy keys: the admin key every test server mints (test/auth-setup.ts).
+  process.env["E2B_API_KEY"] = testAdminKey();
   return () => {
     for (const name of E2B_ENV) {
       const value = saved[name];

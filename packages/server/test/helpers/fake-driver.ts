@@ -32,6 +32,8 @@ export class FakeHost {
   readonly machines = new Map<string, FakeMachine>();
   /** How many of the next starts (boots, wakes, resumes) fail. */
   failStarts = 0;
+  /** How many of the next removals (destroy, removeOrphan) fail, leaving everything in place. */
+  failRemovals = 0;
   /** Bumped when the server process "dies": handles of an older process do nothing any more. */
   epoch = 0;
 
@@ -62,6 +64,12 @@ export class FakeHost {
       if (m.guest && !attaching.has(m.driver)) m.guest.end({ code: null, signal: "SIGKILL" }, true);
       m.guest?.detach();
     }
+  }
+
+  takeRemovalFailure(): boolean {
+    if (this.failRemovals === 0) return false;
+    this.failRemovals--;
+    return true;
   }
 
   takeStartFailure(): boolean {
@@ -267,6 +275,7 @@ class FakeHandle implements SandboxHandle {
   async destroy(): Promise<void> {
     await tick();
     if (this.dead) return;
+    if (this.host.takeRemovalFailure()) throw new BothyError("internal", `The fake host kept ${this.id}.`);
     this.endGuest();
     this.host.machines.delete(this.id);
     this.resolveEnd({ code: 0, signal: null });
@@ -345,6 +354,7 @@ export class FakeDriver implements Driver {
     await tick();
     const m = this.host.machines.get(sandboxId);
     if (m?.driver !== this.name) return;
+    if (this.host.takeRemovalFailure()) throw new BothyError("internal", `The fake host kept ${sandboxId}.`);
     m.guest?.end({ code: null, signal: "SIGKILL" });
     this.host.machines.delete(sandboxId);
   }

@@ -33,7 +33,13 @@ export async function hostLeaks(home: string): Promise<HostLeaks> {
   const qemuProcesses = ps.split("\n").filter((l) => /qemu-system/.test(l) && l.includes(`${home}/`));
   let runscContainers: string[] = [];
   try {
-    const { stdout } = await pexec("runsc", ["--root", join(home, "runsc"), "list", "-quiet"]);
+    // The runsc the server ran with (BOTHY_RUNSC): another release's state files may not read the same.
+    const { stdout } = await pexec(process.env["BOTHY_RUNSC"] || "runsc", [
+      "--root",
+      join(home, "runsc"),
+      "list",
+      "-quiet",
+    ]);
     runscContainers = stdout.split("\n").filter(Boolean);
   } catch {
     runscContainers = []; // no runsc root: nothing was ever started

@@ -1,4 +1,4 @@
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { createWriteStream } from "node:fs";
 import { join } from "node:path";
 import { loadConfig, startServer, createLogger, type BothyServer, type Config } from "../../src/index.ts";
@@ -16,6 +16,8 @@ export interface TestServer {
   /** Every event the server emitted so far, start-up included. */
   events: ServerEvent[];
   config: Config;
+  /** The admin key of its `default` tenant (the one test/auth-setup.ts has every client send). */
+  apiKey: string;
   /** Stops the server and removes its home; reports what the host still holds of it. */
   stop(): Promise<HostLeaks>;
 }
@@ -56,6 +58,7 @@ export async function startTestServer(
     logPath,
     events,
     config,
+    apiKey: (await readFile(join(home, "admin.key"), "utf8")).trim(),
     stop: async () => {
       await server.close();
       const leaks = await hostLeaks(home);

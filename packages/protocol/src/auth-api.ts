@@ -1,0 +1,75 @@
+/** API keys, tenants and quotas: request and answer bodies of /keys and /tenants. */
+import { z } from "zod";
+
+export const API_SCOPES = [
+  "sandboxes:read",
+  "sandboxes:write",
+  "files",
+  "corpus",
+  "conversations",
+  "keys:manage",
+  "admin",
+] as const;
+export const apiScope = z.enum(API_SCOPES);
+
+export const TENANT_ID_RE = /^[a-z0-9][a-z0-9-]{0,62}$/;
+export const KEY_ID_RE = /^key_[a-z2-7]{20}$/;
+
+export const createKeyRequest = z.strictObject({
+  name: z.string().min(1).max(100).default("unnamed"),
+  /** Default: everything but keys:manage and admin, as far as the calling key holds them. */
+  scopes: z.array(apiScope).min(1).optional(),
+  /** The tenant the key acts in; only an admin key may name another than its own. */
+  tenant: z.string().regex(TENANT_ID_RE, "a tenant id: lower-case letters, digits and -").optional(),
+  /** Seconds until it expires; default never. */
+  expires_in_s: z
+    .number()
+    .int()
+    .positive()
+    .max(10 * 366 * 86400)
+    .optional(),
+});
+export type CreateKeyRequest = z.input<typeof createKeyRequest>;
+
+export const apiKeyInfo = z.object({
+  key_id: z.string(),
+  tenant: z.string(),
+  name: z.string(),
+  /** The key's first characters and last 4, to tell keys apart. */
+  display: z.string(),
+  scopes: z.array(apiScope),
+  created_at: z.string(),
+  expires_at: z.string().nullable(),
+  revoked_at: z.string().nullable(),
+  last_used_at: z.string().nullable(),
+});
+export type ApiKeyInfo = z.infer<typeof apiKeyInfo>;
+
+/** The answer to a create: the only time the key itself is shown. */
+export const createdKey = apiKeyInfo.extend({ key: z.string() });
+export const keyList = z.object({ keys: z.array(apiKeyInfo) });
+
+const limit = z.number().positive().nullable().optional();
+/** Per-tenant limits; an absent or null one is unlimited (the host's own limits still hold). */
+export const tenantQuota = z.strictObject({
+  max_sandboxes: z.number().int().positive().nullable().optional(),
+  max_vcpu: z.number().int().positive().nullable().optional(),
+  max_memory_mib: z.number().int().positive().nullable().optional(),
+  creates_per_minute: z.number().int().positive().nullable().optional(),
+  monthly_vcpu_hours: limit,
+  monthly_gib_hours: limit,
+});
+export type TenantQuota = z.infer<typeof tenantQuota>;
+
+export const createTenantRequest = z.strictObject({
+  tenant: z.string().regex(TENANT_ID_RE, "a tenant id: lower-case letters, digits and -, at most 63"),
+  quota: tenantQuota.optional(),
+});
+
+export const tenantInfo = z.object({
+  tenant: z.string(),
+  quota: tenantQuota,
+  created_at: z.string(),
+  live: z.object({ sandboxes: z.number(), vcpu: z.number(), memory_mib: z.number() }),
+});
+export const tenantList = z.object({ tenants: z.array(tenantInfo) });

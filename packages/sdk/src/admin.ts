@@ -1,0 +1,70 @@
+/**
+ * API keys and tenants (`/keys`, `/tenants`): what `bothy keys` and `bothy tenants` use. Keys
+ * need the `keys:manage` scope (a key mints only within its own scopes); tenants need `admin`.
+ */
+import {
+  apiKeyInfo,
+  createdKey,
+  keyList,
+  tenantInfo,
+  tenantList,
+  type ApiKeyInfo,
+  type TenantQuota,
+} from "@bothy/protocol";
+import type { z } from "zod";
+import { HttpClient, type CallOptions, type ConnectionOptions } from "./http-client.ts";
+
+export type AdminOptions = ConnectionOptions & CallOptions;
+export type CreatedKey = z.infer<typeof createdKey>;
+export type TenantInfo = z.infer<typeof tenantInfo>;
+export type { ApiKeyInfo, TenantQuota };
+
+export interface KeyCreateOptions extends AdminOptions {
+  name?: string;
+  /** Default: everything but keys:manage and admin that the calling key holds. */
+  scopes?: string[];
+  /** Only an admin key may name another tenant than its own. */
+  tenant?: string;
+  expiresInS?: number;
+}
+
+const signalOf = (o: CallOptions): CallOptions => (o.signal ? { signal: o.signal } : {});
+
+export const ApiKeys = {
+  /** Makes a key; the answer's `key` is the only time it is shown. */
+  async create(options: KeyCreateOptions = {}): Promise<CreatedKey> {
+    const body = {
+      ...(options.name === undefined ? {} : { name: options.name }),
+      ...(options.scopes === undefined ? {} : { scopes: options.scopes }),
+      ...(options.tenant === undefined ? {} : { tenant: options.tenant }),
+      ...(options.expiresInS === undefined ? {} : { expires_in_s: options.expiresInS }),
+    };
+    return new HttpClient(options).json("POST", "/keys", createdKey, { body, ...signalOf(options) });
+  },
+  async list(options: AdminOptions = {}): Promise<ApiKeyInfo[]> {
+    return (await new HttpClient(options).json("GET", "/keys", keyList, signalOf(options))).keys;
+  },
+  /** Revokes a key by id: refused from the next request on, its open sockets and streams end. */
+  async revoke(keyId: string, options: AdminOptions = {}): Promise<ApiKeyInfo> {
+    return new HttpClient(options).json("DELETE", `/keys/${encodeURIComponent(keyId)}`, apiKeyInfo, signalOf(options));
+  },
+};
+
+export const Tenants = {
+  async create(tenant: string, quota: TenantQuota = {}, options: AdminOptions = {}): Promise<TenantInfo> {
+    return new HttpClient(options).json("POST", "/tenants", tenantInfo, {
+      body: { tenant, quota },
+      ...signalOf(options),
+    });
+  },
+  async list(options: AdminOptions = {}): Promise<TenantInfo[]> {
+    return (await new HttpClient(options).json("GET", "/tenants", tenantList, signalOf(options))).tenants;
+  },
+  /** Sets the quotas named; null lifts one. */
+  async setQuota(tenant: string, quota: TenantQuota, options: AdminOptions = {}): Promise<TenantInfo> {
+    return new HttpClient(options).json("PATCH", `/tenants/${encodeURIComponent(tenant)}/quota`, tenantInfo, {
+      body: quota,
+      ...signalOf(options),
+    });
+  },
+};

@@ -1,0 +1,111 @@
+/**
+ * `/keys` (scope keys:manage: a key mints keys only within its own scopes and tenant) and
+ * `/tenants` with their quotas (scope admin).
+ */
+import type { FastifyInstance } from "fastify";
+import {
+  BothyError,
+  createKeyRequest,
+  createTenantRequest,
+  KEY_ID_RE,
+  tenantQuota,
+  type TenantQuota,
+} from "@bothy/protocol";
+import { principalOf, sees } from "../auth/auth-hooks.ts";
+import { keyView, type KeyRing } from "../auth/key-ring.ts";
+import type { Quotas } from "../auth/quotas.ts";
+import { DEFAULT_SCOPES, hasScope } from "../auth/scopes.ts";
+import type { KeyConnections } from "../auth/auth-hooks.ts";
+import type { Ledger } from "../ledger/ledger.ts";
+import { parseInput } from "./parse-input.ts";
+
+type Id = { Params: { id: string } };
+
+export function authRoutes(
+  app: FastifyInstance,
+  deps: { ring: KeyRing; ledger: Ledger; quotas: Quotas; connections: KeyConnections },
+): void {
+  const { ring, ledger, quotas, connections } = deps;
+  const keyNotFound = (id: string): BothyError =>
+    new BothyError("key_not_found", `No API key ${id.slice(0, 64)}; GET /keys lists them.`);
+  const tenantNotFound = (id: string): BothyError =>
+    new BothyError("tenant_not_found", `No tenant ${id.slice(0, 64)}; GET /tenants lists them.`);
+  const tenantView = (id: string) => {
+    const row = ledger.auth.tenant(id);
+    if (!row) throw tenantNotFound(id);
+    return {
+      tenant: row.id,
+      quota: quotas.quotaOf(row.id),
+      created_at: row.created_at,
+      live: ledger.auth.liveUsage(id),
+    };
+  };
+
+  app.post("/keys", async (request, reply) => {
+    const principal = principalOf(request);
+    const body = parseInput(createKeyRequest, request.body, "POST /keys");
+    const tenant = body.tenant ?? principal.tenant;
+    if (!sees(principal, tenant)) throw tenantNotFound(tenant);
+    if (!ledger.auth.tenant(tenant)) throw tenantNotFound(tenant);
+    const scopes = body.scopes ?? DEFAULT_SCOPES.filter((s) => hasScope(principal.scopes, s));
+    const beyond = scopes.filter((s) => !hasScope(principal.scopes, s));
+    if (beyond.length > 0)
+      throw new BothyError(
+        "scope_missing",
+        `A key mints keys only within its own scopes; this one lacks ${beyond.join(", ")}.`,
+        { details: { scope: beyond[0] } },
+      );
+    const expiresAt =
+      body.expires_in_s === undefined ? null : new Date(Date.now() + body.expires_in_s * 1000).toISOString();
+    const { key, view } = ring.mint({ tenant, name: body.name, scopes, expiresAt });
+    return reply.code(201).send({ ...view, key });
+  });
+
+  app.get("/keys", async (request) => {
+    const principal = principalOf(request);
+    const rows = principal.scopes.has("admin") ? ledger.auth.keys() : ledger.auth.keys(principal.tenant);
+    return { keys: rows.map(keyView) };
+  });
+
+  app.delete<Id>("/keys/:id", async (request) => {
+    const principal = principalOf(request);
+    const { id } = request.params;
+    const row = KEY_ID_RE.test(id) ? ledger.auth.key(id) : undefined;
+    if (!row || !sees(principal, row.tenant)) throw keyNotFound(id);
+    // As with minting: a key revokes only keys within its own scopes (not a stronger one).
+    const beyond = keyView(row).scopes.filter((s) => !hasScope(principal.scopes, s));
+    if (beyond.length > 0)
+      throw new BothyError(
+        "scope_missing",
+        `A key revokes only keys within its own scopes; key ${id} has ${beyond.join(", ")}, which this one lacks.`,
+        { details: { scope: beyond[0] } },
+      );
+    ring.revoke(id);
+    connections.end(id);
+    const after = ledger.auth.key(id);
+    if (!after) throw keyNotFound(id);
+    return keyView(after);
+  });
+
+  app.post("/tenants", async (request, reply) => {
+    const body = parseInput(createTenantRequest, request.body, "POST /tenants");
+    if (!ledger.auth.insertTenant(body.tenant, JSON.stringify(body.quota ?? {})))
+      throw new BothyError("tenant_exists", `Tenant ${body.tenant} exists; GET /tenants/${body.tenant} shows it.`);
+    return reply.code(201).send(tenantView(body.tenant));
+  });
+
+  app.get("/tenants", async () => ({ tenants: ledger.auth.tenants().map((t) => tenantView(t.id)) }));
+
+  app.get<Id>("/tenants/:id", async (request) => tenantView(request.params.id));
+
+  /** Sets the quotas named in the body; null lifts one, an absent one stays as it was. */
+  app.patch<Id>("/tenants/:id/quota", async (request) => {
+    const { id } = request.params;
+    if (!ledger.auth.tenant(id)) throw tenantNotFound(id);
+    const change = parseInput(tenantQuota, request.body, `PATCH /tenants/{id}/quota`);
+    const merged: TenantQuota = { ...quotas.quotaOf(id), ...change };
+    for (const k of Object.keys(merged) as Array<keyof TenantQuota>) if (merged[k] === null) delete merged[k];
+    ledger.auth.setQuota(id, JSON.stringify(merged));
+    return tenantView(id);
+  });
+}

@@ -1,0 +1,201 @@
+/**
+ * The desktop over HTTP: start it, screenshots, mouse and keyboard; the live view (noVNC served
+ * by bothy, its WebSocket relayed to the sandbox's VNC server over the guest channel: bothy's own
+ * websockify); Chromium's DevTools endpoint for host-side Playwright (`connectOverCDP`).
+ */
+import { readFile } from "node:fs/promises";
+import { request as httpRequest } from "node:http";
+import { createRequire } from "node:module";
+import type { Socket } from "node:net";
+import { dirname, join, normalize, sep } from "node:path";
+import type { FastifyInstance, FastifyRequest } from "fastify";
+import { BothyError, desktopStartRequest, SANDBOX_ID_RE } from "@bothy/protocol";
+import type { TcpStream } from "../agent/tcp-stream.ts";
+import type { DesktopService } from "../desktop/desktop-service.ts";
+import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
+import { parseInput } from "./parse-input.ts";
+import { relayTcp } from "./tcp-relay.ts";
+
+type Params = { Params: { id: string } };
+
+const CDP_JSON_LIMIT = 1024 * 1024;
+
+function novncRoot(): string {
+  // The package exports core/rfb.js only; its folder holds the rest of noVNC (core/, vendor/).
+  return dirname(dirname(createRequire(import.meta.url).resolve("@novnc/novnc")));
+}
+
+/** The page a person opens to watch (and, with ?control=1, use) the sandbox's screen. */
+function viewerPage(id: string, control: boolean): string {
+  return `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>bothy desktop ${id}</title>
+<style>html,body{margin:0;height:100%;background:#202124;color:#ddd;font:13px sans-serif}
+#screen{position:absolute;inset:0}#status{position:absolute;right:8px;bottom:6px;opacity:.7}</style>
+</head>
+<body data-state="connecting">
+<div id="screen"></div><div id="status">connecting</div>
+<script type="module">
+import RFB from "/desktop/novnc/core/rfb.js";
+const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+const url = scheme + "//" + location.host + "/sandboxes/${id}/desktop/vnc";
+const status = document.getElementById("status");
+const show = (state, text) => { document.body.dataset.state = state; status.textContent = text; };
+// A dropped or refused connection (the desktop still starting, the sandbox waking) is retried, as a person would.
+let wait = 500;
+function connect() {
+  const rfb = new RFB(document.getElementById("screen"), url, { shared: true });
+  rfb.viewOnly = ${control ? "false" : "true"};
+  rfb.scaleViewport = true;
+  rfb.addEventListener("connect", () => { wait = 500; show("connected", "live"); });
+  rfb.addEventListener("disconnect", () => {
+    show("reconnecting", "disconnected: reconnecting");
+    setTimeout(connect, wait);
+    wait = Math.min(wait * 2, 5000);
+  });
+}
+connect();
+</script>
+</body>
+</html>
+`;
+}
+
+/** One GET to a port inside the sandbox, its body read whole (bounded). */
+function getInside(tunnel: TcpStream, port: number, path: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(
+      {
+        method: "GET",
+        path,
+        headers: { host: `localhost:${port}` },
+        createConnection: () => tunnel as unknown as Socket,
+      },
+      (res) => {
+        let body = "";
+        res.setEncoding("utf8");
+        res.on("data", (chunk: string) => {
+          body += chunk;
+          if (body.length > CDP_JSON_LIMIT) req.destroy(new Error("answer too large"));
+        });
+        res.on("end", () => resolve({ status: res.statusCode ?? 502, body }));
+        res.on("error", reject);
+      },
+    );
+    req.on("error", reject);
+    req.on("close", () => tunnel.destroy());
+    req.end();
+  });
+}
+
+/**
+ * Chromium's /json answers name WebSocket URLs on the sandbox's loopback; these are rewritten to
+ * the server's port proxy, which reaches that port with the `localhost` Host Chromium requires.
+ */
+function rewriteCdpUrls(value: unknown, wsBase: string): unknown {
+  if (Array.isArray(value)) return value.map((v) => rewriteCdpUrls(v, wsBase));
+  if (typeof value !== "object" || value === null) return value;
+  const out: Record<string, unknown> = {};
+  for (const [key, v] of Object.entries(value as Record<string, unknown>)) {
+    if (key === "devtoolsFrontendUrl") continue; // a page on the sandbox's loopback: of no use outside
+    out[key] = key === "webSocketDebuggerUrl" && typeof v === "string" ? v.replace(/^ws:\/\/[^/]+/, wsBase) : v;
+  }
+  return out;
+}
+
+function sandboxId(request: FastifyRequest<Params>): string {
+  const { id } = request.params;
+  if (!SANDBOX_ID_RE.test(id)) throw new BothyError("invalid_sandbox_id", `"${id.slice(0, 64)}" is not a sandbox id.`);
+  return id;
+}
+
+export async function desktopRoutes(
+  app: FastifyInstance,
+  manager: SandboxManager,
+  desktop: DesktopService,
+): Promise<void> {
+  app.post<Params>("/sandboxes/:id/desktop/start", async (request) => {
+    const size = parseInput(desktopStartRequest, request.body, "POST /desktop/start");
+    manager.info(request.params.id);
+    return desktop.start(request.params.id, size, true);
+  });
+
+  app.get<Params>("/sandboxes/:id/desktop/screenshot", async (request, reply) => {
+    const shot = await desktop.screenshot(request.params.id);
+    return reply
+      .type("image/png")
+      .header("cache-control", "no-store")
+      .header("x-screen-width", String(shot.width))
+      .header("x-screen-height", String(shot.height))
+      .send(shot.png);
+  });
+
+  app.post<Params>("/sandboxes/:id/desktop/actions", async (request) => desktop.act(request.params.id, request.body));
+
+  app.get<Params & { Querystring: { control?: string } }>("/sandboxes/:id/desktop", async (request, reply) => {
+    const id = sandboxId(request);
+    manager.info(id);
+    return reply
+      .type("text/html; charset=utf-8")
+      .header("cache-control", "no-store")
+      .send(viewerPage(id, request.query.control === "1"));
+  });
+
+  app.get<{ Params: { "*": string } }>("/desktop/novnc/*", async (request, reply) => {
+    const root = novncRoot();
+    const rel = normalize(request.params["*"]);
+    const file = join(root, rel);
+    if (!/^(core|vendor)\//.test(rel) || !rel.endsWith(".js") || !file.startsWith(root + sep))
+      throw new BothyError("route_not_found", "No such file of noVNC.");
+    const body = await readFile(file).catch((err: unknown) => {
+      throw new BothyError("route_not_found", "No such file of noVNC.", { cause: err });
+    });
+    return reply.type("text/javascript; charset=utf-8").header("cache-control", "public, max-age=3600").send(body);
+  });
+
+  // websockify's job, done here: WebSocket binary messages <-> the VNC server's TCP stream inside.
+  app.route<Params>({
+    method: "GET",
+    url: "/sandboxes/:id/desktop/vnc",
+    preValidation: async (request) => {
+      manager.info(request.params.id);
+    },
+    handler: async () => {
+      throw new BothyError(
+        "upgrade_required",
+        "This endpoint is the desktop's VNC stream over a WebSocket; open /sandboxes/ID/desktop in a browser to watch.",
+      );
+    },
+    wsHandler: (socket, request) =>
+      relayTcp(socket, request.log, request.params.id, async () => {
+        const info = await desktop.start(request.params.id);
+        return manager.agent(request.params.id).openTcp(info.vnc_port);
+      }),
+  });
+
+  const cdpJson = async (request: FastifyRequest<Params & { Params: { "*": string } }>): Promise<unknown> => {
+    const id = request.params.id;
+    const rest = request.params["*"].replace(/\/$/, "");
+    if (!["json", "json/list", "json/version"].includes(rest))
+      throw new BothyError(
+        "route_not_found",
+        `The DevTools relay answers /json/version and /json/list; the WebSocket URLs they give go through /sandboxes/${id}/ports/PORT/.`,
+      );
+    const info = await desktop.start(id);
+    const tunnel = await manager.agent(id).openTcp(info.cdp_port);
+    const answer = await getInside(tunnel, info.cdp_port, `/${rest}`);
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(answer.body);
+    } catch (err) {
+      throw new BothyError("desktop_failed", `Chromium's DevTools answered ${answer.status} without JSON.`, {
+        cause: err,
+      });
+    }
+    const wsBase = `ws://${request.headers.host ?? "127.0.0.1"}/sandboxes/${id}/ports/${info.cdp_port}`;
+    return rewriteCdpUrls(parsed, wsBase);
+  };
+  app.get("/sandboxes/:id/desktop/cdp/*", cdpJson);
+}

@@ -1,0 +1,190 @@
+/**
+ * API keys: `bothy_` and 32 random bytes in hex. The ledger keeps only an HMAC-SHA256 of each
+ * key under a pepper that lives in `$BOTHY_HOME/secrets/pepper` (0600), so a copy of the ledger
+ * alone verifies nothing; plus a prefix and the last 4 characters to tell keys apart.
+ */
+import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
+import { chmod, mkdir, readFile, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { BothyError } from "@bothy/protocol";
+import { DEFAULT_TENANT, type Ledger } from "../ledger/ledger.ts";
+import type { ApiKeyRow } from "../ledger/auth-rows.ts";
+import { newKeyId } from "../util/ids.ts";
+import { ALL_SCOPES, type Scope } from "./scopes.ts";
+
+export const KEY_RE = /^bothy_[0-9a-f]{64}$/;
+const PREFIX_CHARS = 10;
+/** last_used_at is written at most this often per key (it would otherwise be a write per request). */
+const TOUCH_EVERY_MS = 60_000;
+
+export interface Principal {
+  /** Null when authentication is off (BOTHY_AUTH=none). */
+  keyId: string | null;
+  tenant: string;
+  scopes: ReadonlySet<Scope>;
+}
+
+export type KeyCheck = { ok: true; principal: Principal } | { ok: false; reason: string };
+
+/** What the API shows of a key: never the key, nor its digest. */
+export interface KeyView {
+  key_id: string;
+  tenant: string;
+  name: string;
+  display: string;
+  scopes: Scope[];
+  created_at: string;
+  expires_at: string | null;
+  revoked_at: string | null;
+  last_used_at: string | null;
+}
+
+export function keyView(row: ApiKeyRow): KeyView {
+  return {
+    key_id: row.id,
+    tenant: row.tenant,
+    name: row.name,
+    display: `${row.prefix}…${row.last4}`,
+    scopes: row.scopes.split(",").filter(Boolean) as Scope[],
+    created_at: row.created_at,
+    expires_at: row.expires_at,
+    revoked_at: row.revoked_at,
+    last_used_at: row.last_used_at,
+  };
+}
+
+/** The pepper, made on first start. Refuses to make a new one for a ledger that has keys: none would verify. */
+async function loadPepper(home: string, ledger: Ledger): Promise<Buffer> {
+  const dir = join(home, "secrets");
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  await chmod(dir, 0o700);
+  const file = join(dir, "pepper");
+  try {
+    const keys = ledger.auth.countKeys();
+    if (keys > 0) await readFile(file);
+    else await writeFile(file, randomBytes(32), { mode: 0o600, flag: "wx" });
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === "ENOENT")
+      throw new Error(
+        `${file} is missing but the ledger holds API keys made with it: restore it from a backup (no key verifies without it), or move ledger.sqlite's keys away by starting on a fresh BOTHY_HOME.`,
+      );
+    if (code !== "EEXIST") throw err;
+  }
+  const pepper = await readFile(file);
+  if (pepper.length < 32) throw new Error(`${file} holds ${pepper.length} bytes; a pepper is 32 random bytes.`);
+  return pepper;
+}
+
+export class KeyRing {
+  /** Verified keys by digest: a request costs one HMAC, not a ledger read. Dropped on revoke. */
+  private readonly cache = new Map<string, ApiKeyRow>();
+  private readonly touched = new Map<string, number>();
+  /** Keys the server's own agent tools call the API with, one per tenant: in memory only, never stored. */
+  private readonly service = new Map<string, Principal>();
+  private readonly serviceKeys = new Map<string, string>();
+
+  private constructor(
+    private readonly ledger: Ledger,
+    private readonly pepper: Buffer,
+  ) {}
+
+  static async open(home: string, ledger: Ledger): Promise<KeyRing> {
+    return new KeyRing(ledger, await loadPepper(home, ledger));
+  }
+
+  private digest(key: string): string {
+    return createHmac("sha256", this.pepper).update(key).digest("hex");
+  }
+
+  /**
+   * On a ledger with no keys yet: mints the `default` tenant's admin key (BOTHY_ADMIN_KEY's value
+   * when set) and writes it once to `$BOTHY_HOME/admin.key` (0600). Answers the key's id, or undefined.
+   */
+  async bootstrap(home: string, given: string | undefined): Promise<string | undefined> {
+    if (this.ledger.auth.countKeys() > 0) return undefined;
+    const { key, view } = this.mint({
+      tenant: DEFAULT_TENANT,
+      name: "admin (bootstrap)",
+      scopes: ["admin"],
+      expiresAt: null,
+      ...(given === undefined ? {} : { key: given }),
+    });
+    const file = join(home, "admin.key");
+    await writeFile(file, `${key}\n`, { mode: 0o600 });
+    await chmod(file, 0o600);
+    return view.key_id;
+  }
+
+  mint(spec: { tenant: string; name: string; scopes: Scope[]; expiresAt: string | null; key?: string }): {
+    key: string;
+    view: KeyView;
+  } {
+    const key = spec.key ?? `bothy_${randomBytes(32).toString("hex")}`;
+    const row: Omit<ApiKeyRow, "revoked_at" | "last_used_at"> = {
+      id: newKeyId(),
+      tenant: spec.tenant,
+      name: spec.name,
+      digest: this.digest(key),
+      prefix: key.slice(0, PREFIX_CHARS),
+      last4: key.slice(-4),
+      scopes: [...new Set(spec.scopes)].sort().join(","),
+      created_at: new Date().toISOString(),
+      expires_at: spec.expiresAt,
+    };
+    this.ledger.auth.insertKey(row);
+    return { key, view: keyView({ ...row, revoked_at: null, last_used_at: null }) };
+  }
+
+  /**
+   * The key a tenant's agent tools (MCP, conversations, PDF extraction) reach sandboxes with:
+   * that tenant's sandboxes and files only. It lives in this process's memory and dies with it.
+   */
+  serviceKey(tenant: string): string {
+    const known = this.serviceKeys.get(tenant);
+    if (known) return known;
+    const key = `bothy_${randomBytes(32).toString("hex")}`;
+    this.service.set(this.digest(key), {
+      keyId: null,
+      tenant,
+      scopes: new Set<Scope>(["sandboxes:read", "sandboxes:write", "files"]),
+    });
+    this.serviceKeys.set(tenant, key);
+    return key;
+  }
+
+  /** Checks a presented key. The reasons are for the server's log; a client is told only "not valid". */
+  verify(presented: string, now = Date.now()): KeyCheck {
+    if (!KEY_RE.test(presented)) return { ok: false, reason: "malformed" };
+    const digest = this.digest(presented);
+    const service = this.service.get(digest);
+    if (service) return { ok: true, principal: service };
+    const row = this.cache.get(digest) ?? this.ledger.auth.keyByDigest(digest);
+    // The lookup is by digest; comparing it again in constant time keeps the check itself timing-safe.
+    if (!row || !timingSafeEqual(Buffer.from(row.digest, "hex"), Buffer.from(digest, "hex")))
+      return { ok: false, reason: "unknown" };
+    if (row.revoked_at !== null) return { ok: false, reason: "revoked" };
+    if (row.expires_at !== null && Date.parse(row.expires_at) <= now) return { ok: false, reason: "expired" };
+    this.cache.set(digest, row);
+    const last = this.touched.get(row.id) ?? 0;
+    if (now - last >= TOUCH_EVERY_MS) {
+      this.touched.set(row.id, now);
+      this.ledger.auth.touchKey(row.id, new Date(now).toISOString());
+    }
+    return {
+      ok: true,
+      principal: { keyId: row.id, tenant: row.tenant, scopes: new Set(row.scopes.split(",") as Scope[]) },
+    };
+  }
+
+  /** Revokes a key; it is refused from the next request on. False when it was revoked already. */
+  revoke(id: string): boolean {
+    const row = this.ledger.auth.key(id);
+    if (!row) throw new BothyError("key_not_found", `No API key ${id.slice(0, 64)}; GET /keys lists them.`);
+    this.cache.delete(row.digest);
+    return this.ledger.auth.revokeKey(id);
+  }
+}
+
+/** The principal when authentication is off: everything, in the default tenant. */
+export const NO_AUTH_PRINCIPAL: Principal = { keyId: null, tenant: DEFAULT_TENANT, scopes: new Set(ALL_SCOPES) };

@@ -1,0 +1,74 @@
+/**
+ * Per-tenant quotas, checked when a sandbox is made: live sandboxes, their total vCPU and
+ * memory, creates per minute, and (with BOTHY_BUDGET_ACTION=block) the monthly budget.
+ */
+import { BothyError, tenantQuota, type TenantQuota } from "@bothy/protocol";
+import type { Config } from "../config.ts";
+import type { Ledger } from "../ledger/ledger.ts";
+import type { Budget } from "../metering/usage-meter.ts";
+
+const MINUTE_MS = 60_000;
+
+function exceeded(tenant: string, quota: keyof TenantQuota, limit: number, what: string): BothyError {
+  return new BothyError(
+    "quota_exceeded",
+    `Tenant ${tenant} is at its ${quota} quota of ${limit} (${what}); delete sandboxes, wait, or ask an admin to raise it (bothy tenants quota).`,
+    { details: { quota, limit } },
+  );
+}
+
+export class Quotas {
+  constructor(
+    private readonly ledger: Ledger,
+    private readonly config: Config,
+  ) {}
+
+  quotaOf(tenant: string): TenantQuota {
+    const row = this.ledger.auth.tenant(tenant);
+    if (!row) return {};
+    const parsed = tenantQuota.safeParse(JSON.parse(row.quota));
+    return parsed.success ? parsed.data : {};
+  }
+
+  /** A tenant's monthly caps: its own, else the host-wide BOTHY_BUDGET_*. */
+  budgetOf(tenant: string): Budget {
+    const q = this.quotaOf(tenant);
+    return {
+      vcpuHours: q.monthly_vcpu_hours ?? this.config.metering.budget.vcpuHours,
+      gibHours: q.monthly_gib_hours ?? this.config.metering.budget.gibHours,
+    };
+  }
+
+  /** Throws quota_exceeded if a sandbox of this size would take the tenant past a quota. */
+  admit(tenant: string, size: { vcpu: number; memoryMib: number }, now = Date.now()): void {
+    const q = this.quotaOf(tenant);
+    const live = this.ledger.auth.liveUsage(tenant);
+    if (q.max_sandboxes != null && live.sandboxes + 1 > q.max_sandboxes)
+      throw exceeded(tenant, "max_sandboxes", q.max_sandboxes, `${live.sandboxes} live`);
+    if (q.max_vcpu != null && live.vcpu + size.vcpu > q.max_vcpu)
+      throw exceeded(tenant, "max_vcpu", q.max_vcpu, `${live.vcpu} in use, ${size.vcpu} asked`);
+    if (q.max_memory_mib != null && live.memory_mib + size.memoryMib > q.max_memory_mib)
+      throw exceeded(
+        tenant,
+        "max_memory_mib",
+        q.max_memory_mib,
+        `${live.memory_mib} MiB in use, ${size.memoryMib} asked`,
+      );
+    if (q.creates_per_minute != null) {
+      const recent = this.ledger.auth.createsSince(tenant, new Date(now - MINUTE_MS).toISOString());
+      if (recent + 1 > q.creates_per_minute)
+        throw exceeded(tenant, "creates_per_minute", q.creates_per_minute, `${recent} in the last minute`);
+    }
+    if (this.config.metering.budgetAction === "block") {
+      const budget = this.budgetOf(tenant);
+      const month = new Date(now).toISOString().slice(0, 7);
+      const used = this.ledger.ownerUsage(month).find((o) => o.owner === tenant);
+      const vcpuHours = (used?.vcpu_seconds ?? 0) / 3600;
+      const gibHours = (used?.gib_seconds ?? 0) / 3600;
+      if (budget.vcpuHours !== undefined && vcpuHours >= budget.vcpuHours)
+        throw exceeded(tenant, "monthly_vcpu_hours", budget.vcpuHours, `${vcpuHours.toFixed(2)} used this month`);
+      if (budget.gibHours !== undefined && gibHours >= budget.gibHours)
+        throw exceeded(tenant, "monthly_gib_hours", budget.gibHours, `${gibHours.toFixed(2)} used this month`);
+    }
+  }
+}

@@ -1,0 +1,41 @@
+import { API_SCOPES } from "@bothy/protocol";
+
+/**
+ * What each route needs of a key. `admin` holds every scope and sees every tenant; the others
+ * act only inside their key's tenant.
+ */
+
+export const ALL_SCOPES = API_SCOPES;
+export type Scope = (typeof API_SCOPES)[number];
+
+/** A key made without naming scopes gets these (everything but keys and admin). */
+export const DEFAULT_SCOPES: Scope[] = ["sandboxes:read", "sandboxes:write", "files", "corpus", "conversations"];
+
+/** `public`: no key needed; `key`: any valid key; else the scope the route needs. */
+export type Requirement = "public" | "key" | Scope;
+
+/**
+ * The requirement of a route, from its method and Fastify URL (`/sandboxes/:id`). A route
+ * nobody listed here gets a scope by its method, so a new route is never public by accident.
+ */
+export function requirementOf(method: string, url: string | undefined, websocket: boolean): Requirement {
+  if (url === undefined) return "key";
+  if (url === "/healthz" || url === "/openapi.json") return "public";
+  // envd calls carry the sandbox's own access token instead (checked by the envd routes), and
+  // the e2b SDK's signed file URLs a signature made with it.
+  if (url === "/e2b/envd" || url.startsWith("/e2b/envd/") || url === "/files") return "public";
+  if (url === "/metrics" || url.startsWith("/tenants")) return "admin";
+  if (url.startsWith("/keys")) return "keys:manage";
+  if (url.startsWith("/sandboxes/:id/files")) return "files";
+  if (url.startsWith("/corpus")) return "corpus";
+  if (url.startsWith("/conversations")) return "conversations";
+  // The tools run commands and move files in the tenant's sandboxes.
+  if (url === "/mcp") return "sandboxes:write";
+  // Proxied connections and WebSockets act on the sandbox (a re-attached command takes input).
+  if (url.startsWith("/sandboxes/:id/ports/") || websocket) return "sandboxes:write";
+  return method === "GET" || method === "HEAD" ? "sandboxes:read" : "sandboxes:write";
+}
+
+export function hasScope(scopes: ReadonlySet<Scope>, needed: Scope): boolean {
+  return scopes.has("admin") || scopes.has(needed);
+}

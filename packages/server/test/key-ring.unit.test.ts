@@ -1,0 +1,73 @@
+/** The key ring against a real ledger: what is stored, what verifies, and the pepper's guard. */
+import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { KeyRing } from "../src/auth/key-ring.ts";
+import { Ledger } from "../src/ledger/ledger.ts";
+
+let home: string;
+let ledger: Ledger;
+
+beforeEach(async () => {
+  home = await mkdtemp(join(tmpdir(), "bothy-keys-"));
+  ledger = new Ledger(join(home, "ledger.sqlite"));
+});
+
+afterEach(async () => {
+  ledger.close();
+  await rm(home, { recursive: true, force: true });
+});
+
+describe("key ring", () => {
+  it("stores a digest, not the key, and verifies only the exact, current key", async () => {
+    const ring = await KeyRing.open(home, ledger);
+    const { key, view } = ring.mint({ tenant: "default", name: "k", scopes: ["files"], expiresAt: null });
+    expect(key).toMatch(/^bothy_[0-9a-f]{64}$/);
+    const row = ledger.auth.key(view.key_id);
+    expect(row?.digest).toMatch(/^[0-9a-f]{64}$/);
+    expect(JSON.stringify(row)).not.toContain(key.slice(6));
+    expect(view.display).toBe(`${key.slice(0, 10)}…${key.slice(-4)}`);
+    const ok = ring.verify(key);
+    expect(ok.ok && [ok.principal.tenant, [...ok.principal.scopes]]).toEqual(["default", ["files"]]);
+    const altered = `${key.slice(0, 20)}${key[20] === "0" ? "1" : "0"}${key.slice(21)}`;
+    expect(ring.verify(altered)).toEqual({ ok: false, reason: "unknown" });
+    expect(ring.verify("bothy_x")).toEqual({ ok: false, reason: "malformed" });
+    const expired = ring.mint({ tenant: "default", name: "e", scopes: ["files"], expiresAt: "2026-01-01T00:00:00Z" });
+    expect(ring.verify(expired.key)).toEqual({ ok: false, reason: "expired" });
+    expect(ring.revoke(view.key_id)).toBe(true);
+    expect(ring.verify(key)).toEqual({ ok: false, reason: "revoked" });
+    expect(ring.revoke(view.key_id)).toBe(false);
+  });
+
+  it("bootstraps one admin key into admin.key (0600), and only on a ledger without keys", async () => {
+    const ring = await KeyRing.open(home, ledger);
+    const id = await ring.bootstrap(home, undefined);
+    expect(id).toMatch(/^key_/);
+    const file = join(home, "admin.key");
+    expect((await stat(file)).mode & 0o777).toBe(0o600);
+    expect((await stat(join(home, "secrets", "pepper"))).mode & 0o777).toBe(0o600);
+    const key = (await readFile(file, "utf8")).trim();
+    const check = ring.verify(key);
+    expect(check.ok && [...check.principal.scopes]).toEqual(["admin"]);
+    expect(await ring.bootstrap(home, undefined)).toBeUndefined();
+    expect((await readFile(file, "utf8")).trim()).toBe(key);
+  });
+
+  it("refuses to start with a new pepper when the ledger holds keys made with the old one", async () => {
+    const ring = await KeyRing.open(home, ledger);
+    await ring.bootstrap(home, undefined);
+    await rm(join(home, "secrets", "pepper"));
+    await expect(KeyRing.open(home, ledger)).rejects.toThrow(/pepper is missing but the ledger holds API keys/);
+  });
+
+  it("gives each tenant's tools a key of their own that is never stored", async () => {
+    const ring = await KeyRing.open(home, ledger);
+    const a = ring.serviceKey("a");
+    expect(ring.serviceKey("a")).toBe(a);
+    expect(ring.serviceKey("b")).not.toBe(a);
+    const check = ring.verify(a);
+    expect(check.ok && check.principal.tenant).toBe("a");
+    expect(ledger.auth.countKeys()).toBe(0);
+  });
+});

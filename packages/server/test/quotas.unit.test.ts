@@ -1,0 +1,98 @@
+/** Tenant quotas against a real ledger: each limit refuses with its name and value, and only past it. */
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { BothyError } from "@bothy/protocol";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { Quotas } from "../src/auth/quotas.ts";
+import { loadConfig } from "../src/config.ts";
+import { Ledger } from "../src/ledger/ledger.ts";
+import { newSandboxId } from "../src/util/ids.ts";
+
+let dir: string;
+let ledger: Ledger;
+
+beforeEach(async () => {
+  dir = await mkdtemp(join(tmpdir(), "bothy-quota-"));
+  ledger = new Ledger(join(dir, "ledger.sqlite"));
+});
+
+afterEach(async () => {
+  ledger.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+function sandbox(tenant: string, vcpu = 1, memory = 512): void {
+  ledger.insertSandbox({
+    id: newSandboxId(),
+    tenant,
+    template: "seed",
+    template_hash: "h",
+    driver: "gvisor",
+    acceleration: null,
+    vcpu,
+    memory_mib: memory,
+    state: "running",
+  });
+}
+
+function refusal(fn: () => void): unknown {
+  try {
+    fn();
+  } catch (err) {
+    if (err instanceof BothyError) return { code: err.code, ...err.details };
+    throw err;
+  }
+  return "admitted";
+}
+
+describe("tenant quotas", () => {
+  it("refuses past each limit, naming it", () => {
+    const quotas = new Quotas(ledger, loadConfig({}));
+    ledger.auth.insertTenant("t", JSON.stringify({ max_sandboxes: 2, max_vcpu: 3, creates_per_minute: 10 }));
+    const size = { vcpu: 1, memoryMib: 512 };
+    expect(refusal(() => quotas.admit("t", size))).toBe("admitted");
+    sandbox("t", 2);
+    expect(refusal(() => quotas.admit("t", { vcpu: 2, memoryMib: 512 }))).toEqual({
+      code: "quota_exceeded",
+      quota: "max_vcpu",
+      limit: 3,
+    });
+    sandbox("t", 1);
+    expect(refusal(() => quotas.admit("t", size))).toEqual({
+      code: "quota_exceeded",
+      quota: "max_sandboxes",
+      limit: 2,
+    });
+    // Another tenant's sandboxes count for it alone.
+    expect(refusal(() => quotas.admit("default", size))).toBe("admitted");
+    ledger.auth.setQuota("t", JSON.stringify({ creates_per_minute: 2 }));
+    expect(refusal(() => quotas.admit("t", size))).toEqual({
+      code: "quota_exceeded",
+      quota: "creates_per_minute",
+      limit: 2,
+    });
+    // A minute later the creates of before no longer count.
+    expect(refusal(() => quotas.admit("t", size, Date.now() + 61_000))).toBe("admitted");
+  });
+
+  it("blocks creates over the monthly budget only with BOTHY_BUDGET_ACTION=block", () => {
+    const month = new Date().toISOString().slice(0, 7);
+    ledger.auth.insertTenant("t", JSON.stringify({ monthly_vcpu_hours: 1 }));
+    ledger.addUsage([{ sandboxId: "sbx_x", owner: "t", month, vcpuSeconds: 3600, gibSeconds: 0 }]);
+    const size = { vcpu: 1, memoryMib: 512 };
+    expect(refusal(() => new Quotas(ledger, loadConfig({})).admit("t", size))).toBe("admitted");
+    const blocking = new Quotas(ledger, loadConfig({ BOTHY_BUDGET_ACTION: "block" }));
+    expect(refusal(() => blocking.admit("t", size))).toEqual({
+      code: "quota_exceeded",
+      quota: "monthly_vcpu_hours",
+      limit: 1,
+    });
+    // The host-wide budget applies to a tenant without its own.
+    expect(refusal(() => blocking.admit("default", size))).toBe("admitted");
+    expect(new Quotas(ledger, loadConfig({ BOTHY_BUDGET_GIB_HOURS: "2" })).budgetOf("default")).toEqual({
+      vcpuHours: undefined,
+      gibHours: 2,
+    });
+  });
+});
