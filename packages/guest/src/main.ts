@@ -12,6 +12,7 @@ import {
   resolveGuestPath,
   statPath,
 } from "./files.ts";
+import { runBootHooks } from "./boot-hooks.ts";
 import { applyIdentity } from "./identity.ts";
 import { applyLimits } from "./limits.ts";
 import { listeningPorts, TcpTunnel } from "./ports.ts";
@@ -260,4 +261,5 @@ function hello(): void {
   helloTimer = setTimeout(hello, HELLO_REPEAT_MS).unref();
 }
 
-hello();
+// The template's boot hooks (its services) first, so the first command finds them up.
+void runBootHooks().finally(hello);
