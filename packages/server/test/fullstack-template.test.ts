@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { noLeaks } from "./helpers/host-state.ts";
-import { api, createSandbox, runCommand } from "./helpers/client.ts";
+import { api, createSandbox, runCommand, sandboxState, waitForState as waitStateOf } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
 
@@ -29,17 +29,9 @@ for (const driver of testDrivers()) {
       expect(await ts?.stop()).toEqual(noLeaks());
     });
 
-    const state = async (id: string): Promise<string> =>
-      String((await api(ts.url, "GET", `/sandboxes/${id}`)).json["state"]);
-
-    async function waitForState(id: string, want: string, seconds: number): Promise<string> {
-      let s = await state(id);
-      for (let i = 0; i < seconds * 4 && s !== want; i++) {
-        await new Promise((r) => setTimeout(r, 250));
-        s = await state(id);
-      }
-      return s;
-    }
+    const state = (id: string): Promise<string> => sandboxState(ts.url, id);
+    const waitForState = (id: string, want: string, seconds: number): Promise<string> =>
+      waitStateOf(ts.url, id, want, seconds);
 
     const asleep = driver.name === "qemu" ? "paused" : "stopped";
 

@@ -49,6 +49,22 @@ export async function waitDeleted(base: string, id: string, timeoutMs = 60_000):
   }
 }
 
+/** A sandbox's state, as GET /sandboxes/{id} answers it. */
+export async function sandboxState(base: string, id: string): Promise<string> {
+  return String((await api(base, "GET", `/sandboxes/${id}`)).json["state"]);
+}
+
+/** Polls GET until the sandbox is in `want`, for up to `seconds`; answers the last state seen. */
+export async function waitForState(base: string, id: string, want: string, seconds: number): Promise<string> {
+  const deadline = Date.now() + seconds * 1000;
+  let state = await sandboxState(base, id);
+  while (state !== want && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 250)); // the poll's pace, not a wait for an outcome
+    state = await sandboxState(base, id);
+  }
+  return state;
+}
+
 /** Polls GET /sandboxes until no sandbox is `deleting`: every teardown under way has ended. */
 export async function waitNoneDeleting(base: string, timeoutMs = 60_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
