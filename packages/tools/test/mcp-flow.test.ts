@@ -12,7 +12,7 @@ import { LoggingMessageNotificationSchema, type CallToolResult } from "@modelcon
 import { PNG } from "pngjs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { noLeaks } from "../../server/test/helpers/host-state.ts";
-import { api } from "../../server/test/helpers/client.ts";
+import { api, waitDeleted, waitNoneDeleting } from "../../server/test/helpers/client.ts";
 import { driverTitle, testDrivers } from "../../server/test/helpers/drivers.ts";
 import { startTestServer, type TestServer } from "../../server/test/helpers/test-server.ts";
 import { TOOL_NAMES } from "../src/index.ts";
@@ -506,7 +506,8 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
         timeout: 15_000,
       })
       .not.toBeNull();
-    expect((await api(ts.url, "GET", `/sandboxes/${sandboxId}`)).json["state"]).toBe("deleted");
+    // The delete answers once the sandbox is deleting; its teardown then ends in `deleted`.
+    expect(await waitDeleted(ts.url, sandboxId)).toBe("deleted");
   });
 
   it(
@@ -546,6 +547,7 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
       });
       expect(broken.status).toBe(400);
       expect(((await broken.json()) as { detail: string }).detail).toMatch(/could not be extracted|no text/);
+      await waitNoneDeleting(ts.url);
       const live = (
         (await api(ts.url, "GET", "/sandboxes")).json["sandboxes"] as Array<{ template: string; state: string }>
       ).filter((s) => s.template === "workspace" && s.state !== "deleted");
