@@ -579,11 +579,12 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
       });
       expect(ok.status).toBe(200);
       // Not in the log, the ledger (its WAL included) or any other file the server keeps in its
-      // home (sandbox disks and template trees aside), nor in its events or the guest's environment.
+      // home (sandbox disks, blank disk images and template trees aside), nor in its events or the
+      // guest's environment.
       // Earlier tests' deletes finish first: a teardown removes directories while the walk reads them.
       await waitNoneDeleting(ts.url);
       const kept = (await readdir(ts.home, { withFileTypes: true, recursive: true })).filter(
-        (e) => e.isFile() && !/^(sandboxes|runsc|qemu|initramfs)\b/.test(relative(ts.home, e.parentPath)),
+        (e) => e.isFile() && !/^(sandboxes|runsc|qemu|initramfs|disk-blanks)\b/.test(relative(ts.home, e.parentPath)),
       );
       expect(kept.map((e) => e.name)).toEqual(expect.arrayContaining(["ledger.sqlite", "server.log"]));
       for (const e of kept)
