@@ -12,14 +12,16 @@ const fixed =
   (n: number): Sizer =>
   () =>
     n;
-const at = (offset: number, width: 1 | 2 | 4, per: number, base: number): Sizer => {
+/** A message whose size is `base` plus `per` for each of the count at `offset` (1 or 2 bytes). */
+const at = (offset: number, width: 1 | 2, per: number, base: number): Sizer => {
   return (buf) => {
     if (buf.length < offset + width) return undefined;
-    const count =
-      width === 1 ? buf.readUInt8(offset) : width === 2 ? buf.readUInt16BE(offset) : buf.readUInt32BE(offset);
-    return base + count * per;
+    return base + (width === 1 ? buf.readUInt8(offset) : buf.readUInt16BE(offset)) * per;
   };
 };
+
+/** ClientCutText: a negative length is the extended clipboard's (its size is the absolute value). */
+const cutText: Sizer = (buf) => (buf.length < 8 ? undefined : 8 + Math.abs(buf.readInt32BE(4)));
 
 /** RFC 6143 section 7.5 and the extensions noVNC sends: [size, passed on]. */
 const MESSAGES = new Map<number, [Sizer, boolean]>([
@@ -28,7 +30,7 @@ const MESSAGES = new Map<number, [Sizer, boolean]>([
   [3, [fixed(10), true]], // FramebufferUpdateRequest
   [4, [fixed(8), false]], // KeyEvent
   [5, [fixed(6), false]], // PointerEvent
-  [6, [at(4, 4, 1, 8), false]], // ClientCutText
+  [6, [cutText, false]], // ClientCutText
   [150, [fixed(10), true]], // EnableContinuousUpdates
   [248, [at(8, 1, 1, 9), true]], // ClientFence
   [251, [at(6, 1, 16, 8), false]], // SetDesktopSize
