@@ -1,4 +1,4 @@
-import { spawn } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { connect } from "node:net";
@@ -297,6 +297,17 @@ for (const driver of testDrivers()) {
       } finally {
         await api(ts.url, "DELETE", `/sandboxes/${other}`);
       }
+      // The CLI prints one too.
+      const printed = await new Promise<string>((resolve, reject) =>
+        execFile(
+          process.execPath,
+          [BOTHY, "port", id, String(NODE_PORT), "--link", "--ttl", "60"],
+          { env: { ...process.env, BOTHY_URL: ts.url } },
+          (err, stdout) => (err ? reject(err) : resolve(stdout)),
+        ),
+      );
+      expect(printed).toMatch(new RegExp(`^${ts.url}${base}/\\?token=[\\w-]+\\.[\\w-]+\\n$`));
+      expect((await anonymous(printed.trim())).status).toBe(303);
       // The token never reaches the server's log.
       expect(readFileSync(ts.logPath, "utf8")).not.toContain(token.split(".")[1]);
     });
