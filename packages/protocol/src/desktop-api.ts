@@ -66,3 +66,22 @@ export type DesktopAction = z.input<typeof desktopAction>;
 
 export const desktopActionResult = z.object({ action: z.string(), width: z.number().int(), height: z.number().int() });
 export type DesktopActionResult = z.infer<typeof desktopActionResult>;
+
+/** `POST /sandboxes/{id}/desktop/link` and `POST /sandboxes/{id}/port-links/{port}`: a signed, expiring link. */
+export const linkRequest = z
+  .object({
+    /** Desktop links only: mouse and keyboard pass on (needs sandboxes:write). */
+    control: z.boolean().optional(),
+    ttl_s: z.number().int().min(1).max(86_400).default(3600),
+  })
+  .strict();
+export type LinkRequest = z.input<typeof linkRequest>;
+
+export const linkResponse = z.object({
+  /** Opens without an API key until expires_at; keep it as secret as a key. */
+  url: z.string(),
+  /** The preview host form of a port link, when the server has BOTHY_PREVIEW_DOMAIN. */
+  preview_url: z.string().optional(),
+  expires_at: z.string(),
+});
+export type LinkResponse = z.infer<typeof linkResponse>;

@@ -6,6 +6,8 @@
 import {
   desktopActionResult,
   desktopInfo,
+  linkResponse,
+  type LinkResponse,
   type DesktopAction,
   type DesktopActionResult,
   type DesktopInfo,
@@ -13,7 +15,12 @@ import {
 } from "@bothy/protocol";
 import type { CallOptions, HttpClient } from "./http-client.ts";
 
-export type { DesktopAction, DesktopActionResult, DesktopInfo };
+export type { DesktopAction, DesktopActionResult, DesktopInfo, LinkResponse };
+
+/** What a link is asked for with: its lifetime in seconds (default 3600, at most 86400). */
+export interface LinkOptions extends CallOptions {
+  ttlS?: number;
+}
 
 export interface Screenshot {
   png: Uint8Array;
@@ -89,6 +96,17 @@ export class Desktop {
   /** The live view (noVNC) a person opens in a browser; `control` lets them use mouse and keyboard too. */
   viewerUrl(control = false): string {
     return this.http.url(this.path(""), control ? { control: 1 } : undefined);
+  }
+
+  /**
+   * A signed link to the live view that opens in a browser without an API key until
+   * `expires_at`: view only, or with `control` mouse and keyboard too (needs sandboxes:write).
+   * Anyone holding it can watch: share it like a key, for as short a time as will do.
+   */
+  async viewerLink(options: LinkOptions & { control?: boolean } = {}): Promise<LinkResponse> {
+    const { control, ttlS, ...call } = options;
+    const body = { ...(control === undefined ? {} : { control }), ...(ttlS === undefined ? {} : { ttl_s: ttlS }) };
+    return this.http.json("POST", this.path("/link"), linkResponse, { body, ...call });
   }
 
   /**

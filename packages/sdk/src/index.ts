@@ -23,6 +23,8 @@ export {
   type DesktopAction,
   type DesktopActionResult,
   type DesktopInfo,
+  type LinkOptions,
+  type LinkResponse,
   type MouseButton,
   type Screenshot,
 } from "./desktop.ts";

@@ -2,7 +2,8 @@
  * Ports as URLs: what listens inside a sandbox, and the server URL that reaches each port (HTTP
  * and WebSocket, relayed over the guest channel; the sandbox is never opened to the network).
  */
-import { portList, type ListeningPort } from "@bothy/protocol";
+import { linkResponse, portList, type LinkResponse, type ListeningPort } from "@bothy/protocol";
+import type { LinkOptions } from "./desktop.ts";
 import type { CallOptions, HttpClient } from "./http-client.ts";
 import { forwardPort, type ForwardOptions, type PortForward } from "./port-forward.ts";
 
@@ -30,6 +31,19 @@ export class Ports {
       throw new RangeError(`${port} is not a TCP port; use a number from 1 to 65535.`);
     const rest = path.startsWith("/") ? path : `/${path}`;
     return `${this.http.baseUrl}/sandboxes/${this.sandboxId}/ports/${port}${rest}`;
+  }
+
+  /**
+   * A signed link that opens `port` in a browser without an API key until `expires_at` (its
+   * first request trades the token for a cookie scoped to that port, so the app's relative links
+   * work); `preview_url` too when the server has BOTHY_PREVIEW_DOMAIN. Share it like a key.
+   */
+  async link(port: number, options: LinkOptions = {}): Promise<LinkResponse> {
+    if (!Number.isInteger(port) || port < 1 || port > 65535)
+      throw new RangeError(`${port} is not a TCP port; use a number from 1 to 65535.`);
+    const { ttlS, ...call } = options;
+    const body = ttlS === undefined ? {} : { ttl_s: ttlS };
+    return this.http.json("POST", `/sandboxes/${this.sandboxId}/port-links/${port}`, linkResponse, { body, ...call });
   }
 
   /** `url(port)` without its scheme (`host:port/sandboxes/…/ports/PORT/`), as E2B's `getHost` answers. */

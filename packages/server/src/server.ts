@@ -10,6 +10,7 @@ import { BothyError } from "@bothy/protocol";
 import { agentToolRoutes } from "./api/agent-tool-routes.ts";
 import { authRoutes } from "./api/auth-routes.ts";
 import { authHooks, KeyConnections } from "./auth/auth-hooks.ts";
+import { LinkTokens, linkGrant, redactToken } from "./auth/link-tokens.ts";
 import { KeyRing } from "./auth/key-ring.ts";
 import { Quotas } from "./auth/quotas.ts";
 import { commandRoutes } from "./api/command-routes.ts";
@@ -169,7 +170,16 @@ export async function startServer(
     );
   // Every answer is problem+json, also those Fastify and Node's HTTP parser give before a route runs.
   const app = Fastify({
-    loggerInstance: logger.child({}, { level: "warn" }) as FastifyBaseLogger,
+    // A link's token in a URL never reaches the log (Fastify logs request URLs at info).
+    loggerInstance: logger.child(
+      {},
+      {
+        level: "warn",
+        serializers: {
+          req: (req: { method?: string; url?: string }) => ({ method: req.method, url: redactToken(req.url ?? "") }),
+        },
+      },
+    ) as FastifyBaseLogger,
     bodyLimit: config.bodyLimitBytes,
     // A request while closing gets `shutting_down` from the hook below, not Fastify's own 503.
     return503OnClosing: false,
@@ -199,12 +209,17 @@ export async function startServer(
       throw new BothyError("malformed_request", "An HTTP/1.1 request needs a Host header (RFC 9112); send one.");
   });
   const e2bTokens = await AccessTokens.load(config.home);
+  const links = await LinkTokens.load(config.home);
+  const viaLink = linkGrant(links);
   authHooks(app, {
     ring,
     ledger,
     mode: config.auth.mode,
     connections,
-    sandboxGrant: (request) => {
+    sandboxGrant: (request, url) => {
+      const link = viaLink(request, url);
+      if (link) return link;
+      if (!url.startsWith("/sandboxes/:id/ports/")) return undefined;
       const id = e2bPortTrafficOf(request.raw);
       const header = (name: string): string | undefined => {
         const value = request.headers[name];
@@ -212,7 +227,7 @@ export async function startServer(
       };
       return id !== undefined &&
         e2bTokens.verifyTraffic(id, header("e2b-traffic-access-token"), header("x-access-token"))
-        ? id
+        ? { sandbox: id, scopes: ["sandboxes:write"] }
         : undefined;
     },
   });
@@ -233,8 +248,8 @@ export async function startServer(
   commandRoutes(app, manager, registry, watch);
   eventRoutes(app, events);
   await fileRoutes(app, manager);
-  await portRoutes(app, manager);
-  await desktopRoutes(app, manager, new DesktopService(manager));
+  await portRoutes(app, manager, { tokens: links, previewDomain: config.previewDomain });
+  await desktopRoutes(app, manager, new DesktopService(manager), links);
   tunnelRoutes(app, manager);
   await agentToolRoutes(app, config, logger, ring);
   usageRoutes(app, meter, ledger);

@@ -1,4 +1,4 @@
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -6,6 +6,7 @@ import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { chromium, type Browser } from "playwright-core";
 import { PNG } from "pngjs";
 import { Sandbox } from "@bothy/sdk";
+import { ANONYMOUS } from "../../../test/auth.ts";
 import { api } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
 import { noLeaks } from "./helpers/host-state.ts";
@@ -169,18 +170,26 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
     expect(pixel((await desk.desktop.screenshot()).png, 640, 600)).toEqual(TEAL);
   });
 
-  it("shows the screen live at /sandboxes/{id}/desktop (noVNC) in the host's Chromium", async () => {
-    const viewer = desk.desktop.viewerUrl();
-    expect(viewer).toBe(`${ts.url}/sandboxes/${desk.sandboxId}/desktop`);
-    host = await chromium.launch({ executablePath: HOST_CHROMIUM, args: HOST_FLAGS });
-    // The viewer is an API route like any other: the browser sends the key (a person's browser
-    // reaches it through a proxy that adds it; per-sandbox viewer links are not built yet).
-    const view = await host.newPage({
-      viewport: { width: 1280, height: 800 },
-      extraHTTPHeaders: { authorization: `Bearer ${ts.apiKey}` },
+  it("shows the screen live at a desktop link (noVNC) in the host's Chromium, with no API key", async () => {
+    expect(desk.desktop.viewerUrl()).toBe(`${ts.url}/sandboxes/${desk.sandboxId}/desktop`);
+    const link = await desk.desktop.viewerLink({ ttlS: 600 });
+    expect(link.url).toMatch(new RegExp(`^${ts.url}/sandboxes/${desk.sandboxId}/desktop\\?token=[\\w-]+\\.[\\w-]+$`));
+    const token = new URL(link.url).searchParams.get("token")!;
+    // The token opens the live view and nothing else of the sandbox's API.
+    const shot = await fetch(`${ts.url}/sandboxes/${desk.sandboxId}/desktop/screenshot?token=${token}`, {
+      headers: ANONYMOUS,
     });
-    await view.goto(viewer);
+    expect(shot.status).toBe(401);
+    expect(
+      (await fetch(`${ts.url}/sandboxes/${plain.sandboxId}/desktop?token=${token}`, { headers: ANONYMOUS })).status,
+    ).toBe(401);
+    // The host's browser sends no key: the link alone lets it in (noVNC's files are public).
+    host = await chromium.launch({ executablePath: HOST_CHROMIUM, args: HOST_FLAGS });
+    const view = await host.newPage({ viewport: { width: 1280, height: 800 } });
+    await view.goto(link.url);
     await view.waitForSelector("body[data-state=connected]", { timeout: 60_000 });
+    // The token leaves the address bar once the page has it.
+    expect(view.url()).toBe(`${ts.url}/sandboxes/${desk.sandboxId}/desktop`);
     // The sandbox shows teal (the previous test); it is scaled into the viewport, so look at the middle.
     const middle = { x: 560, y: 380, w: 160, h: 40 };
     await eventually("the viewer shows the teal page", async () => regionIs(await view.screenshot(), middle, TEAL));
@@ -188,6 +197,35 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
     const tab = cdp!.contexts()[0]!.pages()[0]!;
     await tab.evaluate("document.body.style.background = 'rgb(255, 128, 0)'");
     await eventually("the viewer shows the orange page", async () => regionIs(await view.screenshot(), middle, ORANGE));
+    await view.close();
+
+    // A link with control passes the person's mouse on to the sandbox.
+    const control = await desk.desktop.viewerLink({ control: true, ttlS: 600 });
+    expect(control.url).toContain("?control=1&token=");
+    const hands = await host.newPage({ viewport: { width: 1280, height: 800 } });
+    await hands.goto(control.url);
+    await hands.waitForSelector("body[data-state=connected]", { timeout: 60_000 });
+    const before = await tab.evaluate<number[] | undefined>("window.seen");
+    let x = 300;
+    await eventually("the sandbox's page saw the viewer's pointer", async () => {
+      await hands.mouse.move((x += 7), 300);
+      const seen = await tab.evaluate<number[] | undefined>("window.seen");
+      return seen !== undefined && JSON.stringify(seen) !== JSON.stringify(before);
+    });
+    await hands.close();
+    // A key with sandboxes:read only may watch but not ask for control.
+    const made = await api(ts.url, "POST", "/keys", { scopes: ["sandboxes:read"] });
+    const reader = await fetch(`${ts.url}/sandboxes/${desk.sandboxId}/desktop/link`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${String(made.json["key"])}`, "content-type": "application/json" },
+      body: JSON.stringify({ control: true }),
+    });
+    expect(reader.status).toBe(403);
+    expect(((await reader.json()) as { code: string }).code).toBe("scope_missing");
+    // Neither token reaches the server's log.
+    const log = readFileSync(ts.logPath, "utf8");
+    expect(log).not.toContain(token.split(".")[1]);
+    expect(log).not.toContain(new URL(control.url).searchParams.get("token")!.split(".")[1]);
   });
 
   it("gives the agent the same screen as MCP tools: computer_screenshot as an image, the input tools", async () => {

@@ -1,4 +1,4 @@
-import { spawn } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { connect } from "node:net";
@@ -7,6 +7,8 @@ import { Sandbox } from "@bothy/sdk";
 import { get as httpGet, type IncomingMessage } from "node:http";
 import { describe, expect, it } from "vitest";
 import WebSocket from "ws";
+import { ANONYMOUS } from "../../../test/auth.ts";
+import { LinkTokens } from "../src/auth/link-tokens.ts";
 import { startBackgroundCommand } from "./helpers/background.ts";
 import { api, createSandbox, runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
@@ -24,10 +26,11 @@ function getWithHost(
   base: string,
   host: string,
   path: string,
+  headers: Record<string, string> = {},
 ): Promise<{ status: number; headers: IncomingMessage["headers"]; body: string }> {
   const { hostname, port } = new URL(base);
   return new Promise((resolve, reject) => {
-    httpGet({ hostname, port, path, headers: { host: `${host}:${port}` } }, (res) => {
+    httpGet({ hostname, port, path, headers: { ...headers, host: `${host}:${port}` } }, (res) => {
       let body = "";
       res.on("data", (c: Buffer) => (body += c.toString()));
       res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
@@ -208,6 +211,105 @@ for (const driver of testDrivers()) {
       expect(notListening.status).toBe(502);
       // Any other host name is the API as usual.
       expect((await getWithHost(ts.url, `8000-sbx_nope.${PREVIEW_DOMAIN}`, "/healthz")).status).toBe(200);
+    });
+
+    it("opens a port link in a browser without a key: the token becomes a cookie for that port only", async () => {
+      const link = await (await Sandbox.connect(id, { baseUrl: ts.url })).ports.link(NODE_PORT, { ttlS: 600 });
+      const base = `/sandboxes/${id}/ports/${NODE_PORT}`;
+      expect(link.url).toMatch(new RegExp(`^${ts.url}${base}/\\?token=[\\w-]+\\.[\\w-]+$`));
+      expect(link.preview_url).toMatch(new RegExp(`^http://${NODE_PORT}-${id}\\.${PREVIEW_DOMAIN}:\\d+/\\?token=`));
+      const token = new URL(link.url).searchParams.get("token")!;
+      const anonymous = (url: string, headers: Record<string, string> = {}): Promise<Response> =>
+        fetch(url, { redirect: "manual", headers: { ...ANONYMOUS, ...headers } });
+
+      // Without a key or token: 401 as before.
+      expect((await anonymous(portUrl(NODE_PORT, "/hello"))).status).toBe(401);
+      // The first GET trades the token for a cookie scoped to the port and comes back without it.
+      const landing = await anonymous(`${ts.url}${base}/hello?a=1&token=${token}`);
+      expect(landing.status).toBe(303);
+      expect(landing.headers.get("location")).toBe(`${base}/hello?a=1`);
+      const cookie = landing.headers.get("set-cookie")!;
+      expect(cookie).toContain(`bothy_link=${token}`);
+      expect(cookie).toContain(`Path=${base}`);
+      expect(cookie).toMatch(/HttpOnly/);
+      expect(cookie).toMatch(/SameSite=Lax/);
+      // A follow-up request (a relative link of the app) goes by the cookie; the app sees neither.
+      const jar = `theme=dark; bothy_link=${token}`;
+      const hello = await anonymous(`${ts.url}${base}/hello?a=1`, { cookie: jar });
+      expect(hello.status).toBe(200);
+      expect(await hello.text()).toBe("hello from inside\n");
+      expect(hello.headers.get("x-seen-path")).toBe("/hello?a=1");
+      expect(hello.headers.get("x-seen-cookie")).toBe("theme=dark");
+      // Another method with ?token= is passed on without the token.
+      const post = await fetch(`${ts.url}${base}/hello?token=${token}&b=2`, {
+        method: "POST",
+        headers: ANONYMOUS,
+      });
+      expect(post.status).toBe(200);
+      expect(post.headers.get("x-seen-path")).toBe("/hello?b=2");
+      // WebSockets by the cookie too.
+      const ws = new WebSocket(`${ts.wsUrl}${base}/ws`, { headers: { ...ANONYMOUS, cookie: jar } });
+      const echoed = await new Promise<string>((resolve, reject) => {
+        ws.on("open", () => ws.send("by the cookie"));
+        ws.on("message", (data) => {
+          resolve(data.toString());
+          ws.close();
+        });
+        ws.on("error", reject);
+      });
+      expect(echoed).toBe("by the cookie");
+      // The preview host form sets its cookie for the whole (port's own) host.
+      const preview = await getWithHost(ts.url, `${NODE_PORT}-${id}.${PREVIEW_DOMAIN}`, `/?token=${token}`, ANONYMOUS);
+      expect(preview.status).toBe(303);
+      expect(preview.headers["location"]).toBe("/");
+      expect(String(preview.headers["set-cookie"])).toContain("Path=/;");
+
+      // Nothing else: another port, another sandbox, other API routes, an expired or tampered token.
+      const other = await createSandbox(ts.url);
+      try {
+        expect((await anonymous(portUrl(LOOPBACK_PORT, `/www/index.txt?token=${token}`))).status).toBe(401);
+        expect((await anonymous(`${ts.url}/sandboxes/${other}/ports/${NODE_PORT}/hello?token=${token}`)).status).toBe(
+          401,
+        );
+        expect((await anonymous(`${ts.url}/sandboxes/${id}/ports?token=${token}`)).status).toBe(401);
+        expect((await anonymous(`${ts.url}/sandboxes/${id}/desktop?token=${token}`)).status).toBe(401);
+        const signer = await LinkTokens.load(ts.home);
+        const expired = signer.sign({ sid: id, what: `port:${NODE_PORT}`, exp: Math.floor(Date.now() / 1000) - 5 });
+        expect((await anonymous(`${ts.url}${base}/hello?token=${expired}`)).status).toBe(401);
+        const [body, sig] = token.split(".");
+        const payload = JSON.parse(Buffer.from(body!, "base64url").toString()) as Record<string, unknown>;
+        const widened = Buffer.from(JSON.stringify({ ...payload, what: `port:${LOOPBACK_PORT}` })).toString(
+          "base64url",
+        );
+        expect((await anonymous(portUrl(LOOPBACK_PORT, `/www/index.txt?token=${widened}.${sig}`))).status).toBe(401);
+        expect(
+          (await anonymous(`${ts.url}${base}/hello`, { cookie: `bothy_link=${token.slice(0, -2)}xx` })).status,
+        ).toBe(401);
+        // A key of another tenant cannot mint one for this sandbox: the sandbox is unknown to it.
+        expect((await api(ts.url, "POST", "/tenants", { tenant: "elsewhere" })).status).toBe(201);
+        const mint = await api(ts.url, "POST", "/keys", { tenant: "elsewhere", scopes: ["sandboxes:write"] });
+        const stranger = await fetch(`${ts.url}/sandboxes/${id}/port-links/${NODE_PORT}`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${String(mint.json["key"])}`, "content-type": "application/json" },
+          body: "{}",
+        });
+        expect(stranger.status).toBe(404);
+      } finally {
+        await api(ts.url, "DELETE", `/sandboxes/${other}`);
+      }
+      // The CLI prints one too.
+      const printed = await new Promise<string>((resolve, reject) =>
+        execFile(
+          process.execPath,
+          [BOTHY, "port", id, String(NODE_PORT), "--link", "--ttl", "60"],
+          { env: { ...process.env, BOTHY_URL: ts.url } },
+          (err, stdout) => (err ? reject(err) : resolve(stdout)),
+        ),
+      );
+      expect(printed).toMatch(new RegExp(`^${ts.url}${base}/\\?token=[\\w-]+\\.[\\w-]+\\n$`));
+      expect((await anonymous(printed.trim())).status).toBe(303);
+      // The token never reaches the server's log.
+      expect(readFileSync(ts.logPath, "utf8")).not.toContain(token.split(".")[1]);
     });
 
     it("answers 502 port_not_listening for a port nobody listens on, 400 for a port that is no port", async () => {

@@ -4,6 +4,9 @@ import type { Command } from "../command.ts";
 import { printJson } from "../output.ts";
 
 const USAGE = `usage: bothy port ID PORT    print the URL that reaches PORT inside the sandbox
+       bothy port ID PORT --link [--ttl SECONDS] [--json]
+                             print a signed link that opens PORT in a browser with no API
+                             key until it expires (default 3600 s, at most 86400)
        bothy port ID PORT --forward LOCAL
                              serve 127.0.0.1:LOCAL (0: any free port) as PORT inside the
                              sandbox, raw TCP (a database, SSH, HTTP), until Ctrl-C
@@ -19,7 +22,13 @@ export const portCommand: Command = {
   async run(args) {
     const { values, positionals } = parse(
       args,
-      { ...CONNECTION_FLAGS, ...JSON_FLAG, forward: { type: "string" } },
+      {
+        ...CONNECTION_FLAGS,
+        ...JSON_FLAG,
+        forward: { type: "string" },
+        link: { type: "boolean" },
+        ttl: { type: "string" },
+      },
       { min: 1, max: 2, names: "sandbox ID and PORT" },
     );
     if (values.help) {
@@ -36,6 +45,15 @@ export const portCommand: Command = {
     }
     const port = /^[0-9]{1,5}$/.test(raw) ? Number(raw) : NaN;
     if (!(port >= 1 && port <= 65535)) throw new UsageError(`"${raw}" is not a TCP port (1-65535)`);
+    if (values.link) {
+      const ttlS = values.ttl === undefined ? undefined : Number(values.ttl);
+      if (ttlS !== undefined && !(Number.isInteger(ttlS) && ttlS >= 1 && ttlS <= 86_400))
+        throw new UsageError(`--ttl "${values.ttl}" is not a number of seconds (1-86400)`);
+      const link = await sandbox.ports.link(port, ttlS === undefined ? {} : { ttlS });
+      if (values.json) printJson(link);
+      else process.stdout.write(`${link.url}\n`);
+      return 0;
+    }
     if (values.forward === undefined) {
       process.stdout.write(`${sandbox.ports.url(port)}\n`);
       return 0;

@@ -9,12 +9,16 @@ import { createRequire } from "node:module";
 import type { Socket } from "node:net";
 import { dirname, join, normalize, sep } from "node:path";
 import type { FastifyInstance, FastifyRequest } from "fastify";
-import { BothyError, desktopStartRequest, SANDBOX_ID_RE } from "@bothy/protocol";
+import { BothyError, desktopStartRequest, linkRequest, SANDBOX_ID_RE } from "@bothy/protocol";
+import { principalOf } from "../auth/auth-hooks.ts";
+import type { LinkTokens } from "../auth/link-tokens.ts";
+import { hasScope } from "../auth/scopes.ts";
 import type { TcpStream } from "../agent/tcp-stream.ts";
 import type { DesktopService } from "../desktop/desktop-service.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { parseInput } from "./parse-input.ts";
 import { relayTcp } from "./tcp-relay.ts";
+import { viewOnlyRfb } from "./rfb-view-only.ts";
 
 type Params = { Params: { id: string } };
 
@@ -25,8 +29,16 @@ function novncRoot(): string {
   return dirname(dirname(createRequire(import.meta.url).resolve("@novnc/novnc")));
 }
 
-/** The page a person opens to watch (and, with ?control=1, use) the sandbox's screen. */
-function viewerPage(id: string, control: boolean): string {
+/** The absolute URL of a path on this server, as the client reached it. */
+export function absoluteUrl(request: FastifyRequest, path: string, host = request.headers.host ?? "127.0.0.1"): string {
+  return `${request.protocol}://${host}${path}`;
+}
+
+/**
+ * The page a person opens to watch (and, with ?control=1, use) the sandbox's screen. A link's
+ * token goes on to the WebSocket; the relay itself drops input when the principal may only read.
+ */
+function viewerPage(id: string, control: boolean, token: string | undefined): string {
   return `<!doctype html>
 <html lang="en">
 <head>
@@ -40,7 +52,9 @@ function viewerPage(id: string, control: boolean): string {
 <script type="module">
 import RFB from "/desktop/novnc/core/rfb.js";
 const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-const url = scheme + "//" + location.host + "/sandboxes/${id}/desktop/vnc";
+const token = new URLSearchParams(location.search).get("token");
+const url = scheme + "//" + location.host + "/sandboxes/${id}/desktop/vnc" + (token ? "?token=" + encodeURIComponent(token) : "");
+${token === undefined ? "" : 'history.replaceState(null, "", location.pathname + (location.search.includes("control=1") ? "?control=1" : ""));'}
 const status = document.getElementById("status");
 const show = (state, text) => { document.body.dataset.state = state; status.textContent = text; };
 // A dropped or refused connection (the desktop still starting, the sandbox waking) is retried, as a person would.
@@ -115,6 +129,7 @@ export async function desktopRoutes(
   app: FastifyInstance,
   manager: SandboxManager,
   desktop: DesktopService,
+  links: LinkTokens,
 ): Promise<void> {
   app.post<Params>("/sandboxes/:id/desktop/start", async (request) => {
     const size = parseInput(desktopStartRequest, request.body, "POST /desktop/start");
@@ -134,13 +149,37 @@ export async function desktopRoutes(
 
   app.post<Params>("/sandboxes/:id/desktop/actions", async (request) => desktop.act(request.params.id, request.body));
 
-  app.get<Params & { Querystring: { control?: string } }>("/sandboxes/:id/desktop", async (request, reply) => {
+  app.get<Params & { Querystring: { control?: string; token?: string } }>(
+    "/sandboxes/:id/desktop",
+    async (request, reply) => {
+      const id = sandboxId(request);
+      manager.info(id);
+      const control = request.query.control === "1" && hasScope(principalOf(request).scopes, "sandboxes:write");
+      return reply
+        .type("text/html; charset=utf-8")
+        .header("cache-control", "no-store")
+        .header("referrer-policy", "no-referrer")
+        .send(viewerPage(id, control, request.query.token));
+    },
+  );
+
+  app.post<Params>("/sandboxes/:id/desktop/link", async (request) => {
     const id = sandboxId(request);
+    const body = parseInput(linkRequest, request.body ?? {}, "POST /desktop/link");
+    if (body.control === true && !hasScope(principalOf(request).scopes, "sandboxes:write"))
+      throw new BothyError(
+        "scope_missing",
+        "A desktop link with control needs a key with the scope sandboxes:write; ask for a view-only link (control false) or use such a key.",
+        { details: { scope: "sandboxes:write" } },
+      );
     manager.info(id);
-    return reply
-      .type("text/html; charset=utf-8")
-      .header("cache-control", "no-store")
-      .send(viewerPage(id, request.query.control === "1"));
+    const exp = Math.floor(Date.now() / 1000) + body.ttl_s;
+    const token = links.sign({ sid: id, what: "desktop", ...(body.control ? { control: true } : {}), exp });
+    const query = `${body.control ? "control=1&" : ""}token=${token}`;
+    return {
+      url: absoluteUrl(request, `/sandboxes/${id}/desktop?${query}`),
+      expires_at: new Date(exp * 1000).toISOString(),
+    };
   });
 
   app.get<{ Params: { "*": string } }>("/desktop/novnc/*", async (request, reply) => {
@@ -168,11 +207,19 @@ export async function desktopRoutes(
         "This endpoint is the desktop's VNC stream over a WebSocket; open /sandboxes/ID/desktop in a browser to watch.",
       );
     },
+    // A principal that may only read (a view-only link, a sandboxes:read key) gets the screen
+    // but none of its input reaches the VNC server: the relay drops it.
     wsHandler: (socket, request) =>
-      relayTcp(socket, request.log, request.params.id, async () => {
-        const info = await desktop.start(request.params.id);
-        return manager.agent(request.params.id).openTcp(info.vnc_port);
-      }),
+      relayTcp(
+        socket,
+        request.log,
+        request.params.id,
+        async () => {
+          const info = await desktop.start(request.params.id);
+          return manager.agent(request.params.id).openTcp(info.vnc_port);
+        },
+        hasScope(principalOf(request).scopes, "sandboxes:write") ? undefined : viewOnlyRfb(),
+      ),
   });
 
   const cdpJson = async (request: FastifyRequest<Params & { Params: { "*": string } }>): Promise<unknown> => {

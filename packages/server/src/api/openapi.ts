@@ -29,6 +29,8 @@ import {
   desktopActionResult,
   desktopInfo,
   desktopStartRequest,
+  linkRequest,
+  linkResponse,
   dirListing,
   fileDeleteQuery,
   sandboxDeleteQuery,
@@ -78,6 +80,8 @@ const SCHEMAS = {
   RenameResult: renameResult,
   PortList: portList,
   DesktopStartRequest: desktopStartRequest,
+  LinkRequest: linkRequest,
+  Link: linkResponse,
   Desktop: desktopInfo,
   DesktopAction: desktopAction,
   DesktopActionResult: desktopActionResult,
@@ -302,6 +306,15 @@ export const OPERATIONS: Operation[] = [
     summary: "List the TCP ports listening inside the sandbox",
     answers: { 200: { description: "Listening sockets", schema: "PortList" } },
   },
+  {
+    method: "post",
+    path: "/sandboxes/{id}/port-links/{port}",
+    tag: "ports",
+    summary:
+      "A signed link that opens the port in a browser without an API key until it expires (ttl_s, default 3600, max 86400): its first GET moves the token into an HttpOnly cookie for that port",
+    body: "LinkRequest",
+    answers: { 200: { description: "The link (and its preview host form with BOTHY_PREVIEW_DOMAIN)", schema: "Link" } },
+  },
   ...PROXY_PATHS.flatMap((path) =>
     PROXY_METHODS.map((method): Operation => ({
       method,
@@ -348,16 +361,26 @@ export const OPERATIONS: Operation[] = [
     method: "get",
     path: "/sandboxes/{id}/desktop",
     tag: "desktop",
-    summary: "The live view: a noVNC page (view only; ?control=1 passes mouse and keyboard on)",
-    query: z.object({ control: z.enum(["1"]).optional() }),
+    summary:
+      "The live view: a noVNC page (view only; ?control=1 passes mouse and keyboard on with sandboxes:write); ?token= from a desktop link instead of an API key",
+    query: z.object({ control: z.enum(["1"]).optional(), token: z.string().optional() }),
     answers: { 200: { description: "An HTML page", type: "text/html" } },
+  },
+  {
+    method: "post",
+    path: "/sandboxes/{id}/desktop/link",
+    tag: "desktop",
+    summary:
+      "A signed link to the live view that opens without an API key until it expires (ttl_s, default 3600, max 86400); view only unless control (which needs sandboxes:write)",
+    body: "LinkRequest",
+    answers: { 200: { description: "The link", schema: "Link" } },
   },
   {
     method: "get",
     path: "/sandboxes/{id}/desktop/vnc",
     tag: "desktop",
     summary:
-      "WebSocket: the desktop's VNC (RFB) stream in binary messages, relayed to x11vnc inside (what noVNC connects to)",
+      "WebSocket: the desktop's VNC (RFB) stream in binary messages, relayed to x11vnc inside (what noVNC connects to); input is dropped without sandboxes:write; ?token= from a desktop link instead of an API key",
     answers: { 101: { description: "Switching to WebSocket" } },
   },
   {

@@ -7,7 +7,10 @@ import {
 import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { BothyError, toProblem } from "@bothy/protocol";
+import { BothyError, linkRequest, SANDBOX_ID_RE, toProblem } from "@bothy/protocol";
+import { cookiesWithoutLink, LINK_COOKIE, type LinkTokens, tokenInQuery, withoutToken } from "../auth/link-tokens.ts";
+import { absoluteUrl } from "./desktop-routes.ts";
+import { parseInput } from "./parse-input.ts";
 import type { TcpStream } from "../agent/tcp-stream.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 
@@ -102,10 +105,40 @@ function upgradeHead(request: FastifyRequest): Buffer {
  * channel (never through a network path from the host). Bodies stream both ways under the guest
  * protocol's windows; a client that goes away resets the connection inside the sandbox.
  */
-export async function portRoutes(app: FastifyInstance, manager: SandboxManager): Promise<void> {
+export async function portRoutes(
+  app: FastifyInstance,
+  manager: SandboxManager,
+  links: { tokens: LinkTokens; previewDomain: string | undefined },
+): Promise<void> {
   app.get<{ Params: { id: string } }>("/sandboxes/:id/ports", async (request) => ({
     ports: await manager.agent(request.params.id).listPorts(),
   }));
+
+  // A link a person opens in a browser, no API key needed (link-tokens.ts). Not under
+  // /ports/:port/, which is all the app's own.
+  app.post<{ Params: { id: string; port: string } }>("/sandboxes/:id/port-links/:port", async (request) => {
+    const { id } = request.params;
+    if (!SANDBOX_ID_RE.test(id))
+      throw new BothyError("invalid_sandbox_id", `"${id.slice(0, 64)}" is not a sandbox id.`);
+    const port = parsePort(request.params.port);
+    const body = parseInput(linkRequest, request.body ?? {}, "POST /port-links");
+    if (body.control !== undefined)
+      throw new BothyError(
+        "invalid_request",
+        "control is for desktop links; a port link opens the port for HTTP and WebSockets.",
+      );
+    manager.info(id);
+    const exp = Math.floor(Date.now() / 1000) + body.ttl_s;
+    const token = links.tokens.sign({ sid: id, what: `port:${port}`, exp });
+    const hostPort = /:\d+$/.exec(request.headers.host ?? "")?.[0] ?? "";
+    return {
+      url: absoluteUrl(request, `/sandboxes/${id}/ports/${port}/?token=${token}`),
+      ...(links.previewDomain === undefined
+        ? {}
+        : { preview_url: absoluteUrl(request, `/?token=${token}`, `${port}-${id}.${links.previewDomain}${hostPort}`) }),
+      expires_at: new Date(exp * 1000).toISOString(),
+    };
+  });
 
   await app.register(async (scope) => {
     // Bodies of any type pass through unparsed: the route streams the raw request on.
@@ -120,6 +153,8 @@ export async function portRoutes(app: FastifyInstance, manager: SandboxManager):
         config: { relaysUpgrade: true },
         // Runs before @fastify/websocket's handler, which would answer an upgrade itself.
         preHandler: async (request, reply) => {
+          if (!request.ws && tokenInQuery(request.raw) && (request.method === "GET" || request.method === "HEAD"))
+            return linkLanding(request, reply);
           if (request.ws) await relayUpgrade(request, reply, await connect(manager, request));
         },
         handler: async (request, reply) => proxyHttp(request, reply, await connect(manager, request)),
@@ -144,16 +179,46 @@ async function connect(manager: SandboxManager, request: FastifyRequest<PortPara
     });
 }
 
+/** The first GET of a port link: the token moves from the URL into a cookie for this port, and the browser comes back without it. */
+function linkLanding(request: FastifyRequest<PortParams>, reply: FastifyReply): FastifyReply {
+  const { token, exp } = tokenInQuery(request.raw) ?? { token: "", exp: 0 };
+  const path = viaPreviewHost.has(request.raw) ? "/" : `/sandboxes/${request.params.id}/ports/${request.params.port}`;
+  const cookie = [
+    `${LINK_COOKIE}=${token}`,
+    `Path=${path}`,
+    `Max-Age=${Math.max(0, exp - Math.floor(Date.now() / 1000))}`,
+    "HttpOnly",
+    "SameSite=Lax",
+    ...(request.protocol === "https" ? ["Secure"] : []),
+  ].join("; ");
+  return reply
+    .code(303)
+    .header("set-cookie", cookie)
+    .header("cache-control", "no-store")
+    .header("referrer-policy", "no-referrer")
+    .header("location", withoutToken(request.originalUrl))
+    .send();
+}
+
 function target(request: FastifyRequest): string {
-  const rest = TARGET_RE.exec(request.raw.url ?? "")?.[1] ?? "";
+  const raw = request.raw.url ?? "";
+  const rest = TARGET_RE.exec(tokenInQuery(request.raw) ? withoutToken(raw) : raw)?.[1] ?? "";
   return rest.startsWith("/") ? rest : `/${rest}`;
 }
 
-/** The client's headers for the app inside, without the bothy API key that let them in: no key enters a guest. */
+/**
+ * The client's headers for the app inside, without the bothy API key or link cookie that let
+ * them in: no key nor token enters a guest.
+ */
 function toGuest(headers: IncomingHttpHeaders): OutgoingHttpHeaders {
   const out = endToEnd(headers);
   if (/^Bearer\s+bothy_/i.test(String(out["authorization"] ?? ""))) delete out["authorization"];
   if (String(out["x-api-key"] ?? "").startsWith("bothy_")) delete out["x-api-key"];
+  if (typeof out["cookie"] === "string") {
+    const rest = cookiesWithoutLink(out["cookie"]);
+    if (rest === undefined) delete out["cookie"];
+    else out["cookie"] = rest;
+  }
   return out;
 }
 

@@ -21,6 +21,8 @@ export function relayTcp(
   log: FastifyRequest["log"],
   sandboxId: string,
   open: () => Promise<TcpStream>,
+  /** Rewrites what the client sends (null: close the connection), e.g. a view-only VNC stream. */
+  filter?: (bytes: Buffer) => Buffer | null,
 ): void {
   const early: Buffer[] = [];
   let tunnel: TcpStream | undefined;
@@ -32,7 +34,13 @@ export function relayTcp(
     if (socket.readyState === socket.OPEN || socket.readyState === socket.CONNECTING) socket.close(code, reason);
   };
   socket.on("message", (data: Buffer | ArrayBuffer | Buffer[]) => {
-    const bytes = Buffer.isBuffer(data) ? data : Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data);
+    const raw = Buffer.isBuffer(data) ? data : Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data);
+    const bytes = filter ? filter(raw) : raw;
+    if (bytes === null) {
+      close(1008, "not allowed on a view-only connection");
+      return;
+    }
+    if (bytes.length === 0) return;
     if (tunnel) tunnel.write(bytes);
     else early.push(bytes);
   });

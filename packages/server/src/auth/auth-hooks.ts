@@ -9,7 +9,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { BothyError, SANDBOX_ID_RE } from "@bothy/protocol";
 import type { Ledger } from "../ledger/ledger.ts";
 import { type KeyRing, NO_AUTH_PRINCIPAL, type Principal } from "./key-ring.ts";
-import { hasScope, requirementOf } from "./scopes.ts";
+import { hasScope, requirementOf, type Scope } from "./scopes.ts";
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -75,13 +75,11 @@ export class KeyConnections {
 }
 
 /**
- * A request that authenticates with a sandbox's own token instead of an API key (E2B's port
- * traffic): the sandbox it was made for, when its token verifies; the grant covers only that
- * sandbox's ports.
+ * A request that authenticates with something made for one sandbox instead of an API key (E2B's
+ * port traffic token, a signed link): the sandbox it was made for and the scopes it gives, when
+ * it verifies for this route (`url`, Fastify's). The principal it makes acts on that sandbox only.
  */
-export type SandboxGrant = (request: FastifyRequest) => string | undefined;
-
-const PORT_ROUTE = /^\/sandboxes\/:id\/ports\//;
+export type SandboxGrant = (request: FastifyRequest, url: string) => { sandbox: string; scopes: Scope[] } | undefined;
 
 export function authHooks(
   app: FastifyInstance,
@@ -95,13 +93,13 @@ export function authHooks(
 ): void {
   const { ring, ledger, mode, connections, sandboxGrant } = options;
 
-  /** The principal of a request to a sandbox's port that carries that sandbox's own token. */
+  /** The principal of a request to one sandbox that carries a grant for that sandbox and route. */
   const granted = (request: FastifyRequest, url: string | undefined): Principal | undefined => {
-    if (!sandboxGrant || url === undefined || !PORT_ROUTE.test(url)) return undefined;
-    const id = sandboxGrant(request);
-    if (id === undefined || (request.params as { id?: unknown }).id !== id) return undefined;
-    const tenant = ledger.auth.sandboxTenant(id);
-    return tenant === undefined ? undefined : { keyId: null, tenant, scopes: new Set(["sandboxes:write"]) };
+    if (!sandboxGrant || url === undefined) return undefined;
+    const grant = sandboxGrant(request, url);
+    if (grant === undefined || (request.params as { id?: unknown }).id !== grant.sandbox) return undefined;
+    const tenant = ledger.auth.sandboxTenant(grant.sandbox);
+    return tenant === undefined ? undefined : { keyId: null, tenant, scopes: new Set(grant.scopes) };
   };
   app.decorateRequest("principal", null);
   app.addHook("onRequest", async (request, reply) => {

@@ -31,6 +31,11 @@ export function requirementOf(method: string, url: string | undefined, websocket
   if (url.startsWith("/conversations")) return "conversations";
   // The tools run commands and move files in the tenant's sandboxes.
   if (url === "/mcp") return "sandboxes:write";
+  // Watching the desktop is reading: the relay drops a reader's input (rfb-view-only.ts), and a
+  // link with control is asked for with sandboxes:write (desktop-routes.ts).
+  if (url === "/sandboxes/:id/desktop/vnc" || url === "/sandboxes/:id/desktop/link") return "sandboxes:read";
+  // The noVNC library's own files, which the live view loads before any token is checked.
+  if (url === "/desktop/novnc/*") return "public";
   // Proxied connections and WebSockets act on the sandbox (a re-attached command takes input).
   if (url.startsWith("/sandboxes/:id/ports/") || websocket) return "sandboxes:write";
   return method === "GET" || method === "HEAD" ? "sandboxes:read" : "sandboxes:write";

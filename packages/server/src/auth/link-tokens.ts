@@ -1,0 +1,149 @@
+/**
+ * Links a person opens in a browser without an API key: the desktop's live view and a port's
+ * URL. A link token is `base64url(payload).base64url(HMAC-SHA256(payload))` under a key of its
+ * own in `$BOTHY_HOME/secrets/link-key` (0600; replacing that file voids every link), and names
+ * one sandbox, one purpose (`desktop` or `port:N`), whether it gives control, and its expiry.
+ * Tokens are never stored, logged or passed into a guest.
+ */
+import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
+import { chmod, mkdir, readFile, writeFile } from "node:fs/promises";
+import type { IncomingMessage } from "node:http";
+import { join } from "node:path";
+import type { FastifyRequest } from "fastify";
+import { z } from "zod";
+import { SANDBOX_ID_RE } from "@bothy/protocol";
+import type { Scope } from "./scopes.ts";
+
+/** The cookie a port link leaves behind, so the app's own relative links keep working. */
+export const LINK_COOKIE = "bothy_link";
+
+const payloadSchema = z.object({
+  sid: z.string().regex(SANDBOX_ID_RE),
+  what: z.union([z.literal("desktop"), z.string().regex(/^port:[0-9]{1,5}$/)]),
+  control: z.boolean().optional(),
+  exp: z.number().int(),
+});
+export type LinkPayload = z.infer<typeof payloadSchema>;
+
+/**
+ * Requests let in by a port link's `?token=` in their URL (not its cookie), with the token's
+ * expiry: the port proxy strips the token and sets the cookie.
+ */
+const byQuery = new WeakMap<IncomingMessage, { token: string; exp: number }>();
+function markTokenInQuery(req: IncomingMessage, token: string, exp: number): void {
+  byQuery.set(req, { token, exp });
+}
+export function tokenInQuery(req: IncomingMessage): { token: string; exp: number } | undefined {
+  return byQuery.get(req);
+}
+
+/** A URL with the value of any `token` parameter replaced, for logs. */
+export function redactToken(url: string): string {
+  return url.replace(/([?&]token=)[^&#]*/g, "$1[redacted]");
+}
+
+/** A URL (path and query) without its `token` parameters. */
+export function withoutToken(url: string): string {
+  const q = url.indexOf("?");
+  if (q < 0) return url;
+  const kept = url
+    .slice(q + 1)
+    .split("&")
+    .filter((part) => part !== "" && part.split("=")[0] !== "token");
+  return kept.length === 0 ? url.slice(0, q) : `${url.slice(0, q)}?${kept.join("&")}`;
+}
+
+/** The link token of a Cookie header, if any. */
+export function linkCookie(header: string | undefined): string | undefined {
+  for (const part of (header ?? "").split(";")) {
+    const eq = part.indexOf("=");
+    if (eq > 0 && part.slice(0, eq).trim() === LINK_COOKIE) return part.slice(eq + 1).trim();
+  }
+  return undefined;
+}
+
+/** A Cookie header without the link cookie (undefined when nothing else is left). */
+export function cookiesWithoutLink(header: string): string | undefined {
+  const kept = header
+    .split(";")
+    .map((p) => p.trim())
+    .filter((p) => p !== "" && p.split("=")[0]?.trim() !== LINK_COOKIE);
+  return kept.length === 0 ? undefined : kept.join("; ");
+}
+
+export class LinkTokens {
+  private constructor(private readonly key: Buffer) {}
+
+  static async load(home: string): Promise<LinkTokens> {
+    const dir = join(home, "secrets");
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+    await chmod(dir, 0o700);
+    const file = join(dir, "link-key");
+    await writeFile(file, randomBytes(32), { mode: 0o600, flag: "wx" }).catch((err: unknown) => {
+      if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+    });
+    const key = await readFile(file);
+    if (key.length < 32) throw new Error(`${file} holds ${key.length} bytes; a link key is 32 random bytes.`);
+    return new LinkTokens(key);
+  }
+
+  private mac(body: string): Buffer {
+    return createHmac("sha256", this.key).update(`bothy-link-v1.${body}`).digest();
+  }
+
+  sign(payload: LinkPayload): string {
+    const body = Buffer.from(JSON.stringify(payload)).toString("base64url");
+    return `${body}.${this.mac(body).toString("base64url")}`;
+  }
+
+  /** The payload of a token that is whole, signed here and not expired; else undefined. */
+  verify(token: string | undefined, now = Date.now()): LinkPayload | undefined {
+    if (token === undefined || token.length > 1024) return undefined;
+    const [body, sig, ...rest] = token.split(".");
+    if (body === undefined || sig === undefined || rest.length > 0) return undefined;
+    const given = Buffer.from(sig, "base64url");
+    const expected = this.mac(body);
+    if (given.length !== expected.length || !timingSafeEqual(given, expected)) return undefined;
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(Buffer.from(body, "base64url").toString("utf8"));
+    } catch {
+      return undefined;
+    }
+    const payload = payloadSchema.safeParse(parsed);
+    if (!payload.success || payload.data.exp * 1000 <= now) return undefined;
+    return payload.data;
+  }
+}
+
+const PROXY_ROUTE = /^\/sandboxes\/:id\/ports\/:port(\/\*)?$/;
+const DESKTOP_ROUTES = new Set(["/sandboxes/:id/desktop", "/sandboxes/:id/desktop/vnc"]);
+
+/**
+ * The grant of a link token (auth-hooks' SandboxGrant): a desktop token opens the viewer page and
+ * its VNC WebSocket (sandboxes:read, view only; sandboxes:write too when it gives control); a port
+ * token opens that one port's proxy, from `?token=` or the cookie the first request left.
+ */
+export function linkGrant(
+  tokens: LinkTokens,
+): (request: FastifyRequest, url: string) => { sandbox: string; scopes: Scope[] } | undefined {
+  return (request, url) => {
+    const params = request.params as { id?: unknown; port?: unknown };
+    const query = (request.query as { token?: unknown } | undefined)?.token;
+    const inQuery = typeof query === "string" ? query : undefined;
+    if (DESKTOP_ROUTES.has(url)) {
+      const payload = tokens.verify(inQuery);
+      if (payload?.what !== "desktop" || payload.sid !== params.id) return undefined;
+      return {
+        sandbox: payload.sid,
+        scopes: payload.control ? ["sandboxes:read", "sandboxes:write"] : ["sandboxes:read"],
+      };
+    }
+    if (!PROXY_ROUTE.test(url)) return undefined;
+    const token = inQuery ?? linkCookie(request.headers.cookie);
+    const payload = tokens.verify(token);
+    if (payload?.what !== `port:${String(params.port)}` || payload.sid !== params.id) return undefined;
+    if (inQuery !== undefined) markTokenInQuery(request.raw, inQuery, payload.exp);
+    return { sandbox: payload.sid, scopes: ["sandboxes:write"] };
+  };
+}
