@@ -12,6 +12,7 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../../server/test/helpers/test-server.ts";
 import { noLeaks } from "../../server/test/helpers/host-state.ts";
+import { waitDeleted } from "../../server/test/helpers/client.ts";
 import { Sandbox } from "../src/index.ts";
 
 const run = promisify(execFile);
@@ -143,6 +144,8 @@ describe("@bothy/sdk and @bothy/cli as packed tarballs [gvisor]", () => {
       sdk: `file://${join(app, "node_modules/@bothy/sdk/dist/index.js")}`,
     });
     expect(lines[2]).toEqual({ killed: id });
+    // kill() answers once the sandbox is deleting; the list drops it when its teardown has ended.
+    expect(await waitDeleted(ts.url, String(id))).toBe("deleted");
     expect((await Sandbox.list({ baseUrl: ts.url })).map((s) => s.sandbox_id)).not.toContain(id);
   });
 
