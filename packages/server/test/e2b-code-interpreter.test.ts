@@ -8,7 +8,7 @@ import {
   type OutputMessage,
   type Result,
 } from "@e2b/code-interpreter";
-import { useE2bEnv } from "./helpers/e2b-env.ts";
+import { pythonModuleMissing, useE2bEnv } from "./helpers/e2b-env.ts";
 import { noLeaks } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
 
@@ -149,17 +149,10 @@ describe("E2B code interpreter (@e2b/code-interpreter 2.8, gVisor)", () => {
   });
 });
 
-/** Why the Python SDK test cannot run here, or undefined when `import e2b_code_interpreter` works. */
-function pythonSdkMissing(): string | undefined {
-  try {
-    execFileSync("python3", ["-c", "import e2b_code_interpreter"], { stdio: "ignore" });
-    return undefined;
-  } catch {
-    return "the e2b-code-interpreter Python package (PyPI is not reachable from this machine)";
-  }
-}
-
-const missing = pythonSdkMissing();
+const missing = pythonModuleMissing(
+  "e2b_code_interpreter",
+  "the e2b-code-interpreter Python package (PyPI is not reachable from this machine)",
+);
 describe.skipIf(missing !== undefined)(
   `E2B code interpreter (Python SDK, gVisor)${missing ? ` [skipped: needs ${missing}]` : ""}`,
   () => {

@@ -1,24 +1,18 @@
-import { execFile, execFileSync } from "node:child_process";
+import { execFile } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { pythonModuleMissing } from "./helpers/e2b-env.ts";
 import { noLeaks } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
 
 const pexec = promisify(execFile);
 const SCRIPT = fileURLToPath(new URL("./fixtures/e2b_python_check.py", import.meta.url));
 
-/** Why the Python SDK test cannot run here, or undefined when `import e2b` works. */
-function pythonSdkMissing(): string | undefined {
-  try {
-    execFileSync("python3", ["-c", "import e2b"], { stdio: "ignore" });
-    return undefined;
-  } catch {
-    return "the e2b Python package (pip install e2b; PyPI is not reachable from this machine)";
-  }
-}
-
-const missing = pythonSdkMissing();
+const missing = pythonModuleMissing(
+  "e2b",
+  "the e2b Python package (pip install e2b; PyPI is not reachable from this machine)",
+);
 const title = `E2B compatibility (e2b Python SDK, gVisor)${missing ? ` [skipped: needs ${missing}]` : ""}`;
 
 /** The Python SDK reads the same three variables as the JavaScript one; nothing else is set. */

@@ -1,3 +1,4 @@
+import { execFileSync } from "node:child_process";
 import { testAdminKey } from "../../../../test/auth.ts";
 
 /** The variables an E2B user sets; `useE2bEnv` points them at a bothy server and returns the undo. */
@@ -18,4 +19,17 @@ export function useE2bEnv(serverUrl: string): () => void {
       else process.env[name] = value;
     }
   };
+}
+
+/**
+ * Why a Python SDK test cannot run here (`needs` names what to install), or undefined when
+ * `import <module>` works in the host's python3.
+ */
+export function pythonModuleMissing(module: string, needs: string): string | undefined {
+  try {
+    execFileSync("python3", ["-c", `import ${module}`], { stdio: "ignore" });
+    return undefined;
+  } catch {
+    return needs;
+  }
 }
