@@ -38,21 +38,15 @@ function run(agent: AgentClient, cmd: string): Promise<number | null> {
  * port proxy. A boot-time service would not do more: whatever ends the server (a cold wake, a
  * crash, a kill from inside) is repaired by the next request, on every driver, with no template
  * format or guest agent change. In a template without the starter the proxy answers as for any
- * closed port.
+ * closed port. Runs after the sandbox routes' own hook, which has woken the sandbox and holds it
+ * awake while the request lasts (the port route is one of theirs).
  */
 export function codeInterpreterStarter(app: FastifyInstance, manager: SandboxManager): void {
-  app.addHook("onRequest", async (request, reply) => {
+  app.addHook("preValidation", async (request) => {
     if (!request.originalUrl.startsWith(`${ENVD_PREFIX}/`)) return;
     if (header(request, "e2b-sandbox-port") !== String(CODE_INTERPRETER_PORT)) return;
     const id = header(request, "e2b-sandbox-id");
     if (id === undefined || request.url === request.originalUrl) return; // not routed to the port proxy
-    // As any envd call does, it wakes a sleeping sandbox and keeps it awake while a cell runs.
-    try {
-      await manager.ensureRunning(id);
-    } catch {
-      return; // unknown or gone: the port proxy answers in its own words
-    }
-    reply.raw.once("close", manager.hold(id));
     const agent = manager.agent(id);
     const ports = await agent.listPorts();
     if (ports.some((p) => p.port === CODE_INTERPRETER_PORT)) return;
