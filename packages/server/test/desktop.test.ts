@@ -9,7 +9,7 @@ import { Sandbox } from "@bothy/sdk";
 import { ANONYMOUS } from "../../../test/auth.ts";
 import { api } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
-import { noLeaks } from "./helpers/host-state.ts";
+import { homeFilesHolding, noLeaks, SANDBOX_TREES } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
 
 /**
@@ -222,10 +222,13 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
     });
     expect(reader.status).toBe(403);
     expect(((await reader.json()) as { code: string }).code).toBe("scope_missing");
-    // Neither token reaches the server's log.
+    // Neither token reaches the server's log, any other file of its home, or its events.
     const log = readFileSync(ts.logPath, "utf8");
     expect(log).not.toContain(token.split(".")[1]);
     expect(log).not.toContain(new URL(control.url).searchParams.get("token")!.split(".")[1]);
+    const signatures = [token, new URL(control.url).searchParams.get("token")!].map((t) => t.split(".")[1]!);
+    expect((await homeFilesHolding(ts.home, signatures, SANDBOX_TREES)).hits).toEqual([]);
+    for (const signature of signatures) expect(JSON.stringify(ts.events)).not.toContain(signature);
   });
 
   it("gives the agent the same screen as MCP tools: computer_screenshot as an image, the input tools", async () => {

@@ -12,6 +12,7 @@ import { LinkTokens } from "../src/auth/link-tokens.ts";
 import { startBackgroundCommand } from "./helpers/background.ts";
 import { api, createSandbox, runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
+import { homeFilesHolding, SANDBOX_TREES } from "./helpers/host-state.ts";
 import { useServerWithSandbox } from "./helpers/suite.ts";
 import type { TestServer } from "./helpers/test-server.ts";
 
@@ -308,8 +309,11 @@ for (const driver of testDrivers()) {
       );
       expect(printed).toMatch(new RegExp(`^${ts.url}${base}/\\?token=[\\w-]+\\.[\\w-]+\\n$`));
       expect((await anonymous(printed.trim())).status).toBe(303);
-      // The token never reaches the server's log.
-      expect(readFileSync(ts.logPath, "utf8")).not.toContain(token.split(".")[1]);
+      // The token never reaches the server's log, any other file of its home, or its events.
+      const signature = token.split(".")[1]!;
+      expect(readFileSync(ts.logPath, "utf8")).not.toContain(signature);
+      expect((await homeFilesHolding(ts.home, [signature], SANDBOX_TREES)).hits).toEqual([]);
+      expect(JSON.stringify(ts.events)).not.toContain(signature);
     });
 
     it("answers 502 port_not_listening for a port nobody listens on, 400 for a port that is no port", async () => {

@@ -1,13 +1,46 @@
 import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
-import { readdir, readFile } from "node:fs/promises";
-import { join } from "node:path";
+import { readdir, readFile, stat } from "node:fs/promises";
+import { join, relative } from "node:path";
 import { promisify } from "node:util";
 import Database from "better-sqlite3";
 import { hostCgroupLayout, sandboxCgroupDirs } from "../../src/drivers/host-cgroups.ts";
 import { hostTag } from "../../src/util/host-names.ts";
 
 const pexec = promisify(execFile);
+
+/** The parts of a home that hold sandboxes' trees, disks and guest images (for `skip` below). */
+export const SANDBOX_TREES = /^(sandboxes|runsc|qemu|initramfs|disk-blanks)\//;
+
+/**
+ * Every file of a server's home (ledger and WAL, log, secrets, sandbox directories...) under 256
+ * MiB, which skips disk images, and which of them hold any of `needles`: a secret must be in none.
+ * `skip` leaves out the files whose path relative to the home it matches (a running sandbox's tree).
+ */
+export async function homeFilesHolding(
+  home: string,
+  needles: string[],
+  skip?: RegExp,
+): Promise<{ read: string[]; hits: string[] }> {
+  const read: string[] = [];
+  const hits: string[] = [];
+  for (const entry of await readdir(home, { withFileTypes: true, recursive: true })) {
+    if (!entry.isFile()) continue;
+    const path = join(entry.parentPath, entry.name);
+    if (skip?.test(relative(home, path))) continue;
+    // A teardown in the background may remove a file between the listing and the read.
+    const size = await stat(path).then(
+      (s) => s.size,
+      () => undefined,
+    );
+    if (size === undefined || size >= 256 * 1024 * 1024) continue;
+    const bytes = await readFile(path).catch(() => undefined);
+    if (bytes === undefined) continue;
+    read.push(path);
+    if (needles.some((n) => bytes.includes(n))) hits.push(path);
+  }
+  return { read, hits };
+}
 
 export interface HostLeaks {
   runscProcesses: string[];
