@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { ptySize, signalName } from "./guest-frames.ts";
+import { effectiveHostPolicy, hostPolicyRequest, MAX_SANDBOX_SECRETS, secretName } from "./egress-api.ts";
 
 /** Template names are plain identifiers: no path characters, so they can never escape the store. */
 export const TEMPLATE_NAME_RE = /^[a-z0-9][a-z0-9-]{0,62}$/;
@@ -41,6 +42,8 @@ export const networkPolicy = z.object({
   deny_out: z.array(z.string()),
   /** Resolvers named in the guest's /etc/resolv.conf. */
   dns: z.array(z.string()),
+  /** The host policy the egress gateway applies to its TCP 80/443; null: none (that traffic goes out directly). */
+  hosts: effectiveHostPolicy.nullable().optional(),
 });
 export type NetworkPolicy = z.infer<typeof networkPolicy>;
 
@@ -77,6 +80,10 @@ export const createSandboxRequest = z
     deny_out: z.array(ipv4Cidr).max(MAX_EGRESS_RULES).optional(),
     /** The caller's own labels (e.g. a conversation or user id), returned with the sandbox. */
     metadata: sandboxMetadata.optional(),
+    /** Host rules for its HTTP(S), applied after its tenant's (egress-api.ts). */
+    policy: hostPolicyRequest.optional(),
+    /** Vault secrets it may use: each becomes a placeholder variable (`github` → `GITHUB=bothy_ph_…`). */
+    secrets: z.array(secretName).max(MAX_SANDBOX_SECRETS).optional(),
   })
   .strict();
 export type CreateSandboxRequest = z.input<typeof createSandboxRequest>;

@@ -8,6 +8,12 @@ export const API_SCOPES = [
   "corpus",
   "conversations",
   "keys:manage",
+  /** Write the tenant's vault secrets (`/secrets`); no route ever reads a value back. */
+  "secrets",
+  /** Set the tenant's default host policy (`PUT /policy`). */
+  "policy",
+  /** List and decide the tenant's approvals; never given to a key by default. */
+  "approvals:decide",
   "admin",
 ] as const;
 export const apiScope = z.enum(API_SCOPES);

@@ -6,3 +6,4 @@ export * from "./tools-api.ts";
 export * from "./api-responses.ts";
 export * from "./desktop-api.ts";
 export * from "./auth-api.ts";
+export * from "./egress-api.ts";

@@ -26,6 +26,9 @@ export function requirementOf(method: string, url: string | undefined, websocket
   if (url === "/e2b/envd" || url.startsWith("/e2b/envd/") || url === "/files") return "public";
   if (url === "/metrics" || url.startsWith("/tenants")) return "admin";
   if (url.startsWith("/keys")) return "keys:manage";
+  if (url.startsWith("/secrets")) return "secrets";
+  if (url === "/policy") return method === "GET" ? "key" : "policy";
+  if (url.startsWith("/approvals")) return "approvals:decide";
   if (url.startsWith("/sandboxes/:id/files")) return "files";
   if (url.startsWith("/corpus")) return "corpus";
   if (url.startsWith("/conversations")) return "conversations";

@@ -323,6 +323,12 @@ export class SandboxManager {
   private networkPolicy(req: CreateRequest): { egress: EgressPolicy; shown: NetworkPolicy } {
     const egress = egressFromRequest(req);
     const { enabled, dns } = this.config.network;
+    // Refused until the egress gateway (issue #16) applies them: a policy must never be ignored.
+    if (req.policy !== undefined || req.secrets !== undefined)
+      throw new BothyError(
+        "not_supported",
+        "Host policies and secrets are not applied by this server yet; create the sandbox without `policy` and `secrets`.",
+      );
     if (!enabled && (egress.allowOut.length > 0 || req.internet === true)) {
       throw new BothyError(
         "not_supported",
