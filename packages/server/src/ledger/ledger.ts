@@ -111,6 +111,51 @@ export const MIGRATIONS = [
    INSERT INTO idempotency_keys_by_tenant SELECT 'default', key, fingerprint, sandbox_id, created_at FROM idempotency_keys;
    DROP TABLE idempotency_keys;
    ALTER TABLE idempotency_keys_by_tenant RENAME TO idempotency_keys;`,
+  // 11: the egress gateway. Host policies (a tenant's default; a sandbox's own as asked for, with
+  // the secrets it names), the vault (values sealed with AES-256-GCM, never stored in clear), each
+  // sandbox's placeholders, and approvals.
+  `ALTER TABLE tenants ADD COLUMN policy TEXT;
+   ALTER TABLE sandboxes ADD COLUMN policy TEXT;
+   CREATE TABLE secrets (
+     tenant TEXT NOT NULL REFERENCES tenants(id),
+     name TEXT NOT NULL,
+     sealed BLOB NOT NULL,
+     hosts TEXT NOT NULL,
+     inject TEXT,
+     created_at TEXT NOT NULL,
+     updated_at TEXT NOT NULL,
+     PRIMARY KEY (tenant, name)
+   );
+   CREATE TABLE sandbox_secrets (
+     sandbox_id TEXT NOT NULL REFERENCES sandboxes(id),
+     name TEXT NOT NULL,
+     env TEXT NOT NULL,
+     placeholder TEXT NOT NULL UNIQUE,
+     PRIMARY KEY (sandbox_id, name)
+   );
+   CREATE TABLE approvals (
+     id TEXT PRIMARY KEY,
+     tenant TEXT NOT NULL,
+     sandbox_id TEXT NOT NULL,
+     conversation_id TEXT,
+     kind TEXT NOT NULL,
+     method TEXT,
+     host TEXT,
+     path TEXT,
+     tool TEXT,
+     excerpt TEXT NOT NULL,
+     rule TEXT NOT NULL,
+     state TEXT NOT NULL,
+     created_at TEXT NOT NULL,
+     expires_at TEXT NOT NULL,
+     decided_at TEXT,
+     decided_by TEXT,
+     grant_kind TEXT,
+     grant_until TEXT,
+     reason TEXT
+   );
+   CREATE INDEX approvals_tenant ON approvals(tenant, state, created_at);
+   CREATE INDEX approvals_sandbox ON approvals(sandbox_id, state);`,
 ];
 
 /** The tenant every row made before tenants existed belongs to, and the bootstrap key's. */
@@ -135,6 +180,8 @@ export interface SandboxRow {
   delete_on_disconnect: number;
   disconnect_grace_s: number | null;
   network: string | null;
+  /** JSON of the host policy the create asked for (protocol's hostPolicyRequest); null: none. */
+  policy?: string | null;
   /** JSON object of the caller's labels. */
   metadata: string | null;
   tenant: string;
