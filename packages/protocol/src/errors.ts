@@ -53,6 +53,9 @@ export const ERROR_CODES = [
   "key_not_found",
   "tenant_not_found",
   "tenant_exists",
+  "secret_not_found",
+  "secret_unknown",
+  "secret_refused",
   "shutting_down",
   "internal",
 ] as const;
@@ -110,6 +113,9 @@ export const ERROR_STATUS: Record<ErrorCode, number> = {
   key_not_found: 404,
   tenant_not_found: 404,
   tenant_exists: 409,
+  secret_not_found: 404,
+  secret_unknown: 400,
+  secret_refused: 403,
   shutting_down: 503,
   internal: 500,
 };
@@ -165,6 +171,9 @@ const TITLES: Record<ErrorCode, string> = {
   key_not_found: "API key not found",
   tenant_not_found: "Tenant not found",
   tenant_exists: "Tenant exists",
+  secret_not_found: "Secret not found",
+  secret_unknown: "Secret not in the vault",
+  secret_refused: "Secret sent to a host it is not bound to",
   shutting_down: "Server shutting down",
   internal: "Internal error",
 };
