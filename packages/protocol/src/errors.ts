@@ -56,6 +56,7 @@ export const ERROR_CODES = [
   "secret_not_found",
   "secret_unknown",
   "secret_refused",
+  "upstream_failed",
   "shutting_down",
   "internal",
 ] as const;
@@ -116,6 +117,7 @@ export const ERROR_STATUS: Record<ErrorCode, number> = {
   secret_not_found: 404,
   secret_unknown: 400,
   secret_refused: 403,
+  upstream_failed: 502,
   shutting_down: 503,
   internal: 500,
 };
@@ -174,6 +176,7 @@ const TITLES: Record<ErrorCode, string> = {
   secret_not_found: "Secret not found",
   secret_unknown: "Secret not in the vault",
   secret_refused: "Secret sent to a host it is not bound to",
+  upstream_failed: "Upstream host failed",
   shutting_down: "Server shutting down",
   internal: "Internal error",
 };
