@@ -208,6 +208,14 @@ export const EVENT_TYPES = [
   "sandbox.woken",
   "command.exited",
   "budget.exceeded",
+  // The egress gateway's audit (every policy decision; a secret by name only) and approvals.
+  "egress.allowed",
+  "egress.denied",
+  "egress.asked",
+  "secret.injected",
+  "secret.refused",
+  "approval.requested",
+  "approval.decided",
 ] as const;
 export const bothyEvent = z.object({
   seq: z.number().int(),
