@@ -12,6 +12,8 @@ import {
   createdKey,
   createKeyRequest,
   createTenantRequest,
+  hostPolicyRequest,
+  tenantPolicyInfo,
   keyList,
   tenantInfo,
   tenantList,
@@ -95,6 +97,8 @@ const SCHEMAS = {
   TenantQuota: tenantQuota,
   Tenant: tenantInfo,
   TenantList: tenantList,
+  HostPolicy: hostPolicyRequest,
+  TenantPolicy: tenantPolicyInfo,
 } satisfies Record<string, z.ZodType>;
 
 type SchemaName = keyof typeof SCHEMAS;
@@ -599,6 +603,29 @@ export const OPERATIONS: Operation[] = [
     body: "TenantQuota",
     answers: { 200: { description: "The tenant", schema: "Tenant" } },
   },
+  {
+    method: "get",
+    path: "/policy",
+    tag: "policy",
+    summary:
+      "The tenant's default host policy, applied before every one of its sandboxes' own rules (`?tenant=` for an admin key)",
+    answers: { 200: { description: "The policy", schema: "TenantPolicy" } },
+  },
+  {
+    method: "put",
+    path: "/policy",
+    tag: "policy",
+    summary: "Set the tenant's default host policy (scope policy); its sandboxes' next requests are judged by it",
+    body: "HostPolicy",
+    answers: { 200: { description: "The policy", schema: "TenantPolicy" } },
+  },
+  {
+    method: "delete",
+    path: "/policy",
+    tag: "policy",
+    summary: "Remove the tenant's default host policy (scope policy)",
+    answers: { 200: { description: "The policy, now null", schema: "TenantPolicy" } },
+  },
 ];
 
 type Json = Record<string, unknown>;
@@ -689,6 +716,7 @@ export function openApiDocument(): Json {
     "CreateKeyRequest",
     "CreateTenantRequest",
     "TenantQuota",
+    "HostPolicy",
   ]);
   const schemas = Object.fromEntries(
     Object.entries(SCHEMAS).map(([name, s]) => [
