@@ -59,7 +59,7 @@ describe("vault", () => {
       expect(vault.put("default", "github", { value: "ghp_other", hosts: ["api.github.com"] }).created).toBe(false);
       const again = await Vault.open(h, ledger.secrets);
       expect(again.reveal("default", "github").toString()).toBe("ghp_other");
-      expect(() => vault.placeholdersFor("default", "sbx_x", ["github", "nope"])).toThrow(/nope/);
+      expect(() => vault.requireAll("default", ["github", "nope"])).toThrow(/nope/);
     } finally {
       ledger.close();
     }

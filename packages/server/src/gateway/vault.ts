@@ -116,34 +116,24 @@ export class Vault implements SecretSource {
     return info;
   }
 
-  /**
-   * New placeholders of a sandbox made now for the named secrets (not yet written: `bindRows`);
-   * refuses, naming them, when the tenant's vault lacks any.
-   */
-  placeholdersFor(
-    tenant: string,
-    sandboxId: string,
-    names: string[],
-  ): Array<{
-    sandbox_id: string;
-    name: string;
-    env: string;
-    placeholder: string;
-  }> {
-    const unique = [...new Set(names)];
-    const missing = this.rows.missing(tenant, unique);
+  /** Refuses, naming them, when the tenant's vault lacks any of `names` (before a create makes anything). */
+  requireAll(tenant: string, names: string[]): void {
+    const missing = this.rows.missing(tenant, [...new Set(names)]);
     if (missing.length > 0)
       throw new BothyError(
         "secret_unknown",
         `The vault of tenant ${tenant} has no secret ${missing.join(", ")}; PUT /secrets/{name} first, or leave it out of \`secrets\`.`,
         { details: { secrets: missing } },
       );
-    return unique.map((name) => ({ sandbox_id: sandboxId, name, env: envNameOf(name), placeholder: newPlaceholder() }));
   }
 
-  /** Writes a sandbox's placeholders (after its ledger row exists). */
-  bindRows(rows: ReturnType<Vault["placeholdersFor"]>): void {
-    if (rows.length > 0) this.rows.bind(rows);
+  /** Gives a sandbox made now (its ledger row exists) a new placeholder for each named secret. */
+  bindSandbox(tenant: string, sandboxId: string, names: string[]): void {
+    this.requireAll(tenant, names);
+    const unique = [...new Set(names)];
+    this.rows.bind(
+      unique.map((name) => ({ sandbox_id: sandboxId, name, env: envNameOf(name), placeholder: newPlaceholder() })),
+    );
   }
 
   /** `ENV=placeholder` of each secret bound to the sandbox: what its commands see. */
