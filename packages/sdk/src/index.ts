@@ -67,3 +67,4 @@ export {
   type TenantInfo,
   type TenantQuota,
 } from "./admin.ts";
+export { Secrets, type SecretInfo, type SecretOptions, type SecretPutOptions } from "./secrets.ts";

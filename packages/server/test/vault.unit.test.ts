@@ -65,6 +65,53 @@ describe("vault", () => {
     }
   });
 
+  it("binds placeholders to a sandbox, and a deleted sandbox's or secret's binding goes nowhere", async () => {
+    const h = await home();
+    const ledger = new Ledger(join(h, "ledger.sqlite"));
+    try {
+      const vault = await Vault.open(h, ledger.secrets);
+      vault.put("default", "github", { value: "v1", hosts: ["api.github.com"] });
+      vault.put("default", "npm_token", {
+        value: "v2",
+        hosts: ["registry.npmjs.org"],
+        inject: { header: "Authorization", format: "Bearer {value}" },
+      });
+      ledger.insertSandbox({
+        id: "sbx_a",
+        template: "seed",
+        template_hash: "h",
+        driver: "fake",
+        acceleration: "none",
+        vcpu: 1,
+        memory_mib: 256,
+        state: "running",
+      });
+      vault.bindSandbox("default", "sbx_a", ["github", "npm_token", "github"]);
+      const env = vault.placeholderEnv("sbx_a");
+      expect(Object.keys(env)).toEqual(["GITHUB", "NPM_TOKEN"]);
+      for (const p of Object.values(env)) expect(p).toMatch(/^bothy_ph_[a-z2-7]{32}$/);
+      expect(vault.bindings("sbx_a")).toEqual([
+        { name: "github", env: "GITHUB", placeholder: env["GITHUB"], hosts: ["api.github.com"], inject: null },
+        {
+          name: "npm_token",
+          env: "NPM_TOKEN",
+          placeholder: env["NPM_TOKEN"],
+          hosts: ["registry.npmjs.org"],
+          inject: { header: "Authorization", format: "Bearer {value}" },
+        },
+      ]);
+      // A secret deleted from the vault: its placeholder stays, bound to no host.
+      vault.delete("default", "npm_token");
+      expect(vault.bindings("sbx_a").find((b) => b.name === "npm_token")?.hosts).toEqual([]);
+      // A deleted sandbox: its rows stay for the record, but bind nothing.
+      ledger.transition("sbx_a", "running", "deleting");
+      ledger.transition("sbx_a", "deleting", "deleted");
+      expect(vault.bindings("sbx_a")).toEqual([]);
+    } finally {
+      ledger.close();
+    }
+  });
+
   it("refuses to make a new key while sealed values exist", async () => {
     const h = await home();
     const ledger = new Ledger(join(h, "ledger.sqlite"));
