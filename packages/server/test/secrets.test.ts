@@ -105,7 +105,8 @@ describe.skipIf(!root)("secrets vault and egress CA", () => {
       expect(r.status, JSON.stringify(r.json)).toBe(400);
       expect(r.json["code"]).toBe("invalid_request");
     }
-    expect((await call("PUT", "/secrets/Bad-Name", body)).json["code"]).toBe("secret_not_found");
+    expect((await call("PUT", "/secrets/Bad-Name", body)).json["code"]).toBe("invalid_request");
+    expect((await call("DELETE", "/secrets/Bad-Name")).json["code"]).toBe("secret_not_found");
     expect((await call("GET", "/secrets/nope")).status).toBe(404);
     expect((await call("GET", "/secrets?tenant=nobody")).json["code"]).toBe("tenant_not_found");
 
@@ -126,7 +127,8 @@ describe.skipIf(!root)("secrets vault and egress CA", () => {
     expect((await call("GET", "/sandboxes")).json["sandboxes"]).toHaveLength(before);
   });
 
-  it.skipIf(drivers.find((d) => d.name === "gvisor")?.missing !== undefined)(
+  const gvisor = drivers.find((d) => d.name === "gvisor");
+  it.skipIf(gvisor === undefined || gvisor.missing !== undefined)(
     "gives a gVisor sandbox the placeholder and the CA, never the value, across a sleep and a server restart",
     async () => {
       const caPem = await readFile(join(home, "secrets", "egress-ca.crt"), "utf8");

@@ -26,18 +26,24 @@ export function secretRoutes(app: FastifyInstance, deps: { vault: Vault; ledger:
       throw new BothyError("tenant_not_found", `No tenant ${tenant.slice(0, 64)}; GET /tenants lists them.`);
     return tenant;
   };
-  const nameOf = (request: FastifyRequest<Named>): string => {
+  /** A name that cannot exist is not found when read, and refused when written. */
+  const nameOf = (request: FastifyRequest<Named>, writing = false): string => {
     const { name } = request.params;
     if (!secretName.safeParse(name).success)
-      throw new BothyError(
-        "secret_not_found",
-        `No secret ${name.slice(0, 64)}: a secret's name is lower-case letters, digits and _ (GET /secrets lists them).`,
-      );
+      throw writing
+        ? new BothyError(
+            "invalid_request",
+            "A secret's name is a lower-case letter, then up to 62 lower-case letters, digits and _ (it becomes the sandbox's upper-case variable).",
+          )
+        : new BothyError(
+            "secret_not_found",
+            `No secret ${name.slice(0, 64)}: a secret's name is lower-case letters, digits and _ (GET /secrets lists them).`,
+          );
     return name;
   };
 
   app.put<Named>("/secrets/:name", async (request, reply) => {
-    const name = nameOf(request);
+    const name = nameOf(request, true);
     const tenant = tenantOf(request, request.query);
     const body = parseInput(putSecretRequest, request.body, "PUT /secrets/{name}");
     const { created, info } = vault.put(tenant, name, body);
