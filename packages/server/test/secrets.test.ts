@@ -219,6 +219,8 @@ server.listen(0, "127.0.0.1", async () => {
         const started = server?.logs.filter((l) => l["event"] === "sandbox_created" && l["driver"] === "qemu") ?? [];
         expect(server?.logs.some((l) => l["event"] === "qemu_base_snapshot")).toBe(true);
         expect(started.length).toBeGreaterThanOrEqual(2);
+        // Restored from the snapshot (warm start is on by default), then the CA installed: the boot's last step.
+        for (const l of started) expect(Object.keys(l["steps"] as object)).toContain("trust");
         for (const id of [plain, withSecret]) await expectTrusted(id, caPem);
         expect((await sh(withSecret, "echo $GITHUB")).out.trim()).toMatch(PLACEHOLDER_RE);
         expect((await sh(plain, 'echo "[$GITHUB]" $SSL_CERT_FILE')).out.trim()).toBe("[] /etc/bothy/ca-bundle.crt");
