@@ -11,7 +11,6 @@
  * echoed value (raw, base64, URL-encoded) is replaced by its placeholder on the way, also when it
  * spans chunks. Values are opened per request and appear in no log, event or error.
  */
-import { once } from "node:events";
 import http, { type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders } from "node:http";
 import http2, { type Http2ServerRequest, type Http2ServerResponse } from "node:http2";
 import https from "node:https";
@@ -108,7 +107,9 @@ export async function terminateTls(o: TerminateOptions): Promise<void> {
   });
   server.on("tlsClientError", () => o.socket.destroy());
   server.on("sessionError", () => o.socket.destroy());
-  const closed = once(o.socket, "close").then(() => undefined);
+  // A reset by the sandbox ends the connection like a close does.
+  o.socket.on("error", () => o.socket.destroy());
+  const closed = new Promise<void>((resolve) => o.socket.once("close", () => resolve()));
   if (o.peeked.length > 0) o.socket.unshift(o.peeked);
   server.emit("connection", o.socket);
   await closed;
@@ -218,7 +219,7 @@ async function handleRequest(conn: Connection, req: AnyRequest, res: AnyResponse
   const address = await conn.upstreamAddress();
   const up = upstreamRequest(conn, address, method, path, prepared.headers);
   aborted.signal.addEventListener("abort", () => up.destroy());
-  up.once("error", (err) => fail(res, err));
+  up.on("error", (err) => fail(res, err));
   up.once("response", (upRes) => {
     res.writeHead(upRes.statusCode ?? 502, responseHeaders(upRes.headers, prepared.needles));
     upRes.on("error", () => res.destroy());
@@ -248,11 +249,12 @@ async function handleRequest(conn: Connection, req: AnyRequest, res: AnyResponse
     if (up.destroyed) return;
     up.end(watch.end());
   });
-  req.once("error", () => up.destroy());
+  req.on("error", () => up.destroy());
 }
 
 async function handleUpgrade(conn: Connection, req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
   const aborted = new AbortController();
+  socket.on("error", () => socket.destroy());
   socket.once("close", () => aborted.abort());
   const answer = (status: number, body: string | object): void => {
     const text = typeof body === "string" ? body : JSON.stringify(body);
@@ -264,14 +266,13 @@ async function handleUpgrade(conn: Connection, req: IncomingMessage, socket: Dup
   if (!prepared) return;
   const address = await conn.upstreamAddress();
   const up = upstreamRequest(conn, address, req.method ?? "GET", req.url ?? "/", prepared.headers);
-  up.once("error", () => socket.destroy());
+  up.on("error", () => socket.destroy());
   up.once("upgrade", (upRes: IncomingMessage, upSocket: Duplex, upHead: Buffer) => {
     socket.write(statusBlock(upRes, prepared.needles));
     if (upHead.length > 0) socket.write(upHead);
     if (head.length > 0) upSocket.write(head);
     upSocket.pipe(socket).pipe(upSocket);
-    upSocket.once("error", () => socket.destroy());
-    socket.once("error", () => upSocket.destroy());
+    upSocket.on("error", () => socket.destroy());
     upSocket.once("close", () => socket.destroy());
     socket.once("close", () => upSocket.destroy());
   });
