@@ -67,3 +67,4 @@ export {
   type TenantInfo,
   type TenantQuota,
 } from "./admin.ts";
+export { TenantPolicy, type PolicyOptions, type HostPolicyRequest, type TenantPolicyInfo } from "./policy.ts";
