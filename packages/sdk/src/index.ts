@@ -68,3 +68,4 @@ export {
   type TenantQuota,
 } from "./admin.ts";
 export { Secrets, type SecretInfo, type SecretOptions, type SecretPutOptions } from "./secrets.ts";
+export { TenantPolicy, type PolicyOptions, type HostPolicyRequest, type TenantPolicyInfo } from "./policy.ts";
