@@ -234,7 +234,11 @@ server.listen(0, "127.0.0.1", async () => {
 
   it("leaves the value in no file of the home, the log, the events or any answer", async () => {
     for (const id of made.splice(0)) await deleteSandbox(base, id).catch(() => undefined);
-    // The events are in the ledger, searched with the rest of the home.
+    // The events are in the ledger, searched with the rest of the home: while the server runs
+    // (its WAL holds the latest writes), and after it stopped.
+    const live = await homeFilesHolding(home, [VALUE]);
+    expect(live.read.some((p) => p.endsWith("ledger.sqlite-wal"))).toBe(true);
+    expect(live.hits).toEqual([]);
     await server?.stop();
     const { read, hits } = await homeFilesHolding(home, [VALUE]);
     expect(read.some((p) => p.endsWith("ledger.sqlite"))).toBe(true);
