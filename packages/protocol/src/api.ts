@@ -208,6 +208,8 @@ export const EVENT_TYPES = [
   "sandbox.woken",
   "command.exited",
   "budget.exceeded",
+  "approval.requested",
+  "approval.decided",
 ] as const;
 export const bothyEvent = z.object({
   seq: z.number().int(),
