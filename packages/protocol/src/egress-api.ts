@@ -4,7 +4,6 @@
  * decides by these rules; secrets are swapped in there, so their values never enter a sandbox.
  */
 import { z } from "zod";
-import { SANDBOX_ID_RE } from "./api.ts";
 
 export const EGRESS_ACTIONS = ["allow", "deny", "ask"] as const;
 export const egressAction = z.enum(EGRESS_ACTIONS);
@@ -156,7 +155,10 @@ export type DecideApprovalRequest = z.input<typeof decideApprovalRequest>;
 /** `GET /approvals`: newest first, a tenant's own (an admin key's: every tenant's). */
 export const approvalListQuery = z.strictObject({
   state: approvalState.optional(),
-  sandbox_id: z.string().regex(SANDBOX_ID_RE, "a sandbox id (sbx_ and 20 letters and digits)").optional(),
+  sandbox_id: z
+    .string()
+    .regex(/^sbx_[a-z2-7]{20}$/, "a sandbox id (sbx_ and 20 letters and digits)")
+    .optional(),
   limit: z.coerce.number().int().min(1).max(1000).default(200),
 });
 export type ApprovalListQuery = z.input<typeof approvalListQuery>;

@@ -1,0 +1,260 @@
+/**
+ * Approvals on a real server: what the broker holds is listed, shown, approved and denied over
+ * HTTP (once: a second decision is 409); another tenant sees and decides none of them, exactly as
+ * unknown ids; a key without approvals:decide is refused; the events reach /events, the ledger and
+ * a signed webhook on loopback.
+ */
+import { createHmac, timingSafeEqual } from "node:crypto";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import type { BothyEvent } from "@bothy/protocol";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { ApprovalAsk } from "../src/gateway/contracts.ts";
+import { readEventStream } from "./helpers/background.ts";
+import { api } from "./helpers/client.ts";
+import { noLeaks } from "./helpers/host-state.ts";
+import { startTestServer, type TestServer } from "./helpers/test-server.ts";
+
+const SECRET = "test-webhook-secret-0123456789";
+const SBX = "sbx_aaaaaaaaaaaaaaaaaaaa";
+const UNKNOWN = "apr_aaaaaaaaaaaaaaaaaaaa";
+
+interface Delivery {
+  raw: string;
+  signature: string | undefined;
+  event: BothyEvent;
+}
+
+let ts: TestServer;
+let hook: Server;
+const deliveries: Delivery[] = [];
+const waiting: Array<() => void> = [];
+/** Keys: the default tenant's decider, its agent (default scopes), and tenant b's decider. */
+const keys = { decider: "", deciderId: "", agent: "", b: "" };
+
+const as = (key: string): Record<string, string> => ({ authorization: `Bearer ${key}` });
+
+async function mint(body: Record<string, unknown>): Promise<{ key: string; key_id: string }> {
+  const res = await api(ts.url, "POST", "/keys", body);
+  expect(res.status, JSON.stringify(res.json)).toBe(201);
+  return res.json as { key: string; key_id: string };
+}
+
+const ask = (over: Partial<ApprovalAsk> = {}): ApprovalAsk => ({
+  tenant: "default",
+  sandboxId: SBX,
+  conversationId: null,
+  kind: "http",
+  method: "POST",
+  host: "api.example.com",
+  path: "/v1/orders",
+  tool: null,
+  excerpt: '{"amount":42}',
+  rule: "sandbox#0",
+  ...over,
+});
+
+/** Asks, and answers the id the server listed as pending, with the held outcome. */
+async function hold(over: Partial<ApprovalAsk> = {}, signal = new AbortController().signal) {
+  const outcome = ts.server.approvals.ask(ask(over), signal);
+  const listed = await api(ts.url, "GET", "/approvals?state=pending", undefined, as(keys.decider));
+  const pending = listed.json["approvals"] as Array<{ approval_id: string; excerpt: string }>;
+  const id = pending.find((a) => a.excerpt === (over.excerpt ?? '{"amount":42}'))?.approval_id;
+  if (!id) throw new Error(`not listed: ${JSON.stringify(listed.json)}`);
+  return { id, outcome };
+}
+
+/** Waits until the webhook received an event that `match` accepts. */
+async function delivered(match: (ev: BothyEvent) => boolean): Promise<Delivery> {
+  for (;;) {
+    const found = deliveries.find((d) => match(d.event));
+    if (found) return found;
+    await new Promise<void>((resolve) => waiting.push(resolve));
+  }
+}
+
+beforeAll(async () => {
+  hook = createServer((req, res) => {
+    let raw = "";
+    req.on("data", (c: Buffer) => (raw += c.toString("utf8")));
+    req.on("end", () => {
+      const sig = req.headers["bothy-signature"];
+      deliveries.push({ raw, signature: Array.isArray(sig) ? sig[0] : sig, event: JSON.parse(raw) as BothyEvent });
+      res.writeHead(204).end();
+      for (const wake of waiting.splice(0)) wake();
+    });
+  });
+  await new Promise<void>((r) => hook.listen(0, "127.0.0.1", r));
+  ts = await startTestServer({
+    BOTHY_WEBHOOK_URL: `http://127.0.0.1:${(hook.address() as AddressInfo).port}/hook`,
+    BOTHY_WEBHOOK_SECRET: SECRET,
+  });
+  const decider = await mint({ name: "decider", scopes: ["approvals:decide"] });
+  keys.decider = decider.key;
+  keys.deciderId = decider.key_id;
+  keys.agent = (await mint({ name: "agent" })).key;
+  expect((await api(ts.url, "POST", "/tenants", { tenant: "b" })).status).toBe(201);
+  keys.b = (await mint({ tenant: "b", name: "b", scopes: ["approvals:decide", "sandboxes:read"] })).key;
+});
+
+afterAll(async () => {
+  ts.server.approvals.stop();
+  expect(await ts?.stop()).toEqual(noLeaks());
+  await new Promise((r) => hook.close(r));
+});
+
+describe("approvals over HTTP", () => {
+  it("lists, shows and approves a held request once; a second decision is 409", async () => {
+    const { id, outcome } = await hold();
+    const shown = await api(ts.url, "GET", `/approvals/${id}`, undefined, as(keys.decider));
+    expect(shown.status).toBe(200);
+    expect(shown.json).toMatchObject({
+      approval_id: id,
+      tenant: "default",
+      sandbox_id: SBX,
+      kind: "http",
+      method: "POST",
+      host: "api.example.com",
+      path: "/v1/orders",
+      excerpt: '{"amount":42}',
+      rule: "sandbox#0",
+      state: "pending",
+      decided_by: null,
+    });
+    const approved = await api(ts.url, "POST", `/approvals/${id}/approve`, {}, as(keys.decider));
+    expect(approved.status).toBe(200);
+    expect(approved.json).toMatchObject({ state: "approved", decided_by: keys.deciderId, grant: { kind: "once" } });
+    expect(await outcome).toEqual({ approvalId: id, state: "approved" });
+
+    for (const verb of ["approve", "deny"]) {
+      const again = await api(ts.url, "POST", `/approvals/${id}/${verb}`, {}, as(keys.decider));
+      expect(again.status).toBe(409);
+      expect(again.type).toContain("application/problem+json");
+      expect(again.json).toMatchObject({ code: "approval_not_pending", state: "approved" });
+    }
+    expect(ts.server.ledger.approvals.get(id)).toMatchObject({ state: "approved", decided_by: keys.deciderId });
+  });
+
+  it("denies with a reason; a host grant is shown with its end", async () => {
+    const denied = await hold({ excerpt: "deny me" });
+    const res = await api(ts.url, "POST", `/approvals/${denied.id}/deny`, { reason: "no" }, as(keys.decider));
+    expect(res.json).toMatchObject({ state: "denied", reason: "no", decided_by: keys.deciderId });
+    expect(await denied.outcome).toMatchObject({ state: "denied", reason: "no" });
+
+    const granted = await hold({ excerpt: "grant host" });
+    const bad = await api(ts.url, "POST", `/approvals/${granted.id}/approve`, { grant: "host" }, as(keys.decider));
+    expect([bad.status, bad.json["code"]]).toEqual([400, "invalid_request"]);
+    const ok = await api(
+      ts.url,
+      "POST",
+      `/approvals/${granted.id}/approve`,
+      { grant: "host", minutes: 10 },
+      as(keys.decider),
+    );
+    expect(ok.json).toMatchObject({ state: "approved", grant: { kind: "host" } });
+    expect((await granted.outcome).state).toBe("approved");
+    expect(ts.server.approvals.granted(SBX, "api.example.com")).toBe(true);
+  });
+
+  it("answers bad input with problems, never 5xx", async () => {
+    const { id, outcome } = await hold({ excerpt: "bad input" });
+    const cases: Array<[string, string, unknown, number, string]> = [
+      ["POST", `/approvals/${id}/approve`, { grant: "forever" }, 400, "invalid_request"],
+      ["POST", `/approvals/${id}/approve`, { minutes: 5 }, 400, "invalid_request"],
+      ["POST", `/approvals/${id}/approve`, { extra: 1 }, 400, "invalid_request"],
+      ["POST", `/approvals/${id}/deny`, { grant: "once" }, 400, "invalid_request"],
+      ["POST", `/approvals/${id}/approve`, "[]", 400, "invalid_request"],
+      ["GET", "/approvals?state=maybe", undefined, 400, "invalid_request"],
+      ["GET", "/approvals?sandbox_id=nope", undefined, 400, "invalid_request"],
+      ["GET", `/approvals/${UNKNOWN}`, undefined, 404, "approval_not_found"],
+      ["GET", "/approvals/not-an-id", undefined, 404, "approval_not_found"],
+      ["POST", `/approvals/${UNKNOWN}/approve`, {}, 404, "approval_not_found"],
+    ];
+    for (const [method, path, body, status, code] of cases) {
+      const res = await api(ts.url, method, path, body, as(keys.decider));
+      expect([method, path, res.status, res.json["code"]]).toEqual([method, path, status, code]);
+      expect(res.type).toContain("application/problem+json");
+    }
+    expect(ts.server.ledger.approvals.get(id)?.state).toBe("pending");
+    await api(ts.url, "POST", `/approvals/${id}/deny`, {}, as(keys.decider));
+    expect((await outcome).state).toBe("denied");
+  });
+
+  it("keeps approvals to their tenant: another's are unknown ids; a key without the scope gets 403", async () => {
+    const { id, outcome } = await hold({ excerpt: "tenant a's" });
+    const listed = await api(ts.url, "GET", "/approvals", undefined, as(keys.b));
+    expect(listed.status).toBe(200);
+    expect(listed.json["approvals"]).toEqual([]);
+    for (const [method, suffix, body] of [
+      ["GET", "", undefined],
+      ["POST", "/approve", {}],
+      ["POST", "/deny", {}],
+    ] as const) {
+      const theirs = await api(ts.url, method, `/approvals/${id}${suffix}`, body, as(keys.b));
+      const unknown = await api(ts.url, method, `/approvals/${UNKNOWN}${suffix}`, body, as(keys.b));
+      expect(theirs.status).toBe(404);
+      expect(JSON.stringify(theirs.json).replaceAll(id, "ID")).toBe(
+        JSON.stringify(unknown.json).replaceAll(UNKNOWN, "ID"),
+      );
+    }
+    for (const [method, path] of [
+      ["GET", "/approvals"],
+      ["GET", `/approvals/${id}`],
+      ["POST", `/approvals/${id}/approve`],
+    ] as const) {
+      const res = await api(ts.url, method, path, method === "POST" ? {} : undefined, as(keys.agent));
+      expect([res.status, res.json["code"], res.json["scope"]]).toEqual([403, "scope_missing", "approvals:decide"]);
+    }
+    expect(ts.server.ledger.approvals.get(id)?.state).toBe("pending");
+    // The admin key sees every tenant's.
+    const all = await api(ts.url, "GET", "/approvals?state=pending");
+    expect((all.json["approvals"] as Array<{ approval_id: string }>).map((a) => a.approval_id)).toContain(id);
+    await api(ts.url, "POST", `/approvals/${id}/approve`, {}, as(keys.decider));
+    expect((await outcome).state).toBe("approved");
+  });
+
+  it("cancels a held request whose caller went away", async () => {
+    const gone = new AbortController();
+    const { id, outcome } = await hold({ excerpt: "going away" }, gone.signal);
+    gone.abort();
+    expect(await outcome).toMatchObject({ state: "cancelled", cancelReason: "client_gone" });
+    const shown = await api(ts.url, "GET", `/approvals/${id}`, undefined, as(keys.decider));
+    expect(shown.json).toMatchObject({ state: "cancelled", reason: "client_gone", decided_by: null });
+  });
+
+  it("announces requests and decisions on /events, in the ledger, and on a signed webhook", async () => {
+    const { id, outcome } = await hold({ excerpt: "announce me" });
+    await api(ts.url, "POST", `/approvals/${id}/approve`, {}, as(keys.decider));
+    await outcome;
+
+    const mine = (ev: BothyEvent): boolean => ev.data["approval_id"] === id;
+    const seen = await readEventStream(ts.url, "?since=0", (evs) => evs.filter(mine).length >= 2);
+    expect(seen.filter(mine).map((e) => e.type)).toEqual(["approval.requested", "approval.decided"]);
+    expect(seen.find(mine)).toMatchObject({
+      sandbox_id: SBX,
+      data: { excerpt: "announce me", host: "api.example.com" },
+    });
+    // Kept in the ledger as the default tenant's (so tenant b's stream never shows them).
+    const rows = ts.server.ledger.eventsSince(0).filter((e) => e.type.startsWith("approval."));
+    expect(rows.filter((e) => JSON.parse(e.data).approval_id === id).map((e) => [e.type, e.tenant])).toEqual([
+      ["approval.requested", "default"],
+      ["approval.decided", "default"],
+    ]);
+
+    const requested = await delivered((ev) => ev.type === "approval.requested" && mine(ev));
+    const decided = await delivered((ev) => ev.type === "approval.decided" && mine(ev));
+    for (const d of [requested, decided]) {
+      const m = /^t=(\d+),v1=([0-9a-f]{64})$/.exec(d.signature ?? "");
+      expect(m, d.signature).not.toBeNull();
+      const [, t, v1] = m as RegExpExecArray;
+      const want = createHmac("sha256", SECRET).update(`${t}.${d.raw}`).digest();
+      expect(timingSafeEqual(Buffer.from(v1 ?? "", "hex"), want)).toBe(true);
+      expect(Math.abs(Number(t) - Date.now() / 1000)).toBeLessThan(600);
+    }
+    expect(decided.event.data).toMatchObject({ state: "approved", decided_by: keys.deciderId });
+    // A body altered in transit no longer matches.
+    const [, t, v1] = /^t=(\d+),v1=([0-9a-f]{64})$/.exec(requested.signature ?? "") as RegExpExecArray;
+    const forged = createHmac("sha256", SECRET).update(`${t}.${requested.raw.replace("announce", "Announce")}`);
+    expect(forged.digest("hex")).not.toBe(v1);
+  });
+});
