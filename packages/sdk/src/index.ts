@@ -67,3 +67,11 @@ export {
   type TenantInfo,
   type TenantQuota,
 } from "./admin.ts";
+export {
+  Approvals,
+  type ApprovalInfo,
+  type ApprovalState,
+  type ApprovalListOptions,
+  type ApproveOptions,
+  type DenyOptions,
+} from "./approvals.ts";

@@ -4,10 +4,15 @@
  * unknown ids; a key without approvals:decide is refused; the events reach /events, the ledger and
  * a signed webhook on loopback.
  */
+import { execFile, spawn } from "node:child_process";
 import { createHmac, timingSafeEqual } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
 import type { BothyEvent } from "@bothy/protocol";
+import { Approvals, ConflictError, NotFoundError } from "@bothy/sdk";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ApprovalAsk } from "../src/gateway/contracts.ts";
 import { readEventStream } from "./helpers/background.ts";
@@ -15,6 +20,8 @@ import { api } from "./helpers/client.ts";
 import { noLeaks } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
 
+const BOTHY = fileURLToPath(new URL("../../cli/bin/bothy.js", import.meta.url));
+const pexec = promisify(execFile);
 const SECRET = "test-webhook-secret-0123456789";
 const SBX = "sbx_aaaaaaaaaaaaaaaaaaaa";
 const UNKNOWN = "apr_aaaaaaaaaaaaaaaaaaaa";
@@ -89,7 +96,7 @@ beforeAll(async () => {
     BOTHY_WEBHOOK_URL: `http://127.0.0.1:${(hook.address() as AddressInfo).port}/hook`,
     BOTHY_WEBHOOK_SECRET: SECRET,
   });
-  const decider = await mint({ name: "decider", scopes: ["approvals:decide"] });
+  const decider = await mint({ name: "decider", scopes: ["approvals:decide", "sandboxes:read"] });
   keys.decider = decider.key;
   keys.deciderId = decider.key_id;
   keys.agent = (await mint({ name: "agent" })).key;
@@ -256,5 +263,68 @@ describe("approvals over HTTP", () => {
     const [, t, v1] = /^t=(\d+),v1=([0-9a-f]{64})$/.exec(requested.signature ?? "") as RegExpExecArray;
     const forged = createHmac("sha256", SECRET).update(`${t}.${requested.raw.replace("announce", "Announce")}`);
     expect(forged.digest("hex")).not.toBe(v1);
+  });
+
+  it("are listed and decided with the SDK", async () => {
+    const conn = { baseUrl: ts.url, apiKey: keys.decider };
+    const { id, outcome } = await hold({ excerpt: "via sdk" });
+    expect((await Approvals.list({ ...conn, state: "pending" })).map((a) => a.approval_id)).toContain(id);
+    expect(await Approvals.get(id, conn)).toMatchObject({ approval_id: id, state: "pending" });
+    expect(await Approvals.approve(id, { ...conn, hostMinutes: 3, reason: "fine" })).toMatchObject({
+      state: "approved",
+      grant: { kind: "host" },
+      reason: "fine",
+    });
+    expect((await outcome).state).toBe("approved");
+    await expect(Approvals.deny(id, conn)).rejects.toBeInstanceOf(ConflictError);
+    await expect(Approvals.get("apr_aaaaaaaaaaaaaaaaaaaa", conn)).rejects.toBeInstanceOf(NotFoundError);
+  });
+
+  it("are watched, listed, approved and denied with the CLI", async () => {
+    const env = { ...process.env, BOTHY_URL: ts.url, BOTHY_API_KEY: keys.decider };
+    const before = await hold({ excerpt: "before watch" });
+    const watcher = spawn(process.execPath, [BOTHY, "approvals", "watch", "--json"], { env });
+    try {
+      let errors = "";
+      watcher.stderr.on("data", (d: Buffer) => (errors += d.toString()));
+      const lines = createInterface({ input: watcher.stdout })[Symbol.asyncIterator]();
+      const nextApproval = async (): Promise<{ approval_id: string; excerpt: string }> => {
+        const line = await lines.next();
+        if (line.done) throw new Error(`watch ended: ${errors}`);
+        return JSON.parse(line.value) as { approval_id: string; excerpt: string };
+      };
+      // What is pending when it starts is printed first; then, once it says it watches, new ones.
+      const watching = new Promise<void>((resolve) =>
+        watcher.stderr.on("data", (d: Buffer) => d.toString().includes("watching") && resolve()),
+      );
+      expect((await nextApproval()).approval_id).toBe(before.id);
+      await watching;
+      const live = ts.server.approvals.ask(ask({ excerpt: "while watching" }), new AbortController().signal);
+      const seen = await nextApproval();
+      expect(seen.excerpt).toBe("while watching");
+
+      const approve = await pexec(
+        process.execPath,
+        [BOTHY, "approvals", "approve", before.id, "--host-minutes", "5", "--reason", "ok"],
+        { env },
+      );
+      expect(approve.stdout).toContain(`${before.id} approved`);
+      expect((await before.outcome).state).toBe("approved");
+      const deny = await pexec(process.execPath, [BOTHY, "approvals", "deny", seen.approval_id], { env });
+      expect(deny.stdout).toContain(`${seen.approval_id} denied`);
+      expect((await live).state).toBe("denied");
+      const again = await pexec(process.execPath, [BOTHY, "approvals", "deny", seen.approval_id], { env }).catch(
+        (err: { code: number; stderr: string }) => err,
+      );
+      expect(again).toMatchObject({ code: 1 });
+      expect((again as { stderr: string }).stderr).toContain("approval_not_pending");
+      const ls = await pexec(process.execPath, [BOTHY, "approvals", "ls", "--state", "denied", "--json"], { env });
+      const denied = (JSON.parse(ls.stdout) as { approvals: Array<{ approval_id: string }> }).approvals;
+      expect(denied.map((a) => a.approval_id)).toContain(seen.approval_id);
+      const table = await pexec(process.execPath, [BOTHY, "approvals", "ls"], { env });
+      expect(table.stdout).toContain("POST api.example.com/v1/orders");
+    } finally {
+      watcher.kill("SIGINT");
+    }
   });
 });
