@@ -13,6 +13,7 @@ import { keysCommand } from "./commands/keys.ts";
 import { logsCommand } from "./commands/logs.ts";
 import { lsCommand } from "./commands/ls.ts";
 import { pauseCommand } from "./commands/pause.ts";
+import { policyCommand } from "./commands/policy.ts";
 import { portCommand } from "./commands/port.ts";
 import { resumeCommand } from "./commands/resume.ts";
 import { rmCommand } from "./commands/rm.ts";
@@ -35,6 +36,7 @@ export const API_COMMANDS: Command[] = [
   keysCommand,
   tenantsCommand,
   approvalsCommand,
+  policyCommand,
   doctorCommand,
 ];
 

@@ -42,8 +42,6 @@ export const networkPolicy = z.object({
   deny_out: z.array(z.string()),
   /** Resolvers named in the guest's /etc/resolv.conf. */
   dns: z.array(z.string()),
-  /** The host policy the egress gateway applies to its TCP 80/443; null: none (that traffic goes out directly). */
-  hosts: effectiveHostPolicy.nullable().optional(),
 });
 export type NetworkPolicy = z.infer<typeof networkPolicy>;
 
@@ -112,6 +110,8 @@ export const sandboxInfo = z.object({
   delete_on_disconnect: z.boolean(),
   /** Null for sandboxes made before network policies existed. */
   network: networkPolicy.nullable().optional(),
+  /** The host and tool policy in force (its tenant's rules, then its own); null: none, its HTTP(S) goes out directly. */
+  policy: effectiveHostPolicy.nullable().optional(),
   error: z.string().nullable().optional(),
 });
 export type SandboxInfo = z.infer<typeof sandboxInfo>;
@@ -208,6 +208,12 @@ export const EVENT_TYPES = [
   "sandbox.woken",
   "command.exited",
   "budget.exceeded",
+  // The egress gateway's audit (every policy decision; a secret by name only) and approvals.
+  "egress.allowed",
+  "egress.denied",
+  "egress.asked",
+  "secret.injected",
+  "secret.refused",
   "approval.requested",
   "approval.decided",
 ] as const;

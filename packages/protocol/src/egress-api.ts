@@ -57,6 +57,10 @@ export const hostPolicyRequest = z.strictObject({
 });
 export type HostPolicyRequest = z.input<typeof hostPolicyRequest>;
 
+/** `GET|PUT|DELETE /policy`: a tenant's default host policy; null when it has none. */
+export const tenantPolicyInfo = z.object({ tenant: z.string(), policy: hostPolicyRequest.nullable() });
+export type TenantPolicyInfo = z.infer<typeof tenantPolicyInfo>;
+
 /**
  * The policy the gateway applies to one sandbox: the tenant's rules first (a sandbox cannot
  * override its tenant's), then the sandbox's; `default` from the sandbox, else the tenant, else

@@ -75,3 +75,4 @@ export {
   type ApproveOptions,
   type DenyOptions,
 } from "./approvals.ts";
+export { TenantPolicy, type PolicyOptions, type HostPolicyRequest, type TenantPolicyInfo } from "./policy.ts";

@@ -2,7 +2,14 @@
  * A sandbox: create, connect, list, kill, pause/resume and its lifetime, with `commands`,
  * `pty` and `files` for what runs inside. Everything goes over bothy's public API.
  */
-import { sandboxInfo, sandboxList, type DriverName, type SandboxInfo, type SandboxState } from "@bothy/protocol";
+import {
+  sandboxInfo,
+  sandboxList,
+  type DriverName,
+  type HostPolicyRequest,
+  type SandboxInfo,
+  type SandboxState,
+} from "@bothy/protocol";
 import { Commands } from "./commands.ts";
 import { streamEvents, type BothyEvent, type EventOptions } from "./events.ts";
 import { NotFoundError } from "./errors.ts";
@@ -47,6 +54,13 @@ export interface SandboxCreateOptions extends SandboxOptions {
    * `denyOut` blocks more. Needs networking on the server (BOTHY_NETWORK=on).
    */
   network?: { internet?: boolean; allowOut?: string[]; denyOut?: string[] };
+  /**
+   * Host and tool rules, after the tenant's (the server's `hostPolicyRequest`, wire names:
+   * `allow_hosts`, `deny_hosts`, `rules`, `default`, `tools`).
+   */
+  policy?: HostPolicyRequest;
+  /** Vault secrets it may use; each becomes a placeholder variable (`github` → `GITHUB`). */
+  secrets?: string[];
 }
 
 export class Sandbox {
@@ -88,6 +102,8 @@ export class Sandbox {
       ...(options.network?.internet === undefined ? {} : { internet: options.network.internet }),
       ...(options.network?.allowOut === undefined ? {} : { allow_out: options.network.allowOut }),
       ...(options.network?.denyOut === undefined ? {} : { deny_out: options.network.denyOut }),
+      ...(options.policy === undefined ? {} : { policy: options.policy }),
+      ...(options.secrets === undefined ? {} : { secrets: options.secrets }),
     };
     const info = await http.json("POST", "/sandboxes", sandboxInfo, {
       body,

@@ -9,6 +9,7 @@ import { pino, type Logger as PinoLogger } from "pino";
 import { BothyError } from "@bothy/protocol";
 import { agentToolRoutes } from "./api/agent-tool-routes.ts";
 import { approvalRoutes } from "./api/approval-routes.ts";
+import { policyRoutes } from "./api/policy-routes.ts";
 import { authRoutes } from "./api/auth-routes.ts";
 import { authHooks, KeyConnections } from "./auth/auth-hooks.ts";
 import { LinkTokens, linkGrant, redactToken } from "./auth/link-tokens.ts";
@@ -245,6 +246,7 @@ export async function startServer(
 
   sandboxRoutes(app, { manager, ledger, quotas }, startedAt);
   authRoutes(app, { ring, ledger, quotas, connections });
+  policyRoutes(app, { policies: manager.policies, ledger });
 
   lifecycleRoutes(app, manager);
   metricsRoutes(app, metrics, () => ({

@@ -12,6 +12,8 @@ import {
   createdKey,
   createKeyRequest,
   createTenantRequest,
+  hostPolicyRequest,
+  tenantPolicyInfo,
   keyList,
   tenantInfo,
   tenantList,
@@ -103,6 +105,8 @@ const SCHEMAS = {
   ApprovalList: approvalList,
   DecideApprovalRequest: decideApprovalRequest,
   DenyApprovalRequest: decideApprovalRequest.pick({ reason: true }),
+  HostPolicy: hostPolicyRequest,
+  TenantPolicy: tenantPolicyInfo,
 } satisfies Record<string, z.ZodType>;
 
 type SchemaName = keyof typeof SCHEMAS;
@@ -641,6 +645,29 @@ export const OPERATIONS: Operation[] = [
     body: "DenyApprovalRequest",
     answers: { 200: { description: "The approval, denied", schema: "Approval" } },
   },
+  {
+    method: "get",
+    path: "/policy",
+    tag: "policy",
+    summary:
+      "The tenant's default host policy, applied before every one of its sandboxes' own rules (`?tenant=` for an admin key)",
+    answers: { 200: { description: "The policy", schema: "TenantPolicy" } },
+  },
+  {
+    method: "put",
+    path: "/policy",
+    tag: "policy",
+    summary: "Set the tenant's default host policy (scope policy); its sandboxes' next requests are judged by it",
+    body: "HostPolicy",
+    answers: { 200: { description: "The policy", schema: "TenantPolicy" } },
+  },
+  {
+    method: "delete",
+    path: "/policy",
+    tag: "policy",
+    summary: "Remove the tenant's default host policy (scope policy)",
+    answers: { 200: { description: "The policy, now null", schema: "TenantPolicy" } },
+  },
 ];
 
 type Json = Record<string, unknown>;
@@ -733,6 +760,7 @@ export function openApiDocument(): Json {
     "TenantQuota",
     "DecideApprovalRequest",
     "DenyApprovalRequest",
+    "HostPolicy",
   ]);
   const schemas = Object.fromEntries(
     Object.entries(SCHEMAS).map(([name, s]) => [

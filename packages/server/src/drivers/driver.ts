@@ -44,6 +44,8 @@ export interface EgressPolicy {
   internet: boolean;
   allowOut: string[];
   denyOut: string[];
+  /** Its TCP 80 and 443 pass the egress gateway (it has a host policy, its own or its tenant's). */
+  gateway?: boolean;
 }
 
 /** One sandbox's link to the host: a /30 between the host's end (gateway) and the guest. */

@@ -122,3 +122,7 @@ export function decideTool(policy: EffectiveHostPolicy | undefined, tool: string
   const action = policy?.tools[tool];
   return action === undefined ? { action: "allow", rule: "default" } : { action, rule: `tools.${tool}` };
 }
+
+/** Whether a sandbox's HTTP(S) must pass the gateway: some host rule, a default other than allow, or a secret. */
+export const needsGateway = (p: EffectiveHostPolicy | undefined): boolean =>
+  p !== undefined && (p.rules.length > 0 || p.default !== "allow" || p.secrets.length > 0);

@@ -51,6 +51,17 @@ export class AuthRows {
     );
   }
 
+  /** The tenant's default host policy (JSON), null when it has none, undefined for no such tenant. */
+  tenantPolicy(id: string): string | null | undefined {
+    const row = this.db.prepare(`SELECT policy FROM tenants WHERE id = ?`).get(id) as
+      { policy: string | null } | undefined;
+    return row?.policy;
+  }
+
+  setTenantPolicy(id: string, policy: string | null): void {
+    this.db.prepare(`UPDATE tenants SET policy = ? WHERE id = ?`).run(policy, id);
+  }
+
   setQuota(id: string, quota: string): void {
     this.db.prepare(`UPDATE tenants SET quota = ? WHERE id = ?`).run(quota, id);
   }

@@ -181,8 +181,8 @@ export interface SandboxRow {
   delete_on_disconnect: number;
   disconnect_grace_s: number | null;
   network: string | null;
-  /** JSON of the host policy the create asked for (protocol's hostPolicyRequest); null: none. */
-  policy?: string | null;
+  /** JSON of what the create asked of the gateway (gateway/policies.ts SandboxPolicyRecord); null: nothing. */
+  policy: string | null;
   /** JSON object of the caller's labels. */
   metadata: string | null;
   tenant: string;
@@ -264,6 +264,7 @@ export class Ledger {
       | "disk_mib"
       | "max_processes"
       | "tenant"
+      | "policy"
     > &
       Partial<
         Pick<
@@ -276,6 +277,7 @@ export class Ledger {
           | "disk_mib"
           | "max_processes"
           | "tenant"
+          | "policy"
         >
       >,
     idempotency?: { key: string; fingerprint: string },
@@ -292,6 +294,7 @@ export class Ledger {
       disk_mib: null,
       max_processes: null,
       tenant: DEFAULT_TENANT,
+      policy: null,
       ...row,
       created_at: t,
       updated_at: t,
@@ -301,8 +304,8 @@ export class Ledger {
     this.db.transaction(() => {
       this.db
         .prepare(
-          `INSERT INTO sandboxes (id, template, template_hash, driver, acceleration, vcpu, memory_mib, disk_mib, max_processes, state, created_at, updated_at, deleted_at, error, expires_at, delete_on_disconnect, disconnect_grace_s, network, metadata, tenant)
-           VALUES (@id, @template, @template_hash, @driver, @acceleration, @vcpu, @memory_mib, @disk_mib, @max_processes, @state, @created_at, @updated_at, @deleted_at, @error, @expires_at, @delete_on_disconnect, @disconnect_grace_s, @network, @metadata, @tenant)`,
+          `INSERT INTO sandboxes (id, template, template_hash, driver, acceleration, vcpu, memory_mib, disk_mib, max_processes, state, created_at, updated_at, deleted_at, error, expires_at, delete_on_disconnect, disconnect_grace_s, network, metadata, tenant, policy)
+           VALUES (@id, @template, @template_hash, @driver, @acceleration, @vcpu, @memory_mib, @disk_mib, @max_processes, @state, @created_at, @updated_at, @deleted_at, @error, @expires_at, @delete_on_disconnect, @disconnect_grace_s, @network, @metadata, @tenant, @policy)`,
         )
         .run(full);
       if (idempotency) {

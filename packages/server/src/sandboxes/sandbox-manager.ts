@@ -17,6 +17,8 @@ import type { Config } from "../config.ts";
 import type { Driver, EgressPolicy, HostObject } from "../drivers/driver.ts";
 import { describeCauses, toCreateFailure, toResumeFailure, toWakeFailure } from "../errors/internal-errors.ts";
 import { egressFromRequest, isDefaultPolicy } from "../network/host-network.ts";
+import { needsGateway } from "../gateway/host-policy.ts";
+import { GatewayPolicies, refuseUnenforcedHostRules, type SandboxPolicyRecord } from "../gateway/policies.ts";
 import type { DriverRegistry } from "../drivers/driver-registry.ts";
 import { DEFAULT_TENANT, toSandboxInfo, type Ledger, type SandboxRow } from "../ledger/ledger.ts";
 import { newSandboxId } from "../util/ids.ts";
@@ -69,6 +71,8 @@ export class SandboxManager {
   /** Creates under an Idempotency-Key that are still booting, with the fingerprint of their body. */
   private readonly inflightKeys = new Map<string, { fingerprint: string; job: Promise<CreateResult> }>();
   private readonly pool: WarmPool;
+  /** Host policies of tenants and sandboxes, as the gateway applies them. */
+  readonly policies: GatewayPolicies;
   private stopping = false;
 
   constructor(
@@ -79,6 +83,7 @@ export class SandboxManager {
     private readonly log: Logger,
   ) {
     this.pool = new WarmPool(config.poolSize, (id) => this.dirFor(id), config.bootTimeoutMs, log);
+    this.policies = new GatewayPolicies(ledger);
   }
 
   private dirFor(id: string): string {
@@ -258,7 +263,7 @@ export class SandboxManager {
     if (known) {
       if (known.fingerprint !== fingerprint) throw reused();
       const row = this.ledger.getSandbox(known.sandbox_id);
-      if (row) return { sandbox: toSandboxInfo(row), created: false };
+      if (row) return { sandbox: this.view(row), created: false };
     }
     const job = this.createNew(req, { key: idempotencyKey, fingerprint }, owner);
     this.inflightKeys.set(slot, { fingerprint, job });
@@ -315,19 +320,36 @@ export class SandboxManager {
       );
     }
     lifetimeOf(req, this.config.lifecycle);
-    this.networkPolicy(req);
+    this.networkPolicy(req, DEFAULT_TENANT);
     return req;
   }
 
-  /** The egress the request asks for, and the policy shown on the sandbox. */
-  private networkPolicy(req: CreateRequest): { egress: EgressPolicy; shown: NetworkPolicy } {
+  /**
+   * The egress the request asks for, the policy shown on the sandbox, and what its row keeps for
+   * the gateway. Under a host policy (its own or its tenant's) its HTTP(S) passes the gateway.
+   */
+  private networkPolicy(
+    req: CreateRequest,
+    tenant: string,
+  ): { egress: EgressPolicy; shown: NetworkPolicy; record: SandboxPolicyRecord | undefined } {
     const egress = egressFromRequest(req);
+    const record =
+      req.policy === undefined && req.secrets === undefined
+        ? undefined
+        : { ...(req.policy ? { policy: req.policy } : {}), ...(req.secrets ? { secrets: req.secrets } : {}) };
     const { enabled, dns } = this.config.network;
-    // Refused until the egress gateway (issue #16) applies them: a policy must never be ignored.
-    if (req.policy !== undefined || req.secrets !== undefined)
+    // Refused until the vault (issue #16) binds them: a secret must never be silently left out.
+    if (req.secrets !== undefined)
       throw new BothyError(
         "not_supported",
-        "Host policies and secrets are not applied by this server yet; create the sandbox without `policy` and `secrets`.",
+        "Secrets are not bound to sandboxes by this server yet; create the sandbox without `secrets`.",
+      );
+    refuseUnenforcedHostRules(req.policy);
+    const { tools: _tools, ...hostRules } = req.policy ?? {};
+    if (!enabled && (Object.keys(hostRules).length > 0 || req.secrets !== undefined))
+      throw new BothyError(
+        "not_supported",
+        "Networking is off on this host (BOTHY_NETWORK=off): sandboxes have no network, so host rules and secrets cannot be given (tool rules can).",
       );
     if (!enabled && (egress.allowOut.length > 0 || req.internet === true)) {
       throw new BothyError(
@@ -335,8 +357,9 @@ export class SandboxManager {
         "Networking is off on this host (BOTHY_NETWORK=off): sandboxes have no network, so internet and allow_out cannot be given.",
       );
     }
+    const gateway = enabled && needsGateway(this.policies.effective(tenant, record ?? {}));
     return {
-      egress,
+      egress: { ...egress, gateway },
       shown: {
         enabled,
         internet: enabled && egress.internet,
@@ -344,7 +367,13 @@ export class SandboxManager {
         deny_out: egress.denyOut,
         dns: enabled ? dns : [],
       },
+      record,
     };
+  }
+
+  /** A row as the API shows it, with the host policy in force now (its tenant's may have changed). */
+  private view(row: SandboxRow): SandboxInfo {
+    return { ...toSandboxInfo(row), policy: this.policies.ofRow(row) ?? null };
   }
 
   private shape(
@@ -381,9 +410,9 @@ export class SandboxManager {
     const diskMib = req.disk_mib ?? this.config.limits.defaultDiskMib;
     const maxProcesses = req.max_processes ?? this.config.limits.defaultProcesses;
     const shape = this.shape(template, { vcpu: req.vcpu, memoryMib: req.memory_mib, diskMib, maxProcesses }, driver);
-    const network = this.networkPolicy(req);
+    const network = this.networkPolicy(req, owner.tenant);
     // Pool sandboxes were made with the default posture; any other policy boots its own.
-    const warm = isDefaultPolicy(network.egress) ? this.pool.claim(shape) : undefined;
+    const warm = isDefaultPolicy(network.egress) && !network.egress.gateway ? this.pool.claim(shape) : undefined;
     const id = warm?.spec.id ?? newSandboxId();
     this.ledger.insertSandbox(
       {
@@ -403,6 +432,7 @@ export class SandboxManager {
         network: JSON.stringify(network.shown),
         metadata: JSON.stringify(req.metadata ?? {}),
         tenant: owner.tenant,
+        policy: network.record ? JSON.stringify(network.record) : null,
       },
       idem,
     );
@@ -546,11 +576,11 @@ export class SandboxManager {
     this.checkId(id);
     const row = this.ledger.getSandbox(id);
     if (!row) throw new BothyError("sandbox_not_found", `No sandbox ${id}; list them with GET /sandboxes.`);
-    return toSandboxInfo(row);
+    return this.view(row);
   }
 
   list(): SandboxInfo[] {
-    return this.ledger.listSandboxes().map(toSandboxInfo);
+    return this.ledger.listSandboxes().map((row) => this.view(row));
   }
 
   counts(): Record<string, number> {
@@ -741,9 +771,12 @@ export class SandboxManager {
         `its template build ${row.template}@${row.template_hash.slice(0, 12)} is no longer on this host.`,
       );
     const shown = row.network ? (JSON.parse(row.network) as NetworkPolicy) : undefined;
-    const egress = egressFromRequest(
-      shown ? { internet: shown.internet, allow_out: shown.allow_out, deny_out: shown.deny_out } : {},
-    );
+    const egress = {
+      ...egressFromRequest(
+        shown ? { internet: shown.internet, allow_out: shown.allow_out, deny_out: shown.deny_out } : {},
+      ),
+      gateway: shown?.enabled === true && needsGateway(this.policies.ofRow(row)),
+    };
     const spec = {
       id: row.id,
       templateRoot: template.rootfs,

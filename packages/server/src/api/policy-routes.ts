@@ -1,0 +1,40 @@
+/**
+ * `/policy`: the tenant's default host policy, applied before every one of its sandboxes' own
+ * rules (gateway/host-policy.ts). Any key reads its tenant's; setting it needs scope `policy`;
+ * an admin key names another tenant with `?tenant=`.
+ */
+import type { FastifyInstance } from "fastify";
+import { BothyError, hostPolicyRequest, TENANT_ID_RE } from "@bothy/protocol";
+import { principalOf, sees } from "../auth/auth-hooks.ts";
+import { refuseUnenforcedHostRules, type GatewayPolicies } from "../gateway/policies.ts";
+import type { Ledger } from "../ledger/ledger.ts";
+import { parseInput } from "./parse-input.ts";
+
+type TenantQuery = { Querystring: { tenant?: string } };
+
+export function policyRoutes(app: FastifyInstance, deps: { policies: GatewayPolicies; ledger: Ledger }): void {
+  const { policies, ledger } = deps;
+  const tenantOf = (request: { query: { tenant?: string } }, principal: ReturnType<typeof principalOf>): string => {
+    const tenant = request.query.tenant ?? principal.tenant;
+    if (!TENANT_ID_RE.test(tenant) || !sees(principal, tenant) || !ledger.auth.tenant(tenant))
+      throw new BothyError("tenant_not_found", `No tenant ${tenant.slice(0, 64)}; GET /tenants lists them.`);
+    return tenant;
+  };
+  const view = (tenant: string) => ({ tenant, policy: policies.tenantPolicy(tenant) ?? null });
+
+  app.get<TenantQuery>("/policy", async (request) => view(tenantOf(request, principalOf(request))));
+
+  app.put<TenantQuery>("/policy", async (request) => {
+    const tenant = tenantOf(request, principalOf(request));
+    const policy = parseInput(hostPolicyRequest, request.body, "PUT /policy");
+    refuseUnenforcedHostRules(policy);
+    policies.setTenantPolicy(tenant, policy);
+    return view(tenant);
+  });
+
+  app.delete<TenantQuery>("/policy", async (request) => {
+    const tenant = tenantOf(request, principalOf(request));
+    policies.setTenantPolicy(tenant, null);
+    return view(tenant);
+  });
+}

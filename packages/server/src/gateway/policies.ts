@@ -1,0 +1,68 @@
+/**
+ * Where host policies live: a tenant's default on its row, a sandbox's own (as its create asked,
+ * with the secrets it names) on the sandbox's row. The effective policy is computed when asked,
+ * so a change of the tenant's default applies to its sandboxes' next requests.
+ */
+import { BothyError, type EffectiveHostPolicy } from "@bothy/protocol";
+import type { z } from "zod";
+import type { hostPolicyRequest } from "@bothy/protocol";
+import type { Ledger, SandboxRow } from "../ledger/ledger.ts";
+import { effectivePolicy, parseHostPolicy } from "./host-policy.ts";
+
+type ParsedPolicy = z.output<typeof hostPolicyRequest>;
+
+/** What a sandbox row keeps of its create: the policy as asked for and the secrets it names. */
+export interface SandboxPolicyRecord {
+  policy?: ParsedPolicy;
+  secrets?: string[];
+}
+
+export class GatewayPolicies {
+  constructor(private readonly ledger: Ledger) {}
+
+  /** The tenant's default policy, or undefined when it has none. */
+  tenantPolicy(tenant: string): ParsedPolicy | undefined {
+    const raw = this.ledger.auth.tenantPolicy(tenant);
+    return raw === null || raw === undefined ? undefined : parseHostPolicy(JSON.parse(raw));
+  }
+
+  setTenantPolicy(tenant: string, policy: ParsedPolicy | null): void {
+    this.ledger.auth.setTenantPolicy(tenant, policy === null ? null : JSON.stringify(policy));
+  }
+
+  /** The sandbox's effective policy from its row and its tenant's default; undefined: none (no gateway). */
+  ofRow(row: Pick<SandboxRow, "tenant" | "policy">): EffectiveHostPolicy | undefined {
+    return this.effective(row.tenant, recordOf(row.policy));
+  }
+
+  /** As `ofRow`, for a create before its row exists. */
+  effective(tenant: string, own: SandboxPolicyRecord): EffectiveHostPolicy | undefined {
+    return effectivePolicy(this.tenantPolicy(tenant), own.policy, own.secrets ?? []);
+  }
+
+  /** A live sandbox's effective policy, by id; undefined for an unknown sandbox or one without a policy. */
+  policyOf(sandboxId: string): EffectiveHostPolicy | undefined {
+    const row = this.ledger.getSandbox(sandboxId);
+    return row ? this.ofRow(row) : undefined;
+  }
+}
+
+export function recordOf(raw: string | null | undefined): SandboxPolicyRecord {
+  if (raw === null || raw === undefined) return {};
+  const { policy, secrets } = JSON.parse(raw) as { policy?: unknown; secrets?: string[] };
+  return { ...(policy === undefined ? {} : { policy: parseHostPolicy(policy) }), ...(secrets ? { secrets } : {}) };
+}
+
+/**
+ * Until the egress proxy applies host rules (issue #16, in progress), a policy with any is refused
+ * rather than silently not enforced; tool rules are enforced by the server already.
+ */
+export function refuseUnenforcedHostRules(policy: ParsedPolicy | undefined): void {
+  if (!policy) return;
+  const { tools: _tools, ...hostPart } = policy;
+  if (Object.values(hostPart).some((v) => v !== undefined && (!Array.isArray(v) || v.length > 0)))
+    throw new BothyError(
+      "not_supported",
+      "Host rules (allow_hosts, deny_hosts, rules, default) are not enforced by this server yet; only `tools` rules are.",
+    );
+}
