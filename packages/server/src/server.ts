@@ -259,7 +259,7 @@ export async function startServer(
   await portRoutes(app, manager, { tokens: links, previewDomain: config.previewDomain });
   await desktopRoutes(app, manager, new DesktopService(manager), links);
   tunnelRoutes(app, manager);
-  await agentToolRoutes(app, config, logger, ring);
+  await agentToolRoutes(app, config, logger, ring, { approvals, policies: manager.policies });
   usageRoutes(app, meter, ledger);
   approvalRoutes(app, approvals);
   await e2bRoutes(app, { tokens: e2bTokens, config, manager, registry, serverEvents, logProblem, ledger, quotas });

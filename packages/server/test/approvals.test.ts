@@ -11,12 +11,16 @@ import type { AddressInfo } from "node:net";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
-import type { BothyEvent } from "@bothy/protocol";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import type { ApprovalInfo, BothyEvent } from "@bothy/protocol";
 import { Approvals, ConflictError, NotFoundError } from "@bothy/sdk";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ApprovalAsk } from "../src/gateway/contracts.ts";
 import { readEventStream } from "./helpers/background.ts";
-import { api } from "./helpers/client.ts";
+import { api, waitDeleted } from "./helpers/client.ts";
+import { driverTitle, testDrivers } from "./helpers/drivers.ts";
 import { noLeaks } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
 
@@ -25,6 +29,10 @@ const pexec = promisify(execFile);
 const SECRET = "test-webhook-secret-0123456789";
 const SBX = "sbx_aaaaaaaaaaaaaaaaaaaa";
 const UNKNOWN = "apr_aaaaaaaaaaaaaaaaaaaa";
+const gvisor = testDrivers().find((d) => d.name === "gvisor") ?? {
+  name: "gvisor" as const,
+  missing: "BOTHY_TEST_DRIVERS to include gvisor",
+};
 
 interface Delivery {
   raw: string;
@@ -95,6 +103,7 @@ beforeAll(async () => {
   ts = await startTestServer({
     BOTHY_WEBHOOK_URL: `http://127.0.0.1:${(hook.address() as AddressInfo).port}/hook`,
     BOTHY_WEBHOOK_SECRET: SECRET,
+    BOTHY_DRIVER: "gvisor",
   });
   const decider = await mint({ name: "decider", scopes: ["approvals:decide", "sandboxes:read"] });
   keys.decider = decider.key;
@@ -326,5 +335,113 @@ describe("approvals over HTTP", () => {
     } finally {
       watcher.kill("SIGINT");
     }
+  });
+});
+
+describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools under a tools policy"), () => {
+  const conversation = "conv-approvals";
+  let sandboxId = "";
+  let client: Client;
+
+  beforeAll(async () => {
+    const created = await api(ts.url, "POST", "/sandboxes", {
+      template: "seed",
+      memory_mib: 256,
+      policy: { tools: { send_file: "ask", computer_bash: "deny" } },
+    });
+    expect(created.status, JSON.stringify(created.json)).toBe(201);
+    sandboxId = String(created.json["sandbox_id"]);
+    const conv = await api(ts.url, "POST", "/conversations", { conversation_id: conversation, sandbox_id: sandboxId });
+    expect(conv.status, JSON.stringify(conv.json)).toBe(201);
+    client = new Client({ name: "approvals-test", version: "1" });
+    await client.connect(new StreamableHTTPClientTransport(new URL(`${ts.url}/mcp`)));
+  });
+
+  afterAll(async () => {
+    await client?.close();
+    // Deleting the conversation deletes the sandbox it works in.
+    expect((await api(ts.url, "DELETE", `/conversations/${conversation}`)).status).toBe(200);
+    if (sandboxId) expect(await waitDeleted(ts.url, sandboxId)).toBe("deleted");
+  });
+
+  const call = async (name: string, args: Record<string, unknown>): Promise<CallToolResult> =>
+    (await client.callTool({ name, arguments: args, _meta: { "bothy/conversation_id": conversation } }, undefined, {
+      timeout: 120_000,
+    })) as CallToolResult;
+  const textOf = (r: CallToolResult): string => r.content.map((c) => (c.type === "text" ? c.text : "")).join("\n");
+
+  /** The sandbox's pending tool approval, once the held call has made it (polled). */
+  async function pendingTool(): Promise<ApprovalInfo> {
+    for (;;) {
+      const res = await api(ts.url, "GET", `/approvals?state=pending&sandbox_id=${sandboxId}`);
+      const found = (res.json["approvals"] as ApprovalInfo[]).find((a) => a.kind === "tool");
+      if (found) return found;
+      await new Promise((r) => setTimeout(r, 20)); // the poll's pace, not a wait for an outcome
+    }
+  }
+
+  it("refuses a denied tool naming the rule, before it acts", async () => {
+    const refused = await call("computer_bash", { command: "touch /workspace/ran" });
+    expect(refused.isError).toBe(true);
+    expect(refused._meta?.["bothy/refusal"]).toBe("policy_denied");
+    expect(textOf(refused)).toContain("tools.computer_bash");
+    const listed = await call("computer_read_file", { path: "/workspace/ran" });
+    expect(listed._meta?.["bothy/refusal"]).toBe("not_found");
+  });
+
+  it("holds send_file until approved over HTTP, then sends; a denied one fails", async () => {
+    expect(
+      (await call("computer_write_file", { path: "report.txt", content: "quarterly numbers\n" })).isError,
+    ).toBeFalsy();
+    const exported = await call("computer_export_file", { path: "report.txt" });
+    expect(exported.isError, textOf(exported)).toBeFalsy();
+    const exportId = String(exported._meta?.["export_id"]);
+
+    const sending = call("send_file", { export_id: exportId });
+    const held = await pendingTool();
+    expect(held).toMatchObject({
+      tenant: "default",
+      sandbox_id: sandboxId,
+      conversation_id: conversation,
+      kind: "tool",
+      tool: "send_file",
+      rule: "tools.send_file",
+      method: null,
+      host: null,
+    });
+    expect(JSON.parse(held.excerpt)).toEqual({ export_id: exportId });
+    const approved = await api(ts.url, "POST", `/approvals/${held.approval_id}/approve`, {});
+    expect(approved.status).toBe(200);
+    const sent = await sending;
+    expect(sent.isError, textOf(sent)).toBeFalsy();
+    expect(textOf(sent)).toContain("Attached report.txt");
+    const turn = String(sent._meta?.["bothy/turn_id"]);
+    const view = await api(ts.url, "GET", `/conversations/${conversation}/turns/${turn}`);
+    expect((view.json["attachments"] as Array<{ export_id: string }>).map((a) => a.export_id)).toEqual([exportId]);
+
+    const again = call("send_file", { export_id: exportId });
+    const second = await pendingTool();
+    await api(ts.url, "POST", `/approvals/${second.approval_id}/deny`, { reason: "once is enough" });
+    const denied = await again;
+    expect(denied.isError).toBe(true);
+    expect(denied._meta?.["bothy/refusal"]).toBe("not_approved");
+    expect(textOf(denied)).toContain("once is enough");
+
+    // Both are kept in the ledger, with their events.
+    const rows = ts.server.ledger.approvals.list({ sandboxId, limit: 10 });
+    expect(rows.map((r) => [r.id, r.state])).toEqual([
+      [second.approval_id, "denied"],
+      [held.approval_id, "approved"],
+    ]);
+    const events = ts.server.ledger
+      .eventsSince(0, sandboxId)
+      .filter((e) => e.type.startsWith("approval."))
+      .map((e) => `${e.type} ${String((JSON.parse(e.data) as { state: string }).state)}`);
+    expect(events).toEqual([
+      "approval.requested pending",
+      "approval.decided approved",
+      "approval.requested pending",
+      "approval.decided denied",
+    ]);
   });
 });

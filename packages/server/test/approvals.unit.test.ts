@@ -14,6 +14,8 @@ import type { ServerEvent } from "../src/events/server-events.ts";
 import { toPublicEvent } from "../src/events/public-events.ts";
 import { signature } from "../src/events/webhook.ts";
 import { Ledger } from "../src/ledger/ledger.ts";
+import { effectivePolicy } from "../src/gateway/host-policy.ts";
+import { toolGate } from "../src/gateway/tool-gate.ts";
 
 const SBX = "sbx_aaaaaaaaaaaaaaaaaaaa";
 
@@ -223,5 +225,57 @@ describe("approval broker", () => {
   it("signs a webhook body as t=<seconds>,v1=<hex HMAC of t.body>", () => {
     const at = new Date("2026-12-01T00:00:00Z");
     expect(signature("0123456789abcdef", '{"a":1}', at)).toMatch(/^t=1796083200,v1=[0-9a-f]{64}$/);
+  });
+});
+
+describe("tool gate", () => {
+  const policy = effectivePolicy(undefined, { tools: { send_file: "ask", computer_bash: "deny" } });
+  const tenantOnly = effectivePolicy({ tools: { rag_search: "deny" } }, undefined);
+  const gateWith = (b: ApprovalBroker) =>
+    toolGate("default", {
+      approvals: b,
+      policyOf: (id) => (id === SBX ? policy : undefined),
+      tenantPolicy: () => tenantOnly,
+    });
+  const call = (tool: string, knownSandboxId: string | null = SBX) => ({
+    tool,
+    conversationId: "conv-1",
+    args: { export_id: "exp_1" },
+    knownSandboxId,
+    sandboxId: async () => SBX,
+  });
+
+  it("lets allowed tools run, refuses denied ones naming the rule", async () => {
+    const gate = gateWith(broker());
+    expect(await gate(call("computer_read_file"), new AbortController().signal)).toBeUndefined();
+    const refused = await gate(call("computer_bash"), new AbortController().signal);
+    expect(refused).toMatchObject({ code: "policy_denied" });
+    expect(refused?.message).toContain("tools.computer_bash");
+    // No sandbox yet: the tenant's default decides.
+    expect(await gate(call("rag_search", null), new AbortController().signal)).toMatchObject({ code: "policy_denied" });
+    expect(await gate(call("computer_bash", null), new AbortController().signal)).toBeUndefined();
+  });
+
+  it("holds an ask as a tool approval: approved runs, denied and expired do not", async () => {
+    const b = broker();
+    const gate = gateWith(b);
+    const approved = gate(call("send_file"), new AbortController().signal);
+    const first = b.list({ state: "pending", limit: 1 })[0];
+    expect(first).toMatchObject({
+      kind: "tool",
+      tool: "send_file",
+      rule: "tools.send_file",
+      conversation_id: "conv-1",
+    });
+    expect(JSON.parse(first?.excerpt ?? "")).toEqual({ export_id: "exp_1" });
+    b.approve(first?.approval_id ?? "", { grant: "once" }, null);
+    expect(await approved).toBeUndefined();
+
+    const denied = gate(call("send_file"), new AbortController().signal);
+    b.deny(lastRequested(), "no", null);
+    expect(await denied).toMatchObject({ code: "not_approved" });
+
+    const expired = await gateWith(broker(10))(call("send_file"), new AbortController().signal);
+    expect(expired?.message).toContain("expired");
   });
 });

@@ -53,11 +53,13 @@ export function conversationOf(extra: Extra): string | undefined {
 export type ToolHandler<A> = (args: A, ctx: CallContext) => Promise<CallToolResult>;
 
 /**
- * Wraps a tool: resolves conversation, turn and sandbox; answers with the ids in `_meta`, and
- * turns errors into refusals that say what to do (never a stack trace).
+ * Wraps a tool: resolves conversation, turn and sandbox; asks the tools' gate (the server's
+ * policy) before the tool acts; answers with the ids in `_meta`, and turns errors into refusals
+ * that say what to do (never a stack trace).
  */
 export function withContext<A>(
   tools: AgentTools,
+  name: string,
   handler: ToolHandler<A>,
 ): (args: A, extra: Extra) => Promise<CallToolResult> {
   return async (args, extra) => {
@@ -87,7 +89,17 @@ export function withContext<A>(
           return lease.sandbox;
         },
       };
-      result = await handler(args, ctx);
+      const refused = await tools.gate(
+        {
+          tool: name,
+          conversationId,
+          args,
+          knownSandboxId: tools.store.conversation(conversationId)?.sandbox_id ?? null,
+          sandboxId: async () => (await ctx.sandbox()).sandboxId,
+        },
+        extra.signal,
+      );
+      result = refused ? refusal(refused.code, refused.message) : await handler(args, ctx);
     } catch (err) {
       result = errorResult(err);
     }
