@@ -444,4 +444,26 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools u
       "approval.decided denied",
     ]);
   });
+
+  it("cancels the approval of a call its client cancelled", async () => {
+    const controller = new AbortController();
+    const sending = client.callTool(
+      { name: "send_file", arguments: { export_id: "exp_gone" }, _meta: { "bothy/conversation_id": conversation } },
+      undefined,
+      { signal: controller.signal, timeout: 120_000 },
+    );
+    const held = await pendingTool();
+    controller.abort();
+    await expect(sending).rejects.toThrow();
+    // The client's cancel reaches the server as a notification: poll the approval until it is decided.
+    let state = "pending";
+    while (state === "pending") {
+      state = String((await api(ts.url, "GET", `/approvals/${held.approval_id}`)).json["state"]);
+      await new Promise((r) => setTimeout(r, 20)); // the poll's pace, not a wait for an outcome
+    }
+    expect((await api(ts.url, "GET", `/approvals/${held.approval_id}`)).json).toMatchObject({
+      state: "cancelled",
+      reason: "client_gone",
+    });
+  });
 });
