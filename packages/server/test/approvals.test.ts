@@ -13,7 +13,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { ElicitRequestSchema, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import type { ApprovalInfo, BothyEvent } from "@bothy/protocol";
 import { Approvals, ConflictError, NotFoundError } from "@bothy/sdk";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -465,5 +465,54 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools u
       state: "cancelled",
       reason: "client_gone",
     });
+  });
+
+  it("asks the MCP client's user through elicitation when the caller's key may decide, never an agent's", async () => {
+    const exported = await call("computer_export_file", { path: "report.txt", name: "again.txt" });
+    const exportId = String(exported._meta?.["export_id"]);
+    const asked: string[] = [];
+    const elicitingClient = async (headers: Record<string, string>): Promise<Client> => {
+      const c = new Client({ name: "approvals-elicit", version: "1" }, { capabilities: { elicitation: { form: {} } } });
+      c.setRequestHandler(ElicitRequestSchema, async (request) => {
+        asked.push(request.params.message);
+        return { action: "accept", content: { approve: true } };
+      });
+      await c.connect(new StreamableHTTPClientTransport(new URL(`${ts.url}/mcp`), { requestInit: { headers } }));
+      return c;
+    };
+    const send = (c: Client): Promise<CallToolResult> =>
+      c.callTool(
+        { name: "send_file", arguments: { export_id: exportId }, _meta: { "bothy/conversation_id": conversation } },
+        undefined,
+        { timeout: 120_000 },
+      ) as Promise<CallToolResult>;
+
+    // A person's client (a key with approvals:decide): the answer there is the decision.
+    const person = await mint({ name: "person", scopes: ["sandboxes:write", "approvals:decide"] });
+    const personal = await elicitingClient(as(person.key));
+    try {
+      const sent = await send(personal);
+      expect(sent.isError, textOf(sent)).toBeFalsy();
+      expect(asked).toHaveLength(1);
+      expect(asked[0]).toContain("send_file");
+      const row = ts.server.ledger.approvals.list({ sandboxId, limit: 1 })[0];
+      expect(row).toMatchObject({ state: "approved", decided_by: person.key_id, reason: "through MCP elicitation" });
+    } finally {
+      await personal.close();
+    }
+
+    // An agent's key (no approvals:decide), even with a client that could ask: it waits for a person.
+    const agentKey = await mint({ name: "mcp-agent", scopes: ["sandboxes:write"] });
+    const agent = await elicitingClient(as(agentKey.key));
+    try {
+      const sending = send(agent);
+      const held = await pendingTool();
+      expect(asked).toHaveLength(1);
+      await api(ts.url, "POST", `/approvals/${held.approval_id}/approve`, {}, as(keys.decider));
+      expect((await sending).isError).toBeFalsy();
+      expect(asked).toHaveLength(1);
+    } finally {
+      await agent.close();
+    }
   });
 });

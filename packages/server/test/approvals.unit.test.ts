@@ -243,6 +243,8 @@ describe("tool gate", () => {
     args: { export_id: "exp_1" },
     knownSandboxId,
     sandboxId: async () => SBX,
+    caller: undefined,
+    askUser: async () => undefined,
   });
 
   it("lets allowed tools run, refuses denied ones naming the rule", async () => {
@@ -277,5 +279,30 @@ describe("tool gate", () => {
 
     const expired = await gateWith(broker(10))(call("send_file"), new AbortController().signal);
     expect(expired?.message).toContain("expired");
+  });
+
+  it("offers the question to the MCP client's user only when the caller could decide it", async () => {
+    const b = broker();
+    const gate = gateWith(b);
+    const asked: string[] = [];
+    const askUser = async (message: string): Promise<"approve"> => {
+      asked.push(message);
+      return "approve";
+    };
+    const decider = { keyId: "key_decider", scopes: ["sandboxes:write", "approvals:decide"] };
+    expect(
+      await gate({ ...call("send_file"), caller: decider, askUser }, new AbortController().signal),
+    ).toBeUndefined();
+    expect(asked).toHaveLength(1);
+    expect(asked[0]).toContain("send_file");
+    const row = ledger.approvals.get(lastRequested());
+    expect(row).toMatchObject({ state: "approved", decided_by: "key_decider", reason: "through MCP elicitation" });
+
+    // An agent's key: never asked; the call waits for a person over HTTP.
+    const agent = { keyId: "key_agent", scopes: ["sandboxes:write"] };
+    const held = gate({ ...call("send_file"), caller: agent, askUser }, new AbortController().signal);
+    b.approve(lastRequested(), { grant: "once" }, "key_person");
+    expect(await held).toBeUndefined();
+    expect(asked).toHaveLength(1);
   });
 });

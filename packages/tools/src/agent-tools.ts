@@ -31,6 +31,13 @@ export interface ToolCall {
   knownSandboxId: string | null;
   /** The conversation's sandbox id (its sandbox is made if it has none yet). */
   sandboxId(): Promise<string>;
+  /** The API key behind the call (its id and scopes), when the server said. */
+  caller: { keyId: string | null; scopes: readonly string[] } | undefined;
+  /**
+   * Asks the MCP client's user yes or no (MCP elicitation): undefined when there is no answer (the
+   * client cannot ask, the user dismissed it, or `signal` ended the question).
+   */
+  askUser(message: string, signal: AbortSignal): Promise<"approve" | "deny" | undefined>;
 }
 
 /** Why a call may not run: a rule denies the tool, or a person did not approve it. */

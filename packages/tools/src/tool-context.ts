@@ -5,7 +5,12 @@
 import { createHash } from "node:crypto";
 import { posix } from "node:path";
 import type { RequestHandlerExtra } from "@modelcontextprotocol/sdk/shared/protocol.js";
-import type { CallToolResult, ServerNotification, ServerRequest } from "@modelcontextprotocol/sdk/types.js";
+import {
+  ElicitResultSchema,
+  type CallToolResult,
+  type ServerNotification,
+  type ServerRequest,
+} from "@modelcontextprotocol/sdk/types.js";
 import { BothyError } from "@bothy/protocol";
 import type { Sandbox } from "@bothy/sdk";
 import type { AgentTools } from "./agent-tools.ts";
@@ -96,6 +101,11 @@ export function withContext<A>(
           args,
           knownSandboxId: tools.store.conversation(conversationId)?.sandbox_id ?? null,
           sandboxId: async () => (await ctx.sandbox()).sandboxId,
+          caller: extra.authInfo && {
+            keyId: extra.authInfo.clientId === "" ? null : extra.authInfo.clientId,
+            scopes: extra.authInfo.scopes,
+          },
+          askUser: (message, signal) => askUser(extra, message, signal),
         },
         extra.signal,
       );
@@ -107,6 +117,37 @@ export function withContext<A>(
     result._meta = { ...result._meta, [META_CONVERSATION]: conversationId, [META_TURN]: turnId };
     return result;
   };
+}
+
+/**
+ * One yes-or-no question to the client's user over MCP elicitation. The server is strict about
+ * capabilities (mcp-server.ts), so a client that declared no elicitation is never sent one: the
+ * request fails at once, as does one the call's end cancelled; both are "no answer".
+ */
+async function askUser(extra: Extra, message: string, signal: AbortSignal): Promise<"approve" | "deny" | undefined> {
+  let result;
+  try {
+    result = await extra.sendRequest(
+      {
+        method: "elicitation/create",
+        params: {
+          mode: "form",
+          message,
+          requestedSchema: {
+            type: "object",
+            properties: { approve: { type: "boolean", title: "Approve", description: "Let this call run once" } },
+            required: ["approve"],
+          },
+        },
+      },
+      ElicitResultSchema,
+      { signal, timeout: 24 * 3600 * 1000 },
+    );
+  } catch {
+    return undefined;
+  }
+  if (result.action === "cancel") return undefined;
+  return result.action === "accept" && result.content?.["approve"] === true ? "approve" : "deny";
 }
 
 export function errorResult(thrown: unknown): CallToolResult {

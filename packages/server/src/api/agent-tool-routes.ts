@@ -101,6 +101,9 @@ export async function agentToolRoutes(
       bodyLimit: MCP_BODY_LIMIT,
       handler: async (request, reply) => {
         const { sessions } = await of(request);
+        // The MCP transport hands this to the tools as the call's authInfo: who calls, never the key itself.
+        const { keyId, scopes } = principalOf(request);
+        Object.assign(request.raw, { auth: { token: "", clientId: keyId ?? "", scopes: [...scopes] } });
         reply.hijack();
         await sessions.handle(request.raw, reply.raw, request.body);
       },

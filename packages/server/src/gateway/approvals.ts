@@ -69,7 +69,8 @@ export class ApprovalBroker implements ApprovalGate {
     return this.opts.rows.hostGranted(sandboxId, host.toLowerCase().replace(/\.$/, ""), new Date().toISOString());
   }
 
-  ask(req: ApprovalAsk, signal: AbortSignal): Promise<ApprovalOutcome> {
+  /** `onRequested`: told the new approval's id once it is pending (to offer the question elsewhere too). */
+  ask(req: ApprovalAsk, signal: AbortSignal, onRequested?: (approvalId: string) => void): Promise<ApprovalOutcome> {
     const id = newApprovalId();
     const created = Date.now();
     this.opts.rows.insert({
@@ -104,6 +105,7 @@ export class ApprovalBroker implements ApprovalGate {
       signal.addEventListener("abort", onAbort, { once: true });
       if (this.stopped) this.cancel(id, "server_stopping");
       else if (signal.aborted) onAbort();
+      else onRequested?.(id);
     });
   }
 

@@ -5,14 +5,17 @@
  * the excerpt) and lets it run only once a person approved. Enforced here, in the server, so no
  * prompt gets around it.
  */
-import type { EffectiveHostPolicy } from "@bothy/protocol";
+import { BothyError, type EffectiveHostPolicy } from "@bothy/protocol";
 import type { ToolGate, ToolRefusal } from "@bothy/tools";
 import type { ApprovalOutcome } from "./contracts.ts";
 import type { ApprovalBroker } from "./approvals.ts";
 import { decideTool } from "./host-policy.ts";
 
+/** What a decision through MCP elicitation says in the ledger's `reason`. */
+export const VIA_ELICITATION = "through MCP elicitation";
+
 export interface ToolGateDeps {
-  approvals: Pick<ApprovalBroker, "ask">;
+  approvals: Pick<ApprovalBroker, "ask" | "approve" | "deny">;
   /** A sandbox's effective policy (tenant's and its own). */
   policyOf(sandboxId: string): EffectiveHostPolicy | undefined;
   /** The tenant's default policy alone, for a conversation that has no sandbox yet. */
@@ -55,21 +58,45 @@ export function toolGate(tenant: string, deps: ToolGateDeps): ToolGate {
         message: `the policy's rule ${decision.rule} denies the tool ${call.tool} in this sandbox. This is not something to retry; tell the user if the task needs it.`,
       };
     const sandboxId = call.knownSandboxId ?? (await call.sandboxId());
-    const outcome = await deps.approvals.ask(
-      {
-        tenant,
-        sandboxId,
-        conversationId: call.conversationId,
-        kind: "tool",
-        method: null,
-        host: null,
-        path: null,
-        tool: call.tool,
-        excerpt: JSON.stringify(call.args ?? {}),
-        rule: decision.rule,
-      },
-      signal,
-    );
+    const excerpt = JSON.stringify(call.args ?? {});
+    // The question may also go to the MCP client's user, but only when the calling key could
+    // decide it over HTTP itself: an agent's key (no approvals:decide) never approves its own call.
+    const decider = call.caller?.scopes.some((s) => s === "approvals:decide" || s === "admin")
+      ? call.caller
+      : undefined;
+    const question = new AbortController();
+    const offer = async (id: string): Promise<void> => {
+      const answer = await call.askUser(
+        `The agent asks to run the tool ${call.tool} in sandbox ${sandboxId} (approval ${id}, rule ${decision.rule}). Arguments: ${excerpt.slice(0, 500)}${excerpt.length > 500 ? "…" : ""}`,
+        question.signal,
+      );
+      const by = decider?.keyId ?? null;
+      // An answer that finds the approval decided already (over HTTP, or expired) changes nothing.
+      try {
+        if (answer === "approve") deps.approvals.approve(id, { grant: "once", reason: VIA_ELICITATION }, by);
+        else if (answer === "deny") deps.approvals.deny(id, VIA_ELICITATION, by);
+      } catch (err) {
+        if (!(err instanceof BothyError && err.code === "approval_not_pending")) throw err;
+      }
+    };
+    const outcome = await deps.approvals
+      .ask(
+        {
+          tenant,
+          sandboxId,
+          conversationId: call.conversationId,
+          kind: "tool",
+          method: null,
+          host: null,
+          path: null,
+          tool: call.tool,
+          excerpt,
+          rule: decision.rule,
+        },
+        signal,
+        decider ? (id) => void offer(id).catch(() => undefined) : undefined,
+      )
+      .finally(() => question.abort());
     return outcome.state === "approved" ? undefined : notApproved(call.tool, outcome);
   };
 }
