@@ -19,6 +19,7 @@ import { resumeCommand } from "./commands/resume.ts";
 import { rmCommand } from "./commands/rm.ts";
 import { shellCommand } from "./commands/shell.ts";
 import { tenantsCommand } from "./commands/tenants.ts";
+import { approvalsCommand } from "./commands/approvals.ts";
 
 export const API_COMMANDS: Command[] = [
   createCommand,
@@ -34,6 +35,7 @@ export const API_COMMANDS: Command[] = [
   logsCommand,
   keysCommand,
   tenantsCommand,
+  approvalsCommand,
   policyCommand,
   doctorCommand,
 ];

@@ -53,6 +53,8 @@ export const ERROR_CODES = [
   "key_not_found",
   "tenant_not_found",
   "tenant_exists",
+  "approval_not_found",
+  "approval_not_pending",
   "shutting_down",
   "internal",
 ] as const;
@@ -110,6 +112,8 @@ export const ERROR_STATUS: Record<ErrorCode, number> = {
   key_not_found: 404,
   tenant_not_found: 404,
   tenant_exists: 409,
+  approval_not_found: 404,
+  approval_not_pending: 409,
   shutting_down: 503,
   internal: 500,
 };
@@ -165,6 +169,8 @@ const TITLES: Record<ErrorCode, string> = {
   key_not_found: "API key not found",
   tenant_not_found: "Tenant not found",
   tenant_exists: "Tenant exists",
+  approval_not_found: "Approval not found",
+  approval_not_pending: "Approval already decided",
   shutting_down: "Server shutting down",
   internal: "Internal error",
 };
