@@ -20,6 +20,7 @@ import { rmCommand } from "./commands/rm.ts";
 import { shellCommand } from "./commands/shell.ts";
 import { tenantsCommand } from "./commands/tenants.ts";
 import { secretsCommand } from "./commands/secrets.ts";
+import { approvalsCommand } from "./commands/approvals.ts";
 
 export const API_COMMANDS: Command[] = [
   createCommand,
@@ -36,6 +37,7 @@ export const API_COMMANDS: Command[] = [
   keysCommand,
   tenantsCommand,
   secretsCommand,
+  approvalsCommand,
   policyCommand,
   doctorCommand,
 ];

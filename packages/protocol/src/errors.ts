@@ -57,6 +57,8 @@ export const ERROR_CODES = [
   "secret_unknown",
   "secret_refused",
   "upstream_failed",
+  "approval_not_found",
+  "approval_not_pending",
   "shutting_down",
   "internal",
 ] as const;
@@ -118,6 +120,8 @@ export const ERROR_STATUS: Record<ErrorCode, number> = {
   secret_unknown: 400,
   secret_refused: 403,
   upstream_failed: 502,
+  approval_not_found: 404,
+  approval_not_pending: 409,
   shutting_down: 503,
   internal: 500,
 };
@@ -177,6 +181,8 @@ const TITLES: Record<ErrorCode, string> = {
   secret_unknown: "Secret not in the vault",
   secret_refused: "Secret sent to a host it is not bound to",
   upstream_failed: "Upstream host failed",
+  approval_not_found: "Approval not found",
+  approval_not_pending: "Approval already decided",
   shutting_down: "Server shutting down",
   internal: "Internal error",
 };

@@ -1,5 +1,6 @@
 import Database from "better-sqlite3";
 import { BothyError, LIVE_STATES, type NetworkPolicy, type SandboxInfo, type SandboxState } from "@bothy/protocol";
+import { ApprovalRows } from "./approval-rows.ts";
 import { AuthRows } from "./auth-rows.ts";
 import { SecretRows } from "./secret-rows.ts";
 import { canTransition, INITIAL_STATES, TransitionError } from "../sandboxes/lifecycle.ts";
@@ -223,6 +224,8 @@ export class Ledger {
   readonly auth: AuthRows;
   /** The vault's sealed secrets and the sandboxes' placeholders. */
   readonly secrets: SecretRows;
+  /** Approvals of the egress gateway and the agent tools. */
+  readonly approvals: ApprovalRows;
 
   constructor(path: string) {
     this.db = new Database(path);
@@ -233,6 +236,7 @@ export class Ledger {
     this.migrate();
     this.auth = new AuthRows(this.db);
     this.secrets = new SecretRows(this.db);
+    this.approvals = new ApprovalRows(this.db);
   }
 
   private migrate(): void {
