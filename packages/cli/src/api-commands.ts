@@ -19,6 +19,7 @@ import { resumeCommand } from "./commands/resume.ts";
 import { rmCommand } from "./commands/rm.ts";
 import { shellCommand } from "./commands/shell.ts";
 import { tenantsCommand } from "./commands/tenants.ts";
+import { secretsCommand } from "./commands/secrets.ts";
 import { approvalsCommand } from "./commands/approvals.ts";
 
 export const API_COMMANDS: Command[] = [
@@ -35,6 +36,7 @@ export const API_COMMANDS: Command[] = [
   logsCommand,
   keysCommand,
   tenantsCommand,
+  secretsCommand,
   approvalsCommand,
   policyCommand,
   doctorCommand,

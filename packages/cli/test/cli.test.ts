@@ -153,6 +153,39 @@ describe("bothy CLI against a real server [gvisor]", () => {
     expect(down.stderr).toContain("Cannot reach bothy at http://127.0.0.1:9");
   });
 
+  it("secrets put reads the value from stdin, ls and rm never show it", async () => {
+    const value = "ghp_cli_secret_value_123";
+    const put = await bothy(
+      [
+        "secrets",
+        "put",
+        "github",
+        "--host",
+        "api.github.com",
+        "--header",
+        "Authorization",
+        "--format",
+        "Bearer {value}",
+      ],
+      { input: `${value}\n` },
+    );
+    expect(put).toMatchObject({ code: 0, stdout: "github\n", stderr: "" });
+    const ls = await bothy(["secrets", "ls", "--json"]);
+    expect(JSON.parse(ls.stdout)).toMatchObject({
+      secrets: [
+        { name: "github", hosts: ["api.github.com"], inject: { header: "Authorization", format: "Bearer {value}" } },
+      ],
+    });
+    expect((await bothy(["secrets", "ls"])).stdout).toContain("Authorization: Bearer {value}");
+    expect(ls.stdout + put.stdout).not.toContain(value);
+    expect((await bothy(["secrets", "put", "github", "--host", "api.github.com"], { input: "" })).code).toBe(2);
+    expect((await bothy(["secrets", "put", "github"], { input: value })).code).toBe(2);
+    expect(await bothy(["secrets", "rm", "github"])).toMatchObject({ code: 0, stdout: "github\n" });
+    const gone = await bothy(["secrets", "rm", "github"]);
+    expect(gone.code).toBe(1);
+    expect(gone.stderr).toContain("(secret_not_found)");
+  });
+
   it("cp copies files in and out, keeping the bytes; logs shows events and command output", async () => {
     const id = await newSandbox();
     const local = join(dir, "blob.bin");

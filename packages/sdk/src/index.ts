@@ -67,6 +67,7 @@ export {
   type TenantInfo,
   type TenantQuota,
 } from "./admin.ts";
+export { Secrets, type SecretInfo, type SecretOptions, type SecretPutOptions } from "./secrets.ts";
 export {
   Approvals,
   type ApprovalInfo,

@@ -10,6 +10,9 @@ import { BothyError } from "@bothy/protocol";
 import { agentToolRoutes } from "./api/agent-tool-routes.ts";
 import { approvalRoutes } from "./api/approval-routes.ts";
 import { policyRoutes } from "./api/policy-routes.ts";
+import { secretRoutes } from "./api/secret-routes.ts";
+import { EgressCa } from "./gateway/egress-ca.ts";
+import { Vault } from "./gateway/vault.ts";
 import { authRoutes } from "./api/auth-routes.ts";
 import { authHooks, KeyConnections } from "./auth/auth-hooks.ts";
 import { LinkTokens, linkGrant, redactToken } from "./auth/link-tokens.ts";
@@ -138,7 +141,13 @@ export async function startServer(
     if (published) events.publish(published.type, published.sandboxId, published.data, published.tenant);
     if (ev.event === "sandbox_deleted") registry.forget(ev.sandbox_id);
   });
-  const manager = new SandboxManager(config, ledger, drivers, options.templates ?? store, log);
+  // The secrets vault and the CA guests trust for the egress gateway; both keys stay in $BOTHY_HOME/secrets.
+  const vault = await Vault.open(config.home, ledger.secrets);
+  const egressCa = await EgressCa.open(config.home);
+  const manager = new SandboxManager(config, ledger, drivers, options.templates ?? store, log, {
+    vault,
+    caPem: egressCa.caPem,
+  });
   const approvals = new ApprovalBroker({ rows: ledger.approvals, timeoutMs: config.approvals.timeoutMs, log });
   approvals.recover();
   await manager.reconcile();
@@ -247,6 +256,7 @@ export async function startServer(
   sandboxRoutes(app, { manager, ledger, quotas }, startedAt);
   authRoutes(app, { ring, ledger, quotas, connections });
   policyRoutes(app, { policies: manager.policies, ledger });
+  secretRoutes(app, { vault, ledger });
 
   lifecycleRoutes(app, manager);
   metricsRoutes(app, metrics, () => ({

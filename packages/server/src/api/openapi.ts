@@ -13,6 +13,9 @@ import {
   createKeyRequest,
   createTenantRequest,
   hostPolicyRequest,
+  putSecretRequest,
+  secretInfo,
+  secretList,
   tenantPolicyInfo,
   keyList,
   tenantInfo,
@@ -107,6 +110,9 @@ const SCHEMAS = {
   DenyApprovalRequest: decideApprovalRequest.pick({ reason: true }),
   HostPolicy: hostPolicyRequest,
   TenantPolicy: tenantPolicyInfo,
+  PutSecretRequest: putSecretRequest,
+  Secret: secretInfo,
+  SecretList: secretList,
 } satisfies Record<string, z.ZodType>;
 
 type SchemaName = keyof typeof SCHEMAS;
@@ -668,6 +674,39 @@ export const OPERATIONS: Operation[] = [
     summary: "Remove the tenant's default host policy (scope policy)",
     answers: { 200: { description: "The policy, now null", schema: "TenantPolicy" } },
   },
+  {
+    method: "put",
+    path: "/secrets/{name}",
+    tag: "secrets",
+    summary:
+      "Store a secret in the tenant's vault (scope secrets; `?tenant=` for an admin key), sealed; only the gateway opens it, for the hosts named. No answer ever shows the value",
+    body: "PutSecretRequest",
+    answers: {
+      201: { description: "The secret was new (without its value)", schema: "Secret" },
+      200: { description: "The secret was replaced (without its value)", schema: "Secret" },
+    },
+  },
+  {
+    method: "get",
+    path: "/secrets",
+    tag: "secrets",
+    summary: "The tenant's secrets (every tenant's for an admin key), without their values",
+    answers: { 200: { description: "Secrets", schema: "SecretList" } },
+  },
+  {
+    method: "get",
+    path: "/secrets/{name}",
+    tag: "secrets",
+    summary: "A secret's hosts and inject rule, without its value",
+    answers: { 200: { description: "The secret", schema: "Secret" } },
+  },
+  {
+    method: "delete",
+    path: "/secrets/{name}",
+    tag: "secrets",
+    summary: "Remove a secret; sandboxes bound to it keep their placeholder, which the gateway then sends nowhere",
+    answers: { 200: { description: "The removed secret", schema: "Secret" } },
+  },
 ];
 
 type Json = Record<string, unknown>;
@@ -761,6 +800,7 @@ export function openApiDocument(): Json {
     "DecideApprovalRequest",
     "DenyApprovalRequest",
     "HostPolicy",
+    "PutSecretRequest",
   ]);
   const schemas = Object.fromEntries(
     Object.entries(SCHEMAS).map(([name, s]) => [

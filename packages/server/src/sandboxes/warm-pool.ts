@@ -44,6 +44,9 @@ export interface PoolShape {
   memoryMib: number;
   diskMib: number;
   maxProcesses: number;
+  /** The egress CA its guests trust, and the variables that point at it (SandboxSpec). */
+  egressCa?: string;
+  commandEnv?: Record<string, string>;
 }
 
 /**
@@ -102,6 +105,8 @@ export class WarmPool {
           diskMib: shape.diskMib,
           maxProcesses: shape.maxProcesses,
           dir: this.dirFor(id),
+          ...(shape.egressCa === undefined ? {} : { egressCa: shape.egressCa }),
+          ...(shape.commandEnv === undefined ? {} : { commandEnv: shape.commandEnv }),
         };
         this.booting.add(id);
         try {
