@@ -155,3 +155,27 @@ export const decideApprovalRequest = z.strictObject({
   reason: z.string().max(500).optional(),
 });
 export type DecideApprovalRequest = z.input<typeof decideApprovalRequest>;
+
+// ---- audit ------------------------------------------------------------------------------------------
+
+/** The gateway's events a sandbox's audit holds (`GET /sandboxes/{id}/audit`). */
+export const AUDIT_EVENT_TYPES = [
+  "egress.allowed",
+  "egress.denied",
+  "egress.asked",
+  "secret.injected",
+  "secret.refused",
+  "approval.requested",
+  "approval.decided",
+] as const;
+
+/** `?type=egress.denied` (comma-separated; default all of AUDIT_EVENT_TYPES), `?after=SEQ` to page on, `?limit=` (default 100, at most 1000). */
+export const auditQuery = z.strictObject({
+  type: z
+    .string()
+    .transform((s) => s.split(","))
+    .pipe(z.array(z.enum(AUDIT_EVENT_TYPES)).min(1))
+    .optional(),
+  after: z.coerce.number().int().min(0).optional(),
+  limit: z.coerce.number().int().min(1).max(1000).optional(),
+});

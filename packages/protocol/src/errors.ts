@@ -55,6 +55,8 @@ export const ERROR_CODES = [
   "tenant_exists",
   "shutting_down",
   "internal",
+  "egress_denied",
+  "egress_unreachable",
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -112,6 +114,8 @@ export const ERROR_STATUS: Record<ErrorCode, number> = {
   tenant_exists: 409,
   shutting_down: 503,
   internal: 500,
+  egress_denied: 403,
+  egress_unreachable: 502,
 };
 
 const TITLES: Record<ErrorCode, string> = {
@@ -167,6 +171,8 @@ const TITLES: Record<ErrorCode, string> = {
   tenant_exists: "Tenant exists",
   shutting_down: "Server shutting down",
   internal: "Internal error",
+  egress_denied: "Egress denied by policy",
+  egress_unreachable: "Egress destination unreachable",
 };
 
 export function errorTitle(code: ErrorCode): string {

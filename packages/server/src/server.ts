@@ -9,6 +9,7 @@ import { pino, type Logger as PinoLogger } from "pino";
 import { BothyError } from "@bothy/protocol";
 import { agentToolRoutes } from "./api/agent-tool-routes.ts";
 import { policyRoutes } from "./api/policy-routes.ts";
+import { auditRoutes } from "./api/audit-routes.ts";
 import { authRoutes } from "./api/auth-routes.ts";
 import { authHooks, KeyConnections } from "./auth/auth-hooks.ts";
 import { LinkTokens, linkGrant, redactToken } from "./auth/link-tokens.ts";
@@ -46,6 +47,7 @@ import { IdleSleep } from "./sandboxes/idle-sleep.ts";
 import { UsageMeter } from "./metering/usage-meter.ts";
 import { usageRoutes } from "./api/usage-routes.ts";
 import { Sweeper } from "./sandboxes/sweeper.ts";
+import { EgressProxy, gatewayLookup } from "./gateway/egress-proxy.ts";
 
 export interface BothyServer {
   app: FastifyInstance;
@@ -115,7 +117,12 @@ export async function startServer(
   const log = serverEvents.emit;
   const store = new TemplateStore({ sourceDir: config.templateSources, storeDir: config.templatesDir });
   const ledger = new Ledger(join(config.home, "ledger.sqlite"));
-  const drivers = await createDrivers(config, log);
+  // The egress gateway listens before the network's rules are made: they redirect to its ports.
+  const proxy = config.network.enabled ? new EgressProxy({ dns: config.network.dns, log }) : undefined;
+  const drivers = await createDrivers(config, log, await proxy?.listen()).catch(async (err: unknown) => {
+    await proxy?.close();
+    throw err;
+  });
   const events = new EventBus(ledger);
   const webhook = config.webhook && new WebhookSender({ ...config.webhook, attempts: 6, timeoutMs: 10_000, log });
   if (webhook) events.subscribe((ev) => webhook.send(ev));
@@ -135,6 +142,7 @@ export async function startServer(
     if (ev.event === "sandbox_deleted") registry.forget(ev.sandbox_id);
   });
   const manager = new SandboxManager(config, ledger, drivers, options.templates ?? store, log);
+  if (proxy && drivers.network) proxy.attach(gatewayLookup(drivers.network, ledger, manager.policies));
   await manager.reconcile();
   const sweeper = new Sweeper(manager, ledger, drivers, config.lifecycle.sweepIntervalMs, log);
   const watch = new DisconnectWatch(manager, ledger, log);
@@ -249,6 +257,7 @@ export async function startServer(
   }));
   commandRoutes(app, manager, registry, watch);
   eventRoutes(app, events);
+  auditRoutes(app, { events, ledger });
   await fileRoutes(app, manager);
   await portRoutes(app, manager, { tokens: links, previewDomain: config.previewDomain });
   await desktopRoutes(app, manager, new DesktopService(manager), links);
@@ -277,6 +286,7 @@ export async function startServer(
         watch.close();
         await sweeper.stop();
         meter.stop();
+        await proxy?.close();
         await app.close();
         await manager.close();
         await drivers.close();

@@ -22,6 +22,12 @@ export function toPublicEvent(ev: ServerEvent): PublicEvent | undefined {
       return { type: "sandbox.stopped", sandboxId: ev.sandbox_id, data: { ...data, reason: event } };
     case "sandbox_woken":
       return { type: "sandbox.woken", sandboxId: ev.sandbox_id, data };
+    case "egress_allowed":
+      return { type: "egress.allowed", sandboxId: ev.sandbox_id, data };
+    case "egress_denied":
+      return { type: "egress.denied", sandboxId: ev.sandbox_id, data };
+    case "egress_asked":
+      return { type: "egress.asked", sandboxId: ev.sandbox_id, data };
     default:
       return undefined;
   }

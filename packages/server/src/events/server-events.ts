@@ -2,6 +2,23 @@ import type { SandboxState } from "@bothy/protocol";
 
 type Failure = { sandbox_id: string; error: string };
 
+/** One decision of the egress gateway (gateway/egress-proxy.ts); public as `egress.allowed|denied|asked`. */
+export interface EgressDecisionFields {
+  sandbox_id: string;
+  host: string;
+  /** Null on HTTPS the gateway passes through (it sees no request inside). */
+  method: string | null;
+  path: string | null;
+  /** `tenant#0`, `sandbox#2`, `default`, or what refused it outside the rules (`address`, `placeholder`, `sni`). */
+  rule: string;
+  action: "allow" | "deny" | "ask";
+  /** allowed, granted (an earlier host grant), approved, pending, denied, expired, cancelled, refused, unavailable. */
+  outcome: string;
+  reason?: string;
+  /** The upstream address it was sent to (allowed only). */
+  address?: string;
+}
+
 /**
  * Everything the server's parts report, by name, with its fields. This is the event bus: the
  * logger, the metrics, the public events (SSE and webhook) and tests subscribe to these typed
@@ -88,6 +105,9 @@ export interface ServerEventMap {
 
   webhook_failed: { seq: number; attempt: number; status?: number; error?: string };
   webhook_gave_up: { seq: number; type: string; attempts: number };
+  egress_allowed: EgressDecisionFields;
+  egress_denied: EgressDecisionFields;
+  egress_asked: EgressDecisionFields;
   budget_exceeded: {
     owner: string;
     month: string;
@@ -156,6 +176,9 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   webhook_failed: "warn",
   webhook_gave_up: "error",
   budget_exceeded: "warn",
+  egress_allowed: "debug",
+  egress_denied: "info",
+  egress_asked: "info",
 };
 
 export type ServerEventListener = (event: ServerEvent) => void;

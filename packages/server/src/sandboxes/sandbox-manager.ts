@@ -18,7 +18,7 @@ import type { Driver, EgressPolicy, HostObject } from "../drivers/driver.ts";
 import { describeCauses, toCreateFailure, toResumeFailure, toWakeFailure } from "../errors/internal-errors.ts";
 import { egressFromRequest, isDefaultPolicy } from "../network/host-network.ts";
 import { needsGateway } from "../gateway/host-policy.ts";
-import { GatewayPolicies, refuseUnenforcedHostRules, type SandboxPolicyRecord } from "../gateway/policies.ts";
+import { GatewayPolicies, type SandboxPolicyRecord } from "../gateway/policies.ts";
 import type { DriverRegistry } from "../drivers/driver-registry.ts";
 import { DEFAULT_TENANT, toSandboxInfo, type Ledger, type SandboxRow } from "../ledger/ledger.ts";
 import { newSandboxId } from "../util/ids.ts";
@@ -344,7 +344,6 @@ export class SandboxManager {
         "not_supported",
         "Secrets are not bound to sandboxes by this server yet; create the sandbox without `secrets`.",
       );
-    refuseUnenforcedHostRules(req.policy);
     const { tools: _tools, ...hostRules } = req.policy ?? {};
     if (!enabled && (Object.keys(hostRules).length > 0 || req.secrets !== undefined))
       throw new BothyError(
