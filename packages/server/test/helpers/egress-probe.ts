@@ -47,7 +47,7 @@ const send = (c) => new Promise((r) => {
     socket.once("data", (d) => { socket.destroy(); r({ ok: true, status: res.statusCode, body: String(d) }); });
   });
   req.on("timeout", () => req.destroy(Object.assign(new Error("timeout"), { code: "timeout" })));
-  req.on("error", (e) => r({ ok: false, err: e.code || e.message }));
+  req.on("error", (e) => r({ ok: false, err: (e.code || "") + " " + e.message }));
   req.end();
 });
 const keepalive = async (c) => {
