@@ -39,6 +39,8 @@ export interface EgressProxyOptions {
   host?: string;
   /** Default: any free ports. */
   ports?: Partial<GatewayPorts>;
+  /** The ports upstreams are dialed on (default 80 and 443: what nft redirected); tests' servers use others. */
+  upstream?: GatewayPorts;
 }
 
 /** Who is behind a source address: a gateway sandbox, and the ranges no sandbox may reach. */
@@ -83,8 +85,10 @@ export class EgressProxy {
   private readonly held = new Set<AbortController>();
   private lookup: SandboxLookup | undefined;
   private closing = false;
+  private readonly upstream: GatewayPorts;
 
   constructor(private readonly opts: EgressProxyOptions) {
+    this.upstream = opts.upstream ?? { http: 80, https: 443 };
     this.resolver = new Resolver({ timeout: RESOLVE_TIMEOUT_MS, tries: 2 });
     this.resolver.setServers(opts.dns);
     this.parser = http.createServer({ requireHostHeader: false });
@@ -186,7 +190,15 @@ export class EgressProxy {
       const headers = withoutHopByHop(req.headers);
       if (body) headers["content-length"] = String(body.length);
       const up = http.request(
-        { host: address, port: 80, method: req.method, path: req.url, headers, agent: this.agent, setHost: false },
+        {
+          host: address,
+          port: this.upstream.http,
+          method: req.method,
+          path: req.url,
+          headers,
+          agent: this.agent,
+          setHost: false,
+        },
         (upRes) => {
           res.writeHead(upRes.statusCode ?? 502, upRes.statusMessage, withoutHopByHop(upRes.headers));
           upRes.pipe(res);
@@ -197,7 +209,7 @@ export class EgressProxy {
         if (!res.headersSent)
           answer(
             res,
-            new BothyError("egress_unreachable", `The upstream ${address}:80 did not answer (${errCode(err)}).`),
+            new BothyError("egress_unreachable", `The upstream ${address} did not answer (${errCode(err)}).`),
           );
         else res.destroy();
         resolve();
@@ -223,7 +235,7 @@ export class EgressProxy {
         throw new Refusal(new BothyError("egress_denied", "A secret's placeholder may not go out in clear HTTP."));
       }
       const address = await this.judge(sb, target, decide(sb.policy, target), abort.signal, Buffer.alloc(0));
-      const up = connect({ host: address, port: 80 });
+      const up = connect({ host: address, port: this.upstream.http });
       up.once("error", () => socket.destroy());
       socket.once("error", () => up.destroy());
       const lines = [`${req.method} ${req.url} HTTP/1.1`];
@@ -284,7 +296,7 @@ export class EgressProxy {
       const target = { host, method: null, path: null };
       const address = await this.judge(sb, target, decide(sb.policy, target), abort.signal, Buffer.alloc(0));
       if (socket.destroyed) return;
-      const up = connect({ host: address, port: 443 });
+      const up = connect({ host: address, port: this.upstream.https });
       up.once("error", () => socket.destroy());
       socket.once("error", () => up.destroy());
       up.write(peeked);
@@ -394,6 +406,8 @@ export class EgressProxy {
       if (outcome.state === "approved")
         return this.emit("egress_allowed", sb, target, { ...base, outcome: "approved" }, outcome.approvalId);
       this.emit("egress_denied", sb, target, { ...base, outcome: outcome.state }, outcome.approvalId);
+      // Cancelled while the client still waits: the server is stopping (the gate's own stop or ours).
+      if (outcome.state === "cancelled" || this.closing) throw new Refusal(stopping(outcome.approvalId));
       throw new Refusal(
         new BothyError(
           "egress_denied",
@@ -405,14 +419,8 @@ export class EgressProxy {
       );
     } catch (err) {
       if (err instanceof Refusal) throw err;
-      if (this.closing)
-        throw new Refusal(
-          new BothyError("shutting_down", "The server is stopping while this request waited for approval; retry.", {
-            details: { retryable: true },
-          }),
-        );
       this.emit("egress_denied", sb, target, { ...base, outcome: "cancelled" });
-      throw new Refusal(new BothyError("egress_denied", `${describe(target)} was cancelled while it waited.`));
+      throw new Refusal(stopping(null));
     } finally {
       signal.removeEventListener("abort", onAbort);
       this.held.delete(held);
@@ -581,6 +589,16 @@ function denial(sb: GatewaySandbox, target: Target, rule: string): BothyError {
     details: { host: target.host, rule, how_to_get_access: howToAsk(sb) },
   });
 }
+
+/** A held request's answer when the server stops: nothing was sent, so retrying is safe. */
+const stopping = (approvalId: string | null): BothyError =>
+  new BothyError(
+    "shutting_down",
+    "The server stopped while this request waited for approval; it was not sent: retry.",
+    {
+      details: { retryable: true, ...(approvalId ? { approval_id: approvalId } : {}) },
+    },
+  );
 
 const malformed = (message: string): BothyError => new BothyError("malformed_request", message);
 

@@ -1,0 +1,245 @@
+/**
+ * The egress proxy in process, on loopback: a client stands in for the sandbox (its source address
+ * is the "guest"), a local server for the upstream, and a gate object for approvals. The netns
+ * lab (egress.test.ts) covers the redirect, DNS and real guests; here: `ask` and its outcomes,
+ * server stop while held, internet:false, refused sources, and the terminator hook.
+ */
+import { once } from "node:events";
+import http, { type IncomingMessage } from "node:http";
+import { connect as tcpConnect, createServer, type AddressInfo, type Server } from "node:net";
+import { connect as tlsConnect } from "node:tls";
+import { afterEach, describe, expect, it } from "vitest";
+import type { EffectiveHostPolicy } from "@bothy/protocol";
+import type {
+  ApprovalAsk,
+  ApprovalGate,
+  ApprovalOutcome,
+  GatewaySandbox,
+  TerminateContext,
+} from "../src/gateway/contracts.ts";
+import { EgressProxy } from "../src/gateway/egress-proxy.ts";
+import type { ServerEvent } from "../src/events/server-events.ts";
+
+const HOST = "127.0.0.1";
+
+/** Approvals held until the test answers them. */
+class TestGate implements ApprovalGate {
+  readonly grants = new Set<string>();
+  private readonly waiting: Array<(a: HeldAsk) => void> = [];
+  private readonly queued: HeldAsk[] = [];
+  granted(_sandboxId: string, host: string): boolean {
+    return this.grants.has(host);
+  }
+  ask(req: ApprovalAsk, signal: AbortSignal): Promise<ApprovalOutcome> {
+    // As the ApprovalBroker does: an abort (client gone, server stopping) answers `cancelled`.
+    return new Promise((resolve) => {
+      const held = { req, signal, resolve };
+      signal.addEventListener("abort", () => resolve({ approvalId: "apr_c", state: "cancelled" }));
+      const w = this.waiting.shift();
+      if (w) w(held);
+      else this.queued.push(held);
+    });
+  }
+  next(): Promise<HeldAsk> {
+    const q = this.queued.shift();
+    return q ? Promise.resolve(q) : new Promise((r) => this.waiting.push(r));
+  }
+}
+interface HeldAsk {
+  req: ApprovalAsk;
+  signal: AbortSignal;
+  resolve: (o: ApprovalOutcome) => void;
+}
+
+function policy(p: Partial<EffectiveHostPolicy>): EffectiveHostPolicy {
+  return { rules: [], default: "allow", tools: {}, secrets: [], ...p };
+}
+const rule = (host: string, action: "allow" | "deny" | "ask", index = 0) =>
+  ({ host, action, source: "sandbox", index }) as const;
+
+interface World {
+  proxy: EgressProxy;
+  ports: { http: number; https: number };
+  events: ServerEvent[];
+  hits: () => number;
+  gate: TestGate;
+}
+
+const cleanups: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+async function world(
+  sb: Partial<GatewaySandbox> | undefined,
+  opts: { gate?: boolean; terminate?: (ctx: TerminateContext) => void } = {},
+): Promise<World> {
+  let hits = 0;
+  const upstream = http.createServer((req, res) => {
+    hits++;
+    let body = "";
+    req.on("data", (d: Buffer) => (body += d.toString()));
+    req.on("end", () => res.end(JSON.stringify({ method: req.method, url: req.url, host: req.headers.host, body })));
+  });
+  upstream.listen(0, HOST);
+  await once(upstream, "listening");
+  // An upstream "TLS" port: it only has to accept; the terminator test never reaches it.
+  const tlsUp: Server = createServer((s) => s.destroy());
+  tlsUp.listen(0, HOST);
+  await once(tlsUp, "listening");
+  const events: ServerEvent[] = [];
+  const gate = new TestGate();
+  const proxy = new EgressProxy({
+    dns: [HOST],
+    host: HOST,
+    log: (event, fields) => events.push({ event, ...fields } as ServerEvent),
+    upstream: { http: (upstream.address() as AddressInfo).port, https: (tlsUp.address() as AddressInfo).port },
+    ...(opts.gate === false ? {} : { gate }),
+    ...(opts.terminate ? { terminate: opts.terminate } : {}),
+  });
+  const ports = await proxy.listen();
+  const full: GatewaySandbox | undefined = sb && {
+    sandboxId: "sbx_aaaaaaaaaaaaaaaaaaaa",
+    tenant: "default",
+    allowOut: [],
+    denyOut: [],
+    policy: policy({}),
+    ...sb,
+  };
+  proxy.attach({ sandboxOf: (a) => (a === HOST ? full : undefined), blocked: () => ["10.0.0.0/8"] });
+  cleanups.push(async () => {
+    await proxy.close();
+    upstream.close();
+    tlsUp.close();
+  });
+  return { proxy, ports, events, hits: () => hits, gate };
+}
+
+function request(
+  port: number,
+  host: string,
+  o: { method?: string; body?: string; signal?: AbortSignal } = {},
+): Promise<{ status: number; json: Record<string, unknown> }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      { host: HOST, port, method: o.method ?? "GET", path: "/x?y=1", headers: { host }, agent: false },
+      (res: IncomingMessage) => {
+        let b = "";
+        res.on("data", (d: Buffer) => (b += d.toString()));
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, json: JSON.parse(b) as Record<string, unknown> }));
+      },
+    );
+    req.on("error", reject);
+    if (o.signal) o.signal.addEventListener("abort", () => req.destroy());
+    req.end(o.body);
+  });
+}
+
+describe("EgressProxy", () => {
+  it("holds an ask until approved, then sends it exactly once, with its body excerpt asked", async () => {
+    const w = await world({ policy: policy({ rules: [rule(HOST, "ask")] }) });
+    const answer = request(w.ports.http, HOST, { method: "POST", body: "please" });
+    const held = await w.gate.next();
+    expect(held.req).toMatchObject({ kind: "http", method: "POST", host: HOST, path: "/x?y=1", excerpt: "please" });
+    expect(w.hits()).toBe(0);
+    held.resolve({ approvalId: "apr_x", state: "approved" });
+    expect(await answer).toMatchObject({ status: 200, json: { method: "POST", body: "please" } });
+    expect(w.hits()).toBe(1);
+    expect(w.events.map((e) => [e.event, (e as { outcome?: string }).outcome])).toEqual([
+      ["egress_asked", "pending"],
+      ["egress_allowed", "approved"],
+    ]);
+  });
+
+  it("answers 403 for a denied or expired ask, and skips asking under a host grant", async () => {
+    const w = await world({ policy: policy({ rules: [rule(HOST, "ask")] }) });
+    for (const state of ["denied", "expired"] as const) {
+      const answer = request(w.ports.http, HOST);
+      (await w.gate.next()).resolve({ approvalId: "apr_y", state });
+      const r = await answer;
+      expect(r.status).toBe(403);
+      expect(r.json).toMatchObject({ code: "egress_denied", state, approval_id: "apr_y" });
+    }
+    expect(w.hits()).toBe(0);
+    w.gate.grants.add(HOST);
+    expect((await request(w.ports.http, HOST)).status).toBe(200);
+    expect(w.events.at(-1)).toMatchObject({ event: "egress_allowed", outcome: "granted" });
+  });
+
+  it("aborts the ask when the client goes away, and answers 503 retryable when the server stops", async () => {
+    const w = await world({ policy: policy({ rules: [rule(HOST, "ask")] }) });
+    const gone = new AbortController();
+    const first = request(w.ports.http, HOST, { signal: gone.signal }).catch((e: Error) => e);
+    const held = await w.gate.next();
+    gone.abort();
+    await first;
+    if (!held.signal.aborted) await once(held.signal, "abort");
+    expect(held.signal.aborted).toBe(true);
+
+    const second = request(w.ports.http, HOST);
+    await w.gate.next();
+    await w.proxy.close();
+    const r = await second;
+    expect(r.status).toBe(503);
+    expect(r.json).toMatchObject({ code: "shutting_down", retryable: true });
+    expect(w.hits()).toBe(0);
+  });
+
+  it("says approvals are not available without a gate", async () => {
+    const w = await world({ policy: policy({ rules: [rule(HOST, "ask")] }) }, { gate: false });
+    const r = await request(w.ports.http, HOST);
+    expect(r.status).toBe(403);
+    expect(String(r.json["detail"])).toContain("approvals are not available");
+  });
+
+  it("under internet:false lets out only hosts an allow rule names", async () => {
+    const w = await world({ internet: false, policy: policy({ rules: [rule("localhost", "allow")] }) });
+    const r = await request(w.ports.http, HOST);
+    expect(r.status).toBe(403);
+    expect(String(r.json["detail"])).toContain("internet is off");
+    const w2 = await world({ internet: false, policy: policy({ rules: [rule(HOST, "allow")] }) });
+    expect((await request(w2.ports.http, HOST)).status).toBe(200);
+  });
+
+  it("refuses a blocked address even when a rule allows the host, unless allow_out names it", async () => {
+    const w = await world({ policy: policy({ rules: [rule("10.1.2.3", "allow")] }) });
+    const r = await request(w.ports.http, "10.1.2.3");
+    expect(r.json).toMatchObject({ code: "egress_denied", rule: "address" });
+    expect(String(r.json["detail"])).toContain("10.0.0.0/8");
+  });
+
+  it("closes connections from an address that is no gateway sandbox's", async () => {
+    const w = await world(undefined);
+    await expect(request(w.ports.http, HOST)).rejects.toThrow();
+    const s = tcpConnect({ host: HOST, port: w.ports.https });
+    await once(s, "close");
+    expect(w.events).toEqual([]);
+  });
+
+  it("hands a host that must be seen to the terminator, and refuses it without one", async () => {
+    const seen: TerminateContext[] = [];
+    const sb = { policy: policy({ secrets: ["github"], rules: [rule("api.example.test", "allow")] }) };
+    const w = await world(sb, {
+      terminate: (ctx) => {
+        seen.push(ctx);
+        ctx.socket.destroy();
+      },
+    });
+    const hello = (port: number) =>
+      new Promise<string>((resolve) => {
+        const c = tlsConnect({ host: HOST, port, servername: "api.example.test", rejectUnauthorized: false });
+        c.on("error", (e) => resolve(e.message));
+        c.on("close", () => resolve("closed"));
+      });
+    await hello(w.ports.https);
+    expect(seen).toHaveLength(1);
+    expect(seen[0]).toMatchObject({ host: "api.example.test", sandbox: { sandboxId: "sbx_aaaaaaaaaaaaaaaaaaaa" } });
+    expect(seen[0]?.peeked[0]).toBe(22);
+    expect(await seen[0]!.decide("GET", "/", new AbortController().signal)).toBe("allow");
+    expect(await seen[0]!.decide("GET", "/", new AbortController().signal)).toBe("allow");
+
+    const bare = await world(sb);
+    expect(await hello(bare.ports.https)).toMatch(/alert access denied/i);
+    expect(bare.events.at(-1)).toMatchObject({ event: "egress_denied", rule: "terminator" });
+  });
+});
