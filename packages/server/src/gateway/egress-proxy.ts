@@ -55,6 +55,8 @@ const MAX_HELD_BODY = 8 * 1024 * 1024;
 const EXCERPT_BYTES = 8 * 1024;
 const HELLO_TIMEOUT_MS = 10_000;
 const RESOLVE_TIMEOUT_MS = 5_000;
+const DNS_CACHE_MAX_S = 60;
+const DNS_CACHE_ENTRIES = 4096;
 const HOP_BY_HOP = ["connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade"];
 /** A TLS fatal alert, access_denied (RFC 8446 6.2), sent before closing a refused HTTPS connection. */
 const ACCESS_DENIED_ALERT = Buffer.from([21, 3, 3, 0, 2, 2, 49]);
@@ -86,6 +88,8 @@ export class EgressProxy {
   private lookup: SandboxLookup | undefined;
   private closing = false;
   private readonly upstream: GatewayPorts;
+  /** Answers by name until their TTL (at most DNS_CACHE_MAX_S): every address is still checked on each use. */
+  private readonly answers = new Map<string, { addresses: string[]; until: number }>();
 
   constructor(private readonly opts: EgressProxyOptions) {
     this.upstream = opts.upstream ?? { http: 80, https: 443 };
@@ -135,6 +139,8 @@ export class EgressProxy {
 
   private accept(socket: Socket, go: (sb: GatewaySandbox) => void): void {
     socket.on("error", () => undefined);
+    // A relay: small writes (TLS handshakes) go on at once, not after Nagle's wait.
+    socket.setNoDelay(true);
     const sb = this.closing ? undefined : this.lookup?.sandboxOf(socket.remoteAddress ?? "");
     // Only a gateway sandbox's own address: nft lets nothing else in, and this holds without nft too.
     if (!sb) {
@@ -235,7 +241,7 @@ export class EgressProxy {
         throw new Refusal(new BothyError("egress_denied", "A secret's placeholder may not go out in clear HTTP."));
       }
       const address = await this.judge(sb, target, decide(sb.policy, target), abort.signal, Buffer.alloc(0));
-      const up = connect({ host: address, port: this.upstream.http });
+      const up = connect({ host: address, port: this.upstream.http, noDelay: true });
       up.once("error", () => socket.destroy());
       socket.once("error", () => up.destroy());
       const lines = [`${req.method} ${req.url} HTTP/1.1`];
@@ -296,7 +302,7 @@ export class EgressProxy {
       const target = { host, method: null, path: null };
       const address = await this.judge(sb, target, decide(sb.policy, target), abort.signal, Buffer.alloc(0));
       if (socket.destroyed) return;
-      const up = connect({ host: address, port: this.upstream.https });
+      const up = connect({ host: address, port: this.upstream.https, noDelay: true });
       up.once("error", () => socket.destroy());
       socket.once("error", () => up.destroy());
       up.write(peeked);
@@ -437,7 +443,7 @@ export class EgressProxy {
     if (isIPv4(target.host)) addresses = [target.host];
     else {
       try {
-        addresses = await this.resolver.resolve4(target.host);
+        addresses = await this.resolve(target.host);
       } catch (err) {
         this.emit(
           "egress_denied",
@@ -472,6 +478,17 @@ export class EgressProxy {
     );
   }
 
+  private async resolve(host: string): Promise<string[]> {
+    const cached = this.answers.get(host);
+    if (cached && cached.until > Date.now()) return cached.addresses;
+    const records = await this.resolver.resolve4(host, { ttl: true });
+    const ttl = Math.min(DNS_CACHE_MAX_S, ...records.map((r) => r.ttl));
+    const addresses = records.map((r) => r.address);
+    if (this.answers.size >= DNS_CACHE_ENTRIES) this.answers.clear();
+    if (ttl > 0) this.answers.set(host, { addresses, until: Date.now() + ttl * 1000 });
+    return addresses;
+  }
+
   /** Why the sandbox may not reach this address, as the nft rules judge it; undefined: it may. */
   private refusalOf(sb: GatewaySandbox, address: string, explicit: boolean): string | undefined {
     const a = parseIpv4(address);
@@ -492,14 +509,16 @@ export class EgressProxy {
     d: Pick<EgressDecisionFields, "rule" | "action" | "outcome" | "address">,
     reason?: string,
   ): void {
-    this.opts.log(event, {
+    const fields = {
       sandbox_id: sb.sandboxId,
       host: target.host,
       method: target.method,
       path: target.path === null ? null : target.path.split("?", 1)[0]!,
       ...d,
       ...(reason === undefined ? {} : { reason }),
-    });
+    };
+    // After this turn's I/O is under way: the audit's ledger write is not on the request's path.
+    setImmediate(() => this.opts.log(event, fields));
   }
 }
 
