@@ -88,11 +88,15 @@ export class EgressProxy {
   private lookup: SandboxLookup | undefined;
   private closing = false;
   private readonly upstream: GatewayPorts;
+  private gate: ApprovalGate | undefined;
+  private terminate: Terminate | undefined;
   /** Answers by name until their TTL (at most DNS_CACHE_MAX_S): every address is still checked on each use. */
   private readonly answers = new Map<string, { addresses: string[]; until: number }>();
 
   constructor(private readonly opts: EgressProxyOptions) {
     this.upstream = opts.upstream ?? { http: 80, https: 443 };
+    this.gate = opts.gate;
+    this.terminate = opts.terminate;
     this.resolver = new Resolver({ timeout: RESOLVE_TIMEOUT_MS, tries: 2 });
     this.resolver.setServers(opts.dns);
     this.parser = http.createServer({ requireHostHeader: false });
@@ -118,9 +122,14 @@ export class EgressProxy {
     };
   }
 
-  /** From now on connections are judged; before, every one is refused. */
-  attach(lookup: SandboxLookup): void {
+  /**
+   * From now on connections are judged; before, every one is refused. The approval gate and the
+   * TLS terminator can be given here, once the parts they need exist.
+   */
+  attach(lookup: SandboxLookup, parts: { gate?: ApprovalGate; terminate?: Terminate } = {}): void {
     this.lookup = lookup;
+    if (parts.gate) this.gate = parts.gate;
+    if (parts.terminate) this.terminate = parts.terminate;
   }
 
   /** Held requests answer `503` retryable (nothing goes out later), listeners and connections close. */
@@ -156,7 +165,8 @@ export class EgressProxy {
   // ---- plain HTTP ---------------------------------------------------------------------------------
 
   private async onRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const sb = sandboxOfSocket.get(req.socket);
+    // Looked up per request: a policy changed since the connection opened applies to its next request.
+    const sb = sandboxOfSocket.has(req.socket) ? this.lookup?.sandboxOf(req.socket.remoteAddress ?? "") : undefined;
     if (!sb) return void res.destroy();
     const target = httpTarget(req);
     const abort = new AbortController();
@@ -278,7 +288,7 @@ export class EgressProxy {
     const abort = new AbortController();
     socket.once("close", () => abort.abort());
     if (sb.policy.secrets.length > 0 || needsRequestView(sb.policy, host)) {
-      if (!this.opts.terminate) {
+      if (!this.terminate) {
         this.emit(
           "egress_denied",
           sb,
@@ -288,7 +298,7 @@ export class EgressProxy {
         );
         return void socket.end(ACCESS_DENIED_ALERT);
       }
-      this.opts.terminate({
+      this.terminate({
         socket,
         peeked,
         host,
@@ -338,7 +348,7 @@ export class EgressProxy {
   // ---- judging ----------------------------------------------------------------------------------
 
   private granted(sb: GatewaySandbox, host: string): boolean {
-    return this.opts.gate?.granted(sb.sandboxId, host) ?? false;
+    return this.gate?.granted(sb.sandboxId, host) ?? false;
   }
 
   /**
@@ -377,7 +387,7 @@ export class EgressProxy {
     }
     if (decision.action === "allow") return this.emit("egress_allowed", sb, target, { ...base, outcome: "allowed" });
     if (this.granted(sb, target.host)) return this.emit("egress_allowed", sb, target, { ...base, outcome: "granted" });
-    const gate = this.opts.gate;
+    const gate = this.gate;
     if (!gate) {
       this.emit("egress_denied", sb, target, { ...base, outcome: "unavailable" }, "approvals are not available");
       throw new Refusal(
