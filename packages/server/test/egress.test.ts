@@ -187,6 +187,15 @@ describe.skipIf(!root)("egress gateway", () => {
       expect(after["api"]?.status, JSON.stringify(after)).toBe(200);
       expect(after["denied"]?.err, JSON.stringify(after)).toMatch(/alert access denied/i);
 
+      // A clean stop stops it; woken again, it is plumbed anew, redirect included.
+      await server?.stop();
+      await serve();
+      const state = (await api(base, "GET", `/sandboxes/${id}`)).json["state"];
+      if (state !== "running") expect((await api(base, "POST", `/sandboxes/${id}/resume`)).status).toBe(200);
+      const woken = await egressProbe(base, id, { api: http(NAMES.api), denied: http(NAMES.other) }, topo.caPem);
+      expect(woken["api"]?.status, JSON.stringify(woken)).toBe(200);
+      expect(bodyOf(woken["denied"]), JSON.stringify(woken)).toMatchObject({ rule: "sandbox#0" });
+
       expect((await api(base, "DELETE", "/policy")).status).toBe(200);
       for (const s of [id, plain]) expect(await deleteSandbox(base, s)).toBe("deleted");
       const left = await topo.bothyObjects(undefined);
