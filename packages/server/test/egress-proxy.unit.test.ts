@@ -4,6 +4,7 @@
  * lab (egress.test.ts) covers the redirect, DNS and real guests; here: `ask` and its outcomes,
  * server stop while held, internet:false, refused sources, and the terminator hook.
  */
+import { createSocket } from "node:dgram";
 import { once } from "node:events";
 import http, { type IncomingMessage } from "node:http";
 import { connect as tcpConnect, createServer, type AddressInfo, type Server } from "node:net";
@@ -21,6 +22,23 @@ import { EgressProxy } from "../src/gateway/egress-proxy.ts";
 import type { ServerEvent } from "../src/events/server-events.ts";
 
 const HOST = "127.0.0.1";
+
+/** A resolver on loopback that answers every A query with 127.0.0.1 (TTL 0). */
+async function loopbackDns(): Promise<{ server: string; close: () => void }> {
+  const sock = createSocket("udp4");
+  sock.on("message", (msg, from) => {
+    let off = 12;
+    while (msg[off] !== 0) off += (msg[off] ?? 0) + 1;
+    const header = Buffer.from(msg.subarray(0, 12));
+    header.writeUInt16BE(0x8180, 2);
+    header.writeUInt16BE(1, 6);
+    const answer = Buffer.from([0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 0, 0, 4, 127, 0, 0, 1]);
+    sock.send(Buffer.concat([header, msg.subarray(12, off + 5), answer]), from.port, from.address);
+  });
+  sock.bind(0, HOST);
+  await once(sock, "listening");
+  return { server: `${HOST}:${sock.address().port}`, close: () => sock.close() };
+}
 
 /** Approvals held until the test answers them. */
 class TestGate implements ApprovalGate {
@@ -62,6 +80,8 @@ interface World {
   ports: { http: number; https: number };
   events: ServerEvent[];
   hits: () => number;
+  tlsHits: () => number;
+  firstByte: () => number | undefined;
   gate: TestGate;
 }
 
@@ -83,14 +103,23 @@ async function world(
   });
   upstream.listen(0, HOST);
   await once(upstream, "listening");
-  // An upstream "TLS" port: it only has to accept; the terminator test never reaches it.
-  const tlsUp: Server = createServer((s) => s.destroy());
+  // An upstream "TLS" port: it counts connections and the bytes of the first (the replayed hello).
+  let tlsHits = 0;
+  const tlsUp: Server = createServer((s) => {
+    tlsHits++;
+    s.once("data", (d: Buffer) => {
+      firstByte = d[0];
+      s.destroy();
+    });
+  });
+  let firstByte: number | undefined;
   tlsUp.listen(0, HOST);
   await once(tlsUp, "listening");
   const events: ServerEvent[] = [];
   const gate = new TestGate();
+  const dns = await loopbackDns();
   const proxy = new EgressProxy({
-    dns: [HOST],
+    dns: [dns.server],
     host: HOST,
     log: (event, fields) => events.push({ event, ...fields } as ServerEvent),
     upstream: { http: (upstream.address() as AddressInfo).port, https: (tlsUp.address() as AddressInfo).port },
@@ -111,8 +140,9 @@ async function world(
     await proxy.close();
     upstream.close();
     tlsUp.close();
+    dns.close();
   });
-  return { proxy, ports, events, hits: () => hits, gate };
+  return { proxy, ports, events, hits: () => hits, tlsHits: () => tlsHits, firstByte: () => firstByte, gate };
 }
 
 function request(
@@ -214,6 +244,28 @@ describe("EgressProxy", () => {
     const s = tcpConnect({ host: HOST, port: w.ports.https });
     await once(s, "close");
     expect(w.events).toEqual([]);
+  });
+
+  it("holds passed-through HTTPS before dialing for an ask, then replays the hello exactly once", async () => {
+    const w = await world({
+      policy: policy({ rules: [rule("api.example.test", "ask"), rule("no.example.test", "deny", 1)] }),
+    });
+    const hello = (servername: string) =>
+      new Promise<string>((resolve) => {
+        const c = tlsConnect({ host: HOST, port: w.ports.https, servername, rejectUnauthorized: false });
+        c.on("error", (e) => resolve(e.message));
+        c.on("close", () => resolve("closed"));
+      });
+    const done = hello("api.example.test");
+    const held = await w.gate.next();
+    expect(held.req).toMatchObject({ host: "api.example.test", method: null, path: null, excerpt: "" });
+    expect(w.tlsHits()).toBe(0);
+    held.resolve({ approvalId: "apr_t", state: "approved" });
+    await done;
+    expect(w.tlsHits()).toBe(1);
+    expect(w.firstByte()).toBe(22);
+    expect(await hello("no.example.test")).toMatch(/alert access denied/i);
+    expect(w.tlsHits()).toBe(1);
   });
 
   it("hands a host that must be seen to the terminator, and refuses it without one", async () => {
