@@ -79,6 +79,7 @@ interface World {
   proxy: EgressProxy;
   ports: { http: number; https: number };
   events: ServerEvent[];
+  bodies: string[];
   hits: () => number;
   tlsHits: () => number;
   firstByte: () => number | undefined;
@@ -95,11 +96,15 @@ async function world(
   opts: { gate?: boolean; terminate?: (ctx: TerminateContext) => void } = {},
 ): Promise<World> {
   let hits = 0;
+  const bodies: string[] = [];
   const upstream = http.createServer((req, res) => {
     hits++;
     let body = "";
     req.on("data", (d: Buffer) => (body += d.toString()));
-    req.on("end", () => res.end(JSON.stringify({ method: req.method, url: req.url, host: req.headers.host, body })));
+    req.on("end", () => {
+      bodies.push(body);
+      res.end(JSON.stringify({ method: req.method, url: req.url, host: req.headers.host, body }));
+    });
   });
   upstream.listen(0, HOST);
   await once(upstream, "listening");
@@ -142,7 +147,7 @@ async function world(
     tlsUp.close();
     dns.close();
   });
-  return { proxy, ports, events, hits: () => hits, tlsHits: () => tlsHits, firstByte: () => firstByte, gate };
+  return { proxy, ports, events, bodies, hits: () => hits, tlsHits: () => tlsHits, firstByte: () => firstByte, gate };
 }
 
 function request(
@@ -213,6 +218,36 @@ describe("EgressProxy", () => {
     expect(r.status).toBe(503);
     expect(r.json).toMatchObject({ code: "shutting_down", retryable: true });
     expect(w.hits()).toBe(0);
+  });
+
+  it("refuses a placeholder in a streamed plain-HTTP body, also split across chunks: the upstream never gets it whole", async () => {
+    const w = await world({ policy: policy({}) });
+    const answer = await new Promise<{ status: number; json: Record<string, unknown> }>((resolve, reject) => {
+      const req = http.request(
+        { host: HOST, port: w.ports.http, method: "POST", path: "/up", headers: { host: HOST }, agent: false },
+        (res) => {
+          let b = "";
+          res.on("data", (d: Buffer) => (b += d.toString()));
+          res.on("end", () => resolve({ status: res.statusCode ?? 0, json: JSON.parse(b) as Record<string, unknown> }));
+        },
+      );
+      req.on("error", reject);
+      req.write("token=bothy_p");
+      // The second half once the first has gone through the gateway to the upstream.
+      const wait = setInterval(() => {
+        if (w.hits() === 0) return;
+        clearInterval(wait);
+        req.end("h_0123456789abcdef");
+      }, 5);
+    });
+    expect(answer.status).toBe(403);
+    expect(answer.json).toMatchObject({ code: "egress_denied", rule: "placeholder" });
+    expect(w.bodies).toEqual([]);
+    expect(w.events.at(-1)).toMatchObject({
+      event: "egress_denied",
+      rule: "placeholder",
+      reason: "a placeholder in the body",
+    });
   });
 
   it("says approvals are not available without a gate", async () => {

@@ -15,7 +15,7 @@ import { Resolver } from "node:dns/promises";
 import { once } from "node:events";
 import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import { isIPv4, type AddressInfo, createServer, connect, type Server, type Socket } from "node:net";
-import type { Duplex } from "node:stream";
+import { Transform, type Duplex, type TransformCallback } from "node:stream";
 import { BothyError, PLACEHOLDER_PREFIX, toProblem } from "@bothy/protocol";
 import type { EgressDecisionFields, Logger } from "../events/server-events.ts";
 import { cidrContains, parseCidr, parseIpv4 } from "../network/ipv4.ts";
@@ -176,32 +176,42 @@ export class EgressProxy {
     try {
       if (!target) throw new Refusal(malformed("A request through the gateway needs a Host header naming a host."));
       const placeholder = placeholderIn(req);
-      if (placeholder) {
-        this.emit(
-          "egress_denied",
-          sb,
-          target,
-          { rule: "placeholder", action: "deny", outcome: "refused" },
-          placeholder,
-        );
-        throw new Refusal(
-          new BothyError(
-            "egress_denied",
-            `A secret's placeholder (${PLACEHOLDER_PREFIX}…) was sent in clear HTTP to ${target.host}; secrets only go out over HTTPS to the hosts they are bound to.`,
-            { details: { host: target.host, rule: "placeholder" } },
-          ),
-        );
-      }
+      if (placeholder) throw this.placeholderRefusal(sb, target, placeholder);
       const decision = decide(sb.policy, target);
       const body = decision.action === "ask" && !this.granted(sb, target.host) ? await readBody(req) : undefined;
+      if (body?.includes(PLACEHOLDER_PREFIX)) throw this.placeholderRefusal(sb, target, "a placeholder in the body");
       const address = await this.judge(sb, target, decision, abort.signal, body);
-      await this.forward(req, res, address, body);
+      await this.forward(req, res, address, body, () =>
+        this.placeholderRefusal(sb, target, "a placeholder in the body"),
+      );
     } catch (err) {
       answer(res, err);
     }
   }
 
-  private forward(req: IncomingMessage, res: ServerResponse, address: string, body: Buffer | undefined): Promise<void> {
+  /** A secret's placeholder in clear HTTP: refused and reported (what carried it, never its value). */
+  private placeholderRefusal(sb: GatewaySandbox, target: Target, where: string): Refusal {
+    this.emit("egress_denied", sb, target, { rule: "placeholder", action: "deny", outcome: "refused" }, where);
+    return new Refusal(
+      new BothyError(
+        "egress_denied",
+        `A secret's placeholder (${PLACEHOLDER_PREFIX}…) was sent in clear HTTP to ${target.host} (${where}); secrets only go out over HTTPS to the hosts they are bound to.`,
+        { details: { host: target.host, rule: "placeholder" } },
+      ),
+    );
+  }
+
+  /**
+   * Sends the request to the checked address and relays the answer. A streamed body is scanned
+   * for placeholders on the way: one found aborts the upstream request (it never completes).
+   */
+  private forward(
+    req: IncomingMessage,
+    res: ServerResponse,
+    address: string,
+    body: Buffer | undefined,
+    placeholderFound: () => Refusal,
+  ): Promise<void> {
     return new Promise<void>((resolve) => {
       const headers = withoutHopByHop(req.headers);
       if (body) headers["content-length"] = String(body.length);
@@ -221,7 +231,9 @@ export class EgressProxy {
           upRes.once("end", resolve);
         },
       );
+      let refused = false;
       up.once("error", (err) => {
+        if (refused) return;
         if (!res.headersSent)
           answer(
             res,
@@ -233,8 +245,17 @@ export class EgressProxy {
       res.once("close", () => {
         if (!res.writableFinished) up.destroy();
       });
-      if (body) up.end(body);
-      else req.pipe(up);
+      if (body) return void up.end(body);
+      const guard = new PlaceholderGuard();
+      guard.once("error", () => {
+        refused = true;
+        req.unpipe(guard);
+        req.resume();
+        up.destroy();
+        answer(res, placeholderFound());
+        resolve();
+      });
+      req.pipe(guard).pipe(up);
     });
   }
 
@@ -553,6 +574,17 @@ function placeholderIn(req: IncomingMessage): string | undefined {
     if (req.rawHeaders[i + 1]?.includes(PLACEHOLDER_PREFIX))
       return `a placeholder in header ${req.rawHeaders[i]?.toLowerCase()}`;
   return undefined;
+}
+
+/** Passes a body on unchanged, failing at a placeholder (also one split across chunks). */
+class PlaceholderGuard extends Transform {
+  private tail = "";
+  override _transform(chunk: Buffer, _enc: BufferEncoding, done: TransformCallback): void {
+    const text = this.tail + chunk.toString("latin1");
+    if (text.includes(PLACEHOLDER_PREFIX)) return done(new Error("a placeholder in the body"));
+    this.tail = text.slice(-(PLACEHOLDER_PREFIX.length - 1));
+    done(null, chunk);
+  }
 }
 
 async function readBody(req: IncomingMessage): Promise<Buffer> {
