@@ -83,8 +83,8 @@ export class EgressProxy {
   private readonly resolver: Resolver;
   private readonly agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
   private readonly sockets = new Set<Socket>();
-  /** Requests held for an approval: aborted with `stopping` when the server stops. */
-  private readonly held = new Set<AbortController>();
+  /** Requests held for an approval: aborted when the server stops; each settles once its gate answered. */
+  private readonly held = new Map<AbortController, Promise<void>>();
   private lookup: SandboxLookup | undefined;
   private closing = false;
   private readonly upstream: GatewayPorts;
@@ -135,14 +135,17 @@ export class EgressProxy {
   /** Held requests answer `503` retryable (nothing goes out later), listeners and connections close. */
   async close(): Promise<void> {
     this.closing = true;
-    for (const c of this.held) c.abort();
+    const held = [...this.held];
+    for (const [c] of held) c.abort();
     const closed = [this.httpListener, this.tlsListener].map(
       (s) => new Promise<void>((resolve) => (s.listening ? s.close(() => resolve()) : resolve())),
     );
-    // The answers to held requests are written before their sockets go.
+    // The answers to held requests (503 retryable) are written before their sockets go.
+    await Promise.all(held.map(([, settled]) => settled));
     await new Promise((r) => setImmediate(r));
     for (const s of this.sockets) s.destroy();
     this.agent.destroy();
+    this.resolver.cancel();
     await Promise.all(closed);
   }
 
@@ -422,7 +425,8 @@ export class EgressProxy {
     const held = new AbortController();
     const onAbort = (): void => held.abort();
     signal.addEventListener("abort", onAbort);
-    this.held.add(held);
+    let settle = (): void => undefined;
+    this.held.set(held, new Promise<void>((resolve) => (settle = resolve)));
     this.emit("egress_asked", sb, target, { ...base, outcome: "pending" });
     try {
       const outcome = await gate.ask(
@@ -461,6 +465,7 @@ export class EgressProxy {
     } finally {
       signal.removeEventListener("abort", onAbort);
       this.held.delete(held);
+      settle();
     }
   }
 
