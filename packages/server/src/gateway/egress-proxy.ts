@@ -161,15 +161,20 @@ export class EgressProxy {
     }
     this.sockets.add(socket);
     socket.once("close", () => this.sockets.delete(socket));
-    sandboxOfSocket.set(socket, sb);
+    accepted.add(socket);
     go(sb);
   }
 
   // ---- plain HTTP ---------------------------------------------------------------------------------
 
+  /** Looked up per request: a policy changed since the connection opened applies to its next request. */
+  private sandboxOfRequest(req: IncomingMessage): GatewaySandbox | undefined {
+    if (!accepted.has(req.socket)) return undefined;
+    return this.lookup?.sandboxOf(req.socket.remoteAddress ?? "");
+  }
+
   private async onRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    // Looked up per request: a policy changed since the connection opened applies to its next request.
-    const sb = sandboxOfSocket.has(req.socket) ? this.lookup?.sandboxOf(req.socket.remoteAddress ?? "") : undefined;
+    const sb = this.sandboxOfRequest(req);
     if (!sb) return void res.destroy();
     const target = httpTarget(req);
     const abort = new AbortController();
@@ -264,16 +269,14 @@ export class EgressProxy {
 
   /** A WebSocket (or any) upgrade is judged by its request, then both sides are joined. */
   private async onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
-    const sb = sandboxOfSocket.get(req.socket);
+    const sb = this.sandboxOfRequest(req);
     const target = httpTarget(req);
     if (!sb || !target) return void socket.destroy();
     const abort = new AbortController();
     socket.once("close", () => abort.abort());
     try {
-      if (placeholderIn(req)) {
-        this.emit("egress_denied", sb, target, { rule: "placeholder", action: "deny", outcome: "refused" });
-        throw new Refusal(new BothyError("egress_denied", "A secret's placeholder may not go out in clear HTTP."));
-      }
+      const placeholder = placeholderIn(req);
+      if (placeholder) throw this.placeholderRefusal(sb, target, placeholder);
       const address = await this.judge(sb, target, decide(sb.policy, target), abort.signal, Buffer.alloc(0));
       const up = connect({ host: address, port: this.upstream.http, noDelay: true });
       up.once("error", () => socket.destroy());
@@ -558,7 +561,8 @@ export class EgressProxy {
   }
 }
 
-const sandboxOfSocket = new WeakMap<object, GatewaySandbox>();
+/** Connections accepted from a gateway sandbox (the HTTP parser sees only these). */
+const accepted = new WeakSet<object>();
 
 function httpTarget(req: IncomingMessage): Target | undefined {
   const raw = req.headers.host;
