@@ -6,6 +6,7 @@
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Sandbox } from "@bothy/sdk";
 import { api, createSandbox, deleteSandbox } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
 import { bodyOf, egressProbe, type EgressCheck } from "./helpers/egress-probe.ts";
@@ -157,6 +158,8 @@ describe.skipIf(!root)("egress gateway", () => {
         data: Record<string, unknown>;
       }>;
       expect(denied.every((e) => e.type === "egress.denied")).toBe(true);
+      const viaSdk = await (await Sandbox.connect(id, { baseUrl: base })).audit({ types: ["egress.denied"] });
+      expect(viaSdk.map((e) => e.seq)).toEqual(denied.map((e) => (e as unknown as { seq: number }).seq));
       expect(denied.map((e) => e.data)).toEqual(
         expect.arrayContaining([
           expect.objectContaining({ host: NAMES.other, rule: "sandbox#0", method: "GET", path: "/echo" }),

@@ -55,6 +55,7 @@ import {
   sandboxList,
   setTimeoutRequest,
   auditQuery,
+  auditList,
 } from "@bothy/protocol";
 
 /** Named schemas, published under #/components/schemas. */
@@ -73,7 +74,7 @@ const SCHEMAS = {
   Command: commandInfo,
   CommandList: commandList,
   Event: bothyEvent,
-  AuditList: z.object({ events: z.array(bothyEvent) }),
+  AuditList: auditList,
   FileWriteResult: fileWriteResult,
   FileStat: fileStatResult,
   DirListing: dirListing,
