@@ -16,7 +16,7 @@ import { once } from "node:events";
 import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import { isIPv4, type AddressInfo, createServer, connect, type Server, type Socket } from "node:net";
 import { Transform, type Duplex, type TransformCallback } from "node:stream";
-import { BothyError, PLACEHOLDER_PREFIX, toProblem } from "@bothy/protocol";
+import { BothyError, PLACEHOLDER_PREFIX, toProblem, type EffectiveHostPolicy } from "@bothy/protocol";
 import type { EgressDecisionFields, Logger } from "../events/server-events.ts";
 import { cidrContains, parseCidr, parseIpv4 } from "../network/ipv4.ts";
 import type { GatewayPorts } from "../network/nft-ruleset.ts";
@@ -693,7 +693,7 @@ const errCode = (err: unknown): string =>
   (err as { code?: string }).code ?? (err instanceof Error ? err.message : "unknown error");
 
 /** The policy of a gateway sandbox whose host rules were all removed since it started: everything allowed. */
-const ALLOW_ALL = { default: "allow" } as const;
+const allowAll = (): EffectiveHostPolicy => ({ rules: [], default: "allow", tools: {}, secrets: [] });
 
 /**
  * Looks up the gateway sandbox behind a guest address: the network's plan says which sandbox and
@@ -716,7 +716,7 @@ export function gatewayLookup(
         allowOut: hit.policy.allowOut,
         denyOut: hit.policy.denyOut,
         internet: hit.policy.internet,
-        policy: policies.ofRow(row) ?? { ...ALLOW_ALL, rules: [], tools: {}, secrets: [] },
+        policy: policies.ofRow(row) ?? allowAll(),
       };
     },
     blocked: () => network.blocked,
