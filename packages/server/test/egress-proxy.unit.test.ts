@@ -18,7 +18,8 @@ import type {
   GatewaySandbox,
   TerminateContext,
 } from "../src/gateway/contracts.ts";
-import { EgressProxy } from "../src/gateway/egress-proxy.ts";
+import { EgressProxy, gatewayLookup } from "../src/gateway/egress-proxy.ts";
+import { HostNetwork } from "../src/network/host-network.ts";
 import type { ServerEvent } from "../src/events/server-events.ts";
 
 const HOST = "127.0.0.1";
@@ -328,5 +329,45 @@ describe("EgressProxy", () => {
     const bare = await world(sb);
     expect(await hello(bare.ports.https)).toMatch(/alert access denied/i);
     expect(bare.events.at(-1)).toMatchObject({ event: "egress_denied", rule: "terminator" });
+  });
+
+  it("knows a sandbox by its guest address only while it has a subnet, and only under the gateway", () => {
+    const net = new HostNetwork({
+      tag: "k3x9",
+      sandboxesDir: "/nonexistent",
+      pool: "10.179.0.0/16",
+      uplink: "eth0",
+      dns: [],
+      extraBlocked: ["198.51.100.0/24"],
+      log: () => undefined,
+    });
+    const gated = net.allocate("sbx_aaaaaaaaaaaaaaaaaaaa", "veth", {
+      internet: true,
+      allowOut: ["10.200.0.10/32"],
+      denyOut: [],
+      gateway: true,
+    });
+    const plain = net.allocate("sbx_bbbbbbbbbbbbbbbbbbbb", "tap", { internet: true, allowOut: [], denyOut: [] });
+    const rows = new Map([
+      ["sbx_aaaaaaaaaaaaaaaaaaaa", { tenant: "t1", policy: null }],
+      ["sbx_bbbbbbbbbbbbbbbbbbbb", { tenant: "t1", policy: null }],
+    ]);
+    const lookup = gatewayLookup(
+      net,
+      { getSandbox: (id: string) => rows.get(id) as never },
+      { ofRow: () => policy({ default: "deny" }) },
+    );
+    expect(lookup.sandboxOf(gated.guest.guest)).toMatchObject({
+      sandboxId: "sbx_aaaaaaaaaaaaaaaaaaaa",
+      tenant: "t1",
+      allowOut: ["10.200.0.10/32"],
+      policy: { default: "deny" },
+    });
+    expect(lookup.sandboxOf(`::ffff:${gated.guest.guest}`)?.sandboxId).toBe("sbx_aaaaaaaaaaaaaaaaaaaa");
+    // Its gateway address, another sandbox without the gateway, an address outside the pool.
+    expect(lookup.sandboxOf(gated.guest.gateway)).toBeUndefined();
+    expect(lookup.sandboxOf(plain.guest.guest)).toBeUndefined();
+    expect(lookup.sandboxOf("203.0.113.5")).toBeUndefined();
+    expect(lookup.blocked()).toEqual(expect.arrayContaining(["10.0.0.0/8", "10.179.0.0/16", "198.51.100.0/24"]));
   });
 });
