@@ -124,6 +124,17 @@ describe("bothy CLI against a real server [gvisor]", () => {
     },
   );
 
+  it("policy set (from stdin), show and clear the tenant's default", async () => {
+    const set = await bothy(["policy", "set", "-"], { input: JSON.stringify({ tools: { send_file: "ask" } }) });
+    expect(set.stderr).toBe("");
+    expect(JSON.parse(set.stdout)).toEqual({ tenant: "default", policy: { tools: { send_file: "ask" } } });
+    expect(JSON.parse((await bothy(["policy", "show"])).stdout).policy).toEqual({ tools: { send_file: "ask" } });
+    const bad = await bothy(["policy", "set", "-"], { input: JSON.stringify({ tools: { x: "maybe" } }) });
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toContain("invalid_request");
+    expect(JSON.parse((await bothy(["policy", "clear"])).stdout).policy).toBeNull();
+  });
+
   it("reports API errors with exit status 1 and usage errors with 2", async () => {
     const missing = await bothy(["exec", "sbx_aaaaaaaaaaaaaaaaaaaa", "--", "true"]);
     expect(missing.code).toBe(1);

@@ -67,3 +67,12 @@ export {
   type TenantInfo,
   type TenantQuota,
 } from "./admin.ts";
+export {
+  Approvals,
+  type ApprovalInfo,
+  type ApprovalState,
+  type ApprovalListOptions,
+  type ApproveOptions,
+  type DenyOptions,
+} from "./approvals.ts";
+export { TenantPolicy, type PolicyOptions, type HostPolicyRequest, type TenantPolicyInfo } from "./policy.ts";

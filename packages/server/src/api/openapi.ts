@@ -56,6 +56,10 @@ import {
   setTimeoutRequest,
   auditQuery,
   auditList,
+  approvalInfo,
+  approvalList,
+  approvalListQuery,
+  decideApprovalRequest,
 } from "@bothy/protocol";
 
 /** Named schemas, published under #/components/schemas. */
@@ -100,6 +104,10 @@ const SCHEMAS = {
   TenantQuota: tenantQuota,
   Tenant: tenantInfo,
   TenantList: tenantList,
+  Approval: approvalInfo,
+  ApprovalList: approvalList,
+  DecideApprovalRequest: decideApprovalRequest,
+  DenyApprovalRequest: decideApprovalRequest.pick({ reason: true }),
   HostPolicy: hostPolicyRequest,
   TenantPolicy: tenantPolicyInfo,
 } satisfies Record<string, z.ZodType>;
@@ -617,6 +625,40 @@ export const OPERATIONS: Operation[] = [
   },
   {
     method: "get",
+    path: "/approvals",
+    tag: "approvals",
+    summary:
+      "Approvals an `ask` rule made, newest first: the tenant's (every tenant's for an admin key); filter by state and sandbox (scope approvals:decide)",
+    query: approvalListQuery,
+    answers: { 200: { description: "Approvals", schema: "ApprovalList" } },
+  },
+  {
+    method: "get",
+    path: "/approvals/{id}",
+    tag: "approvals",
+    summary: "One approval (scope approvals:decide)",
+    answers: { 200: { description: "The approval", schema: "Approval" } },
+  },
+  {
+    method: "post",
+    path: "/approvals/{id}/approve",
+    tag: "approvals",
+    summary:
+      "Approve a pending approval: the held request goes out once (grant `host` with `minutes`: the sandbox's requests to that host pass that long). A decided one answers 409 approval_not_pending",
+    body: "DecideApprovalRequest",
+    answers: { 200: { description: "The approval, approved", schema: "Approval" } },
+  },
+  {
+    method: "post",
+    path: "/approvals/{id}/deny",
+    tag: "approvals",
+    summary:
+      "Deny a pending approval: the held request is refused (403) or the tool call fails. A decided one answers 409 approval_not_pending",
+    body: "DenyApprovalRequest",
+    answers: { 200: { description: "The approval, denied", schema: "Approval" } },
+  },
+  {
+    method: "get",
     path: "/policy",
     tag: "policy",
     summary:
@@ -728,6 +770,8 @@ export function openApiDocument(): Json {
     "CreateKeyRequest",
     "CreateTenantRequest",
     "TenantQuota",
+    "DecideApprovalRequest",
+    "DenyApprovalRequest",
     "HostPolicy",
   ]);
   const schemas = Object.fromEntries(

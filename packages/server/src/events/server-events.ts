@@ -1,4 +1,4 @@
-import type { SandboxState } from "@bothy/protocol";
+import type { ApprovalInfo, SandboxState } from "@bothy/protocol";
 
 type Failure = { sandbox_id: string; error: string };
 
@@ -116,6 +116,10 @@ export interface ServerEventMap {
     gib_hours: number;
     budget: Record<string, number | null>;
   };
+  /** An `ask` rule held a request or a tool call; the excerpt is masked by the asker. */
+  approval_requested: ApprovalInfo;
+  /** It left pending: approved, denied, expired or cancelled (`reason` says why for the last). */
+  approval_decided: ApprovalInfo;
 }
 
 export type ServerEventName = keyof ServerEventMap;
@@ -179,6 +183,8 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   egress_allowed: "debug",
   egress_denied: "info",
   egress_asked: "info",
+  approval_requested: "info",
+  approval_decided: "info",
 };
 
 export type ServerEventListener = (event: ServerEvent) => void;

@@ -12,3 +12,4 @@ function base32(n: number): string {
 export const newSandboxId = (): string => `sbx_${base32(20)}`;
 export const newCommandId = (): string => `cmd_${base32(20)}`;
 export const newKeyId = (): string => `key_${base32(20)}`;
+export const newApprovalId = (): string => `apr_${base32(20)}`;
