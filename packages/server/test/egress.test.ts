@@ -208,6 +208,68 @@ describe.skipIf(!root)("egress gateway", () => {
     600_000,
   );
 
+  it.skipIf(gvisor.missing !== undefined)(
+    driverTitle(
+      gvisor,
+      "an ask rule holds the request until a person decides: approved goes out once, denied HTTPS gets the alert",
+    ),
+    async () => {
+      const id = await createSandbox(base, {
+        driver: "gvisor",
+        policy: {
+          rules: [
+            { host: NAMES.api, action: "ask" },
+            { host: NAMES.other, action: "ask" },
+          ],
+        },
+      });
+      made.push(id);
+      const probe = egressProbe(
+        base,
+        id,
+        {
+          approved: http(NAMES.api, { method: "POST", body: "deploy please" }),
+          denied: https(NAMES.other),
+        },
+        topo.caPem,
+        120_000,
+      );
+      let pending: Array<{ approval_id: string; host: string; method: string | null; excerpt: string }> = [];
+      while (pending.length < 2) {
+        const listed = await api(base, "GET", `/approvals?state=pending&sandbox_id=${id}`);
+        pending = listed.json["approvals"] as typeof pending;
+        if (pending.length < 2) await new Promise((r) => setTimeout(r, 200));
+      }
+      const byHost = new Map(pending.map((p) => [p.host, p]));
+      expect(byHost.get(NAMES.api)).toMatchObject({ method: "POST", excerpt: "deploy please" });
+      // Passed-through HTTPS is held before dialing: its method and path are not seen.
+      expect(byHost.get(NAMES.other)).toMatchObject({ method: null });
+      const approve = await api(base, "POST", `/approvals/${byHost.get(NAMES.api)!.approval_id}/approve`, {});
+      expect(approve.status, JSON.stringify(approve.json)).toBe(200);
+      const deny = await api(base, "POST", `/approvals/${byHost.get(NAMES.other)!.approval_id}/deny`, {
+        reason: "not today",
+      });
+      expect(deny.status, JSON.stringify(deny.json)).toBe(200);
+      const r = await probe;
+      expect(r["approved"]?.status, JSON.stringify(r)).toBe(200);
+      expect(bodyOf(r["approved"])).toMatchObject({ method: "POST", body: "deploy please" });
+      expect(r["denied"]?.err, JSON.stringify(r)).toMatch(/alert access denied/i);
+      const audit = (await api(base, "GET", `/sandboxes/${id}/audit?type=egress.allowed,egress.asked,egress.denied`))
+        .json["events"] as Array<{ type: string; data: Record<string, unknown> }>;
+      const apiSteps = audit.filter((e) => e.data["host"] === NAMES.api).map((e) => [e.type, e.data["outcome"]]);
+      expect(apiSteps).toEqual([
+        ["egress.asked", "pending"],
+        ["egress.allowed", "approved"],
+      ]);
+      expect(audit.filter((e) => e.data["host"] === NAMES.other).map((e) => [e.type, e.data["outcome"]])).toEqual([
+        ["egress.asked", "pending"],
+        ["egress.denied", "denied"],
+      ]);
+      expect(await deleteSandbox(base, id)).toBe("deleted");
+    },
+    600_000,
+  );
+
   it.skipIf(qemu.missing !== undefined)(
     driverTitle(qemu, "a VM's HTTP and HTTPS pass the gateway"),
     async () => {

@@ -448,14 +448,21 @@ export class EgressProxy {
         held.signal,
       );
       if (outcome.state === "approved")
-        return this.emit("egress_allowed", sb, target, { ...base, outcome: "approved" }, outcome.approvalId);
-      this.emit("egress_denied", sb, target, { ...base, outcome: outcome.state }, outcome.approvalId);
+        return this.emit(
+          "egress_allowed",
+          sb,
+          target,
+          { ...base, outcome: "approved" },
+          `approval ${outcome.approvalId}`,
+        );
+      const which = `approval ${outcome.approvalId}${outcome.cancelReason ? `: ${outcome.cancelReason}` : ""}`;
+      this.emit("egress_denied", sb, target, { ...base, outcome: outcome.state }, which);
       // Cancelled while the client still waits: the server is stopping (the gate's own stop or ours).
       if (outcome.state === "cancelled" || this.closing) throw new Refusal(stopping(outcome.approvalId));
       throw new Refusal(
         new BothyError(
           "egress_denied",
-          `${describe(target)} waited for approval ${outcome.approvalId}, which was ${outcome.state}; the request was not sent.`,
+          `${describe(target)} waited for approval ${outcome.approvalId}, which was ${outcome.state}${outcome.reason ? ` (${outcome.reason})` : ""}; the request was not sent.`,
           {
             details: { host: target.host, rule: decision.rule, approval_id: outcome.approvalId, state: outcome.state },
           },

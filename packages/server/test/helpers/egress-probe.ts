@@ -16,6 +16,7 @@ export interface EgressCheck {
   path?: string;
   method?: string;
   headers?: Record<string, string>;
+  body?: string;
   /** keepalive: these hosts' requests, in order, on one connection. */
   hosts?: string[];
 }
@@ -48,7 +49,7 @@ const send = (c) => new Promise((r) => {
   });
   req.on("timeout", () => req.destroy(Object.assign(new Error("timeout"), { code: "timeout" })));
   req.on("error", (e) => r({ ok: false, err: (e.code || "") + " " + e.message }));
-  req.end();
+  req.end(c.body);
 });
 const keepalive = async (c) => {
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
