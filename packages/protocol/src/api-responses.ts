@@ -3,7 +3,7 @@
  * the problem+json body. The server documents them in /openapi.json; the SDK checks them.
  */
 import { z } from "zod";
-import { commandInfo } from "./api.ts";
+import { bothyEvent, commandInfo } from "./api.ts";
 import { ERROR_CODES } from "./errors.ts";
 import { dirEntry, fileStat } from "./guest-frames.ts";
 
@@ -38,3 +38,6 @@ export const jsonRpcErrorResponse = z.object({
   error: z.object({ code: z.number().int(), message: z.string(), data: z.unknown().optional() }),
   id: z.union([z.string(), z.number(), z.null()]),
 });
+
+/** `GET /sandboxes/{id}/audit`: the gateway's events about one sandbox, oldest first. */
+export const auditList = z.object({ events: z.array(bothyEvent) });

@@ -170,3 +170,27 @@ export type ApprovalListQuery = z.input<typeof approvalListQuery>;
 /** Why an approval was cancelled: its client went away, the server stopped, or it restarted while it was pending. */
 export const APPROVAL_CANCEL_REASONS = ["client_gone", "server_stopping", "server_restarted"] as const;
 export type ApprovalCancelReason = (typeof APPROVAL_CANCEL_REASONS)[number];
+
+// ---- audit ------------------------------------------------------------------------------------------
+
+/** The gateway's events a sandbox's audit holds (`GET /sandboxes/{id}/audit`). */
+export const AUDIT_EVENT_TYPES = [
+  "egress.allowed",
+  "egress.denied",
+  "egress.asked",
+  "secret.injected",
+  "secret.refused",
+  "approval.requested",
+  "approval.decided",
+] as const;
+
+/** `?type=egress.denied` (comma-separated; default all of AUDIT_EVENT_TYPES), `?after=SEQ` to page on, `?limit=` (default 100, at most 1000). */
+export const auditQuery = z.strictObject({
+  type: z
+    .string()
+    .transform((s) => s.split(","))
+    .pipe(z.array(z.enum(AUDIT_EVENT_TYPES)).min(1))
+    .optional(),
+  after: z.coerce.number().int().min(0).optional(),
+  limit: z.coerce.number().int().min(1).max(1000).optional(),
+});

@@ -61,6 +61,8 @@ export const ERROR_CODES = [
   "approval_not_pending",
   "shutting_down",
   "internal",
+  "egress_denied",
+  "egress_unreachable",
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -124,6 +126,8 @@ export const ERROR_STATUS: Record<ErrorCode, number> = {
   approval_not_pending: 409,
   shutting_down: 503,
   internal: 500,
+  egress_denied: 403,
+  egress_unreachable: 502,
 };
 
 const TITLES: Record<ErrorCode, string> = {
@@ -185,6 +189,8 @@ const TITLES: Record<ErrorCode, string> = {
   approval_not_pending: "Approval already decided",
   shutting_down: "Server shutting down",
   internal: "Internal error",
+  egress_denied: "Egress denied by policy",
+  egress_unreachable: "Egress destination unreachable",
 };
 
 export function errorTitle(code: ErrorCode): string {

@@ -3,14 +3,18 @@
  * `pty` and `files` for what runs inside. Everything goes over bothy's public API.
  */
 import {
+  auditList,
   sandboxInfo,
   sandboxList,
+  type AUDIT_EVENT_TYPES,
   type DriverName,
   type HostPolicyRequest,
   type SandboxInfo,
   type SandboxState,
 } from "@bothy/protocol";
 import { Commands } from "./commands.ts";
+
+type AuditEventType = (typeof AUDIT_EVENT_TYPES)[number];
 import { streamEvents, type BothyEvent, type EventOptions } from "./events.ts";
 import { NotFoundError } from "./errors.ts";
 import { Files } from "./files.ts";
@@ -193,6 +197,25 @@ export class Sandbox {
   /** Resumes a paused sandbox (commands and file calls also resume it on their own). */
   async resume(options: CallOptions = {}): Promise<SandboxInfo> {
     return this.update(this.http.json("POST", `/sandboxes/${this.sandboxId}/resume`, sandboxInfo, signalOf(options)));
+  }
+
+  /**
+   * The egress gateway's decisions about this sandbox (`egress.allowed|denied|asked`, and its
+   * secrets' and approvals' events), from the ledger, oldest first; `after` pages on by `seq`.
+   */
+  async audit(
+    options: CallOptions & { types?: AuditEventType[]; after?: number; limit?: number } = {},
+  ): Promise<BothyEvent[]> {
+    const query = {
+      ...(options.types ? { type: options.types.join(",") } : {}),
+      ...(options.after === undefined ? {} : { after: options.after }),
+      ...(options.limit === undefined ? {} : { limit: options.limit }),
+    };
+    const list = await this.http.json("GET", `/sandboxes/${this.sandboxId}/audit`, auditList, {
+      query,
+      ...signalOf(options),
+    });
+    return list.events;
   }
 
   /** This sandbox's events, replayed from `since` and then live (unless `follow: false`). */

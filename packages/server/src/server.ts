@@ -13,6 +13,8 @@ import { policyRoutes } from "./api/policy-routes.ts";
 import { secretRoutes } from "./api/secret-routes.ts";
 import { EgressCa } from "./gateway/egress-ca.ts";
 import { Vault } from "./gateway/vault.ts";
+import { secretTerminator } from "./gateway/tls-terminator.ts";
+import { auditRoutes } from "./api/audit-routes.ts";
 import { authRoutes } from "./api/auth-routes.ts";
 import { authHooks, KeyConnections } from "./auth/auth-hooks.ts";
 import { LinkTokens, linkGrant, redactToken } from "./auth/link-tokens.ts";
@@ -50,6 +52,7 @@ import { IdleSleep } from "./sandboxes/idle-sleep.ts";
 import { UsageMeter } from "./metering/usage-meter.ts";
 import { usageRoutes } from "./api/usage-routes.ts";
 import { Sweeper } from "./sandboxes/sweeper.ts";
+import { EgressProxy, gatewayLookup } from "./gateway/egress-proxy.ts";
 import { ApprovalBroker } from "./gateway/approvals.ts";
 
 export interface BothyServer {
@@ -122,7 +125,12 @@ export async function startServer(
   const log = serverEvents.emit;
   const store = new TemplateStore({ sourceDir: config.templateSources, storeDir: config.templatesDir });
   const ledger = new Ledger(join(config.home, "ledger.sqlite"));
-  const drivers = await createDrivers(config, log);
+  // The egress gateway listens before the network's rules are made: they redirect to its ports.
+  const proxy = config.network.enabled ? new EgressProxy({ dns: config.network.dns, log }) : undefined;
+  const drivers = await createDrivers(config, log, await proxy?.listen()).catch(async (err: unknown) => {
+    await proxy?.close();
+    throw err;
+  });
   const events = new EventBus(ledger);
   const webhook = config.webhook && new WebhookSender({ ...config.webhook, attempts: 6, timeoutMs: 10_000, log });
   if (webhook) events.subscribe((ev) => webhook.send(ev));
@@ -150,6 +158,15 @@ export async function startServer(
   });
   const approvals = new ApprovalBroker({ rows: ledger.approvals, timeoutMs: config.approvals.timeoutMs, log });
   approvals.recover();
+  if (proxy && drivers.network)
+    proxy.attach(gatewayLookup(drivers.network, ledger, manager.policies), {
+      gate: approvals,
+      terminate: secretTerminator({
+        vault,
+        leaves: egressCa,
+        report: (sandboxId, { kind, ...use }) => log(kind, { sandbox_id: sandboxId, ...use }),
+      }),
+    });
   await manager.reconcile();
   const sweeper = new Sweeper(manager, ledger, drivers, config.lifecycle.sweepIntervalMs, log);
   const watch = new DisconnectWatch(manager, ledger, log);
@@ -265,6 +282,7 @@ export async function startServer(
   }));
   commandRoutes(app, manager, registry, watch);
   eventRoutes(app, events);
+  auditRoutes(app, { events, ledger });
   await fileRoutes(app, manager);
   await portRoutes(app, manager, { tokens: links, previewDomain: config.previewDomain });
   await desktopRoutes(app, manager, new DesktopService(manager), links);
@@ -297,6 +315,7 @@ export async function startServer(
         approvals.stop();
         await sweeper.stop();
         meter.stop();
+        await proxy?.close();
         await app.close();
         await manager.close();
         await drivers.close();

@@ -59,6 +59,48 @@ describe("network rules", () => {
     );
   });
 
+  it("redirects a gateway sandbox's TCP 80/443 to the proxy and lets only those redirected connections in", () => {
+    const text = renderBase({
+      tag: "k3x9",
+      pool: "10.179.0.0/16",
+      uplink: "eth0",
+      extraBlocked: [],
+      gatewayPorts: { http: 40080, https: 40443 },
+    });
+    const lines = text.trim().split("\n");
+    const at = (s: string) => lines.findIndex((l) => l.includes(s));
+    expect(text).toContain("add set inet bothy-k3x9 gateway { type ifname . ipv4_addr; }");
+    expect(text).toContain(
+      "add rule inet bothy-k3x9 prerouting iifname . ip saddr @gateway tcp dport 443 redirect to :40443",
+    );
+    // Accepted before the refusal of everything from sandbox interfaces; any other source refused.
+    expect(at("ct status dnat tcp dport { 40080, 40443 } accept")).toBeLessThan(
+      at('input iifname "bvk3x9*" goto refuse'),
+    );
+    expect(at("input tcp dport { 40080, 40443 } goto refuse")).toBeLessThan(at('input iifname "bvk3x9*" goto refuse'));
+    // Not redirected (no gateway listening): never forwarded unjudged.
+    expect(at("forward iifname . ip saddr @gateway tcp dport { 80, 443 } goto refuse")).toBeLessThan(
+      at("forward iifname vmap @egress"),
+    );
+    expect(renderBase({ tag: "k3x9", pool: "10.179.0.0/16", uplink: "eth0", extraBlocked: [] })).not.toContain(
+      "redirect",
+    );
+
+    const add = renderSandboxAdd({
+      table: "inet bothy-k3x9",
+      sandboxId: "sbx_aaaaaaaaaaaaaaaaaaaa",
+      iface: "bvk3x9-aaaaaaaa",
+      guest: "10.179.0.6",
+      policy: { internet: true, allowOut: [], denyOut: [], gateway: true },
+    });
+    expect(add).toContain('add element inet bothy-k3x9 gateway { "bvk3x9-aaaaaaaa" . 10.179.0.6 }');
+    expect(
+      renderSandboxRemove("inet bothy-k3x9", "sbx_aaaaaaaaaaaaaaaaaaaa", [], false, [
+        { iface: "bvk3x9-aaaaaaaa", guest: "10.179.0.6" },
+      ]),
+    ).toBe('delete element inet bothy-k3x9 gateway { "bvk3x9-aaaaaaaa" . 10.179.0.6 }\n');
+  });
+
   it("names every host object with the home's tag, within the kernel's limits", async () => {
     expect(hostTag("/")).toMatch(/^[a-z2-7]{4}$/);
     expect(hostTag("/")).not.toBe(hostTag("/tmp"));

@@ -57,6 +57,8 @@ import {
   sandboxInfo,
   sandboxList,
   setTimeoutRequest,
+  auditQuery,
+  auditList,
   approvalInfo,
   approvalList,
   approvalListQuery,
@@ -79,6 +81,7 @@ const SCHEMAS = {
   Command: commandInfo,
   CommandList: commandList,
   Event: bothyEvent,
+  AuditList: auditList,
   FileWriteResult: fileWriteResult,
   FileStat: fileStatResult,
   DirListing: dirListing,
@@ -423,6 +426,15 @@ export const OPERATIONS: Operation[] = [
     summary: "Server-Sent Events (?sandbox_id= filters; Last-Event-ID or ?since= replays)",
     query: z.object({ sandbox_id: z.string().optional(), since: z.string().regex(/^\d+$/).optional() }),
     answers: { 200: { description: "An SSE stream; each data line is an Event", type: "text/event-stream" } },
+  },
+  {
+    method: "get",
+    path: "/sandboxes/{id}/audit",
+    tag: "events",
+    summary:
+      "The egress gateway's decisions about this sandbox from the ledger, oldest first (?type=egress.denied, comma-separated; ?after=SEQ pages on; ?limit=)",
+    query: auditQuery,
+    answers: { 200: { description: "Events", schema: "AuditList" } },
   },
   {
     method: "get",

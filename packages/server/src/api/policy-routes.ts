@@ -6,7 +6,7 @@
 import type { FastifyInstance } from "fastify";
 import { BothyError, hostPolicyRequest, TENANT_ID_RE } from "@bothy/protocol";
 import { principalOf, sees } from "../auth/auth-hooks.ts";
-import { refuseUnenforcedHostRules, type GatewayPolicies } from "../gateway/policies.ts";
+import type { GatewayPolicies } from "../gateway/policies.ts";
 import type { Ledger } from "../ledger/ledger.ts";
 import { parseInput } from "./parse-input.ts";
 
@@ -27,7 +27,6 @@ export function policyRoutes(app: FastifyInstance, deps: { policies: GatewayPoli
   app.put<TenantQuery>("/policy", async (request) => {
     const tenant = tenantOf(request, principalOf(request));
     const policy = parseInput(hostPolicyRequest, request.body, "PUT /policy");
-    refuseUnenforcedHostRules(policy);
     policies.setTenantPolicy(tenant, policy);
     return view(tenant);
   });

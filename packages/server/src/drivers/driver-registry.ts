@@ -8,6 +8,7 @@ import { describeLayout, hostCgroupLayout, limitsProblem, removeHomeCgroups } fr
 import { hardwareVirtualization, QemuDriver } from "./qemu-driver.ts";
 import { HostNetwork } from "../network/host-network.ts";
 import { NetworkedDriver } from "../network/networked-driver.ts";
+import type { GatewayPorts } from "../network/nft-ruleset.ts";
 import type { Logger } from "../events/server-events.ts";
 import { hostTag } from "../util/host-names.ts";
 
@@ -22,7 +23,8 @@ export class DriverRegistry {
     readonly defaultName: DriverName,
     /** The home's tag (util/host-names.ts): its parent cgroups go at close. */
     private readonly tag: string,
-    private readonly network?: HostNetwork,
+    /** The host's sandbox networking, when it is on (the egress gateway looks sandboxes up by address there). */
+    readonly network?: HostNetwork,
   ) {}
 
   get default(): Driver {
@@ -69,7 +71,7 @@ export class DriverRegistry {
  * do. `auto` means QEMU where hardware virtualization really works (KVM), gVisor elsewhere:
  * QEMU under software emulation works but boots several times slower.
  */
-export async function createDrivers(config: Config, log: Logger): Promise<DriverRegistry> {
+export async function createDrivers(config: Config, log: Logger, gatewayPorts?: GatewayPorts): Promise<DriverRegistry> {
   const sandboxesDir = join(config.home, "sandboxes");
   const tag = hostTag(config.home);
   const candidates: Record<DriverName, Driver> = {
@@ -99,7 +101,9 @@ export async function createDrivers(config: Config, log: Logger): Promise<Driver
   };
   // Networking is checked first: with it on, a host that cannot give sandboxes their posture
   // does not start (the error says what to run, or to set BOTHY_NETWORK=off).
-  const network = config.network.enabled ? new HostNetwork({ ...config.network, tag, sandboxesDir, log }) : undefined;
+  const network = config.network.enabled
+    ? new HostNetwork({ ...config.network, tag, sandboxesDir, log, ...(gatewayPorts ? { gatewayPorts } : {}) })
+    : undefined;
   await network?.preflight().catch((err: unknown) => {
     throw err instanceof HostSetupError ? new BothyError("create_failed", err.message, { cause: err }) : err;
   });

@@ -34,6 +34,11 @@ export class EventBus {
     return this.ledger.eventsSince(seq, sandboxId).map(toEvent);
   }
 
+  /** A sandbox's events of these types after `seq` (its audit). */
+  ofSandbox(sandboxId: string, types: readonly string[], seq: number, limit: number): BothyEvent[] {
+    return this.ledger.sandboxEvents(sandboxId, types, seq, limit).map(toEvent);
+  }
+
   /** As `since`, each with its tenant. */
   sinceWithTenant(seq: number, sandboxId?: string): Array<{ event: BothyEvent; tenant: string | null }> {
     return this.ledger.eventsSince(seq, sandboxId).map((row) => ({ event: toEvent(row), tenant: row.tenant }));

@@ -24,6 +24,16 @@ export function toPublicEvent(ev: ServerEvent): PublicEvent | undefined {
       return { type: "sandbox.stopped", sandboxId: ev.sandbox_id, data: { ...data, reason: event } };
     case "sandbox_woken":
       return { type: "sandbox.woken", sandboxId: ev.sandbox_id, data };
+    case "egress_allowed":
+      return { type: "egress.allowed", sandboxId: ev.sandbox_id, data };
+    case "egress_denied":
+      return { type: "egress.denied", sandboxId: ev.sandbox_id, data };
+    case "egress_asked":
+      return { type: "egress.asked", sandboxId: ev.sandbox_id, data };
+    case "secret_injected":
+      return { type: "secret.injected", sandboxId: ev.sandbox_id, data };
+    case "secret_refused":
+      return { type: "secret.refused", sandboxId: ev.sandbox_id, data };
     case "approval_requested":
       return { type: "approval.requested", sandboxId: ev.sandbox_id, data, tenant: ev.tenant };
     case "approval_decided":

@@ -2,6 +2,31 @@ import type { ApprovalInfo, SandboxState } from "@bothy/protocol";
 
 type Failure = { sandbox_id: string; error: string };
 
+/** One decision of the egress gateway (gateway/egress-proxy.ts); public as `egress.allowed|denied|asked`. */
+export interface SecretUseFields {
+  sandbox_id: string;
+  secret: string;
+  host: string;
+  method: string;
+  path: string;
+}
+
+export interface EgressDecisionFields {
+  sandbox_id: string;
+  host: string;
+  /** Null on HTTPS the gateway passes through (it sees no request inside). */
+  method: string | null;
+  path: string | null;
+  /** `tenant#0`, `sandbox#2`, `default`, or what refused it outside the rules (`address`, `placeholder`, `sni`). */
+  rule: string;
+  action: "allow" | "deny" | "ask";
+  /** allowed, granted (an earlier host grant), approved, pending, denied, expired, cancelled, refused, unavailable. */
+  outcome: string;
+  reason?: string;
+  /** The upstream address it was sent to (allowed only). */
+  address?: string;
+}
+
 /**
  * Everything the server's parts report, by name, with its fields. This is the event bus: the
  * logger, the metrics, the public events (SSE and webhook) and tests subscribe to these typed
@@ -88,6 +113,12 @@ export interface ServerEventMap {
 
   webhook_failed: { seq: number; attempt: number; status?: number; error?: string };
   webhook_gave_up: { seq: number; type: string; attempts: number };
+  egress_allowed: EgressDecisionFields;
+  egress_denied: EgressDecisionFields;
+  egress_asked: EgressDecisionFields;
+  /** The gateway put a vault secret into a request to a bound host, or refused one sent elsewhere: by name, never its value. */
+  secret_injected: SecretUseFields;
+  secret_refused: SecretUseFields;
   budget_exceeded: {
     owner: string;
     month: string;
@@ -160,6 +191,11 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   webhook_failed: "warn",
   webhook_gave_up: "error",
   budget_exceeded: "warn",
+  egress_allowed: "debug",
+  egress_denied: "info",
+  secret_injected: "debug",
+  secret_refused: "warn",
+  egress_asked: "info",
   approval_requested: "info",
   approval_decided: "info",
 };

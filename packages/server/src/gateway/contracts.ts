@@ -4,6 +4,7 @@
  * approval gate whether a request held by an `ask` rule may go out. Each part is built and tested
  * on its own against these.
  */
+import type { Duplex } from "node:stream";
 import type { ApprovalCancelReason, EffectiveHostPolicy } from "@bothy/protocol";
 
 /** A vault secret as bound to one sandbox: the sandbox sees `env=placeholder`, never the value. */
@@ -69,5 +70,35 @@ export interface GatewaySandbox {
   /** Its `allow_out` CIDRs: a private address they name may be dialed, as the nft rules allow. */
   allowOut: string[];
   denyOut: string[];
+  /** false (`internet: false`): only hosts an allow rule names (or a person approved) and `allow_out` addresses go out. Default true. */
+  internet?: boolean;
   policy: EffectiveHostPolicy;
 }
+
+/** The gateway's word on one request seen inside terminated TLS: go on, or answer this instead. */
+export type EgressVerdict = "allow" | { status: number; body: string | object };
+
+/**
+ * What the proxy hands the TLS terminator (the vault's tls-terminator.ts) for a connection it must
+ * open: one to a host a secret of the sandbox may be bound to, or whose rules need the method and
+ * path. The terminator answers the sandbox with a leaf for `host`, judges each request by `decide`
+ * and sends it on to the address `dial` checked.
+ */
+export interface TerminateContext {
+  /** The sandbox's connection, paused; `peeked` (its ClientHello) was read from it and must be put back. */
+  socket: Duplex;
+  peeked: Buffer;
+  /** The SNI name. */
+  host: string;
+  sandbox: GatewaySandbox;
+  /** Resolves `host` and returns the one address it checked (never private, pool or blocked); dial exactly that. */
+  dial(): Promise<string>;
+  /**
+   * The policy's word on one request (rules, approvals and the audit event included); held while an
+   * approval is pending; `signal` aborts when the client goes.
+   */
+  decide(method: string, path: string, signal: AbortSignal): Promise<EgressVerdict>;
+}
+
+/** The terminator the proxy calls; absent: a connection that needs one is refused. */
+export type Terminate = (ctx: TerminateContext) => void;

@@ -3,7 +3,7 @@
  * with the secrets it names) on the sandbox's row. The effective policy is computed when asked,
  * so a change of the tenant's default applies to its sandboxes' next requests.
  */
-import { BothyError, type EffectiveHostPolicy } from "@bothy/protocol";
+import type { EffectiveHostPolicy } from "@bothy/protocol";
 import type { z } from "zod";
 import type { hostPolicyRequest } from "@bothy/protocol";
 import type { Ledger, SandboxRow } from "../ledger/ledger.ts";
@@ -51,18 +51,4 @@ export function recordOf(raw: string | null | undefined): SandboxPolicyRecord {
   if (raw === null || raw === undefined) return {};
   const { policy, secrets } = JSON.parse(raw) as { policy?: unknown; secrets?: string[] };
   return { ...(policy === undefined ? {} : { policy: parseHostPolicy(policy) }), ...(secrets ? { secrets } : {}) };
-}
-
-/**
- * Until the egress proxy applies host rules (issue #16, in progress), a policy with any is refused
- * rather than silently not enforced; tool rules are enforced by the server already.
- */
-export function refuseUnenforcedHostRules(policy: ParsedPolicy | undefined): void {
-  if (!policy) return;
-  const { tools: _tools, ...hostPart } = policy;
-  if (Object.values(hostPart).some((v) => v !== undefined && (!Array.isArray(v) || v.length > 0)))
-    throw new BothyError(
-      "not_supported",
-      "Host rules (allow_hosts, deny_hosts, rules, default) are not enforced by this server yet; only `tools` rules are.",
-    );
 }

@@ -16,7 +16,7 @@ import http2, { type Http2ServerRequest, type Http2ServerResponse } from "node:h
 import https from "node:https";
 import type { Duplex } from "node:stream";
 import { BothyError, toProblem } from "@bothy/protocol";
-import type { LeafIssuer, SecretBinding, SecretSource } from "./contracts.ts";
+import type { LeafIssuer, SecretBinding, SecretSource, Terminate, TerminateContext } from "./contracts.ts";
 import { echoNeedles, scrubStream, scrubText, StreamMatcher, type Needle } from "./secret-scrub.ts";
 import { placeholdersIn, splitByHost, swapHeaders, type Headers } from "./secret-swap.ts";
 
@@ -327,4 +327,30 @@ function fail(res: AnyResponse, err: unknown): void {
 
 function pathOnly(path: string): string {
   return path.split("?", 1)[0] ?? path;
+}
+
+/**
+ * The proxy's terminator: each connection it hands over is served with the sandbox's bindings from
+ * the vault and a leaf of the egress CA; a secret swapped in or refused is reported by name only.
+ */
+export function secretTerminator(deps: {
+  vault: SecretSource;
+  leaves: LeafIssuer;
+  report(sandboxId: string, ev: SecretReport): void;
+}): Terminate {
+  return (ctx: TerminateContext) => {
+    const sandboxId = ctx.sandbox.sandboxId;
+    terminateTls({
+      socket: ctx.socket,
+      peeked: ctx.peeked,
+      host: ctx.host,
+      tenant: ctx.sandbox.tenant,
+      bindings: deps.vault.bindings(sandboxId),
+      secrets: deps.vault,
+      leaves: deps.leaves,
+      dial: () => ctx.dial(),
+      decide: (method, path, signal) => ctx.decide(method, path, signal),
+      report: (ev) => deps.report(sandboxId, ev),
+    }).catch(() => ctx.socket.destroy());
+  };
 }

@@ -466,6 +466,15 @@ export class Ledger {
           .all(seq, sandboxId, limit) as EventRow[]);
   }
 
+  /** A sandbox's events of these types after `seq`, oldest first (its audit: GET /sandboxes/{id}/audit). */
+  sandboxEvents(sandboxId: string, types: readonly string[], seq: number, limit: number): EventRow[] {
+    return this.db
+      .prepare(
+        `SELECT * FROM events WHERE sandbox_id = ? AND seq > ? AND type IN (${types.map(() => "?").join(",")}) ORDER BY seq LIMIT ?`,
+      )
+      .all(sandboxId, seq, ...types, limit) as EventRow[];
+  }
+
   /** Commands still marked running in a sandbox that has gone away did not finish. */
   loseCommands(sandboxId: string): void {
     this.db

@@ -24,7 +24,14 @@ import {
   subnetAt,
   type Cidr,
 } from "./ipv4.ts";
-import { PRIVATE_RANGES, renderBase, renderSandboxAdd, renderSandboxRemove } from "./nft-ruleset.ts";
+import {
+  GATEWAY_SET,
+  PRIVATE_RANGES,
+  renderBase,
+  renderSandboxAdd,
+  renderSandboxRemove,
+  type GatewayPorts,
+} from "./nft-ruleset.ts";
 import type { Logger } from "../events/server-events.ts";
 import { HostSetupError, NetworkSetupError } from "../errors/internal-errors.ts";
 
@@ -40,6 +47,8 @@ export interface HostNetworkOptions {
   uplink: string | undefined;
   dns: string[];
   extraBlocked: string[];
+  /** The egress gateway's ports (gateway/egress-proxy.ts); sandboxes with `gateway` have their TCP 80/443 redirected there. */
+  gatewayPorts?: GatewayPorts;
   log: Logger;
 }
 
@@ -75,6 +84,8 @@ export class HostNetwork {
   private readonly capacity: number;
   /** Subnet index per sandbox; an index is free again only once its sandbox's teardown succeeded. */
   private readonly used = new Map<string, number>();
+  /** The egress policy of each sandbox with a subnet, for the gateway's lookups by guest address. */
+  private readonly policies = new Map<string, EgressPolicy>();
   private uplinkName = "";
   private ipv6 = false;
   /**
@@ -160,6 +171,7 @@ export class HostNetwork {
         pool: formatCidr(this.pool),
         uplink: this.uplinkName,
         extraBlocked: this.opts.extraBlocked,
+        ...(this.opts.gatewayPorts ? { gatewayPorts: this.opts.gatewayPorts } : {}),
       }),
     );
     this.tables = (await listRules(LEGACY.table)) !== undefined ? [this.table, LEGACY.table] : [this.table];
@@ -265,6 +277,7 @@ export class HostNetwork {
     }
     const subnet = subnetAt(this.pool, index);
     const iface = ifaceName(this.opts.tag, sandboxId, kind);
+    this.policies.set(sandboxId, policy);
     const guest: GuestNetwork = {
       guest: subnet.guest,
       gateway: subnet.gateway,
@@ -273,6 +286,31 @@ export class HostNetwork {
       ...(kind === "veth" ? { netns: netnsName(this.opts.tag, sandboxId) } : { tap: iface }),
     };
     return { sandboxId, kind, iface, policy, guest };
+  }
+
+  /** Every address no sandbox reaches unless its `allow_out` names it: the private ranges, the pool, BOTHY_NET_BLOCK. */
+  get blocked(): string[] {
+    return [...PRIVATE_RANGES, formatCidr(this.pool), ...this.opts.extraBlocked];
+  }
+
+  /**
+   * The sandbox whose guest address this is, and its egress policy; undefined for any address that
+   * is not a live sandbox's guest (the gateway refuses those).
+   */
+  byGuest(address: string): { sandboxId: string; policy: EgressPolicy } | undefined {
+    let addr: number;
+    try {
+      addr = parseIpv4(address.replace(/^::ffff:/, ""));
+    } catch {
+      return undefined;
+    }
+    const index = (addr - this.pool.base - 2) / 4;
+    if (!Number.isInteger(index)) return undefined;
+    for (const [sandboxId, i] of this.used) {
+      const policy = this.policies.get(sandboxId);
+      if (i === index && policy) return { sandboxId, policy };
+    }
+    return undefined;
   }
 
   /**
@@ -377,16 +415,17 @@ export class HostNetwork {
   async teardown(sandboxId: string): Promise<void> {
     if (!SANDBOX_ID_RE.test(sandboxId))
       throw new BothyError("invalid_sandbox_id", `Refusing to remove the network of ${sandboxId}: not a sandbox id.`);
+    const names = [ifaceName(this.opts.tag, sandboxId, "veth"), ifaceName(this.opts.tag, sandboxId, "tap")];
     for (const table of this.tables) {
       const rules = await listRules(table);
       if (!rules) continue;
       const keys = rules.elements.filter((e) => e.target === sandboxId).map((e) => e.key);
-      const script = renderSandboxRemove(table, sandboxId, keys, rules.chains.includes(sandboxId));
+      const gateway = rules.gateway.filter((g) => names.includes(g.iface));
+      const script = renderSandboxRemove(table, sandboxId, keys, rules.chains.includes(sandboxId), gateway);
       if (script) await nft(script);
     }
     // By alias: another sandbox whose name collides in its 8 id characters keeps its link. A link
     // of ours without an alias yet is one a plumb of this sandbox cut short.
-    const names = [ifaceName(this.opts.tag, sandboxId, "veth"), ifaceName(this.opts.tag, sandboxId, "tap")];
     // Deleting the host end removes the veth pair at once; a deleted namespace frees its links later.
     for (const link of await listLinks())
       if (link.alias === sandboxId || (link.alias === undefined && names.includes(link.name)))
@@ -394,6 +433,7 @@ export class HostNetwork {
     for (const ns of [netnsName(this.opts.tag, sandboxId), LEGACY.netnsName(sandboxId)])
       if (existsSync(`${NETNS_DIR}/${ns}`)) await ip(["netns", "del", ns]);
     this.used.delete(sandboxId);
+    this.policies.delete(sandboxId);
   }
 
   /**
@@ -402,7 +442,12 @@ export class HostNetwork {
    */
   async close(): Promise<void> {
     const rules = await listRules(this.table);
-    if (rules && !rules.chains.some((c) => SANDBOX_ID_RE.test(c)) && rules.elements.length === 0)
+    if (
+      rules &&
+      !rules.chains.some((c) => SANDBOX_ID_RE.test(c)) &&
+      rules.elements.length === 0 &&
+      rules.gateway.length === 0
+    )
       await nft(`delete table ${this.table}\n`);
   }
 
@@ -440,9 +485,14 @@ export class HostNetwork {
 }
 
 /** A table's chains and verdict-map elements; undefined when there is no such table. */
-async function listRules(
-  table: string,
-): Promise<{ chains: string[]; elements: Array<{ key: string; target: string }> } | undefined> {
+async function listRules(table: string): Promise<
+  | {
+      chains: string[];
+      elements: Array<{ key: string; target: string }>;
+      gateway: Array<{ iface: string; guest: string }>;
+    }
+  | undefined
+> {
   let text: string;
   try {
     text = (await run("nft", ["-j", "list", "table", ...table.split(" ")], { timeoutMs: CMD_TIMEOUT_MS })).stdout;
@@ -453,7 +503,14 @@ async function listRules(
   const items = (JSON.parse(text) as { nftables?: Array<Record<string, unknown>> }).nftables ?? [];
   const chains: string[] = [];
   const elements: Array<{ key: string; target: string }> = [];
+  const gateway: Array<{ iface: string; guest: string }> = [];
   for (const item of items) {
+    const set = item["set"] as { name?: string; elem?: unknown[] } | undefined;
+    if (set?.name === GATEWAY_SET)
+      for (const el of set.elem ?? []) {
+        const [iface, guest] = (el as { concat?: unknown[] }).concat ?? [];
+        if (typeof iface === "string" && typeof guest === "string") gateway.push({ iface, guest });
+      }
     const chain = item["chain"] as { name?: string } | undefined;
     if (chain?.name) chains.push(chain.name);
     const map = item["map"] as { name?: string; elem?: unknown[] } | undefined;
@@ -464,7 +521,7 @@ async function listRules(
       elements.push({ key: el[0], target: verdict?.goto?.target ?? verdict?.jump?.target ?? "" });
     }
   }
-  return { chains, elements };
+  return { chains, elements, gateway };
 }
 
 async function ip(args: string[]): Promise<void> {

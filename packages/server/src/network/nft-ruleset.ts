@@ -37,6 +37,15 @@ export interface SandboxRules {
   policy: EgressPolicy;
 }
 
+/** The egress gateway's listening ports (gateway/egress-proxy.ts) that sandboxes' TCP 80 and 443 are redirected to. */
+export interface GatewayPorts {
+  http: number;
+  https: number;
+}
+
+/** The set of `interface . guest address` pairs whose TCP 80/443 pass the gateway (EgressPolicy.gateway). */
+export const GATEWAY_SET = "gateway";
+
 export interface BaseRules {
   /** The home's tag: names the table and this home's interfaces. */
   tag: string;
@@ -45,6 +54,8 @@ export interface BaseRules {
   uplink: string;
   /** Blocked on top of PRIVATE_RANGES (BOTHY_NET_BLOCK). */
   extraBlocked: string[];
+  /** Absent: no gateway listens and nothing is redirected; a gateway sandbox then reaches nothing on 80/443. */
+  gatewayPorts?: GatewayPorts;
 }
 
 /** A sandbox's chain is named by its id (`sbx_…`), so reconcile maps a chain back to its sandbox. */
@@ -76,29 +87,53 @@ export function renderBase(b: BaseRules): string {
     [
       `add table ${table}`,
       `add map ${table} egress { type ifname : verdict; }`,
+      `add set ${table} ${GATEWAY_SET} { type ifname . ipv4_addr; }`,
       `add chain ${table} refuse`,
       `add chain ${table} blocked`,
       `add chain ${table} forward { type filter hook forward priority filter; policy accept; }`,
       `add chain ${table} input { type filter hook input priority filter; policy accept; }`,
       `add chain ${table} postrouting { type nat hook postrouting priority srcnat; policy accept; }`,
-      ...["refuse", "blocked", "forward", "input", "postrouting"].map((c) => `flush chain ${table} ${c}`),
+      `add chain ${table} prerouting { type nat hook prerouting priority dstnat; policy accept; }`,
+      ...["refuse", "blocked", "forward", "input", "postrouting", "prerouting"].map((c) => `flush chain ${table} ${c}`),
       // IPv6 is dropped silently; IPv4 TCP gets a reset (gVisor ignores ICMP admin-prohibited).
       `add rule ${table} refuse meta nfproto ipv6 drop`,
       `add rule ${table} refuse meta l4proto tcp reject with tcp reset`,
       `add rule ${table} refuse reject with icmpx admin-prohibited`,
       `add rule ${table} blocked ${blockedLine}`,
+      // HTTP(S) of a gateway sandbox that was not redirected (no gateway listening) never goes out unjudged.
+      `add rule ${table} forward iifname . ip saddr @${GATEWAY_SET} tcp dport { 80, 443 } goto refuse`,
       // A sandbox's traffic goes to its own chain; an interface of ours without one sends nothing.
       `add rule ${table} forward iifname vmap @egress`,
       ...wildcards.map((w) => `add rule ${table} forward iifname ${w} drop`),
       // Nothing from outside starts a connection to a sandbox.
       ...wildcards.map((w) => `add rule ${table} forward oifname ${w} ct state established,related accept`),
       ...wildcards.map((w) => `add rule ${table} forward oifname ${w} drop`),
+      ...gatewayLines(table, b.gatewayPorts),
       // Every address of the host itself, gateway included, is delivered through input: refused.
       ...wildcards.map((w) => `add rule ${table} input iifname ${w} goto refuse`),
       `add rule ${table} postrouting ip saddr ${b.pool} oifname ${quoted(b.uplink)} masquerade`,
     ].join("\n") + "\n"
   );
 }
+
+/**
+ * A gateway sandbox's TCP 80 and 443 go to the proxy's ports on the host end of its link; input
+ * accepts exactly those redirected connections (from the set's own interface and address) and
+ * refuses any other connection to those ports, whatever its source. Other ports keep the CIDR rules.
+ */
+function gatewayLines(table: string, ports: GatewayPorts | undefined): string[] {
+  if (!ports) return [];
+  const match = `iifname . ip saddr @${GATEWAY_SET}`;
+  return [
+    `add rule ${table} prerouting ${match} tcp dport 80 redirect to :${ports.http}`,
+    `add rule ${table} prerouting ${match} tcp dport 443 redirect to :${ports.https}`,
+    `add rule ${table} input ${match} ct status dnat tcp dport { ${ports.http}, ${ports.https} } accept`,
+    `add rule ${table} input tcp dport { ${ports.http}, ${ports.https} } goto refuse`,
+  ];
+}
+
+/** A sandbox's element of the gateway set, as nft writes it. */
+export const gatewayElement = (iface: string, guest: string): string => `${quoted(iface)} . ${guest}`;
 
 /**
  * One sandbox's chain: no IPv6, no spoofed sources, replies to its own connections, then
@@ -122,6 +157,7 @@ export function renderSandboxAdd(r: SandboxRules): string {
   lines.push(`add rule ${table} ${chain} jump blocked`);
   lines.push(r.policy.internet ? `add rule ${table} ${chain} accept` : `add rule ${table} ${chain} goto refuse`);
   lines.push(`add element ${table} egress { ${quoted(r.iface)} : goto ${chain} }`);
+  if (r.policy.gateway) lines.push(`add element ${table} ${GATEWAY_SET} { ${gatewayElement(r.iface, r.guest)} }`);
   return lines.join("\n") + "\n";
 }
 
@@ -131,9 +167,12 @@ export function renderSandboxRemove(
   sandboxId: string,
   mapKeys: readonly string[],
   hasChain: boolean,
+  gatewayKeys: ReadonlyArray<{ iface: string; guest: string }> = [],
 ): string {
   const chain = chainName(sandboxId);
   const lines = mapKeys.map((k) => `delete element ${table} egress { ${quoted(k)} }`);
+  for (const g of gatewayKeys)
+    lines.push(`delete element ${table} ${GATEWAY_SET} { ${gatewayElement(g.iface, g.guest)} }`);
   if (hasChain) lines.push(`delete chain ${table} ${chain}`);
   return lines.length > 0 ? lines.join("\n") + "\n" : "";
 }

@@ -18,7 +18,7 @@ import type { Driver, EgressPolicy, HostObject } from "../drivers/driver.ts";
 import { describeCauses, toCreateFailure, toResumeFailure, toWakeFailure } from "../errors/internal-errors.ts";
 import { egressFromRequest, isDefaultPolicy } from "../network/host-network.ts";
 import { needsGateway } from "../gateway/host-policy.ts";
-import { GatewayPolicies, refuseUnenforcedHostRules, type SandboxPolicyRecord } from "../gateway/policies.ts";
+import { GatewayPolicies, type SandboxPolicyRecord } from "../gateway/policies.ts";
 import { trustEnv } from "../gateway/guest-trust.ts";
 import type { Vault } from "../gateway/vault.ts";
 import type { DriverRegistry } from "../drivers/driver-registry.ts";
@@ -345,7 +345,6 @@ export class SandboxManager {
     // A secret must never be silently left out.
     if (req.secrets !== undefined && req.secrets.length > 0 && !this.gateway)
       throw new BothyError("not_supported", "This server has no secrets vault; create the sandbox without `secrets`.");
-    refuseUnenforcedHostRules(req.policy);
     const { tools: _tools, ...hostRules } = req.policy ?? {};
     if (!enabled && (Object.keys(hostRules).length > 0 || req.secrets !== undefined))
       throw new BothyError(

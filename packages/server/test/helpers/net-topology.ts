@@ -7,6 +7,9 @@
  */
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
@@ -27,6 +30,21 @@ export const HOST_LAN_ADDR = "10.200.0.1";
 export const HOST_PORT = 8099;
 export const TEST_NAME = "probe.bothy.test";
 export const TEST_ANSWER = "203.0.113.77";
+/** Names the `wan` resolver answers: the HTTP(S) echo host under several names, and one private address. */
+export const NAMES = {
+  api: "api.bothy.test",
+  other: "other.bothy.test",
+  svcApex: "svc.bothy.test",
+  svcSub: "a.svc.bothy.test",
+  private: "private.bothy.test",
+} as const;
+const RECORDS: Record<string, string> = {
+  [NAMES.api]: PUBLIC_HTTP,
+  [NAMES.other]: PUBLIC_HTTP,
+  [NAMES.svcApex]: PUBLIC_HTTP,
+  [NAMES.svcSub]: PUBLIC_HTTP,
+  [NAMES.private]: PRIVATE_HOST,
+};
 
 export async function sh(file: string, args: string[], input?: string): Promise<string> {
   if (input === undefined) return (await pexec(file, args)).stdout;
@@ -46,6 +64,9 @@ export class NetTopology {
   readonly ctlHostAddr: string;
   private readonly ctlTestAddr: string;
   private readonly children: ChildProcess[] = [];
+  private certDir = "";
+  /** The test CA that signed the `wan` HTTPS server's certificate (for *.bothy.test and its address). */
+  caPem = "";
 
   constructor() {
     // A /30 in 10.252/16 chosen by the tag, so two runs on one machine do not collide.
@@ -118,7 +139,22 @@ export class NetTopology {
     await sh("ip", ["link", "set", this.ctlIf, "up"]);
     await batch(this.host, [`addr add ${this.ctlHostAddr}/30 dev bnt${t}c1`, `link set bnt${t}c1 up`]);
 
-    await this.fixture(this.wan, ["--name", "wan", "--http", `${PUBLIC_HTTP}:80`, "--dns", `${PUBLIC_DNS}:53`]);
+    await this.makeCertificates();
+    await this.fixture(this.wan, [
+      "--name",
+      "wan",
+      "--http",
+      `${PUBLIC_HTTP}:80`,
+      "--https",
+      `${PUBLIC_HTTP}:443`,
+      "--cert",
+      join(this.certDir, "leaf.pem"),
+      "--key",
+      join(this.certDir, "leaf.key"),
+      "--dns",
+      `${PUBLIC_DNS}:53`,
+      ...Object.entries(RECORDS).flatMap(([name, addr]) => ["--record", `${name}=${addr}`]),
+    ]);
     await this.fixture(this.lan, ["--name", "lan", "--http", `0.0.0.0:80`, "--dns", `${PRIVATE_HOST}:53`]);
     // A resolver and a listener on the host's own addresses: sandboxes must reach neither.
     await this.fixture(this.host, [
@@ -131,6 +167,58 @@ export class NetTopology {
       "--dns",
       `${HOST_LAN_ADDR}:53`,
     ]);
+  }
+
+  /** A test CA and a leaf it signed for the `wan` HTTPS server, made with openssl in a directory of ours. */
+  private async makeCertificates(): Promise<void> {
+    this.certDir = await mkdtemp(join(tmpdir(), "bothy-net-ca-"));
+    const f = (name: string): string => join(this.certDir, name);
+    const ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+    await sh("openssl", [
+      "req",
+      "-x509",
+      ...ec,
+      "-keyout",
+      f("ca.key"),
+      "-out",
+      f("ca.pem"),
+      "-days",
+      "2",
+      "-subj",
+      "/CN=bothy test CA",
+      "-addext",
+      "basicConstraints=critical,CA:TRUE",
+      "-addext",
+      "keyUsage=critical,keyCertSign",
+    ]);
+    await sh("openssl", ["req", ...ec, "-keyout", f("leaf.key"), "-out", f("leaf.csr"), "-subj", "/CN=api.bothy.test"]);
+    await writeFile(
+      f("ext.cnf"),
+      `subjectAltName=DNS:*.bothy.test,DNS:bothy.test,DNS:*.svc.bothy.test,IP:${PUBLIC_HTTP}\nextendedKeyUsage=serverAuth\n`,
+    );
+    await sh("openssl", [
+      "x509",
+      "-req",
+      "-in",
+      f("leaf.csr"),
+      "-CA",
+      f("ca.pem"),
+      "-CAkey",
+      f("ca.key"),
+      "-CAcreateserial",
+      "-out",
+      f("leaf.pem"),
+      "-days",
+      "2",
+      "-extfile",
+      f("ext.cnf"),
+    ]);
+    this.caPem = await readFile(f("ca.pem"), "utf8");
+  }
+
+  /** The test CA's file, for a server's NODE_EXTRA_CA_CERTS. */
+  get caFile(): string {
+    return join(this.certDir, "ca.pem");
   }
 
   /** Starts a fixture server in a namespace and waits until it listens. */
@@ -233,7 +321,8 @@ export class NetTopology {
         }
       ).nftables;
       chains.push(...items.flatMap((i) => (i["chain"]?.name?.startsWith("sbx_") ? [i["chain"].name] : [])));
-      mapElements += items.reduce((n, i) => n + (i["map"]?.elem?.length ?? 0), 0);
+      // The egress map's elements and the gateway set's (a sandbox under the egress gateway).
+      mapElements += items.reduce((n, i) => n + (i["map"]?.elem?.length ?? 0) + (i["set"]?.elem?.length ?? 0), 0);
     }
     return { netns, links, chains, mapElements };
   }
@@ -244,6 +333,7 @@ export class NetTopology {
     // Interfaces in the host namespace go with it; bothy's own leftovers are reported by the test.
     await sh("ip", ["link", "del", this.ctlIf]).catch(() => undefined);
     for (const ns of [this.host, this.wan, this.lan]) await sh("ip", ["netns", "del", ns]).catch(() => undefined);
+    if (this.certDir) await rm(this.certDir, { recursive: true, force: true });
   }
 }
 
