@@ -12,7 +12,7 @@ import { Sandbox } from "@bothy/sdk";
 import { api, createSandbox, deleteSandbox, runCommand } from "./helpers/client.ts";
 import { homeFilesHolding, SANDBOX_TREES } from "./helpers/host-state.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
-import { bodyOf, egressProbe, type EgressCheck } from "./helpers/egress-probe.ts";
+import { bodyOf, egressProbe, startEgressProbe, type EgressCheck } from "./helpers/egress-probe.ts";
 import { NAMES, NetTopology, PRIVATE_HOST, PUBLIC_HTTP } from "./helpers/net-topology.ts";
 import type { ServeProcess } from "./helpers/serve-process.ts";
 
@@ -268,6 +268,54 @@ describe.skipIf(!root)("egress gateway", () => {
         ["egress.asked", "pending"],
         ["egress.denied", "denied"],
       ]);
+      expect(await deleteSandbox(base, id)).toBe("deleted");
+    },
+    600_000,
+  );
+
+  it.skipIf(gvisor.missing !== undefined)(
+    driverTitle(gvisor, "a request held when the server is killed is cancelled by the next start and never goes out"),
+    async () => {
+      const id = await createSandbox(base, {
+        driver: "gvisor",
+        policy: { rules: [{ host: NAMES.api, action: "ask" }] },
+      });
+      made.push(id);
+      const path = `/echo/held-${randomBytes(4).toString("hex")}`;
+      const probe = await startEgressProbe(
+        base,
+        id,
+        { held: http(NAMES.api, { method: "POST", path, body: "x" }) },
+        topo.caPem,
+        120_000,
+      );
+      let pending: Array<{ approval_id: string }> = [];
+      while (pending.length === 0) {
+        pending = (await api(base, "GET", `/approvals?state=pending&sandbox_id=${id}`)).json["approvals"] as Array<{
+          approval_id: string;
+        }>;
+        if (pending.length === 0) await new Promise((r) => setTimeout(r, 200));
+      }
+      const approvalId = pending[0]!.approval_id;
+      const child = server?.child;
+      const gone = new Promise((resolve) => child?.once("exit", resolve));
+      child?.kill("SIGKILL");
+      await gone;
+      await serve();
+      // The next start cancels what the killed server held; a late approval finds nothing to release.
+      expect((await api(base, "GET", `/approvals/${approvalId}`)).json).toMatchObject({ state: "cancelled" });
+      expect((await api(base, "POST", `/approvals/${approvalId}/approve`, {})).status).toBe(409);
+      // The sandbox's client lost its connection with the server; the request never reached wan.
+      let out = await probe.read(base);
+      for (let i = 0; i < 300 && out === undefined; i++) {
+        await new Promise((r) => setTimeout(r, 200));
+        out = await probe.read(base);
+      }
+      expect(out?.["held"]?.ok, JSON.stringify(out)).toBe(false);
+      const allowed = (await api(base, "GET", `/sandboxes/${id}/audit?type=egress.allowed`)).json["events"] as Array<{
+        data: Record<string, unknown>;
+      }>;
+      expect(allowed.filter((e) => e.data["path"] === path)).toEqual([]);
       expect(await deleteSandbox(base, id)).toBe("deleted");
     },
     600_000,

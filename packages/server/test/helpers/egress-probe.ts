@@ -3,6 +3,7 @@
  * where to connect (an address, so the name only travels in Host and SNI, as a transparent proxy
  * sees it), what it sends, and what came back (status and body, or the error's code).
  */
+import { startBackgroundCommand } from "./background.ts";
 import { runCommand } from "./client.ts";
 
 export interface EgressCheck {
@@ -73,14 +74,13 @@ const keepalive = async (c) => {
 })();
 `;
 
-/** Runs the checks inside the sandbox, in parallel; `ca` is the PEM the HTTPS checks trust. */
-export async function egressProbe(
+async function putProbe(
   base: string,
   sandboxId: string,
   checks: Record<string, EgressCheck>,
   ca: string,
-  timeoutMs = 15_000,
-): Promise<Record<string, EgressOutcome>> {
+  timeoutMs: number,
+): Promise<void> {
   const put = async (path: string, body: string) => {
     const res = await fetch(`${base}/sandboxes/${sandboxId}/files?path=${encodeURIComponent(path)}`, {
       method: "PUT",
@@ -91,6 +91,17 @@ export async function egressProbe(
   };
   await put("/tmp/bothy-egress.cjs", CLIENT);
   await put("/tmp/bothy-egress.json", JSON.stringify({ checks, timeoutMs, ca }));
+}
+
+/** Runs the checks inside the sandbox, in parallel; `ca` is the PEM the HTTPS checks trust. */
+export async function egressProbe(
+  base: string,
+  sandboxId: string,
+  checks: Record<string, EgressCheck>,
+  ca: string,
+  timeoutMs = 15_000,
+): Promise<Record<string, EgressOutcome>> {
+  await putProbe(base, sandboxId, checks, ca, timeoutMs);
   const r = await runCommand(base.replace(/^http/, "ws"), sandboxId, {
     cmd: "node /tmp/bothy-egress.cjs",
     timeout_s: 90,
@@ -98,6 +109,34 @@ export async function egressProbe(
   if (r.exit?.exit_code !== 0)
     throw new Error(`egress probe in ${sandboxId} failed: ${r.stderr || JSON.stringify(r.error)}`);
   return JSON.parse(r.stdout) as Record<string, EgressOutcome>;
+}
+
+/**
+ * Starts the checks as a background command that outlives the server (a kill -9 of it, say);
+ * `read` fetches their outcomes once the command has written them (undefined until then).
+ */
+export async function startEgressProbe(
+  base: string,
+  sandboxId: string,
+  checks: Record<string, EgressCheck>,
+  ca: string,
+  timeoutMs = 15_000,
+): Promise<{ read(base: string): Promise<Record<string, EgressOutcome> | undefined> }> {
+  await putProbe(base, sandboxId, checks, ca, timeoutMs);
+  await startBackgroundCommand(
+    base,
+    sandboxId,
+    "node /tmp/bothy-egress.cjs > /tmp/bothy-egress.part && mv /tmp/bothy-egress.part /tmp/bothy-egress.out",
+  );
+  return {
+    async read(now: string) {
+      const res = await fetch(
+        `${now}/sandboxes/${sandboxId}/files?path=${encodeURIComponent("/tmp/bothy-egress.out")}`,
+      );
+      if (res.status !== 200) return undefined;
+      return JSON.parse(await res.text()) as Record<string, EgressOutcome>;
+    },
+  };
 }
 
 /** The JSON body of an outcome (the echo server's, or the gateway's problem). */
