@@ -1,6 +1,12 @@
 import { z } from "zod";
 import { ptySize, signalName } from "./guest-frames.ts";
-import { effectiveHostPolicy, hostPolicyRequest, MAX_SANDBOX_SECRETS, secretName } from "./egress-api.ts";
+import {
+  AUDIT_EVENT_TYPES,
+  effectiveHostPolicy,
+  hostPolicyRequest,
+  MAX_SANDBOX_SECRETS,
+  secretName,
+} from "./egress-api.ts";
 
 /** Template names are plain identifiers: no path characters, so they can never escape the store. */
 export const TEMPLATE_NAME_RE = /^[a-z0-9][a-z0-9-]{0,62}$/;
@@ -209,13 +215,7 @@ export const EVENT_TYPES = [
   "command.exited",
   "budget.exceeded",
   // The egress gateway's audit (every policy decision; a secret by name only) and approvals.
-  "egress.allowed",
-  "egress.denied",
-  "egress.asked",
-  "secret.injected",
-  "secret.refused",
-  "approval.requested",
-  "approval.decided",
+  ...AUDIT_EVENT_TYPES,
 ] as const;
 export const bothyEvent = z.object({
   seq: z.number().int(),
