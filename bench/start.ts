@@ -4,7 +4,8 @@
  * a raw `runsc run` of the same rootfs, command and runsc flags; the cold boot's steps (from the
  * `sandbox_created` event); N cold creates C at a time against one cold create; delete as the
  * caller sees it. With qemu, cold boot and warm restore against a raw QEMU boot
- * (bench/qemu-start.ts). BOTHY_RUNSC and BOTHY_RUNSC_PLATFORM choose the runsc of both sides.
+ * (bench/qemu-start.ts). BOTHY_RUNSC and BOTHY_RUNSC_PLATFORM choose the runsc of both sides; with
+ * the agent on a host Node (BOTHY_AGENT_NODE), a second cold series on the template's Node.
  */
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
@@ -61,6 +62,9 @@ const runs = intArg(flags.get("runs"), 20, "--runs", 1, 10_000, usage);
 const parallelN = intArg(flags.get("parallel"), 40, "--parallel", 0, 1000, usage);
 const concurrency = intArg(flags.get("concurrency"), 4, "--concurrency", 1, 32, usage);
 const interrupted = interruptSignal();
+/** Whether bothy runs the gVisor agent on a host Node (config.ts BOTHY_AGENT_NODE). */
+const agentNodeChoice = process.env["BOTHY_AGENT_NODE"] ?? "host";
+const agentOnHostNode = loadConfig({ ...process.env }).gvisor.agentNode !== undefined;
 const leaks: string[] = [];
 /** The events of the cold series' server: its `sandbox_created` carry each boot's steps. */
 let coldSteps: TestServer["events"] = [];
@@ -80,11 +84,13 @@ try {
   if (driver !== "qemu") {
     const warm = await bothySeries(1);
     const cold = await bothySeries(0);
+    // The same cold series with the agent on the template's Debian Node 18 (BOTHY_AGENT_NODE).
+    const coldTemplateNode = agentOnHostNode ? await bothySeries(0, "template") : [];
     const rawOverlay = await rawSeries(true);
     const rawPlain = await rawSeries(false);
     const parallel = parallelN > 0 ? await parallelSeries() : [];
     report(warm, cold, rawOverlay, rawPlain);
-    reportCold(cold, rawOverlay, parallel);
+    reportCold(cold, rawOverlay, parallel, coldTemplateNode);
   }
   if (driver !== "gvisor") reportQemu(await qemuSeries(runs, WARMUP, scratch, attempt, leaks));
 } catch (err) {
@@ -104,13 +110,17 @@ process.exit(exitCode !== 0 ? exitCode : leaks.length > 0 ? 1 : 0);
  * create → exec → delete through a fresh server. With a pool, every timed create must find a
  * booted sandbox: before each run we poll the pool until its refill has finished.
  */
-async function bothySeries(poolSize: number): Promise<RunTimes[]> {
-  const label = poolSize > 0 ? "bothy warm" : "bothy cold";
-  const ts = await startTestServer({ BOTHY_POOL_SIZE: String(poolSize), BOTHY_DRIVER: "gvisor" });
+async function bothySeries(poolSize: number, agentNode?: "template"): Promise<RunTimes[]> {
+  const label = `${poolSize > 0 ? "bothy warm" : "bothy cold"}${agentNode ? ", agent on the template's Node" : ""}`;
+  const ts = await startTestServer({
+    BOTHY_POOL_SIZE: String(poolSize),
+    BOTHY_DRIVER: "gvisor",
+    ...(agentNode ? { BOTHY_AGENT_NODE: agentNode } : {}),
+  });
   const times: RunTimes[] = [];
   try {
     if (poolSize > 0) await ts.server.manager.warm("seed");
-    else coldSteps = ts.events;
+    else if (!agentNode) coldSteps = ts.events;
     for (let i = 0; i < runs + WARMUP; i++) {
       interrupted.throwIfAborted();
       if (poolSize > 0) await poolReady(ts);
@@ -325,7 +335,7 @@ async function cleanScratch(): Promise<void> {
 }
 
 /** The cold path step by step, the parallel creates, and delete as the caller sees it, with their baselines. */
-function reportCold(cold: RunTimes[], rawOverlay: RawTimes[], parallel: number[]): void {
+function reportCold(cold: RunTimes[], rawOverlay: RawTimes[], parallel: number[], coldTemplateNode: RunTimes[]): void {
   const ids = new Set(cold.map((t) => t.id));
   const steps = new Map<string, number[]>();
   for (const ev of coldSteps) {
@@ -339,6 +349,12 @@ function reportCold(cold: RunTimes[], rawOverlay: RawTimes[], parallel: number[]
   console.log(
     `(e) cold create (API, median ${secs(single)}) vs raw runsc run of the same tree (${secs(raw)}; runsc alone ${secs(rawRunsc)}): ${(single / raw).toFixed(2)}x (goal <= 2x)`,
   );
+  if (coldTemplateNode.length > 0) {
+    const t = median(coldTemplateNode.map((r) => r.create));
+    console.log(
+      `    same run, agent on the template's Node 18 (BOTHY_AGENT_NODE=template): cold create ${secs(t)} = ${(t / raw).toFixed(2)}x raw; the host's Node saves ${((t - single) * 1).toFixed(0)} ms`,
+    );
+  } else console.log(`    (the agent runs on the template's Node: BOTHY_AGENT_NODE=${agentNodeChoice})`);
   console.log("    cold boot steps (median ms; start.* are the driver's phases inside `start`):");
   for (const [name, xs] of steps) console.log(`      ${name.padEnd(16)} ${median(xs).toFixed(0).padStart(6)}`);
   if (parallel.length > 0) {

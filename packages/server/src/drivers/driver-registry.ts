@@ -81,6 +81,7 @@ export async function createDrivers(config: Config, log: Logger): Promise<Driver
       hostLimits: config.hostLimits,
       runscPath: config.gvisor.runsc,
       platform: config.gvisor.platform,
+      ...(config.gvisor.agentNode === undefined ? {} : { agentNode: config.gvisor.agentNode }),
       log,
     }),
     qemu: new QemuDriver({

@@ -19,6 +19,8 @@ export interface GvisorOptions {
   sandboxesDir: string;
   /** The bundled guest agent on the host, bind-mounted read-only into each sandbox. */
   agentPath: string;
+  /** A Node on the host that runs the agent (config.ts BOTHY_AGENT_NODE); unset: the template's. */
+  agentNode?: string;
   /** The home's tag (util/host-names.ts): names each sandbox's cgroup. */
   hostTag: string;
   /** The runsc binary (BOTHY_RUNSC); default `runsc` on PATH. */
@@ -64,6 +66,7 @@ export class GvisorDriver implements Driver {
     }
     for (const file of [
       this.opts.agentPath,
+      ...(this.opts.agentNode === undefined ? [] : [this.opts.agentNode]),
       ...GVISOR_COMPAT_FILES.map((f) => join(dirname(this.opts.agentPath), f.name)),
     ]) {
       if (!existsSync(file)) throw new HostSetupError(`${file} is missing: run \`npm run build\`.`);
@@ -371,6 +374,7 @@ class GvisorSandbox implements SandboxHandle {
       ...this.spec,
       rootfs,
       agentPath: this.driver.options.agentPath,
+      ...(this.driver.options.agentNode === undefined ? {} : { agentNode: this.driver.options.agentNode }),
       cgroupsPath: cgroupPath(this.driver.options.hostTag, this.id),
       hostLimits,
       ...(resolvConf ? { resolvConf } : {}),
