@@ -365,7 +365,7 @@ function reportCold(cold: RunTimes[], rawOverlay: RawTimes[], parallel: number[]
   }
   const dels = cold.map((t) => t.delete);
   console.log(
-    `(g) delete as the caller sees it (cold series): p50 ${(median(dels) * 1).toFixed(1)} ms, max ${Math.max(...dels).toFixed(1)} ms (goal p50 <= 20 ms)`,
+    `(g) delete as the caller sees it (cold series): p50 ${(median(dels) * 1).toFixed(1)} ms, max ${Math.max(...dels).toFixed(1)} ms (goal p50 <= 20 ms); a GET of the same sandbox right after: p50 ${median(cold.map((t) => t.get)).toFixed(1)} ms`,
   );
 }
 
@@ -382,6 +382,7 @@ function report(warm: RunTimes[], cold: RunTimes[], rawOverlay: RawTimes[], rawP
     for (const phase of ["create", "exec", "delete"] as const)
       console.log(`    ${phase.padEnd(7)} ${summary(times.map((t) => t[phase]))}`);
     console.log(`    create → first output ${summary(times.map((t) => t.firstOutput))}`);
+    console.log(`    a GET right after the delete (HTTP round trip) ${summary(times.map((t) => t.get))}`);
   }
   console.log(
     `(c) raw runsc run, overlay root: median ${secs(raw)} (runsc spawn→exit ${secs(median(rawOverlay.map((t) => t.runsc)))}, rest is mkdir/mount/umount/rm)`,
