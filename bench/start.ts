@@ -83,9 +83,12 @@ let exitCode = 0;
 try {
   if (driver !== "qemu") {
     const warm = await bothySeries(1);
-    const cold = await bothySeries(0);
-    // The same cold series with the agent on the template's Debian Node 18 (BOTHY_AGENT_NODE).
-    const coldTemplateNode = agentOnHostNode ? await bothySeries(0, "template") : [];
+    // With the agent on a host Node, the same cold series on the template's Debian Node 18
+    // (BOTHY_AGENT_NODE=template) runs interleaved with it.
+    const [cold = [], coldTemplateNode = []] = await bothySeriesOf(
+      0,
+      agentOnHostNode ? [undefined, "template"] : [undefined],
+    );
     const rawOverlay = await rawSeries(true);
     const rawPlain = await rawSeries(false);
     const parallel = parallelN > 0 ? await parallelSeries() : [];
@@ -110,32 +113,54 @@ process.exit(exitCode !== 0 ? exitCode : leaks.length > 0 ? 1 : 0);
  * create → exec → delete through a fresh server. With a pool, every timed create must find a
  * booted sandbox: before each run we poll the pool until its refill has finished.
  */
-async function bothySeries(poolSize: number, agentNode?: "template"): Promise<RunTimes[]> {
-  const label = `${poolSize > 0 ? "bothy warm" : "bothy cold"}${agentNode ? ", agent on the template's Node" : ""}`;
-  const ts = await startTestServer({
-    BOTHY_POOL_SIZE: String(poolSize),
-    BOTHY_DRIVER: "gvisor",
-    ...(agentNode ? { BOTHY_AGENT_NODE: agentNode } : {}),
-  });
-  const times: RunTimes[] = [];
+async function bothySeries(poolSize: number): Promise<RunTimes[]> {
+  return (await bothySeriesOf(poolSize, [undefined]))[0] ?? [];
+}
+
+/**
+ * Series on one server per agent Node (undefined: the configured one), their runs interleaved so
+ * that the machine's load, which drifts over minutes here, weighs on each alike.
+ */
+async function bothySeriesOf(poolSize: number, agentNodes: Array<"template" | undefined>): Promise<RunTimes[][]> {
+  const labels = agentNodes.map(
+    (n) => `${poolSize > 0 ? "bothy warm" : "bothy cold"}${n ? ", agent on the template's Node" : ""}`,
+  );
+  const servers: TestServer[] = [];
+  const times: RunTimes[][] = agentNodes.map(() => []);
   try {
-    if (poolSize > 0) await ts.server.manager.warm("seed");
-    else if (!agentNode) coldSteps = ts.events;
+    for (const n of agentNodes)
+      servers.push(
+        await startTestServer({
+          BOTHY_POOL_SIZE: String(poolSize),
+          BOTHY_DRIVER: "gvisor",
+          ...(n ? { BOTHY_AGENT_NODE: n } : {}),
+        }),
+      );
+    for (const [k, ts] of servers.entries()) {
+      if (poolSize > 0) await ts.server.manager.warm("seed");
+      else if (!agentNodes[k]) coldSteps = ts.events;
+    }
     for (let i = 0; i < runs + WARMUP; i++) {
-      interrupted.throwIfAborted();
-      if (poolSize > 0) await poolReady(ts);
-      await sleep(SETTLE_MS);
-      const t = await attempt(label, i, () => timedRun(ts.url, ts.wsUrl));
-      if (t && i >= WARMUP) times.push(t);
+      for (const [k, ts] of servers.entries()) {
+        interrupted.throwIfAborted();
+        if (poolSize > 0) await poolReady(ts);
+        await sleep(SETTLE_MS);
+        const t = await attempt(labels[k] ?? "", i, () => timedRun(ts.url, ts.wsUrl));
+        if (t && i >= WARMUP) times[k]?.push(t);
+      }
     }
   } finally {
-    const found = await stopAndInspect(ts, "bench-start");
-    console.log(
-      `# ${label}: warm creates ${found.creates.text} (incl. warm-up)${found.log ? `, server log kept at ${found.log}` : ""}`,
-    );
-    leaks.push(...found.leaks.map((l) => `${label}: ${l}`));
+    for (const [k, ts] of servers.entries()) {
+      const label = labels[k] ?? "";
+      const found = await stopAndInspect(ts, "bench-start");
+      console.log(
+        `# ${label}: warm creates ${found.creates.text} (incl. warm-up)${found.log ? `, server log kept at ${found.log}` : ""}`,
+      );
+      leaks.push(...found.leaks.map((l) => `${label}: ${l}`));
+    }
   }
-  console.log(`# ${label}: done, median ${secs(median(times.map((t) => t.total)))}`);
+  for (const [k, label] of labels.entries())
+    console.log(`# ${label}: done, median ${secs(median((times[k] ?? []).map((t) => t.total)))}`);
   return times;
 }
 
