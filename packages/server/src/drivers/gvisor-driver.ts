@@ -7,7 +7,7 @@ import { BothyError, resyncPreamble, SANDBOX_ID_RE } from "@bothy/protocol";
 import { HostCommandError, run } from "../util/host-command.ts";
 import { cgroupPath } from "../util/host-names.ts";
 import type { Driver, ExitInfo, GuestStream, HostObject, SandboxHandle, SandboxSpec, UndoStack } from "./driver.ts";
-import { hostCgroupLayout, limitsProblem, requireHostLimits } from "./host-cgroups.ts";
+import { hostCgroupLayout, limitsProblem, requireHostLimits, restoreSandboxCpuWeight } from "./host-cgroups.ts";
 import { buildOciSpec, GVISOR_COMPAT_FILES } from "./oci-spec.ts";
 import type { Logger } from "../events/server-events.ts";
 import { BootError, describeCauses, HostSetupError } from "../errors/internal-errors.ts";
@@ -314,6 +314,8 @@ class GvisorSandbox implements SandboxHandle {
   private destroying: Promise<void> | undefined;
   /** ms of each phase of `start` (SandboxHandle.startSteps). */
   readonly startSteps: Record<string, number> = {};
+  /** Started in a cgroup with limits, at the lowest CPU weight (a `background` boot) until `prioritize`. */
+  private lowWeight = false;
 
   constructor(
     private readonly spec: SandboxSpec,
@@ -330,6 +332,12 @@ class GvisorSandbox implements SandboxHandle {
     }
   }
 
+  async prioritize(): Promise<void> {
+    if (!this.lowWeight) return;
+    await restoreSandboxCpuWeight(await hostCgroupLayout(), this.driver.options.hostTag, this.id);
+    this.lowWeight = false;
+  }
+
   get id(): string {
     return this.spec.id;
   }
@@ -339,6 +347,7 @@ class GvisorSandbox implements SandboxHandle {
     this.started = true;
     if (this.spec.attach) return this.attach(undo);
     const hostLimits = await this.phase("limits", () => this.driver.hostLimits());
+    this.lowWeight = hostLimits && this.spec.background === true;
     const { dir } = this.spec;
     const rootfs = join(dir, "rootfs");
     // A new sandbox's directory must not exist yet; a stopped one's holds its disk, which is not this start's to remove.

@@ -20,6 +20,8 @@ export const GVISOR_COMPAT_FILES = [
 ];
 
 const CPU_PERIOD_US = 100_000;
+/** cgroup v1's lowest `cpu.shares` (runsc maps it to cgroup v2's `cpu.weight`): a `background` sandbox's weight. */
+export const BACKGROUND_CPU_SHARES = 2;
 
 /** Docker's default set: enough for a root user to install packages and manage files. */
 const CAPABILITIES = [
@@ -118,7 +120,11 @@ export function buildOciSpec(
         ? {
             cgroupsPath: spec.cgroupsPath,
             resources: {
-              cpu: { quota: Math.round(spec.vcpu * CPU_PERIOD_US), period: CPU_PERIOD_US },
+              cpu: {
+                quota: Math.round(spec.vcpu * CPU_PERIOD_US),
+                period: CPU_PERIOD_US,
+                ...(spec.background ? { shares: BACKGROUND_CPU_SHARES } : {}),
+              },
               memory: { limit: spec.memoryMib * 1024 * 1024 },
               pids: { limit: HOST_PIDS_BACKSTOP },
             },

@@ -49,8 +49,9 @@ export interface PoolShape {
 /**
  * Sandboxes booted ahead of demand, one set per shape (driver + template build + vcpu + memory). Each has
  * its own id, hostname and disk from the start, its network, identity and limits applied, and has
- * run one command (its caches warm); a claim only hands it over. The pool refills in the
- * background, one boot at a time so it never starves live work of CPU.
+ * run one command (its caches warm); a claim only hands it over, with the host's default CPU
+ * weight back (pool sandboxes boot at the lowest). The pool refills in the background, one boot
+ * at a time, at that lowest weight, so it never starves live work of CPU.
  */
 export class WarmPool {
   private readonly ready = new Map<string, BootedSandbox[]>();
@@ -75,6 +76,12 @@ export class WarmPool {
       if (!found.agent.isClosed) break;
       void found.handle.destroy();
     }
+    const claimed = found;
+    claimed?.handle
+      .prioritize?.()
+      .catch((err: unknown) =>
+        this.log("pool_prioritize_failed", { sandbox_id: claimed.spec.id, error: describeCauses(err) }),
+      );
     this.refill(shape);
     return found;
   }
@@ -102,6 +109,8 @@ export class WarmPool {
           diskMib: shape.diskMib,
           maxProcesses: shape.maxProcesses,
           dir: this.dirFor(id),
+          // At the lowest CPU weight until claimed: a refill never slows the sandboxes in use.
+          background: true,
         };
         this.booting.add(id);
         try {
