@@ -438,6 +438,11 @@ export class SandboxManager {
     );
     const job = (async (): Promise<CreateResult> => {
       let booted = warm;
+      // Pool sandboxes boot at the lowest CPU weight (warm-pool.ts); this one now serves a caller.
+      if (warm?.handle.prioritize)
+        await warm.handle
+          .prioritize()
+          .catch((err: unknown) => this.log("pool_prioritize_failed", { sandbox_id: id, error: describeCauses(err) }));
       try {
         booted ??= await bootSandbox(
           driver,

@@ -66,7 +66,10 @@ export class WarmPool {
     private readonly log: Logger,
   ) {}
 
-  /** A booted sandbox of this shape, or undefined when none is ready. Starts a refill either way. */
+  /**
+   * A booted sandbox of this shape, or undefined when none is ready. Starts a refill either way.
+   * The caller gives it its CPU weight back (`prioritize`).
+   */
   claim(shape: PoolShape): BootedSandbox | undefined {
     if (this.size === 0 || this.closed) return undefined;
     const key = shapeKey(shape);
@@ -76,12 +79,6 @@ export class WarmPool {
       if (!found.agent.isClosed) break;
       void found.handle.destroy();
     }
-    const claimed = found;
-    claimed?.handle
-      .prioritize?.()
-      .catch((err: unknown) =>
-        this.log("pool_prioritize_failed", { sandbox_id: claimed.spec.id, error: describeCauses(err) }),
-      );
     this.refill(shape);
     return found;
   }
