@@ -66,11 +66,14 @@ export class GvisorDriver implements Driver {
     }
     for (const file of [
       this.opts.agentPath,
-      ...(this.opts.agentNode === undefined ? [] : [this.opts.agentNode]),
       ...GVISOR_COMPAT_FILES.map((f) => join(dirname(this.opts.agentPath), f.name)),
     ]) {
       if (!existsSync(file)) throw new HostSetupError(`${file} is missing: run \`npm run build\`.`);
     }
+    if (this.opts.agentNode !== undefined && !existsSync(this.opts.agentNode))
+      throw new HostSetupError(
+        `${this.opts.agentNode} (BOTHY_AGENT_NODE, the Node that runs the agent) is missing: set BOTHY_AGENT_NODE=host or template.`,
+      );
     await mkdir(this.opts.runscRoot, { recursive: true, mode: 0o700 });
     await mkdir(this.opts.sandboxesDir, { recursive: true, mode: 0o700 });
   }
