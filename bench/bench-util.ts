@@ -16,6 +16,7 @@ import { TemplateStore, type BuiltTemplate } from "../packages/server/src/index.
 import { api, createSandbox, runCommand } from "../packages/server/test/helpers/client.ts";
 import { hostLeaks, type HostLeaks } from "../packages/server/test/helpers/host-state.ts";
 import type { TestServer } from "../packages/server/test/helpers/test-server.ts";
+import type { Sandbox } from "@bothy/sdk";
 import { testTemplatesDir } from "../test/paths.ts";
 
 const pexec = promisify(execFile);
@@ -314,4 +315,34 @@ export function intArg(
   if (Number.isInteger(n) && n >= min && n <= max) return n;
   console.error(`${what} must be an integer from ${min} to ${max}, got ${JSON.stringify(text)}\n${usage}`);
   process.exit(2);
+}
+
+/** The memory cgroup (v1 or v2) runsc made for a sandbox, found by its id. */
+export async function cgroupMemory(id: string): Promise<number | undefined> {
+  for (const root of ["/sys/fs/cgroup/memory", "/sys/fs/cgroup"]) {
+    const walk = async (dir: string, depth: number): Promise<string | undefined> => {
+      if (depth > 3) return undefined;
+      const entries = await readdir(dir, { withFileTypes: true }).catch(() => []);
+      for (const e of entries) {
+        if (!e.isDirectory()) continue;
+        if (e.name === id) return `${dir}/${e.name}`;
+        const found = await walk(`${dir}/${e.name}`, depth + 1);
+        if (found) return found;
+      }
+      return undefined;
+    };
+    const dir = await walk(root, 0);
+    if (!dir) continue;
+    for (const file of ["memory.usage_in_bytes", "memory.current"]) {
+      const text = await readFile(`${dir}/${file}`, "utf8").catch(() => undefined);
+      if (text) return Number(text.trim());
+    }
+  }
+  return undefined;
+}
+
+/** `free`'s used MiB inside a sandbox. */
+export async function freeUsedMib(sandbox: Sandbox): Promise<number> {
+  const r = await sandbox.commands.run("free -m | awk '/^Mem:/ {print $3}'");
+  return Number(r.stdout.trim());
 }

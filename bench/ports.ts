@@ -7,10 +7,20 @@
  * host and `free` inside, with the desktop started and idle, against a seed sandbox of the same
  * size. Prints figures and ratios; no pass/fail.
  */
-import { readdir, readFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import { Sandbox } from "@bothy/sdk";
 import { startTestServer, type TestServer } from "../packages/server/test/helpers/test-server.ts";
-import { header, intArg, median, parseArgs, repoRoot, seedTemplate, stopAndInspect } from "./bench-util.ts";
+import {
+  cgroupMemory,
+  freeUsedMib,
+  header,
+  intArg,
+  median,
+  parseArgs,
+  repoRoot,
+  seedTemplate,
+  stopAndInspect,
+} from "./bench-util.ts";
 
 const usage = "usage: bench/ports [--runs R=50] [--mb M=100] [--driver gvisor|qemu] [--no-desktop]";
 const argv = process.argv.slice(2).filter((a) => a !== "--no-desktop");
@@ -50,35 +60,6 @@ const get = (path) => new Promise((resolve, reject) => {
 async function inside(sandbox: Sandbox, args: string): Promise<Record<string, number>> {
   const r = await sandbox.commands.run(`node /tmp/client.cjs ${args}`, { timeoutS: 600 });
   return JSON.parse(r.stdout.trim().split("\n").at(-1) ?? "{}") as Record<string, number>;
-}
-
-/** The memory cgroup (v1 or v2) runsc made for a sandbox, found by its id. */
-async function cgroupMemory(id: string): Promise<number | undefined> {
-  for (const root of ["/sys/fs/cgroup/memory", "/sys/fs/cgroup"]) {
-    const walk = async (dir: string, depth: number): Promise<string | undefined> => {
-      if (depth > 3) return undefined;
-      const entries = await readdir(dir, { withFileTypes: true }).catch(() => []);
-      for (const e of entries) {
-        if (!e.isDirectory()) continue;
-        if (e.name === id) return `${dir}/${e.name}`;
-        const found = await walk(`${dir}/${e.name}`, depth + 1);
-        if (found) return found;
-      }
-      return undefined;
-    };
-    const dir = await walk(root, 0);
-    if (!dir) continue;
-    for (const file of ["memory.usage_in_bytes", "memory.current"]) {
-      const text = await readFile(`${dir}/${file}`, "utf8").catch(() => undefined);
-      if (text) return Number(text.trim());
-    }
-  }
-  return undefined;
-}
-
-async function freeUsedMib(sandbox: Sandbox): Promise<number> {
-  const r = await sandbox.commands.run("free -m | awk '/^Mem:/ {print $3}'");
-  return Number(r.stdout.trim());
 }
 
 console.log(await header());

@@ -3,7 +3,7 @@ import { TemplateStore } from "../packages/server/src/images/template-store.ts";
 import { testTemplatesDir } from "./paths.ts";
 
 /**
- * Integration tests need the `seed`, `charts`, `code-interpreter`, `workspace`, `desktop` and `fullstack` templates. They are built
+ * Integration tests need the `seed`, `charts`, `code-interpreter`, `workspace`, `desktop`, `fullstack` and `workstation` templates. They are built
  * once into a persistent
  * cache (keyed by the template's content hash), so only the first run on a machine pays for debootstrap and apt.
  */
@@ -18,7 +18,9 @@ export default async function setup(): Promise<void> {
   // desktop (seed + Xvfb, Chromium, x11vnc; ~64 s, 1.1 GB) is for desktop.test.ts.
   // fullstack (code-runtime + PostgreSQL, Redis, build tools, Podman; 55-100 s over code-runtime, 1.2 GB)
   // is for fullstack-template.test.ts.
-  for (const name of ["seed", "charts", "code-interpreter", "workspace", "desktop", "fullstack"]) {
+  // workstation (fullstack + desktop's packages and Python's psycopg2 and redis; layered on the built
+  // fullstack) is for workstation.test.ts.
+  for (const name of ["seed", "charts", "code-interpreter", "workspace", "desktop", "fullstack", "workstation"]) {
     if (await store.resolve(name)) continue;
     process.stderr.write(`building template ${name} into ${testTemplatesDir()} (first run only)\n`);
     await store.build(name, {

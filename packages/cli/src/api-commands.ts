@@ -13,11 +13,14 @@ import { keysCommand } from "./commands/keys.ts";
 import { logsCommand } from "./commands/logs.ts";
 import { lsCommand } from "./commands/ls.ts";
 import { pauseCommand } from "./commands/pause.ts";
+import { policyCommand } from "./commands/policy.ts";
 import { portCommand } from "./commands/port.ts";
 import { resumeCommand } from "./commands/resume.ts";
 import { rmCommand } from "./commands/rm.ts";
 import { shellCommand } from "./commands/shell.ts";
 import { tenantsCommand } from "./commands/tenants.ts";
+import { secretsCommand } from "./commands/secrets.ts";
+import { approvalsCommand } from "./commands/approvals.ts";
 
 export const API_COMMANDS: Command[] = [
   createCommand,
@@ -33,6 +36,9 @@ export const API_COMMANDS: Command[] = [
   logsCommand,
   keysCommand,
   tenantsCommand,
+  secretsCommand,
+  approvalsCommand,
+  policyCommand,
   doctorCommand,
 ];
 

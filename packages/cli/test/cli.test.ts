@@ -124,6 +124,17 @@ describe("bothy CLI against a real server [gvisor]", () => {
     },
   );
 
+  it("policy set (from stdin), show and clear the tenant's default", async () => {
+    const set = await bothy(["policy", "set", "-"], { input: JSON.stringify({ tools: { send_file: "ask" } }) });
+    expect(set.stderr).toBe("");
+    expect(JSON.parse(set.stdout)).toEqual({ tenant: "default", policy: { tools: { send_file: "ask" } } });
+    expect(JSON.parse((await bothy(["policy", "show"])).stdout).policy).toEqual({ tools: { send_file: "ask" } });
+    const bad = await bothy(["policy", "set", "-"], { input: JSON.stringify({ tools: { x: "maybe" } }) });
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toContain("invalid_request");
+    expect(JSON.parse((await bothy(["policy", "clear"])).stdout).policy).toBeNull();
+  });
+
   it("reports API errors with exit status 1 and usage errors with 2", async () => {
     const missing = await bothy(["exec", "sbx_aaaaaaaaaaaaaaaaaaaa", "--", "true"]);
     expect(missing.code).toBe(1);
@@ -140,6 +151,39 @@ describe("bothy CLI against a real server [gvisor]", () => {
     const down = await bothy(["ls"], { env: { BOTHY_URL: "http://127.0.0.1:9" } });
     expect(down.code).toBe(1);
     expect(down.stderr).toContain("Cannot reach bothy at http://127.0.0.1:9");
+  });
+
+  it("secrets put reads the value from stdin, ls and rm never show it", async () => {
+    const value = "ghp_cli_secret_value_123";
+    const put = await bothy(
+      [
+        "secrets",
+        "put",
+        "github",
+        "--host",
+        "api.github.com",
+        "--header",
+        "Authorization",
+        "--format",
+        "Bearer {value}",
+      ],
+      { input: `${value}\n` },
+    );
+    expect(put).toMatchObject({ code: 0, stdout: "github\n", stderr: "" });
+    const ls = await bothy(["secrets", "ls", "--json"]);
+    expect(JSON.parse(ls.stdout)).toMatchObject({
+      secrets: [
+        { name: "github", hosts: ["api.github.com"], inject: { header: "Authorization", format: "Bearer {value}" } },
+      ],
+    });
+    expect((await bothy(["secrets", "ls"])).stdout).toContain("Authorization: Bearer {value}");
+    expect(ls.stdout + put.stdout).not.toContain(value);
+    expect((await bothy(["secrets", "put", "github", "--host", "api.github.com"], { input: "" })).code).toBe(2);
+    expect((await bothy(["secrets", "put", "github"], { input: value })).code).toBe(2);
+    expect(await bothy(["secrets", "rm", "github"])).toMatchObject({ code: 0, stdout: "github\n" });
+    const gone = await bothy(["secrets", "rm", "github"]);
+    expect(gone.code).toBe(1);
+    expect(gone.stderr).toContain("(secret_not_found)");
   });
 
   it("cp copies files in and out, keeping the bytes; logs shows events and command output", async () => {

@@ -155,3 +155,18 @@ export const decideApprovalRequest = z.strictObject({
   reason: z.string().max(500).optional(),
 });
 export type DecideApprovalRequest = z.input<typeof decideApprovalRequest>;
+
+/** `GET /approvals`: newest first, a tenant's own (an admin key's: every tenant's). */
+export const approvalListQuery = z.strictObject({
+  state: approvalState.optional(),
+  sandbox_id: z
+    .string()
+    .regex(/^sbx_[a-z2-7]{20}$/, "a sandbox id (sbx_ and 20 letters and digits)")
+    .optional(),
+  limit: z.coerce.number().int().min(1).max(1000).default(200),
+});
+export type ApprovalListQuery = z.input<typeof approvalListQuery>;
+
+/** Why an approval was cancelled: its client went away, the server stopped, or it restarted while it was pending. */
+export const APPROVAL_CANCEL_REASONS = ["client_gone", "server_stopping", "server_restarted"] as const;
+export type ApprovalCancelReason = (typeof APPROVAL_CANCEL_REASONS)[number];

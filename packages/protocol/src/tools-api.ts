@@ -14,6 +14,14 @@ export const createConversationRequest = z
     template: z.string().regex(TEMPLATE_NAME_RE, "a template name such as workspace").optional(),
     vcpu: z.number().int().positive().optional(),
     memory_mib: z.number().int().positive().optional(),
+    /**
+     * Work in this existing sandbox of the caller's tenant (made with its own policy and secrets)
+     * instead of one the tools make on first use; deleting the conversation deletes it.
+     */
+    sandbox_id: z
+      .string()
+      .regex(/^sbx_[a-z2-7]{20}$/, "a sandbox id (sbx_ and 20 letters and digits)")
+      .optional(),
   })
   .strict();
 

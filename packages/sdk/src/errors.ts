@@ -71,6 +71,8 @@ const BY_CODE: Partial<Record<ErrorCode, ErrorClass>> = {
   idempotency_key_in_flight: ConflictError,
   file_exists: ConflictError,
   precondition_failed: ConflictError,
+  approval_not_found: NotFoundError,
+  approval_not_pending: ConflictError,
   capacity_exhausted: RateLimitError,
   quota_exceeded: RateLimitError,
   unauthorized: AuthenticationError,

@@ -14,6 +14,8 @@ export interface EventOptions extends CallOptions {
   since?: number;
   /** Stop once the replayed events are read instead of waiting for live ones. */
   follow?: boolean;
+  /** Called once the server has answered: from then on no new event is missed. */
+  onOpen?: () => void;
 }
 
 type ReadResult = Awaited<ReturnType<ReadableStreamDefaultReader<string>["read"]>>;
@@ -30,6 +32,7 @@ export async function* streamEvents(http: HttpClient, options: EventOptions = {}
     timeout: false,
     signal,
   });
+  options.onOpen?.();
   const reader = res.body?.pipeThrough(new TextDecoderStream()).getReader();
   if (!reader) return;
   let buffer = "";

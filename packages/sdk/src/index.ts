@@ -67,3 +67,13 @@ export {
   type TenantInfo,
   type TenantQuota,
 } from "./admin.ts";
+export { Secrets, type SecretInfo, type SecretOptions, type SecretPutOptions } from "./secrets.ts";
+export {
+  Approvals,
+  type ApprovalInfo,
+  type ApprovalState,
+  type ApprovalListOptions,
+  type ApproveOptions,
+  type DenyOptions,
+} from "./approvals.ts";
+export { TenantPolicy, type PolicyOptions, type HostPolicyRequest, type TenantPolicyInfo } from "./policy.ts";

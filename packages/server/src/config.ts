@@ -60,6 +60,10 @@ const envSchema = z.object({
   BOTHY_KERNEL_DIR: z.string().optional(),
   BOTHY_WEBHOOK_URL: z.url({ protocol: /^https?$/ }).optional(),
   BOTHY_WEBHOOK_RETRY_MS: int(1000),
+  /** Signs every webhook POST (`Bothy-Signature: t=<unix s>,v1=<hex HMAC-SHA256 of "<t>.<body>">`); unset: unsigned. */
+  BOTHY_WEBHOOK_SECRET: z.string().min(16, "at least 16 characters").optional(),
+  /** How long an `ask` waits for a person's decision before it expires (and the request is refused). */
+  BOTHY_APPROVAL_TIMEOUT_S: int(180),
   BOTHY_COMMAND_REPLAY_BYTES: int(1024 * 1024),
   /** Sandbox lifetime when a create names none, and the most a create or POST /timeout may ask. */
   BOTHY_DEFAULT_TIMEOUT_S: int(3600),
@@ -140,7 +144,8 @@ export interface Config {
   qemu: { warmStart: boolean; tbSizeMib: number; kernelDir: string };
   /** `agentNode`: the host file of the Node that runs the agent in gVisor sandboxes (BOTHY_AGENT_NODE); unset: the template's. */
   gvisor: { runsc: string; platform: "ptrace" | "systrap"; agentNode: string | undefined };
-  webhook: { url: string; retryBaseMs: number } | undefined;
+  webhook: { url: string; retryBaseMs: number; secret: string | undefined } | undefined;
+  approvals: { timeoutMs: number };
   commandReplayBytes: number;
   metering: {
     intervalMs: number;
@@ -218,7 +223,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     webhook:
       e.BOTHY_WEBHOOK_URL === undefined
         ? undefined
-        : { url: e.BOTHY_WEBHOOK_URL, retryBaseMs: e.BOTHY_WEBHOOK_RETRY_MS },
+        : { url: e.BOTHY_WEBHOOK_URL, retryBaseMs: e.BOTHY_WEBHOOK_RETRY_MS, secret: e.BOTHY_WEBHOOK_SECRET },
+    approvals: { timeoutMs: e.BOTHY_APPROVAL_TIMEOUT_S * 1000 },
     commandReplayBytes: e.BOTHY_COMMAND_REPLAY_BYTES,
     metering: {
       intervalMs: e.BOTHY_METER_INTERVAL_S * 1000,

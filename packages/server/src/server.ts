@@ -8,7 +8,11 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequ
 import { pino, type Logger as PinoLogger } from "pino";
 import { BothyError } from "@bothy/protocol";
 import { agentToolRoutes } from "./api/agent-tool-routes.ts";
+import { approvalRoutes } from "./api/approval-routes.ts";
 import { policyRoutes } from "./api/policy-routes.ts";
+import { secretRoutes } from "./api/secret-routes.ts";
+import { EgressCa } from "./gateway/egress-ca.ts";
+import { Vault } from "./gateway/vault.ts";
 import { authRoutes } from "./api/auth-routes.ts";
 import { authHooks, KeyConnections } from "./auth/auth-hooks.ts";
 import { LinkTokens, linkGrant, redactToken } from "./auth/link-tokens.ts";
@@ -46,12 +50,15 @@ import { IdleSleep } from "./sandboxes/idle-sleep.ts";
 import { UsageMeter } from "./metering/usage-meter.ts";
 import { usageRoutes } from "./api/usage-routes.ts";
 import { Sweeper } from "./sandboxes/sweeper.ts";
+import { ApprovalBroker } from "./gateway/approvals.ts";
 
 export interface BothyServer {
   app: FastifyInstance;
   manager: SandboxManager;
   ledger: Ledger;
   events: EventBus;
+  /** Holds what an `ask` rule stops until a person decides (the egress proxy and the agent tools ask it). */
+  approvals: ApprovalBroker;
   templates: TemplateStore;
   /** The address it listens on, e.g. http://127.0.0.1:8080 */
   url: string;
@@ -131,10 +138,18 @@ export async function startServer(
   });
   serverEvents.subscribe((ev) => {
     const published = toPublicEvent(ev);
-    if (published) events.publish(published.type, published.sandboxId, published.data);
+    if (published) events.publish(published.type, published.sandboxId, published.data, published.tenant);
     if (ev.event === "sandbox_deleted") registry.forget(ev.sandbox_id);
   });
-  const manager = new SandboxManager(config, ledger, drivers, options.templates ?? store, log);
+  // The secrets vault and the CA guests trust for the egress gateway; both keys stay in $BOTHY_HOME/secrets.
+  const vault = await Vault.open(config.home, ledger.secrets);
+  const egressCa = await EgressCa.open(config.home);
+  const manager = new SandboxManager(config, ledger, drivers, options.templates ?? store, log, {
+    vault,
+    caPem: egressCa.caPem,
+  });
+  const approvals = new ApprovalBroker({ rows: ledger.approvals, timeoutMs: config.approvals.timeoutMs, log });
+  approvals.recover();
   await manager.reconcile();
   const sweeper = new Sweeper(manager, ledger, drivers, config.lifecycle.sweepIntervalMs, log);
   const watch = new DisconnectWatch(manager, ledger, log);
@@ -241,6 +256,7 @@ export async function startServer(
   sandboxRoutes(app, { manager, ledger, quotas }, startedAt);
   authRoutes(app, { ring, ledger, quotas, connections });
   policyRoutes(app, { policies: manager.policies, ledger });
+  secretRoutes(app, { vault, ledger });
 
   lifecycleRoutes(app, manager);
   metricsRoutes(app, metrics, () => ({
@@ -253,8 +269,9 @@ export async function startServer(
   await portRoutes(app, manager, { tokens: links, previewDomain: config.previewDomain });
   await desktopRoutes(app, manager, new DesktopService(manager), links);
   tunnelRoutes(app, manager);
-  await agentToolRoutes(app, config, logger, ring);
+  await agentToolRoutes(app, config, logger, ring, { approvals, policies: manager.policies });
   usageRoutes(app, meter, ledger);
+  approvalRoutes(app, approvals);
   await e2bRoutes(app, { tokens: e2bTokens, config, manager, registry, serverEvents, logProblem, ledger, quotas });
   openapiRoutes(app);
 
@@ -269,12 +286,15 @@ export async function startServer(
     manager,
     ledger,
     events,
+    approvals,
     templates: store,
     url: address,
     routes,
     close: () => {
       closing ??= (async () => {
         watch.close();
+        // Held requests and tool calls are answered (cancelled, retryable) before connections close.
+        approvals.stop();
         await sweeper.stop();
         meter.stop();
         await app.close();

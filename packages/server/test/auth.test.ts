@@ -105,8 +105,18 @@ describe("API keys, scopes and tenants", () => {
   let admin: string;
   const minted: string[] = [];
   /** Tenant a's objects. */
-  const a = { key: "", sandbox: "", command: "", conversation: "conv-a", turn: "turn-a", document: "" };
+  const a = {
+    key: "",
+    sandbox: "",
+    command: "",
+    conversation: "conv-a",
+    turn: "turn-a",
+    document: "",
+    secret: "a_secret",
+  };
   let bKey = "";
+  /** Tenant b's key for its vault (the default scopes lack `secrets`). */
+  let bSecretsKey = "";
 
   async function mint(key: string, body: Record<string, unknown>): Promise<{ key: string; key_id: string }> {
     const res = await call(ts.url, key, "POST", "/keys", body);
@@ -123,6 +133,7 @@ describe("API keys, scopes and tenants", () => {
       expect((await call(ts.url, admin, "POST", "/tenants", { tenant })).status).toBe(201);
     a.key = (await mint(admin, { tenant: "a", name: "a" })).key;
     bKey = (await mint(admin, { tenant: "b", name: "b" })).key;
+    bSecretsKey = (await mint(admin, { tenant: "b", name: "b-vault", scopes: ["secrets"] })).key;
 
     const created = await call(ts.url, a.key, "POST", "/sandboxes", { template: "seed", memory_mib: 256 });
     expect(created.status, created.text).toBe(201);
@@ -140,6 +151,8 @@ describe("API keys, scopes and tenants", () => {
       ws.on("close", () => (id ? resolve(id) : reject(new Error("no command id"))));
       ws.send(JSON.stringify({ cmd: "echo mine > /tmp/a.txt" }));
     });
+    const secret = { value: "a-secret-value", hosts: ["api.example.com"] };
+    expect((await call(ts.url, admin, "PUT", `/secrets/${a.secret}?tenant=a`, secret)).status).toBe(201);
     expect((await call(ts.url, a.key, "POST", "/conversations", { conversation_id: a.conversation })).status).toBe(201);
     expect(
       (await call(ts.url, a.key, "POST", `/conversations/${a.conversation}/turns`, { turn_id: a.turn })).status,
@@ -178,6 +191,7 @@ describe("API keys, scopes and tenants", () => {
     return path
       .replace("{id}", id)
       .replace("{commandId}", known ? a.command : UNKNOWN_CMD)
+      .replace("{name}", known ? a.secret : "nobody_secret")
       .replace("{turn}", a.turn)
       .replace("{export}", "exp_aaaaaaaaaaaaaaaaaaaa")
       .replace("{port}", "8080")
@@ -194,7 +208,9 @@ describe("API keys, scopes and tenants", () => {
       .replaceAll(a.conversation, "CONV")
       .replaceAll("conv-nobody", "CONV")
       .replaceAll(a.document, "DOC")
-      .replaceAll("doc_aaaaaaaaaaaaaaaaaaaa", "DOC")}`;
+      .replaceAll("doc_aaaaaaaaaaaaaaaaaaaa", "DOC")
+      .replaceAll(a.secret, "SECRET")
+      .replaceAll("nobody_secret", "SECRET")}`;
 
   it("answers tenant b on tenant a's objects exactly as on unknown ids, on every route of /openapi.json", async () => {
     const doc = (await call(ts.url, undefined, "GET", "/openapi.json")).json;
@@ -204,9 +220,14 @@ describe("API keys, scopes and tenants", () => {
     for (const op of ops) {
       // Keys and tenants are admin objects: b's key lacks the scope, whatever the id.
       if (op.scope === "admin" || op.scope === "keys:manage") continue;
+      // Secret names are per tenant: b's PUT of a's name makes b's own secret.
+      if (op.method === "PUT" && op.path === "/secrets/{name}") continue;
+      // b's key lacks approvals:decide (403 whatever the id); approvals.test.ts runs this check with a key that has it.
+      if (op.scope === "approvals:decide") continue;
       const body = op.method === "GET" || op.method === "DELETE" || op.method === "OPTIONS" ? undefined : {};
-      const theirs = await call(ts.url, bKey, op.method, fill(op.path, "a"), body);
-      const unknown = await call(ts.url, bKey, op.method, fill(op.path, "unknown"), body);
+      const key = op.scope === "secrets" ? bSecretsKey : bKey;
+      const theirs = await call(ts.url, key, op.method, fill(op.path, "a"), body);
+      const unknown = await call(ts.url, key, op.method, fill(op.path, "unknown"), body);
       const got = shape({ status: theirs.status, body: theirs.text });
       const want = shape({ status: unknown.status, body: unknown.text });
       if (theirs.status !== 404 || got !== want) differ.push(`${op.method} ${op.path}: ${got} vs unknown ${want}`);

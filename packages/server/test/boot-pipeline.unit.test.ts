@@ -16,7 +16,7 @@ const spec = (id: string, more: Partial<SandboxSpec> = {}): SandboxSpec => ({
 });
 
 describe("boot pipeline", () => {
-  it("names its steps per mode; a take-over does not give identity, network or limits again", () => {
+  it("names its steps per mode; a take-over does not give identity, network, limits or the egress CA again", () => {
     const host = new FakeHost();
     const driver = new FakeDriver("qemu", host);
     expect(bootMode(spec("a"), driver)).toBe("new");
@@ -26,8 +26,8 @@ describe("boot pipeline", () => {
     expect(bootMode(spec("a", { reuseDisk: true }), driver)).toBe("wake");
     expect(bootMode(spec("a", { reuseDisk: true, fromMemory: false }), driver)).toBe("kept disk");
     expect(BOOT_STEPS["take-over"]).toEqual(["attach", "handshake"]);
-    expect(BOOT_STEPS.new).toEqual(["start", "handshake", "identify", "network", "limits"]);
-    expect(BOOT_STEPS.wake).toEqual(["restore", "handshake", "identify", "network", "limits"]);
+    expect(BOOT_STEPS.new).toEqual(["start", "handshake", "identify", "network", "limits", "trust"]);
+    expect(BOOT_STEPS.wake).toEqual(["restore", "handshake", "identify", "network", "limits", "trust"]);
     expect(BOOT_STEPS.resume).toEqual(["restore", "handshake", "identify"]);
   });
 

@@ -21,6 +21,38 @@ export const TURN_ID_RE = CONVERSATION_ID_RE;
 
 export type ToolLog = (level: "info" | "warn", event: string, fields: Record<string, unknown>) => void;
 
+/** A tool call as the gate sees it, before the tool acts. */
+export interface ToolCall {
+  tool: string;
+  conversationId: string;
+  /** What the caller passed (shown to the person asked to approve). */
+  args: unknown;
+  /** The sandbox the conversation works in now, if it has one. */
+  knownSandboxId: string | null;
+  /** The conversation's sandbox id (its sandbox is made if it has none yet). */
+  sandboxId(): Promise<string>;
+  /** The API key behind the call (its id and scopes), when the server said. */
+  caller: { keyId: string | null; scopes: readonly string[] } | undefined;
+  /**
+   * Asks the MCP client's user yes or no (MCP elicitation): undefined when there is no answer (the
+   * client cannot ask, the user dismissed it, or `signal` ended the question).
+   */
+  askUser(message: string, signal: AbortSignal): Promise<"approve" | "deny" | undefined>;
+}
+
+/** Why a call may not run: a rule denies the tool, or a person did not approve it. */
+export interface ToolRefusal {
+  code: "policy_denied" | "not_approved";
+  message: string;
+}
+
+/**
+ * Judges a call before the tool acts: undefined lets it run, a refusal stops it. The server's
+ * gate applies the sandbox's policy and holds an `ask` until a person decides; `signal` ends
+ * with the call (its client gone).
+ */
+export type ToolGate = (call: ToolCall, signal: AbortSignal) => Promise<ToolRefusal | undefined>;
+
 export interface AgentToolsOptions {
   /** State lives under `<home>/tools/`. */
   home: string;
@@ -32,6 +64,8 @@ export interface AgentToolsOptions {
   defaultTemplate: string;
   defaultMemoryMib?: number;
   log: ToolLog;
+  /** Judges every tool call before it acts; none: every call runs. */
+  gate?: ToolGate;
 }
 
 export interface ConversationShape {
@@ -39,6 +73,8 @@ export interface ConversationShape {
   template?: string | undefined;
   vcpu?: number | undefined;
   memory_mib?: number | undefined;
+  /** An existing sandbox to work in (checked with `checkSandbox` first). */
+  sandbox_id?: string | undefined;
 }
 
 export interface ExportView {
@@ -104,6 +140,11 @@ export class AgentTools {
     this.store.close();
   }
 
+  /** The gate's verdict on a call (undefined: it may run). */
+  gate(call: ToolCall, signal: AbortSignal): Promise<ToolRefusal | undefined> {
+    return this.options.gate?.(call, signal) ?? Promise.resolve(undefined);
+  }
+
   /** Where the SDK reaches this server's API (read per call: the server knows it only once listening). */
   private connection(): ConnectionOptions {
     return {
@@ -121,11 +162,29 @@ export class AgentTools {
         "invalid_request",
         "conversation_id: 1 to 128 letters, digits and _ . : -, starting with a letter or digit.",
       );
-    return this.store.ensureConversation(id, {
+    const known = this.store.conversation(id);
+    if (shape.sandbox_id !== undefined && known?.sandbox_id && known.sandbox_id !== shape.sandbox_id)
+      throw new BothyError(
+        "invalid_request",
+        `Conversation ${id} works in sandbox ${known.sandbox_id} already; start a new conversation for ${shape.sandbox_id}.`,
+      );
+    const row = this.store.ensureConversation(id, {
       template: shape.template ?? this.options.defaultTemplate,
       vcpu: shape.vcpu,
       memory_mib: shape.memory_mib ?? this.options.defaultMemoryMib,
     });
+    if (shape.sandbox_id === undefined || row.sandbox_id === shape.sandbox_id) return row;
+    this.store.setSandbox(id, shape.sandbox_id);
+    return this.conversation(id);
+  }
+
+  /** Fails as the API does (sandbox_not_found) unless the tools' key reaches this sandbox. */
+  async checkSandbox(sandboxId: string): Promise<void> {
+    try {
+      await Sandbox.connect(sandboxId, this.connection());
+    } catch (err) {
+      throw asBothyError(err);
+    }
   }
 
   conversation(id: string): ConversationRow {

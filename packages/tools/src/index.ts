@@ -6,6 +6,9 @@ export {
   type ExportView,
   type TurnView,
   type ToolLog,
+  type ToolCall,
+  type ToolGate,
+  type ToolRefusal,
 } from "./agent-tools.ts";
 export { CORPUS_MEDIA_TYPES, corpusMediaType, passagesOf, ftsQuery, type CorpusMediaType } from "./corpus.ts";
 export { GUIDANCE, DESCRIPTIONS, FRAGMENT_NOTICE } from "./guidance.ts";

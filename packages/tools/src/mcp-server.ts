@@ -30,7 +30,8 @@ export const TOOL_NAMES = [
 export function createMcpServer(tools: AgentTools): McpServer {
   const server = new McpServer(
     { name: "bothy", version: "0.1.0" },
-    { instructions: GUIDANCE, capabilities: { logging: {} } },
+    // Strict: a request to the client (elicitation) that it did not declare fails here instead of being sent.
+    { instructions: GUIDANCE, capabilities: { logging: {} }, enforceStrictCapabilities: true },
   );
   // Work that outlives a tool call (watching a background command) stops with the session.
   const session = new AbortController();

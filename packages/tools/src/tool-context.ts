@@ -5,7 +5,12 @@
 import { createHash } from "node:crypto";
 import { posix } from "node:path";
 import type { RequestHandlerExtra } from "@modelcontextprotocol/sdk/shared/protocol.js";
-import type { CallToolResult, ServerNotification, ServerRequest } from "@modelcontextprotocol/sdk/types.js";
+import {
+  ElicitResultSchema,
+  type CallToolResult,
+  type ServerNotification,
+  type ServerRequest,
+} from "@modelcontextprotocol/sdk/types.js";
 import { BothyError } from "@bothy/protocol";
 import type { Sandbox } from "@bothy/sdk";
 import type { AgentTools } from "./agent-tools.ts";
@@ -53,11 +58,13 @@ export function conversationOf(extra: Extra): string | undefined {
 export type ToolHandler<A> = (args: A, ctx: CallContext) => Promise<CallToolResult>;
 
 /**
- * Wraps a tool: resolves conversation, turn and sandbox; answers with the ids in `_meta`, and
- * turns errors into refusals that say what to do (never a stack trace).
+ * Wraps a tool: resolves conversation, turn and sandbox; asks the tools' gate (the server's
+ * policy) before the tool acts; answers with the ids in `_meta`, and turns errors into refusals
+ * that say what to do (never a stack trace).
  */
 export function withContext<A>(
   tools: AgentTools,
+  name: string,
   handler: ToolHandler<A>,
 ): (args: A, extra: Extra) => Promise<CallToolResult> {
   return async (args, extra) => {
@@ -87,7 +94,22 @@ export function withContext<A>(
           return lease.sandbox;
         },
       };
-      result = await handler(args, ctx);
+      const refused = await tools.gate(
+        {
+          tool: name,
+          conversationId,
+          args,
+          knownSandboxId: tools.store.conversation(conversationId)?.sandbox_id ?? null,
+          sandboxId: async () => (await ctx.sandbox()).sandboxId,
+          caller: extra.authInfo && {
+            keyId: extra.authInfo.clientId === "" ? null : extra.authInfo.clientId,
+            scopes: extra.authInfo.scopes,
+          },
+          askUser: (message, signal) => askUser(extra, message, signal),
+        },
+        extra.signal,
+      );
+      result = refused ? refusal(refused.code, refused.message) : await handler(args, ctx);
     } catch (err) {
       result = errorResult(err);
     }
@@ -95,6 +117,37 @@ export function withContext<A>(
     result._meta = { ...result._meta, [META_CONVERSATION]: conversationId, [META_TURN]: turnId };
     return result;
   };
+}
+
+/**
+ * One yes-or-no question to the client's user over MCP elicitation. The server is strict about
+ * capabilities (mcp-server.ts), so a client that declared no elicitation is never sent one: the
+ * request fails at once, as does one the call's end cancelled; both are "no answer".
+ */
+async function askUser(extra: Extra, message: string, signal: AbortSignal): Promise<"approve" | "deny" | undefined> {
+  let result;
+  try {
+    result = await extra.sendRequest(
+      {
+        method: "elicitation/create",
+        params: {
+          mode: "form",
+          message,
+          requestedSchema: {
+            type: "object",
+            properties: { approve: { type: "boolean", title: "Approve", description: "Let this call run once" } },
+            required: ["approve"],
+          },
+        },
+      },
+      ElicitResultSchema,
+      { signal, timeout: 24 * 3600 * 1000 },
+    );
+  } catch {
+    return undefined;
+  }
+  if (result.action === "cancel") return undefined;
+  return result.action === "accept" && result.content?.["approve"] === true ? "approve" : "deny";
 }
 
 export function errorResult(thrown: unknown): CallToolResult {

@@ -56,6 +56,8 @@ export type RefusalCode =
   | "unknown_export"
   | "unknown_document"
   | "turn_ended"
+  | "policy_denied"
+  | "not_approved"
   | "sandbox_error";
 
 export function refusal(code: RefusalCode, text: string): CallToolResult {

@@ -3,7 +3,7 @@ import { CONNECTION_FLAGS, connection, intFlag, JSON_FLAG, parse, UsageError } f
 import type { Command } from "../command.ts";
 import { printJson } from "../output.ts";
 
-const USAGE = `usage: bothy create [--template NAME] [--vcpu N] [--memory MIB] [--timeout S] [--driver gvisor|qemu] [--meta K=V]... [--no-internet] [--allow-out CIDR]... [--deny-out CIDR]... [--idempotency-key KEY] [--json]
+const USAGE = `usage: bothy create [--template NAME] [--vcpu N] [--memory MIB] [--timeout S] [--driver gvisor|qemu] [--meta K=V]... [--no-internet] [--allow-out CIDR]... [--deny-out CIDR]... [--secret NAME]... [--idempotency-key KEY] [--json]
 
 Boots a sandbox and prints its id (with --json: the whole sandbox).
 
@@ -16,6 +16,7 @@ Boots a sandbox and prints its id (with --json: the whole sandbox).
   --no-internet     no egress at all (except --allow-out destinations)
   --allow-out CIDR  open this destination even if private (repeatable; it wins over all blocks)
   --deny-out CIDR   block this destination too (repeatable)
+  --secret NAME     a vault secret it may use: $NAME (upper-cased) holds its placeholder (repeatable)
   --idempotency-key KEY   the same key again answers the same sandbox
 `;
 
@@ -39,6 +40,7 @@ export const createCommand: Command = {
         "no-internet": { type: "boolean" },
         "allow-out": { type: "string", multiple: true },
         "deny-out": { type: "string", multiple: true },
+        secret: { type: "string", multiple: true },
       },
       { min: 0, max: 0, names: "" },
     );
@@ -64,6 +66,7 @@ export const createCommand: Command = {
       ...(values["idempotency-key"] === undefined ? {} : { idempotencyKey: values["idempotency-key"] }),
       ...(metadata === undefined ? {} : { metadata }),
       ...(Object.keys(network).length === 0 ? {} : { network }),
+      ...(values.secret === undefined ? {} : { secrets: values.secret }),
     });
     if (values.json) printJson(sandbox.info);
     else process.stdout.write(`${sandbox.sandboxId}\n`);

@@ -118,6 +118,8 @@ export class AgentClient {
   private creditTimer: NodeJS.Timeout | undefined;
   private nextId = 1;
   private closed: BothyError | undefined;
+  /** Variables every command gets beneath its own (SandboxSpec.commandEnv). */
+  commandEnv: Record<string, string> = {};
   private helloWaiter: { resolve: () => void; reject: (e: BothyError) => void } | undefined;
   private helloSeen = false;
   /** Re-attached to a running agent: until its hello, the stream may start mid-frame. */
@@ -193,7 +195,7 @@ export class AgentClient {
       id,
       cmd: options.cmd,
       cwd: options.cwd,
-      env: options.env,
+      env: { ...this.commandEnv, ...options.env },
       stdin: options.stdin ?? false,
       pty: options.pty,
     });

@@ -16,6 +16,9 @@ import { AgentTools, corpusMediaType, McpHttpSessions } from "@bothy/tools";
 import { principalOf } from "../auth/auth-hooks.ts";
 import type { KeyRing } from "../auth/key-ring.ts";
 import type { Config } from "../config.ts";
+import type { ApprovalBroker } from "../gateway/approvals.ts";
+import type { GatewayPolicies } from "../gateway/policies.ts";
+import { toolGate } from "../gateway/tool-gate.ts";
 import { DEFAULT_TENANT } from "../ledger/ledger.ts";
 import { parseInput } from "./parse-input.ts";
 
@@ -50,6 +53,7 @@ export async function agentToolRoutes(
   config: Config,
   logger: PinoLogger,
   ring: KeyRing,
+  gateway: { approvals: ApprovalBroker; policies: GatewayPolicies },
 ): Promise<void> {
   const opened = new Map<string, Promise<TenantTools>>();
   const open = async (tenant: string): Promise<TenantTools> => {
@@ -59,6 +63,11 @@ export async function agentToolRoutes(
       apiKey: ring.serviceKey(tenant),
       defaultTemplate: process.env["BOTHY_TOOLS_TEMPLATE"] ?? "workspace",
       log: (level, event, fields) => logger[level]({ event, tenant, ...fields }, event),
+      gate: toolGate(tenant, {
+        approvals: gateway.approvals,
+        policyOf: (id) => gateway.policies.policyOf(id),
+        tenantPolicy: (t) => gateway.policies.effective(t, {}),
+      }),
     });
     return { tools, sessions: new McpHttpSessions(tools) };
   };
@@ -92,6 +101,9 @@ export async function agentToolRoutes(
       bodyLimit: MCP_BODY_LIMIT,
       handler: async (request, reply) => {
         const { sessions } = await of(request);
+        // The MCP transport hands this to the tools as the call's authInfo: who calls, never the key itself.
+        const { keyId, scopes } = principalOf(request);
+        Object.assign(request.raw, { auth: { token: "", clientId: keyId ?? "", scopes: [...scopes] } });
         reply.hijack();
         await sessions.handle(request.raw, reply.raw, request.body);
       },
@@ -143,6 +155,7 @@ export async function agentToolRoutes(
   app.post("/conversations", async (request, reply) => {
     const tools = await toolsOf(request);
     const body = parseInput(createConversationRequest, request.body, "POST /conversations");
+    if (body.sandbox_id !== undefined) await tools.checkSandbox(body.sandbox_id);
     const existed = body.conversation_id !== undefined && tools.store.conversation(body.conversation_id) !== undefined;
     return reply.code(existed ? 200 : 201).send(tools.createConversation(body));
   });

@@ -13,6 +13,9 @@ import {
   createKeyRequest,
   createTenantRequest,
   hostPolicyRequest,
+  putSecretRequest,
+  secretInfo,
+  secretList,
   tenantPolicyInfo,
   keyList,
   tenantInfo,
@@ -54,6 +57,10 @@ import {
   sandboxInfo,
   sandboxList,
   setTimeoutRequest,
+  approvalInfo,
+  approvalList,
+  approvalListQuery,
+  decideApprovalRequest,
 } from "@bothy/protocol";
 
 /** Named schemas, published under #/components/schemas. */
@@ -97,8 +104,15 @@ const SCHEMAS = {
   TenantQuota: tenantQuota,
   Tenant: tenantInfo,
   TenantList: tenantList,
+  Approval: approvalInfo,
+  ApprovalList: approvalList,
+  DecideApprovalRequest: decideApprovalRequest,
+  DenyApprovalRequest: decideApprovalRequest.pick({ reason: true }),
   HostPolicy: hostPolicyRequest,
   TenantPolicy: tenantPolicyInfo,
+  PutSecretRequest: putSecretRequest,
+  Secret: secretInfo,
+  SecretList: secretList,
 } satisfies Record<string, z.ZodType>;
 
 type SchemaName = keyof typeof SCHEMAS;
@@ -605,6 +619,40 @@ export const OPERATIONS: Operation[] = [
   },
   {
     method: "get",
+    path: "/approvals",
+    tag: "approvals",
+    summary:
+      "Approvals an `ask` rule made, newest first: the tenant's (every tenant's for an admin key); filter by state and sandbox (scope approvals:decide)",
+    query: approvalListQuery,
+    answers: { 200: { description: "Approvals", schema: "ApprovalList" } },
+  },
+  {
+    method: "get",
+    path: "/approvals/{id}",
+    tag: "approvals",
+    summary: "One approval (scope approvals:decide)",
+    answers: { 200: { description: "The approval", schema: "Approval" } },
+  },
+  {
+    method: "post",
+    path: "/approvals/{id}/approve",
+    tag: "approvals",
+    summary:
+      "Approve a pending approval: the held request goes out once (grant `host` with `minutes`: the sandbox's requests to that host pass that long). A decided one answers 409 approval_not_pending",
+    body: "DecideApprovalRequest",
+    answers: { 200: { description: "The approval, approved", schema: "Approval" } },
+  },
+  {
+    method: "post",
+    path: "/approvals/{id}/deny",
+    tag: "approvals",
+    summary:
+      "Deny a pending approval: the held request is refused (403) or the tool call fails. A decided one answers 409 approval_not_pending",
+    body: "DenyApprovalRequest",
+    answers: { 200: { description: "The approval, denied", schema: "Approval" } },
+  },
+  {
+    method: "get",
     path: "/policy",
     tag: "policy",
     summary:
@@ -625,6 +673,39 @@ export const OPERATIONS: Operation[] = [
     tag: "policy",
     summary: "Remove the tenant's default host policy (scope policy)",
     answers: { 200: { description: "The policy, now null", schema: "TenantPolicy" } },
+  },
+  {
+    method: "put",
+    path: "/secrets/{name}",
+    tag: "secrets",
+    summary:
+      "Store a secret in the tenant's vault (scope secrets; `?tenant=` for an admin key), sealed; only the gateway opens it, for the hosts named. No answer ever shows the value",
+    body: "PutSecretRequest",
+    answers: {
+      201: { description: "The secret was new (without its value)", schema: "Secret" },
+      200: { description: "The secret was replaced (without its value)", schema: "Secret" },
+    },
+  },
+  {
+    method: "get",
+    path: "/secrets",
+    tag: "secrets",
+    summary: "The tenant's secrets (every tenant's for an admin key), without their values",
+    answers: { 200: { description: "Secrets", schema: "SecretList" } },
+  },
+  {
+    method: "get",
+    path: "/secrets/{name}",
+    tag: "secrets",
+    summary: "A secret's hosts and inject rule, without its value",
+    answers: { 200: { description: "The secret", schema: "Secret" } },
+  },
+  {
+    method: "delete",
+    path: "/secrets/{name}",
+    tag: "secrets",
+    summary: "Remove a secret; sandboxes bound to it keep their placeholder, which the gateway then sends nowhere",
+    answers: { 200: { description: "The removed secret", schema: "Secret" } },
   },
 ];
 
@@ -716,7 +797,10 @@ export function openApiDocument(): Json {
     "CreateKeyRequest",
     "CreateTenantRequest",
     "TenantQuota",
+    "DecideApprovalRequest",
+    "DenyApprovalRequest",
     "HostPolicy",
+    "PutSecretRequest",
   ]);
   const schemas = Object.fromEntries(
     Object.entries(SCHEMAS).map(([name, s]) => [

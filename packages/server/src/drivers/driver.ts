@@ -6,6 +6,13 @@ export interface SandboxSpec {
   /** The template's root tree, shared read-only by every sandbox of that template. */
   templateRoot: string;
   templateEnv: Record<string, string>;
+  /**
+   * Variables every command gets on top of the guest's own (a command's own env wins): the
+   * egress CA bundle's paths and the sandbox's secret placeholders. Set on each new agent client.
+   */
+  commandEnv?: Record<string, string>;
+  /** The egress gateway's CA certificate (PEM), installed in the guest's trust store on each boot. */
+  egressCa?: string;
   vcpu: number;
   memoryMib: number;
   /**

@@ -20,7 +20,8 @@ export class InternalError extends Error {
 }
 
 /** The part of a boot that failed. */
-export type BootStep = "prepare" | "start" | "attach" | "restore" | "handshake" | "identify" | "network" | "limits";
+export type BootStep =
+  "prepare" | "start" | "attach" | "restore" | "handshake" | "identify" | "network" | "limits" | "trust";
 
 /** A sandbox could not start; `step` names the part of the boot that failed. */
 export class BootError extends InternalError {

@@ -5,6 +5,8 @@ export interface PublicEvent {
   type: BothyEvent["type"];
   sandboxId: string;
   data: Record<string, unknown>;
+  /** Its tenant, when not its sandbox's (looked up otherwise). */
+  tenant?: string;
 }
 
 /** The public event (SSE, webhook) a server event becomes, if clients care about it. */
@@ -22,6 +24,10 @@ export function toPublicEvent(ev: ServerEvent): PublicEvent | undefined {
       return { type: "sandbox.stopped", sandboxId: ev.sandbox_id, data: { ...data, reason: event } };
     case "sandbox_woken":
       return { type: "sandbox.woken", sandboxId: ev.sandbox_id, data };
+    case "approval_requested":
+      return { type: "approval.requested", sandboxId: ev.sandbox_id, data, tenant: ev.tenant };
+    case "approval_decided":
+      return { type: "approval.decided", sandboxId: ev.sandbox_id, data, tenant: ev.tenant };
     default:
       return undefined;
   }

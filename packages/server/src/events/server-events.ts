@@ -1,4 +1,4 @@
-import type { SandboxState } from "@bothy/protocol";
+import type { ApprovalInfo, SandboxState } from "@bothy/protocol";
 
 type Failure = { sandbox_id: string; error: string };
 
@@ -98,6 +98,10 @@ export interface ServerEventMap {
     gib_hours: number;
     budget: Record<string, number | null>;
   };
+  /** An `ask` rule held a request or a tool call; the excerpt is masked by the asker. */
+  approval_requested: ApprovalInfo;
+  /** It left pending: approved, denied, expired or cancelled (`reason` says why for the last). */
+  approval_decided: ApprovalInfo;
 }
 
 export type ServerEventName = keyof ServerEventMap;
@@ -159,6 +163,8 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   webhook_failed: "warn",
   webhook_gave_up: "error",
   budget_exceeded: "warn",
+  approval_requested: "info",
+  approval_decided: "info",
 };
 
 export type ServerEventListener = (event: ServerEvent) => void;

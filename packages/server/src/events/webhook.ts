@@ -1,3 +1,4 @@
+import { createHmac } from "node:crypto";
 import type { BothyEvent } from "@bothy/protocol";
 import type { Logger } from "./server-events.ts";
 
@@ -7,7 +8,17 @@ export interface WebhookOptions {
   retryBaseMs: number;
   attempts: number;
   timeoutMs: number;
+  /** Signs each delivery (see `signature`); undefined: unsigned. */
+  secret?: string | undefined;
   log: Logger;
+}
+
+/** The header a receiver checks: `t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<raw body>")>`. */
+export const SIGNATURE_HEADER = "bothy-signature";
+
+export function signature(secret: string, body: string, at: Date = new Date()): string {
+  const t = Math.floor(at.getTime() / 1000);
+  return `t=${t},v1=${createHmac("sha256", secret).update(`${t}.${body}`).digest("hex")}`;
 }
 
 /**
@@ -31,14 +42,17 @@ export class WebhookSender {
       this.inflight.add(controller);
       const timer = setTimeout(() => controller.abort(), this.opts.timeoutMs);
       try {
+        const body = JSON.stringify(event);
         const res = await fetch(this.opts.url, {
           method: "POST",
           headers: {
             "content-type": "application/json",
             "x-bothy-event": event.type,
             "x-bothy-delivery": String(event.seq),
+            // Signed per attempt, so a retry carries a fresh time a receiver's replay window accepts.
+            ...(this.opts.secret === undefined ? {} : { [SIGNATURE_HEADER]: signature(this.opts.secret, body) }),
           },
-          body: JSON.stringify(event),
+          body,
           signal: controller.signal,
         });
         await res.body?.cancel();

@@ -4,7 +4,7 @@
  * approval gate whether a request held by an `ask` rule may go out. Each part is built and tested
  * on its own against these.
  */
-import type { EffectiveHostPolicy } from "@bothy/protocol";
+import type { ApprovalCancelReason, EffectiveHostPolicy } from "@bothy/protocol";
 
 /** A vault secret as bound to one sandbox: the sandbox sees `env=placeholder`, never the value. */
 export interface SecretBinding {
@@ -49,6 +49,10 @@ export interface ApprovalAsk {
 export interface ApprovalOutcome {
   approvalId: string;
   state: "approved" | "denied" | "expired" | "cancelled";
+  /** Why it was cancelled: `server_stopping` is worth a retry (the proxy answers 503 retryable). */
+  cancelReason?: ApprovalCancelReason;
+  /** The decider's reason, if they gave one (to show in a denial). */
+  reason?: string;
 }
 
 export interface ApprovalGate {

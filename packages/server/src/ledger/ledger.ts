@@ -1,6 +1,8 @@
 import Database from "better-sqlite3";
 import { BothyError, LIVE_STATES, type NetworkPolicy, type SandboxInfo, type SandboxState } from "@bothy/protocol";
+import { ApprovalRows } from "./approval-rows.ts";
 import { AuthRows } from "./auth-rows.ts";
+import { SecretRows } from "./secret-rows.ts";
 import { canTransition, INITIAL_STATES, TransitionError } from "../sandboxes/lifecycle.ts";
 
 /** Schema steps in order; `PRAGMA user_version` records how many have run. */
@@ -220,6 +222,10 @@ export class Ledger {
   private readonly db: Database.Database;
   /** Tenants and API keys. */
   readonly auth: AuthRows;
+  /** The vault's sealed secrets and the sandboxes' placeholders. */
+  readonly secrets: SecretRows;
+  /** Approvals of the egress gateway and the agent tools. */
+  readonly approvals: ApprovalRows;
 
   constructor(path: string) {
     this.db = new Database(path);
@@ -229,6 +235,8 @@ export class Ledger {
     this.db.pragma("busy_timeout = 5000");
     this.migrate();
     this.auth = new AuthRows(this.db);
+    this.secrets = new SecretRows(this.db);
+    this.approvals = new ApprovalRows(this.db);
   }
 
   private migrate(): void {

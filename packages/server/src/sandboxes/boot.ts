@@ -9,6 +9,7 @@ import {
   type SandboxSpec,
 } from "../drivers/driver.ts";
 import { configureGuestNetwork } from "../network/guest-config.ts";
+import { installGuestTrust } from "../gateway/guest-trust.ts";
 import { BootError, NotSupportedError, type BootStep } from "../errors/internal-errors.ts";
 import { CleanupStack } from "../util/cleanup-stack.ts";
 
@@ -34,14 +35,18 @@ export interface BootedSandbox {
  */
 export type BootMode = "new" | "kept disk" | "wake" | "take-over" | "resume";
 
-type StepName = Extract<BootStep, "start" | "attach" | "restore" | "handshake" | "identify" | "network" | "limits">;
+type StepName = Extract<
+  BootStep,
+  "start" | "attach" | "restore" | "handshake" | "identify" | "network" | "limits" | "trust"
+>;
 
 /** The named steps of each mode, in order. */
 export const BOOT_STEPS: Record<BootMode, readonly StepName[]> = {
-  new: ["start", "handshake", "identify", "network", "limits"],
-  "kept disk": ["start", "handshake", "identify", "network", "limits"],
-  // The restored guest gets its identity (clock, entropy), network and limits again: it runs on a new link and cgroup.
-  wake: ["restore", "handshake", "identify", "network", "limits"],
+  new: ["start", "handshake", "identify", "network", "limits", "trust"],
+  "kept disk": ["start", "handshake", "identify", "network", "limits", "trust"],
+  // The restored guest gets its identity (clock, entropy), network and limits again: it runs on a
+  // new link and cgroup. The egress CA is installed again too: a template's snapshot lacks it.
+  wake: ["restore", "handshake", "identify", "network", "limits", "trust"],
   // It already has its identity, network and limits.
   "take-over": ["attach", "handshake"],
   // The same VM on the same link: only its clock and entropy are new.
@@ -86,6 +91,7 @@ async function launch(b: Boot): Promise<void> {
     b.stream = await b.handle.start(b.cleanup, b.signal);
   }
   const agent = (b.agent = new AgentClient(b.stream.input, b.stream.output));
+  agent.commandEnv = b.spec.commandEnv ?? {};
   b.cleanup.push("agent", () => agent.close(new BothyError("agent_unavailable", "Boot failed.")));
   b.exited = b.handle.wait().then((exit) => {
     throw new BootError(
@@ -115,6 +121,15 @@ const STEPS: Record<StepName, (b: Boot) => Promise<void>> = {
   },
   async limits(b) {
     await race(b, applyLimits(agentOf(b), b.spec, b.handle));
+  },
+  async trust(b) {
+    const ca = b.spec.egressCa;
+    if (ca === undefined) return;
+    try {
+      await race(b, installGuestTrust(agentOf(b), ca));
+    } catch (err) {
+      throw new BootError("trust", "The guest could not install the egress gateway's CA.", { cause: err });
+    }
   },
 };
 
@@ -227,6 +242,7 @@ const STEP_FAILED: Record<StepName, string> = {
   identify: "its guest agent did not take its identity",
   network: "its guest network could not be configured",
   limits: "the guest could not apply the sandbox's limits",
+  trust: "the guest could not install the egress gateway's CA certificate",
 };
 
 /** The process limit, and a VM's root file system grown to the disk the driver made. */

@@ -19,6 +19,8 @@ import { describeCauses, toCreateFailure, toResumeFailure, toWakeFailure } from 
 import { egressFromRequest, isDefaultPolicy } from "../network/host-network.ts";
 import { needsGateway } from "../gateway/host-policy.ts";
 import { GatewayPolicies, refuseUnenforcedHostRules, type SandboxPolicyRecord } from "../gateway/policies.ts";
+import { trustEnv } from "../gateway/guest-trust.ts";
+import type { Vault } from "../gateway/vault.ts";
 import type { DriverRegistry } from "../drivers/driver-registry.ts";
 import { DEFAULT_TENANT, toSandboxInfo, type Ledger, type SandboxRow } from "../ledger/ledger.ts";
 import { newSandboxId } from "../util/ids.ts";
@@ -81,6 +83,8 @@ export class SandboxManager {
     private readonly drivers: DriverRegistry,
     private readonly templates: TemplateSource,
     private readonly log: Logger,
+    /** The vault that binds secrets to sandboxes, and the CA guests trust; absent: creates naming secrets are refused. */
+    private readonly gateway?: { vault: Vault; caPem: string },
   ) {
     this.pool = new WarmPool(config.poolSize, (id) => this.dirFor(id), config.bootTimeoutMs, log);
     this.policies = new GatewayPolicies(ledger);
@@ -338,12 +342,9 @@ export class SandboxManager {
         ? undefined
         : { ...(req.policy ? { policy: req.policy } : {}), ...(req.secrets ? { secrets: req.secrets } : {}) };
     const { enabled, dns } = this.config.network;
-    // Refused until the vault (issue #16) binds them: a secret must never be silently left out.
-    if (req.secrets !== undefined)
-      throw new BothyError(
-        "not_supported",
-        "Secrets are not bound to sandboxes by this server yet; create the sandbox without `secrets`.",
-      );
+    // A secret must never be silently left out.
+    if (req.secrets !== undefined && req.secrets.length > 0 && !this.gateway)
+      throw new BothyError("not_supported", "This server has no secrets vault; create the sandbox without `secrets`.");
     refuseUnenforcedHostRules(req.policy);
     const { tools: _tools, ...hostRules } = req.policy ?? {};
     if (!enabled && (Object.keys(hostRules).length > 0 || req.secrets !== undefined))
@@ -381,7 +382,18 @@ export class SandboxManager {
     size: { vcpu: number; memoryMib: number; diskMib: number; maxProcesses: number },
     driver: Driver,
   ): PoolShape {
-    return { driver, templateRoot: t.rootfs, templateHash: t.hash, templateEnv: t.env, ...size };
+    return { driver, templateRoot: t.rootfs, templateHash: t.hash, templateEnv: t.env, ...size, ...this.trust() };
+  }
+
+  /** With networking on, every guest trusts the egress CA (pool sandboxes too, so any can be claimed). */
+  private trust(): { egressCa?: string; commandEnv?: Record<string, string> } {
+    if (!this.gateway || !this.config.network.enabled) return {};
+    return { egressCa: this.gateway.caPem, commandEnv: trustEnv() };
+  }
+
+  /** What every command of the sandbox gets beneath its own env: the CA bundle's paths and its secrets' placeholders. */
+  private commandEnv(id: string): Record<string, string> {
+    return { ...this.trust().commandEnv, ...this.gateway?.vault.placeholderEnv(id) };
   }
 
   private async createNew(
@@ -411,6 +423,9 @@ export class SandboxManager {
     const maxProcesses = req.max_processes ?? this.config.limits.defaultProcesses;
     const shape = this.shape(template, { vcpu: req.vcpu, memoryMib: req.memory_mib, diskMib, maxProcesses }, driver);
     const network = this.networkPolicy(req, owner.tenant);
+    const secrets = req.secrets ?? [];
+    // Before anything is made: a create naming a secret the vault lacks makes nothing.
+    if (secrets.length > 0) this.gateway?.vault.requireAll(owner.tenant, secrets);
     // Pool sandboxes were made with the default posture; any other policy boots its own.
     const warm = isDefaultPolicy(network.egress) && !network.egress.gateway ? this.pool.claim(shape) : undefined;
     const id = warm?.spec.id ?? newSandboxId();
@@ -436,6 +451,7 @@ export class SandboxManager {
       },
       idem,
     );
+    if (secrets.length > 0) this.gateway?.vault.bindSandbox(owner.tenant, id, secrets);
     const job = (async (): Promise<CreateResult> => {
       let booted = warm;
       // Pool sandboxes boot at the lowest CPU weight (warm-pool.ts); this one now serves a caller.
@@ -456,6 +472,8 @@ export class SandboxManager {
             maxProcesses,
             dir: this.dirFor(id),
             egress: network.egress,
+            ...this.trust(),
+            commandEnv: this.commandEnv(id),
           },
           this.config.bootTimeoutMs,
         );
@@ -792,6 +810,8 @@ export class SandboxManager {
       maxProcesses: row.max_processes ?? this.config.limits.defaultProcesses,
       dir: this.dirFor(row.id),
       egress,
+      ...this.trust(),
+      commandEnv: this.commandEnv(row.id),
       reuseDisk: true,
       ...how,
     };

@@ -44,6 +44,9 @@ export interface PoolShape {
   memoryMib: number;
   diskMib: number;
   maxProcesses: number;
+  /** The egress CA its guests trust, and the variables that point at it (SandboxSpec). */
+  egressCa?: string;
+  commandEnv?: Record<string, string>;
 }
 
 /**
@@ -106,6 +109,8 @@ export class WarmPool {
           diskMib: shape.diskMib,
           maxProcesses: shape.maxProcesses,
           dir: this.dirFor(id),
+          ...(shape.egressCa === undefined ? {} : { egressCa: shape.egressCa }),
+          ...(shape.commandEnv === undefined ? {} : { commandEnv: shape.commandEnv }),
           // At the lowest CPU weight until claimed: a refill never slows the sandboxes in use.
           background: true,
         };

@@ -146,6 +146,7 @@ export function registerComputerBash(server: McpServer, tools: AgentTools, sessi
     },
     withContext(
       tools,
+      "computer_bash",
       async (args: { command: string; timeout_s?: number | undefined; background?: boolean | undefined }, ctx) => {
         const sandbox = await ctx.sandbox();
         const cmd = `exec bash -c ${shellQuote(args.command)}`;

@@ -29,6 +29,7 @@ export function registerCorpusTools(server: McpServer, tools: AgentTools): void 
     },
     withContext(
       tools,
+      "computer_fetch_document",
       async (args: { document_id?: string | undefined; name?: string | undefined; path?: string | undefined }, ctx) => {
         const doc = args.document_id
           ? tools.store.document(args.document_id)
@@ -80,6 +81,7 @@ export function registerCorpusTools(server: McpServer, tools: AgentTools): void 
     },
     withContext(
       tools,
+      "rag_search",
       async (args: { query: string; limit?: number | undefined; document_id?: string | undefined }) => {
         const hits = tools.corpus.search(args.query, args.limit ?? 5, args.document_id);
         if (hits.length === 0)

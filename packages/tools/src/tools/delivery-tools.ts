@@ -23,7 +23,7 @@ export function registerDeliveryTools(server: McpServer, tools: AgentTools): voi
           .describe("The name the user sees (default: the file's own)."),
       },
     },
-    withContext(tools, async (args: { path: string; name?: string | undefined }, ctx) => {
+    withContext(tools, "computer_export_file", async (args: { path: string; name?: string | undefined }, ctx) => {
       const exported = await tools.exportFile(
         ctx.conversationId,
         ctx.turnId,
@@ -45,7 +45,7 @@ export function registerDeliveryTools(server: McpServer, tools: AgentTools): voi
       description: DESCRIPTIONS.send_file,
       inputSchema: { export_id: z.string().min(1).max(64).describe("The export id computer_export_file returned.") },
     },
-    withContext(tools, async (args: { export_id: string }, ctx) => {
+    withContext(tools, "send_file", async (args: { export_id: string }, ctx) => {
       const sent = tools.send(ctx.conversationId, ctx.turnId, args.export_id);
       return okResult(
         `Attached ${sent.name} (${sent.export_id}, ${sent.size} bytes, ${sent.media_type}) to your reply in this turn.`,

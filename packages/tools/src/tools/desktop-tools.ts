@@ -33,7 +33,7 @@ export function registerDesktopTools(server: McpServer, tools: AgentTools): void
       inputSchema: {},
       annotations: { readOnlyHint: true },
     },
-    withContext(tools, async (_args: Record<string, never>, ctx) => {
+    withContext(tools, "computer_screenshot", async (_args: Record<string, never>, ctx) => {
       const sandbox = await ctx.sandbox();
       const shot = await sandbox.desktop.screenshot({ signal: ctx.extra.signal });
       return {
@@ -63,6 +63,7 @@ export function registerDesktopTools(server: McpServer, tools: AgentTools): void
     },
     withContext(
       tools,
+      "computer_click",
       async (
         args: { x: number; y: number; button?: "left" | "middle" | "right" | undefined; count?: number | undefined },
         ctx,
@@ -84,7 +85,7 @@ export function registerDesktopTools(server: McpServer, tools: AgentTools): void
   server.registerTool(
     "computer_move",
     { title: "Move the pointer", description: DESCRIPTIONS.computer_move, inputSchema: { x, y } },
-    withContext(tools, async (args: { x: number; y: number }, ctx) =>
+    withContext(tools, "computer_move", async (args: { x: number; y: number }, ctx) =>
       act(ctx, { action: "move", x: args.x, y: args.y }, `Moved the pointer to (${args.x}, ${args.y}).`),
     ),
   );
@@ -96,7 +97,7 @@ export function registerDesktopTools(server: McpServer, tools: AgentTools): void
       description: DESCRIPTIONS.computer_type,
       inputSchema: { text: z.string().min(1).max(10_000) },
     },
-    withContext(tools, async (args: { text: string }, ctx) =>
+    withContext(tools, "computer_type", async (args: { text: string }, ctx) =>
       act(ctx, { action: "type", text: args.text }, `Typed ${args.text.length} characters.`),
     ),
   );
@@ -116,7 +117,7 @@ export function registerDesktopTools(server: McpServer, tools: AgentTools): void
           ),
       },
     },
-    withContext(tools, async (args: { keys: string }, ctx) =>
+    withContext(tools, "computer_key", async (args: { keys: string }, ctx) =>
       act(ctx, { action: "key", keys: args.keys }, `Pressed ${args.keys}.`),
     ),
   );
@@ -135,6 +136,7 @@ export function registerDesktopTools(server: McpServer, tools: AgentTools): void
     },
     withContext(
       tools,
+      "computer_scroll",
       async (
         args: { x: number; y: number; direction: "up" | "down" | "left" | "right"; amount?: number | undefined },
         ctx,

@@ -76,6 +76,7 @@ export function registerFileTools(server: McpServer, tools: AgentTools): void {
     },
     withContext(
       tools,
+      "computer_read_file",
       async (args: { path: string; start_line?: number | undefined; end_line?: number | undefined }, ctx) =>
         readText(ctx, resolvePath(args.path), args.start_line, args.end_line),
     ),
@@ -91,6 +92,7 @@ export function registerFileTools(server: McpServer, tools: AgentTools): void {
     },
     withContext(
       tools,
+      "computer_view_file",
       async (args: { path: string; start_line?: number | undefined; end_line?: number | undefined }, ctx) => {
         const path = resolvePath(args.path);
         const sandbox = await ctx.sandbox();
@@ -158,6 +160,7 @@ export function registerFileTools(server: McpServer, tools: AgentTools): void {
     },
     withContext(
       tools,
+      "computer_edit_file",
       async (
         args: { path: string; old_string: string; new_string: string; replace_all?: boolean | undefined },
         ctx,
@@ -222,7 +225,7 @@ export function registerFileTools(server: McpServer, tools: AgentTools): void {
         content: z.string().describe("The whole new content of the file."),
       },
     },
-    withContext(tools, async (args: { path: string; content: string }, ctx) => {
+    withContext(tools, "computer_write_file", async (args: { path: string; content: string }, ctx) => {
       const path = resolvePath(args.path);
       const sandbox = await ctx.sandbox();
       const existing = await sandbox.files.stat(path).catch((err: unknown) => {

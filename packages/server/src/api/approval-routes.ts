@@ -1,0 +1,52 @@
+/**
+ * `/approvals` (scope approvals:decide, which agent and sandbox keys never get): list, show,
+ * approve and deny what an `ask` rule holds. A key sees its own tenant's approvals (an admin key
+ * every tenant's); another tenant's approval is answered exactly as an unknown one.
+ */
+import type { FastifyInstance, FastifyRequest } from "fastify";
+import { APPROVAL_ID_RE, approvalListQuery, decideApprovalRequest, type ApprovalInfo } from "@bothy/protocol";
+import { principalOf, sees } from "../auth/auth-hooks.ts";
+import { approvalNotFound, type ApprovalBroker } from "../gateway/approvals.ts";
+import { parseInput } from "./parse-input.ts";
+
+type Id = { Params: { id: string } };
+
+/** A denial takes a reason only. */
+const denyRequest = decideApprovalRequest.pick({ reason: true });
+
+export function approvalRoutes(app: FastifyInstance, broker: ApprovalBroker): void {
+  /** The approval the request names, if the caller's key may see it; else the unknown id's 404. */
+  const visible = (request: FastifyRequest<Id>): ApprovalInfo => {
+    const { id } = request.params;
+    const found = APPROVAL_ID_RE.test(id) ? broker.get(id) : undefined;
+    if (!found || !sees(principalOf(request), found.tenant)) throw approvalNotFound(id);
+    return found;
+  };
+
+  app.get<{ Querystring: Record<string, string> }>("/approvals", async (request) => {
+    const principal = principalOf(request);
+    const query = parseInput(approvalListQuery, request.query, "GET /approvals");
+    return {
+      approvals: broker.list({
+        ...(principal.scopes.has("admin") ? {} : { tenant: principal.tenant }),
+        ...(query.state === undefined ? {} : { state: query.state }),
+        ...(query.sandbox_id === undefined ? {} : { sandboxId: query.sandbox_id }),
+        limit: query.limit,
+      }),
+    };
+  });
+
+  app.get<Id>("/approvals/:id", async (request) => visible(request));
+
+  app.post<Id>("/approvals/:id/approve", async (request) => {
+    const body = parseInput(decideApprovalRequest, request.body, "POST /approvals/{id}/approve");
+    const { approval_id: id } = visible(request);
+    return broker.approve(id, body, principalOf(request).keyId);
+  });
+
+  app.post<Id>("/approvals/:id/deny", async (request) => {
+    const body = parseInput(denyRequest, request.body, "POST /approvals/{id}/deny");
+    const { approval_id: id } = visible(request);
+    return broker.deny(id, body.reason, principalOf(request).keyId);
+  });
+}

@@ -1,0 +1,221 @@
+/**
+ * Approvals: a request or tool call an `ask` rule holds until a person decides. The ledger's row
+ * is the truth. A decision moves it out of `pending` by a compare-and-set that is durable before
+ * the held caller is released, so an approved request goes out exactly once and a second decision
+ * finds nothing to decide. Nothing held outlives the process: a stop cancels every waiter, and a
+ * start cancels every row a previous process left pending.
+ */
+import {
+  BothyError,
+  decideApprovalRequest,
+  type ApprovalCancelReason,
+  type ApprovalInfo,
+  type ApprovalState,
+} from "@bothy/protocol";
+import type { z } from "zod";
+import type { Logger } from "../events/server-events.ts";
+import { toApprovalInfo, type ApprovalRow, type ApprovalRows, type Settlement } from "../ledger/approval-rows.ts";
+import { newApprovalId } from "../util/ids.ts";
+import type { ApprovalAsk, ApprovalGate, ApprovalOutcome } from "./contracts.ts";
+
+/** The most of a body or of a tool's arguments an approval shows. */
+export const EXCERPT_BYTES = 8 * 1024;
+
+export type ApprovalDecision = z.output<typeof decideApprovalRequest>;
+
+export interface ApprovalBrokerOptions {
+  rows: ApprovalRows;
+  /** How long an approval waits for a person before it expires. */
+  timeoutMs: number;
+  /** Emits `approval_requested` and `approval_decided` (which become the public events). */
+  log: Logger;
+}
+
+interface Waiter {
+  finish(outcome: ApprovalOutcome): void;
+}
+
+/** `text` cut to at most `EXCERPT_BYTES` of UTF-8, never inside a character. */
+export function excerptOf(text: string): string {
+  const bytes = Buffer.from(text, "utf8");
+  if (bytes.length <= EXCERPT_BYTES) return text;
+  let end = EXCERPT_BYTES;
+  // Back off continuation bytes (10xxxxxx) so the cut falls between characters.
+  while (end > 0 && ((bytes[end] ?? 0) & 0xc0) === 0x80) end--;
+  return bytes.subarray(0, end).toString("utf8");
+}
+
+export const approvalNotFound = (id: string): BothyError =>
+  new BothyError("approval_not_found", `No approval ${id.slice(0, 64)}; GET /approvals?state=pending lists them.`);
+
+export class ApprovalBroker implements ApprovalGate {
+  private readonly waiters = new Map<string, Waiter>();
+  private stopped = false;
+
+  constructor(private readonly opts: ApprovalBrokerOptions) {}
+
+  /**
+   * At start-up, before anything asks: every approval a previous process left pending is
+   * cancelled (`server_restarted`). Its held request died with that process and never went out,
+   * and a late approval must not send anything. Returns how many there were.
+   */
+  recover(): number {
+    const rows = this.opts.rows.cancelAllPending("server_restarted");
+    for (const row of rows) this.opts.log("approval_decided", toApprovalInfo(row));
+    return rows.length;
+  }
+
+  granted(sandboxId: string, host: string): boolean {
+    return this.opts.rows.hostGranted(sandboxId, host.toLowerCase().replace(/\.$/, ""), new Date().toISOString());
+  }
+
+  /** `onRequested`: told the new approval's id once it is pending (to offer the question elsewhere too). */
+  ask(req: ApprovalAsk, signal: AbortSignal, onRequested?: (approvalId: string) => void): Promise<ApprovalOutcome> {
+    const id = newApprovalId();
+    const created = Date.now();
+    this.opts.rows.insert({
+      id,
+      tenant: req.tenant,
+      sandbox_id: req.sandboxId,
+      conversation_id: req.conversationId,
+      kind: req.kind,
+      method: req.method,
+      host: req.host === null ? null : req.host.toLowerCase().replace(/\.$/, ""),
+      path: req.path,
+      tool: req.tool,
+      excerpt: excerptOf(req.excerpt),
+      rule: req.rule,
+      created_at: new Date(created).toISOString(),
+      expires_at: new Date(created + this.opts.timeoutMs).toISOString(),
+    });
+    const row = this.opts.rows.get(id);
+    if (row) this.opts.log("approval_requested", toApprovalInfo(row));
+    return new Promise<ApprovalOutcome>((resolve) => {
+      const onAbort = (): void => void this.cancel(id, "client_gone");
+      const timer = setTimeout(() => this.expire(id), this.opts.timeoutMs);
+      timer.unref();
+      this.waiters.set(id, {
+        finish: (outcome) => {
+          clearTimeout(timer);
+          signal.removeEventListener("abort", onAbort);
+          this.waiters.delete(id);
+          resolve(outcome);
+        },
+      });
+      signal.addEventListener("abort", onAbort, { once: true });
+      if (this.stopped) this.cancel(id, "server_stopping");
+      else if (signal.aborted) onAbort();
+      else onRequested?.(id);
+    });
+  }
+
+  /** An approval as stored, or undefined. */
+  get(id: string): ApprovalInfo | undefined {
+    const row = this.opts.rows.get(id);
+    if (row && row.state === "pending" && Date.parse(row.expires_at) <= Date.now())
+      return this.expire(id) ?? this.info(id);
+    return row && toApprovalInfo(row);
+  }
+
+  list(filter: { tenant?: string; state?: ApprovalState; sandboxId?: string; limit: number }): ApprovalInfo[] {
+    return this.opts.rows.list(filter).map(toApprovalInfo);
+  }
+
+  /**
+   * Approves a pending approval: durable in the ledger before the held caller goes on. A `host`
+   * grant lets the sandbox's later requests to the same host through for `minutes` as well.
+   */
+  approve(id: string, decision: ApprovalDecision, decidedBy: string | null): ApprovalInfo {
+    const row = this.pendingRow(id);
+    if (decision.grant === "host") {
+      if (row.kind !== "http" || row.host === null)
+        throw new BothyError(
+          "invalid_request",
+          `Approval ${id} is for the tool ${row.tool ?? "?"}, which has no host: approve it with grant "once".`,
+        );
+      if (decision.minutes === undefined)
+        throw new BothyError("invalid_request", 'A "host" grant needs minutes (1 to 1440): how long it lasts.');
+    } else if (decision.minutes !== undefined)
+      throw new BothyError("invalid_request", 'minutes applies to a "host" grant only; leave it out for "once".');
+    const grantUntil =
+      decision.grant === "host" && decision.minutes !== undefined
+        ? new Date(Date.now() + decision.minutes * 60_000).toISOString()
+        : null;
+    return this.decided(id, {
+      state: "approved",
+      decidedBy,
+      grantKind: decision.grant,
+      grantUntil,
+      reason: decision.reason ?? null,
+    });
+  }
+
+  deny(id: string, reason: string | undefined, decidedBy: string | null): ApprovalInfo {
+    this.pendingRow(id);
+    return this.decided(id, { state: "denied", decidedBy, grantKind: null, grantUntil: null, reason: reason ?? null });
+  }
+
+  /** Graceful stop: every held caller is answered `cancelled` (server_stopping) and every timer cleared. */
+  stop(): void {
+    this.stopped = true;
+    for (const id of [...this.waiters.keys()]) this.cancel(id, "server_stopping");
+  }
+
+  /** How many callers are held now (for tests and metrics). */
+  get held(): number {
+    return this.waiters.size;
+  }
+
+  private info(id: string): ApprovalInfo | undefined {
+    const row = this.opts.rows.get(id);
+    return row && toApprovalInfo(row);
+  }
+
+  /** The row, if it can still be decided; an expired one is marked so first. */
+  private pendingRow(id: string): ApprovalRow {
+    const row = this.opts.rows.get(id);
+    if (!row) throw approvalNotFound(id);
+    if (row.state === "pending" && Date.parse(row.expires_at) <= Date.now()) this.expire(id);
+    const now = this.opts.rows.get(id) ?? row;
+    if (now.state !== "pending") throw notPending(now);
+    return now;
+  }
+
+  private decided(id: string, how: Settlement): ApprovalInfo {
+    const row = this.settle(id, how);
+    if (!row) {
+      const now = this.opts.rows.get(id);
+      throw now ? notPending(now) : approvalNotFound(id);
+    }
+    return toApprovalInfo(row);
+  }
+
+  private expire(id: string): ApprovalInfo | undefined {
+    const row = this.settle(id, { state: "expired", decidedBy: null, grantKind: null, grantUntil: null, reason: null });
+    return row && toApprovalInfo(row);
+  }
+
+  private cancel(id: string, reason: ApprovalCancelReason): void {
+    this.settle(id, { state: "cancelled", decidedBy: null, grantKind: null, grantUntil: null, reason });
+  }
+
+  /** Moves a pending row on (the ledger's compare-and-set), then releases its waiter, if any. */
+  private settle(id: string, how: Settlement): ApprovalRow | undefined {
+    const row = this.opts.rows.settle(id, how);
+    if (!row) return undefined;
+    this.opts.log("approval_decided", toApprovalInfo(row));
+    const outcome: ApprovalOutcome = { approvalId: id, state: how.state as ApprovalOutcome["state"] };
+    if (how.state === "cancelled") outcome.cancelReason = how.reason as ApprovalCancelReason;
+    else if (how.reason !== null) outcome.reason = how.reason;
+    this.waiters.get(id)?.finish(outcome);
+    return row;
+  }
+}
+
+function notPending(row: ApprovalRow): BothyError {
+  return new BothyError(
+    "approval_not_pending",
+    `Approval ${row.id} is ${row.state} already${row.decided_at ? ` (since ${row.decided_at})` : ""}; only a pending approval can be decided.`,
+    { details: { state: row.state } },
+  );
+}

@@ -1,0 +1,330 @@
+/**
+ * Terminates a sandbox's TLS to a host one of its secrets is bound to (or that its policy needs to
+ * see requests of), so the gateway can read each request: it answers the sandbox with a leaf for
+ * the host signed by bothy's egress CA (HTTP/2 or HTTP/1.1 by ALPN, WebSocket upgrades too), and
+ * sends each request on over a TLS connection of its own to the address the proxy checked, with
+ * the host's name for SNI and certificate verification.
+ *
+ * Per request: a placeholder of a secret not bound to this host, anywhere in the request, refuses
+ * it (403, reported by name); placeholders of bound secrets become their values in headers, and
+ * `inject` headers are set; responses come back uncompressed (accept-encoding: identity) so every
+ * echoed value (raw, base64, URL-encoded) is replaced by its placeholder on the way, also when it
+ * spans chunks. Values are opened per request and appear in no log, event or error.
+ */
+import http, { type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders } from "node:http";
+import http2, { type Http2ServerRequest, type Http2ServerResponse } from "node:http2";
+import https from "node:https";
+import type { Duplex } from "node:stream";
+import { BothyError, toProblem } from "@bothy/protocol";
+import type { LeafIssuer, SecretBinding, SecretSource } from "./contracts.ts";
+import { echoNeedles, scrubStream, scrubText, StreamMatcher, type Needle } from "./secret-scrub.ts";
+import { placeholdersIn, splitByHost, swapHeaders, type Headers } from "./secret-swap.ts";
+
+/** What the terminator reports about secrets: names only, never values. */
+export interface SecretReport {
+  kind: "secret_refused" | "secret_injected";
+  secret: string;
+  host: string;
+  method: string;
+  path: string;
+}
+
+export type Verdict = "allow" | { status: number; body: string | object };
+
+export interface TerminateOptions {
+  /**
+   * The sandbox's connection, paused (no 'data' listener left on it); everything read from it so
+   * far is `peeked` (the ClientHello), which is put back before the handshake reads it.
+   */
+  socket: Duplex;
+  peeked: Buffer;
+  /** The SNI host name: the leaf's name, the upstream's SNI and the name its certificate must carry. */
+  host: string;
+  /** The upstream's port. */
+  port?: number;
+  tenant: string;
+  bindings: SecretBinding[];
+  secrets: SecretSource;
+  leaves: LeafIssuer;
+  /** The upstream address the proxy resolved and checked; called once, on the first request. */
+  dial(): Promise<string>;
+  /** The policy's word on one request; held while an approval is pending; `signal` aborts when the client goes. */
+  decide(method: string, path: string, signal: AbortSignal): Promise<Verdict>;
+  report?(ev: SecretReport): void;
+  /** Trust for the upstream's certificate instead of Node's (tests' own CA). */
+  upstreamCa?: string;
+}
+
+const HOP_BY_HOP = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "te",
+  "trailer",
+  "transfer-encoding",
+  "upgrade",
+  "http2-settings",
+]);
+
+type AnyRequest = IncomingMessage | Http2ServerRequest;
+type AnyResponse = http.ServerResponse | Http2ServerResponse;
+
+/** One terminated client connection. */
+class Connection {
+  readonly bound: SecretBinding[];
+  readonly unbound: SecretBinding[];
+  readonly agent = new https.Agent({ keepAlive: true, maxSockets: 32 });
+  private address: Promise<string> | undefined;
+
+  constructor(readonly o: TerminateOptions) {
+    ({ bound: this.bound, unbound: this.unbound } = splitByHost(o.host, o.bindings));
+  }
+
+  upstreamAddress(): Promise<string> {
+    return (this.address ??= this.o.dial());
+  }
+
+  report(kind: SecretReport["kind"], secrets: string[], method: string, path: string): void {
+    for (const secret of secrets) this.o.report?.({ kind, secret, host: this.o.host, method, path: pathOnly(path) });
+  }
+}
+
+/**
+ * Serves one sandbox connection until it closes. Resolves when it is over (a failed handshake
+ * included: the client did not trust the leaf, or went away).
+ */
+export async function terminateTls(o: TerminateOptions): Promise<void> {
+  const leaf = await o.leaves.leafFor(o.host);
+  const conn = new Connection(o);
+  // The server does the TLS handshake on the socket (and picks h2 or http/1.1 by ALPN); it is
+  // this connection's alone, so its handlers know the sandbox without looking the socket up.
+  const server = http2.createSecureServer({ key: leaf.key, cert: leaf.cert, allowHTTP1: true });
+  server.on("request", (req: AnyRequest, res: AnyResponse) => {
+    handleRequest(conn, req, res).catch((err: unknown) => fail(res, err));
+  });
+  server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    handleUpgrade(conn, req, socket, head).catch(() => socket.destroy());
+  });
+  server.on("tlsClientError", () => o.socket.destroy());
+  server.on("sessionError", () => o.socket.destroy());
+  // A reset by the sandbox ends the connection like a close does.
+  o.socket.on("error", () => o.socket.destroy());
+  const closed = new Promise<void>((resolve) => o.socket.once("close", () => resolve()));
+  if (o.peeked.length > 0) o.socket.unshift(o.peeked);
+  server.emit("connection", o.socket);
+  await closed;
+  conn.agent.destroy();
+}
+
+/** The request's headers fit to send upstream: no pseudo or hop-by-hop headers; Host is the SNI host. */
+function forwardHeaders(headers: IncomingHttpHeaders, o: TerminateOptions, upgrade: boolean): Headers {
+  const named = new Set(
+    String(headers.connection ?? "")
+      .split(",")
+      .map((s) => s.trim().toLowerCase()),
+  );
+  const out: Headers = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (name.startsWith(":") || HOP_BY_HOP.has(name) || named.has(name) || name === "host") continue;
+    out[name] = value;
+  }
+  out.host = o.port === undefined || o.port === 443 ? o.host : `${o.host}:${o.port}`;
+  if (upgrade) {
+    out.connection = "Upgrade";
+    out.upgrade = headers.upgrade;
+  }
+  return out;
+}
+
+/**
+ * What to do before anything goes upstream: refuse a placeholder of an unbound secret, ask the
+ * policy, and swap the bound ones in. Answers and returns undefined when the request stops here.
+ */
+async function prepare(
+  conn: Connection,
+  req: AnyRequest,
+  upgrade: boolean,
+  answer: (status: number, body: string | object) => void,
+  signal: AbortSignal,
+): Promise<{ headers: Headers; needles: Needle[] } | undefined> {
+  const method = req.method ?? "GET";
+  const path = req.url ?? "/";
+  const headers = forwardHeaders(req.headers, conn.o, upgrade);
+  const refused = placeholdersIn(conn.unbound, path, headers);
+  if (refused.length > 0) {
+    conn.report(
+      "secret_refused",
+      refused.map((b) => b.name),
+      method,
+      path,
+    );
+    answer(403, refusal(conn.o.host, refused));
+    return undefined;
+  }
+  const verdict = await conn.o.decide(method, path, signal);
+  if (verdict !== "allow") {
+    answer(verdict.status, verdict.body);
+    return undefined;
+  }
+  const values = new Map(
+    conn.bound.map((b) => [b.name, conn.o.secrets.reveal(conn.o.tenant, b.name).toString("utf8")]),
+  );
+  const valueOf = (b: SecretBinding): string => values.get(b.name) ?? "";
+  const swapped = swapHeaders(headers, conn.bound, valueOf);
+  conn.report("secret_injected", swapped.used, method, path);
+  // Responses must come back readable, or an echoed value could not be found in them.
+  swapped.headers["accept-encoding"] = "identity";
+  const needles = conn.bound.flatMap((b) => echoNeedles(b.name, valueOf(b), b.placeholder));
+  return { headers: swapped.headers, needles };
+}
+
+function refusal(host: string, refused: SecretBinding[]): object {
+  const names = refused.map((b) => b.name).join(", ");
+  return toProblem(
+    new BothyError(
+      "secret_refused",
+      `The request carries the placeholder of secret ${names}, which is not bound to ${host}; it was not sent. A secret goes only to the hosts given in PUT /secrets/{name}.`,
+      { details: { secrets: refused.map((b) => b.name), host } },
+    ),
+  );
+}
+
+function upstreamRequest(
+  conn: Connection,
+  address: string,
+  method: string,
+  path: string,
+  headers: Headers,
+): http.ClientRequest {
+  return https.request({
+    host: address,
+    port: conn.o.port ?? 443,
+    servername: conn.o.host,
+    method,
+    path,
+    headers: headers as OutgoingHttpHeaders,
+    agent: conn.agent,
+    ...(conn.o.upstreamCa === undefined ? {} : { ca: conn.o.upstreamCa }),
+  });
+}
+
+async function handleRequest(conn: Connection, req: AnyRequest, res: AnyResponse): Promise<void> {
+  const aborted = new AbortController();
+  res.once("close", () => aborted.abort());
+  const answer = (status: number, body: string | object): void => sendBody(res, status, body);
+  const prepared = await prepare(conn, req, false, answer, aborted.signal);
+  if (!prepared) return void req.resume();
+  const method = req.method ?? "GET";
+  const path = req.url ?? "/";
+  const address = await conn.upstreamAddress();
+  const up = upstreamRequest(conn, address, method, path, prepared.headers);
+  aborted.signal.addEventListener("abort", () => up.destroy());
+  up.on("error", (err) => fail(res, err));
+  up.once("response", (upRes) => {
+    res.writeHead(upRes.statusCode ?? 502, responseHeaders(upRes.headers, prepared.needles));
+    upRes.on("error", () => res.destroy());
+    upRes.pipe(scrubStream(prepared.needles)).pipe(res as NodeJS.WritableStream);
+  });
+  // The body is watched for placeholders of unbound secrets as it goes; one found stops the
+  // request before its bytes are sent (the matcher holds back a possible beginning of one).
+  const watch = new StreamMatcher(
+    conn.unbound.map((b) => ({ bytes: Buffer.from(b.placeholder), replacement: Buffer.alloc(0), id: b.name })),
+  );
+  req.on("data", (chunk: Buffer) => {
+    const { out, found } = watch.push(chunk);
+    if (found.length > 0) {
+      up.removeAllListeners("response");
+      up.destroy();
+      req.pause();
+      conn.report("secret_refused", [...new Set(found)], method, path);
+      const refused = conn.unbound.filter((b) => found.includes(b.name));
+      return sendBody(res, 403, refusal(conn.o.host, refused));
+    }
+    if (out.length > 0 && !up.write(out)) {
+      req.pause();
+      up.once("drain", () => req.resume());
+    }
+  });
+  req.once("end", () => {
+    if (up.destroyed) return;
+    up.end(watch.end());
+  });
+  req.on("error", () => up.destroy());
+}
+
+async function handleUpgrade(conn: Connection, req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+  const aborted = new AbortController();
+  socket.on("error", () => socket.destroy());
+  socket.once("close", () => aborted.abort());
+  const answer = (status: number, body: string | object): void => {
+    const text = typeof body === "string" ? body : JSON.stringify(body);
+    socket.end(
+      `HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? ""}\r\ncontent-type: application/problem+json\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`,
+    );
+  };
+  const prepared = await prepare(conn, req, true, answer, aborted.signal);
+  if (!prepared) return;
+  const address = await conn.upstreamAddress();
+  const up = upstreamRequest(conn, address, req.method ?? "GET", req.url ?? "/", prepared.headers);
+  up.on("error", () => socket.destroy());
+  up.once("upgrade", (upRes: IncomingMessage, upSocket: Duplex, upHead: Buffer) => {
+    socket.write(statusBlock(upRes, prepared.needles));
+    if (upHead.length > 0) socket.write(upHead);
+    if (head.length > 0) upSocket.write(head);
+    upSocket.pipe(socket).pipe(upSocket);
+    upSocket.on("error", () => socket.destroy());
+    upSocket.once("close", () => socket.destroy());
+    socket.once("close", () => upSocket.destroy());
+  });
+  up.once("response", (upRes: IncomingMessage) => {
+    // The upstream would not upgrade: its answer, scrubbed, and the connection ends.
+    socket.write(statusBlock(upRes, prepared.needles, true));
+    upRes.pipe(scrubStream(prepared.needles)).pipe(socket);
+  });
+  up.end();
+}
+
+function statusBlock(res: IncomingMessage, needles: Needle[], close = false): string {
+  const lines = [`HTTP/1.1 ${res.statusCode ?? 502} ${res.statusMessage ?? ""}`];
+  const headers = close ? responseHeaders(res.headers, needles) : res.headers;
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined) continue;
+    for (const v of Array.isArray(value) ? value : [value]) lines.push(`${name}: ${scrubText(String(v), needles)}`);
+  }
+  if (close) lines.push("connection: close");
+  return `${lines.join("\r\n")}\r\n\r\n`;
+}
+
+/** Upstream's headers fit for the client: re-framed (the scrubbed body's length differs), values scrubbed. */
+function responseHeaders(headers: IncomingHttpHeaders, needles: Needle[]): OutgoingHttpHeaders {
+  const out: OutgoingHttpHeaders = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined || HOP_BY_HOP.has(name) || name === "content-length") continue;
+    out[name] = Array.isArray(value) ? value.map((v) => scrubText(v, needles)) : scrubText(value, needles);
+  }
+  return out;
+}
+
+function sendBody(res: AnyResponse, status: number, body: string | object): void {
+  if (res.headersSent) return void res.destroy();
+  const text = typeof body === "string" ? body : JSON.stringify(body);
+  res.writeHead(status, { "content-type": "application/problem+json", "content-length": Buffer.byteLength(text) });
+  res.end(text);
+}
+
+/** The upstream failed: a 502 that says so, never with what the request carried. */
+function fail(res: AnyResponse, err: unknown): void {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  const why = typeof code === "string" && /^[A-Z_]+$/.test(code) ? ` (${code})` : "";
+  sendBody(
+    res,
+    502,
+    toProblem(
+      new BothyError("upstream_failed", `The gateway could not complete the request upstream${why}; retry later.`),
+    ),
+  );
+}
+
+function pathOnly(path: string): string {
+  return path.split("?", 1)[0] ?? path;
+}

@@ -1,0 +1,164 @@
+/**
+ * The secrets vault: values sealed with AES-256-GCM under a key in `$BOTHY_HOME/secrets/vault.key`
+ * (32 random bytes, 0600, made on first start), with `tenant \0 name` as associated data so a
+ * sealed value moved to another tenant or name does not open. The ledger holds only
+ * `nonce | tag | ciphertext`; a value is opened on each use by the gateway and never kept, shown,
+ * logged or sent to a guest.
+ */
+import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
+import { chmod, mkdir, readFile, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import type { z } from "zod";
+import { BothyError, type SecretInfo, type putSecretRequest } from "@bothy/protocol";
+import type { SecretRows, SecretRow } from "../ledger/secret-rows.ts";
+import { newPlaceholder } from "../util/ids.ts";
+import type { SecretBinding, SecretSource } from "./contracts.ts";
+
+const KEY_BYTES = 32;
+const NONCE_BYTES = 12;
+const TAG_BYTES = 16;
+
+function aad(tenant: string, name: string): Buffer {
+  return Buffer.from(`${tenant}\0${name}`, "utf8");
+}
+
+/** `nonce | tag | ciphertext` of `value` under `key`, bound to the tenant and name. */
+export function seal(key: Buffer, tenant: string, name: string, value: Buffer): Buffer {
+  const nonce = randomBytes(NONCE_BYTES);
+  const cipher = createCipheriv("aes-256-gcm", key, nonce);
+  cipher.setAAD(aad(tenant, name));
+  const ciphertext = Buffer.concat([cipher.update(value), cipher.final()]);
+  return Buffer.concat([nonce, cipher.getAuthTag(), ciphertext]);
+}
+
+/** The value `seal` sealed; throws when the key, tenant or name differ or a byte was changed. */
+export function unseal(key: Buffer, tenant: string, name: string, sealed: Buffer): Buffer {
+  if (sealed.length < NONCE_BYTES + TAG_BYTES) throw new Error("sealed value too short");
+  const decipher = createDecipheriv("aes-256-gcm", key, sealed.subarray(0, NONCE_BYTES));
+  decipher.setAAD(aad(tenant, name));
+  decipher.setAuthTag(sealed.subarray(NONCE_BYTES, NONCE_BYTES + TAG_BYTES));
+  return Buffer.concat([decipher.update(sealed.subarray(NONCE_BYTES + TAG_BYTES)), decipher.final()]);
+}
+
+/** The vault's key, made on first start. Refuses to make a new one while sealed values exist: none would open. */
+export async function loadVaultKey(home: string, rows: SecretRows): Promise<Buffer> {
+  const dir = join(home, "secrets");
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  await chmod(dir, 0o700);
+  const file = join(dir, "vault.key");
+  try {
+    if (rows.list().length > 0) await readFile(file);
+    else await writeFile(file, randomBytes(KEY_BYTES), { mode: 0o600, flag: "wx" });
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === "ENOENT")
+      throw new Error(
+        `${file} is missing but the ledger holds secrets sealed with it: restore it from a backup, or delete the secrets (none opens without it).`,
+      );
+    if (code !== "EEXIST") throw err;
+  }
+  const key = await readFile(file);
+  if (key.length !== KEY_BYTES) throw new Error(`${file} holds ${key.length} bytes; the vault key is 32 random bytes.`);
+  return key;
+}
+
+/** The sandbox's variable of a secret: its name upper-cased (`github` → `GITHUB`). */
+export const envNameOf = (name: string): string => name.toUpperCase();
+
+function infoOf(row: SecretRow): SecretInfo {
+  return {
+    name: row.name,
+    tenant: row.tenant,
+    hosts: JSON.parse(row.hosts) as string[],
+    inject: row.inject === null ? null : (JSON.parse(row.inject) as { header: string; format: string }),
+    created_at: row.created_at,
+    updated_at: row.updated_at,
+  };
+}
+
+export class Vault implements SecretSource {
+  private constructor(
+    private readonly key: Buffer,
+    private readonly rows: SecretRows,
+  ) {}
+
+  static async open(home: string, rows: SecretRows): Promise<Vault> {
+    return new Vault(await loadVaultKey(home, rows), rows);
+  }
+
+  /** Seals and stores the value; true when the secret is new, false when it replaced one. */
+  put(tenant: string, name: string, body: z.output<typeof putSecretRequest>): { created: boolean; info: SecretInfo } {
+    const created = this.rows.put({
+      tenant,
+      name,
+      sealed: seal(this.key, tenant, name, Buffer.from(body.value, "utf8")),
+      hosts: JSON.stringify(body.hosts),
+      inject: body.inject === undefined ? null : JSON.stringify(body.inject),
+    });
+    return { created, info: this.info(tenant, name) };
+  }
+
+  info(tenant: string, name: string): SecretInfo {
+    const row = this.rows.get(tenant, name);
+    if (!row) throw secretNotFound(name);
+    return infoOf(row);
+  }
+
+  /** The tenant's secrets; every tenant's when `tenant` is undefined. */
+  list(tenant?: string): SecretInfo[] {
+    return this.rows.list(tenant).map(infoOf);
+  }
+
+  /** Removes it; sandboxes bound to it keep their placeholder, which no host then accepts. */
+  delete(tenant: string, name: string): SecretInfo {
+    const info = this.info(tenant, name);
+    this.rows.delete(tenant, name);
+    return info;
+  }
+
+  /** Refuses, naming them, when the tenant's vault lacks any of `names` (before a create makes anything). */
+  requireAll(tenant: string, names: string[]): void {
+    const missing = this.rows.missing(tenant, [...new Set(names)]);
+    if (missing.length > 0)
+      throw new BothyError(
+        "secret_unknown",
+        `The vault of tenant ${tenant} has no secret ${missing.join(", ")}; PUT /secrets/{name} first, or leave it out of \`secrets\`.`,
+        { details: { secrets: missing } },
+      );
+  }
+
+  /** Gives a sandbox made now (its ledger row exists) a new placeholder for each named secret. */
+  bindSandbox(tenant: string, sandboxId: string, names: string[]): void {
+    this.requireAll(tenant, names);
+    const unique = [...new Set(names)];
+    this.rows.bind(
+      unique.map((name) => ({ sandbox_id: sandboxId, name, env: envNameOf(name), placeholder: newPlaceholder() })),
+    );
+  }
+
+  /** `ENV=placeholder` of each secret bound to the sandbox: what its commands see. */
+  placeholderEnv(sandboxId: string): Record<string, string> {
+    return Object.fromEntries(this.rows.bindings(sandboxId).map((b) => [b.env, b.placeholder]));
+  }
+
+  /** A deleted secret's binding has no hosts: its placeholder is refused everywhere. */
+  bindings(sandboxId: string): SecretBinding[] {
+    return this.rows.bindings(sandboxId).map((b) => ({
+      name: b.name,
+      env: b.env,
+      placeholder: b.placeholder,
+      hosts: b.hosts === null ? [] : (JSON.parse(b.hosts) as string[]),
+      inject: b.inject === null ? null : (JSON.parse(b.inject) as { header: string; format: string }),
+    }));
+  }
+
+  reveal(tenant: string, name: string): Buffer {
+    const row = this.rows.get(tenant, name);
+    if (!row) throw secretNotFound(name);
+    return unseal(this.key, tenant, name, row.sealed);
+  }
+}
+
+function secretNotFound(name: string): BothyError {
+  return new BothyError("secret_not_found", `No secret ${name.slice(0, 64)}; GET /secrets lists them.`);
+}

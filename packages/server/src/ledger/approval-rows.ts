@@ -1,0 +1,128 @@
+import type Database from "better-sqlite3";
+import type { ApprovalInfo, ApprovalState } from "@bothy/protocol";
+
+/** One row of the `approvals` table (migration 11). */
+export interface ApprovalRow {
+  id: string;
+  tenant: string;
+  sandbox_id: string;
+  conversation_id: string | null;
+  kind: "http" | "tool";
+  method: string | null;
+  host: string | null;
+  path: string | null;
+  tool: string | null;
+  excerpt: string;
+  rule: string;
+  state: ApprovalState;
+  created_at: string;
+  expires_at: string;
+  decided_at: string | null;
+  decided_by: string | null;
+  grant_kind: "once" | "host" | null;
+  grant_until: string | null;
+  reason: string | null;
+}
+
+/** How a pending approval ends: its new state and what the decision says. */
+export interface Settlement {
+  state: Exclude<ApprovalState, "pending">;
+  decidedBy: string | null;
+  grantKind: "once" | "host" | null;
+  grantUntil: string | null;
+  reason: string | null;
+}
+
+export function toApprovalInfo(row: ApprovalRow): ApprovalInfo {
+  return {
+    approval_id: row.id,
+    tenant: row.tenant,
+    sandbox_id: row.sandbox_id,
+    conversation_id: row.conversation_id,
+    kind: row.kind,
+    method: row.method,
+    host: row.host,
+    path: row.path,
+    tool: row.tool,
+    excerpt: row.excerpt,
+    rule: row.rule,
+    state: row.state,
+    created_at: row.created_at,
+    expires_at: row.expires_at,
+    decided_at: row.decided_at,
+    decided_by: row.decided_by,
+    grant: row.grant_kind === null ? null : { kind: row.grant_kind, until: row.grant_until },
+    reason: row.reason,
+  };
+}
+
+/**
+ * The ledger's approvals. Every write is durable before it returns (the ledger's
+ * synchronous=FULL), and a pending row leaves `pending` only by a compare-and-set, so a decision
+ * lands once: a second one finds the row decided and changes nothing.
+ */
+export class ApprovalRows {
+  private readonly byId: Database.Statement;
+  private readonly hostGrant: Database.Statement;
+  private readonly settleOne: Database.Statement;
+
+  constructor(private readonly db: Database.Database) {
+    this.byId = db.prepare(`SELECT * FROM approvals WHERE id = ?`);
+    this.hostGrant = db.prepare(
+      `SELECT 1 FROM approvals WHERE sandbox_id = ? AND host = ? AND state = 'approved' AND grant_kind = 'host' AND grant_until > ? LIMIT 1`,
+    );
+    this.settleOne = db.prepare(
+      `UPDATE approvals SET state = @state, decided_at = @at, decided_by = @decidedBy, grant_kind = @grantKind,
+         grant_until = @grantUntil, reason = @reason
+       WHERE id = @id AND state = 'pending' RETURNING *`,
+    );
+  }
+
+  insert(
+    row: Omit<ApprovalRow, "state" | "decided_at" | "decided_by" | "grant_kind" | "grant_until" | "reason">,
+  ): void {
+    this.db
+      .prepare(
+        `INSERT INTO approvals (id, tenant, sandbox_id, conversation_id, kind, method, host, path, tool, excerpt, rule, state, created_at, expires_at)
+         VALUES (@id, @tenant, @sandbox_id, @conversation_id, @kind, @method, @host, @path, @tool, @excerpt, @rule, 'pending', @created_at, @expires_at)`,
+      )
+      .run(row);
+  }
+
+  get(id: string): ApprovalRow | undefined {
+    return this.byId.get(id) as ApprovalRow | undefined;
+  }
+
+  /** Newest first; `tenant` undefined: every tenant's. */
+  list(filter: { tenant?: string; state?: ApprovalState; sandboxId?: string; limit: number }): ApprovalRow[] {
+    const all: Array<[string, string | undefined]> = [
+      ["tenant", filter.tenant],
+      ["state", filter.state],
+      ["sandbox_id", filter.sandboxId],
+    ];
+    const conditions = all.filter(([, value]) => value !== undefined);
+    const where = conditions.map(([column]) => `${column} = ?`);
+    const args = conditions.map(([, value]) => value);
+    const sql = `SELECT * FROM approvals ${where.length ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY created_at DESC, rowid DESC LIMIT ?`;
+    return this.db.prepare(sql).all(...args, filter.limit) as ApprovalRow[];
+  }
+
+  /** Ends a pending approval; undefined (and nothing changed) when it is not pending. */
+  settle(id: string, how: Settlement, at: string = new Date().toISOString()): ApprovalRow | undefined {
+    return this.settleOne.get({ id, at, ...how }) as ApprovalRow | undefined;
+  }
+
+  /** Cancels every pending approval at once (start-up: nothing held before survives a restart). */
+  cancelAllPending(reason: string, at: string = new Date().toISOString()): ApprovalRow[] {
+    return this.db
+      .prepare(
+        `UPDATE approvals SET state = 'cancelled', decided_at = ?, reason = ? WHERE state = 'pending' RETURNING *`,
+      )
+      .all(at, reason) as ApprovalRow[];
+  }
+
+  /** Whether an approval granted `host` to this sandbox until after `at`. */
+  hostGranted(sandboxId: string, host: string, at: string): boolean {
+    return this.hostGrant.get(sandboxId, host, at) !== undefined;
+  }
+}

@@ -1,0 +1,261 @@
+/**
+ * The terminator over loopback: a sandbox-side client (HTTP/1.1, HTTP/2, WebSocket) trusting
+ * bothy's egress CA talks through it to an HTTPS echo server whose certificate a separate test CA
+ * signed, which the terminator verifies.
+ */
+import { mkdtemp, rm } from "node:fs/promises";
+import { createServer as createHttpsServer, request as httpsRequest, type Server } from "node:https";
+import { connect as http2Connect } from "node:http2";
+import { createServer as createNetServer, type AddressInfo, type Server as NetServer } from "node:net";
+import { createSecureContext } from "node:tls";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { once } from "node:events";
+import WebSocket, { WebSocketServer } from "ws";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { EgressCa } from "../src/gateway/egress-ca.ts";
+import type { SecretBinding, SecretSource } from "../src/gateway/contracts.ts";
+import { terminateTls, type SecretReport, type Verdict } from "../src/gateway/tls-terminator.ts";
+
+const GITHUB_VALUE = "ghp_Real+Value/with space&=";
+const STRIPE_VALUE = "sk_live_stripe_value_42";
+const GITHUB_PH = "bothy_ph_githubgithubgithubgithubgithub23";
+const STRIPE_PH = "bothy_ph_stripestripestripestripestripe22";
+const API = "api.example.test";
+const PAY = "api.pay.test";
+
+const bindings: SecretBinding[] = [
+  { name: "github", env: "GITHUB", placeholder: GITHUB_PH, hosts: [API], inject: null },
+  {
+    name: "stripe",
+    env: "STRIPE",
+    placeholder: STRIPE_PH,
+    hosts: ["*.pay.test"],
+    inject: { header: "X-Api-Key", format: "key {value}" },
+  },
+];
+const source: SecretSource = {
+  bindings: () => bindings,
+  reveal: (_tenant, name) => Buffer.from(name === "github" ? GITHUB_VALUE : STRIPE_VALUE),
+};
+
+let dir: string;
+let egress: EgressCa;
+let upstreamCa: EgressCa;
+let upstream: Server;
+let upstreamPort: number;
+const hits: Array<{ host: string; url: string; headers: Record<string, unknown>; body: string }> = [];
+const gateways: NetServer[] = [];
+const reports: SecretReport[] = [];
+let verdict: Verdict = "allow";
+
+/** A gateway listener for one SNI host, the way the proxy will hand connections over. */
+async function gateway(host: string): Promise<number> {
+  const server = createNetServer((socket) => {
+    socket.once("data", (peeked: Buffer) => {
+      socket.pause();
+      void terminateTls({
+        socket,
+        peeked,
+        host,
+        port: upstreamPort,
+        tenant: "default",
+        bindings,
+        secrets: source,
+        leaves: egress,
+        dial: async () => "127.0.0.1",
+        decide: async () => verdict,
+        report: (ev) => reports.push(ev),
+        upstreamCa: upstreamCa.caPem,
+      });
+    });
+  });
+  gateways.push(server);
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  return (server.address() as AddressInfo).port;
+}
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), "bothy-term-"));
+  egress = await EgressCa.open(join(dir, "egress"));
+  upstreamCa = await EgressCa.open(join(dir, "upstream"));
+  const contexts = new Map<string, ReturnType<typeof createSecureContext>>();
+  for (const host of [API, PAY]) contexts.set(host, createSecureContext(await upstreamCa.leafFor(host)));
+  upstream = createHttpsServer(
+    { SNICallback: (name, cb) => cb(null, contexts.get(name)), ALPNProtocols: ["http/1.1"] },
+    (req, res) => {
+      const chunks: Buffer[] = [];
+      req.on("data", (c: Buffer) => chunks.push(c));
+      req.on("end", () => {
+        const body = Buffer.concat(chunks).toString();
+        const host = (req.socket as unknown as { servername: string }).servername;
+        hits.push({ host, url: req.url ?? "", headers: req.headers, body });
+        const auth = String(req.headers.authorization ?? req.headers["x-api-key"] ?? "");
+        const secret = auth.replace(/^(token|key|Bearer) /, "");
+        // The value echoed in three forms, written in small pieces so they straddle chunks.
+        const echo = `raw=${secret};b64=${Buffer.from(secret).toString("base64")};url=${encodeURIComponent(secret)};`;
+        res.writeHead(200, {
+          "content-type": "text/plain",
+          "x-echo": secret,
+          "content-length": Buffer.byteLength(echo),
+        });
+        const bytes = Buffer.from(echo);
+        for (let i = 0; i < bytes.length; i += 5) res.write(bytes.subarray(i, i + 5));
+        res.end();
+      });
+    },
+  );
+  const wss = new WebSocketServer({ server: upstream });
+  wss.on("connection", (ws, req) => {
+    ws.send(`auth=${String(req.headers.authorization)}`);
+    ws.on("message", (m) => ws.send(`echo:${String(m)}`));
+  });
+  upstream.listen(0, "127.0.0.1");
+  await once(upstream, "listening");
+  upstreamPort = (upstream.address() as AddressInfo).port;
+});
+
+afterAll(async () => {
+  for (const g of gateways) g.close();
+  upstream.closeAllConnections();
+  upstream.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+function get1(
+  port: number,
+  host: string,
+  path: string,
+  headers: Record<string, string>,
+  body?: string,
+): Promise<{ status: number; headers: Record<string, unknown>; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = httpsRequest(
+      {
+        host: "127.0.0.1",
+        port,
+        servername: host,
+        path,
+        method: body ? "POST" : "GET",
+        headers,
+        ca: egress.caPem,
+        agent: false,
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("end", () =>
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString() }),
+        );
+      },
+    );
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+describe("TLS terminator", () => {
+  it("swaps a bound placeholder in over HTTP/1.1 and scrubs the echoed value in every form", async () => {
+    const port = await gateway(API);
+    hits.length = 0;
+    const res = await get1(port, API, "/user", { authorization: `token ${GITHUB_PH}`, "accept-encoding": "gzip" });
+    expect(res.status).toBe(200);
+    expect(hits).toHaveLength(1);
+    expect(hits[0]?.host).toBe(API);
+    expect(hits[0]?.headers.authorization).toBe(`token ${GITHUB_VALUE}`);
+    expect(hits[0]?.headers["accept-encoding"]).toBe("identity");
+    expect(hits[0]?.headers.host).toBe(`${API}:${upstreamPort}`);
+    expect(res.body).toBe(`raw=${GITHUB_PH};b64=${GITHUB_PH};url=${GITHUB_PH};`);
+    expect(res.headers["x-echo"]).toBe(GITHUB_PH);
+    expect(JSON.stringify(res)).not.toContain("ghp_Real");
+    expect(reports).toContainEqual({
+      kind: "secret_injected",
+      secret: "github",
+      host: API,
+      method: "GET",
+      path: "/user",
+    });
+  });
+
+  it("refuses a placeholder sent to a host it is not bound to, in a header, the URL or the body", async () => {
+    const port = await gateway(API);
+    hits.length = 0;
+    reports.length = 0;
+    for (const attempt of [
+      () => get1(port, API, "/", { "x-key": STRIPE_PH }),
+      () => get1(port, API, `/?k=${STRIPE_PH}`, {}),
+      () => get1(port, API, "/upload", { "content-type": "text/plain" }, `${"a".repeat(100_000)}${STRIPE_PH}tail`),
+    ]) {
+      const res = await attempt();
+      expect(res.status).toBe(403);
+      expect(JSON.parse(res.body)).toMatchObject({ code: "secret_refused", secrets: ["stripe"], host: API });
+      expect(res.body).not.toContain(STRIPE_VALUE);
+    }
+    expect(hits.filter((h) => h.url !== "/upload")).toHaveLength(0);
+    expect(hits.some((h) => h.body.includes(STRIPE_PH) || h.body.includes(STRIPE_VALUE))).toBe(false);
+    expect(reports.filter((r) => r.kind === "secret_refused").map((r) => r.secret)).toEqual([
+      "stripe",
+      "stripe",
+      "stripe",
+    ]);
+  });
+
+  it("injects a header over HTTP/2 and scrubs the answer", async () => {
+    const port = await gateway(PAY);
+    hits.length = 0;
+    const session = http2Connect(`https://127.0.0.1:${port}`, { ca: egress.caPem, servername: PAY });
+    try {
+      const stream = session.request({ ":path": "/charges", ":method": "GET" }, { endStream: true });
+      const [headers] = (await once(stream, "response")) as [Record<string, unknown>];
+      const chunks: Buffer[] = [];
+      for await (const c of stream) chunks.push(c as Buffer);
+      expect(headers[":status"]).toBe(200);
+      expect(hits[0]?.headers["x-api-key"]).toBe(`key ${STRIPE_VALUE}`);
+      expect(Buffer.concat(chunks).toString()).toBe(`raw=${STRIPE_PH};b64=${STRIPE_PH};url=${STRIPE_PH};`);
+      expect(headers["x-echo"]).toBe(STRIPE_PH);
+    } finally {
+      session.close();
+    }
+  });
+
+  it("answers what the policy decides instead of going upstream", async () => {
+    const port = await gateway(API);
+    hits.length = 0;
+    verdict = { status: 403, body: { code: "egress_denied", detail: "no" } };
+    try {
+      const res = await get1(port, API, "/", {});
+      expect(res.status).toBe(403);
+      expect(JSON.parse(res.body)).toEqual({ code: "egress_denied", detail: "no" });
+      expect(hits).toHaveLength(0);
+    } finally {
+      verdict = "allow";
+    }
+  });
+
+  it("passes a WebSocket upgrade with the placeholder swapped in its headers", async () => {
+    const port = await gateway(API);
+    const options = { ca: egress.caPem, servername: API, headers: { authorization: `token ${GITHUB_PH}` } };
+    const ws = new WebSocket(`wss://127.0.0.1:${port}/ws`, options as WebSocket.ClientOptions);
+    const messages: string[] = [];
+    ws.on("message", (m) => messages.push(String(m)));
+    await once(ws, "open");
+    ws.send("hello");
+    while (messages.length < 2) await once(ws, "message");
+    ws.close();
+    expect(messages).toEqual([`auth=token ${GITHUB_VALUE}`, "echo:hello"]);
+  });
+
+  it("ends a connection whose client does not trust the leaf without going upstream", async () => {
+    const port = await gateway(API);
+    hits.length = 0;
+    await expect(
+      new Promise((resolve, reject) => {
+        const req = httpsRequest({ host: "127.0.0.1", port, servername: API, path: "/", agent: false }, resolve);
+        req.on("error", reject);
+        req.end();
+      }),
+    ).rejects.toThrow(/self-signed|unable to verify|certificate/i);
+    expect(hits).toHaveLength(0);
+  });
+});
