@@ -95,6 +95,8 @@ export interface RunTimes {
   firstOutput: number;
   exec: number;
   delete: number;
+  /** A GET of the sandbox right after its delete: the HTTP round trip, the floor under delete. */
+  get: number;
   total: number;
 }
 
@@ -138,7 +140,9 @@ export async function timedRun(url: string, wsUrl: string): Promise<RunTimes> {
     if (!deleteTried) await api(url, "DELETE", `/sandboxes/${id}`).catch(() => undefined);
   }
   const t3 = performance.now();
-  return { id, create: t1 - t0, firstOutput: first - t0, exec: t2 - t1, delete: t3 - t2, total: t3 - t0 };
+  await withTimeout(api(url, "GET", `/sandboxes/${id}`), `get ${id}`);
+  const get = performance.now() - t3;
+  return { id, create: t1 - t0, firstOutput: first - t0, exec: t2 - t1, delete: t3 - t2, get, total: t3 - t0 };
 }
 
 /**

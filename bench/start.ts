@@ -4,7 +4,8 @@
  * a raw `runsc run` of the same rootfs, command and runsc flags; the cold boot's steps (from the
  * `sandbox_created` event); N cold creates C at a time against one cold create; delete as the
  * caller sees it. With qemu, cold boot and warm restore against a raw QEMU boot
- * (bench/qemu-start.ts). BOTHY_RUNSC and BOTHY_RUNSC_PLATFORM choose the runsc of both sides.
+ * (bench/qemu-start.ts). BOTHY_RUNSC and BOTHY_RUNSC_PLATFORM choose the runsc of both sides; with
+ * the agent on a host Node (BOTHY_AGENT_NODE), a second cold series on the template's Node.
  */
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
@@ -61,6 +62,9 @@ const runs = intArg(flags.get("runs"), 20, "--runs", 1, 10_000, usage);
 const parallelN = intArg(flags.get("parallel"), 40, "--parallel", 0, 1000, usage);
 const concurrency = intArg(flags.get("concurrency"), 4, "--concurrency", 1, 32, usage);
 const interrupted = interruptSignal();
+/** Whether bothy runs the gVisor agent on a host Node (config.ts BOTHY_AGENT_NODE). */
+const agentNodeChoice = process.env["BOTHY_AGENT_NODE"] ?? "host";
+const agentOnHostNode = loadConfig({ ...process.env }).gvisor.agentNode !== undefined;
 const leaks: string[] = [];
 /** The events of the cold series' server: its `sandbox_created` carry each boot's steps. */
 let coldSteps: TestServer["events"] = [];
@@ -79,12 +83,17 @@ let exitCode = 0;
 try {
   if (driver !== "qemu") {
     const warm = await bothySeries(1);
-    const cold = await bothySeries(0);
+    // With the agent on a host Node, the same cold series on the template's Debian Node 18
+    // (BOTHY_AGENT_NODE=template) runs interleaved with it.
+    const [cold = [], coldTemplateNode = []] = await bothySeriesOf(
+      0,
+      agentOnHostNode ? [undefined, "template"] : [undefined],
+    );
     const rawOverlay = await rawSeries(true);
     const rawPlain = await rawSeries(false);
     const parallel = parallelN > 0 ? await parallelSeries() : [];
     report(warm, cold, rawOverlay, rawPlain);
-    reportCold(cold, rawOverlay, parallel);
+    reportCold(cold, rawOverlay, parallel, coldTemplateNode);
   }
   if (driver !== "gvisor") reportQemu(await qemuSeries(runs, WARMUP, scratch, attempt, leaks));
 } catch (err) {
@@ -105,27 +114,53 @@ process.exit(exitCode !== 0 ? exitCode : leaks.length > 0 ? 1 : 0);
  * booted sandbox: before each run we poll the pool until its refill has finished.
  */
 async function bothySeries(poolSize: number): Promise<RunTimes[]> {
-  const label = poolSize > 0 ? "bothy warm" : "bothy cold";
-  const ts = await startTestServer({ BOTHY_POOL_SIZE: String(poolSize), BOTHY_DRIVER: "gvisor" });
-  const times: RunTimes[] = [];
+  return (await bothySeriesOf(poolSize, [undefined]))[0] ?? [];
+}
+
+/**
+ * Series on one server per agent Node (undefined: the configured one), their runs interleaved so
+ * that the machine's load, which drifts over minutes here, weighs on each alike.
+ */
+async function bothySeriesOf(poolSize: number, agentNodes: Array<"template" | undefined>): Promise<RunTimes[][]> {
+  const labels = agentNodes.map(
+    (n) => `${poolSize > 0 ? "bothy warm" : "bothy cold"}${n ? ", agent on the template's Node" : ""}`,
+  );
+  const servers: TestServer[] = [];
+  const times: RunTimes[][] = agentNodes.map(() => []);
   try {
-    if (poolSize > 0) await ts.server.manager.warm("seed");
-    else coldSteps = ts.events;
+    for (const n of agentNodes)
+      servers.push(
+        await startTestServer({
+          BOTHY_POOL_SIZE: String(poolSize),
+          BOTHY_DRIVER: "gvisor",
+          ...(n ? { BOTHY_AGENT_NODE: n } : {}),
+        }),
+      );
+    for (const [k, ts] of servers.entries()) {
+      if (poolSize > 0) await ts.server.manager.warm("seed");
+      else if (!agentNodes[k]) coldSteps = ts.events;
+    }
     for (let i = 0; i < runs + WARMUP; i++) {
-      interrupted.throwIfAborted();
-      if (poolSize > 0) await poolReady(ts);
-      await sleep(SETTLE_MS);
-      const t = await attempt(label, i, () => timedRun(ts.url, ts.wsUrl));
-      if (t && i >= WARMUP) times.push(t);
+      for (const [k, ts] of servers.entries()) {
+        interrupted.throwIfAborted();
+        if (poolSize > 0) await poolReady(ts);
+        await sleep(SETTLE_MS);
+        const t = await attempt(labels[k] ?? "", i, () => timedRun(ts.url, ts.wsUrl));
+        if (t && i >= WARMUP) times[k]?.push(t);
+      }
     }
   } finally {
-    const found = await stopAndInspect(ts, "bench-start");
-    console.log(
-      `# ${label}: warm creates ${found.creates.text} (incl. warm-up)${found.log ? `, server log kept at ${found.log}` : ""}`,
-    );
-    leaks.push(...found.leaks.map((l) => `${label}: ${l}`));
+    for (const [k, ts] of servers.entries()) {
+      const label = labels[k] ?? "";
+      const found = await stopAndInspect(ts, "bench-start");
+      console.log(
+        `# ${label}: warm creates ${found.creates.text} (incl. warm-up)${found.log ? `, server log kept at ${found.log}` : ""}`,
+      );
+      leaks.push(...found.leaks.map((l) => `${label}: ${l}`));
+    }
   }
-  console.log(`# ${label}: done, median ${secs(median(times.map((t) => t.total)))}`);
+  for (const [k, label] of labels.entries())
+    console.log(`# ${label}: done, median ${secs(median((times[k] ?? []).map((t) => t.total)))}`);
   return times;
 }
 
@@ -325,7 +360,7 @@ async function cleanScratch(): Promise<void> {
 }
 
 /** The cold path step by step, the parallel creates, and delete as the caller sees it, with their baselines. */
-function reportCold(cold: RunTimes[], rawOverlay: RawTimes[], parallel: number[]): void {
+function reportCold(cold: RunTimes[], rawOverlay: RawTimes[], parallel: number[], coldTemplateNode: RunTimes[]): void {
   const ids = new Set(cold.map((t) => t.id));
   const steps = new Map<string, number[]>();
   for (const ev of coldSteps) {
@@ -339,6 +374,12 @@ function reportCold(cold: RunTimes[], rawOverlay: RawTimes[], parallel: number[]
   console.log(
     `(e) cold create (API, median ${secs(single)}) vs raw runsc run of the same tree (${secs(raw)}; runsc alone ${secs(rawRunsc)}): ${(single / raw).toFixed(2)}x (goal <= 2x)`,
   );
+  if (coldTemplateNode.length > 0) {
+    const t = median(coldTemplateNode.map((r) => r.create));
+    console.log(
+      `    same run, agent on the template's Node 18 (BOTHY_AGENT_NODE=template): cold create ${secs(t)} = ${(t / raw).toFixed(2)}x raw; the host's Node saves ${((t - single) * 1).toFixed(0)} ms`,
+    );
+  } else console.log(`    (the agent runs on the template's Node: BOTHY_AGENT_NODE=${agentNodeChoice})`);
   console.log("    cold boot steps (median ms; start.* are the driver's phases inside `start`):");
   for (const [name, xs] of steps) console.log(`      ${name.padEnd(16)} ${median(xs).toFixed(0).padStart(6)}`);
   if (parallel.length > 0) {
@@ -349,7 +390,7 @@ function reportCold(cold: RunTimes[], rawOverlay: RawTimes[], parallel: number[]
   }
   const dels = cold.map((t) => t.delete);
   console.log(
-    `(g) delete as the caller sees it (cold series): p50 ${(median(dels) * 1).toFixed(1)} ms, max ${Math.max(...dels).toFixed(1)} ms (goal p50 <= 20 ms)`,
+    `(g) delete as the caller sees it (cold series): p50 ${(median(dels) * 1).toFixed(1)} ms, max ${Math.max(...dels).toFixed(1)} ms (goal p50 <= 20 ms); a GET of the same sandbox right after: p50 ${median(cold.map((t) => t.get)).toFixed(1)} ms`,
   );
 }
 
@@ -366,6 +407,7 @@ function report(warm: RunTimes[], cold: RunTimes[], rawOverlay: RawTimes[], rawP
     for (const phase of ["create", "exec", "delete"] as const)
       console.log(`    ${phase.padEnd(7)} ${summary(times.map((t) => t[phase]))}`);
     console.log(`    create → first output ${summary(times.map((t) => t.firstOutput))}`);
+    console.log(`    a GET right after the delete (HTTP round trip) ${summary(times.map((t) => t.get))}`);
   }
   console.log(
     `(c) raw runsc run, overlay root: median ${secs(raw)} (runsc spawn→exit ${secs(median(rawOverlay.map((t) => t.runsc)))}, rest is mkdir/mount/umount/rm)`,

@@ -14,13 +14,18 @@
  * set (bounding set included) before it starts the agent, so no command ever holds it, and
  * refuses to start the agent if it cannot.
  *
- *   bothy-init PROGRAM [ARGS...]
+ *   bothy-init [--fallback PROGRAM2] PROGRAM [ARGS...]
+ *
+ * With --fallback, an agent that exits 127 (the dynamic loader's status when PROGRAM's libraries
+ * do not fit the template, or an exec failure) is started once more as PROGRAM2 with the same
+ * ARGS: the host's Node runs the agent where it can, the template's own Node everywhere else.
  */
 #include <errno.h>
 #include <linux/capability.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -29,6 +34,9 @@
 #include <unistd.h>
 
 static pid_t agent;
+
+/* The agent's status when it could not run at all: exec failed, or the dynamic loader refused. */
+#define NOT_RUNNABLE 127
 
 #define CGROUP_ROOT "/sys/fs/cgroup"
 #define PIDS_ROOT CGROUP_ROOT "/pids"
@@ -73,31 +81,51 @@ static int drop_sys_admin(void) {
   return 0;
 }
 
+static pid_t start_agent(char *program, char **argv) {
+  pid_t pid = fork();
+  if (pid < 0) {
+    perror("bothy-init: fork");
+    return -1;
+  }
+  if (pid == 0) {
+    execv(program, argv);
+    perror("bothy-init: exec");
+    _exit(NOT_RUNNABLE);
+  }
+  return pid;
+}
+
 int main(int argc, char **argv) {
-  if (argc < 2) {
-    fprintf(stderr, "usage: bothy-init PROGRAM [ARGS...]\n");
+  char *fallback = NULL;
+  int first = 1;
+  if (argc >= 3 && strcmp(argv[1], "--fallback") == 0) {
+    fallback = argv[2];
+    first = 3;
+  }
+  if (argc <= first) {
+    fprintf(stderr, "usage: bothy-init [--fallback PROGRAM2] PROGRAM [ARGS...]\n");
     return 2;
   }
   /* Without it commands have no process limit; the agent refuses the host's `limits`, so the
      sandbox fails to start rather than run unlimited. */
   if (commands_cgroup() == 0) setenv("BOTHY_COMMANDS_CGROUP", COMMANDS_CGROUP, 1);
   if (drop_sys_admin() < 0) return 1;
-  agent = fork();
-  if (agent < 0) {
-    perror("bothy-init: fork");
-    return 1;
-  }
-  if (agent == 0) {
-    execv(argv[1], argv + 1);
-    perror("bothy-init: exec");
-    _exit(127);
-  }
+  agent = start_agent(argv[first], argv + first);
+  if (agent < 0) return 1;
   signal(SIGTERM, forward);
   signal(SIGINT, forward);
   signal(SIGHUP, forward);
   for (;;) {
     int status;
     pid_t pid = wait(&status);
+    if (pid == agent && fallback && WIFEXITED(status) && WEXITSTATUS(status) == NOT_RUNNABLE) {
+      fprintf(stderr, "bothy-init: %s could not run; starting the agent with %s\n", argv[first], fallback);
+      argv[first] = fallback;
+      fallback = NULL;
+      agent = start_agent(argv[first], argv + first);
+      if (agent < 0) return 1;
+      continue;
+    }
     if (pid == agent) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (pid < 0 && errno == ECHILD) return 1;
   }

@@ -1,3 +1,4 @@
+import { realpathSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -34,6 +35,17 @@ const envSchema = z.object({
   BOTHY_RUNSC: z.string().min(1).default("runsc"),
   /** gVisor's platform: `ptrace` works everywhere; `systrap` needs runsc 2023 or later (docs/architecture.md). */
   BOTHY_RUNSC_PLATFORM: z.enum(["ptrace", "systrap"]).default("ptrace"),
+  /**
+   * gVisor: the Node that runs the guest agent. `host`: the server's own Node, bind-mounted
+   * read-only, when it is a self-contained build with a startup snapshot (Debian's Node 18 in the
+   * templates has no snapshot or code cache and starts ~0.3 s slower under ptrace); `template`:
+   * the template's /usr/bin/node; or a path to a Node on the host. A template whose libraries the
+   * chosen Node cannot load runs the agent on its own Node (bothy-init --fallback).
+   */
+  BOTHY_AGENT_NODE: z
+    .string()
+    .refine((v) => v === "host" || v === "template" || v.startsWith("/"), "host, template or an absolute path")
+    .default("host"),
   /** The default driver; `auto` is qemu with KVM where hardware virtualization works, else gvisor. */
   BOTHY_DRIVER: z.enum(["auto", "gvisor", "qemu"]).default("auto"),
   /** QEMU: restore new sandboxes from a per-template memory snapshot (1) or boot each (0). */
@@ -130,7 +142,8 @@ export interface Config {
   driver: "auto" | "gvisor" | "qemu";
   hostLimits: "required" | "off";
   qemu: { warmStart: boolean; tbSizeMib: number; kernelDir: string };
-  gvisor: { runsc: string; platform: "ptrace" | "systrap" };
+  /** `agentNode`: the host file of the Node that runs the agent in gVisor sandboxes (BOTHY_AGENT_NODE); unset: the template's. */
+  gvisor: { runsc: string; platform: "ptrace" | "systrap"; agentNode: string | undefined };
   webhook: { url: string; retryBaseMs: number; secret: string | undefined } | undefined;
   approvals: { timeoutMs: number };
   commandReplayBytes: number;
@@ -201,7 +214,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     previewDomain: e.BOTHY_PREVIEW_DOMAIN,
     driver: e.BOTHY_DRIVER,
     hostLimits: e.BOTHY_HOST_LIMITS,
-    gvisor: { runsc: e.BOTHY_RUNSC, platform: e.BOTHY_RUNSC_PLATFORM },
+    gvisor: { runsc: e.BOTHY_RUNSC, platform: e.BOTHY_RUNSC_PLATFORM, agentNode: agentNode(e.BOTHY_AGENT_NODE) },
     qemu: {
       warmStart: e.BOTHY_QEMU_WARM === "1",
       tbSizeMib: e.BOTHY_QEMU_TB_MIB,
@@ -237,4 +250,17 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     },
     ...overrides,
   };
+}
+
+/**
+ * BOTHY_AGENT_NODE's file: with `host`, this process's Node when it can run in a sandbox on its
+ * own (not linked to a shared libnode the template lacks) and has a startup snapshot (else it
+ * would be no faster than the template's).
+ */
+function agentNode(choice: string): string | undefined {
+  if (choice === "template") return undefined;
+  if (choice !== "host") return choice;
+  const v = process.config.variables as Record<string, unknown>;
+  if (v["node_shared"] === true || v["node_use_node_snapshot"] !== true) return undefined;
+  return realpathSync(process.execPath);
 }

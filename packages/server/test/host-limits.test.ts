@@ -193,3 +193,39 @@ for (const driver of testDrivers()) {
       );
   });
 }
+
+/** The CPU weight of a sandbox's cgroup as the host's files say: v1 `cpu.shares`, v2 `cpu.weight`. */
+function cpuWeightOf(home: string, id: string): number {
+  const cg = sandboxCgroup(hostTag(home), id);
+  return Number(read(V2 ? join(ROOT, cg, "cpu.weight") : join(ROOT, "cpu", cg, "cpu.shares")));
+}
+
+const gvisor = testDrivers().find((d) => d.name === "gvisor");
+describe.skipIf(gvisor?.missing !== undefined)(
+  driverTitle(gvisor ?? { name: "gvisor", missing: "gvisor" }, "the warm pool's CPU weight"),
+  () => {
+    let ts: TestServer;
+    beforeAll(async () => {
+      ts = await startTestServer({ BOTHY_DRIVER: "gvisor", BOTHY_POOL_SIZE: "1" });
+    }, 300_000);
+    afterAll(async () => {
+      expect(await ts.stop()).toEqual(noLeaks());
+    });
+
+    it("boots pool sandboxes at the lowest weight and gives a claimed one the default back", async () => {
+      await ts.server.manager.warm("seed");
+      const pool = ts.server.manager["pool"];
+      // The refill warm() started has booted its sandbox once this settles.
+      await Promise.all(pool["filling"].values());
+      const [pooled] = [...pool.ownedIds()];
+      expect(pooled).toBeDefined();
+      const low = cpuWeightOf(ts.home, pooled ?? "");
+      // runsc writes the spec's shares (2) on v1 and maps them to a weight on v2.
+      expect(low).toBe(V2 ? 1 : 2);
+      const id = await createSandbox(ts.url);
+      expect(id).toBe(pooled);
+      expect(cpuWeightOf(ts.home, id)).toBe(V2 ? 100 : 1024);
+      expect(await deleteSandbox(ts.url, id)).toBe("deleted");
+    });
+  },
+);

@@ -83,6 +83,7 @@ export async function createDrivers(config: Config, log: Logger, gatewayPorts?: 
       hostLimits: config.hostLimits,
       runscPath: config.gvisor.runsc,
       platform: config.gvisor.platform,
+      ...(config.gvisor.agentNode === undefined ? {} : { agentNode: config.gvisor.agentNode }),
       log,
     }),
     qemu: new QemuDriver({

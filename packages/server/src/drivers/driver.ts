@@ -40,6 +40,11 @@ export interface SandboxSpec {
    */
   fromMemory?: boolean;
   /**
+   * Booted ahead of demand (the warm pool): the sandbox gets the host's lowest CPU weight until
+   * `prioritize`, so a refill booting beside live sandboxes never slows them (where the driver can).
+   */
+  background?: boolean;
+  /**
    * The sandbox still runs from before a server restart: connect to it instead of starting it
    * (drivers with `attaches`); its agent is asked to say hello again.
    */
@@ -109,6 +114,8 @@ export interface SandboxHandle {
   destroy(): Promise<void>;
   /** The guest learns its id, hostname, env, clock and entropy over the channel after hello. */
   readonly needsIdentity?: boolean;
+  /** A `background` sandbox now serves a caller: it gets the host's default CPU weight back. */
+  prioritize?(): Promise<void>;
   /** Saves the sandbox's memory to disk and ends its VM; absent where the driver cannot. */
   pause?(): Promise<void>;
   /**

@@ -7,7 +7,7 @@ import { BothyError, resyncPreamble, SANDBOX_ID_RE } from "@bothy/protocol";
 import { HostCommandError, run } from "../util/host-command.ts";
 import { cgroupPath } from "../util/host-names.ts";
 import type { Driver, ExitInfo, GuestStream, HostObject, SandboxHandle, SandboxSpec, UndoStack } from "./driver.ts";
-import { hostCgroupLayout, limitsProblem, requireHostLimits } from "./host-cgroups.ts";
+import { hostCgroupLayout, limitsProblem, requireHostLimits, restoreSandboxCpuWeight } from "./host-cgroups.ts";
 import { buildOciSpec, GVISOR_COMPAT_FILES } from "./oci-spec.ts";
 import type { Logger } from "../events/server-events.ts";
 import { BootError, describeCauses, HostSetupError } from "../errors/internal-errors.ts";
@@ -19,6 +19,8 @@ export interface GvisorOptions {
   sandboxesDir: string;
   /** The bundled guest agent on the host, bind-mounted read-only into each sandbox. */
   agentPath: string;
+  /** A Node on the host that runs the agent (config.ts BOTHY_AGENT_NODE); unset: the template's. */
+  agentNode?: string;
   /** The home's tag (util/host-names.ts): names each sandbox's cgroup. */
   hostTag: string;
   /** The runsc binary (BOTHY_RUNSC); default `runsc` on PATH. */
@@ -68,6 +70,10 @@ export class GvisorDriver implements Driver {
     ]) {
       if (!existsSync(file)) throw new HostSetupError(`${file} is missing: run \`npm run build\`.`);
     }
+    if (this.opts.agentNode !== undefined && !existsSync(this.opts.agentNode))
+      throw new HostSetupError(
+        `${this.opts.agentNode} (BOTHY_AGENT_NODE, the Node that runs the agent) is missing: set BOTHY_AGENT_NODE=host or template.`,
+      );
     await mkdir(this.opts.runscRoot, { recursive: true, mode: 0o700 });
     await mkdir(this.opts.sandboxesDir, { recursive: true, mode: 0o700 });
   }
@@ -311,6 +317,8 @@ class GvisorSandbox implements SandboxHandle {
   private destroying: Promise<void> | undefined;
   /** ms of each phase of `start` (SandboxHandle.startSteps). */
   readonly startSteps: Record<string, number> = {};
+  /** Started in a cgroup with limits, at the lowest CPU weight (a `background` boot) until `prioritize`. */
+  private lowWeight = false;
 
   constructor(
     private readonly spec: SandboxSpec,
@@ -327,6 +335,12 @@ class GvisorSandbox implements SandboxHandle {
     }
   }
 
+  async prioritize(): Promise<void> {
+    if (!this.lowWeight) return;
+    await restoreSandboxCpuWeight(await hostCgroupLayout(), this.driver.options.hostTag, this.id);
+    this.lowWeight = false;
+  }
+
   get id(): string {
     return this.spec.id;
   }
@@ -336,6 +350,7 @@ class GvisorSandbox implements SandboxHandle {
     this.started = true;
     if (this.spec.attach) return this.attach(undo);
     const hostLimits = await this.phase("limits", () => this.driver.hostLimits());
+    this.lowWeight = hostLimits && this.spec.background === true;
     const { dir } = this.spec;
     const rootfs = join(dir, "rootfs");
     // A new sandbox's directory must not exist yet; a stopped one's holds its disk, which is not this start's to remove.
@@ -371,6 +386,7 @@ class GvisorSandbox implements SandboxHandle {
       ...this.spec,
       rootfs,
       agentPath: this.driver.options.agentPath,
+      ...(this.driver.options.agentNode === undefined ? {} : { agentNode: this.driver.options.agentNode }),
       cgroupsPath: cgroupPath(this.driver.options.hostTag, this.id),
       hostLimits,
       ...(resolvConf ? { resolvConf } : {}),

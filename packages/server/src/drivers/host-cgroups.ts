@@ -152,6 +152,26 @@ export function sandboxCgroupDirs(layout: CgroupLayout, tag: string, id: string)
   return layout.hierarchies.map((h) => join(h, sandboxCgroup(tag, id)));
 }
 
+/** The kernel's default CPU weight of a cgroup: `cpu.shares` on v1, `cpu.weight` on v2. */
+const DEFAULT_CPU_WEIGHT = {
+  1: { file: "cpu.shares", value: "1024" },
+  2: { file: "cpu.weight", value: "100" },
+} as const;
+
+/**
+ * Gives the sandbox's cgroup the default CPU weight again (a warm-pool sandbox booted at the
+ * lowest one, oci-spec.ts BACKGROUND_CPU_SHARES). Nothing to do where the layout has no cpu controller.
+ */
+export async function restoreSandboxCpuWeight(layout: CgroupLayout, tag: string, id: string): Promise<void> {
+  const dir =
+    layout.version === 2
+      ? join(layout.root, sandboxCgroup(tag, id))
+      : layout.controllers.cpu && join(layout.controllers.cpu, sandboxCgroup(tag, id));
+  if (!dir || layout.missing.includes("cpu")) return;
+  const { file, value } = DEFAULT_CPU_WEIGHT[layout.version];
+  await writeFile(join(dir, file), value);
+}
+
 async function enableControllers(dir: string): Promise<void> {
   await writeFile(join(dir, "cgroup.subtree_control"), LIMIT_CONTROLLERS.map((c) => `+${c}`).join(" "));
 }

@@ -64,6 +64,8 @@ export interface ServerEventMap {
   };
   sandbox_create_failed: Failure;
   pool_boot_failed: Failure;
+  /** A claimed pool sandbox could not get its CPU weight back (it runs on at the lowest). */
+  pool_prioritize_failed: Failure;
   sandbox_paused: { sandbox_id: string };
   sandbox_resumed: { sandbox_id: string };
   sandbox_resume_failed: Failure;
@@ -157,6 +159,7 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   sandbox_created: "info",
   sandbox_create_failed: "warn",
   pool_boot_failed: "warn",
+  pool_prioritize_failed: "warn",
   sandbox_paused: "info",
   sandbox_resumed: "info",
   sandbox_resume_failed: "error",

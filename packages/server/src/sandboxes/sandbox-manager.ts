@@ -453,6 +453,11 @@ export class SandboxManager {
     if (secrets.length > 0) this.gateway?.vault.bindSandbox(owner.tenant, id, secrets);
     const job = (async (): Promise<CreateResult> => {
       let booted = warm;
+      // Pool sandboxes boot at the lowest CPU weight (warm-pool.ts); this one now serves a caller.
+      if (warm?.handle.prioritize)
+        await warm.handle
+          .prioritize()
+          .catch((err: unknown) => this.log("pool_prioritize_failed", { sandbox_id: id, error: describeCauses(err) }));
       try {
         booted ??= await bootSandbox(
           driver,

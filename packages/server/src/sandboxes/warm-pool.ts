@@ -52,8 +52,9 @@ export interface PoolShape {
 /**
  * Sandboxes booted ahead of demand, one set per shape (driver + template build + vcpu + memory). Each has
  * its own id, hostname and disk from the start, its network, identity and limits applied, and has
- * run one command (its caches warm); a claim only hands it over. The pool refills in the
- * background, one boot at a time so it never starves live work of CPU.
+ * run one command (its caches warm); a claim only hands it over, with the host's default CPU
+ * weight back (pool sandboxes boot at the lowest). The pool refills in the background, one boot
+ * at a time, at that lowest weight, so it never starves live work of CPU.
  */
 export class WarmPool {
   private readonly ready = new Map<string, BootedSandbox[]>();
@@ -68,7 +69,10 @@ export class WarmPool {
     private readonly log: Logger,
   ) {}
 
-  /** A booted sandbox of this shape, or undefined when none is ready. Starts a refill either way. */
+  /**
+   * A booted sandbox of this shape, or undefined when none is ready. Starts a refill either way.
+   * The caller gives it its CPU weight back (`prioritize`).
+   */
   claim(shape: PoolShape): BootedSandbox | undefined {
     if (this.size === 0 || this.closed) return undefined;
     const key = shapeKey(shape);
@@ -107,6 +111,8 @@ export class WarmPool {
           dir: this.dirFor(id),
           ...(shape.egressCa === undefined ? {} : { egressCa: shape.egressCa }),
           ...(shape.commandEnv === undefined ? {} : { commandEnv: shape.commandEnv }),
+          // At the lowest CPU weight until claimed: a refill never slows the sandboxes in use.
+          background: true,
         };
         this.booting.add(id);
         try {
