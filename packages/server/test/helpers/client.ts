@@ -141,3 +141,13 @@ export function runCommand(
     });
   });
 }
+
+/** Writes a file into a sandbox through the files API; throws with the answer unless it is 200. */
+export async function putSandboxFile(base: string, sandboxId: string, path: string, body: string): Promise<void> {
+  const res = await fetch(`${base}/sandboxes/${sandboxId}/files?path=${encodeURIComponent(path)}`, {
+    method: "PUT",
+    headers: { "content-type": "application/octet-stream" },
+    body,
+  });
+  if (res.status !== 200) throw new Error(`writing ${path} into ${sandboxId}: ${res.status} ${await res.text()}`);
+}

@@ -4,7 +4,7 @@
  * sees it), what it sends, and what came back (status and body, or the error's code).
  */
 import { startBackgroundCommand } from "./background.ts";
-import { runCommand } from "./client.ts";
+import { putSandboxFile, runCommand } from "./client.ts";
 
 export interface EgressCheck {
   kind: "http" | "https" | "upgrade" | "keepalive";
@@ -81,16 +81,8 @@ async function putProbe(
   ca: string,
   timeoutMs: number,
 ): Promise<void> {
-  const put = async (path: string, body: string) => {
-    const res = await fetch(`${base}/sandboxes/${sandboxId}/files?path=${encodeURIComponent(path)}`, {
-      method: "PUT",
-      headers: { "content-type": "application/octet-stream" },
-      body,
-    });
-    if (res.status !== 200) throw new Error(`writing ${path} into ${sandboxId}: ${res.status} ${await res.text()}`);
-  };
-  await put("/tmp/bothy-egress.cjs", CLIENT);
-  await put("/tmp/bothy-egress.json", JSON.stringify({ checks, timeoutMs, ca }));
+  await putSandboxFile(base, sandboxId, "/tmp/bothy-egress.cjs", CLIENT);
+  await putSandboxFile(base, sandboxId, "/tmp/bothy-egress.json", JSON.stringify({ checks, timeoutMs, ca }));
 }
 
 /** Runs the checks inside the sandbox, in parallel; `ca` is the PEM the HTTPS checks trust. */

@@ -2,7 +2,7 @@
  * A probe that runs inside a sandbox on the template's own Node (the seed has no curl or dig):
  * TCP connects, HTTP GETs and DNS queries, all at once, each with its outcome and how long it took.
  */
-import { api, runCommand } from "./client.ts";
+import { api, putSandboxFile, runCommand } from "./client.ts";
 
 export type Check =
   { get: [string, number] } | { tcp: [string, number] } | { dns: [string, string] } | { lookup: string };
@@ -61,16 +61,13 @@ export async function probe(
   checks: Record<string, Check>,
   timeoutMs = 5000,
 ): Promise<ProbeResult> {
-  const put = async (path: string, body: string) => {
-    const res = await fetch(`${base}/sandboxes/${sandboxId}/files?path=${encodeURIComponent(path)}`, {
-      method: "PUT",
-      headers: { "content-type": "application/octet-stream" },
-      body,
-    });
-    if (res.status !== 200) throw new Error(`writing ${path} into ${sandboxId}: ${res.status} ${await res.text()}`);
-  };
-  await put("/tmp/bothy-probe.cjs", PROBE);
-  await put("/tmp/bothy-probe.json", JSON.stringify({ checks, timeoutMs, dnsTimeoutMs: 1500 }));
+  await putSandboxFile(base, sandboxId, "/tmp/bothy-probe.cjs", PROBE);
+  await putSandboxFile(
+    base,
+    sandboxId,
+    "/tmp/bothy-probe.json",
+    JSON.stringify({ checks, timeoutMs, dnsTimeoutMs: 1500 }),
+  );
   const r = await runCommand(base.replace(/^http/, "ws"), sandboxId, {
     cmd: "node /tmp/bothy-probe.cjs",
     timeout_s: 60,
