@@ -324,13 +324,32 @@ export class SandboxManager {
       );
     }
     lifetimeOf(req, this.config.lifecycle);
-    this.networkPolicy(req, DEFAULT_TENANT);
+    this.refuseNetworkRequest(req);
     return req;
   }
 
+  /** Refuses what this server cannot give a sandbox's network: a secret or a rule must never be silently left out. */
+  private refuseNetworkRequest(req: CreateRequest): void {
+    const { enabled } = this.config.network;
+    if (req.secrets !== undefined && req.secrets.length > 0 && !this.gateway)
+      throw new BothyError("not_supported", "This server has no secrets vault; create the sandbox without `secrets`.");
+    const { tools: _tools, ...hostRules } = req.policy ?? {};
+    if (!enabled && (Object.keys(hostRules).length > 0 || req.secrets !== undefined))
+      throw new BothyError(
+        "not_supported",
+        "Networking is off on this host (BOTHY_NETWORK=off): sandboxes have no network, so host rules and secrets cannot be given (tool rules can).",
+      );
+    if (!enabled && (req.allow_out?.length || req.internet === true)) {
+      throw new BothyError(
+        "not_supported",
+        "Networking is off on this host (BOTHY_NETWORK=off): sandboxes have no network, so internet and allow_out cannot be given.",
+      );
+    }
+  }
+
   /**
-   * The egress the request asks for, the policy shown on the sandbox, and what its row keeps for
-   * the gateway. Under a host policy (its own or its tenant's) its HTTP(S) passes the gateway.
+   * The egress a (validated) request asks for, the policy shown on the sandbox, and what its row
+   * keeps for the gateway. Under a host policy (its own or its tenant's) its HTTP(S) passes the gateway.
    */
   private networkPolicy(
     req: CreateRequest,
@@ -342,21 +361,6 @@ export class SandboxManager {
         ? undefined
         : { ...(req.policy ? { policy: req.policy } : {}), ...(req.secrets ? { secrets: req.secrets } : {}) };
     const { enabled, dns } = this.config.network;
-    // A secret must never be silently left out.
-    if (req.secrets !== undefined && req.secrets.length > 0 && !this.gateway)
-      throw new BothyError("not_supported", "This server has no secrets vault; create the sandbox without `secrets`.");
-    const { tools: _tools, ...hostRules } = req.policy ?? {};
-    if (!enabled && (Object.keys(hostRules).length > 0 || req.secrets !== undefined))
-      throw new BothyError(
-        "not_supported",
-        "Networking is off on this host (BOTHY_NETWORK=off): sandboxes have no network, so host rules and secrets cannot be given (tool rules can).",
-      );
-    if (!enabled && (egress.allowOut.length > 0 || req.internet === true)) {
-      throw new BothyError(
-        "not_supported",
-        "Networking is off on this host (BOTHY_NETWORK=off): sandboxes have no network, so internet and allow_out cannot be given.",
-      );
-    }
     const gateway = enabled && needsGateway(this.policies.effective(tenant, record ?? {}));
     return {
       egress: { ...egress, gateway },
