@@ -3,21 +3,17 @@
  * ends `cancelled` (server_stopping) on a graceful stop, and after a SIGKILL the next start cancels
  * what was pending (server_restarted), so a late approval finds nothing to let through.
  */
-import { spawn } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
-import { fileURLToPath } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import type { ApprovalInfo } from "@bothy/protocol";
 import { afterAll, describe, expect, it } from "vitest";
-import { testKernelDir, testTemplatesDir } from "../../../test/paths.ts";
 import { readEventStream } from "./helpers/background.ts";
 import { api } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
 import { hostLeaks, noLeaks } from "./helpers/host-state.ts";
-import { watchServe, type ServeProcess } from "./helpers/serve-process.ts";
+import { spawnTestServe, type ServeProcess } from "./helpers/serve-process.ts";
 
-const BOTHY = fileURLToPath(new URL("../../cli/bin/bothy.js", import.meta.url));
 const gvisor = testDrivers().find((d) => d.name === "gvisor") ?? {
   name: "gvisor" as const,
   missing: "BOTHY_TEST_DRIVERS to include gvisor",
@@ -37,21 +33,7 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "approvals acr
   }, 180_000);
 
   function start(): Promise<string> {
-    const child = spawn(process.execPath, [BOTHY, "serve"], {
-      env: {
-        ...process.env,
-        BOTHY_HOME: home,
-        BOTHY_TEMPLATES_DIR: testTemplatesDir(),
-        BOTHY_KERNEL_DIR: testKernelDir(),
-        BOTHY_PORT: "0",
-        BOTHY_POOL_SIZE: "0",
-        BOTHY_NETWORK: "off",
-        BOTHY_DRIVER: "gvisor",
-        BOTHY_LOG_LEVEL: "info",
-      },
-      stdio: ["ignore", "pipe", "inherit"],
-    });
-    serve = watchServe(child);
+    serve = spawnTestServe(home, { BOTHY_DRIVER: "gvisor" });
     return serve.url;
   }
 

@@ -5,19 +5,14 @@
  * no process, mount or directory without its sandbox, and every sandbox that was made keeps the
  * files written to it and starts again on the next call.
  */
-import { spawn } from "node:child_process";
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import Database from "better-sqlite3";
 import { afterAll, describe, expect, it } from "vitest";
-import { testKernelDir, testTemplatesDir } from "../../../test/paths.ts";
 import { api, runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
 import { hostLeaks, noLeaks } from "./helpers/host-state.ts";
-import { watchServe, type ServeProcess } from "./helpers/serve-process.ts";
-
-const BOTHY = fileURLToPath(new URL("../../cli/bin/bothy.js", import.meta.url));
+import { spawnTestServe, type ServeProcess } from "./helpers/serve-process.ts";
 
 /** A small seeded generator, so a failing run can be replayed with BOTHY_CRASH_SEED. */
 function random(seed: number): () => number {
@@ -67,21 +62,7 @@ for (const driver of testDrivers()) {
     });
 
     async function start(): Promise<string> {
-      const child = spawn(process.execPath, [BOTHY, "serve"], {
-        env: {
-          ...process.env,
-          BOTHY_HOME: home,
-          BOTHY_TEMPLATES_DIR: testTemplatesDir(),
-          BOTHY_KERNEL_DIR: testKernelDir(),
-          BOTHY_PORT: "0",
-          BOTHY_POOL_SIZE: "0",
-          BOTHY_NETWORK: "off",
-          BOTHY_DRIVER: driver.name,
-          BOTHY_LOG_LEVEL: "info",
-        },
-        stdio: ["ignore", "pipe", "inherit"],
-      });
-      serve = watchServe(child);
+      serve = spawnTestServe(home, { BOTHY_DRIVER: driver.name });
       return serve.url;
     }
 

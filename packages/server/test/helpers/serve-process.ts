@@ -1,5 +1,7 @@
-import type { ChildProcess } from "node:child_process";
+import { spawn, type ChildProcess } from "node:child_process";
 import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { testKernelDir, testTemplatesDir } from "../../../../test/paths.ts";
 
 /** A `bothy serve` child process, its parsed log lines, and the address it listens on. */
 export interface ServeProcess {
@@ -61,4 +63,28 @@ export function watchServe(child: ChildProcess): ServeProcess {
       if (!exited()) child.kill("SIGKILL");
     },
   };
+}
+
+const BOTHY = fileURLToPath(new URL("../../../cli/bin/bothy.js", import.meta.url));
+
+/**
+ * Spawns the real `bothy serve` on loopback for a home, as the tests run it (shared templates and
+ * kernel, any port, no pool, no network), `env` on top, and follows it.
+ */
+export function spawnTestServe(home: string, env: Record<string, string> = {}): ServeProcess {
+  const child = spawn(process.execPath, [BOTHY, "serve"], {
+    env: {
+      ...process.env,
+      BOTHY_HOME: home,
+      BOTHY_TEMPLATES_DIR: testTemplatesDir(),
+      BOTHY_KERNEL_DIR: testKernelDir(),
+      BOTHY_PORT: "0",
+      BOTHY_POOL_SIZE: "0",
+      BOTHY_NETWORK: "off",
+      BOTHY_LOG_LEVEL: "info",
+      ...env,
+    },
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  return watchServe(child);
 }
