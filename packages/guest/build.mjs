@@ -17,6 +17,16 @@ const bundle = {
   logLevel: "warning",
 };
 await build({ ...bundle, entryPoints: [`${here}src/main.ts`], outfile: `${here}dist/agent.mjs` });
+// The same agent as one script for a V8 startup snapshot, which the server builds with the Node
+// that runs the agent in gVisor (server/src/drivers/agent-snapshot.ts): `--build-snapshot` takes
+// a single CommonJS script.
+await build({
+  ...bundle,
+  target: "node20",
+  format: "cjs",
+  entryPoints: [`${here}src/snapshot-main.ts`],
+  outfile: `${here}dist/agent-snapshot.cjs`,
+});
 // The image downscaler the agent tools copy into a sandbox to run there (see image-shrink.ts).
 await build({
   ...bundle,

@@ -2,7 +2,7 @@ import { spawn } from "node:child_process";
 import { constants } from "node:fs";
 import { access, mkdir, open, readdir } from "node:fs/promises";
 import path from "node:path";
-import { COMMANDS_CGROUP } from "./limits.ts";
+import { agentEnv } from "./agent-env.ts";
 
 /**
  * A template's boot hooks: executables in /etc/bothy/boot.d, run in name order at every cold start
@@ -14,8 +14,6 @@ import { COMMANDS_CGROUP } from "./limits.ts";
 export const BOOT_HOOKS_DIR = "/etc/bothy/boot.d";
 export const BOOT_HOOKS_LOG = "/var/log/bothy-boot.log";
 const HOOK_TIMEOUT_MS = 120_000;
-// Read before main.ts deletes it, as exec.ts does.
-const IN_VM = process.env["BOTHY_CHANNEL"] !== undefined;
 
 export async function runBootHooks(dir = BOOT_HOOKS_DIR, log = BOOT_HOOKS_LOG): Promise<void> {
   let names: string[];
@@ -50,13 +48,14 @@ export async function runBootHooks(dir = BOOT_HOOKS_DIR, log = BOOT_HOOKS_LOG): 
  * each command has its own there) and gives up the agent's OOM exemption.
  */
 async function hookPrefix(): Promise<string> {
-  if (COMMANDS_CGROUP === undefined) return "";
-  let cgroup = COMMANDS_CGROUP;
-  if (IN_VM) {
-    cgroup = `${COMMANDS_CGROUP}/boot`;
+  const { commandsCgroup, inVm } = agentEnv();
+  if (commandsCgroup === undefined) return "";
+  let cgroup = commandsCgroup;
+  if (inVm) {
+    cgroup = `${commandsCgroup}/boot`;
     await mkdir(cgroup, { recursive: true });
   }
-  return `echo $$ > '${cgroup}/cgroup.procs' || exit 126; ${IN_VM ? "echo 0 > /proc/$$/oom_score_adj 2>/dev/null; " : ""}`;
+  return `echo $$ > '${cgroup}/cgroup.procs' || exit 126; ${inVm ? "echo 0 > /proc/$$/oom_score_adj 2>/dev/null; " : ""}`;
 }
 
 async function runHook(hook: string, fd: number): Promise<void> {

@@ -3,7 +3,7 @@ import { mkdirSync, readFileSync, rmdir, writeFileSync } from "node:fs";
 import type { Readable } from "node:stream";
 import { OUTPUT_CHUNK_BYTES, OUTPUT_WINDOW_BYTES, type ParsedHostFrame, type SignalName } from "@bothy/protocol";
 import type { Channel } from "./channel.ts";
-import { COMMANDS_CGROUP } from "./limits.ts";
+import { agentEnv } from "./agent-env.ts";
 import { ptyArgs, resizePty, SCRIPT_PATH, signalSession, type PtySize } from "./pty.ts";
 import type { Proc, Spawner } from "./spawner.ts";
 
@@ -14,26 +14,7 @@ const PIPE_GRACE_MS = 500;
 /** What one read of a child's pipe takes at most (libuv's read size). */
 const PIPE_READ_BYTES = 64 * 1024;
 
-const IN_VM = process.env["BOTHY_CHANNEL"] !== undefined;
 let cgroupSeq = 0;
-
-/**
- * After a read that emptied a command's pipe, how long the agent waits before reading it again:
- * a program writing in small pieces (4 KiB is common) then fills the pipe meanwhile, and the next
- * read and frame carry up to 64 KiB instead of one piece each. Only where each read and frame is
- * costly: in an emulated VM (the host says so on the kernel command line, `bothy.output_rest_ms`)
- * one costs milliseconds of the guest's only CPU, the same CPU the command runs on. Elsewhere 0:
- * a rest would cap a fast command's output at 64 KiB per rest.
- */
-function outputRestMs(): number {
-  if (!IN_VM) return 0;
-  try {
-    return Number(/\bbothy\.output_rest_ms=(\d{1,4})\b/.exec(readFileSync("/proc/cmdline", "utf8"))?.[1] ?? 0);
-  } catch {
-    return 0;
-  }
-}
-const OUTPUT_REST_MS = outputRestMs();
 
 /**
  * The cgroup a command joins before it runs, so the process limit counts all it starts (one that
@@ -43,16 +24,17 @@ const OUTPUT_REST_MS = outputRestMs();
  * itself. Returns the cgroup to join and the one made for this command (to remove at its end).
  */
 function commandCgroup(): { join: string | undefined; own: string | undefined } {
+  const { commandsCgroup, inVm } = agentEnv();
   let own: string | undefined;
-  if (COMMANDS_CGROUP && IN_VM) {
+  if (commandsCgroup && inVm) {
     try {
-      own = `${COMMANDS_CGROUP}/c${++cgroupSeq}`;
+      own = `${commandsCgroup}/c${++cgroupSeq}`;
       mkdirSync(own);
     } catch {
       own = undefined;
     }
   }
-  return { join: own ?? COMMANDS_CGROUP, own };
+  return { join: own ?? commandsCgroup, own };
 }
 
 /**
@@ -67,7 +49,7 @@ function shellPrefix(join: string | undefined): string {
           `{ echo $$ > ${join}/cgroup.procs; } 2>/dev/null || { echo "bothy: this command could not join the sandbox's process-limited cgroup" >&2; exit 126; };`,
         ]
       : []),
-    ...(IN_VM ? ["echo 0 > /proc/$$/oom_score_adj 2>/dev/null;"] : []),
+    ...(agentEnv().inVm ? ["echo 0 > /proc/$$/oom_score_adj 2>/dev/null;"] : []),
   ].join(" ");
 }
 
@@ -123,11 +105,11 @@ export class Command {
   private pty: PtySize | undefined;
   private resizing: Promise<void> = Promise.resolve();
   /** Only VM guests have an OOM killer of their own to ask (gVisor ends the whole sandbox). */
-  private readonly oomKillsAtStart = IN_VM ? oomKills() : undefined;
+  private readonly oomKillsAtStart = agentEnv().inVm ? oomKills() : undefined;
   private readonly cgroup: string | undefined;
   /** The helper that started it, when one did (also runs its resizes' stty). */
   private readonly spawner: Spawner | undefined;
-  /** Pipes resting after a short read, so that the next read finds more (see OUTPUT_REST_MS). */
+  /** Pipes resting after a short read, so that the next read finds more (see agentEnv().outputRestMs). */
   private readonly resting = new Set<Readable>();
 
   constructor(
@@ -170,7 +152,7 @@ export class Command {
           env,
           stdin,
           cgroup: helperJoins ? cgroup.join : undefined,
-          resetOomScore: helperJoins && IN_VM,
+          resetOomScore: helperJoins && agentEnv().inVm,
         })
       : spawn(file, args, {
           cwd,
@@ -279,13 +261,14 @@ export class Command {
         this.inflight += part.length;
         this.channel.send({ t: "output", id: this.id, fd }, part);
       }
-      if (OUTPUT_REST_MS > 0 && chunk.length < PIPE_READ_BYTES && !this.resting.has(stream)) {
+      const restMs = agentEnv().outputRestMs;
+      if (restMs > 0 && chunk.length < PIPE_READ_BYTES && !this.resting.has(stream)) {
         this.resting.add(stream);
         stream.pause();
         setTimeout(() => {
           this.resting.delete(stream);
           if (!this.paused) stream.resume();
-        }, OUTPUT_REST_MS);
+        }, restMs);
       }
       this.updateFlow();
       if (this.exitedAt !== 0) this.armGrace();

@@ -1,15 +1,10 @@
 import { execFile } from "node:child_process";
 import { closeSync, openSync, readSync, writeFileSync } from "node:fs";
 import type { ParsedHostFrame } from "@bothy/protocol";
+import { agentEnv } from "./agent-env.ts";
 
 type IdentityFrame = Extract<ParsedHostFrame, { t: "identity" }>;
 
-/**
- * Installed beside the agent (QEMU initramfs, gVisor bind mount): RNG reseed, clock, disk growth
- * and the command spawner. BOTHY_HELPER names another (the agent's tests run it on the host).
- */
-export const HELPER = process.env["BOTHY_HELPER"] ?? "/opt/bothy/bothy-helper";
-delete process.env["BOTHY_HELPER"];
 const BASE_ENV = {
   PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
   HOME: "/root",
@@ -20,8 +15,9 @@ const BASE_ENV = {
 /** Runs the guest helper (VM guests only); rejects with what it printed on failure. */
 export function runHelper(args: string[], input?: Buffer, timeoutMs = 10_000): Promise<void> {
   return new Promise((resolve, reject) => {
-    const child = execFile(HELPER, args, { timeout: timeoutMs }, (err, _out, stderr) =>
-      err ? reject(new Error(`${HELPER} ${args[0] ?? ""}: ${String(stderr).trim() || err.message}`)) : resolve(),
+    const helper = agentEnv().helper;
+    const child = execFile(helper, args, { timeout: timeoutMs }, (err, _out, stderr) =>
+      err ? reject(new Error(`${helper} ${args[0] ?? ""}: ${String(stderr).trim() || err.message}`)) : resolve(),
     );
     child.stdin?.end(input);
   });

@@ -5,7 +5,7 @@ import { existsSync, mkdirSync } from "node:fs";
 import { Socket } from "node:net";
 import { constants } from "node:os";
 import type { Readable, Writable } from "node:stream";
-import { HELPER } from "./identity.ts";
+import { agentEnv } from "./agent-env.ts";
 
 /**
  * Starting commands through bothy-helper's resident spawner (native/spawner.c) instead of Node's
@@ -132,7 +132,7 @@ export class Spawner {
   }
 
   /** Starts the helper's spawner when the helper exists; undefined otherwise. */
-  static start(path = HELPER): Spawner | undefined {
+  static start(path = agentEnv().helper): Spawner | undefined {
     if (!existsSync(path)) return undefined;
     try {
       mkdirSync(SOCKET_DIR, { recursive: true, mode: 0o700 });
