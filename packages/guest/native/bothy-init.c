@@ -14,11 +14,12 @@
  * set (bounding set included) before it starts the agent, so no command ever holds it, and
  * refuses to start the agent if it cannot.
  *
- *   bothy-init [--fallback PROGRAM2] PROGRAM [ARGS...]
+ *   bothy-init [--fallback PROGRAM2 [ARGS2...] --] PROGRAM [ARGS...]
  *
  * With --fallback, an agent that exits 127 (the dynamic loader's status when PROGRAM's libraries
- * do not fit the template, or an exec failure) is started once more as PROGRAM2 with the same
- * ARGS: the host's Node runs the agent where it can, the template's own Node everywhere else.
+ * do not fit the template, or an exec failure) is started once more as PROGRAM2 ARGS2: the host's
+ * Node runs the agent where it can (from its startup snapshot, which only that Node can read),
+ * the template's own Node, with the agent's script, everywhere else.
  */
 #include <errno.h>
 #include <linux/capability.h>
@@ -96,16 +97,18 @@ static pid_t start_agent(char *program, char **argv) {
 }
 
 int main(int argc, char **argv) {
-  char *fallback = NULL;
+  static const char usage[] = "usage: bothy-init [--fallback PROGRAM2 [ARGS2...] --] PROGRAM [ARGS...]\n";
+  char **fallback = NULL;
   int first = 1;
-  if (argc >= 3 && strcmp(argv[1], "--fallback") == 0) {
-    fallback = argv[2];
-    first = 3;
+  if (argc >= 2 && strcmp(argv[1], "--fallback") == 0) {
+    int end = 2;
+    while (end < argc && strcmp(argv[end], "--") != 0) end++;
+    if (end == 2 || end == argc) return fputs(usage, stderr), 2; /* no PROGRAM2, or no `--` */
+    fallback = argv + 2;
+    argv[end] = NULL; /* ends the fallback's argv */
+    first = end + 1;
   }
-  if (argc <= first) {
-    fprintf(stderr, "usage: bothy-init [--fallback PROGRAM2] PROGRAM [ARGS...]\n");
-    return 2;
-  }
+  if (argc <= first) return fputs(usage, stderr), 2;
   /* Without it commands have no process limit; the agent refuses the host's `limits`, so the
      sandbox fails to start rather than run unlimited. */
   if (commands_cgroup() == 0) setenv("BOTHY_COMMANDS_CGROUP", COMMANDS_CGROUP, 1);
@@ -119,10 +122,9 @@ int main(int argc, char **argv) {
     int status;
     pid_t pid = wait(&status);
     if (pid == agent && fallback && WIFEXITED(status) && WEXITSTATUS(status) == NOT_RUNNABLE) {
-      fprintf(stderr, "bothy-init: %s could not run; starting the agent with %s\n", argv[first], fallback);
-      argv[first] = fallback;
+      fprintf(stderr, "bothy-init: %s could not run; starting the agent with %s\n", argv[first], fallback[0]);
+      agent = start_agent(fallback[0], fallback);
       fallback = NULL;
-      agent = start_agent(argv[first], argv + first);
       if (agent < 0) return 1;
       continue;
     }

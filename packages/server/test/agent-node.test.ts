@@ -10,7 +10,8 @@ import type { TestServer } from "./helpers/test-server.ts";
 
 /**
  * The Node that runs the agent in gVisor sandboxes (BOTHY_AGENT_NODE): by default the server's
- * own, bind-mounted at /opt/bothy/node; where that cannot run, bothy-init starts the agent on the
+ * own, bind-mounted at /opt/bothy/node, starting from the agent's startup snapshot that Node built
+ * at the server's start; where that Node cannot run, bothy-init starts the agent's script on the
  * template's /usr/bin/node instead, and the sandbox works the same.
  */
 const gvisor = testDrivers().find((d) => d.name === "gvisor");
@@ -18,7 +19,7 @@ const hostNode = loadConfig({ ...process.env, BOTHY_AGENT_NODE: "host" }).gvisor
 
 /** The command line of the sandbox's agent process, as the sandbox's own /proc shows it. */
 const AGENT_CMDLINE =
-  "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -E '^/[^ ]*node /opt/bothy/agent.mjs $'";
+  "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -E '^/[^ ]*node (/opt/bothy/agent.mjs|--snapshot-blob [^ ]*) $'";
 
 describe.skipIf(!gvisor || gvisor.missing !== undefined)(
   driverTitle(gvisor ?? { name: "gvisor", missing: "gvisor" }, "the agent's Node"),
@@ -31,23 +32,28 @@ describe.skipIf(!gvisor || gvisor.missing !== undefined)(
         id = sandbox;
       });
 
-      it("runs the agent, and commands still find the template's node", async () => {
+      it("runs the agent from its startup snapshot, and commands still find the template's node", async () => {
         const r = await runCommand(ts.wsUrl, id, { cmd: `${AGENT_CMDLINE}; node --version` });
         expect(r.exit?.exit_code).toBe(0);
         const [agent, templateNode] = r.stdout.trim().split("\n");
-        expect(agent?.trim()).toBe("/opt/bothy/node /opt/bothy/agent.mjs");
+        expect(agent?.trim()).toBe("/opt/bothy/node --snapshot-blob /opt/bothy/agent.blob");
         expect(templateNode).toMatch(/^v\d+\./);
+        expect(ts.events.some((e) => e.event === "agent_snapshot")).toBe(true);
       });
     });
 
-    describe("a Node that cannot run in the sandbox", () => {
+    describe("a Node that runs on the host but not in the sandbox", () => {
       const dir = join(tmpdir(), `bothy-agent-node-${process.pid}`);
       let ts: TestServer;
       let id: string;
       beforeAll(async () => {
         await mkdir(dir, { recursive: true });
-        // exec of it fails in the sandbox (no such interpreter), as a loader refusing its libraries would.
-        await writeFile(join(dir, "node"), "#!/no/such/interpreter\n");
+        // On the host it is the server's Node (which builds the snapshot); in the sandbox, where
+        // bothy-init is, it exits 127 as a loader refusing its libraries would.
+        await writeFile(
+          join(dir, "node"),
+          `#!/bin/sh\n[ -e /opt/bothy/bothy-init ] && exit 127\nexec ${process.execPath} "$@"\n`,
+        );
         await chmod(join(dir, "node"), 0o755);
       });
       afterAll(async () => {
@@ -62,7 +68,8 @@ describe.skipIf(!gvisor || gvisor.missing !== undefined)(
         { BOTHY_AGENT_NODE: join(dir, "node") },
       );
 
-      it("falls back to the template's Node", async () => {
+      it("falls back to the template's Node, with the agent's script", async () => {
+        expect(ts.events.some((e) => e.event === "agent_snapshot")).toBe(true);
         const r = await runCommand(ts.wsUrl, id, { cmd: `${AGENT_CMDLINE}; echo ok` });
         expect(r.exit?.exit_code).toBe(0);
         const [agent, ok] = r.stdout.trim().split("\n");

@@ -22,8 +22,8 @@ for (const driver of testDrivers()) {
 
     /** The agent's resident memory, sampled for a while (gVisor has no VmHWM). */
     async function agentRssKb(seconds: number): Promise<number[]> {
-      // The agent is the node process running agent.mjs (under gVisor, PID 1 is bothy-init).
-      const find = `for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q '^[^ ]*node [^ ]*agent.mjs' && s=$p/status; done`;
+      // The agent is the node process running agent.mjs, or its snapshot (under gVisor, PID 1 is bothy-init).
+      const find = `for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -qE '^[^ ]*node ([^ ]*agent.mjs|--snapshot-blob)' && s=$p/status; done`;
       const r = await runCommand(ts.wsUrl, id, {
         cmd: `${find}; for i in $(seq 1 ${seconds * 10}); do grep VmRSS $s; sleep 0.1; done`,
       });

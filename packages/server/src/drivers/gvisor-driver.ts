@@ -8,7 +8,8 @@ import { HostCommandError, run } from "../util/host-command.ts";
 import { cgroupPath } from "../util/host-names.ts";
 import type { Driver, ExitInfo, GuestStream, HostObject, SandboxHandle, SandboxSpec, UndoStack } from "./driver.ts";
 import { hostCgroupLayout, limitsProblem, requireHostLimits, restoreSandboxCpuWeight } from "./host-cgroups.ts";
-import { buildOciSpec, GVISOR_COMPAT_FILES } from "./oci-spec.ts";
+import { agentSnapshot } from "./agent-snapshot.ts";
+import { AGENT_SNAPSHOT_SCRIPT, buildOciSpec, GVISOR_COMPAT_FILES } from "./oci-spec.ts";
 import type { Logger } from "../events/server-events.ts";
 import { BootError, describeCauses, HostSetupError } from "../errors/internal-errors.ts";
 
@@ -47,6 +48,8 @@ export class GvisorDriver implements Driver {
   private readonly runsc: string;
   /** Empty disk images by size in MiB (blankDisk). */
   private readonly blanks = new Map<number, Promise<string>>();
+  /** @internal The agent's startup snapshot for `agentNode` (agent-snapshot.ts), once preflight made it. */
+  agentSnapshot: string | undefined;
 
   constructor(private readonly opts: GvisorOptions) {
     this.runsc = opts.runscPath ?? "runsc";
@@ -76,6 +79,13 @@ export class GvisorDriver implements Driver {
       );
     await mkdir(this.opts.runscRoot, { recursive: true, mode: 0o700 });
     await mkdir(this.opts.sandboxesDir, { recursive: true, mode: 0o700 });
+    if (this.opts.agentNode !== undefined)
+      this.agentSnapshot = await agentSnapshot({
+        node: this.opts.agentNode,
+        script: join(dirname(this.opts.agentPath), AGENT_SNAPSHOT_SCRIPT),
+        dir: join(dirname(this.opts.sandboxesDir), "agent-snapshot"),
+        log: this.opts.log,
+      });
   }
 
   create(spec: SandboxSpec): SandboxHandle {
@@ -387,6 +397,7 @@ class GvisorSandbox implements SandboxHandle {
       rootfs,
       agentPath: this.driver.options.agentPath,
       ...(this.driver.options.agentNode === undefined ? {} : { agentNode: this.driver.options.agentNode }),
+      ...(this.driver.agentSnapshot === undefined ? {} : { agentSnapshot: this.driver.agentSnapshot }),
       cgroupsPath: cgroupPath(this.driver.options.hostTag, this.id),
       hostLimits,
       ...(resolvConf ? { resolvConf } : {}),

@@ -9,6 +9,10 @@ export const GUEST_AGENT_PATH = "/opt/bothy/agent.mjs";
 export const GUEST_AGENT_NODE_PATH = "/opt/bothy/node";
 /** The template's own Node: runs the agent when no `agentNode` is given, or when it cannot run. */
 const TEMPLATE_NODE_PATH = "/usr/bin/node";
+/** Where the agent's startup snapshot appears (`agentSnapshot`). */
+const GUEST_AGENT_SNAPSHOT_PATH = "/opt/bothy/agent.blob";
+/** The agent as one script, beside the agent bundle, that `agentNode` builds the snapshot from (agent-snapshot.ts). */
+export const AGENT_SNAPSHOT_SCRIPT = "agent-snapshot.cjs";
 
 /** Files built beside the agent bundle and bind-mounted into gVisor sandboxes. */
 export const GVISOR_COMPAT_FILES = [
@@ -61,6 +65,8 @@ export function buildOciSpec(
      * where its libraries do not fit.
      */
     agentNode?: string;
+    /** That Node's startup snapshot of the agent (agent-snapshot.ts): it starts from it instead of the script. */
+    agentSnapshot?: string;
     cgroupsPath: string;
     resolvConf?: string;
     hostLimits: boolean;
@@ -81,10 +87,7 @@ export function buildOciSpec(
       terminal: false,
       user: { uid: 0, gid: 0 },
       // A small init as PID 1 reaps orphaned processes, which Node cannot do.
-      args:
-        spec.agentNode === undefined
-          ? ["/opt/bothy/bothy-init", TEMPLATE_NODE_PATH, GUEST_AGENT_PATH]
-          : ["/opt/bothy/bothy-init", "--fallback", TEMPLATE_NODE_PATH, GUEST_AGENT_NODE_PATH, GUEST_AGENT_PATH],
+      args: ["/opt/bothy/bothy-init", ...agentCommand(spec)],
       env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
       cwd: "/",
       capabilities: Object.fromEntries(
@@ -102,6 +105,16 @@ export function buildOciSpec(
       ...(spec.agentNode === undefined
         ? []
         : [{ destination: GUEST_AGENT_NODE_PATH, type: "bind", source: spec.agentNode, options: ["rbind", "ro"] }]),
+      ...(spec.agentNode === undefined || spec.agentSnapshot === undefined
+        ? []
+        : [
+            {
+              destination: GUEST_AGENT_SNAPSHOT_PATH,
+              type: "bind",
+              source: spec.agentSnapshot,
+              options: ["rbind", "ro"],
+            },
+          ]),
       // runsc 2022-12 refuses statx's AT_NO_AUTOMOUNT, which coreutils always passes (`ls -l`
       // and `stat` fail with EINVAL); a preloaded shim drops the flag. See statx-compat.c.
       ...GVISOR_COMPAT_FILES.map((f) => ({
@@ -140,4 +153,18 @@ export function buildOciSpec(
       ],
     },
   };
+}
+
+/**
+ * bothy-init's arguments: the agent on the template's Node; or on the host's (from its snapshot
+ * when there is one), with the template's as the fallback where the host's cannot run.
+ */
+function agentCommand(spec: { agentNode?: string; agentSnapshot?: string }): string[] {
+  const onTemplateNode = [TEMPLATE_NODE_PATH, GUEST_AGENT_PATH];
+  if (spec.agentNode === undefined) return onTemplateNode;
+  const onHostNode =
+    spec.agentSnapshot === undefined
+      ? [GUEST_AGENT_NODE_PATH, GUEST_AGENT_PATH]
+      : [GUEST_AGENT_NODE_PATH, "--snapshot-blob", GUEST_AGENT_SNAPSHOT_PATH];
+  return ["--fallback", ...onTemplateNode, "--", ...onHostNode];
 }

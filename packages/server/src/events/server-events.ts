@@ -48,6 +48,10 @@ export interface ServerEventMap {
   network_ready: { pool: string; uplink: string; dns: readonly string[]; table: string };
   network_plumbed: { sandbox_id: string; iface: string; guest: string; ms: number };
   qemu_base_snapshot: { key: string; image: string; ms: number };
+  /** The gVisor agent's V8 startup snapshot was built (drivers/agent-snapshot.ts). */
+  agent_snapshot: { node: string; blob: string; ms: number };
+  /** It could not be: gVisor agents load their script instead (slower to start, same agent). */
+  agent_snapshot_failed: { node: string; error: string };
   runsc_remove_retried: Failure;
   umount_lazy: { dir: string; target: string; error: string };
 
@@ -154,6 +158,8 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   network_ready: "info",
   network_plumbed: "info",
   qemu_base_snapshot: "info",
+  agent_snapshot: "info",
+  agent_snapshot_failed: "warn",
   runsc_remove_retried: "warn",
   umount_lazy: "warn",
   sandbox_created: "info",

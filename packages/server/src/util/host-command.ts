@@ -32,11 +32,12 @@ export class HostCommandError extends Error {
 export function run(
   file: string,
   args: readonly string[],
-  options: { timeoutMs?: number; input?: string; cwd?: string } = {},
+  options: { timeoutMs?: number; input?: string; cwd?: string; env?: NodeJS.ProcessEnv } = {},
 ): Promise<HostCommandResult> {
   return new Promise((resolve, reject) => {
     const child = spawn(file, args, {
       cwd: options.cwd,
+      ...(options.env ? { env: options.env } : {}),
       detached: true,
       stdio: [options.input === undefined ? "ignore" : "pipe", "pipe", "pipe"],
     });
