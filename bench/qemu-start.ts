@@ -146,4 +146,8 @@ export function reportQemu(q: QemuFigures): void {
   console.log(
     `(h) qemu cold / raw = ${(median(first(q.cold)) / raw).toFixed(2)}, warm / raw = ${(median(first(q.warm)) / raw).toFixed(2)}, cold / warm = ${(median(first(q.cold)) / median(first(q.warm))).toFixed(2)}`,
   );
+  const creates = (xs: RunTimes[]): number => median(xs.map((t) => t.create));
+  console.log(
+    `(i) qemu warm create / cold create (boot) = ${(creates(q.warm) / creates(q.cold)).toFixed(3)} (goal <= 0.1)`,
+  );
 }
