@@ -9,7 +9,7 @@ import { startTestServer, type TestServer } from "./test-server.ts";
  * and at the end the check that it left nothing on the host. `use` receives the server once it
  * exists.
  */
-export function useTestServer(env: Record<string, string>, use: (ts: TestServer) => void | Promise<void>): void {
+export function useTestServer(env: Record<string, string>, use: (ts: TestServer) => unknown): void {
   let ts: TestServer | undefined;
   beforeAll(async () => {
     ts = await startTestServer(env);
