@@ -14,6 +14,18 @@ export function printTable(header: string[], rows: string[][]): void {
   }
 }
 
+/** A list: `{ [name]: items }` for --json, else a table of `header` and a row per item. */
+export function printList<T>(
+  json: boolean | undefined,
+  name: string,
+  items: T[],
+  header: string[],
+  row: (item: T) => string[],
+): void {
+  if (json) printJson({ [name]: items });
+  else printTable(header, items.map(row));
+}
+
 /** "3m ago", "in 58m": times relative to now, for tables. */
 export function relative(iso: string | null | undefined, now = Date.now()): string {
   if (!iso) return "-";

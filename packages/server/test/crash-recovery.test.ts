@@ -66,14 +66,6 @@ for (const driver of testDrivers()) {
       return serve.url;
     }
 
-    async function crash(): Promise<void> {
-      const child = serve?.child;
-      if (!child || child.exitCode !== null || child.signalCode !== null) return;
-      const gone = new Promise((r) => child.once("exit", r));
-      child.kill("SIGKILL");
-      await gone;
-    }
-
     function rows(): Map<string, string> {
       const db = new Database(join(home, "ledger.sqlite"), { readonly: true, fileMustExist: true });
       try {
@@ -148,7 +140,7 @@ for (const driver of testDrivers()) {
           // A command still streaming when the server dies.
           const streaming = runCommand(ws(), id, { cmd: "while :; do echo tick; sleep 0.2; done" });
           await new Promise((r) => setTimeout(r, 1500));
-          await crash();
+          await serve?.kill();
           expect((await streaming).exit).toBeUndefined();
 
           base = await start();
@@ -178,7 +170,7 @@ for (const driver of testDrivers()) {
           // the host sends at every start (as an agent from an older bothy would refuse the frame).
           await runCommand(ws(), id, { cmd: "umount -l /sys/fs/cgroup" });
           expect((await api(base, "POST", `/sandboxes/${id}/pause`)).status).toBe(200);
-          await crash();
+          await serve?.kill();
 
           base = await start();
           expect(rows().get(id)).toBe("paused");
@@ -291,7 +283,7 @@ for (const driver of testDrivers()) {
           if (kill) {
             const timer = new Promise<"kill">((r) => setTimeout(() => r("kill"), killAfter));
             if ((await Promise.race([work, timer])) === "kill") {
-              await crash();
+              await serve?.kill();
               killed = true;
               kills++;
             }

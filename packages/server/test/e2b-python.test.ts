@@ -1,10 +1,10 @@
 import { execFile } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { pythonModuleMissing } from "./helpers/e2b-env.ts";
-import { noLeaks } from "./helpers/host-state.ts";
-import { startTestServer, type TestServer } from "./helpers/test-server.ts";
+import { useTestServer } from "./helpers/suite.ts";
+import type { TestServer } from "./helpers/test-server.ts";
 
 const pexec = promisify(execFile);
 const SCRIPT = fileURLToPath(new URL("./fixtures/e2b_python_check.py", import.meta.url));
@@ -18,14 +18,7 @@ const title = `E2B compatibility (e2b Python SDK, gVisor)${missing ? ` [skipped:
 /** The Python SDK reads the same three variables as the JavaScript one; nothing else is set. */
 describe.skipIf(missing !== undefined)(title, () => {
   let ts: TestServer;
-
-  beforeAll(async () => {
-    ts = await startTestServer({ BOTHY_DRIVER: "gvisor" });
-  });
-
-  afterAll(async () => {
-    expect(await ts?.stop()).toEqual(noLeaks());
-  });
+  useTestServer({ BOTHY_DRIVER: "gvisor" }, (s) => (ts = s));
 
   it("creates, runs (exit codes too), writes, reads, lists, reads info and kills", async () => {
     const env: NodeJS.ProcessEnv = {

@@ -5,16 +5,16 @@
  * that knows the test names. Nothing here leaves the machine.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Sandbox } from "@bothy/sdk";
 import { api, createSandbox, deleteSandbox, runCommand } from "./helpers/client.ts";
 import { homeFilesHolding, SANDBOX_TREES } from "./helpers/host-state.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
 import { bodyOf, egressProbe, startEgressProbe, type EgressCheck } from "./helpers/egress-probe.ts";
-import { NAMES, NetTopology, PRIVATE_HOST, PUBLIC_HTTP } from "./helpers/net-topology.ts";
-import type { ServeProcess } from "./helpers/serve-process.ts";
+import { useNetLab } from "./helpers/net-lab.ts";
+import { NAMES, PRIVATE_HOST, PUBLIC_HTTP } from "./helpers/net-topology.ts";
 
 const root = process.getuid?.() === 0;
 const drivers = testDrivers();
@@ -43,41 +43,17 @@ const POLICY = {
 };
 
 describe.skipIf(!root)("egress gateway", () => {
-  const topo = new NetTopology();
-  let server: ServeProcess | undefined;
-  let home = "";
-  let base = "";
-  const made: string[] = [];
-
-  const serve = async (): Promise<void> => {
-    server = topo.serveInHost(home, { BOTHY_DRIVER: "gvisor", NODE_EXTRA_CA_CERTS: topo.caFile });
-    base = await server.url;
-  };
-
-  beforeAll(async () => {
-    home = await mkdtemp("/tmp/bothy-egress-");
-    await topo.create();
-    await serve();
-  });
-
-  afterAll(async () => {
-    try {
-      for (const id of made) await api(base, "DELETE", `/sandboxes/${id}`).catch(() => undefined);
-      await server?.stop();
-    } finally {
-      await topo.destroy();
-      await rm(home, { recursive: true, force: true });
-    }
-  });
+  const lab = useNetLab("egress", (topo) => ({ NODE_EXTRA_CA_CERTS: topo.caFile }));
+  const { topo, made } = lab;
 
   it.skipIf(gvisor.missing !== undefined)(
     driverTitle(gvisor, "host rules, tenant default first, HTTPS by SNI, private names refused, audit, restart"),
     async () => {
       // Made before the tenant has a default: it has no policy, so it is not redirected at all.
-      const plain = await createSandbox(base, { driver: "gvisor" });
+      const plain = await createSandbox(lab.base, { driver: "gvisor" });
       made.push(plain);
-      expect((await api(base, "PUT", "/policy", { deny_hosts: ["b.svc.bothy.test"] })).status).toBe(200);
-      const created = await api(base, "POST", "/sandboxes", { template: "seed", driver: "gvisor", policy: POLICY });
+      expect((await api(lab.base, "PUT", "/policy", { deny_hosts: ["b.svc.bothy.test"] })).status).toBe(200);
+      const created = await api(lab.base, "POST", "/sandboxes", { template: "seed", driver: "gvisor", policy: POLICY });
       expect(created.status, JSON.stringify(created.json)).toBe(201);
       const id = String(created.json["sandbox_id"]);
       made.push(id);
@@ -90,7 +66,7 @@ describe.skipIf(!root)("egress gateway", () => {
       ]);
 
       const r = await egressProbe(
-        base,
+        lab.base,
         id,
         {
           api: http(NAMES.api),
@@ -151,17 +127,17 @@ describe.skipIf(!root)("egress gateway", () => {
       expect(steps[0]?.port).toBe(steps[1]?.port);
 
       // The sandbox without a policy goes straight out: a name the gateway would refuse reaches wan.
-      const direct = await egressProbe(base, plain, { privateName: http(NAMES.private) }, topo.caPem);
+      const direct = await egressProbe(lab.base, plain, { privateName: http(NAMES.private) }, topo.caPem);
       expect(bodyOf(direct["privateName"]), JSON.stringify(direct)).toMatchObject({ label: "wan" });
-      expect((await api(base, "GET", `/sandboxes/${plain}/audit`)).json["events"]).toEqual([]);
+      expect((await api(lab.base, "GET", `/sandboxes/${plain}/audit`)).json["events"]).toEqual([]);
 
       // The audit: every decision, from the ledger, per sandbox and type.
-      const denied = (await api(base, "GET", `/sandboxes/${id}/audit?type=egress.denied`)).json["events"] as Array<{
+      const denied = (await api(lab.base, "GET", `/sandboxes/${id}/audit?type=egress.denied`)).json["events"] as Array<{
         type: string;
         data: Record<string, unknown>;
       }>;
       expect(denied.every((e) => e.type === "egress.denied")).toBe(true);
-      const viaSdk = await (await Sandbox.connect(id, { baseUrl: base })).audit({ types: ["egress.denied"] });
+      const viaSdk = await (await Sandbox.connect(id, { baseUrl: lab.base })).audit({ types: ["egress.denied"] });
       expect(viaSdk.map((e) => e.seq)).toEqual(denied.map((e) => (e as unknown as { seq: number }).seq));
       expect(denied.map((e) => e.data)).toEqual(
         expect.arrayContaining([
@@ -171,7 +147,9 @@ describe.skipIf(!root)("egress gateway", () => {
           expect.objectContaining({ host: "b.svc.bothy.test", rule: "tenant#0" }),
         ]),
       );
-      const allowed = (await api(base, "GET", `/sandboxes/${id}/audit?type=egress.allowed`)).json["events"] as Array<{
+      const allowed = (await api(lab.base, "GET", `/sandboxes/${id}/audit?type=egress.allowed`)).json[
+        "events"
+      ] as Array<{
         data: Record<string, unknown>;
       }>;
       expect(allowed.map((e) => e.data)).toEqual(
@@ -179,31 +157,26 @@ describe.skipIf(!root)("egress gateway", () => {
           expect.objectContaining({ host: NAMES.api, rule: "sandbox#1", action: "allow", address: PUBLIC_HTTP }),
         ]),
       );
-      expect((await api(base, "GET", `/sandboxes/${id}/audit?type=sandbox.created`)).status).toBe(400);
-      const other = await api(base, "GET", `/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaa/audit`);
+      expect((await api(lab.base, "GET", `/sandboxes/${id}/audit?type=sandbox.created`)).status).toBe(400);
+      const other = await api(lab.base, "GET", `/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaa/audit`);
       expect(other.json["code"]).toBe("sandbox_not_found");
 
       // The server dies: its successor takes the sandbox over with its redirect, and its rules hold.
-      const child = server?.child;
-      const gone = new Promise((resolve) => child?.once("exit", resolve));
-      child?.kill("SIGKILL");
-      await gone;
-      await serve();
-      const after = await egressProbe(base, id, { api: http(NAMES.api), denied: https(NAMES.other) }, topo.caPem);
+      await lab.restart("kill");
+      const after = await egressProbe(lab.base, id, { api: http(NAMES.api), denied: https(NAMES.other) }, topo.caPem);
       expect(after["api"]?.status, JSON.stringify(after)).toBe(200);
       expect(after["denied"]?.err, JSON.stringify(after)).toMatch(/alert access denied/i);
 
       // A clean stop stops it; woken again, it is plumbed anew, redirect included.
-      await server?.stop();
-      await serve();
-      const state = (await api(base, "GET", `/sandboxes/${id}`)).json["state"];
-      if (state !== "running") expect((await api(base, "POST", `/sandboxes/${id}/resume`)).status).toBe(200);
-      const woken = await egressProbe(base, id, { api: http(NAMES.api), denied: http(NAMES.other) }, topo.caPem);
+      await lab.restart("stop");
+      const state = (await api(lab.base, "GET", `/sandboxes/${id}`)).json["state"];
+      if (state !== "running") expect((await api(lab.base, "POST", `/sandboxes/${id}/resume`)).status).toBe(200);
+      const woken = await egressProbe(lab.base, id, { api: http(NAMES.api), denied: http(NAMES.other) }, topo.caPem);
       expect(woken["api"]?.status, JSON.stringify(woken)).toBe(200);
       expect(bodyOf(woken["denied"]), JSON.stringify(woken)).toMatchObject({ rule: "sandbox#0" });
 
-      expect((await api(base, "DELETE", "/policy")).status).toBe(200);
-      for (const s of [id, plain]) expect(await deleteSandbox(base, s)).toBe("deleted");
+      expect((await api(lab.base, "DELETE", "/policy")).status).toBe(200);
+      for (const s of [id, plain]) expect(await deleteSandbox(lab.base, s)).toBe("deleted");
       const left = await topo.bothyObjects(undefined);
       expect(left.chains).toEqual([]);
       expect(left.mapElements).toBe(0);
@@ -217,7 +190,7 @@ describe.skipIf(!root)("egress gateway", () => {
       "an ask rule holds the request until a person decides: approved goes out once, denied HTTPS gets the alert",
     ),
     async () => {
-      const id = await createSandbox(base, {
+      const id = await createSandbox(lab.base, {
         driver: "gvisor",
         policy: {
           rules: [
@@ -228,7 +201,7 @@ describe.skipIf(!root)("egress gateway", () => {
       });
       made.push(id);
       const probe = egressProbe(
-        base,
+        lab.base,
         id,
         {
           approved: http(NAMES.api, { method: "POST", body: "deploy please" }),
@@ -239,7 +212,7 @@ describe.skipIf(!root)("egress gateway", () => {
       );
       let pending: Array<{ approval_id: string; host: string; method: string | null; excerpt: string }> = [];
       while (pending.length < 2) {
-        const listed = await api(base, "GET", `/approvals?state=pending&sandbox_id=${id}`);
+        const listed = await api(lab.base, "GET", `/approvals?state=pending&sandbox_id=${id}`);
         pending = listed.json["approvals"] as typeof pending;
         if (pending.length < 2) await new Promise((r) => setTimeout(r, 200));
       }
@@ -247,9 +220,9 @@ describe.skipIf(!root)("egress gateway", () => {
       expect(byHost.get(NAMES.api)).toMatchObject({ method: "POST", excerpt: "deploy please" });
       // Passed-through HTTPS is held before dialing: its method and path are not seen.
       expect(byHost.get(NAMES.other)).toMatchObject({ method: null });
-      const approve = await api(base, "POST", `/approvals/${byHost.get(NAMES.api)!.approval_id}/approve`, {});
+      const approve = await api(lab.base, "POST", `/approvals/${byHost.get(NAMES.api)!.approval_id}/approve`, {});
       expect(approve.status, JSON.stringify(approve.json)).toBe(200);
-      const deny = await api(base, "POST", `/approvals/${byHost.get(NAMES.other)!.approval_id}/deny`, {
+      const deny = await api(lab.base, "POST", `/approvals/${byHost.get(NAMES.other)!.approval_id}/deny`, {
         reason: "not today",
       });
       expect(deny.status, JSON.stringify(deny.json)).toBe(200);
@@ -257,8 +230,9 @@ describe.skipIf(!root)("egress gateway", () => {
       expect(r["approved"]?.status, JSON.stringify(r)).toBe(200);
       expect(bodyOf(r["approved"])).toMatchObject({ method: "POST", body: "deploy please" });
       expect(r["denied"]?.err, JSON.stringify(r)).toMatch(/alert access denied/i);
-      const audit = (await api(base, "GET", `/sandboxes/${id}/audit?type=egress.allowed,egress.asked,egress.denied`))
-        .json["events"] as Array<{ type: string; data: Record<string, unknown> }>;
+      const audit = (
+        await api(lab.base, "GET", `/sandboxes/${id}/audit?type=egress.allowed,egress.asked,egress.denied`)
+      ).json["events"] as Array<{ type: string; data: Record<string, unknown> }>;
       const apiSteps = audit.filter((e) => e.data["host"] === NAMES.api).map((e) => [e.type, e.data["outcome"]]);
       expect(apiSteps).toEqual([
         ["egress.asked", "pending"],
@@ -268,7 +242,7 @@ describe.skipIf(!root)("egress gateway", () => {
         ["egress.asked", "pending"],
         ["egress.denied", "denied"],
       ]);
-      expect(await deleteSandbox(base, id)).toBe("deleted");
+      expect(await deleteSandbox(lab.base, id)).toBe("deleted");
     },
     600_000,
   );
@@ -276,14 +250,14 @@ describe.skipIf(!root)("egress gateway", () => {
   it.skipIf(gvisor.missing !== undefined)(
     driverTitle(gvisor, "a request held when the server is killed is cancelled by the next start and never goes out"),
     async () => {
-      const id = await createSandbox(base, {
+      const id = await createSandbox(lab.base, {
         driver: "gvisor",
         policy: { rules: [{ host: NAMES.api, action: "ask" }] },
       });
       made.push(id);
       const path = `/echo/held-${randomBytes(4).toString("hex")}`;
       const probe = await startEgressProbe(
-        base,
+        lab.base,
         id,
         { held: http(NAMES.api, { method: "POST", path, body: "x" }) },
         topo.caPem,
@@ -291,32 +265,30 @@ describe.skipIf(!root)("egress gateway", () => {
       );
       let pending: Array<{ approval_id: string }> = [];
       while (pending.length === 0) {
-        pending = (await api(base, "GET", `/approvals?state=pending&sandbox_id=${id}`)).json["approvals"] as Array<{
+        pending = (await api(lab.base, "GET", `/approvals?state=pending&sandbox_id=${id}`)).json["approvals"] as Array<{
           approval_id: string;
         }>;
         if (pending.length === 0) await new Promise((r) => setTimeout(r, 200));
       }
       const approvalId = pending[0]!.approval_id;
-      const child = server?.child;
-      const gone = new Promise((resolve) => child?.once("exit", resolve));
-      child?.kill("SIGKILL");
-      await gone;
-      await serve();
+      await lab.restart("kill");
       // The next start cancels what the killed server held; a late approval finds nothing to release.
-      expect((await api(base, "GET", `/approvals/${approvalId}`)).json).toMatchObject({ state: "cancelled" });
-      expect((await api(base, "POST", `/approvals/${approvalId}/approve`, {})).status).toBe(409);
+      expect((await api(lab.base, "GET", `/approvals/${approvalId}`)).json).toMatchObject({ state: "cancelled" });
+      expect((await api(lab.base, "POST", `/approvals/${approvalId}/approve`, {})).status).toBe(409);
       // The sandbox's client lost its connection with the server; the request never reached wan.
-      let out = await probe.read(base);
+      let out = await probe.read(lab.base);
       for (let i = 0; i < 300 && out === undefined; i++) {
         await new Promise((r) => setTimeout(r, 200));
-        out = await probe.read(base);
+        out = await probe.read(lab.base);
       }
       expect(out?.["held"]?.ok, JSON.stringify(out)).toBe(false);
-      const allowed = (await api(base, "GET", `/sandboxes/${id}/audit?type=egress.allowed`)).json["events"] as Array<{
+      const allowed = (await api(lab.base, "GET", `/sandboxes/${id}/audit?type=egress.allowed`)).json[
+        "events"
+      ] as Array<{
         data: Record<string, unknown>;
       }>;
       expect(allowed.filter((e) => e.data["path"] === path)).toEqual([]);
-      expect(await deleteSandbox(base, id)).toBe("deleted");
+      expect(await deleteSandbox(lab.base, id)).toBe("deleted");
     },
     600_000,
   );
@@ -326,20 +298,20 @@ describe.skipIf(!root)("egress gateway", () => {
     async () => {
       const GH = `ghp_${randomBytes(12).toString("hex")}`;
       const TOK = `tok-${randomBytes(12).toString("hex")}`;
-      expect((await api(base, "PUT", "/secrets/gh", { value: GH, hosts: [NAMES.api] })).status).toBe(201);
+      expect((await api(lab.base, "PUT", "/secrets/gh", { value: GH, hosts: [NAMES.api] })).status).toBe(201);
       const tok = { value: TOK, hosts: ["*.svc.bothy.test"], inject: { header: "X-Token", format: "{value}" } };
-      expect((await api(base, "PUT", "/secrets/tok", tok)).status).toBe(201);
-      const id = await createSandbox(base, { driver: "gvisor", secrets: ["gh", "tok"] });
+      expect((await api(lab.base, "PUT", "/secrets/tok", tok)).status).toBe(201);
+      const id = await createSandbox(lab.base, { driver: "gvisor", secrets: ["gh", "tok"] });
       made.push(id);
-      const env = await runCommand(base.replace(/^http/, "ws"), id, { cmd: 'printf "%s %s" "$GH" "$TOK"' });
+      const env = await runCommand(lab.base.replace(/^http/, "ws"), id, { cmd: 'printf "%s %s" "$GH" "$TOK"' });
       const [ghPh, tokPh] = env.stdout.split(" ");
       expect(ghPh).toMatch(/^bothy_ph_/);
       expect(tokPh).toMatch(/^bothy_ph_/);
       // HTTPS of a sandbox with secrets is terminated with a leaf of bothy's CA, which the guest trusts.
-      const ca = `${await readFile(join(home, "secrets", "egress-ca.crt"), "utf8")}\n${topo.caPem}`;
+      const ca = `${await readFile(join(lab.home, "secrets", "egress-ca.crt"), "utf8")}\n${topo.caPem}`;
       const bearer = { authorization: `Bearer ${ghPh}` };
       const r = await egressProbe(
-        base,
+        lab.base,
         id,
         {
           bound: https(NAMES.api, { headers: bearer }),
@@ -360,7 +332,7 @@ describe.skipIf(!root)("egress gateway", () => {
       expect(r["unbound"]?.status, JSON.stringify(r)).toBe(403);
       expect(bodyOf(r["unbound"])).toMatchObject({ code: "secret_refused" });
       expect(bodyOf(r["clear"])).toMatchObject({ code: "egress_denied", rule: "placeholder" });
-      const audit = (await api(base, "GET", `/sandboxes/${id}/audit?type=secret.injected,secret.refused`)).json[
+      const audit = (await api(lab.base, "GET", `/sandboxes/${id}/audit?type=secret.injected,secret.refused`)).json[
         "events"
       ] as Array<{ type: string; data: Record<string, unknown> }>;
       expect(audit.map((e) => [e.type, e.data["secret"], e.data["host"]])).toEqual(
@@ -373,12 +345,12 @@ describe.skipIf(!root)("egress gateway", () => {
       for (const value of [GH, TOK]) {
         expect(JSON.stringify(audit)).not.toContain(value);
         expect(JSON.stringify(r)).not.toContain(value);
-        expect(JSON.stringify(server?.logs)).not.toContain(value);
+        expect(JSON.stringify(lab.server.logs)).not.toContain(value);
       }
-      const { read, hits } = await homeFilesHolding(home, [GH, TOK], SANDBOX_TREES);
+      const { read, hits } = await homeFilesHolding(lab.home, [GH, TOK], SANDBOX_TREES);
       expect(read.some((f) => f.endsWith("ledger.sqlite-wal"))).toBe(true);
       expect(hits).toEqual([]);
-      expect(await deleteSandbox(base, id)).toBe("deleted");
+      expect(await deleteSandbox(lab.base, id)).toBe("deleted");
     },
     600_000,
   );
@@ -387,14 +359,14 @@ describe.skipIf(!root)("egress gateway", () => {
     driverTitle(qemu, "a VM's HTTP and HTTPS pass the gateway, its secret swapped in"),
     async () => {
       const VALUE = `vm_${randomBytes(12).toString("hex")}`;
-      expect((await api(base, "PUT", "/secrets/vmkey", { value: VALUE, hosts: [NAMES.api] })).status).toBe(201);
-      const id = await createSandbox(base, { driver: "qemu", policy: POLICY, secrets: ["vmkey"] });
+      expect((await api(lab.base, "PUT", "/secrets/vmkey", { value: VALUE, hosts: [NAMES.api] })).status).toBe(201);
+      const id = await createSandbox(lab.base, { driver: "qemu", policy: POLICY, secrets: ["vmkey"] });
       made.push(id);
-      const env = await runCommand(base.replace(/^http/, "ws"), id, { cmd: 'printf %s "$VMKEY"' });
+      const env = await runCommand(lab.base.replace(/^http/, "ws"), id, { cmd: 'printf %s "$VMKEY"' });
       const bearer = { authorization: `Bearer ${env.stdout}` };
-      const ca = `${await readFile(join(home, "secrets", "egress-ca.crt"), "utf8")}\n${topo.caPem}`;
+      const ca = `${await readFile(join(lab.home, "secrets", "egress-ca.crt"), "utf8")}\n${topo.caPem}`;
       const r = await egressProbe(
-        base,
+        lab.base,
         id,
         {
           api: http(NAMES.api),
@@ -415,7 +387,7 @@ describe.skipIf(!root)("egress gateway", () => {
       // A sandbox with secrets has its HTTPS terminated, so a denial is answered inside TLS, naming the rule.
       expect(r["httpsDenied"]?.status, JSON.stringify(r)).toBe(403);
       expect(bodyOf(r["httpsDenied"])).toMatchObject({ code: "egress_denied", rule: "sandbox#0" });
-      expect(await deleteSandbox(base, id)).toBe("deleted");
+      expect(await deleteSandbox(lab.base, id)).toBe("deleted");
       const left = await topo.bothyObjects(undefined);
       expect(left.chains).toEqual([]);
       expect(left.mapElements).toBe(0);

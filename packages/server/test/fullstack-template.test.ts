@@ -1,8 +1,8 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { noLeaks } from "./helpers/host-state.ts";
-import { api, createSandbox, runCommand, sandboxState, waitForState as waitStateOf } from "./helpers/client.ts";
+import { describe, expect, it } from "vitest";
+import { api, createSandbox, runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
-import { startTestServer, type TestServer } from "./helpers/test-server.ts";
+import { IDLE_S, useIdleServer } from "./helpers/suite.ts";
+import type { TestServer } from "./helpers/test-server.ts";
 
 /**
  * The fullstack template (templates/fullstack, built by test/global-setup.ts): PostgreSQL and
@@ -11,29 +11,10 @@ import { startTestServer, type TestServer } from "./helpers/test-server.ts";
  * stopped; on gVisor sleep stops the sandbox and wake boots it again on its kept disk, where the
  * template's boot hook starts again what `bothy-service start` started.
  */
-const IDLE_S = 3;
-
 for (const driver of testDrivers()) {
   describe.skipIf(driver.missing !== undefined)(driverTitle(driver, "fullstack template"), () => {
     let ts: TestServer;
-
-    beforeAll(async () => {
-      ts = await startTestServer({
-        BOTHY_DRIVER: driver.name,
-        BOTHY_IDLE_TIMEOUT_S: String(IDLE_S),
-        BOTHY_SWEEP_INTERVAL_S: "1",
-      });
-    });
-
-    afterAll(async () => {
-      expect(await ts?.stop()).toEqual(noLeaks());
-    });
-
-    const state = (id: string): Promise<string> => sandboxState(ts.url, id);
-    const waitForState = (id: string, want: string, seconds: number): Promise<string> =>
-      waitStateOf(ts.url, id, want, seconds);
-
-    const asleep = driver.name === "qemu" ? "paused" : "stopped";
+    const { asleep, state, waitForState } = useIdleServer(driver.name, (s) => (ts = s));
 
     async function sh(id: string, cmd: string): Promise<string> {
       const r = await runCommand(ts.wsUrl, id, { cmd });

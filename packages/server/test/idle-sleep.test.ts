@@ -1,34 +1,14 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import WebSocket from "ws";
-import { noLeaks } from "./helpers/host-state.ts";
-import { api, createSandbox, runCommand, sandboxState, waitForState as waitStateOf } from "./helpers/client.ts";
+import { api, createSandbox, runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
-import { startTestServer, type TestServer } from "./helpers/test-server.ts";
-
-const IDLE_S = 3;
+import { IDLE_S, useIdleServer } from "./helpers/suite.ts";
+import type { TestServer } from "./helpers/test-server.ts";
 
 for (const driver of testDrivers()) {
   describe.skipIf(driver.missing !== undefined)(driverTitle(driver, "idle sleep"), () => {
     let ts: TestServer;
-
-    beforeAll(async () => {
-      ts = await startTestServer({
-        BOTHY_DRIVER: driver.name,
-        BOTHY_IDLE_TIMEOUT_S: String(IDLE_S),
-        BOTHY_SWEEP_INTERVAL_S: "1",
-      });
-    });
-
-    afterAll(async () => {
-      expect(await ts?.stop()).toEqual(noLeaks());
-    });
-
-    const state = (id: string): Promise<string> => sandboxState(ts.url, id);
-    const waitForState = (id: string, want: string, seconds: number): Promise<string> =>
-      waitStateOf(ts.url, id, want, seconds);
-
-    // QEMU saves the VM's memory (paused); gVisor stops the sandbox and keeps its disk (stopped).
-    const asleep = driver.name === "qemu" ? "paused" : "stopped";
+    const { asleep, state, waitForState } = useIdleServer(driver.name, (s) => (ts = s));
 
     it("puts an idle sandbox to sleep and wakes it on the next call, files intact", { timeout: 300_000 }, async () => {
       const id = await createSandbox(ts.url);

@@ -2,18 +2,10 @@ import { SANDBOX_STATES, type SandboxState } from "@bothy/protocol";
 import { afterEach, describe, expect, it } from "vitest";
 import { Ledger } from "../src/ledger/ledger.ts";
 import { canTransition, LIFECYCLE, TransitionError } from "../src/sandboxes/lifecycle.ts";
+import { insertTestSandbox } from "./helpers/ledger-rows.ts";
 
 function insert(ledger: Ledger, id: string, state: SandboxState = "creating"): void {
-  ledger.insertSandbox({
-    id,
-    template: "seed",
-    template_hash: "h",
-    driver: "fake",
-    acceleration: "none",
-    vcpu: 1,
-    memory_mib: 256,
-    state,
-  });
+  insertTestSandbox(ledger, { id, state });
 }
 
 /** Drives a new row along allowed moves to `state`. */

@@ -8,17 +8,17 @@ import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { hostTag } from "../src/util/host-names.ts";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import type { SandboxCreateOptions } from "@bothy/sdk";
 import { api, createSandbox, deleteSandbox, runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
+import { useNetLab } from "./helpers/net-lab.ts";
 import { ipv4Of, probe, sandboxNetwork, type Outcome } from "./helpers/net-probe.ts";
 import type { ServeProcess } from "./helpers/serve-process.ts";
 import {
   HOST_LAN_ADDR,
   HOST_PORT,
   HOST_UPLINK_ADDR,
-  NetTopology,
   PRIVATE_HOST,
   PRIVATE_HOST_2,
   PUBLIC_DNS,
@@ -46,33 +46,11 @@ function unanswered(o: Outcome | undefined, what: string): void {
 }
 
 describe.skipIf(!root)("network isolation", () => {
-  const topo = new NetTopology();
-  let server: ServeProcess | undefined;
-  let home = "";
-  let base = "";
-  let logs: Array<Record<string, unknown>> = [];
-  const made: string[] = [];
-
-  beforeAll(async () => {
-    home = await mkdtemp("/tmp/bothy-net-");
-    await topo.create();
-    server = topo.serveInHost(home, { BOTHY_DRIVER: "gvisor" });
-    logs = server.logs;
-    base = await server.url;
-  });
-
-  afterAll(async () => {
-    try {
-      for (const id of made) await api(base, "DELETE", `/sandboxes/${id}`).catch(() => undefined);
-      await server?.stop();
-    } finally {
-      await topo.destroy();
-      await rm(home, { recursive: true, force: true });
-    }
-  });
+  const lab = useNetLab("net");
+  const { topo, made } = lab;
 
   it("enables forwarding and installs its table in the server's namespace", async () => {
-    expect(logs.find((l) => l["event"] === "network_ready")).toMatchObject({
+    expect(lab.server.logs.find((l) => l["event"] === "network_ready")).toMatchObject({
       uplink: expect.stringMatching(/u0$/),
       dns: [PUBLIC_DNS],
     });
@@ -87,7 +65,7 @@ describe.skipIf(!root)("network isolation", () => {
       ),
       async () => {
         const create = async (body: SandboxCreateOptions = {}) => {
-          const id = await createSandbox(base, { driver: d.name, ...body });
+          const id = await createSandbox(lab.base, { driver: d.name, ...body });
           made.push(id);
           return id;
         };
@@ -97,15 +75,15 @@ describe.skipIf(!root)("network isolation", () => {
           create({ network: { internet: false } }),
           create({ network: { allowOut: [PRIVATE_HOST], denyOut: ["203.0.113.0/24"] } }),
         ]);
-        expect(await sandboxNetwork(base, a)).toEqual({
+        expect(await sandboxNetwork(lab.base, a)).toEqual({
           enabled: true,
           internet: true,
           allow_out: [],
           deny_out: [],
           dns: [PUBLIC_DNS],
         });
-        expect(await sandboxNetwork(base, closed)).toMatchObject({ internet: false });
-        expect(await sandboxNetwork(base, allowed)).toMatchObject({
+        expect(await sandboxNetwork(lab.base, closed)).toMatchObject({ internet: false });
+        expect(await sandboxNetwork(lab.base, allowed)).toMatchObject({
           internet: true,
           allow_out: [`${PRIVATE_HOST}/32`],
           deny_out: ["203.0.113.0/24"],
@@ -113,24 +91,24 @@ describe.skipIf(!root)("network isolation", () => {
 
         // The peer listens on a port; it reaches its own listener, so a refusal from `a` is the filter.
         await runCommand(
-          base.replace(/^http/, "ws"),
+          lab.base.replace(/^http/, "ws"),
           peer,
           { cmd: "node -e \"require('net').createServer((s) => s.end('peer')).listen(8080)\"", background: true },
           { onEvent: (ev, ws) => ev.type === "started" && ws.close() },
         );
-        let self = await probe(base, peer, { own: { tcp: ["127.0.0.1", 8080] } });
+        let self = await probe(lab.base, peer, { own: { tcp: ["127.0.0.1", 8080] } });
         for (let i = 0; i < 20 && !self.results["own"]?.ok; i++)
-          self = await probe(base, peer, { own: { tcp: ["127.0.0.1", 8080] } });
+          self = await probe(lab.base, peer, { own: { tcp: ["127.0.0.1", 8080] } });
         const peerAddr = ipv4Of(self);
         expect(self.results["own"]?.ok).toBe(true);
 
-        const p = await probe(base, a, {
+        const p = await probe(lab.base, a, {
           public: { get: [PUBLIC_HTTP, 80] },
           private: { tcp: [PRIVATE_HOST, 80] },
           hostUplink: { tcp: [HOST_UPLINK_ADDR, HOST_PORT] },
           hostLan: { tcp: [HOST_LAN_ADDR, HOST_PORT] },
           hostControl: { tcp: [topo.ctlHostAddr, HOST_PORT] },
-          hostApi: { tcp: [topo.ctlHostAddr, Number(new URL(base).port)] },
+          hostApi: { tcp: [topo.ctlHostAddr, Number(new URL(lab.base).port)] },
           peer: { tcp: [peerAddr, 8080] },
           metadata: { tcp: ["169.254.169.254", 80] },
           ipv6: { tcp: ["2001:db8::10", 80] },
@@ -142,7 +120,7 @@ describe.skipIf(!root)("network isolation", () => {
         });
         const own = ipv4Of(p);
         const gateway = own.replace(/\d+$/, (n) => String(Number(n) - 1));
-        const gw = await probe(base, a, { gateway: { tcp: [gateway, HOST_PORT] } });
+        const gw = await probe(lab.base, a, { gateway: { tcp: [gateway, HOST_PORT] } });
         expect(
           p.addrs.filter((x) => x.family === "IPv6" || x.family === 6),
           "no IPv6 address in the guest",
@@ -156,14 +134,14 @@ describe.skipIf(!root)("network isolation", () => {
         expect(p.results["dnsSystem"]).toMatchObject({ ok: true, addrs: [TEST_ANSWER] });
         for (const k of ["dnsHostUplink", "dnsHostLan", "dnsPrivate"]) unanswered(p.results[k], k);
 
-        const c = await probe(base, closed, {
+        const c = await probe(lab.base, closed, {
           public: { get: [PUBLIC_HTTP, 80] },
           dns: { dns: [PUBLIC_DNS, TEST_NAME] },
         });
         refusedFast(c.results["public"], "public with internet:false");
         unanswered(c.results["dns"], "DNS with internet:false");
 
-        const o = await probe(base, allowed, {
+        const o = await probe(lab.base, allowed, {
           named: { get: [PRIVATE_HOST, 80] },
           unnamed: { tcp: [PRIVATE_HOST_2, 80] },
           denied: { tcp: [PUBLIC_HTTP, 80] },
@@ -175,7 +153,7 @@ describe.skipIf(!root)("network isolation", () => {
         expect(o.results["dns"]).toMatchObject({ ok: true });
 
         const ids = [a, peer, closed, allowed];
-        for (const id of ids) expect(await deleteSandbox(base, id)).toBe("deleted");
+        for (const id of ids) expect(await deleteSandbox(lab.base, id)).toBe("deleted");
         const left = await topo.bothyObjects();
         const suffixes = ids.map((id) => id.slice(4, 12));
         expect(left.netns.filter((n) => suffixes.some((s) => n.includes(s)))).toEqual([]);
@@ -190,30 +168,25 @@ describe.skipIf(!root)("network isolation", () => {
     it.skipIf(d.missing !== undefined)(
       driverTitle(d, "a sandbox keeps its network and its rules across a crash of the server"),
       async () => {
-        const id = await createSandbox(base, { driver: d.name });
+        const id = await createSandbox(lab.base, { driver: d.name });
         made.push(id);
-        const before = await probe(base, id, { public: { get: [PUBLIC_HTTP, 80] } });
+        const before = await probe(lab.base, id, { public: { get: [PUBLIC_HTTP, 80] } });
         expect(before.results["public"]).toMatchObject({ ok: true });
-        const child = server?.child;
-        const gone = new Promise((r) => child?.once("exit", r));
-        child?.kill("SIGKILL");
-        await gone;
-        server = topo.serveInHost(home, { BOTHY_DRIVER: "gvisor" });
-        logs = server.logs;
-        base = await server.url;
+        await lab.restart("kill");
+        const logs = lab.server.logs;
         expect(
           logs.find((l) => l["event"] === "sandbox_reattached" && l["sandbox_id"] === id),
           JSON.stringify(logs.filter((l) => l["sandbox_id"] === id)),
         ).toBeDefined();
-        expect((await api(base, "GET", `/sandboxes/${id}`)).json["state"]).toBe("running");
-        const after = await probe(base, id, {
+        expect((await api(lab.base, "GET", `/sandboxes/${id}`)).json["state"]).toBe("running");
+        const after = await probe(lab.base, id, {
           public: { get: [PUBLIC_HTTP, 80] },
           private: { tcp: [PRIVATE_HOST, 80] },
         });
         expect(ipv4Of(after)).toBe(ipv4Of(before));
         expect(after.results["public"]).toMatchObject({ ok: true, body: "OK wan\n" });
         refusedFast(after.results["private"], "private after the restart");
-        expect((await api(base, "DELETE", `/sandboxes/${id}`)).status).toBe(200);
+        expect((await api(lab.base, "DELETE", `/sandboxes/${id}`)).status).toBe(200);
       },
       600_000,
     );
@@ -223,24 +196,22 @@ describe.skipIf(!root)("network isolation", () => {
     "two servers with their own homes share the host: a restart of one leaves the other's network whole",
     async () => {
       const homeB = await mkdtemp("/tmp/bothy-net-b-");
-      const [tagA, tagB] = [hostTag(home), hostTag(homeB)];
+      const [tagA, tagB] = [hostTag(lab.home), hostTag(homeB)];
       const envB = { BOTHY_DRIVER: "gvisor", BOTHY_NET_POOL: "10.178.0.0/16" };
       let serverB = topo.serveInHost(homeB, envB);
       try {
         await serverB.url;
-        const a = await createSandbox(base, { driver: "gvisor" });
+        const a = await createSandbox(lab.base, { driver: "gvisor" });
         made.push(a);
         const b = await createSandbox(await serverB.url, { driver: "gvisor" });
 
         // B dies and starts again: its start-up reconcile takes its own sandbox over and must not
         // take A's objects for orphans, nor rewrite A's rules.
-        const gone = new Promise((r) => serverB.child.once("exit", r));
-        serverB.child.kill("SIGKILL");
-        await gone;
+        await serverB.kill();
         serverB = topo.serveInHost(homeB, envB);
         const baseB = await serverB.url;
         for (const [url, id] of [
-          [base, a],
+          [lab.base, a],
           [baseB, b],
         ] as const) {
           const p = await probe(url, id, { public: { get: [PUBLIC_HTTP, 80] }, private: { tcp: [PRIVATE_HOST, 80] } });
@@ -279,9 +250,9 @@ describe.skipIf(!root)("network isolation", () => {
         expect(tables, "B's table, emptied by its clean stop").not.toContain(`bothy-${tagB}`);
         expect(tables).toContain(`bothy-${tagA}`);
         expect(await objectsOf(tagA, a)).toEqual(aObjects);
-        const after = await probe(base, a, { public: { get: [PUBLIC_HTTP, 80] } });
+        const after = await probe(lab.base, a, { public: { get: [PUBLIC_HTTP, 80] } });
         expect(after.results["public"]).toMatchObject({ ok: true, body: "OK wan\n" });
-        expect((await api(base, "DELETE", `/sandboxes/${a}`)).status).toBe(200);
+        expect((await api(lab.base, "DELETE", `/sandboxes/${a}`)).status).toBe(200);
       } finally {
         await serverB.stop();
         await rm(homeB, { recursive: true, force: true });
@@ -297,7 +268,7 @@ describe.skipIf(!root)("network isolation", () => {
       const failed = await topo.serveFailure(homeD, { BOTHY_DRIVER: "gvisor", BOTHY_NET_POOL: "10.179.128.0/17" });
       expect(failed.code).toBe(1);
       expect(failed.stderr).toContain(
-        `overlaps 10.179.0.0/16, the pool of another bothy home on this host (table inet bothy-${hostTag(home)})`,
+        `overlaps 10.179.0.0/16, the pool of another bothy home on this host (table inet bothy-${hostTag(lab.home)})`,
       );
     } finally {
       await rm(homeD, { recursive: true, force: true });
@@ -353,7 +324,7 @@ describe.skipIf(!root)("network isolation", () => {
   });
 
   it("leaves no namespace, interface, chain or map element once every sandbox is gone", async () => {
-    for (const id of made) await deleteSandbox(base, id);
-    expect(await topo.bothyObjects(hostTag(home))).toEqual({ netns: [], links: [], chains: [], mapElements: 0 });
+    for (const id of made) await deleteSandbox(lab.base, id);
+    expect(await topo.bothyObjects(hostTag(lab.home))).toEqual({ netns: [], links: [], chains: [], mapElements: 0 });
   });
 });

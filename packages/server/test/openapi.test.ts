@@ -1,18 +1,11 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { undocumentedRoutes } from "../src/api/openapi.ts";
-import { noLeaks } from "./helpers/host-state.ts";
-import { startTestServer, type TestServer } from "./helpers/test-server.ts";
+import { useTestServer } from "./helpers/suite.ts";
+import type { TestServer } from "./helpers/test-server.ts";
 
 describe("GET /openapi.json", () => {
   let ts: TestServer;
-
-  beforeAll(async () => {
-    ts = await startTestServer({ BOTHY_DRIVER: "gvisor" });
-  });
-
-  afterAll(async () => {
-    expect(await ts?.stop()).toEqual(noLeaks());
-  });
+  useTestServer({ BOTHY_DRIVER: "gvisor" }, (s) => (ts = s));
 
   it("documents every route the server registers, and no route it does not", async () => {
     const res = await fetch(`${ts.url}/openapi.json`);

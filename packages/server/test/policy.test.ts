@@ -4,21 +4,14 @@
  * restart. Host rules need the egress gateway and the network (network.test.ts's lab); here the
  * network is off, so they are refused and tool rules are what applies.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { api, deleteSandbox } from "./helpers/client.ts";
-import { noLeaks } from "./helpers/host-state.ts";
-import { startTestServer, type TestServer } from "./helpers/test-server.ts";
+import { useTestServer } from "./helpers/suite.ts";
+import type { TestServer } from "./helpers/test-server.ts";
 
 describe("host and tool policies", () => {
   let ts: TestServer;
-
-  beforeAll(async () => {
-    ts = await startTestServer({ BOTHY_DRIVER: "gvisor" });
-  });
-
-  afterAll(async () => {
-    expect(await ts?.stop()).toEqual(noLeaks());
-  });
+  useTestServer({ BOTHY_DRIVER: "gvisor" }, (s) => (ts = s));
 
   it("keeps a tenant's default policy, validated, and needs scope policy to set it", async () => {
     expect((await api(ts.url, "GET", "/policy")).json).toEqual({ tenant: "default", policy: null });

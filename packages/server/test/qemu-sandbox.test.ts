@@ -3,12 +3,12 @@ import { existsSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { attachCommand, readEventStream, startBackgroundCommand } from "./helpers/background.ts";
-import { noLeaks } from "./helpers/host-state.ts";
 import { api, createSandbox, runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
-import { startTestServer, type TestServer } from "./helpers/test-server.ts";
+import { useTestServer } from "./helpers/suite.ts";
+import type { TestServer } from "./helpers/test-server.ts";
 
 const pexec = promisify(execFile);
 const qemu = testDrivers().find((d) => d.name === "qemu") ?? {
@@ -55,14 +55,7 @@ async function sh(ts: TestServer, id: string, cmd: string): Promise<string> {
 
 describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "QEMU sandboxes"), () => {
   let ts: TestServer;
-
-  beforeAll(async () => {
-    ts = await startTestServer({ BOTHY_DRIVER: "qemu" });
-  });
-
-  afterAll(async () => {
-    expect(await ts?.stop()).toEqual(noLeaks());
-  });
+  useTestServer({ BOTHY_DRIVER: "qemu" }, (s) => (ts = s));
 
   it("restores two sandboxes from one snapshot with their own identity and different random bytes", async () => {
     const ids = [await createSandbox(ts.url), await createSandbox(ts.url)];

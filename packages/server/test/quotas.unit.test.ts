@@ -8,6 +8,7 @@ import { Quotas } from "../src/auth/quotas.ts";
 import { loadConfig } from "../src/config.ts";
 import { Ledger } from "../src/ledger/ledger.ts";
 import { newSandboxId } from "../src/util/ids.ts";
+import { insertTestSandbox } from "./helpers/ledger-rows.ts";
 
 let dir: string;
 let ledger: Ledger;
@@ -23,16 +24,13 @@ afterEach(async () => {
 });
 
 function sandbox(tenant: string, vcpu = 1, memory = 512): void {
-  ledger.insertSandbox({
+  insertTestSandbox(ledger, {
     id: newSandboxId(),
     tenant,
-    template: "seed",
-    template_hash: "h",
     driver: "gvisor",
     acceleration: null,
     vcpu,
     memory_mib: memory,
-    state: "running",
   });
 }
 

@@ -7,15 +7,14 @@
  * file system or environment.
  */
 import { randomBytes } from "node:crypto";
-import { readFile, mkdtemp, rm } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { api, createSandbox, deleteSandbox, runCommand, waitForState } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
 import { homeFilesHolding } from "./helpers/host-state.ts";
 import { EgressCa } from "../src/gateway/egress-ca.ts";
-import { NetTopology } from "./helpers/net-topology.ts";
-import type { ServeProcess } from "./helpers/serve-process.ts";
+import { useNetLab } from "./helpers/net-lab.ts";
 
 const root = process.getuid?.() === 0;
 const drivers = testDrivers();
@@ -28,50 +27,22 @@ const SEARCH_GUEST = `${REBUILD}; found=0; for d in /*; do case "$d" in /proc|/s
 const PLACEHOLDER_RE = /^bothy_ph_[a-z2-7]{32}$/;
 
 describe.skipIf(!root)("secrets vault and egress CA", () => {
-  const topo = new NetTopology();
-  let server: ServeProcess | undefined;
-  let home = "";
-  let base = "";
+  // Idle sleep soon, so a sandbox's sleep and wake are part of the test.
+  const lab = useNetLab("secrets", () => ({ BOTHY_IDLE_TIMEOUT_S: "4", BOTHY_SWEEP_INTERVAL_S: "1" }));
+  const { made } = lab;
   /** Every answer body the tests got, searched for the value at the end. */
   const answers: string[] = [];
-  const made: string[] = [];
 
   const call = async (method: string, path: string, body?: unknown, headers?: Record<string, string>) => {
-    const r = await api(base, method, path, body, headers);
+    const r = await api(lab.base, method, path, body, headers);
     answers.push(JSON.stringify(r.json));
     return r;
   };
   const sh = async (id: string, cmd: string): Promise<{ code: number | undefined; out: string }> => {
-    const r = await runCommand(base.replace(/^http/, "ws"), id, { cmd });
+    const r = await runCommand(lab.base.replace(/^http/, "ws"), id, { cmd });
     answers.push(r.stdout, r.stderr);
     return { code: r.exit?.exit_code ?? undefined, out: r.stdout + r.stderr };
   };
-  const start = async (env: Record<string, string> = {}): Promise<void> => {
-    // Idle sleep soon, so a sandbox's sleep and wake are part of the test.
-    server = topo.serveInHost(home, {
-      BOTHY_DRIVER: "gvisor",
-      BOTHY_IDLE_TIMEOUT_S: "4",
-      BOTHY_SWEEP_INTERVAL_S: "1",
-      ...env,
-    });
-    base = await server.url;
-  };
-
-  beforeAll(async () => {
-    home = await mkdtemp("/tmp/bothy-secrets-");
-    await topo.create();
-    await start();
-  });
-
-  afterAll(async () => {
-    try {
-      for (const id of made) await api(base, "DELETE", `/sandboxes/${id}`).catch(() => undefined);
-      await server?.stop();
-    } finally {
-      await topo.destroy();
-      await rm(home, { recursive: true, force: true });
-    }
-  });
 
   it("keeps secrets write-only: no answer, refusal or listing shows the value", async () => {
     const body = {
@@ -131,8 +102,8 @@ describe.skipIf(!root)("secrets vault and egress CA", () => {
   it.skipIf(gvisor === undefined || gvisor.missing !== undefined)(
     "gives a gVisor sandbox the placeholder and the CA, never the value, across a sleep and a server restart",
     async () => {
-      const caPem = await readFile(join(home, "secrets", "egress-ca.crt"), "utf8");
-      const id = await createSandbox(base, { driver: "gvisor", secrets: ["github"] });
+      const caPem = await readFile(join(lab.home, "secrets", "egress-ca.crt"), "utf8");
+      const id = await createSandbox(lab.base, { driver: "gvisor", secrets: ["github"] });
       made.push(id);
       const env = await sh(
         id,
@@ -151,13 +122,12 @@ describe.skipIf(!root)("secrets vault and egress CA", () => {
       expect(fs.out.trim().split("\n")).toEqual(["found=0", "0"]);
 
       // A sleep (gVisor: stopped on its kept disk) and a wake: same placeholder, CA again.
-      expect(await waitForState(base, id, "stopped", 120)).toBe("stopped");
+      expect(await waitForState(lab.base, id, "stopped", 120)).toBe("stopped");
       expect((await sh(id, "echo $GITHUB")).out.trim()).toBe(placeholder);
       await expectTrusted(id, caPem);
 
       // A server restart: the placeholders come from the ledger.
-      await server?.stop();
-      await start();
+      await lab.restart("stop");
       expect((await sh(id, "echo $GITHUB")).out.trim()).toBe(placeholder);
       await expectTrusted(id, caPem);
       // A command's own env wins over the placeholder.
@@ -172,7 +142,7 @@ describe.skipIf(!root)("secrets vault and egress CA", () => {
    * Python read). The leaf and its key are the test's (made with the server's CA on the host).
    */
   async function expectTrusted(id: string, caPem: string): Promise<void> {
-    const leaf = await (await EgressCa.open(home)).leafFor("trust.bothy.test");
+    const leaf = await (await EgressCa.open(lab.home)).leafFor("trust.bothy.test");
     const probe = String.raw`
 const tls = require("tls"), fs = require("fs");
 const { key, cert } = JSON.parse(fs.readFileSync("/tmp/leaf.json", "utf8"));
@@ -210,14 +180,14 @@ server.listen(0, "127.0.0.1", async () => {
     it.skipIf(d.missing !== undefined)(
       driverTitle(d, "a QEMU sandbox started warm from its template's snapshot trusts the CA and has its placeholder"),
       async () => {
-        const caPem = await readFile(join(home, "secrets", "egress-ca.crt"), "utf8");
+        const caPem = await readFile(join(lab.home, "secrets", "egress-ca.crt"), "utf8");
         // The first makes the template's snapshot; both are restored from it.
-        const plain = await createSandbox(base, { driver: "qemu" });
+        const plain = await createSandbox(lab.base, { driver: "qemu" });
         made.push(plain);
-        const withSecret = await createSandbox(base, { driver: "qemu", secrets: ["github"] });
+        const withSecret = await createSandbox(lab.base, { driver: "qemu", secrets: ["github"] });
         made.push(withSecret);
-        const started = server?.logs.filter((l) => l["event"] === "sandbox_created" && l["driver"] === "qemu") ?? [];
-        expect(server?.logs.some((l) => l["event"] === "qemu_base_snapshot")).toBe(true);
+        const started = lab.server.logs.filter((l) => l["event"] === "sandbox_created" && l["driver"] === "qemu");
+        expect(lab.server.logs.some((l) => l["event"] === "qemu_base_snapshot")).toBe(true);
         expect(started.length).toBeGreaterThanOrEqual(2);
         // Restored from the snapshot (warm start is on by default), then the CA installed: the boot's last step.
         for (const l of started) expect(Object.keys(l["steps"] as object)).toContain("trust");
@@ -226,27 +196,27 @@ server.listen(0, "127.0.0.1", async () => {
         expect((await sh(plain, 'echo "[$GITHUB]" $SSL_CERT_FILE')).out.trim()).toBe("[] /etc/bothy/ca-bundle.crt");
         const fs = await sh(withSecret, SEARCH_GUEST);
         expect(fs.out.trim()).toBe("found=0");
-        for (const id of [plain, withSecret]) await deleteSandbox(base, id);
+        for (const id of [plain, withSecret]) await deleteSandbox(lab.base, id);
       },
       900_000,
     );
   });
 
   it("leaves the value in no file of the home, the log, the events or any answer", async () => {
-    for (const id of made.splice(0)) await deleteSandbox(base, id).catch(() => undefined);
+    for (const id of made.splice(0)) await deleteSandbox(lab.base, id).catch(() => undefined);
     // The events are in the ledger, searched with the rest of the home: while the server runs
     // (its WAL holds the latest writes), and after it stopped.
-    const live = await homeFilesHolding(home, [VALUE]);
+    const live = await homeFilesHolding(lab.home, [VALUE]);
     expect(live.read.some((p) => p.endsWith("ledger.sqlite-wal"))).toBe(true);
     expect(live.hits).toEqual([]);
-    await server?.stop();
-    const { read, hits } = await homeFilesHolding(home, [VALUE]);
+    await lab.server.stop();
+    const { read, hits } = await homeFilesHolding(lab.home, [VALUE]);
     expect(read.some((p) => p.endsWith("ledger.sqlite"))).toBe(true);
     expect(hits).toEqual([]);
-    expect(JSON.stringify(server?.logs ?? [])).not.toContain(VALUE);
+    expect(JSON.stringify(lab.server.logs)).not.toContain(VALUE);
     expect(answers.join("\n")).not.toContain(VALUE);
     // Its sealed form is there (the secret exists), under the key in secrets/.
     expect(read.some((p) => p.endsWith(join("secrets", "vault.key")))).toBe(true);
-    await start();
+    await lab.start();
   }, 300_000);
 });

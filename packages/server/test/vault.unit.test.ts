@@ -8,6 +8,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { seal, unseal, Vault } from "../src/gateway/vault.ts";
 import { EgressCa } from "../src/gateway/egress-ca.ts";
 import { Ledger } from "../src/ledger/ledger.ts";
+import { insertTestSandbox } from "./helpers/ledger-rows.ts";
 
 const dirs: string[] = [];
 async function home(): Promise<string> {
@@ -76,16 +77,7 @@ describe("vault", () => {
         hosts: ["registry.npmjs.org"],
         inject: { header: "Authorization", format: "Bearer {value}" },
       });
-      ledger.insertSandbox({
-        id: "sbx_a",
-        template: "seed",
-        template_hash: "h",
-        driver: "fake",
-        acceleration: "none",
-        vcpu: 1,
-        memory_mib: 256,
-        state: "running",
-      });
+      insertTestSandbox(ledger, { id: "sbx_a" });
       vault.bindSandbox("default", "sbx_a", ["github", "npm_token", "github"]);
       const env = vault.placeholderEnv("sbx_a");
       expect(Object.keys(env)).toEqual(["GITHUB", "NPM_TOKEN"]);

@@ -8,7 +8,7 @@ import type { ConnectionOptions } from "@bothy/sdk";
 
 export class UsageError extends Error {}
 
-type Options = NonNullable<ParseArgsConfig["options"]>;
+export type Options = NonNullable<ParseArgsConfig["options"]>;
 
 /** Flags every API command takes. */
 export const CONNECTION_FLAGS = {

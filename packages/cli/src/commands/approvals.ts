@@ -1,8 +1,8 @@
 import { APPROVAL_STATES, approvalInfo, type ApprovalInfo, type ApprovalState } from "@bothy/protocol";
 import { Approvals, Sandbox } from "@bothy/sdk";
-import { CONNECTION_FLAGS, connection, intFlag, JSON_FLAG, parse, UsageError } from "../args/parse.ts";
-import type { Command } from "../command.ts";
-import { printJson, printTable, relative } from "../output.ts";
+import { connection, intFlag, JSON_FLAG, UsageError } from "../args/parse.ts";
+import { subcommandsCommand } from "../command.ts";
+import { printJson, printList, relative } from "../output.ts";
 
 const USAGE = `usage: bothy approvals ls [--state STATE] [--sandbox ID] [--json]
        bothy approvals approve ID [--host-minutes N] [--reason R] [--json]
@@ -21,28 +21,19 @@ sandboxes:read, for the event stream).
                    decide it (Ctrl-C to stop)
 `;
 
-export const approvalsCommand: Command = {
+export const approvalsCommand = subcommandsCommand({
   name: "approvals",
   summary: "list, approve, deny and watch approvals",
   usage: USAGE,
-  async run(args) {
-    const [sub, ...rest] = args;
-    const { values, positionals } = parse(
-      rest,
-      {
-        ...CONNECTION_FLAGS,
-        ...JSON_FLAG,
-        state: { type: "string" },
-        sandbox: { type: "string" },
-        "host-minutes": { type: "string" },
-        reason: { type: "string" },
-      },
-      { min: 0, max: 1, names: "approval id" },
-    );
-    if (values.help || sub === undefined || sub === "--help" || sub === "-h") {
-      process.stdout.write(USAGE);
-      return sub === undefined ? 2 : 0;
-    }
+  options: {
+    ...JSON_FLAG,
+    state: { type: "string" },
+    sandbox: { type: "string" },
+    "host-minutes": { type: "string" },
+    reason: { type: "string" },
+  },
+  positionals: { min: 0, max: 1, names: "approval id" },
+  async run(sub, { values, positionals }) {
     const conn = connection(values);
     const reason = values.reason === undefined ? {} : { reason: values.reason };
     const show = (a: ApprovalInfo): void => {
@@ -59,20 +50,21 @@ export const approvalsCommand: Command = {
         ...(state === undefined ? {} : { state: state as ApprovalState }),
         ...(values.sandbox === undefined ? {} : { sandboxId: values.sandbox }),
       });
-      if (values.json) printJson({ approvals: list });
-      else
-        printTable(
-          ["ID", "STATE", "SANDBOX", "WHAT", "RULE", "CREATED", "EXPIRES"],
-          list.map((a) => [
-            a.approval_id,
-            a.state,
-            a.sandbox_id,
-            what(a),
-            a.rule,
-            relative(a.created_at),
-            a.state === "pending" ? relative(a.expires_at) : "-",
-          ]),
-        );
+      printList(
+        values.json,
+        "approvals",
+        list,
+        ["ID", "STATE", "SANDBOX", "WHAT", "RULE", "CREATED", "EXPIRES"],
+        (a) => [
+          a.approval_id,
+          a.state,
+          a.sandbox_id,
+          what(a),
+          a.rule,
+          relative(a.created_at),
+          a.state === "pending" ? relative(a.expires_at) : "-",
+        ],
+      );
       return 0;
     }
     if (sub === "approve" || sub === "deny") {
@@ -91,7 +83,7 @@ export const approvalsCommand: Command = {
     if (sub === "watch") return watch(conn, values.json === true);
     throw new UsageError(`unknown subcommand ${sub}`);
   },
-};
+});
 
 /** `POST api.github.com/repos/x`, or `tool send_file`. */
 function what(a: ApprovalInfo): string {

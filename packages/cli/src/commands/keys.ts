@@ -1,7 +1,7 @@
 import { ApiKeys } from "@bothy/sdk";
-import { CONNECTION_FLAGS, connection, intFlag, JSON_FLAG, parse, UsageError } from "../args/parse.ts";
-import type { Command } from "../command.ts";
-import { printJson, printTable } from "../output.ts";
+import { connection, intFlag, JSON_FLAG, UsageError } from "../args/parse.ts";
+import { subcommandsCommand } from "../command.ts";
+import { printJson, printList } from "../output.ts";
 
 const USAGE = `usage: bothy keys create [--name NAME] [--scope SCOPE]... [--tenant ID] [--expires-in SECONDS] [--json]
        bothy keys ls [--json]
@@ -12,28 +12,19 @@ Scopes: sandboxes:read sandboxes:write files corpus conversations keys:manage ad
 default: those of the first five the calling key holds. A key mints only within its own scopes.
 `;
 
-export const keysCommand: Command = {
+export const keysCommand = subcommandsCommand({
   name: "keys",
   summary: "create, list and revoke API keys",
   usage: USAGE,
-  async run(args) {
-    const [sub, ...rest] = args;
-    const { values, positionals } = parse(
-      rest,
-      {
-        ...CONNECTION_FLAGS,
-        ...JSON_FLAG,
-        name: { type: "string" },
-        scope: { type: "string", multiple: true },
-        tenant: { type: "string" },
-        "expires-in": { type: "string" },
-      },
-      { min: 0, max: Infinity, names: "key id" },
-    );
-    if (values.help || sub === undefined || sub === "--help" || sub === "-h") {
-      process.stdout.write(USAGE);
-      return sub === undefined ? 2 : 0;
-    }
+  options: {
+    ...JSON_FLAG,
+    name: { type: "string" },
+    scope: { type: "string", multiple: true },
+    tenant: { type: "string" },
+    "expires-in": { type: "string" },
+  },
+  positionals: { min: 0, max: Infinity, names: "key id" },
+  async run(sub, { values, positionals }) {
     const conn = connection(values);
     if (sub === "create") {
       const expiresInS = intFlag(values["expires-in"], "expires-in");
@@ -53,21 +44,22 @@ export const keysCommand: Command = {
     }
     if (sub === "ls" || sub === "list") {
       const keys = await ApiKeys.list(conn);
-      if (values.json) printJson({ keys });
-      else
-        printTable(
-          ["KEY ID", "TENANT", "NAME", "KEY", "SCOPES", "EXPIRES", "REVOKED", "LAST USED"],
-          keys.map((k) => [
-            k.key_id,
-            k.tenant,
-            k.name,
-            k.display,
-            k.scopes.join(","),
-            k.expires_at ?? "-",
-            k.revoked_at ?? "-",
-            k.last_used_at ?? "-",
-          ]),
-        );
+      printList(
+        values.json,
+        "keys",
+        keys,
+        ["KEY ID", "TENANT", "NAME", "KEY", "SCOPES", "EXPIRES", "REVOKED", "LAST USED"],
+        (k) => [
+          k.key_id,
+          k.tenant,
+          k.name,
+          k.display,
+          k.scopes.join(","),
+          k.expires_at ?? "-",
+          k.revoked_at ?? "-",
+          k.last_used_at ?? "-",
+        ],
+      );
       return 0;
     }
     if (sub === "revoke") {
@@ -80,4 +72,4 @@ export const keysCommand: Command = {
     }
     throw new UsageError(`unknown subcommand ${sub}`);
   },
-};
+});

@@ -1,7 +1,7 @@
 import { readFile } from "node:fs/promises";
 import { TenantPolicy, type HostPolicyRequest } from "@bothy/sdk";
-import { CONNECTION_FLAGS, connection, parse, UsageError } from "../args/parse.ts";
-import type { Command } from "../command.ts";
+import { connection, UsageError } from "../args/parse.ts";
+import { subcommandsCommand } from "../command.ts";
 import { printJson } from "../output.ts";
 
 const USAGE = `usage: bothy policy show [--tenant ID]
@@ -28,21 +28,13 @@ async function readPolicy(source: string): Promise<HostPolicyRequest> {
   }
 }
 
-export const policyCommand: Command = {
+export const policyCommand = subcommandsCommand({
   name: "policy",
   summary: "show or set the tenant's default host policy",
   usage: USAGE,
-  async run(args) {
-    const [sub, ...rest] = args;
-    const { values, positionals } = parse(
-      rest,
-      { ...CONNECTION_FLAGS, tenant: { type: "string" } },
-      { min: 0, max: 1, names: "policy file" },
-    );
-    if (values.help || sub === undefined || sub === "--help" || sub === "-h") {
-      process.stdout.write(USAGE);
-      return sub === undefined ? 2 : 0;
-    }
+  options: { tenant: { type: "string" } },
+  positionals: { min: 0, max: 1, names: "policy file" },
+  async run(sub, { values, positionals }) {
     const options = { ...connection(values), ...(values.tenant === undefined ? {} : { tenant: values.tenant }) };
     if (sub === "show") printJson(await TenantPolicy.get(options));
     else if (sub === "set") {
@@ -53,4 +45,4 @@ export const policyCommand: Command = {
     else throw new UsageError(`unknown subcommand ${sub}`);
     return 0;
   },
-};
+});

@@ -1,7 +1,7 @@
 import { Secrets } from "@bothy/sdk";
-import { CONNECTION_FLAGS, connection, JSON_FLAG, parse, UsageError } from "../args/parse.ts";
-import type { Command } from "../command.ts";
-import { printJson, printTable } from "../output.ts";
+import { connection, JSON_FLAG, UsageError } from "../args/parse.ts";
+import { subcommandsCommand } from "../command.ts";
+import { printJson, printList } from "../output.ts";
 
 const USAGE = `usage: bothy secrets put NAME --host HOST... [--header NAME [--format 'Bearer {value}']] [--tenant ID] [--json] < value
        bothy secrets ls [--tenant ID] [--json]
@@ -28,28 +28,19 @@ async function readValue(): Promise<string> {
   return value;
 }
 
-export const secretsCommand: Command = {
+export const secretsCommand = subcommandsCommand({
   name: "secrets",
   summary: "store, list and remove the vault's secrets",
   usage: USAGE,
-  async run(args) {
-    const [sub, ...rest] = args;
-    const { values, positionals } = parse(
-      rest,
-      {
-        ...CONNECTION_FLAGS,
-        ...JSON_FLAG,
-        host: { type: "string", multiple: true },
-        header: { type: "string" },
-        format: { type: "string" },
-        tenant: { type: "string" },
-      },
-      { min: 0, max: Infinity, names: "secret name" },
-    );
-    if (values.help || sub === undefined || sub === "--help" || sub === "-h") {
-      process.stdout.write(USAGE);
-      return sub === undefined ? 2 : 0;
-    }
+  options: {
+    ...JSON_FLAG,
+    host: { type: "string", multiple: true },
+    header: { type: "string" },
+    format: { type: "string" },
+    tenant: { type: "string" },
+  },
+  positionals: { min: 0, max: Infinity, names: "secret name" },
+  async run(sub, { values, positionals }) {
     const conn = { ...connection(values), ...(values.tenant === undefined ? {} : { tenant: values.tenant }) };
     if (sub === "put") {
       const [name, ...extra] = positionals;
@@ -71,18 +62,13 @@ export const secretsCommand: Command = {
     }
     if (sub === "ls" || sub === "list") {
       const secrets = await Secrets.list(conn);
-      if (values.json) printJson({ secrets });
-      else
-        printTable(
-          ["NAME", "TENANT", "HOSTS", "INJECT", "UPDATED"],
-          secrets.map((s) => [
-            s.name,
-            s.tenant,
-            s.hosts.join(","),
-            s.inject ? `${s.inject.header}: ${s.inject.format}` : "-",
-            s.updated_at,
-          ]),
-        );
+      printList(values.json, "secrets", secrets, ["NAME", "TENANT", "HOSTS", "INJECT", "UPDATED"], (s) => [
+        s.name,
+        s.tenant,
+        s.hosts.join(","),
+        s.inject ? `${s.inject.header}: ${s.inject.format}` : "-",
+        s.updated_at,
+      ]);
       return 0;
     }
     if (sub === "rm" || sub === "delete") {
@@ -95,4 +81,4 @@ export const secretsCommand: Command = {
     }
     throw new UsageError(`unknown subcommand ${sub}`);
   },
-};
+});

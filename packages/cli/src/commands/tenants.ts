@@ -1,6 +1,6 @@
 import { Tenants, type TenantInfo, type TenantQuota } from "@bothy/sdk";
-import { CONNECTION_FLAGS, connection, JSON_FLAG, parse, UsageError } from "../args/parse.ts";
-import type { Command } from "../command.ts";
+import { connection, JSON_FLAG, UsageError } from "../args/parse.ts";
+import { subcommandsCommand } from "../command.ts";
 import { printJson, printTable } from "../output.ts";
 
 const QUOTAS = [
@@ -48,25 +48,13 @@ function print(tenants: TenantInfo[]): void {
   );
 }
 
-export const tenantsCommand: Command = {
+export const tenantsCommand = subcommandsCommand({
   name: "tenants",
   summary: "create and list tenants, set their quotas",
   usage: USAGE,
-  async run(args) {
-    const [sub, ...rest] = args;
-    const { values, positionals } = parse(
-      rest,
-      { ...CONNECTION_FLAGS, ...JSON_FLAG },
-      {
-        min: 0,
-        max: Infinity,
-        names: "tenant id",
-      },
-    );
-    if (values.help || sub === undefined || sub === "--help" || sub === "-h") {
-      process.stdout.write(USAGE);
-      return sub === undefined ? 2 : 0;
-    }
+  options: JSON_FLAG,
+  positionals: { min: 0, max: Infinity, names: "tenant id" },
+  async run(sub, { values, positionals }) {
     const conn = connection(values);
     const [id, ...pairs] = positionals;
     let shown: TenantInfo[];
@@ -84,4 +72,4 @@ export const tenantsCommand: Command = {
     else print(shown);
     return 0;
   },
-};
+});

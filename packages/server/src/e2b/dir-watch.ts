@@ -1,5 +1,6 @@
 import { BothyError } from "@bothy/protocol";
 import type { AgentClient } from "../agent/agent-client.ts";
+import { Wakeup } from "../util/wakeup.ts";
 
 /** A change under a watched directory, named relative to it as envd names it. */
 export interface DirChange {
@@ -76,7 +77,7 @@ export async function* watchGuestDir(
 ): AsyncGenerator<DirChange | "ready" | "keepalive"> {
   const queue: (DirChange | "ready")[] = [];
   let ended: { error?: BothyError } | undefined;
-  let wake: (() => void) | undefined;
+  const wakeup = new Wakeup();
   let partial = "";
   let stderr = "";
   const handle = agent.exec(
@@ -95,22 +96,22 @@ export async function* watchGuestDir(
           const msg = JSON.parse(line) as { ready?: true } & Partial<DirChange>;
           queue.push(msg.ready ? "ready" : { name: msg.name ?? "", op: msg.op ?? "write" });
         }
-        wake?.();
+        wakeup.wake();
       },
       onExited: (code) => {
         ended =
           code === 0 || signal.aborted
             ? {}
             : { error: new BothyError("file_error", `The directory watch ended: ${stderr.trim() || `exit ${code}`}`) };
-        wake?.();
+        wakeup.wake();
       },
       onError: (err) => {
         ended = { error: err };
-        wake?.();
+        wakeup.wake();
       },
     },
   );
-  const onAbort = (): void => wake?.();
+  const onAbort = (): void => wakeup.wake();
   signal.addEventListener("abort", onAbort);
   try {
     for (;;) {
@@ -124,14 +125,7 @@ export async function* watchGuestDir(
         if (ended.error) throw ended.error;
         return;
       }
-      let timer: NodeJS.Timeout | undefined;
-      const idle = await new Promise<boolean>((resolve) => {
-        wake = () => resolve(false);
-        if (keepaliveMs !== undefined) timer = setTimeout(() => resolve(true), keepaliveMs);
-      });
-      clearTimeout(timer);
-      wake = undefined;
-      if (idle) yield "keepalive";
+      if (await wakeup.wait(keepaliveMs)) yield "keepalive";
     }
   } finally {
     signal.removeEventListener("abort", onAbort);

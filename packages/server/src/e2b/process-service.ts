@@ -13,6 +13,7 @@ import {
   type StartRequest,
   type StartResponseSchema,
 } from "./gen/process_pb.ts";
+import { Wakeup } from "../util/wakeup.ts";
 
 type StartResponseInit = MessageInitShape<typeof StartResponseSchema>;
 type ProcessEventInit = MessageInitShape<typeof ProcessEventSchema>;
@@ -93,12 +94,12 @@ async function* follow(
   keepaliveMs: number | undefined,
 ): AsyncGenerator<CommandEvent | "keepalive"> {
   const queue: { event: CommandEvent; written: () => void }[] = [];
-  let wake: (() => void) | undefined;
+  const wakeup = new Wakeup();
   const detach = command.attach((event, written) => {
     queue.push({ event, written });
-    wake?.();
+    wakeup.wake();
   }, false);
-  const onAbort = (): void => wake?.();
+  const onAbort = (): void => wakeup.wake();
   signal.addEventListener("abort", onAbort);
   try {
     for (;;) {
@@ -112,14 +113,7 @@ async function* follow(
         continue;
       }
       if (signal.aborted) return;
-      let timer: NodeJS.Timeout | undefined;
-      const timedOut = await new Promise<boolean>((resolve) => {
-        wake = () => resolve(false);
-        if (keepaliveMs !== undefined) timer = setTimeout(() => resolve(true), keepaliveMs);
-      });
-      clearTimeout(timer);
-      wake = undefined;
-      if (timedOut) yield "keepalive";
+      if (await wakeup.wait(keepaliveMs)) yield "keepalive";
     }
   } finally {
     signal.removeEventListener("abort", onAbort);

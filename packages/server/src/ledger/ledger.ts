@@ -189,6 +189,19 @@ export interface SandboxRow {
   tenant: string;
 }
 
+/** What a new sandbox's row holds where its create says nothing. */
+const SANDBOX_DEFAULTS = {
+  expires_at: null,
+  delete_on_disconnect: 0,
+  disconnect_grace_s: null,
+  network: null,
+  metadata: null,
+  disk_mib: null,
+  max_processes: null,
+  tenant: DEFAULT_TENANT,
+  policy: null,
+} satisfies Partial<SandboxRow>;
+
 export interface CommandRow {
   id: string;
   sandbox_id: string;
@@ -254,51 +267,15 @@ export class Ledger {
   }
 
   insertSandbox(
-    row: Omit<
-      SandboxRow,
-      | "created_at"
-      | "updated_at"
-      | "deleted_at"
-      | "error"
-      | "expires_at"
-      | "delete_on_disconnect"
-      | "disconnect_grace_s"
-      | "network"
-      | "metadata"
-      | "disk_mib"
-      | "max_processes"
-      | "tenant"
-      | "policy"
-    > &
-      Partial<
-        Pick<
-          SandboxRow,
-          | "expires_at"
-          | "delete_on_disconnect"
-          | "disconnect_grace_s"
-          | "network"
-          | "metadata"
-          | "disk_mib"
-          | "max_processes"
-          | "tenant"
-          | "policy"
-        >
-      >,
+    row: Omit<SandboxRow, keyof typeof SANDBOX_DEFAULTS | "created_at" | "updated_at" | "deleted_at" | "error"> &
+      Partial<Pick<SandboxRow, keyof typeof SANDBOX_DEFAULTS>>,
     idempotency?: { key: string; fingerprint: string },
   ): SandboxRow {
     if (!INITIAL_STATES.includes(row.state))
       throw new BothyError("internal", `A sandbox's row starts as creating or running, not ${row.state}.`);
     const t = now();
     const full: SandboxRow = {
-      expires_at: null,
-      delete_on_disconnect: 0,
-      disconnect_grace_s: null,
-      network: null,
-      metadata: null,
-      disk_mib: null,
-      max_processes: null,
-      tenant: DEFAULT_TENANT,
-      policy: null,
+      ...SANDBOX_DEFAULTS,
       ...row,
       created_at: t,
       updated_at: t,

@@ -86,20 +86,7 @@ export class NetTopology {
       await sh("ip", ["-n", ns, "link", "set", "lo", "up"]);
     }
     // host <-> wan: the only uplink.
-    await sh("ip", [
-      "link",
-      "add",
-      `bnt${t}u0`,
-      "netns",
-      this.host,
-      "type",
-      "veth",
-      "peer",
-      "name",
-      `bnt${t}u1`,
-      "netns",
-      this.wan,
-    ]);
+    await veth([`bnt${t}u0`, this.host], [`bnt${t}u1`, this.wan]);
     await batch(this.host, [
       `addr add ${HOST_UPLINK_ADDR}/24 dev bnt${t}u0`,
       `link set bnt${t}u0 up`,
@@ -112,20 +99,7 @@ export class NetTopology {
       `addr add ${PUBLIC_DNS}/32 dev lo`,
     ]);
     // host <-> lan: private hosts behind the server's host.
-    await sh("ip", [
-      "link",
-      "add",
-      `bnt${t}l0`,
-      "netns",
-      this.host,
-      "type",
-      "veth",
-      "peer",
-      "name",
-      `bnt${t}l1`,
-      "netns",
-      this.lan,
-    ]);
+    await veth([`bnt${t}l0`, this.host], [`bnt${t}l1`, this.lan]);
     await batch(this.host, [`addr add ${HOST_LAN_ADDR}/24 dev bnt${t}l0`, `link set bnt${t}l0 up`]);
     await batch(this.lan, [
       `addr add ${PRIVATE_HOST}/24 dev bnt${t}l1`,
@@ -134,7 +108,7 @@ export class NetTopology {
       `route add default via ${HOST_LAN_ADDR}`,
     ]);
     // test <-> host: the API.
-    await sh("ip", ["link", "add", this.ctlIf, "type", "veth", "peer", "name", `bnt${t}c1`, "netns", this.host]);
+    await veth([this.ctlIf], [`bnt${t}c1`, this.host]);
     await sh("ip", ["addr", "add", `${this.ctlTestAddr}/30`, "dev", this.ctlIf]);
     await sh("ip", ["link", "set", this.ctlIf, "up"]);
     await batch(this.host, [`addr add ${this.ctlHostAddr}/30 dev bnt${t}c1`, `link set bnt${t}c1 up`]);
@@ -335,6 +309,12 @@ export class NetTopology {
     for (const ns of [this.host, this.wan, this.lan]) await sh("ip", ["netns", "del", ns]).catch(() => undefined);
     if (this.certDir) await rm(this.certDir, { recursive: true, force: true });
   }
+}
+
+/** A veth pair, each end named and put in its namespace (or left in the test's own). */
+function veth([a, aNs]: [string, string?], [b, bNs]: [string, string?]): Promise<string> {
+  const where = (ns?: string): string[] => (ns === undefined ? [] : ["netns", ns]);
+  return sh("ip", ["link", "add", a, ...where(aNs), "type", "veth", "peer", "name", b, ...where(bNs)]);
 }
 
 function batch(ns: string, lines: string[]): Promise<string> {

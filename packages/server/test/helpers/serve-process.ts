@@ -13,6 +13,8 @@ export interface ServeProcess {
   logged(event: string): Promise<Record<string, unknown>>;
   /** SIGTERM, then SIGKILL if it has not exited within `graceMs`. */
   stop(graceMs?: number): Promise<void>;
+  /** SIGKILL (a crash, no clean stop); resolves once it has exited. */
+  kill(): Promise<void>;
 }
 
 /** Follows a spawned `bothy serve` (stdout piped): every JSON log line is kept in `logs`. */
@@ -50,6 +52,7 @@ export function watchServe(child: ChildProcess): ServeProcess {
   const url = logged("listening").then((entry) => String(entry["address"]));
   url.catch(() => undefined); // a caller that never awaits it must not see an unhandled rejection
   const exited = (): boolean => child.exitCode !== null || child.signalCode !== null;
+  const gone = new Promise((r) => child.once("exit", r));
   return {
     child,
     logs,
@@ -57,10 +60,14 @@ export function watchServe(child: ChildProcess): ServeProcess {
     logged,
     stop: async (graceMs = 20_000) => {
       if (exited()) return;
-      const gone = new Promise((r) => child.once("exit", r));
       child.kill("SIGTERM");
       await Promise.race([gone, new Promise((r) => setTimeout(r, graceMs))]);
       if (!exited()) child.kill("SIGKILL");
+    },
+    kill: async () => {
+      if (exited()) return;
+      child.kill("SIGKILL");
+      await gone;
     },
   };
 }
