@@ -2,23 +2,21 @@ import { createHash } from "node:crypto";
 import { join } from "node:path";
 import {
   BothyError,
-  createSandboxRequest,
   DORMANT_STATES,
   IDEMPOTENCY_KEY_RE,
   LIVE_STATES,
   SANDBOX_ID_RE,
-  TEMPLATE_NAME_RE,
   type NetworkPolicy,
   type SandboxInfo,
 } from "@bothy/protocol";
 import type { AgentClient } from "../agent/agent-client.ts";
 import { execQuiet } from "../agent/quiet-exec.ts";
 import type { Config } from "../config.ts";
-import type { Driver, EgressPolicy, HostObject } from "../drivers/driver.ts";
+import type { Driver, HostObject } from "../drivers/driver.ts";
 import { describeCauses, toCreateFailure, toResumeFailure, toWakeFailure } from "../errors/internal-errors.ts";
 import { egressFromRequest, isDefaultPolicy } from "../network/host-network.ts";
 import { needsGateway } from "../gateway/host-policy.ts";
-import { GatewayPolicies, type SandboxPolicyRecord } from "../gateway/policies.ts";
+import { GatewayPolicies } from "../gateway/policies.ts";
 import { trustEnv } from "../gateway/guest-trust.ts";
 import type { Vault } from "../gateway/vault.ts";
 import type { DriverRegistry } from "../drivers/driver-registry.ts";
@@ -28,6 +26,7 @@ import { bootSandbox, resumeSandbox, type BootedSandbox } from "./boot.ts";
 import { expiryFrom, lifetimeOf, parseSetTimeout } from "./lifetime.ts";
 import { SandboxRecords, type SandboxRecord } from "./sandbox-records.ts";
 import { WarmPool, type PoolShape } from "./warm-pool.ts";
+import { networkPolicy, parseCreateRequest, type CreateRequest } from "./create-request.ts";
 
 export interface BuiltTemplateRef {
   name: string;
@@ -48,8 +47,6 @@ import type { Logger, ServerEventMap } from "../events/server-events.ts";
 
 /** How long a guest gets to write its caches to disk before a deliberate stop. */
 const FLUSH_TIMEOUT_MS = 10_000;
-
-type CreateRequest = ReturnType<typeof createSandboxRequest.parse>;
 
 /** Whose the sandbox is, and what its tenant's quotas say about a new one (throws to refuse). */
 export interface CreateOwner {
@@ -241,7 +238,7 @@ export class SandboxManager {
   ): Promise<CreateResult> {
     if (this.stopping)
       throw new BothyError("shutting_down", "The server is shutting down; retry against its replacement.");
-    const req = this.validate(body);
+    const req = parseCreateRequest(body, this.config, this.gateway !== undefined);
     if (idempotencyKey === undefined) return this.createNew(req, undefined, owner);
     if (!IDEMPOTENCY_KEY_RE.test(idempotencyKey)) {
       throw new BothyError(
@@ -276,103 +273,6 @@ export class SandboxManager {
     } finally {
       this.inflightKeys.delete(slot);
     }
-  }
-
-  private validate(body: unknown): CreateRequest {
-    const parsed = createSandboxRequest.safeParse(body ?? {});
-    if (!parsed.success) {
-      const issue = parsed.error.issues[0];
-      const where = issue?.path.length ? `${issue.path.join(".")}: ` : "";
-      throw new BothyError(
-        "invalid_request",
-        `${where}${issue?.message ?? "invalid body"}. Expected {"template":"seed","vcpu":1,"memory_mib":1024}.`,
-      );
-    }
-    const req = parsed.data;
-    const { limits } = this.config;
-    if (!TEMPLATE_NAME_RE.test(req.template)) {
-      throw new BothyError(
-        "invalid_template_name",
-        "Template names are lowercase letters, digits and '-', starting with a letter or digit (e.g. \"seed\").",
-      );
-    }
-    if (req.vcpu < limits.minVcpu || req.vcpu > limits.maxVcpu) {
-      throw new BothyError(
-        "invalid_request",
-        `vcpu must be between ${limits.minVcpu} and ${limits.maxVcpu} on this host.`,
-      );
-    }
-    if (req.memory_mib < limits.minMemoryMib || req.memory_mib > limits.maxMemoryMib) {
-      throw new BothyError(
-        "invalid_request",
-        `memory_mib must be between ${limits.minMemoryMib} and ${limits.maxMemoryMib} on this host.`,
-      );
-    }
-    if (req.disk_mib !== undefined && (req.disk_mib < limits.minDiskMib || req.disk_mib > limits.maxDiskMib)) {
-      throw new BothyError(
-        "invalid_request",
-        `disk_mib must be between ${limits.minDiskMib} and ${limits.maxDiskMib} on this host.`,
-      );
-    }
-    if (
-      req.max_processes !== undefined &&
-      (req.max_processes < limits.minProcesses || req.max_processes > limits.maxProcesses)
-    ) {
-      throw new BothyError(
-        "invalid_request",
-        `max_processes must be between ${limits.minProcesses} and ${limits.maxProcesses} on this host.`,
-      );
-    }
-    lifetimeOf(req, this.config.lifecycle);
-    this.refuseNetworkRequest(req);
-    return req;
-  }
-
-  /** Refuses what this server cannot give a sandbox's network: a secret or a rule must never be silently left out. */
-  private refuseNetworkRequest(req: CreateRequest): void {
-    const { enabled } = this.config.network;
-    if (req.secrets !== undefined && req.secrets.length > 0 && !this.gateway)
-      throw new BothyError("not_supported", "This server has no secrets vault; create the sandbox without `secrets`.");
-    const { tools: _tools, ...hostRules } = req.policy ?? {};
-    if (!enabled && (Object.keys(hostRules).length > 0 || req.secrets !== undefined))
-      throw new BothyError(
-        "not_supported",
-        "Networking is off on this host (BOTHY_NETWORK=off): sandboxes have no network, so host rules and secrets cannot be given (tool rules can).",
-      );
-    if (!enabled && (req.allow_out?.length || req.internet === true)) {
-      throw new BothyError(
-        "not_supported",
-        "Networking is off on this host (BOTHY_NETWORK=off): sandboxes have no network, so internet and allow_out cannot be given.",
-      );
-    }
-  }
-
-  /**
-   * The egress a (validated) request asks for, the policy shown on the sandbox, and what its row
-   * keeps for the gateway. Under a host policy (its own or its tenant's) its HTTP(S) passes the gateway.
-   */
-  private networkPolicy(
-    req: CreateRequest,
-    tenant: string,
-  ): { egress: EgressPolicy; shown: NetworkPolicy; record: SandboxPolicyRecord | undefined } {
-    const egress = egressFromRequest(req);
-    const record =
-      req.policy === undefined && req.secrets === undefined
-        ? undefined
-        : { ...(req.policy ? { policy: req.policy } : {}), ...(req.secrets ? { secrets: req.secrets } : {}) };
-    const { enabled, dns } = this.config.network;
-    const gateway = enabled && needsGateway(this.policies.effective(tenant, record ?? {}));
-    return {
-      egress: { ...egress, gateway },
-      shown: {
-        enabled,
-        internet: enabled && egress.internet,
-        allow_out: egress.allowOut,
-        deny_out: egress.denyOut,
-        dns: enabled ? dns : [],
-      },
-      record,
-    };
   }
 
   /** A row as the API shows it, with the host policy in force now (its tenant's may have changed). */
@@ -425,7 +325,7 @@ export class SandboxManager {
     const diskMib = req.disk_mib ?? this.config.limits.defaultDiskMib;
     const maxProcesses = req.max_processes ?? this.config.limits.defaultProcesses;
     const shape = this.shape(template, { vcpu: req.vcpu, memoryMib: req.memory_mib, diskMib, maxProcesses }, driver);
-    const network = this.networkPolicy(req, owner.tenant);
+    const network = networkPolicy(req, owner.tenant, this.config.network, this.policies);
     const secrets = req.secrets ?? [];
     // Before anything is made: a create naming a secret the vault lacks makes nothing.
     if (secrets.length > 0) this.gateway?.vault.requireAll(owner.tenant, secrets);
