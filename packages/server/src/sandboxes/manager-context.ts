@@ -1,6 +1,7 @@
 import { join } from "node:path";
 import { BothyError, SANDBOX_ID_RE, type SandboxInfo } from "@bothy/protocol";
 import type { Config } from "../config.ts";
+import type { EgressPolicy, SandboxSpec } from "../drivers/driver.ts";
 import type { DriverRegistry } from "../drivers/driver-registry.ts";
 import type { Logger } from "../events/server-events.ts";
 import { trustEnv } from "../gateway/guest-trust.ts";
@@ -90,6 +91,25 @@ export class ManagerContext {
   /** What every command of the sandbox gets beneath its own env: the CA bundle's paths and its secrets' placeholders. */
   commandEnv(id: string): Record<string, string> {
     return { ...this.trust().commandEnv, ...this.gateway?.vault.placeholderEnv(id) };
+  }
+
+  /** A boot's spec for sandbox `id` of this template and size: its directory, egress, and what its guest trusts. */
+  bootSpec(
+    id: string,
+    template: BuiltTemplateRef,
+    size: { vcpu: number; memoryMib: number; diskMib?: number; maxProcesses: number },
+    egress: EgressPolicy,
+  ): SandboxSpec {
+    return {
+      id,
+      templateRoot: template.rootfs,
+      templateEnv: template.env,
+      ...size,
+      dir: this.dirFor(id),
+      egress,
+      ...this.trust(),
+      commandEnv: this.commandEnv(id),
+    };
   }
 
   /** Notes activity on a sandbox: idle sleep counts from the last one. */
