@@ -181,6 +181,7 @@ export class SleepWake {
     });
   }
 
+  /** Queues `step` on the sandbox held now; it fails if that sandbox was let go or is being deleted by its turn. */
   private transition(
     id: string,
     step: (booted: BootedSandbox, rec: SandboxRecord) => Promise<void>,
