@@ -1,622 +1,78 @@
-import { createHash } from "node:crypto";
-import { join } from "node:path";
-import {
-  BothyError,
-  createSandboxRequest,
-  DORMANT_STATES,
-  IDEMPOTENCY_KEY_RE,
-  LIVE_STATES,
-  SANDBOX_ID_RE,
-  TEMPLATE_NAME_RE,
-  type NetworkPolicy,
-  type SandboxInfo,
-} from "@bothy/protocol";
+import { BothyError, LIVE_STATES, type SandboxInfo } from "@bothy/protocol";
 import type { AgentClient } from "../agent/agent-client.ts";
-import { execQuiet } from "../agent/quiet-exec.ts";
 import type { Config } from "../config.ts";
-import type { Driver, EgressPolicy, HostObject } from "../drivers/driver.ts";
-import { describeCauses, toCreateFailure, toResumeFailure, toWakeFailure } from "../errors/internal-errors.ts";
-import { egressFromRequest, isDefaultPolicy } from "../network/host-network.ts";
-import { needsGateway } from "../gateway/host-policy.ts";
-import { GatewayPolicies, type SandboxPolicyRecord } from "../gateway/policies.ts";
-import { trustEnv } from "../gateway/guest-trust.ts";
-import type { Vault } from "../gateway/vault.ts";
+import type { HostObject } from "../drivers/driver.ts";
 import type { DriverRegistry } from "../drivers/driver-registry.ts";
-import { DEFAULT_TENANT, toSandboxInfo, type Ledger, type SandboxRow } from "../ledger/ledger.ts";
-import { newSandboxId } from "../util/ids.ts";
-import { bootSandbox, resumeSandbox, type BootedSandbox } from "./boot.ts";
-import { expiryFrom, lifetimeOf, parseSetTimeout } from "./lifetime.ts";
-import { SandboxRecords, type SandboxRecord } from "./sandbox-records.ts";
-import { WarmPool, type PoolShape } from "./warm-pool.ts";
-
-export interface BuiltTemplateRef {
-  name: string;
-  hash: string;
-  rootfs: string;
-  env: Record<string, string>;
-}
-
-/** Where templates come from; the template store implements it. */
-export interface TemplateSource {
-  resolve(name: string): Promise<BuiltTemplateRef | undefined>;
-  /** A build by its hash, if still on disk: a stopped sandbox starts again on the template it was made from. */
-  resolveBuild?(name: string, hash: string): Promise<BuiltTemplateRef | undefined>;
-}
+import type { Logger } from "../events/server-events.ts";
+import type { GatewayPolicies } from "../gateway/policies.ts";
+import type { Vault } from "../gateway/vault.ts";
+import type { Ledger } from "../ledger/ledger.ts";
+import { HeldSandboxes } from "./held-sandboxes.ts";
+import { expiryFrom, parseSetTimeout } from "./lifetime.ts";
+import { ManagerContext, type TemplateSource } from "./manager-context.ts";
+import { SandboxCreates, type CreateOwner, type CreateResult } from "./sandbox-creates.ts";
+import { SandboxDeletes } from "./sandbox-deletes.ts";
+import { SandboxRecovery } from "./sandbox-recovery.ts";
+import { SleepWake } from "./sleep-wake.ts";
+import type { WarmPool } from "./warm-pool.ts";
 
 export type { Logger } from "../events/server-events.ts";
-import type { Logger, ServerEventMap } from "../events/server-events.ts";
-
-/** How long a guest gets to write its caches to disk before a deliberate stop. */
-const FLUSH_TIMEOUT_MS = 10_000;
-
-type CreateRequest = ReturnType<typeof createSandboxRequest.parse>;
-
-/** Whose the sandbox is, and what its tenant's quotas say about a new one (throws to refuse). */
-export interface CreateOwner {
-  tenant: string;
-  admit?: (size: { vcpu: number; memoryMib: number }) => void;
-}
-
-export interface CreateResult {
-  sandbox: SandboxInfo;
-  /** False when an Idempotency-Key replay returned an existing sandbox. */
-  created: boolean;
-}
+export type { BuiltTemplateRef, TemplateSource } from "./manager-context.ts";
+export type { CreateOwner, CreateResult } from "./sandbox-creates.ts";
 
 /**
- * The lifecycle of sandboxes: create (idempotent), look up, delete (idempotent), and the
- * start-up reconcile that removes whatever the ledger does not own.
+ * The lifecycle of sandboxes, as the API, the sweeper and idle sleep see it: look up, create
+ * (idempotent; sandbox-creates.ts), pause, sleep, resume and wake (sleep-wake.ts), delete
+ * (idempotent; sandbox-deletes.ts), activity for idle sleep, start-up reconcile and the sweeper's
+ * ownership questions (sandbox-recovery.ts), and a clean stop. The parts share one
+ * `ManagerContext` (records, pool, ledger, drivers) and `HeldSandboxes` (adopt, lose, stop).
  */
 export class SandboxManager {
-  /** One record per sandbox this process holds or works on (see sandbox-records.ts). */
-  private readonly records = new SandboxRecords();
-  /** Creates under an Idempotency-Key that are still booting, with the fingerprint of their body. */
-  private readonly inflightKeys = new Map<string, { fingerprint: string; job: Promise<CreateResult> }>();
+  private readonly ctx: ManagerContext;
+  private readonly held: HeldSandboxes;
   private readonly pool: WarmPool;
+  private readonly creates: SandboxCreates;
+  private readonly sleepWake: SleepWake;
+  private readonly deletes: SandboxDeletes;
+  private readonly recovery: SandboxRecovery;
   /** Host policies of tenants and sandboxes, as the gateway applies them. */
   readonly policies: GatewayPolicies;
-  private stopping = false;
 
   constructor(
-    private readonly config: Config,
-    private readonly ledger: Ledger,
-    private readonly drivers: DriverRegistry,
-    private readonly templates: TemplateSource,
-    private readonly log: Logger,
+    config: Config,
+    ledger: Ledger,
+    drivers: DriverRegistry,
+    templates: TemplateSource,
+    log: Logger,
     /** The vault that binds secrets to sandboxes, and the CA guests trust; absent: creates naming secrets are refused. */
-    private readonly gateway?: { vault: Vault; caPem: string },
+    gateway?: { vault: Vault; caPem: string },
   ) {
-    this.pool = new WarmPool(config.poolSize, (id) => this.dirFor(id), config.bootTimeoutMs, log);
-    this.policies = new GatewayPolicies(ledger);
-  }
-
-  private dirFor(id: string): string {
-    return join(this.config.home, "sandboxes", id);
-  }
-
-  /**
-   * Start-up recovery, after a clean stop or a crash at any moment. A running sandbox whose VM
-   * outlived the old server is attached to and keeps running; other running sandboxes become
-   * stopped (their processes ended with the server, or are ended now; the disk stays and the next
-   * call starts them again); half-made ones fail; deletes in flight complete; paused and stopped
-   * ones stay as they are. Then every host object no row owns is removed, and a dormant
-   * sandbox's objects except its disk.
-   */
-  async reconcile(): Promise<void> {
-    for (const row of this.ledger.liveSandboxes()) {
-      if (row.state === "running") {
-        // Commands of the old server cannot be followed by this one; they run on in the guest, detached.
-        this.ledger.loseCommands(row.id);
-        if (await this.attachAfterRestart(row)) continue;
-        this.ledger.transition(
-          row.id,
-          "running",
-          "stopped",
-          "The server restarted and its processes ended; its files are kept and the next call starts it again.",
-        );
-        this.log("sandbox_recovered", { sandbox_id: row.id, previous_state: row.state, state: "stopped" });
-      } else if (row.state === "creating") {
-        this.ledger.transition(
-          row.id,
-          "creating",
-          "failed",
-          "The server restarted while this sandbox was being created.",
-        );
-        this.ledger.forgetIdempotencyKeysOf(row.id);
-        this.log("sandbox_lost", { sandbox_id: row.id, previous_state: row.state });
-      }
-    }
-    await this.finishDeletes("completed after restart");
-    const objects = (await Promise.all(this.drivers.all().map((d) => d.reconcile()))).flat();
-    for (const [id, found] of this.unowned(objects)) await this.removeUnowned(id, found, "start-up");
-  }
-
-  /**
-   * Host objects by sandbox that this server does not answer for: everything of an id with no
-   * live handle or row, and, of a paused or stopped sandbox, all but its disk.
-   */
-  unowned(objects: readonly HostObject[]): Map<string, HostObject[]> {
-    const owned = this.ownedIds();
-    const dormant = this.dormantIds();
-    const byId = new Map<string, HostObject[]>();
-    for (const o of objects) {
-      if (owned.has(o.sandboxId) || (dormant.has(o.sandboxId) && o.disk === true)) continue;
-      byId.set(o.sandboxId, [...(byId.get(o.sandboxId) ?? []), o]);
-    }
-    return byId;
-  }
-
-  /** Removes what `unowned` found of one sandbox, unless it was taken since; a dormant sandbox keeps its disk. */
-  async removeUnowned(id: string, found: readonly HostObject[], by: string): Promise<void> {
-    if (this.ownedIds().has(id)) return;
-    const keepDisk = this.dormantIds().has(id);
-    this.log("orphan_removed", {
-      sandbox_id: id,
-      kind: found.map((o) => o.kind).join(","),
-      description: found.map((o) => o.description).join("; "),
-      by,
-      ...(keepDisk ? { disk_kept: true } : {}),
-    });
-    await (keepDisk ? this.drivers.release(id) : this.drivers.removeOrphan(id));
-  }
-
-  /** Paused or stopped sandboxes without a handle in this process: their disk is theirs, nothing else. */
-  dormantIds(): Set<string> {
-    return new Set(
-      this.ledger
-        .liveSandboxes()
-        .filter((r) => DORMANT_STATES.includes(r.state) && this.records.get(r.id)?.booted === undefined)
-        .map((r) => r.id),
-    );
-  }
-
-  /**
-   * Ids of every sandbox whose host objects the manager answers for: live, being created,
-   * deleted, paused or resumed, dying, and the warm pool's (which have no ledger row).
-   */
-  ownedIds(): Set<string> {
-    return new Set([...this.records.ownedIds(), ...this.pool.ownedIds()]);
-  }
-
-  /** Ids of the sandboxes held live right now (running or paused). */
-  liveIds(): Set<string> {
-    return new Set(this.records.held().map((r) => r.id));
-  }
-
-  /** Live ledger rows that no sandbox in this process stands behind become `failed` (dormant ones need none). */
-  closeUnownedRows(reason: string): string[] {
-    const owned = this.ownedIds();
-    const closed: string[] = [];
-    for (const row of this.ledger.liveSandboxes()) {
-      // A `deleting` row is finished by finishDeletes, not failed: its host objects may still be there.
-      if (owned.has(row.id) || DORMANT_STATES.includes(row.state) || row.state === "deleting") continue;
-      this.ledger.transition(row.id, row.state, "failed", reason);
-      this.ledger.loseCommands(row.id);
-      this.log("sandbox_lost", { sandbox_id: row.id, previous_state: row.state });
-      closed.push(row.id);
-    }
-    return closed;
-  }
-
-  /**
-   * The sweeper's double-check of deaths the driver's `wait()` should have reported: a sandbox
-   * of `before` (live when the drivers were asked) that is still running but whose agent
-   * channel has closed, or of which the drivers found nothing on the host, is handled as dead.
-   */
-  checkAlive(before: ReadonlySet<string>, onHost: ReadonlySet<string>): string[] {
-    const dead: string[] = [];
-    for (const { id, booted, creating, deleting, queue } of this.records.held()) {
-      if (!booted || !before.has(id) || creating || deleting || queue) continue;
-      if (this.ledger.getSandbox(id)?.state !== "running") continue;
-      const why = booted.agent.isClosed
-        ? "its agent channel closed"
-        : !onHost.has(id)
-          ? "the driver found nothing of it on the host"
-          : undefined;
-      if (why === undefined) continue;
-      this.lose(id, booted, `The sandbox stopped unexpectedly: ${why}.`, { detected_by: "sweeper", reason: why });
-      dead.push(id);
-    }
-    return dead;
-  }
-
-  /** Starts filling the warm pool for the default shape of a template. */
-  async warm(templateName: string): Promise<void> {
-    const template = await this.templates.resolve(templateName);
-    const { defaultDiskMib, defaultProcesses } = this.config.limits;
-    if (template)
-      this.pool.refill(
-        this.shape(
-          template,
-          { vcpu: 1, memoryMib: 512, diskMib: defaultDiskMib, maxProcesses: defaultProcesses },
-          this.drivers.default,
-        ),
-      );
-  }
-
-  async create(
-    body: unknown,
-    idempotencyKey: string | undefined,
-    owner: CreateOwner = { tenant: DEFAULT_TENANT },
-  ): Promise<CreateResult> {
-    if (this.stopping)
-      throw new BothyError("shutting_down", "The server is shutting down; retry against its replacement.");
-    const req = this.validate(body);
-    if (idempotencyKey === undefined) return this.createNew(req, undefined, owner);
-    if (!IDEMPOTENCY_KEY_RE.test(idempotencyKey)) {
-      throw new BothyError(
-        "idempotency_key_invalid",
-        "Idempotency-Key must be 1-255 printable ASCII characters without spaces.",
-      );
-    }
-    const fingerprint = createHash("sha256").update(JSON.stringify(req)).digest("hex");
-    const reused = (): BothyError =>
-      new BothyError(
-        "idempotency_key_reused",
-        "This Idempotency-Key was used for a different request body; use a new key for a new sandbox.",
-      );
-    // A create still booting under this key may not be in the ledger yet, so its body is checked here too.
-    // Keys are per tenant: the same key in two tenants names two sandboxes.
-    const slot = `${owner.tenant}\0${idempotencyKey}`;
-    const inflight = this.inflightKeys.get(slot);
-    if (inflight) {
-      if (inflight.fingerprint !== fingerprint) throw reused();
-      return { ...(await inflight.job), created: false };
-    }
-    const known = this.ledger.findIdempotencyKey(owner.tenant, idempotencyKey);
-    if (known) {
-      if (known.fingerprint !== fingerprint) throw reused();
-      const row = this.ledger.getSandbox(known.sandbox_id);
-      if (row) return { sandbox: this.view(row), created: false };
-    }
-    const job = this.createNew(req, { key: idempotencyKey, fingerprint }, owner);
-    this.inflightKeys.set(slot, { fingerprint, job });
-    try {
-      return await job;
-    } finally {
-      this.inflightKeys.delete(slot);
-    }
-  }
-
-  private validate(body: unknown): CreateRequest {
-    const parsed = createSandboxRequest.safeParse(body ?? {});
-    if (!parsed.success) {
-      const issue = parsed.error.issues[0];
-      const where = issue?.path.length ? `${issue.path.join(".")}: ` : "";
-      throw new BothyError(
-        "invalid_request",
-        `${where}${issue?.message ?? "invalid body"}. Expected {"template":"seed","vcpu":1,"memory_mib":1024}.`,
-      );
-    }
-    const req = parsed.data;
-    const { limits } = this.config;
-    if (!TEMPLATE_NAME_RE.test(req.template)) {
-      throw new BothyError(
-        "invalid_template_name",
-        "Template names are lowercase letters, digits and '-', starting with a letter or digit (e.g. \"seed\").",
-      );
-    }
-    if (req.vcpu < limits.minVcpu || req.vcpu > limits.maxVcpu) {
-      throw new BothyError(
-        "invalid_request",
-        `vcpu must be between ${limits.minVcpu} and ${limits.maxVcpu} on this host.`,
-      );
-    }
-    if (req.memory_mib < limits.minMemoryMib || req.memory_mib > limits.maxMemoryMib) {
-      throw new BothyError(
-        "invalid_request",
-        `memory_mib must be between ${limits.minMemoryMib} and ${limits.maxMemoryMib} on this host.`,
-      );
-    }
-    if (req.disk_mib !== undefined && (req.disk_mib < limits.minDiskMib || req.disk_mib > limits.maxDiskMib)) {
-      throw new BothyError(
-        "invalid_request",
-        `disk_mib must be between ${limits.minDiskMib} and ${limits.maxDiskMib} on this host.`,
-      );
-    }
-    if (
-      req.max_processes !== undefined &&
-      (req.max_processes < limits.minProcesses || req.max_processes > limits.maxProcesses)
-    ) {
-      throw new BothyError(
-        "invalid_request",
-        `max_processes must be between ${limits.minProcesses} and ${limits.maxProcesses} on this host.`,
-      );
-    }
-    lifetimeOf(req, this.config.lifecycle);
-    this.refuseNetworkRequest(req);
-    return req;
-  }
-
-  /** Refuses what this server cannot give a sandbox's network: a secret or a rule must never be silently left out. */
-  private refuseNetworkRequest(req: CreateRequest): void {
-    const { enabled } = this.config.network;
-    if (req.secrets !== undefined && req.secrets.length > 0 && !this.gateway)
-      throw new BothyError("not_supported", "This server has no secrets vault; create the sandbox without `secrets`.");
-    const { tools: _tools, ...hostRules } = req.policy ?? {};
-    if (!enabled && (Object.keys(hostRules).length > 0 || req.secrets !== undefined))
-      throw new BothyError(
-        "not_supported",
-        "Networking is off on this host (BOTHY_NETWORK=off): sandboxes have no network, so host rules and secrets cannot be given (tool rules can).",
-      );
-    if (!enabled && (req.allow_out?.length || req.internet === true)) {
-      throw new BothyError(
-        "not_supported",
-        "Networking is off on this host (BOTHY_NETWORK=off): sandboxes have no network, so internet and allow_out cannot be given.",
-      );
-    }
-  }
-
-  /**
-   * The egress a (validated) request asks for, the policy shown on the sandbox, and what its row
-   * keeps for the gateway. Under a host policy (its own or its tenant's) its HTTP(S) passes the gateway.
-   */
-  private networkPolicy(
-    req: CreateRequest,
-    tenant: string,
-  ): { egress: EgressPolicy; shown: NetworkPolicy; record: SandboxPolicyRecord | undefined } {
-    const egress = egressFromRequest(req);
-    const record =
-      req.policy === undefined && req.secrets === undefined
-        ? undefined
-        : { ...(req.policy ? { policy: req.policy } : {}), ...(req.secrets ? { secrets: req.secrets } : {}) };
-    const { enabled, dns } = this.config.network;
-    const gateway = enabled && needsGateway(this.policies.effective(tenant, record ?? {}));
-    return {
-      egress: { ...egress, gateway },
-      shown: {
-        enabled,
-        internet: enabled && egress.internet,
-        allow_out: egress.allowOut,
-        deny_out: egress.denyOut,
-        dns: enabled ? dns : [],
-      },
-      record,
-    };
-  }
-
-  /** A row as the API shows it, with the host policy in force now (its tenant's may have changed). */
-  private view(row: SandboxRow): SandboxInfo {
-    return { ...toSandboxInfo(row), policy: this.policies.ofRow(row) ?? null };
-  }
-
-  private shape(
-    t: BuiltTemplateRef,
-    size: { vcpu: number; memoryMib: number; diskMib: number; maxProcesses: number },
-    driver: Driver,
-  ): PoolShape {
-    return { driver, templateRoot: t.rootfs, templateHash: t.hash, templateEnv: t.env, ...size, ...this.trust() };
-  }
-
-  /** With networking on, every guest trusts the egress CA (pool sandboxes too, so any can be claimed). */
-  private trust(): { egressCa?: string; commandEnv?: Record<string, string> } {
-    if (!this.gateway || !this.config.network.enabled) return {};
-    return { egressCa: this.gateway.caPem, commandEnv: trustEnv() };
-  }
-
-  /** What every command of the sandbox gets beneath its own env: the CA bundle's paths and its secrets' placeholders. */
-  private commandEnv(id: string): Record<string, string> {
-    return { ...this.trust().commandEnv, ...this.gateway?.vault.placeholderEnv(id) };
-  }
-
-  private async createNew(
-    req: CreateRequest,
-    idem: { key: string; fingerprint: string } | undefined,
-    owner: CreateOwner,
-  ): Promise<CreateResult> {
-    const template = await this.templates.resolve(req.template);
-    if (!template) {
-      throw new BothyError(
-        "template_not_built",
-        `Template "${req.template}" is defined but not built yet: run \`bothy template build ${req.template}\`.`,
-      );
-    }
-    if (this.atCapacity()) {
-      throw new BothyError(
-        "capacity_exhausted",
-        `This host runs at most ${this.config.limits.maxSandboxes} sandboxes; delete one or raise BOTHY_MAX_SANDBOXES.`,
-      );
-    }
-    // Checked in the same synchronous run as the row's insert below, so two creates cannot both pass.
-    owner.admit?.({ vcpu: req.vcpu, memoryMib: req.memory_mib });
-    const driver = this.drivers.get(req.driver);
-    const lifetime = lifetimeOf(req, this.config.lifecycle);
-    const started = Date.now();
-    const diskMib = req.disk_mib ?? this.config.limits.defaultDiskMib;
-    const maxProcesses = req.max_processes ?? this.config.limits.defaultProcesses;
-    const shape = this.shape(template, { vcpu: req.vcpu, memoryMib: req.memory_mib, diskMib, maxProcesses }, driver);
-    const network = this.networkPolicy(req, owner.tenant);
-    const secrets = req.secrets ?? [];
-    // Before anything is made: a create naming a secret the vault lacks makes nothing.
-    if (secrets.length > 0) this.gateway?.vault.requireAll(owner.tenant, secrets);
-    // Pool sandboxes were made with the default posture; any other policy boots its own.
-    const warm = isDefaultPolicy(network.egress) && !network.egress.gateway ? this.pool.claim(shape) : undefined;
-    const id = warm?.spec.id ?? newSandboxId();
-    this.ledger.insertSandbox(
-      {
-        id,
-        template: template.name,
-        template_hash: template.hash,
-        driver: driver.name,
-        acceleration: driver.acceleration,
-        vcpu: req.vcpu,
-        memory_mib: req.memory_mib,
-        disk_mib: diskMib,
-        max_processes: maxProcesses,
-        state: warm ? "running" : "creating",
-        expires_at: expiryFrom(lifetime.timeoutS, started),
-        delete_on_disconnect: lifetime.deleteOnDisconnect ? 1 : 0,
-        disconnect_grace_s: lifetime.disconnectGraceS,
-        network: JSON.stringify(network.shown),
-        metadata: JSON.stringify(req.metadata ?? {}),
-        tenant: owner.tenant,
-        policy: network.record ? JSON.stringify(network.record) : null,
-      },
-      idem,
-    );
-    if (secrets.length > 0) this.gateway?.vault.bindSandbox(owner.tenant, id, secrets);
-    const job = (async (): Promise<CreateResult> => {
-      let booted = warm;
-      // Pool sandboxes boot at the lowest CPU weight (warm-pool.ts); this one now serves a caller.
-      if (warm?.handle.prioritize)
-        await warm.handle
-          .prioritize()
-          .catch((err: unknown) => this.log("pool_prioritize_failed", { sandbox_id: id, error: describeCauses(err) }));
-      try {
-        booted ??= await bootSandbox(
-          driver,
-          {
-            id,
-            templateRoot: template.rootfs,
-            templateEnv: template.env,
-            vcpu: req.vcpu,
-            memoryMib: req.memory_mib,
-            diskMib,
-            maxProcesses,
-            dir: this.dirFor(id),
-            egress: network.egress,
-            ...this.trust(),
-            commandEnv: this.commandEnv(id),
-          },
-          this.config.bootTimeoutMs,
-        );
-      } catch (err) {
-        const e = toCreateFailure(err);
-        this.ledger.transition(id, "creating", "failed", e.message);
-        if (idem) this.ledger.forgetIdempotencyKey(owner.tenant, idem.key);
-        this.log("sandbox_create_failed", { sandbox_id: id, error: describeCauses(err) });
-        throw e;
-      }
-      try {
-        if (!warm) this.ledger.transition(id, "creating", "running");
-      } catch (err) {
-        await booted.handle.destroy();
-        if (idem) this.ledger.forgetIdempotencyKey(owner.tenant, idem.key);
-        throw err;
-      }
-      this.adopt(booted);
-      // A sandbox's time counts from when it runs, not from a boot that may have been slow.
-      if (!warm) this.ledger.setExpiresAt(id, expiryFrom(lifetime.timeoutS));
-      this.touch(id);
-      this.log("sandbox_created", {
-        sandbox_id: id,
-        template: template.name,
-        vcpu: req.vcpu,
-        memory_mib: req.memory_mib,
-        driver: driver.name,
-        warm: warm !== undefined,
-        ms: Date.now() - started,
-        ...(warm === undefined && booted.stepsMs ? { steps: booted.stepsMs } : {}),
-      });
-      return { sandbox: this.info(id), created: true };
-    })();
-    const rec = this.records.of(id);
-    rec.creating = job;
-    try {
-      return await job;
-    } finally {
-      rec.creating = undefined;
-      this.records.tidy(rec);
-    }
-  }
-
-  /** Held sandboxes and creates in flight count against the host's limit (a create that has adopted its sandbox twice). */
-  private atCapacity(): boolean {
-    const all = this.records.all();
-    const n = all.filter((r) => r.booted).length + all.filter((r) => r.creating).length;
-    return n >= this.config.limits.maxSandboxes;
-  }
-
-  /** Takes ownership of a booted sandbox and notices when it dies on its own. */
-  private adopt(booted: BootedSandbox): void {
-    const id = booted.spec.id;
-    const rec = this.records.of(id);
-    const generation = this.records.hold(rec, booted);
-    void booted.handle.wait().then((exit) => {
-      if (rec.generation !== generation || rec.deleting || this.stopping) return;
-      // Not running: a resume is bringing it back, and its own failure handles the death.
-      if (this.ledger.getSandbox(id)?.state !== "running") return;
-      this.lose(
-        id,
-        booted,
-        `The sandbox stopped unexpectedly (code ${exit.code ?? "none"}, signal ${exit.signal ?? "none"}).`,
-        { code: exit.code, signal: exit.signal },
-      );
-    });
-  }
-
-  /**
-   * A sandbox that stopped on its own (its VM or container died or was killed): `stopped`, its
-   * commands lost, its host objects but the disk removed. The next call starts it again from its
-   * disk with the same id.
-   */
-  private lose(
-    id: string,
-    booted: BootedSandbox,
-    reason: string,
-    fields: Omit<ServerEventMap["sandbox_died"], "sandbox_id">,
-  ): void {
-    this.log("sandbox_died", { sandbox_id: id, ...fields });
-    this.stopHeld(
-      id,
-      booted,
-      `${reason} Its files are kept; the next call starts it again.`,
-      new BothyError("agent_unavailable", "The sandbox stopped."),
-    );
-  }
-
-  /**
-   * Stops a sandbox on purpose (sleep, server stop): the guest writes its caches to disk first, as
-   * a machine does before it powers off, so nothing written before the stop is lost.
-   */
-  private async stopOnPurpose(id: string, booted: BootedSandbox, reason: string, closeWith: BothyError): Promise<void> {
-    const generation = this.records.get(id)?.generation;
-    await execQuiet(booted.agent, "sync", FLUSH_TIMEOUT_MS, "Flushing the disk").catch((err: unknown) =>
-      this.log("sandbox_flush_failed", { sandbox_id: id, error: (err as Error).message }),
-    );
-    // It died or was deleted during the flush: whoever noticed has let go of it already.
-    if (this.records.get(id)?.generation !== generation) return;
-    await this.stopHeld(id, booted, reason, closeWith);
-  }
-
-  /** Lets go of a held sandbox: `stopped` in the ledger at once, its processes and network removed in the background. */
-  private stopHeld(id: string, booted: BootedSandbox, reason: string, closeWith: BothyError): Promise<void> {
-    this.ledger.transition(id, "running", "stopped", reason);
-    const rec = this.records.of(id);
-    this.records.letGo(rec);
-    booted.agent.close(closeWith);
-    this.ledger.loseCommands(id);
-    // What is left after a failed stop is for the sweeper's next pass.
-    const job = booted.handle
-      .stop()
-      .catch((err: unknown) => this.log("sandbox_stop_failed", { sandbox_id: id, error: (err as Error).message }))
-      .finally(() => {
-        if (rec.reaping === job) rec.reaping = undefined;
-        this.records.tidy(rec);
-      });
-    rec.reaping = job;
-    return job;
+    this.ctx = new ManagerContext(config, ledger, drivers, templates, log, gateway);
+    this.policies = this.ctx.policies;
+    this.held = new HeldSandboxes(this.ctx);
+    this.pool = this.ctx.pool;
+    this.creates = new SandboxCreates(this.ctx, this.held);
+    this.sleepWake = new SleepWake(this.ctx, this.held);
+    this.deletes = new SandboxDeletes(this.ctx);
+    this.recovery = new SandboxRecovery(this.ctx, this.held, this.sleepWake, this.deletes);
   }
 
   info(id: string): SandboxInfo {
-    this.checkId(id);
-    const row = this.ledger.getSandbox(id);
-    if (!row) throw new BothyError("sandbox_not_found", `No sandbox ${id}; list them with GET /sandboxes.`);
-    return this.view(row);
+    return this.ctx.info(id);
   }
 
   list(): SandboxInfo[] {
-    return this.ledger.listSandboxes().map((row) => this.view(row));
+    return this.ctx.ledger.listSandboxes().map((row) => this.ctx.view(row));
   }
 
   counts(): Record<string, number> {
-    return this.ledger.countByState();
+    return this.ctx.ledger.countByState();
   }
 
   /** The agent of a running sandbox, for commands and files. */
   agent(id: string): AgentClient {
     const info = this.info(id);
-    const booted = this.records.get(id)?.booted;
+    const booted = this.ctx.records.get(id)?.booted;
     if (info.state !== "running" || !booted || booted.agent.isClosed) {
       throw new BothyError(
         "sandbox_not_running",
@@ -626,36 +82,34 @@ export class SandboxManager {
     return booted.agent;
   }
 
+  /** Starts filling the warm pool for the default shape of a template. */
+  warm(templateName: string): Promise<void> {
+    return this.creates.warm(templateName);
+  }
+
+  create(body: unknown, idempotencyKey: string | undefined, owner?: CreateOwner): Promise<CreateResult> {
+    return this.creates.create(body, idempotencyKey, owner);
+  }
+
+  /** The sandbox now expires `timeout_s` (from the body) seconds from now, sooner or later than before. */
+  setTimeout(id: string, body: unknown): SandboxInfo {
+    const info = this.info(id);
+    const timeoutS = parseSetTimeout(body, this.ctx.config.lifecycle.maxTimeoutS);
+    if (!LIVE_STATES.includes(info.state) || info.state === "deleting") {
+      throw new BothyError("sandbox_not_running", `Sandbox ${id} is ${info.state}; only a live sandbox has a timeout.`);
+    }
+    const expiresAt = expiryFrom(timeoutS);
+    this.ctx.ledger.setExpiresAt(id, expiresAt);
+    this.ctx.log("sandbox_timeout_set", { sandbox_id: id, timeout_s: timeoutS, expires_at: expiresAt });
+    return this.info(id);
+  }
+
   /**
    * Saves a sandbox's memory to disk and stops its VM (QEMU only). Its files and background
    * processes come back with `resume`; commands attached at the time end.
    */
   pause(id: string): Promise<SandboxInfo> {
-    const step = async (booted: BootedSandbox): Promise<void> => {
-      if (this.info(id).state === "paused") return;
-      if (!booted.handle.pause)
-        throw new BothyError(
-          "not_supported",
-          `The ${this.info(id).driver} driver cannot pause sandboxes; create the sandbox with "driver": "qemu" to use pause.`,
-        );
-      await this.pauseHeld(id, booted);
-    };
-    // Paused with no VM (a restart came between the pause and now): nothing to pause, unless a
-    // wake already under way has it running by this pause's turn.
-    if (this.info(id).state === "paused" && !this.records.get(id)?.booted) {
-      return this.serialized(id, async (rec) => {
-        if (rec.booted && !rec.deleting) await step(rec.booted);
-      });
-    }
-    return this.transition(id, step);
-  }
-
-  private async pauseHeld(id: string, booted: BootedSandbox): Promise<void> {
-    booted.agent.close(new BothyError("sandbox_not_running", "The sandbox was paused."));
-    await booted.handle.pause?.();
-    this.ledger.loseCommands(id);
-    this.ledger.transition(id, "running", "paused");
-    this.log("sandbox_paused", { sandbox_id: id });
+    return this.sleepWake.pause(id);
   }
 
   /**
@@ -663,67 +117,30 @@ export class SandboxManager {
    * its disk kept (gVisor). Either way the next call wakes it.
    */
   sleep(id: string): Promise<SandboxInfo> {
-    return this.transition(id, async (booted) => {
-      if (this.info(id).state !== "running") return;
-      if (booted.handle.pause) return this.pauseHeld(id, booted);
-      await this.stopOnPurpose(
-        id,
-        booted,
-        "Asleep after being idle; the next call starts it again.",
-        new BothyError("sandbox_not_running", "The sandbox went to sleep."),
-      );
-      this.log("sandbox_slept", { sandbox_id: id });
-    });
+    return this.sleepWake.sleep(id);
   }
 
   resume(id: string): Promise<SandboxInfo> {
-    if (this.info(id).state === "stopped" || (this.info(id).state === "paused" && !this.records.get(id)?.booted))
-      return this.revive(id);
-    return this.transition(id, async (booted, rec) => {
-      if (this.info(id).state !== "paused") return;
-      try {
-        await resumeSandbox(this.drivers.get(this.info(id).driver), booted, this.config.bootTimeoutMs);
-      } catch (err) {
-        // A sandbox that cannot come back is over: its state file and disk go with it.
-        this.records.letGo(rec);
-        await booted.handle.destroy();
-        const e = toResumeFailure(err);
-        this.ledger.transition(id, "paused", "failed", e.message);
-        this.log("sandbox_resume_failed", { sandbox_id: id, error: describeCauses(err) });
-        throw e;
-      }
-      this.ledger.transition(id, "paused", "running");
-      this.log("sandbox_resumed", { sandbox_id: id });
-    });
-  }
-
-  /** The sandbox now expires `timeout_s` (from the body) seconds from now, sooner or later than before. */
-  setTimeout(id: string, body: unknown): SandboxInfo {
-    const info = this.info(id);
-    const timeoutS = parseSetTimeout(body, this.config.lifecycle.maxTimeoutS);
-    if (!LIVE_STATES.includes(info.state) || info.state === "deleting") {
-      throw new BothyError("sandbox_not_running", `Sandbox ${id} is ${info.state}; only a live sandbox has a timeout.`);
-    }
-    const expiresAt = expiryFrom(timeoutS);
-    this.ledger.setExpiresAt(id, expiresAt);
-    this.log("sandbox_timeout_set", { sandbox_id: id, timeout_s: timeoutS, expires_at: expiresAt });
-    return this.info(id);
+    return this.sleepWake.resume(id);
   }
 
   /** Wakes a paused or stopped sandbox first, so commands and file calls need not know about sleep. */
-  async ensureRunning(id: string): Promise<SandboxInfo> {
-    const info = this.info(id);
-    this.touch(id);
-    if (!DORMANT_STATES.includes(info.state)) return info;
-    const woken = await this.resume(id);
-    // A slow wake (a VM under emulation) must not count as idle time.
-    this.touch(id);
-    return woken;
+  ensureRunning(id: string): Promise<SandboxInfo> {
+    return this.sleepWake.ensureRunning(id);
+  }
+
+  /**
+   * Deletes a sandbox, off the caller's clock: the answer comes as soon as it is `deleting` and
+   * can no longer be reached; its teardown goes on in the background and ends in `deleted`
+   * (sandbox-deletes.ts). Idempotent. With `wait`, the answer comes once the teardown has ended.
+   */
+  delete(id: string, reason?: string, how?: { wait?: boolean }): Promise<SandboxInfo> {
+    return this.deletes.delete(id, reason, how);
   }
 
   /** An API call is using the sandbox: it does not go to sleep until the returned release is called. */
   hold(id: string): () => void {
-    const rec = this.records.of(id);
+    const rec = this.ctx.records.of(id);
     rec.holds++;
     let released = false;
     return () => {
@@ -731,242 +148,98 @@ export class SandboxManager {
       released = true;
       rec.holds--;
       this.touch(id);
-      this.records.tidy(rec);
+      this.ctx.records.tidy(rec);
     };
-  }
-
-  /**
-   * Starts a stopped sandbox again on its disk, with the same id, template build, shape and
-   * network policy (a QEMU one paused before a restart comes back from its saved memory). A
-   * failed start leaves it stopped with its files, and says why.
-   */
-  private revive(id: string): Promise<SandboxInfo> {
-    return this.serialized(id, async (rec) => {
-      const row = this.ledger.getSandbox(id);
-      if (!row || !DORMANT_STATES.includes(row.state) || rec.booted) return;
-      await rec.reaping;
-      if (this.stopping || rec.deleting)
-        throw new BothyError("sandbox_not_running", `Sandbox ${id} is being deleted or the server is stopping.`);
-      if (this.atCapacity()) {
-        throw new BothyError(
-          "capacity_exhausted",
-          `This host runs at most ${this.config.limits.maxSandboxes} sandboxes; delete one or raise BOTHY_MAX_SANDBOXES to wake ${id}.`,
-        );
-      }
-      const started = Date.now();
-      const booted = await this.bootFromDisk(row).catch((err: unknown) => {
-        this.log("sandbox_wake_failed", { sandbox_id: id, error: describeCauses(err) });
-        throw toWakeFailure(id, err);
-      });
-      try {
-        this.ledger.transition(id, row.state, "running");
-      } catch (err) {
-        await booted.handle.stop();
-        throw err;
-      }
-      this.adopt(booted);
-      this.log("sandbox_woken", { sandbox_id: id, from: row.state, driver: row.driver, ms: Date.now() - started });
-    });
-  }
-
-  /** Takes over a sandbox that still runs from before the restart; false when it cannot (then it is stopped). */
-  private async attachAfterRestart(row: SandboxRow): Promise<boolean> {
-    const driver = this.drivers.all().find((d) => d.name === row.driver);
-    if (!driver?.attaches) return false;
-    const started = Date.now();
-    try {
-      const booted = await this.bootFromDisk(row, { attach: true });
-      this.adopt(booted);
-      this.touch(row.id);
-      this.log("sandbox_reattached", { sandbox_id: row.id, driver: row.driver, ms: Date.now() - started });
-      return true;
-    } catch (err) {
-      this.log("sandbox_reattach_failed", { sandbox_id: row.id, error: describeCauses(err) });
-      return false;
-    }
-  }
-
-  private async bootFromDisk(row: SandboxRow, how: { attach?: boolean } = {}): Promise<BootedSandbox> {
-    const lookup = this.templates.resolveBuild
-      ? this.templates.resolveBuild(row.template, row.template_hash)
-      : this.templates.resolve(row.template);
-    const template = await lookup;
-    if (template?.hash !== row.template_hash)
-      throw new BothyError(
-        "template_not_built",
-        `its template build ${row.template}@${row.template_hash.slice(0, 12)} is no longer on this host.`,
-      );
-    const shown = row.network ? (JSON.parse(row.network) as NetworkPolicy) : undefined;
-    const egress = {
-      ...egressFromRequest(
-        shown ? { internet: shown.internet, allow_out: shown.allow_out, deny_out: shown.deny_out } : {},
-      ),
-      gateway: shown?.enabled === true && needsGateway(this.policies.ofRow(row)),
-    };
-    const spec = {
-      id: row.id,
-      templateRoot: template.rootfs,
-      templateEnv: template.env,
-      vcpu: row.vcpu,
-      memoryMib: row.memory_mib,
-      ...(row.disk_mib === null ? {} : { diskMib: row.disk_mib }),
-      maxProcesses: row.max_processes ?? this.config.limits.defaultProcesses,
-      dir: this.dirFor(row.id),
-      egress,
-      ...this.trust(),
-      commandEnv: this.commandEnv(row.id),
-      reuseDisk: true,
-      ...how,
-    };
-    // A wake from saved memory that fails (an agent from an older bothy that does not know a frame, a
-    // guest that broke its own cgroups) boots cold on the same disk: files kept, processes lost.
-    return bootSandbox(this.drivers.get(row.driver), spec, this.config.bootTimeoutMs, {
-      onWakeFailed: (err) => this.log("sandbox_restore_failed", { sandbox_id: row.id, error: describeCauses(err) }),
-    });
   }
 
   /** Notes activity on a sandbox: idle sleep counts from the last one. */
   touch(id: string): void {
-    const rec = this.records.get(id);
-    if (rec?.booted) rec.lastActive = Date.now();
+    this.ctx.touch(id);
   }
 
   /** Forgets the activity of sandboxes that are no longer live. */
   pruneActivity(live: ReadonlySet<string>): void {
-    for (const rec of this.records.all()) {
+    for (const rec of this.ctx.records.all()) {
       if (live.has(rec.id) || rec.lastActive === undefined) continue;
       rec.lastActive = undefined;
-      this.records.tidy(rec);
+      this.ctx.records.tidy(rec);
     }
   }
 
   /** Milliseconds since the sandbox was last used (created, called, or a command ended). */
   idleFor(id: string): number {
-    const last = this.records.get(id)?.lastActive ?? Date.parse(this.ledger.getSandbox(id)?.updated_at ?? "");
+    const last = this.ctx.records.get(id)?.lastActive ?? Date.parse(this.ctx.ledger.getSandbox(id)?.updated_at ?? "");
     return Number.isNaN(last) ? 0 : Date.now() - last;
   }
 
   /** Whether the sandbox is running and nothing else is changing its state. */
   canSleep(id: string): boolean {
-    const rec = this.records.get(id);
+    const rec = this.ctx.records.get(id);
     return (
       rec?.booted !== undefined && this.info(id).state === "running" && !rec.queue && !rec.deleting && rec.holds === 0
     );
   }
 
-  private transition(
-    id: string,
-    step: (booted: BootedSandbox, rec: SandboxRecord) => Promise<void>,
-  ): Promise<SandboxInfo> {
-    const info = this.info(id);
-    const rec = this.records.get(id);
-    const booted = rec?.booted;
-    if (!rec || !booted || (info.state !== "running" && info.state !== "paused")) {
-      throw new BothyError(
-        "sandbox_not_running",
-        `Sandbox ${id} is ${info.state}; only a running or paused sandbox can be paused or resumed.`,
-      );
-    }
-    const generation = rec.generation;
-    return this.serialized(id, async () => {
-      if (rec.generation !== generation || rec.deleting)
-        throw new BothyError("sandbox_not_running", `Sandbox ${id} is being deleted or has stopped.`);
-      await step(booted, rec);
-    });
-  }
-
-  /** Runs pause, resume, sleep and wake of one sandbox one at a time. */
-  private async serialized(id: string, step: (rec: SandboxRecord) => Promise<void>): Promise<SandboxInfo> {
-    const rec = this.records.of(id);
-    const previous = rec.queue ?? Promise.resolve();
-    const job = previous
-      .catch(() => undefined)
-      .then(async () => {
-        await step(rec);
-        return this.info(id);
-      });
-    rec.queue = job;
-    try {
-      return await job;
-    } finally {
-      if (rec.queue === job) rec.queue = undefined;
-      this.records.tidy(rec);
-    }
-  }
-
   /**
-   * Deletes a sandbox, off the caller's clock: the answer comes as soon as it is `deleting` and
-   * can no longer be reached (its agent closed, its handle let go, so commands, files, ports and
-   * sockets refuse it); its teardown goes on in the background and ends in `deleted` (the
-   * `sandbox_deleted` event). A create or pause/resume in flight ends first. Idempotent: a delete
-   * under way answers with the same sandbox. `reason` is logged: "requested", or who else asked
-   * (the sweeper, a dropped client). With `wait`, the answer comes once the teardown has ended
-   * (`deleted`, or still `deleting` when it failed and the sweeper will finish it).
+   * Start-up recovery, after a clean stop or a crash at any moment (sandbox-recovery.ts): running
+   * sandboxes are taken over or stopped, half-made ones fail, deletes in flight complete, and
+   * host objects no row owns are removed.
    */
-  async delete(id: string, reason = "requested", how: { wait?: boolean } = {}): Promise<SandboxInfo> {
-    const info = this.info(id);
-    if (info.state === "deleted" || info.state === "failed") return info;
-    const job = this.deleteJob(id, reason);
-    const answer = await job.answered;
-    if (!how.wait) return answer;
-    await job.done;
-    return this.info(id);
-  }
-
-  /**
-   * The delete of `id`, started if none is under way. A row already `deleting` (a teardown that a
-   * crash cut short or that failed) goes straight to the teardown. Ownership of the sandbox's host
-   * objects stays with the record until the teardown has ended, so the sweeper never races it.
-   */
-  private deleteJob(id: string, reason: string): NonNullable<SandboxRecord["deleting"]> {
-    const rec = this.records.of(id);
-    if (rec.deleting) return rec.deleting;
-    const marked = (async () => {
-      await rec.creating?.catch(() => undefined);
-      await rec.queue?.catch(() => undefined);
-      const row = this.ledger.getSandbox(id);
-      if (!row || row.state === "failed" || row.state === "deleted") return undefined;
-      if (row.state !== "deleting") this.ledger.transition(id, row.state, "deleting");
-      const booted = this.records.letGo(rec);
-      booted?.agent.close(new BothyError("sandbox_not_running", "The sandbox was deleted."));
-      return { booted };
-    })();
-    const done = marked
-      .then(async (m) => {
-        if (!m) return;
-        // The answer goes out first: spawning the teardown's host commands costs the event loop
-        // milliseconds that are not the caller's.
-        await new Promise((resolve) => setImmediate(resolve));
-        // A stop under way (the sandbox had died or gone to sleep) ends before its objects are removed.
-        await rec.reaping;
-        if (m.booted) await m.booted.handle.destroy();
-        else await this.drivers.removeOrphan(id);
-        this.ledger.loseCommands(id);
-        this.ledger.transition(id, "deleting", "deleted");
-        this.log("sandbox_deleted", { sandbox_id: id, reason });
-      })
-      // Left `deleting`: the sweeper's next pass (or a restart) finishes it.
-      .catch((err: unknown) => this.log("sandbox_delete_failed", { sandbox_id: id, error: describeCauses(err) }))
-      .finally(() => {
-        if (rec.deleting === job) rec.deleting = undefined;
-        this.records.tidy(rec);
-      });
-    const job = { answered: marked.then(() => this.info(id)), done };
-    job.answered.catch(() => undefined); // a caller that waits only for `done` has its failure logged
-    rec.deleting = job;
-    return job;
+  reconcile(): Promise<void> {
+    return this.recovery.reconcile();
   }
 
   /**
    * Completes every delete no operation of this process is carrying out: one a crash cut short
    * (at start-up) or whose teardown failed (the sweeper tries again each pass).
    */
-  async finishDeletes(reason: string): Promise<void> {
-    const owned = this.ownedIds();
-    for (const row of this.ledger.liveSandboxes()) {
-      if (row.state !== "deleting" || owned.has(row.id)) continue;
-      await this.deleteJob(row.id, reason).done;
-    }
+  finishDeletes(reason: string): Promise<void> {
+    return this.deletes.finishDeletes(reason);
+  }
+
+  /**
+   * Ids of every sandbox whose host objects the manager answers for: live, being created,
+   * deleted, paused or resumed, dying, and the warm pool's (which have no ledger row).
+   */
+  ownedIds(): Set<string> {
+    return this.ctx.ownedIds();
+  }
+
+  /** Ids of the sandboxes held live right now (running or paused). */
+  liveIds(): Set<string> {
+    return new Set(this.ctx.records.held().map((r) => r.id));
+  }
+
+  /** Paused or stopped sandboxes without a handle in this process: their disk is theirs, nothing else. */
+  dormantIds(): Set<string> {
+    return this.recovery.dormantIds();
+  }
+
+  /**
+   * Host objects by sandbox that this server does not answer for: everything of an id with no
+   * live handle or row, and, of a paused or stopped sandbox, all but its disk.
+   */
+  unowned(objects: readonly HostObject[]): Map<string, HostObject[]> {
+    return this.recovery.unowned(objects);
+  }
+
+  /** Removes what `unowned` found of one sandbox, unless it was taken since; a dormant sandbox keeps its disk. */
+  removeUnowned(id: string, found: readonly HostObject[], by: string): Promise<void> {
+    return this.recovery.removeUnowned(id, found, by);
+  }
+
+  /** Live ledger rows that no sandbox in this process stands behind become `failed` (dormant ones need none). */
+  closeUnownedRows(reason: string): string[] {
+    return this.recovery.closeUnownedRows(reason);
+  }
+
+  /**
+   * The sweeper's double-check of deaths the driver's `wait()` should have reported: a running
+   * sandbox of `before` whose agent channel has closed, or of which the drivers found nothing on
+   * the host, is handled as dead.
+   */
+  checkAlive(before: ReadonlySet<string>, onHost: ReadonlySet<string>): string[] {
+    return this.recovery.checkAlive(before, onHost);
   }
 
   /**
@@ -974,36 +247,28 @@ export class SandboxManager {
    * (a paused one keeps its saved memory too).
    */
   async close(): Promise<void> {
-    this.stopping = true;
-    await Promise.allSettled(this.records.all().map((r) => r.creating));
-    await Promise.allSettled(this.records.all().map((r) => r.queue));
+    this.ctx.stopping = true;
+    await Promise.allSettled(this.ctx.records.all().map((r) => r.creating));
+    await Promise.allSettled(this.ctx.records.all().map((r) => r.queue));
     await this.pool.close();
     await Promise.allSettled(
-      this.records.held().map(async (rec) => {
+      this.ctx.records.held().map(async (rec) => {
         const { id, booted } = rec;
         if (!booted) return;
-        if (this.ledger.getSandbox(id)?.state === "paused") {
-          this.records.letGo(rec); // its VM ended at pause; the saved memory stays with the disk
-          this.records.tidy(rec);
+        if (this.ctx.ledger.getSandbox(id)?.state === "paused") {
+          this.ctx.records.letGo(rec); // its VM ended at pause; the saved memory stays with the disk
+          this.ctx.records.tidy(rec);
           return;
         }
-        await this.stopOnPurpose(
+        await this.held.stopOnPurpose(
           id,
           booted,
           "The server stopped; its files are kept and the next call after a restart starts it again.",
           new BothyError("shutting_down", "The server is stopping."),
         );
-        this.log("sandbox_stopped", { sandbox_id: id });
+        this.ctx.log("sandbox_stopped", { sandbox_id: id });
       }),
     );
-    await Promise.allSettled(this.records.all().flatMap((r) => [r.deleting?.done, r.reaping]));
-  }
-
-  private checkId(id: string): void {
-    if (!SANDBOX_ID_RE.test(id))
-      throw new BothyError(
-        "invalid_sandbox_id",
-        `"${id.slice(0, 64)}" is not a sandbox id; ids look like sbx_ followed by 20 letters and digits.`,
-      );
+    await Promise.allSettled(this.ctx.records.all().flatMap((r) => [r.deleting?.done, r.reaping]));
   }
 }

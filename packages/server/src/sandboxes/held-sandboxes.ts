@@ -1,0 +1,87 @@
+import { BothyError } from "@bothy/protocol";
+import { execQuiet } from "../agent/quiet-exec.ts";
+import type { ServerEventMap } from "../events/server-events.ts";
+import type { BootedSandbox } from "./boot.ts";
+import type { ManagerContext } from "./manager-context.ts";
+
+/** How long a guest gets to write its caches to disk before a deliberate stop. */
+const FLUSH_TIMEOUT_MS = 10_000;
+
+/**
+ * Taking hold of a booted sandbox (and noticing when it dies on its own) and letting go of a
+ * running one: after a death, or on purpose with its disk flushed first.
+ */
+export class HeldSandboxes {
+  constructor(private readonly ctx: ManagerContext) {}
+
+  /** Takes ownership of a booted sandbox and notices when it dies on its own. */
+  adopt(booted: BootedSandbox): void {
+    const id = booted.spec.id;
+    const rec = this.ctx.records.of(id);
+    const generation = this.ctx.records.hold(rec, booted);
+    void booted.handle.wait().then((exit) => {
+      if (rec.generation !== generation || rec.deleting || this.ctx.stopping) return;
+      // Not running: a resume is bringing it back, and its own failure handles the death.
+      if (this.ctx.ledger.getSandbox(id)?.state !== "running") return;
+      this.lose(
+        id,
+        booted,
+        `The sandbox stopped unexpectedly (code ${exit.code ?? "none"}, signal ${exit.signal ?? "none"}).`,
+        { code: exit.code, signal: exit.signal },
+      );
+    });
+  }
+
+  /**
+   * A sandbox that stopped on its own (its VM or container died or was killed): `stopped`, its
+   * commands lost, its host objects but the disk removed. The next call starts it again from its
+   * disk with the same id.
+   */
+  lose(
+    id: string,
+    booted: BootedSandbox,
+    reason: string,
+    fields: Omit<ServerEventMap["sandbox_died"], "sandbox_id">,
+  ): void {
+    this.ctx.log("sandbox_died", { sandbox_id: id, ...fields });
+    this.stopHeld(
+      id,
+      booted,
+      `${reason} Its files are kept; the next call starts it again.`,
+      new BothyError("agent_unavailable", "The sandbox stopped."),
+    );
+  }
+
+  /**
+   * Stops a sandbox on purpose (sleep, server stop): the guest writes its caches to disk first, as
+   * a machine does before it powers off, so nothing written before the stop is lost.
+   */
+  async stopOnPurpose(id: string, booted: BootedSandbox, reason: string, closeWith: BothyError): Promise<void> {
+    const generation = this.ctx.records.get(id)?.generation;
+    await execQuiet(booted.agent, "sync", FLUSH_TIMEOUT_MS, "Flushing the disk").catch((err: unknown) =>
+      this.ctx.log("sandbox_flush_failed", { sandbox_id: id, error: (err as Error).message }),
+    );
+    // It died or was deleted during the flush: whoever noticed has let go of it already.
+    if (this.ctx.records.get(id)?.generation !== generation) return;
+    await this.stopHeld(id, booted, reason, closeWith);
+  }
+
+  /** Lets go of a held sandbox: `stopped` in the ledger at once, its processes and network removed in the background. */
+  private stopHeld(id: string, booted: BootedSandbox, reason: string, closeWith: BothyError): Promise<void> {
+    this.ctx.ledger.transition(id, "running", "stopped", reason);
+    const rec = this.ctx.records.of(id);
+    this.ctx.records.letGo(rec);
+    booted.agent.close(closeWith);
+    this.ctx.ledger.loseCommands(id);
+    // What is left after a failed stop is for the sweeper's next pass.
+    const job = booted.handle
+      .stop()
+      .catch((err: unknown) => this.ctx.log("sandbox_stop_failed", { sandbox_id: id, error: (err as Error).message }))
+      .finally(() => {
+        if (rec.reaping === job) rec.reaping = undefined;
+        this.ctx.records.tidy(rec);
+      });
+    rec.reaping = job;
+    return job;
+  }
+}

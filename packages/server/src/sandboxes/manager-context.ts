@@ -1,0 +1,128 @@
+import { join } from "node:path";
+import { BothyError, SANDBOX_ID_RE, type SandboxInfo } from "@bothy/protocol";
+import type { Config } from "../config.ts";
+import type { EgressPolicy, SandboxSpec } from "../drivers/driver.ts";
+import type { DriverRegistry } from "../drivers/driver-registry.ts";
+import type { Logger } from "../events/server-events.ts";
+import { trustEnv } from "../gateway/guest-trust.ts";
+import { GatewayPolicies } from "../gateway/policies.ts";
+import type { Vault } from "../gateway/vault.ts";
+import { toSandboxInfo, type Ledger, type SandboxRow } from "../ledger/ledger.ts";
+import { SandboxRecords } from "./sandbox-records.ts";
+import { WarmPool } from "./warm-pool.ts";
+
+export interface BuiltTemplateRef {
+  name: string;
+  hash: string;
+  rootfs: string;
+  env: Record<string, string>;
+}
+
+/** Where templates come from; the template store implements it. */
+export interface TemplateSource {
+  resolve(name: string): Promise<BuiltTemplateRef | undefined>;
+  /** A build by its hash, if still on disk: a stopped sandbox starts again on the template it was made from. */
+  resolveBuild?(name: string, hash: string): Promise<BuiltTemplateRef | undefined>;
+}
+
+/**
+ * What the parts of the sandbox manager share: its dependencies, one record per sandbox this
+ * process holds or works on, the warm pool, whether the server is stopping, and the lookups
+ * every part makes.
+ */
+export class ManagerContext {
+  /** One record per sandbox this process holds or works on (see sandbox-records.ts). */
+  readonly records = new SandboxRecords();
+  readonly pool: WarmPool;
+  /** Host policies of tenants and sandboxes, as the gateway applies them. */
+  readonly policies: GatewayPolicies;
+  stopping = false;
+
+  constructor(
+    readonly config: Config,
+    readonly ledger: Ledger,
+    readonly drivers: DriverRegistry,
+    readonly templates: TemplateSource,
+    readonly log: Logger,
+    /** The vault that binds secrets to sandboxes, and the CA guests trust; absent: creates naming secrets are refused. */
+    readonly gateway?: { vault: Vault; caPem: string },
+  ) {
+    this.pool = new WarmPool(config.poolSize, (id) => this.dirFor(id), config.bootTimeoutMs, log);
+    this.policies = new GatewayPolicies(ledger);
+  }
+
+  dirFor(id: string): string {
+    return join(this.config.home, "sandboxes", id);
+  }
+
+  info(id: string): SandboxInfo {
+    checkId(id);
+    const row = this.ledger.getSandbox(id);
+    if (!row) throw new BothyError("sandbox_not_found", `No sandbox ${id}; list them with GET /sandboxes.`);
+    return this.view(row);
+  }
+
+  /** A row as the API shows it, with the host policy in force now (its tenant's may have changed). */
+  view(row: SandboxRow): SandboxInfo {
+    return { ...toSandboxInfo(row), policy: this.policies.ofRow(row) ?? null };
+  }
+
+  /**
+   * Ids of every sandbox whose host objects the manager answers for: live, being created,
+   * deleted, paused or resumed, dying, and the warm pool's (which have no ledger row).
+   */
+  ownedIds(): Set<string> {
+    return new Set([...this.records.ownedIds(), ...this.pool.ownedIds()]);
+  }
+
+  /** Held sandboxes and creates in flight count against the host's limit (a create that has adopted its sandbox twice). */
+  atCapacity(): boolean {
+    const all = this.records.all();
+    const n = all.filter((r) => r.booted).length + all.filter((r) => r.creating).length;
+    return n >= this.config.limits.maxSandboxes;
+  }
+
+  /** With networking on, every guest trusts the egress CA (pool sandboxes too, so any can be claimed). */
+  trust(): { egressCa?: string; commandEnv?: Record<string, string> } {
+    if (!this.gateway || !this.config.network.enabled) return {};
+    return { egressCa: this.gateway.caPem, commandEnv: trustEnv() };
+  }
+
+  /** What every command of the sandbox gets beneath its own env: the CA bundle's paths and its secrets' placeholders. */
+  commandEnv(id: string): Record<string, string> {
+    return { ...this.trust().commandEnv, ...this.gateway?.vault.placeholderEnv(id) };
+  }
+
+  /** A boot's spec for sandbox `id` of this template and size: its directory, egress, and what its guest trusts. */
+  bootSpec(
+    id: string,
+    template: BuiltTemplateRef,
+    size: { vcpu: number; memoryMib: number; diskMib?: number; maxProcesses: number },
+    egress: EgressPolicy,
+  ): SandboxSpec {
+    return {
+      id,
+      templateRoot: template.rootfs,
+      templateEnv: template.env,
+      ...size,
+      dir: this.dirFor(id),
+      egress,
+      ...this.trust(),
+      commandEnv: this.commandEnv(id),
+    };
+  }
+
+  /** Notes activity on a sandbox: idle sleep counts from the last one. */
+  touch(id: string): void {
+    const rec = this.records.get(id);
+    if (rec?.booted) rec.lastActive = Date.now();
+  }
+}
+
+function checkId(id: string): void {
+  if (!SANDBOX_ID_RE.test(id))
+    throw new BothyError(
+      "invalid_sandbox_id",
+      `"${id.slice(0, 64)}" is not a sandbox id; ids look like sbx_ followed by 20 letters and digits.`,
+    );
+}

@@ -1,0 +1,222 @@
+import { createHash } from "node:crypto";
+import { BothyError, IDEMPOTENCY_KEY_RE, type SandboxInfo } from "@bothy/protocol";
+import type { Driver } from "../drivers/driver.ts";
+import { describeCauses, toCreateFailure } from "../errors/internal-errors.ts";
+import { DEFAULT_TENANT } from "../ledger/ledger.ts";
+import { isDefaultPolicy } from "../network/host-network.ts";
+import { newSandboxId } from "../util/ids.ts";
+import { bootSandbox } from "./boot.ts";
+import { networkPolicy, parseCreateRequest, type CreateRequest } from "./create-request.ts";
+import type { HeldSandboxes } from "./held-sandboxes.ts";
+import { expiryFrom, lifetimeOf } from "./lifetime.ts";
+import type { BuiltTemplateRef, ManagerContext } from "./manager-context.ts";
+import type { PoolShape } from "./warm-pool.ts";
+
+/** Whose the sandbox is, and what its tenant's quotas say about a new one (throws to refuse). */
+export interface CreateOwner {
+  tenant: string;
+  admit?: (size: { vcpu: number; memoryMib: number }) => void;
+}
+
+export interface CreateResult {
+  sandbox: SandboxInfo;
+  /** False when an Idempotency-Key replay returned an existing sandbox. */
+  created: boolean;
+}
+
+/**
+ * Creates: the body checked, an Idempotency-Key replayed or refused, a warm-pool sandbox claimed
+ * when one fits (else a new boot), the ledger row written before anything is made; and the pool
+ * filled for a template's default shape.
+ */
+export class SandboxCreates {
+  /** Creates under an Idempotency-Key that are still booting, with the fingerprint of their body. */
+  private readonly inflightKeys = new Map<string, { fingerprint: string; job: Promise<CreateResult> }>();
+
+  constructor(
+    private readonly ctx: ManagerContext,
+    private readonly held: HeldSandboxes,
+  ) {}
+
+  /** Starts filling the warm pool for the default shape of a template. */
+  async warm(templateName: string): Promise<void> {
+    const template = await this.ctx.templates.resolve(templateName);
+    const { defaultDiskMib, defaultProcesses } = this.ctx.config.limits;
+    if (template)
+      this.ctx.pool.refill(
+        this.shape(
+          template,
+          { vcpu: 1, memoryMib: 512, diskMib: defaultDiskMib, maxProcesses: defaultProcesses },
+          this.ctx.drivers.default,
+        ),
+      );
+  }
+
+  async create(
+    body: unknown,
+    idempotencyKey: string | undefined,
+    owner: CreateOwner = { tenant: DEFAULT_TENANT },
+  ): Promise<CreateResult> {
+    if (this.ctx.stopping)
+      throw new BothyError("shutting_down", "The server is shutting down; retry against its replacement.");
+    const req = parseCreateRequest(body, this.ctx.config, this.ctx.gateway !== undefined);
+    if (idempotencyKey === undefined) return this.createNew(req, undefined, owner);
+    if (!IDEMPOTENCY_KEY_RE.test(idempotencyKey)) {
+      throw new BothyError(
+        "idempotency_key_invalid",
+        "Idempotency-Key must be 1-255 printable ASCII characters without spaces.",
+      );
+    }
+    const fingerprint = createHash("sha256").update(JSON.stringify(req)).digest("hex");
+    const reused = (): BothyError =>
+      new BothyError(
+        "idempotency_key_reused",
+        "This Idempotency-Key was used for a different request body; use a new key for a new sandbox.",
+      );
+    // A create still booting under this key may not be in the ledger yet, so its body is checked here too.
+    // Keys are per tenant: the same key in two tenants names two sandboxes.
+    const slot = `${owner.tenant}\0${idempotencyKey}`;
+    const inflight = this.inflightKeys.get(slot);
+    if (inflight) {
+      if (inflight.fingerprint !== fingerprint) throw reused();
+      return { ...(await inflight.job), created: false };
+    }
+    const known = this.ctx.ledger.findIdempotencyKey(owner.tenant, idempotencyKey);
+    if (known) {
+      if (known.fingerprint !== fingerprint) throw reused();
+      const row = this.ctx.ledger.getSandbox(known.sandbox_id);
+      if (row) return { sandbox: this.ctx.view(row), created: false };
+    }
+    const job = this.createNew(req, { key: idempotencyKey, fingerprint }, owner);
+    this.inflightKeys.set(slot, { fingerprint, job });
+    try {
+      return await job;
+    } finally {
+      this.inflightKeys.delete(slot);
+    }
+  }
+
+  private shape(
+    t: BuiltTemplateRef,
+    size: { vcpu: number; memoryMib: number; diskMib: number; maxProcesses: number },
+    driver: Driver,
+  ): PoolShape {
+    return { driver, templateRoot: t.rootfs, templateHash: t.hash, templateEnv: t.env, ...size, ...this.ctx.trust() };
+  }
+
+  private async createNew(
+    req: CreateRequest,
+    idem: { key: string; fingerprint: string } | undefined,
+    owner: CreateOwner,
+  ): Promise<CreateResult> {
+    const template = await this.ctx.templates.resolve(req.template);
+    if (!template) {
+      throw new BothyError(
+        "template_not_built",
+        `Template "${req.template}" is defined but not built yet: run \`bothy template build ${req.template}\`.`,
+      );
+    }
+    if (this.ctx.atCapacity()) {
+      throw new BothyError(
+        "capacity_exhausted",
+        `This host runs at most ${this.ctx.config.limits.maxSandboxes} sandboxes; delete one or raise BOTHY_MAX_SANDBOXES.`,
+      );
+    }
+    // Checked in the same synchronous run as the row's insert below, so two creates cannot both pass.
+    owner.admit?.({ vcpu: req.vcpu, memoryMib: req.memory_mib });
+    const driver = this.ctx.drivers.get(req.driver);
+    const lifetime = lifetimeOf(req, this.ctx.config.lifecycle);
+    const started = Date.now();
+    const diskMib = req.disk_mib ?? this.ctx.config.limits.defaultDiskMib;
+    const maxProcesses = req.max_processes ?? this.ctx.config.limits.defaultProcesses;
+    const shape = this.shape(template, { vcpu: req.vcpu, memoryMib: req.memory_mib, diskMib, maxProcesses }, driver);
+    const network = networkPolicy(req, owner.tenant, this.ctx.config.network, this.ctx.policies);
+    const secrets = req.secrets ?? [];
+    // Before anything is made: a create naming a secret the vault lacks makes nothing.
+    if (secrets.length > 0) this.ctx.gateway?.vault.requireAll(owner.tenant, secrets);
+    // Pool sandboxes were made with the default posture; any other policy boots its own.
+    const warm = isDefaultPolicy(network.egress) && !network.egress.gateway ? this.ctx.pool.claim(shape) : undefined;
+    const id = warm?.spec.id ?? newSandboxId();
+    this.ctx.ledger.insertSandbox(
+      {
+        id,
+        template: template.name,
+        template_hash: template.hash,
+        driver: driver.name,
+        acceleration: driver.acceleration,
+        vcpu: req.vcpu,
+        memory_mib: req.memory_mib,
+        disk_mib: diskMib,
+        max_processes: maxProcesses,
+        state: warm ? "running" : "creating",
+        expires_at: expiryFrom(lifetime.timeoutS, started),
+        delete_on_disconnect: lifetime.deleteOnDisconnect ? 1 : 0,
+        disconnect_grace_s: lifetime.disconnectGraceS,
+        network: JSON.stringify(network.shown),
+        metadata: JSON.stringify(req.metadata ?? {}),
+        tenant: owner.tenant,
+        policy: network.record ? JSON.stringify(network.record) : null,
+      },
+      idem,
+    );
+    if (secrets.length > 0) this.ctx.gateway?.vault.bindSandbox(owner.tenant, id, secrets);
+    const job = (async (): Promise<CreateResult> => {
+      let booted = warm;
+      // Pool sandboxes boot at the lowest CPU weight (warm-pool.ts); this one now serves a caller.
+      if (warm?.handle.prioritize)
+        await warm.handle
+          .prioritize()
+          .catch((err: unknown) =>
+            this.ctx.log("pool_prioritize_failed", { sandbox_id: id, error: describeCauses(err) }),
+          );
+      try {
+        booted ??= await bootSandbox(
+          driver,
+          this.ctx.bootSpec(
+            id,
+            template,
+            { vcpu: req.vcpu, memoryMib: req.memory_mib, diskMib, maxProcesses },
+            network.egress,
+          ),
+          this.ctx.config.bootTimeoutMs,
+        );
+      } catch (err) {
+        const e = toCreateFailure(err);
+        this.ctx.ledger.transition(id, "creating", "failed", e.message);
+        if (idem) this.ctx.ledger.forgetIdempotencyKey(owner.tenant, idem.key);
+        this.ctx.log("sandbox_create_failed", { sandbox_id: id, error: describeCauses(err) });
+        throw e;
+      }
+      try {
+        if (!warm) this.ctx.ledger.transition(id, "creating", "running");
+      } catch (err) {
+        await booted.handle.destroy();
+        if (idem) this.ctx.ledger.forgetIdempotencyKey(owner.tenant, idem.key);
+        throw err;
+      }
+      this.held.adopt(booted);
+      // A sandbox's time counts from when it runs, not from a boot that may have been slow.
+      if (!warm) this.ctx.ledger.setExpiresAt(id, expiryFrom(lifetime.timeoutS));
+      this.ctx.touch(id);
+      this.ctx.log("sandbox_created", {
+        sandbox_id: id,
+        template: template.name,
+        vcpu: req.vcpu,
+        memory_mib: req.memory_mib,
+        driver: driver.name,
+        warm: warm !== undefined,
+        ms: Date.now() - started,
+        ...(warm === undefined && booted.stepsMs ? { steps: booted.stepsMs } : {}),
+      });
+      return { sandbox: this.ctx.info(id), created: true };
+    })();
+    const rec = this.ctx.records.of(id);
+    rec.creating = job;
+    try {
+      return await job;
+    } finally {
+      rec.creating = undefined;
+      this.ctx.records.tidy(rec);
+    }
+  }
+}

@@ -1,0 +1,87 @@
+import { BothyError, type SandboxInfo } from "@bothy/protocol";
+import { describeCauses } from "../errors/internal-errors.ts";
+import type { ManagerContext } from "./manager-context.ts";
+import type { SandboxRecord } from "./sandbox-records.ts";
+
+/**
+ * Deletes, answered as soon as the sandbox is `deleting` and unreachable, its teardown carried on
+ * in the background; and the deletes a crash or a failed teardown left to finish.
+ */
+export class SandboxDeletes {
+  constructor(private readonly ctx: ManagerContext) {}
+
+  /**
+   * Deletes a sandbox, off the caller's clock: the answer comes as soon as it is `deleting` and
+   * can no longer be reached (its agent closed, its handle let go, so commands, files, ports and
+   * sockets refuse it); its teardown goes on in the background and ends in `deleted` (the
+   * `sandbox_deleted` event). A create or pause/resume in flight ends first. Idempotent: a delete
+   * under way answers with the same sandbox. `reason` is logged: "requested", or who else asked
+   * (the sweeper, a dropped client). With `wait`, the answer comes once the teardown has ended
+   * (`deleted`, or still `deleting` when it failed and the sweeper will finish it).
+   */
+  async delete(id: string, reason = "requested", how: { wait?: boolean } = {}): Promise<SandboxInfo> {
+    const info = this.ctx.info(id);
+    if (info.state === "deleted" || info.state === "failed") return info;
+    const job = this.deleteJob(id, reason);
+    const answer = await job.answered;
+    if (!how.wait) return answer;
+    await job.done;
+    return this.ctx.info(id);
+  }
+
+  /**
+   * The delete of `id`, started if none is under way. A row already `deleting` (a teardown that a
+   * crash cut short or that failed) goes straight to the teardown. Ownership of the sandbox's host
+   * objects stays with the record until the teardown has ended, so the sweeper never races it.
+   */
+  private deleteJob(id: string, reason: string): NonNullable<SandboxRecord["deleting"]> {
+    const rec = this.ctx.records.of(id);
+    if (rec.deleting) return rec.deleting;
+    const marked = (async () => {
+      await rec.creating?.catch(() => undefined);
+      await rec.queue?.catch(() => undefined);
+      const row = this.ctx.ledger.getSandbox(id);
+      if (!row || row.state === "failed" || row.state === "deleted") return undefined;
+      if (row.state !== "deleting") this.ctx.ledger.transition(id, row.state, "deleting");
+      const booted = this.ctx.records.letGo(rec);
+      booted?.agent.close(new BothyError("sandbox_not_running", "The sandbox was deleted."));
+      return { booted };
+    })();
+    const done = marked
+      .then(async (m) => {
+        if (!m) return;
+        // The answer goes out first: spawning the teardown's host commands costs the event loop
+        // milliseconds that are not the caller's.
+        await new Promise((resolve) => setImmediate(resolve));
+        // A stop under way (the sandbox had died or gone to sleep) ends before its objects are removed.
+        await rec.reaping;
+        if (m.booted) await m.booted.handle.destroy();
+        else await this.ctx.drivers.removeOrphan(id);
+        this.ctx.ledger.loseCommands(id);
+        this.ctx.ledger.transition(id, "deleting", "deleted");
+        this.ctx.log("sandbox_deleted", { sandbox_id: id, reason });
+      })
+      // Left `deleting`: the sweeper's next pass (or a restart) finishes it.
+      .catch((err: unknown) => this.ctx.log("sandbox_delete_failed", { sandbox_id: id, error: describeCauses(err) }))
+      .finally(() => {
+        if (rec.deleting === job) rec.deleting = undefined;
+        this.ctx.records.tidy(rec);
+      });
+    const job = { answered: marked.then(() => this.ctx.info(id)), done };
+    job.answered.catch(() => undefined); // a caller that waits only for `done` has its failure logged
+    rec.deleting = job;
+    return job;
+  }
+
+  /**
+   * Completes every delete no operation of this process is carrying out: one a crash cut short
+   * (at start-up) or whose teardown failed (the sweeper tries again each pass).
+   */
+  async finishDeletes(reason: string): Promise<void> {
+    const owned = this.ctx.ownedIds();
+    for (const row of this.ctx.ledger.liveSandboxes()) {
+      if (row.state !== "deleting" || owned.has(row.id)) continue;
+      await this.deleteJob(row.id, reason).done;
+    }
+  }
+}

@@ -1,0 +1,224 @@
+import { BothyError, DORMANT_STATES, type NetworkPolicy, type SandboxInfo } from "@bothy/protocol";
+import { describeCauses, toResumeFailure, toWakeFailure } from "../errors/internal-errors.ts";
+import { needsGateway } from "../gateway/host-policy.ts";
+import type { SandboxRow } from "../ledger/ledger.ts";
+import { egressFromRequest } from "../network/host-network.ts";
+import { bootSandbox, resumeSandbox, type BootedSandbox } from "./boot.ts";
+import type { HeldSandboxes } from "./held-sandboxes.ts";
+import type { ManagerContext } from "./manager-context.ts";
+import type { SandboxRecord } from "./sandbox-records.ts";
+
+/**
+ * Pause and sleep, resume and wake: one at a time per sandbox (its record's queue), each checking
+ * that the sandbox it was asked about is still the one held. A wake boots a dormant sandbox again
+ * from its row (`bootFromDisk`), which start-up reconcile also uses to take one over.
+ */
+export class SleepWake {
+  constructor(
+    private readonly ctx: ManagerContext,
+    private readonly held: HeldSandboxes,
+  ) {}
+
+  /**
+   * Saves a sandbox's memory to disk and stops its VM (QEMU only). Its files and background
+   * processes come back with `resume`; commands attached at the time end.
+   */
+  pause(id: string): Promise<SandboxInfo> {
+    const step = async (booted: BootedSandbox): Promise<void> => {
+      if (this.ctx.info(id).state === "paused") return;
+      if (!booted.handle.pause)
+        throw new BothyError(
+          "not_supported",
+          `The ${this.ctx.info(id).driver} driver cannot pause sandboxes; create the sandbox with "driver": "qemu" to use pause.`,
+        );
+      await this.pauseHeld(id, booted);
+    };
+    // Paused with no VM (a restart came between the pause and now): nothing to pause, unless a
+    // wake already under way has it running by this pause's turn.
+    if (this.ctx.info(id).state === "paused" && !this.ctx.records.get(id)?.booted) {
+      return this.serialized(id, async (rec) => {
+        if (rec.booted && !rec.deleting) await step(rec.booted);
+      });
+    }
+    return this.transition(id, step);
+  }
+
+  private async pauseHeld(id: string, booted: BootedSandbox): Promise<void> {
+    booted.agent.close(new BothyError("sandbox_not_running", "The sandbox was paused."));
+    await booted.handle.pause?.();
+    this.ctx.ledger.loseCommands(id);
+    this.ctx.ledger.transition(id, "running", "paused");
+    this.ctx.log("sandbox_paused", { sandbox_id: id });
+  }
+
+  /**
+   * Puts an idle sandbox to sleep: paused where the driver saves memory (QEMU), else stopped with
+   * its disk kept (gVisor). Either way the next call wakes it.
+   */
+  sleep(id: string): Promise<SandboxInfo> {
+    return this.transition(id, async (booted) => {
+      if (this.ctx.info(id).state !== "running") return;
+      if (booted.handle.pause) return this.pauseHeld(id, booted);
+      await this.held.stopOnPurpose(
+        id,
+        booted,
+        "Asleep after being idle; the next call starts it again.",
+        new BothyError("sandbox_not_running", "The sandbox went to sleep."),
+      );
+      this.ctx.log("sandbox_slept", { sandbox_id: id });
+    });
+  }
+
+  resume(id: string): Promise<SandboxInfo> {
+    if (
+      this.ctx.info(id).state === "stopped" ||
+      (this.ctx.info(id).state === "paused" && !this.ctx.records.get(id)?.booted)
+    )
+      return this.revive(id);
+    return this.transition(id, async (booted, rec) => {
+      if (this.ctx.info(id).state !== "paused") return;
+      try {
+        await resumeSandbox(this.ctx.drivers.get(this.ctx.info(id).driver), booted, this.ctx.config.bootTimeoutMs);
+      } catch (err) {
+        // A sandbox that cannot come back is over: its state file and disk go with it.
+        this.ctx.records.letGo(rec);
+        await booted.handle.destroy();
+        const e = toResumeFailure(err);
+        this.ctx.ledger.transition(id, "paused", "failed", e.message);
+        this.ctx.log("sandbox_resume_failed", { sandbox_id: id, error: describeCauses(err) });
+        throw e;
+      }
+      this.ctx.ledger.transition(id, "paused", "running");
+      this.ctx.log("sandbox_resumed", { sandbox_id: id });
+    });
+  }
+
+  /** Wakes a paused or stopped sandbox first, so commands and file calls need not know about sleep. */
+  async ensureRunning(id: string): Promise<SandboxInfo> {
+    const info = this.ctx.info(id);
+    this.ctx.touch(id);
+    if (!DORMANT_STATES.includes(info.state)) return info;
+    const woken = await this.resume(id);
+    // A slow wake (a VM under emulation) must not count as idle time.
+    this.ctx.touch(id);
+    return woken;
+  }
+
+  /**
+   * Starts a stopped sandbox again on its disk, with the same id, template build, shape and
+   * network policy (a QEMU one paused before a restart comes back from its saved memory). A
+   * failed start leaves it stopped with its files, and says why.
+   */
+  private revive(id: string): Promise<SandboxInfo> {
+    return this.serialized(id, async (rec) => {
+      const row = this.ctx.ledger.getSandbox(id);
+      if (!row || !DORMANT_STATES.includes(row.state) || rec.booted) return;
+      await rec.reaping;
+      if (this.ctx.stopping || rec.deleting)
+        throw new BothyError("sandbox_not_running", `Sandbox ${id} is being deleted or the server is stopping.`);
+      if (this.ctx.atCapacity()) {
+        throw new BothyError(
+          "capacity_exhausted",
+          `This host runs at most ${this.ctx.config.limits.maxSandboxes} sandboxes; delete one or raise BOTHY_MAX_SANDBOXES to wake ${id}.`,
+        );
+      }
+      const started = Date.now();
+      const booted = await this.bootFromDisk(row).catch((err: unknown) => {
+        this.ctx.log("sandbox_wake_failed", { sandbox_id: id, error: describeCauses(err) });
+        throw toWakeFailure(id, err);
+      });
+      try {
+        this.ctx.ledger.transition(id, row.state, "running");
+      } catch (err) {
+        await booted.handle.stop();
+        throw err;
+      }
+      this.held.adopt(booted);
+      this.ctx.log("sandbox_woken", { sandbox_id: id, from: row.state, driver: row.driver, ms: Date.now() - started });
+    });
+  }
+
+  /**
+   * Boots a sandbox of the ledger again on its kept disk (with its saved memory where a pause left
+   * some), or takes it over (`attach`), with the template build, shape and network policy of its row.
+   */
+  async bootFromDisk(row: SandboxRow, how: { attach?: boolean } = {}): Promise<BootedSandbox> {
+    const lookup = this.ctx.templates.resolveBuild
+      ? this.ctx.templates.resolveBuild(row.template, row.template_hash)
+      : this.ctx.templates.resolve(row.template);
+    const template = await lookup;
+    if (template?.hash !== row.template_hash)
+      throw new BothyError(
+        "template_not_built",
+        `its template build ${row.template}@${row.template_hash.slice(0, 12)} is no longer on this host.`,
+      );
+    const shown = row.network ? (JSON.parse(row.network) as NetworkPolicy) : undefined;
+    const egress = {
+      ...egressFromRequest(
+        shown ? { internet: shown.internet, allow_out: shown.allow_out, deny_out: shown.deny_out } : {},
+      ),
+      gateway: shown?.enabled === true && needsGateway(this.ctx.policies.ofRow(row)),
+    };
+    const spec = {
+      ...this.ctx.bootSpec(
+        row.id,
+        template,
+        {
+          vcpu: row.vcpu,
+          memoryMib: row.memory_mib,
+          ...(row.disk_mib === null ? {} : { diskMib: row.disk_mib }),
+          maxProcesses: row.max_processes ?? this.ctx.config.limits.defaultProcesses,
+        },
+        egress,
+      ),
+      reuseDisk: true,
+      ...how,
+    };
+    // A wake from saved memory that fails (an agent from an older bothy that does not know a frame, a
+    // guest that broke its own cgroups) boots cold on the same disk: files kept, processes lost.
+    return bootSandbox(this.ctx.drivers.get(row.driver), spec, this.ctx.config.bootTimeoutMs, {
+      onWakeFailed: (err) => this.ctx.log("sandbox_restore_failed", { sandbox_id: row.id, error: describeCauses(err) }),
+    });
+  }
+
+  /** Queues `step` on the sandbox held now; it fails if that sandbox was let go or is being deleted by its turn. */
+  private transition(
+    id: string,
+    step: (booted: BootedSandbox, rec: SandboxRecord) => Promise<void>,
+  ): Promise<SandboxInfo> {
+    const info = this.ctx.info(id);
+    const rec = this.ctx.records.get(id);
+    const booted = rec?.booted;
+    if (!rec || !booted || (info.state !== "running" && info.state !== "paused")) {
+      throw new BothyError(
+        "sandbox_not_running",
+        `Sandbox ${id} is ${info.state}; only a running or paused sandbox can be paused or resumed.`,
+      );
+    }
+    const generation = rec.generation;
+    return this.serialized(id, async () => {
+      if (rec.generation !== generation || rec.deleting)
+        throw new BothyError("sandbox_not_running", `Sandbox ${id} is being deleted or has stopped.`);
+      await step(booted, rec);
+    });
+  }
+
+  /** Runs pause, resume, sleep and wake of one sandbox one at a time. */
+  private async serialized(id: string, step: (rec: SandboxRecord) => Promise<void>): Promise<SandboxInfo> {
+    const rec = this.ctx.records.of(id);
+    const previous = rec.queue ?? Promise.resolve();
+    const job = previous
+      .catch(() => undefined)
+      .then(async () => {
+        await step(rec);
+        return this.ctx.info(id);
+      });
+    rec.queue = job;
+    try {
+      return await job;
+    } finally {
+      if (rec.queue === job) rec.queue = undefined;
+      this.ctx.records.tidy(rec);
+    }
+  }
+}
