@@ -82,6 +82,9 @@ class HelperProcess extends EventEmitter implements Proc {
     for (const s of [this.stdout, this.stderr]) {
       if (!s) continue;
       this.open++;
+      // Output waits for `started`: the command can write before the helper's line that says so
+      // is read (they come on different fds), and the host must see `started` first.
+      s.pause();
       s.once("close", () => {
         this.open--;
         this.maybeClose();
@@ -92,6 +95,8 @@ class HelperProcess extends EventEmitter implements Proc {
   started(pid: number): void {
     this.pid = pid;
     this.emit("spawn");
+    this.stdout?.resume();
+    this.stderr?.resume();
   }
 
   failed(step: number, errno: number): void {
