@@ -206,6 +206,9 @@ export class Spawner {
     const id = ++this.streamSeq;
     const socket = new Socket();
     socket.on("error", () => undefined); // a command's own handlers report what matters to it
+    // Not read until its command has started (HelperProcess): paused before the connect, so
+    // reading never starts only to be stopped again.
+    socket.pause();
     socket.connect({ path: this.socketPath });
     socket.write(`${this.token} ${String(id).padStart(10)}\n`);
     return { id, socket };
