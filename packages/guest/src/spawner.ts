@@ -15,6 +15,8 @@ import { agentEnv } from "./agent-env.ts";
  * the child as its fds, so output reaches a net.Socket here directly, paused and resumed as
  * before, with the kernel's backpressure and no relay. Node cannot receive fds (SCM_RIGHTS), and
  * named FIFOs would need a file per stream to make and clean up; connections need one socket file.
+ * A few connections are made ahead of need (spares, refilled once a command is over), so a
+ * command's path holds one request to the helper and no connect, accept or hello.
  *
  * Where the helper is missing (an agent run outside a sandbox, an initramfs from before it) or
  * not up yet (the first moments of an agent), commands go through child_process as before.
@@ -40,16 +42,22 @@ export interface SpawnOptions {
   resetOomScore: boolean;
 }
 
-const FLAG_STDIN = 1;
-const FLAG_OOM_ADJ = 2;
-const FLAG_QUIET = 4;
+const FLAG_OOM_ADJ = 1;
 const TOKEN_BYTES = 16;
+/** Connections kept ready for the next commands: two commands' stdout and stderr. */
+const SPARE_STREAMS = 4;
 /** Where the helper listens (the agent's pid in the name: a restarted agent starts another). */
 const SOCKET_DIR = "/run/bothy";
 
 const signalNames = new Map<number, NodeJS.Signals>(
   Object.entries(constants.signals).map(([name, n]) => [n, name as NodeJS.Signals]),
 );
+/** A connection to the helper and the number its hello gave it. */
+interface Stream {
+  id: number;
+  socket: Socket;
+}
+
 const errnoNames = new Map<number, string>(Object.entries(constants.errno).map(([name, n]) => [n, name]));
 
 class HelperProcess extends EventEmitter implements Proc {
@@ -74,6 +82,9 @@ class HelperProcess extends EventEmitter implements Proc {
     for (const s of [this.stdout, this.stderr]) {
       if (!s) continue;
       this.open++;
+      // Output waits for `started`: the command can write before the helper's line that says so
+      // is read (they come on different fds), and the host must see `started` first.
+      s.pause();
       s.once("close", () => {
         this.open--;
         this.maybeClose();
@@ -84,6 +95,8 @@ class HelperProcess extends EventEmitter implements Proc {
   started(pid: number): void {
     this.pid = pid;
     this.emit("spawn");
+    this.stdout?.resume();
+    this.stderr?.resume();
   }
 
   failed(step: number, errno: number): void {
@@ -112,6 +125,10 @@ export class Spawner {
   private readonly procs = new Map<number, HelperProcess>();
   private readonly token = randomBytes(TOKEN_BYTES).toString("hex");
   private seq = 0;
+  /** Connections to the helper not yet given to a command, with their numbers (see native/spawner.c). */
+  private readonly spares: Stream[] = [];
+  private streamSeq = 0;
+  private refillQueued = false;
   private ready = false;
   private gone = false;
   private lineBuf = "";
@@ -152,19 +169,19 @@ export class Spawner {
   /** Starts a process with stdout and stderr streamed back; stdin streamed too on request. */
   spawn(opts: SpawnOptions): Proc {
     const seq = ++this.seq;
-    const stream = (fd: 0 | 1 | 2): Socket => {
-      const s = new Socket();
-      s.connect({ path: this.socketPath });
-      s.write(`${this.token} ${String(seq).padStart(10)} ${fd}\n`);
-      return s;
-    };
+    const stdin = opts.stdin ? this.takeStream() : undefined;
+    const stdout = this.takeStream();
+    const stderr = this.takeStream();
     const proc = new HelperProcess(seq, opts.file, {
-      stdin: opts.stdin ? stream(0) : null,
-      stdout: stream(1),
-      stderr: stream(2),
+      stdin: stdin?.socket ?? null,
+      stdout: stdout.socket,
+      stderr: stderr.socket,
     });
     this.procs.set(seq, proc);
-    this.send(seq, opts, (opts.stdin ? FLAG_STDIN : 0) | (opts.resetOomScore ? FLAG_OOM_ADJ : 0));
+    this.send(seq, opts, opts.resetOomScore ? FLAG_OOM_ADJ : 0, [stdin?.id ?? 0, stdout.id, stderr.id]);
+    // The next commands' streams, once this one is over and its end reported.
+    proc.once("close", () => this.refill());
+    proc.once("error", () => this.refill());
     return proc;
   }
 
@@ -173,14 +190,42 @@ export class Spawner {
     const seq = ++this.seq;
     const proc = new HelperProcess(seq, file, { stdin: null, stdout: null, stderr: null });
     this.procs.set(seq, proc);
-    this.send(seq, { file, args, cwd: "/", env: process.env, stdin: false, resetOomScore: false }, FLAG_QUIET);
+    this.send(seq, { file, args, cwd: "/", env: process.env, stdin: false, resetOomScore: false }, 0, [0, 0, 0]);
     return new Promise((resolve) => {
       proc.once("error", () => resolve());
       proc.once("exit", () => resolve());
     });
   }
 
-  private send(seq: number, opts: SpawnOptions, flags: number): void {
+  /** A spare connection, or a new one when none is left (the helper waits for its hello). */
+  private takeStream(): Stream {
+    return this.spares.shift() ?? this.connectStream();
+  }
+
+  private connectStream(): Stream {
+    const id = ++this.streamSeq;
+    const socket = new Socket();
+    socket.on("error", () => undefined); // a command's own handlers report what matters to it
+    // Not read until its command has started (HelperProcess): paused before the connect, so
+    // reading never starts only to be stopped again.
+    socket.pause();
+    socket.connect({ path: this.socketPath });
+    socket.write(`${this.token} ${String(id).padStart(10)}\n`);
+    return { id, socket };
+  }
+
+  /** Tops the spares up on the next turn of the event loop, after the I/O at hand is handled. */
+  private refill(): void {
+    if (this.refillQueued || this.gone) return;
+    this.refillQueued = true;
+    setImmediate(() => {
+      this.refillQueued = false;
+      if (this.gone) return;
+      while (this.spares.length < SPARE_STREAMS) this.spares.push(this.connectStream());
+    });
+  }
+
+  private send(seq: number, opts: SpawnOptions, flags: number, streams: [number, number, number]): void {
     const env = Object.entries(opts.env)
       .filter((e): e is [string, string] => e[1] !== undefined)
       .map(([k, v]) => `${k}=${v}`);
@@ -190,6 +235,7 @@ export class Spawner {
       String(flags),
       opts.cgroup ?? "",
       opts.cwd,
+      ...streams.map(String),
       String(1 + opts.args.length),
       opts.file,
       ...opts.args,
@@ -215,6 +261,7 @@ export class Spawner {
       if (word === "ready") {
         this.ready = true;
         this.settle();
+        this.refill();
       } else if (!proc) continue;
       else if (word === "started") proc.started(Number(b));
       else if (word === "failed") {
@@ -238,5 +285,6 @@ export class Spawner {
       else proc.exit(null, null);
     }
     this.procs.clear();
+    for (const spare of this.spares.splice(0)) spare.socket.destroy();
   }
 }

@@ -215,14 +215,15 @@ export class CommandRegistry {
   }
 
   private onFinal(cmd: RunningCommand, event: CommandEvent): void {
+    // A command that never started has no record (finishCommand finds none to update).
+    let row: CommandRow | undefined;
     if (event.type === "process_exited") {
-      if (this.ledger.getCommand(cmd.id))
-        this.ledger.finishCommand(cmd.id, {
-          state: "exited",
-          exit_code: event.exit_code,
-          signal: event.signal ?? null,
-          timed_out: event.timed_out ?? false,
-        });
+      row = this.ledger.finishCommand(cmd.id, {
+        state: "exited",
+        exit_code: event.exit_code,
+        signal: event.signal ?? null,
+        timed_out: event.timed_out ?? false,
+      });
       this.opts.log("command_exited", {
         sandbox_id: cmd.sandboxId,
         command_id: cmd.id,
@@ -230,15 +231,15 @@ export class CommandRegistry {
         signal: event.signal ?? null,
         timed_out: event.timed_out ?? false,
       });
-    } else if (this.ledger.getCommand(cmd.id)) {
-      this.ledger.finishCommand(cmd.id, { state: "lost", exit_code: null, signal: null });
-      this.opts.log("command_lost", {
-        sandbox_id: cmd.sandboxId,
-        command_id: cmd.id,
-        reason: event.type === "error" ? event.message : "",
-      });
+    } else {
+      row = this.ledger.finishCommand(cmd.id, { state: "lost", exit_code: null, signal: null });
+      if (row)
+        this.opts.log("command_lost", {
+          sandbox_id: cmd.sandboxId,
+          command_id: cmd.id,
+          reason: event.type === "error" ? event.message : "",
+        });
     }
-    const row = this.ledger.getCommand(cmd.id);
     if (row) this.opts.onExited(toCommandInfo(row));
     this.trim(cmd.sandboxId);
   }

@@ -28,10 +28,12 @@ export class AuthRows {
   /** Statements of every request, prepared once. */
   private readonly byDigest: Database.Statement;
   private readonly tenantOf: Database.Statement;
+  private readonly policyOfTenant: Database.Statement;
 
   constructor(private readonly db: Database.Database) {
     this.byDigest = db.prepare(`SELECT * FROM api_keys WHERE digest = ?`);
     this.tenantOf = db.prepare(`SELECT tenant FROM sandboxes WHERE id = ?`);
+    this.policyOfTenant = db.prepare(`SELECT policy FROM tenants WHERE id = ?`);
   }
 
   tenant(id: string): TenantRow | undefined {
@@ -53,8 +55,7 @@ export class AuthRows {
 
   /** The tenant's default host policy (JSON), null when it has none, undefined for no such tenant. */
   tenantPolicy(id: string): string | null | undefined {
-    const row = this.db.prepare(`SELECT policy FROM tenants WHERE id = ?`).get(id) as
-      { policy: string | null } | undefined;
+    const row = this.policyOfTenant.get(id) as { policy: string | null } | undefined;
     return row?.policy;
   }
 

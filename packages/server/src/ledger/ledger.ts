@@ -233,6 +233,8 @@ const now = (): string => new Date().toISOString();
  */
 export class Ledger {
   private readonly db: Database.Database;
+  /** Statements of the per-command paths, compiled once (see `cached`). */
+  private readonly statements = new Map<string, Database.Statement>();
   /** Tenants and API keys. */
   readonly auth: AuthRows;
   /** The vault's sealed secrets and the sandboxes' placeholders. */
@@ -316,8 +318,22 @@ export class Ledger {
     if (changed !== 1) throw new TransitionError("stale", id, from, to, this.getSandbox(id)?.state);
   }
 
+  /**
+   * A statement compiled once and kept: every command reads its sandbox's row and writes its
+   * own record and events several times, and compiling the SQL each time was a measurable part
+   * of a short command's round trip.
+   */
+  private cached(sql: string): Database.Statement {
+    let statement = this.statements.get(sql);
+    if (!statement) {
+      statement = this.db.prepare(sql);
+      this.statements.set(sql, statement);
+    }
+    return statement;
+  }
+
   getSandbox(id: string): SandboxRow | undefined {
-    return this.db.prepare(`SELECT * FROM sandboxes WHERE id = ?`).get(id) as SandboxRow | undefined;
+    return this.cached(`SELECT * FROM sandboxes WHERE id = ?`).get(id) as SandboxRow | undefined;
   }
 
   listSandboxes(options: { includeDeleted?: boolean } = {}): SandboxRow[] {
@@ -393,23 +409,24 @@ export class Ledger {
 
   insertCommand(row: { id: string; sandbox_id: string; cmd: string; background?: boolean }): void {
     this.relaxed(() =>
-      this.db
-        .prepare(
-          `INSERT INTO commands (id, sandbox_id, cmd, state, started_at, background, tenant)
+      this.cached(
+        `INSERT INTO commands (id, sandbox_id, cmd, state, started_at, background, tenant)
            VALUES (?, ?, ?, 'running', ?, ?, (SELECT tenant FROM sandboxes WHERE id = ?))`,
-        )
-        .run(row.id, row.sandbox_id, row.cmd, now(), row.background ? 1 : 0, row.sandbox_id),
+      ).run(row.id, row.sandbox_id, row.cmd, now(), row.background ? 1 : 0, row.sandbox_id),
     );
   }
 
+  /** Records a command's end; returns its record, or undefined when it has none (it never started). */
   finishCommand(
     id: string,
     result: { state: "exited" | "lost"; exit_code: number | null; signal: string | null; timed_out?: boolean },
-  ): void {
-    this.relaxed(() =>
-      this.db
-        .prepare(`UPDATE commands SET state = ?, exit_code = ?, signal = ?, timed_out = ?, ended_at = ? WHERE id = ?`)
-        .run(result.state, result.exit_code, result.signal, result.timed_out ? 1 : 0, now(), id),
+  ): CommandRow | undefined {
+    return this.relaxed(
+      () =>
+        this.cached(
+          `UPDATE commands SET state = ?, exit_code = ?, signal = ?, timed_out = ?, ended_at = ? WHERE id = ? RETURNING *`,
+        ).get(result.state, result.exit_code, result.signal, result.timed_out ? 1 : 0, now(), id) as
+          CommandRow | undefined,
     );
   }
 
@@ -428,9 +445,13 @@ export class Ledger {
     const json = JSON.stringify(data);
     const owner = tenant ?? (sandboxId === null ? null : (this.getSandbox(sandboxId)?.tenant ?? null));
     const info = this.relaxed(() =>
-      this.db
-        .prepare(`INSERT INTO events (type, sandbox_id, data, created_at, tenant) VALUES (?, ?, ?, ?, ?)`)
-        .run(type, sandboxId, json, created_at, owner),
+      this.cached(`INSERT INTO events (type, sandbox_id, data, created_at, tenant) VALUES (?, ?, ?, ?, ?)`).run(
+        type,
+        sandboxId,
+        json,
+        created_at,
+        owner,
+      ),
     );
     return { seq: Number(info.lastInsertRowid), type, sandbox_id: sandboxId, tenant: owner, data: json, created_at };
   }
@@ -460,7 +481,7 @@ export class Ledger {
   }
 
   getCommand(id: string): CommandRow | undefined {
-    return this.db.prepare(`SELECT * FROM commands WHERE id = ?`).get(id) as CommandRow | undefined;
+    return this.cached(`SELECT * FROM commands WHERE id = ?`).get(id) as CommandRow | undefined;
   }
 
   /** Adds metered usage: per sandbox, and per owner and month, in one transaction. */
