@@ -48,8 +48,8 @@ export class GvisorDriver implements Driver {
   private readonly runsc: string;
   /** Empty disk images by size in MiB (blankDisk). */
   private readonly blanks = new Map<number, Promise<string>>();
-  /** @internal The agent's startup snapshot for `agentNode` (agent-snapshot.ts), once preflight made it. */
-  agentSnapshot: string | undefined;
+  /** The agent's startup snapshot for `agentNode` (agent-snapshot.ts), once preflight made it. */
+  private snapshot: string | undefined;
 
   constructor(private readonly opts: GvisorOptions) {
     this.runsc = opts.runscPath ?? "runsc";
@@ -80,7 +80,7 @@ export class GvisorDriver implements Driver {
     await mkdir(this.opts.runscRoot, { recursive: true, mode: 0o700 });
     await mkdir(this.opts.sandboxesDir, { recursive: true, mode: 0o700 });
     if (this.opts.agentNode !== undefined)
-      this.agentSnapshot = await agentSnapshot({
+      this.snapshot = await agentSnapshot({
         node: this.opts.agentNode,
         script: join(dirname(this.opts.agentPath), AGENT_SNAPSHOT_SCRIPT),
         dir: join(dirname(this.opts.sandboxesDir), "agent-snapshot"),
@@ -90,6 +90,11 @@ export class GvisorDriver implements Driver {
 
   create(spec: SandboxSpec): SandboxHandle {
     return new GvisorSandbox(spec, this);
+  }
+
+  /** @internal the agent's startup snapshot, when its Node could build one. */
+  get agentSnapshot(): string | undefined {
+    return this.snapshot;
   }
 
   /**
