@@ -204,8 +204,11 @@ for (const driver of testDrivers()) {
         console.info(`crash recovery [${driver.name}]: seed ${seed}`);
         home = await mkdtemp("/tmp/bothy-test-crash-");
         let base = await start();
-        /** What each sandbox's marker file holds: the last write known to have finished, and one that may have. */
-        const marker = new Map<string, { sure: string | undefined; maybe: string | undefined }>();
+        /**
+         * What each sandbox's marker file may hold: the last value known to be there, or that of any
+         * write since whose end a crash hid (one cut short may still finish later, in the guest).
+         */
+        const marker = new Map<string, { sure: string | undefined; maybe: string[] }>();
         const alive = (): string[] => [...marker.keys()];
         let kills = 0;
         const log: string[] = [];
@@ -239,7 +242,7 @@ for (const driver of testDrivers()) {
               }
               case "write": {
                 const m = marker.get(target ?? "");
-                if (m) m.maybe = value;
+                m?.maybe.push(value);
                 const r = await runCommand(ws, target ?? "", {
                   cmd: `echo ${value} > /workspace/marker.tmp && sync && mv /workspace/marker.tmp /workspace/marker && sync`,
                 });
@@ -294,14 +297,13 @@ for (const driver of testDrivers()) {
           );
 
           // What the model learns from the outcome.
-          if (op === "create" && outcome.ok && outcome.value)
-            marker.set(outcome.value, { sure: undefined, maybe: undefined });
-          if (op === "write" && target && outcome.ok) marker.set(target, { sure: value, maybe: undefined });
+          if (op === "create" && outcome.ok && outcome.value) marker.set(outcome.value, { sure: undefined, maybe: [] });
+          if (op === "write" && target && outcome.ok) marker.set(target, { sure: value, maybe: [] });
           if (op === "read" && target && outcome.ok) {
             const m = marker.get(target);
             const seen = outcome.value === "none" ? undefined : outcome.value;
-            expect([m?.sure, m?.maybe], log.join("\n")).toContain(seen);
-            if (m) marker.set(target, { sure: seen, maybe: undefined });
+            expect([m?.sure, ...(m?.maybe ?? [])], log.join("\n")).toContain(seen);
+            if (m) marker.set(target, { sure: seen, maybe: [] });
           }
           // A delete cut short either never reached the server or completes at restart (seen below).
           if (op === "delete" && target && outcome.ok) marker.delete(target);
@@ -325,7 +327,9 @@ for (const driver of testDrivers()) {
             cmd: "cat /workspace/marker 2>/dev/null || echo none",
           });
           const seen = r.stdout.trim() === "none" ? undefined : r.stdout.trim();
-          expect([m.sure, m.maybe], `${id}: ${JSON.stringify(r.error ?? r.exit)}\n${log.join("\n")}`).toContain(seen);
+          expect([m.sure, ...m.maybe], `${id}: ${JSON.stringify(r.error ?? r.exit)}\n${log.join("\n")}`).toContain(
+            seen,
+          );
           expect((await api(base, "GET", `/sandboxes/${id}`)).json["state"]).toBe("running");
         }
         console.info(
