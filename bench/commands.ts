@@ -88,17 +88,20 @@ try {
   const viaHttpKeepAlive: number[] = [];
   const viaChannel: number[] = [];
   const connectionsBefore = httpConnections;
+  const series: Array<[number[], () => Promise<unknown>]> = [
+    [viaApi, () => runCommand(wsUrl, id, { cmd: "true" }, { keepEvents: false })],
+    [viaHttpKeepAlive, () => viaHttp("true")],
+    [viaChannel, () => direct("true")],
+  ];
   for (let i = 0; i < runs; i++) {
-    // Interleaved, so load changes hit both series alike.
-    let t = performance.now();
-    await runCommand(ts.wsUrl, id, { cmd: "true" }, { keepEvents: false });
-    viaApi.push(performance.now() - t);
-    t = performance.now();
-    await viaHttp("true");
-    viaHttpKeepAlive.push(performance.now() - t);
-    t = performance.now();
-    await direct("true");
-    viaChannel.push(performance.now() - t);
+    // Interleaved, so load changes hit every series alike; the order turns each round, so that no
+    // series always runs in the wake of another's teardown (a WebSocket's close).
+    for (let k = 0; k < series.length; k++) {
+      const [into, run] = series[(i + k) % series.length]!;
+      const t = performance.now();
+      await run();
+      into.push(performance.now() - t);
+    }
     if ((i + 1) % Math.ceil(runs / floorRounds) === 0 || i === runs - 1) await floorRound();
   }
   const rtApi = median(viaApi);
