@@ -79,30 +79,31 @@ function trimCutCharacter(buf: Buffer): Buffer {
 /**
  * Collects a command's output and end for one HTTP answer. Output is acknowledged to the guest as
  * soon as it is copied (or dropped past the cap), so the command never waits on the client.
- * `done` resolves with the answer, or rejects with the error that ended the command without an
- * exit status, or a command that could not start.
+ * `onEnd` gets the answer, or the error that ended the command without an exit status (or kept it
+ * from starting). It is called as the end arrives, before the registry's bookkeeping of the end,
+ * as a socket sends `process_exited`. Answers the detach.
  */
 export function collectCommand(
   command: RunningCommand,
+  onEnd: (answer: CommandResultBody | BothyError) => void,
   cap: number = COMMAND_OUTPUT_CAP_BYTES,
-): { done: Promise<CommandResultBody>; detach: () => void } {
+): () => void {
   const out = { stdout: new CappedOutput(cap), stderr: new CappedOutput(cap) };
-  let detach: () => void = () => undefined;
   let startError: BothyError | undefined;
-  const done = new Promise<CommandResultBody>((resolve, reject) => {
-    detach = command.attach((event, written) => {
-      if (event.type === "stdout" || event.type === "stderr") out[event.type].push(event);
-      else if (event.type === "error") {
-        const err = new BothyError(isErrorCode(event.code) ? event.code : "internal", event.message);
-        // A command that cannot start reports it, then still ends with process_exited.
-        if (command.finished) reject(err);
-        else startError = err;
-      } else if (event.type === "process_exited") {
-        if (startError) return reject(startError);
+  return command.attach((event, written) => {
+    if (event.type === "stdout" || event.type === "stderr") out[event.type].push(event);
+    else if (event.type === "error") {
+      const err = new BothyError(isErrorCode(event.code) ? event.code : "internal", event.message);
+      // A command that cannot start reports it, then still ends with process_exited.
+      if (command.finished) onEnd(err);
+      else startError = err;
+    } else if (event.type === "process_exited") {
+      if (startError) onEnd(startError);
+      else {
         const stdout = out.stdout.text();
         const stderr = out.stderr.text();
         const { type: _type, ...exit } = event;
-        resolve({
+        onEnd({
           ...exit,
           stdout: stdout.data,
           stderr: stderr.data,
@@ -111,8 +112,7 @@ export function collectCommand(
           ...(out.stdout.dropped || out.stderr.dropped ? { truncated: true } : {}),
         });
       }
-      written();
-    }, false);
-  });
-  return { done, detach: () => detach() };
+    }
+    written();
+  }, false);
 }

@@ -40,7 +40,6 @@ export function commandRoutes(
     const id = request.params.id;
     requireRunning(manager, id);
     const command = registry.start(id, manager.agent(id), parseHttpCommand(request.body));
-    const { done, detach } = collectCommand(command);
     // Like a socket's owner, a client that leaves before the end takes its command with it.
     const onClose = (): void => {
       if (reply.raw.writableEnded) return;
@@ -48,11 +47,11 @@ export function commandRoutes(
       if (!command.finished) command.signal("SIGKILL");
     };
     reply.raw.once("close", onClose);
-    try {
-      return await done;
-    } finally {
+    const detach = collectCommand(command, (answer) => {
       reply.raw.off("close", onClose);
-    }
+      void reply.send(answer);
+    });
+    return reply;
   });
 
   app.route<{ Params: { id: string; commandId: string } }>({
