@@ -40,8 +40,8 @@ export function parseHttpCommand(body: unknown): CommandRequest {
   return req;
 }
 
-/** One stream's bytes up to the cap; what comes later is counted as dropped. */
-class CappedOutput {
+/** One stream's bytes up to the cap; what comes later is dropped (exported for its unit test). */
+export class CappedOutput {
   private readonly chunks: Buffer[] = [];
   private kept = 0;
   dropped = false;
