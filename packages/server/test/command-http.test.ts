@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { COMMAND_OUTPUT_CAP_BYTES } from "@bothy/protocol";
 import { api, createSandbox, deleteSandbox } from "./helpers/client.ts";
-import { useServerWithSandbox } from "./helpers/suite.ts";
+import { IDLE_S, useIdleServer, useServerWithSandbox } from "./helpers/suite.ts";
 import type { TestServer } from "./helpers/test-server.ts";
 
 /** Polls `check` until it holds; fails naming `what` after `ms`. */
@@ -128,4 +128,20 @@ describe("POST /sandboxes/{id}/commands (gvisor)", () => {
     expect([theirs.status, theirs.json["code"]]).toEqual([404, "sandbox_not_found"]);
     expect((await exec({ cmd: "test ! -e /tmp/reached" })).json["exit_code"]).toBe(0);
   });
+});
+
+describe("POST /sandboxes/{id}/commands on a sleeping sandbox (gvisor)", () => {
+  let ts: TestServer;
+  const { asleep, waitForState } = useIdleServer("gvisor", (server) => (ts = server));
+
+  it("wakes it, as a command socket does, and runs the command", async () => {
+    const id = await createSandbox(ts.url);
+    try {
+      expect(await waitForState(id, asleep, IDLE_S + 30)).toBe(asleep);
+      const res = await api(ts.url, "POST", `/sandboxes/${id}/commands`, { cmd: "echo awake" });
+      expect([res.status, res.json["stdout"], res.json["exit_code"]]).toEqual([200, "awake\n", 0]);
+    } finally {
+      await deleteSandbox(ts.url, id);
+    }
+  }, 120_000);
 });
