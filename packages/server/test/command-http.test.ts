@@ -91,6 +91,20 @@ describe("POST /sandboxes/{id}/commands (gvisor)", () => {
     expect(info).toMatchObject({ state: "exited", signal: "SIGKILL", exit_code: null });
   });
 
+  it("answers problem+json when the sandbox goes away under the command", async () => {
+    const doomed = await createSandbox(ts.url);
+    const pending = api(ts.url, "POST", `/sandboxes/${doomed}/commands`, { cmd: "sleep 120" });
+    await until("the command to start", 30_000, async () => {
+      const list = (await api(ts.url, "GET", `/sandboxes/${doomed}/commands`)).json["commands"];
+      return Array.isArray(list) && list.length > 0;
+    });
+    await deleteSandbox(ts.url, doomed);
+    const res = await pending;
+    expect(res.type).toBe("application/problem+json; charset=utf-8");
+    // The error that ended the command without an exit status, as a socket's final `error` frame.
+    expect([res.status, res.json["code"]]).toEqual([409, "sandbox_not_running"]);
+  });
+
   it("refuses a bad body with 400 problem+json, naming the WebSocket for socket-only options", async () => {
     for (const body of [{}, { cmd: "" }, { cmd: "true", nope: 1 }, { cmd: "true", timeout_s: -1 }, [1]]) {
       const res = await exec(body);
