@@ -1,7 +1,8 @@
 /**
  * bench/commands [--runs R=50] [--mb M=100] [--driver gvisor|qemu]: what the API adds to running
  * commands, each figure against a baseline measured in the same run:
- *  - round trip of `true`: over the API (WebSocket connect, command, process_exited) vs straight
+ *  - round trip of `true`: over the API (WebSocket connect, command, process_exited), over the API
+ *    as one HTTP request on a kept-alive connection (POST /sandboxes/{id}/commands), vs straight
  *    through the driver's guest channel (the server's own AgentClient, no HTTP), and vs the floor
  *    inside the sandbox: a shell's fork+exec of `sh -c true`, timed in the sandbox (goal: the API
  *    round trip <= 1.5x that floor and <= 30 ms p50 on an idle box);
@@ -45,9 +46,26 @@ try {
       );
     });
 
-  // Warm both paths once: the first spawn in a fresh sandbox is slower.
+  // One request per command on Node's fetch, whose shared dispatcher keeps the connection alive;
+  // the server counts the connections it accepts, to show they are reused.
+  let httpConnections = 0;
+  ts.server.app.server.on("connection", () => httpConnections++);
+  const execUrl = `${ts.url}/sandboxes/${id}/commands`;
+  const viaHttp = async (cmd: string): Promise<void> => {
+    const res = await fetch(execUrl, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ cmd }),
+    });
+    const body = (await res.json()) as { exit_code?: unknown };
+    if (res.status !== 200 || body.exit_code !== 0)
+      throw new Error(`POST commands: ${res.status} ${JSON.stringify(body)}`);
+  };
+
+  // Warm every path once: the first spawn in a fresh sandbox is slower.
   await direct("true");
   await runCommand(ts.wsUrl, id, { cmd: "true" });
+  await viaHttp("true");
 
   // The floor: what one fork+exec of `sh -c true` costs inside this sandbox, timed there by a
   // shell loop (date's own exec is outside the loop). Its rounds are spread among the round trips
@@ -67,18 +85,27 @@ try {
   };
 
   const viaApi: number[] = [];
+  const viaHttpKeepAlive: number[] = [];
   const viaChannel: number[] = [];
+  const connectionsBefore = httpConnections;
+  const series: Array<[number[], () => Promise<unknown>]> = [
+    [viaApi, () => runCommand(wsUrl, id, { cmd: "true" }, { keepEvents: false })],
+    [viaHttpKeepAlive, () => viaHttp("true")],
+    [viaChannel, () => direct("true")],
+  ];
   for (let i = 0; i < runs; i++) {
-    // Interleaved, so load changes hit both series alike.
-    let t = performance.now();
-    await runCommand(ts.wsUrl, id, { cmd: "true" }, { keepEvents: false });
-    viaApi.push(performance.now() - t);
-    t = performance.now();
-    await direct("true");
-    viaChannel.push(performance.now() - t);
+    // Interleaved, so load changes hit every series alike; the order turns each round, so that no
+    // series always runs in the wake of another's teardown (a WebSocket's close).
+    for (let k = 0; k < series.length; k++) {
+      const [into, run] = series[(i + k) % series.length]!;
+      const t = performance.now();
+      await run();
+      into.push(performance.now() - t);
+    }
     if ((i + 1) % Math.ceil(runs / floorRounds) === 0 || i === runs - 1) await floorRound();
   }
   const rtApi = median(viaApi);
+  const rtHttp = median(viaHttpKeepAlive);
   const rtChannel = median(viaChannel);
   console.log(
     `round trip of \`true\` (${runs} runs, medians): API ${rtApi.toFixed(1)} ms, guest channel ${rtChannel.toFixed(1)} ms, ratio ${(rtApi / rtChannel).toFixed(2)} (goal <= 1.3)`,
@@ -86,10 +113,16 @@ try {
   console.log(
     `    API p50 ${rtApi.toFixed(1)} ms, p95 ${percentile(viaApi, 95).toFixed(1)} ms; guest channel p95 ${percentile(viaChannel, 95).toFixed(1)} ms`,
   );
+  // Each WebSocket round trip opens a connection of its own; the HTTP series should add none.
+  const wsConnections = runs + inside.length;
+  console.log(
+    `    API over HTTP (keep-alive) p50 ${rtHttp.toFixed(1)} ms, p95 ${percentile(viaHttpKeepAlive, 95).toFixed(1)} ms; ratio to guest channel ${(rtHttp / rtChannel).toFixed(2)}; server accepted ${httpConnections - connectionsBefore} connections in the loop (${wsConnections} of them WebSockets)`,
+  );
   const floor = median(inside);
   console.log(
     `    in-sandbox \`sh -c true\` fork+exec (${loops} per round, ${inside.length} rounds among the round trips, median of round means): ${floor.toFixed(1)} ms; API / in-sandbox = ${(rtApi / floor).toFixed(2)} (goal <= 1.5), API p50 goal <= 30 ms`,
   );
+  console.log(`    API over HTTP (keep-alive) / in-sandbox = ${(rtHttp / floor).toFixed(2)} (goal <= 1.5)`);
 
   const bytes = mb * 1_000_000;
   const flood = `head -c ${bytes} /dev/zero | tr '\\0' a`;

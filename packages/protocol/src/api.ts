@@ -166,6 +166,17 @@ export const commandInput = z.discriminatedUnion("type", [
 ]);
 export type CommandInput = z.infer<typeof commandInput>;
 
+/** The last message of a command that ran to its end. */
+const processExited = z.object({
+  type: z.literal("process_exited"),
+  command_id: z.string(),
+  exit_code: z.number().int().nullable(),
+  signal: z.string().optional(),
+  timed_out: z.boolean().optional(),
+  /** The sandbox's kernel ran out of memory and ended it: raise memory_mib or use less. */
+  oom_killed: z.boolean().optional(),
+});
+
 export const commandEvent = z.discriminatedUnion("type", [
   z.object({ type: z.literal("started"), command_id: z.string(), sandbox_id: z.string(), pid: z.number().int() }),
   z.object({
@@ -174,20 +185,30 @@ export const commandEvent = z.discriminatedUnion("type", [
     data: z.string(),
     encoding: z.literal("base64").optional(),
   }),
-  z.object({
-    type: z.literal("process_exited"),
-    command_id: z.string(),
-    exit_code: z.number().int().nullable(),
-    signal: z.string().optional(),
-    timed_out: z.boolean().optional(),
-    /** The sandbox's kernel ran out of memory and ended it: raise memory_mib or use less. */
-    oom_killed: z.boolean().optional(),
-  }),
+  processExited,
   z.object({ type: z.literal("error"), code: z.string(), message: z.string(), command_id: z.string().optional() }),
   /** On re-attach: this many bytes of older output were dropped from the bounded replay buffer. */
   z.object({ type: z.literal("output_dropped"), command_id: z.string(), bytes: z.number().int() }),
 ]);
 export type CommandEvent = z.infer<typeof commandEvent>;
+
+/** Output kept per stream by `POST /sandboxes/{id}/commands`; beyond it output is dropped. */
+export const COMMAND_OUTPUT_CAP_BYTES = 16 * 1024 * 1024;
+
+/**
+ * The answer of `POST /sandboxes/{id}/commands` (body: a CommandRequest without stdin,
+ * background or pty): how the command ended, as `process_exited` says, and its whole output.
+ * A stream that is not UTF-8 comes as base64 with its `*_encoding`; `truncated` says output past
+ * COMMAND_OUTPUT_CAP_BYTES of a stream was dropped while the command ran on.
+ */
+export const commandResult = processExited.omit({ type: true }).extend({
+  stdout: z.string(),
+  stderr: z.string(),
+  stdout_encoding: z.literal("base64").optional(),
+  stderr_encoding: z.literal("base64").optional(),
+  truncated: z.boolean().optional(),
+});
+export type CommandResultBody = z.infer<typeof commandResult>;
 
 export const COMMAND_STATES = ["running", "exited", "lost"] as const;
 

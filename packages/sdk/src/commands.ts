@@ -3,7 +3,14 @@
  * or start it in the background and hold a handle with separate verbs: `wait`, `kill`,
  * `disconnect`, `sendStdin`.
  */
-import { commandInfo, commandList, type CommandInfo, type CommandRequest, type SignalName } from "@bothy/protocol";
+import {
+  commandInfo,
+  commandList,
+  commandResult,
+  type CommandInfo,
+  type CommandRequest,
+  type SignalName,
+} from "@bothy/protocol";
 import { CommandSocket, type OutputStream, type ProcessExit, type SocketListener } from "./command-socket.ts";
 import { CommandExitError, CommandTimeoutError, type CommandResult } from "./errors.ts";
 import type { CallOptions, HttpClient } from "./http-client.ts";
@@ -40,6 +47,21 @@ export interface RunOptions extends CommandOptions {
 }
 export interface BackgroundOptions extends CommandOptions {
   background: true;
+}
+
+/** Options of `commands.exec`: what a command run in one HTTP request can take. */
+export interface ExecOptions extends CallOptions {
+  cwd?: string;
+  env?: Record<string, string>;
+  /** The server kills the command after this many seconds; `exec` then throws a CommandTimeoutError. */
+  timeoutS?: number;
+  /** Default true: a non-zero exit throws CommandExitError; false resolves with the result. */
+  throwOnError?: boolean;
+}
+
+/** What `exec` answers: `truncated` when a stream passed the server's 16 MiB cap and the rest was dropped. */
+export interface ExecResult extends CommandResult {
+  truncated: boolean;
 }
 
 export interface ConnectOptions extends CallOptions {
@@ -185,6 +207,40 @@ export class Commands {
     const handle = await this.start(cmd, options, {});
     if (options.background) return handle;
     return handle.wait(options.signal ? { signal: options.signal } : {});
+  }
+
+  /**
+   * Runs `cmd` to its end in one HTTP request (no WebSocket; the connection is kept alive for the
+   * next call): the quickest way to run a short command. No stdin, streaming or background: use
+   * `run` for those, and for output past 16 MiB a stream, which `exec` drops (`truncated`).
+   * Aborting the signal ends the request, and the server kills the command.
+   */
+  async exec(cmd: string, options: ExecOptions = {}): Promise<ExecResult> {
+    const request: CommandRequest = {
+      cmd,
+      ...(options.cwd === undefined ? {} : { cwd: options.cwd }),
+      ...(options.env === undefined ? {} : { env: options.env }),
+      ...(options.timeoutS === undefined ? {} : { timeout_s: options.timeoutS }),
+    };
+    // The command's own timeout_s is its deadline, not the client's per-request one.
+    const answer = await this.http.json("POST", `/sandboxes/${this.sandboxId}/commands`, commandResult, {
+      body: request,
+      timeout: false,
+      ...(options.signal ? { signal: options.signal } : {}),
+    });
+    const text = (data: string, encoding: "base64" | undefined): string =>
+      encoding === "base64" ? Buffer.from(data, "base64").toString("utf8") : data;
+    const result: ExecResult = {
+      commandId: answer.command_id,
+      exitCode: answer.exit_code,
+      ...(answer.signal === undefined ? {} : { signal: answer.signal }),
+      stdout: text(answer.stdout, answer.stdout_encoding),
+      stderr: text(answer.stderr, answer.stderr_encoding),
+      truncated: answer.truncated ?? false,
+    };
+    if (answer.timed_out) throw new CommandTimeoutError(result);
+    if (options.throwOnError !== false && answer.exit_code !== 0) throw new CommandExitError(result);
+    return result;
   }
 
   /**

@@ -11,6 +11,8 @@ export {
   Commands,
   CommandHandle,
   type CommandOptions,
+  type ExecOptions,
+  type ExecResult,
   type RunOptions,
   type BackgroundOptions,
   type ConnectOptions,

@@ -99,6 +99,20 @@ describe("SDK against a real server [gvisor]", () => {
     expect(r.exitCode).toBe(4);
   });
 
+  it("execs a command in one HTTP request: output, exit errors, timeout, typed refusals", async () => {
+    const r = await sbx.commands.exec("echo $A; pwd; echo e >&2", { cwd: "/tmp", env: { A: "b" } });
+    expect(r).toMatchObject({ exitCode: 0, stdout: "b\n/tmp\n", stderr: "e\n", truncated: false });
+    expect(r.commandId).toMatch(/^cmd_/);
+    const failed = await sbx.commands.exec("echo partial; exit 3").catch((e: unknown) => e);
+    expect(failed).toBeInstanceOf(CommandExitError);
+    expect(failed).toMatchObject({ exitCode: 3, stdout: "partial\n" });
+    expect((await sbx.commands.exec("exit 4", { throwOnError: false })).exitCode).toBe(4);
+    const late = await sbx.commands.exec("echo before; sleep 30", { timeoutS: 1 }).catch((e: unknown) => e);
+    expect(late).toBeInstanceOf(CommandTimeoutError);
+    expect(late).toMatchObject({ result: { exitCode: null, signal: "SIGKILL", stdout: "before\n" } });
+    await expect(sbx.commands.exec("")).rejects.toBeInstanceOf(InvalidArgumentError);
+  });
+
   it("throws TimeoutError when a command runs past timeoutS, with what the command did", async () => {
     const err = await sbx.commands
       .run("echo before; sleep 30", { timeoutS: 1, throwOnError: false })

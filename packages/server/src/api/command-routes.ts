@@ -4,6 +4,7 @@ import type { CommandRegistry } from "../commands/command-registry.ts";
 import type { DisconnectWatch } from "../sandboxes/disconnect-watch.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { CommandSession } from "./command-session.ts";
+import { collectCommand, parseHttpCommand } from "./command-http.ts";
 
 const UPGRADE_HINT =
   "This endpoint is a WebSocket: connect with Upgrade: websocket (e.g. websocat ws://HOST/sandboxes/ID/command).";
@@ -23,14 +24,7 @@ export function commandRoutes(
     method: "GET",
     url: "/sandboxes/:id/command",
     // Refuse before the upgrade, so a bad id gets a plain problem+json answer.
-    preValidation: async (request) => {
-      const info = manager.info(request.params.id);
-      if (info.state !== "running")
-        throw new BothyError(
-          "sandbox_not_running",
-          `Sandbox ${info.sandbox_id} is ${info.state}; only a running sandbox takes commands.`,
-        );
-    },
+    preValidation: async (request) => requireRunning(manager, request.params.id),
     handler: async () => {
       throw new BothyError("upgrade_required", UPGRADE_HINT);
     },
@@ -38,6 +32,26 @@ export function commandRoutes(
       const session = new CommandSession(socket, request.params.id, manager, registry, { kind: "new" });
       watch.track(request.params.id, socket, () => session.endedByServer);
     },
+  });
+
+  // One command run to its end in one request, for clients that need no stream: the same start
+  // and record as a socket's command; the output comes whole in the answer.
+  app.post<{ Params: { id: string } }>("/sandboxes/:id/commands", async (request, reply) => {
+    const id = request.params.id;
+    requireRunning(manager, id);
+    const command = registry.start(id, manager.agent(id), parseHttpCommand(request.body));
+    // Like a socket's owner, a client that leaves before the end takes its command with it.
+    const onClose = (): void => {
+      if (reply.raw.writableEnded) return;
+      detach();
+      if (!command.finished) command.signal("SIGKILL");
+    };
+    reply.raw.once("close", onClose);
+    const detach = collectCommand(command, (answer) => {
+      reply.raw.off("close", onClose);
+      void reply.send(answer);
+    });
+    return reply;
   });
 
   app.route<{ Params: { id: string; commandId: string } }>({
@@ -67,4 +81,14 @@ export function commandRoutes(
       watch.track(request.params.id, socket, () => session.endedByServer);
     },
   });
+}
+
+/** Refuses a sandbox that cannot take a command now (unknown ids get their 404 from `info`). */
+function requireRunning(manager: SandboxManager, id: string): void {
+  const info = manager.info(id);
+  if (info.state !== "running")
+    throw new BothyError(
+      "sandbox_not_running",
+      `Sandbox ${info.sandbox_id} is ${info.state}; only a running sandbox takes commands.`,
+    );
 }

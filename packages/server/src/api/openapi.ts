@@ -27,6 +27,7 @@ import {
   commandInput,
   commandList,
   commandRequest,
+  commandResult,
   corpusUploadQuery,
   createConversationRequest,
   createSandboxRequest,
@@ -80,6 +81,7 @@ const SCHEMAS = {
   CommandEvent: commandEvent,
   Command: commandInfo,
   CommandList: commandList,
+  CommandResult: commandResult,
   Event: bothyEvent,
   AuditList: auditList,
   FileWriteResult: fileWriteResult,
@@ -251,6 +253,15 @@ export const OPERATIONS: Operation[] = [
     tag: "commands",
     summary: "List the sandbox's commands",
     answers: { 200: { description: "Commands", schema: "CommandList" } },
+  },
+  {
+    method: "post",
+    path: "/sandboxes/{id}/commands",
+    tag: "commands",
+    summary:
+      "Run one command to its end in one request (no stdin, pty or background: those need the WebSocket); output past 16 MiB a stream is dropped with truncated: true; a client that leaves kills it",
+    body: "CommandRequest",
+    answers: { 200: { description: "How it ended, with its output", schema: "CommandResult" } },
   },
   {
     method: "get",
