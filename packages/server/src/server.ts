@@ -140,8 +140,8 @@ export async function startServer(
     log,
     onExited: (info) => {
       events.publish("command.exited", info.sandbox_id, info);
-      // Idle sleep counts from the end of the last command.
-      manager.touch(info.sandbox_id);
+      // Idle sleep counts from the end of the last command; a pool's refill waits for a claim's first.
+      manager.commandEnded(info.sandbox_id);
     },
   });
   serverEvents.subscribe((ev) => {

@@ -157,6 +157,12 @@ export class SandboxManager {
     this.ctx.touch(id);
   }
 
+  /** A command in the sandbox has ended: activity, and a claim from the warm pool has had its first use. */
+  commandEnded(id: string): void {
+    this.pool.settled(id);
+    this.touch(id);
+  }
+
   /** Forgets the activity of sandboxes that are no longer live. */
   pruneActivity(live: ReadonlySet<string>): void {
     for (const rec of this.ctx.records.all()) {

@@ -7,6 +7,11 @@ import type { AgentClient } from "../agent/agent-client.ts";
 
 /** How long a pooled sandbox's warm-up command may take before the sandbox is given up. */
 const WARM_UP_TIMEOUT_MS = 30_000;
+/**
+ * The longest a claim's refill waits for the claimed sandbox's first command to end: a boot's
+ * host-side start (disk copy, mounts, `runsc run`) would compete with that command for the CPU.
+ */
+const REFILL_DEFER_MS = 1_000;
 
 /**
  * Runs one command in a freshly booted sandbox before it joins the pool: the guest's first
@@ -54,12 +59,17 @@ export interface PoolShape {
  * its own id, hostname and disk from the start, its network, identity and limits applied, and has
  * run one command (its caches warm); a claim only hands it over, with the host's default CPU
  * weight back (pool sandboxes boot at the lowest). The pool refills in the background, one boot
- * at a time, at that lowest weight, so it never starves live work of CPU.
+ * at a time, at that lowest weight, so it never starves live work of CPU; after a claim, once
+ * the claimed sandbox's first command has ended (`settled`, at most REFILL_DEFER_MS later), so
+ * the caller's first command does not share the CPU with a boot. A claim that finds the pool
+ * empty (a burst) refills at once.
  */
 export class WarmPool {
   private readonly ready = new Map<string, BootedSandbox[]>();
   private readonly filling = new Map<string, Promise<void>>();
   private readonly booting = new Set<string>();
+  /** Claimed sandboxes whose shape's refill waits for their first command (`settled`). */
+  private readonly deferred = new Map<string, { shape: PoolShape; timer: NodeJS.Timeout }>();
   private closed = false;
 
   constructor(
@@ -70,8 +80,9 @@ export class WarmPool {
   ) {}
 
   /**
-   * A booted sandbox of this shape, or undefined when none is ready. Starts a refill either way.
-   * The caller gives it its CPU weight back (`prioritize`).
+   * A booted sandbox of this shape, or undefined when none is ready. Starts a refill: at once
+   * when none was, else once the claimed sandbox has `settled`. The caller gives it its CPU
+   * weight back (`prioritize`).
    */
   claim(shape: PoolShape): BootedSandbox | undefined {
     if (this.size === 0 || this.closed) return undefined;
@@ -82,8 +93,24 @@ export class WarmPool {
       if (!found.agent.isClosed) break;
       void found.handle.destroy();
     }
-    this.refill(shape);
+    if (found) this.deferRefill(found.spec.id, shape);
+    else this.refill(shape);
     return found;
+  }
+
+  /** A claimed sandbox's first command has ended (or it is gone): its shape's refill starts now. */
+  settled(id: string): void {
+    const deferred = this.deferred.get(id);
+    if (!deferred) return;
+    clearTimeout(deferred.timer);
+    this.deferred.delete(id);
+    this.refill(deferred.shape);
+  }
+
+  private deferRefill(id: string, shape: PoolShape): void {
+    const timer = setTimeout(() => this.settled(id), REFILL_DEFER_MS);
+    timer.unref();
+    this.deferred.set(id, { shape, timer });
   }
 
   /** Ids of sandboxes the pool owns (they have host objects but no ledger row). */
@@ -143,6 +170,8 @@ export class WarmPool {
 
   async close(): Promise<void> {
     this.closed = true;
+    for (const { timer } of this.deferred.values()) clearTimeout(timer);
+    this.deferred.clear();
     await Promise.allSettled([...this.filling.values()]);
     const all = [...this.ready.values()].flat();
     this.ready.clear();
