@@ -10,6 +10,7 @@
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { availableParallelism as nproc } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { buildOciSpec } from "../packages/server/src/drivers/oci-spec.ts";
@@ -91,7 +92,7 @@ try {
     );
     const rawOverlay = await rawSeries(true);
     const rawPlain = await rawSeries(false);
-    const parallel = parallelN > 0 ? await parallelSeries() : [];
+    const parallel = parallelN > 0 ? await parallelSeries() : { times: [], cpuPerCreate: NaN };
     report(warm, cold, rawOverlay, rawPlain);
     reportCold(cold, rawOverlay, parallel, coldTemplateNode);
   }
@@ -168,10 +169,12 @@ async function bothySeriesOf(poolSize: number, agentNodes: Array<"template" | un
  * `parallelN` cold creates, `concurrency` at a time, through one server (pool off): each create's
  * time as its caller sees it; each sandbox is deleted right after its create.
  */
-async function parallelSeries(): Promise<number[]> {
+async function parallelSeries(): Promise<ParallelFigures> {
   const label = `bothy ${parallelN} cold creates, ${concurrency} at a time`;
   const ts = await startTestServer({ BOTHY_POOL_SIZE: "0", BOTHY_DRIVER: "gvisor" });
   const times: number[] = [];
+  const busyBefore = await hostBusySeconds();
+  let busy = 0;
   try {
     let next = 0;
     const worker = async (): Promise<void> => {
@@ -188,12 +191,26 @@ async function parallelSeries(): Promise<number[]> {
       }
     };
     await Promise.all(Array.from({ length: concurrency }, worker));
+    busy = (await hostBusySeconds()) - busyBefore;
   } finally {
     const found = await stopAndInspect(ts, "bench-start-parallel");
     leaks.push(...found.leaks.map((l) => `${label}: ${l}`));
   }
   console.log(`# ${label}: done, p50 ${secs(quantile(times, 0.5))}, p95 ${secs(quantile(times, 0.95))}`);
-  return times;
+  return { times, cpuPerCreate: times.length > 0 ? busy / times.length : NaN };
+}
+
+interface ParallelFigures {
+  times: number[];
+  /** Host-wide busy CPU seconds during the series per create (its delete's included), from /proc/stat. */
+  cpuPerCreate: number;
+}
+
+/** CPU seconds the whole host has spent busy since boot (/proc/stat, USER_HZ 100). */
+async function hostBusySeconds(): Promise<number> {
+  const fields = (await readFile("/proc/stat", "utf8")).split("\n")[0]?.trim().split(/\s+/).slice(1).map(Number) ?? [];
+  const [user = 0, nice = 0, system = 0, , , irq = 0, softirq = 0, steal = 0] = fields;
+  return (user + nice + system + irq + softirq + steal) / 100;
 }
 
 /**
@@ -360,7 +377,12 @@ async function cleanScratch(): Promise<void> {
 }
 
 /** The cold path step by step, the parallel creates, and delete as the caller sees it, with their baselines. */
-function reportCold(cold: RunTimes[], rawOverlay: RawTimes[], parallel: number[], coldTemplateNode: RunTimes[]): void {
+function reportCold(
+  cold: RunTimes[],
+  rawOverlay: RawTimes[],
+  { times: parallel, cpuPerCreate }: ParallelFigures,
+  coldTemplateNode: RunTimes[],
+): void {
   const ids = new Set(cold.map((t) => t.id));
   const steps = new Map<string, number[]>();
   for (const ev of coldSteps) {
@@ -386,6 +408,12 @@ function reportCold(cold: RunTimes[], rawOverlay: RawTimes[], parallel: number[]
     const p95 = quantile(parallel, 0.95);
     console.log(
       `(f) ${parallel.length} cold creates ${concurrency} at a time: p50 ${secs(quantile(parallel, 0.5))}, p95 ${secs(p95)} = ${(p95 / single).toFixed(2)}x one cold create (goal <= 2x)`,
+    );
+    // Creates that are CPU-bound cannot end sooner than the CPU they need allows: C at a time on
+    // N cores need C × (CPU per create) / N seconds each. Host-wide, so others' load counts too.
+    const floor = (1000 * Math.min(concurrency, parallel.length) * cpuPerCreate) / nproc(); // ms
+    console.log(
+      `    CPU per create ${cpuPerCreate.toFixed(2)} core-s (host-wide /proc/stat, its delete included): ${concurrency} at a time on ${nproc()} cores need >= ${secs(floor)} each = ${(floor / single).toFixed(2)}x one cold create, whatever bothy does`,
     );
   }
   const dels = cold.map((t) => t.delete);
