@@ -9,6 +9,7 @@ import {
   type CommandResultBody,
 } from "@bothy/protocol";
 import type { RunningCommand } from "../commands/command-registry.ts";
+import { summarize } from "./command-session.ts";
 
 const SOCKET_ROUTE = "GET /sandboxes/{id}/command (WebSocket)";
 
@@ -18,14 +19,11 @@ const SOCKET_ROUTE = "GET /sandboxes/{id}/command (WebSocket)";
  */
 export function parseHttpCommand(body: unknown): CommandRequest {
   const parsed = commandRequest.safeParse(body ?? {});
-  if (!parsed.success) {
-    const i = parsed.error.issues[0];
-    const where = i?.path.length ? `${i.path.map(String).join(".")}: ` : "";
+  if (!parsed.success)
     throw new BothyError(
       "invalid_command",
-      `${where}${i?.message ?? "invalid body"}. The body is {"cmd":"<shell line>"} with optional cwd, env, timeout_s.`,
+      `${summarize(parsed.error.issues)}. The body is {"cmd":"<shell line>"} with optional cwd, env, timeout_s.`,
     );
-  }
   const req = parsed.data;
   const socketOnly = [
     req.stdin ? "stdin" : undefined,

@@ -191,7 +191,8 @@ export class CommandSession {
   }
 }
 
-function summarize(issues: ReadonlyArray<{ path: PropertyKey[]; message: string }>): string {
+/** A refused message's first problem, with where it is (`env.PATH: …`). */
+export function summarize(issues: ReadonlyArray<{ path: PropertyKey[]; message: string }>): string {
   const i = issues[0];
   if (!i) return "invalid message";
   return i.path.length ? `${i.path.map(String).join(".")}: ${i.message}` : i.message;
