@@ -3,6 +3,7 @@ import { closeSync, constants as fsConstants, existsSync, openSync, readFileSync
 import { Socket } from "node:net";
 import { mkdir, readdir, readFile, rename, rm, truncate, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
+import { z } from "zod";
 import { BothyError, resyncPreamble, SANDBOX_ID_RE } from "@bothy/protocol";
 import { HostCommandError, run } from "../util/host-command.ts";
 import { cgroupPath } from "../util/host-names.ts";
@@ -53,6 +54,10 @@ const MOUNT_ROOT_SCRIPT = [
   'exec mkfifo -m 600 "$8" "$9"',
 ].join("\n");
 const SHUTDOWN_GRACE_MS = 3_000;
+/** How long a destroy waits for `runsc run` to end after its sentry was killed, before runsc's own kill. */
+const SENTRY_EXIT_MS = 5_000;
+/** What killSentry reads of runsc's state file (`<root>/<id>_sandbox:<id>.state`). */
+const RUNSC_STATE = z.object({ sandbox: z.object({ pid: z.number().int().positive() }) });
 
 export class GvisorDriver implements Driver {
   readonly name = "gvisor";
@@ -275,6 +280,28 @@ export class GvisorDriver implements Driver {
     if (!state) return false;
     try {
       return (JSON.parse(state.stdout) as { status?: string }).status === "running";
+    } catch {
+      return false;
+    }
+  }
+
+  /**
+   * SIGKILLs the sandbox's sentry, named by runsc's state file and checked by its command line
+   * (a pid runsc recorded may since have been reused): the container ends, and the `runsc run`
+   * that started it removes its state and cgroup, as after any sandbox death. No runsc command
+   * is spawned, where `runsc kill` is a Go program's start and the sentry's control server's
+   * work. Whether it found one to kill.
+   */
+  async killSentry(id: string): Promise<boolean> {
+    const state = await readFile(join(this.opts.runscRoot, `${id}_sandbox:${id}.state`), "utf8").catch(() => undefined);
+    const parsed = state === undefined ? undefined : RUNSC_STATE.safeParse(JSON.parse(state));
+    const pid = parsed?.success ? parsed.data.sandbox.pid : undefined;
+    if (pid === undefined) return false;
+    const argv = (await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "")).split("\0");
+    if (!argv.includes("boot") || !argv.includes(`--root=${this.opts.runscRoot}`) || argv.at(-2) !== id) return false;
+    try {
+      process.kill(pid, "SIGKILL");
+      return true;
     } catch {
       return false;
     }
@@ -576,10 +603,15 @@ class GvisorSandbox implements SandboxHandle {
 
   destroy(): Promise<void> {
     this.destroying ??= (async () => {
-      // The agent is asked to exit, the container ends and runsc removes its own state; a wedged
-      // agent is killed after the grace time.
+      // Nothing of the sandbox is kept, so nothing inside needs a graceful end: its sentry is
+      // killed and the container ends at once. Where that cannot be done, the agent is asked to
+      // exit and a wedged one is killed after the grace time. runsc removes its own state either
+      // way; what it leaves, release removes.
       try {
-        await this.shutdown(SHUTDOWN_GRACE_MS);
+        if (this.watcher && !this.ended && (await this.driver.killSentry(this.id))) {
+          const timer = new Promise<"timeout">((r) => setTimeout(() => r("timeout"), SENTRY_EXIT_MS).unref());
+          if ((await Promise.race([this.wait(), timer])) === "timeout") await this.kill();
+        } else await this.shutdown(SHUTDOWN_GRACE_MS);
       } finally {
         await this.driver.removeOrphan(this.id);
       }
