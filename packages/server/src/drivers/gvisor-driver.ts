@@ -293,17 +293,20 @@ export class GvisorDriver implements Driver {
    * work. Whether it found one to kill.
    */
   async killSentry(id: string): Promise<boolean> {
-    const state = await readFile(join(this.opts.runscRoot, `${id}_sandbox:${id}.state`), "utf8").catch(() => undefined);
-    const parsed = state === undefined ? undefined : RUNSC_STATE.safeParse(JSON.parse(state));
-    const pid = parsed?.success ? parsed.data.sandbox.pid : undefined;
+    // No state file, or one runsc is still writing: the caller takes the runsc path instead.
+    const state = await readFile(join(this.opts.runscRoot, `${id}_sandbox:${id}.state`), "utf8")
+      .then((text) => RUNSC_STATE.safeParse(JSON.parse(text)))
+      .catch(() => undefined);
+    const pid = state?.success ? state.data.sandbox.pid : undefined;
     if (pid === undefined) return false;
     const argv = (await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "")).split("\0");
     if (!argv.includes("boot") || !argv.includes(`--root=${this.opts.runscRoot}`) || argv.at(-2) !== id) return false;
     try {
       process.kill(pid, "SIGKILL");
       return true;
-    } catch {
-      return false;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ESRCH") return false; // it ended on its own meanwhile
+      throw err;
     }
   }
 
