@@ -2,8 +2,8 @@
  * bench/start [--runs R=20] [--driver gvisor|qemu|all] [--parallel N=40] [--concurrency C=4]:
  * what one create → `echo ok` → delete costs through bothy with the warm pool on and off, against
  * a raw `runsc run` of the same rootfs, command and runsc flags; the cold boot's steps (from the
- * `sandbox_created` event); N cold creates C at a time against one cold create; delete as the
- * caller sees it. With qemu, cold boot and warm restore against a raw QEMU boot
+ * `sandbox_created` event); N cold creates C at a time against one cold create, with the CPU per
+ * create and who spends it (cpu-accounting.ts); delete as the caller sees it. With qemu, cold boot and warm restore against a raw QEMU boot
  * (bench/qemu-start.ts). BOTHY_RUNSC and BOTHY_RUNSC_PLATFORM choose the runsc of both sides; with
  * the agent on a host Node (BOTHY_AGENT_NODE), a second cold series on the template's Node.
  */
