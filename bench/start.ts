@@ -2,8 +2,8 @@
  * bench/start [--runs R=20] [--driver gvisor|qemu|all] [--parallel N=40] [--concurrency C=4]:
  * what one create → `echo ok` → delete costs through bothy with the warm pool on and off, against
  * a raw `runsc run` of the same rootfs, command and runsc flags; the cold boot's steps (from the
- * `sandbox_created` event); N cold creates C at a time against one cold create; delete as the
- * caller sees it. With qemu, cold boot and warm restore against a raw QEMU boot
+ * `sandbox_created` event); N cold creates C at a time against one cold create, with the CPU per
+ * create and who spends it (cpu-accounting.ts); delete as the caller sees it. With qemu, cold boot and warm restore against a raw QEMU boot
  * (bench/qemu-start.ts). BOTHY_RUNSC and BOTHY_RUNSC_PLATFORM choose the runsc of both sides; with
  * the agent on a host Node (BOTHY_AGENT_NODE), a second cold series on the template's Node.
  */
@@ -19,6 +19,7 @@ import { run } from "../packages/server/src/util/host-command.ts";
 import { cgroupPath, hostTag } from "../packages/server/src/util/host-names.ts";
 import { api, createSandbox } from "../packages/server/test/helpers/client.ts";
 import { startTestServer, type TestServer } from "../packages/server/test/helpers/test-server.ts";
+import { cpuAccounting, type CpuSample } from "./cpu-accounting.ts";
 import { qemuSeries, reportQemu } from "./qemu-start.ts";
 import {
   header,
@@ -92,7 +93,7 @@ try {
     );
     const rawOverlay = await rawSeries(true);
     const rawPlain = await rawSeries(false);
-    const parallel = parallelN > 0 ? await parallelSeries() : { times: [], cpuPerCreate: NaN };
+    const parallel = parallelN > 0 ? await parallelSeries() : { times: [], cpuPerCreate: NaN, cpu: undefined };
     report(warm, cold, rawOverlay, rawPlain);
     reportCold(cold, rawOverlay, parallel, coldTemplateNode);
   }
@@ -173,44 +174,56 @@ async function parallelSeries(): Promise<ParallelFigures> {
   const label = `bothy ${parallelN} cold creates, ${concurrency} at a time`;
   const ts = await startTestServer({ BOTHY_POOL_SIZE: "0", BOTHY_DRIVER: "gvisor" });
   const times: number[] = [];
-  const busyBefore = await hostBusySeconds();
-  let busy = 0;
+  let cpu: CpuSample | undefined;
   try {
-    let next = 0;
-    const worker = async (): Promise<void> => {
-      for (let i = next++; i < parallelN; i = next++) {
-        interrupted.throwIfAborted();
-        const t = await attempt(label, i, async () => {
-          const t0 = performance.now();
-          const id = await withTimeout(createSandbox(ts.url), "create");
-          const ms = performance.now() - t0;
-          await api(ts.url, "DELETE", `/sandboxes/${id}`);
-          return ms;
-        });
-        if (t !== undefined) times.push(t);
-      }
-    };
-    await Promise.all(Array.from({ length: concurrency }, worker));
-    busy = (await hostBusySeconds()) - busyBefore;
+    const accounting = await cpuAccounting(ts.home);
+    try {
+      let next = 0;
+      const worker = async (): Promise<void> => {
+        for (let i = next++; i < parallelN; i = next++) {
+          interrupted.throwIfAborted();
+          const t = await attempt(label, i, async () => {
+            const t0 = performance.now();
+            const id = await withTimeout(createSandbox(ts.url), "create");
+            const ms = performance.now() - t0;
+            await api(ts.url, "DELETE", `/sandboxes/${id}`);
+            return ms;
+          });
+          if (t !== undefined) times.push(t);
+        }
+      };
+      await Promise.all(Array.from({ length: concurrency }, worker));
+      // The last deletes' teardowns run on after their answers: count them in.
+      await allDeleted(ts);
+      cpu = await accounting.sample();
+    } finally {
+      await accounting.close();
+    }
   } finally {
     const found = await stopAndInspect(ts, "bench-start-parallel");
     leaks.push(...found.leaks.map((l) => `${label}: ${l}`));
   }
   console.log(`# ${label}: done, p50 ${secs(quantile(times, 0.5))}, p95 ${secs(quantile(times, 0.95))}`);
-  return { times, cpuPerCreate: times.length > 0 ? busy / times.length : NaN };
+  return { times, cpuPerCreate: cpu && times.length > 0 ? cpu.host / times.length : NaN, cpu };
+}
+
+/** Waits until no sandbox of the server is still being torn down. */
+async function allDeleted(ts: TestServer): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline) {
+    const res = await api(ts.url, "GET", "/sandboxes");
+    const list = (res.json["sandboxes"] ?? []) as Array<{ state?: string }>;
+    if (!list.some((s) => s.state !== "deleted" && s.state !== "failed")) return;
+    await sleep(50);
+  }
 }
 
 interface ParallelFigures {
   times: number[];
   /** Host-wide busy CPU seconds during the series per create (its delete's included), from /proc/stat. */
   cpuPerCreate: number;
-}
-
-/** CPU seconds the whole host has spent busy since boot (/proc/stat, USER_HZ 100). */
-async function hostBusySeconds(): Promise<number> {
-  const fields = (await readFile("/proc/stat", "utf8")).split("\n")[0]?.trim().split(/\s+/).slice(1).map(Number) ?? [];
-  const [user = 0, nice = 0, system = 0, , , irq = 0, softirq = 0, steal = 0] = fields;
-  return (user + nice + system + irq + softirq + steal) / 100;
+  /** The series' CPU by whom (cpu-accounting.ts). */
+  cpu: CpuSample | undefined;
 }
 
 /**
@@ -380,7 +393,7 @@ async function cleanScratch(): Promise<void> {
 function reportCold(
   cold: RunTimes[],
   rawOverlay: RawTimes[],
-  { times: parallel, cpuPerCreate }: ParallelFigures,
+  { times: parallel, cpuPerCreate, cpu }: ParallelFigures,
   coldTemplateNode: RunTimes[],
 ): void {
   const ids = new Set(cold.map((t) => t.id));
@@ -415,11 +428,28 @@ function reportCold(
     console.log(
       `    CPU per create ${cpuPerCreate.toFixed(2)} core-s (host-wide /proc/stat, its delete included): ${concurrency} at a time on ${nproc()} cores need >= ${secs(floor)} each = ${(floor / single).toFixed(2)}x one cold create, whatever bothy does`,
     );
+    if (cpu) console.log(`    ${cpuBreakdown(cpu, parallel.length)}`);
   }
   const dels = cold.map((t) => t.delete);
   console.log(
     `(g) delete as the caller sees it (cold series): p50 ${(median(dels) * 1).toFixed(1)} ms, max ${Math.max(...dels).toFixed(1)} ms (goal p50 <= 20 ms); a GET of the same sandbox right after: p50 ${median(cold.map((t) => t.get)).toFixed(1)} ms`,
   );
+}
+
+/** The parallel series' CPU per create, by whom, and the programs spawned per create. */
+function cpuBreakdown(cpu: CpuSample, creates: number): string {
+  const per = (x: number | undefined): string => (x === undefined ? "n/a" : (x / creates).toFixed(3));
+  const known = cpu.server + (cpu.commands ?? 0) + (cpu.sandboxes ?? 0);
+  const spawned = [...cpu.spawns]
+    .filter(([, n]) => n > 0)
+    .sort((a, b) => b[1] - a[1])
+    .map(([name, n]) => `${name} ${(n / creates).toFixed(1)}`)
+    .join(", ");
+  return [
+    `by whom, core-s per create+delete: server process ${per(cpu.server)}, the host commands it spawned ${per(cpu.commands)},`,
+    `sandbox cgroups (sentry, gofer, ptrace stubs, the agent) ${per(cpu.sandboxes)}, rest of the host (kernel threads, other load) ${per(cpu.host - known)}`,
+    `programs spawned per create+delete: ${spawned || "none"}`,
+  ].join("\n    ");
 }
 
 function report(warm: RunTimes[], cold: RunTimes[], rawOverlay: RawTimes[], rawPlain: RawTimes[]): void {

@@ -3,6 +3,7 @@ import { closeSync, constants as fsConstants, existsSync, openSync, readFileSync
 import { Socket } from "node:net";
 import { mkdir, readdir, readFile, rename, rm, truncate, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
+import { z } from "zod";
 import { BothyError, resyncPreamble, SANDBOX_ID_RE } from "@bothy/protocol";
 import { HostCommandError, run } from "../util/host-command.ts";
 import { cgroupPath } from "../util/host-names.ts";
@@ -38,7 +39,25 @@ const MOUNT_TIMEOUT_MS = 10_000;
 const DISK_IMAGE = "disk.ext4";
 const DISK_MOUNT = "disk";
 const RUNSC_TIMEOUT_MS = 15_000;
+/**
+ * mountRoot's host command; every path comes as an argument, never in the script. $1 the disk
+ * image ("" for a layer in the directory itself), $2 the blank to copy it from ("" when it exists),
+ * $3 where it is mounted, $4 and $5 the overlay's upper and work dirs, $6 the overlay's options,
+ * $7 the root, $8 and $9 the agent's FIFOs.
+ */
+const MOUNT_ROOT_SCRIPT = [
+  "set -e",
+  'if [ -n "$2" ]; then cp --sparse=always "$2" "$1"; fi',
+  'if [ -n "$1" ]; then mount -o loop,nosuid,nodev "$1" "$3"; fi',
+  'mkdir -p "$4" "$5"',
+  'mount -t overlay overlay -o "$6" "$7"',
+  'exec mkfifo -m 600 "$8" "$9"',
+].join("\n");
 const SHUTDOWN_GRACE_MS = 3_000;
+/** How long a destroy waits for `runsc run` to end after its sentry was killed, before runsc's own kill. */
+const SENTRY_EXIT_MS = 5_000;
+/** What killSentry reads of runsc's state file (`<root>/<id>_sandbox:<id>.state`). */
+const RUNSC_STATE = z.object({ sandbox: z.object({ pid: z.number().int().positive() }) });
 
 export class GvisorDriver implements Driver {
   readonly name = "gvisor";
@@ -266,25 +285,66 @@ export class GvisorDriver implements Driver {
     }
   }
 
+  /**
+   * SIGKILLs the sandbox's sentry, named by runsc's state file and checked by its command line
+   * (a pid runsc recorded may since have been reused): the container ends, and the `runsc run`
+   * that started it removes its state and cgroup, as after any sandbox death. No runsc command
+   * is spawned, where `runsc kill` is a Go program's start and the sentry's control server's
+   * work. Whether it found one to kill.
+   */
+  async killSentry(id: string): Promise<boolean> {
+    // No state file, or one runsc is still writing: the caller takes the runsc path instead.
+    const state = await readFile(join(this.opts.runscRoot, `${id}_sandbox:${id}.state`), "utf8")
+      .then((text) => RUNSC_STATE.safeParse(JSON.parse(text)))
+      .catch(() => undefined);
+    const pid = state?.success ? state.data.sandbox.pid : undefined;
+    if (pid === undefined) return false;
+    const argv = (await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "")).split("\0");
+    if (!argv.includes("boot") || !argv.includes(`--root=${this.opts.runscRoot}`) || argv.at(-2) !== id) return false;
+    try {
+      process.kill(pid, "SIGKILL");
+      return true;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ESRCH") return false; // it ended on its own meanwhile
+      throw err;
+    }
+  }
+
   /** Whether runsc still keeps state for this container (it removes it when `run` ends). */
   async hasContainerState(id: string): Promise<boolean> {
     const entries = await readdir(this.opts.runscRoot).catch(() => [] as string[]);
     return entries.some((e) => e.startsWith(`${id}_`));
   }
 
-  /** Unmounts the sandbox's root overlay, then its disk (the overlay's upper layer lives on it). */
+  /**
+   * Unmounts the sandbox's root overlay, then its disk (the overlay's upper layer lives on it),
+   * with one `umount` for both: each spawn costs the server a fork of its address space.
+   */
   private async unmountRoot(dir: string): Promise<void> {
-    for (const target of [join(dir, "rootfs"), join(dir, DISK_MOUNT)]) await this.unmount(target);
+    const wanted = [join(dir, "rootfs"), join(dir, DISK_MOUNT)];
+    const mounted = await this.listMounts();
+    const targets = wanted.filter((t) => mounted.some((m) => m.target === t));
+    if (targets.length === 0) return;
+    await run("umount", targets, { timeoutMs: MOUNT_TIMEOUT_MS }).catch(async (err) => {
+      // umount goes on past a busy target; what is still mounted is detached one by one, in order.
+      for (const target of targets) await this.unmountLazily(target, err);
+    });
   }
 
   /** @internal unmounts `target` if something is mounted there. */
   async unmount(target: string): Promise<void> {
     if (!(await this.listMounts()).some((m) => m.target === target)) return;
-    await run("umount", [target], { timeoutMs: MOUNT_TIMEOUT_MS }).catch(async (err) => {
-      // A process of ours may still hold it for a moment; detach now, the kernel frees it after.
-      this.opts.log("umount_lazy", { dir: dirname(target), target, error: describeCauses(err) });
-      await run("umount", ["-l", target], { timeoutMs: MOUNT_TIMEOUT_MS });
-    });
+    await run("umount", [target], { timeoutMs: MOUNT_TIMEOUT_MS }).catch((err) => this.unmountLazily(target, err));
+  }
+
+  /**
+   * After a failed `umount`: a process of ours may still hold the target for a moment; detach it
+   * now (if still mounted), the kernel frees it after.
+   */
+  private async unmountLazily(target: string, err: unknown): Promise<void> {
+    if (!(await this.listMounts()).some((m) => m.target === target)) return;
+    this.opts.log("umount_lazy", { dir: dirname(target), target, error: describeCauses(err) });
+    await run("umount", ["-l", target], { timeoutMs: MOUNT_TIMEOUT_MS });
   }
 
   private async listContainers(): Promise<string[]> {
@@ -373,25 +433,9 @@ class GvisorSandbox implements SandboxHandle {
     await mkdir(dir, { recursive: reuse, mode: 0o700 });
     if (!reuse) undo.push("sandbox directory", () => rm(dir, { recursive: true, force: true }));
     await Promise.all(["rootfs", "bundle"].map((d) => mkdir(join(dir, d), { recursive: reuse })));
-    const layer = await this.phase("disk", () => this.mountDisk(undo));
+    const files = channelFiles(dir);
+    await this.phase("mounts", () => this.mountRoot(rootfs, files, undo));
     signal?.throwIfAborted();
-    // The template stays read-only underneath; every write lands in this sandbox's upper dir. Each
-    // undo goes on before its mount or process: one cut short by its timeout may still have happened.
-    undo.push("root overlay", () => this.driver.unmount(rootfs));
-    await this.phase("overlay", () =>
-      run(
-        "mount",
-        [
-          "-t",
-          "overlay",
-          "overlay",
-          "-o",
-          `lowerdir=${this.spec.templateRoot},upperdir=${layer.upper},workdir=${layer.work}`,
-          rootfs,
-        ],
-        { timeoutMs: MOUNT_TIMEOUT_MS },
-      ),
-    );
     const t0 = performance.now();
     const network = this.spec.network;
     const resolvConf = network ? join(dir, "bundle", "resolv.conf") : undefined;
@@ -408,9 +452,6 @@ class GvisorSandbox implements SandboxHandle {
       ...(resolvConf ? { resolvConf } : {}),
     });
     await writeFile(join(dir, "bundle", "config.json"), JSON.stringify(oci));
-    const files = channelFiles(dir);
-    await Promise.all([files.toGuest, files.fromGuest].map((f) => rm(f, { force: true })));
-    await run("mkfifo", ["-m", "600", files.toGuest, files.fromGuest], { timeoutMs: MOUNT_TIMEOUT_MS });
     this.startSteps["bundle"] = Math.round(performance.now() - t0);
     signal?.throwIfAborted();
     const [file, args] = this.driver.runCommand(join(dir, "bundle"), this.id, network !== undefined);
@@ -433,28 +474,52 @@ class GvisorSandbox implements SandboxHandle {
   }
 
   /**
-   * The sandbox's own disk: an ext4 file system of `diskMib` in a sparse file (`disk.ext4`),
-   * loop-mounted at `disk/`, holding the overlay's upper and work directories, so a sandbox that
-   * fills its disk gets ENOSPC instead of filling the host's. Made on first start, mounted again
-   * on a restart. Without `diskMib` (sandboxes made before disk sizes) the layer lives in the
-   * directory itself.
+   * The sandbox's root and channel, made by one host command (each spawn from the server's
+   * process costs it a fork of its whole address space, several ms of CPU at a server's size):
+   * the sandbox's own disk, an ext4 file system of `diskMib` in a sparse file (`disk.ext4`, copied
+   * from the blank image on first start), loop-mounted at `disk/` and holding the overlay's upper
+   * and work directories, so a sandbox that fills its disk gets ENOSPC instead of filling the
+   * host's; the root overlay, the template read-only underneath, every write in the upper dir; and
+   * the agent's FIFOs. Without `diskMib` (sandboxes made before disk sizes) the layer lives in the
+   * directory itself. Each undo goes on before the command: one cut short by its timeout may
+   * still have mounted.
    */
-  private async mountDisk(undo: UndoStack): Promise<{ upper: string; work: string }> {
+  private async mountRoot(
+    rootfs: string,
+    files: { toGuest: string; fromGuest: string },
+    undo: UndoStack,
+  ): Promise<void> {
     const { dir, diskMib } = this.spec;
-    const base = diskMib === undefined && !existsSync(join(dir, DISK_IMAGE)) ? dir : join(dir, DISK_MOUNT);
-    if (base !== dir) {
-      const image = join(dir, DISK_IMAGE);
-      if (!existsSync(image))
-        await run("cp", ["--sparse=always", await this.driver.blankDisk(diskMib ?? 0), image], {
-          timeoutMs: MOUNT_TIMEOUT_MS,
-        });
+    const image = join(dir, DISK_IMAGE);
+    const onDisk = diskMib !== undefined || existsSync(image);
+    const base = onDisk ? join(dir, DISK_MOUNT) : dir;
+    const blank = onDisk && !existsSync(image) ? await this.driver.blankDisk(diskMib ?? 0) : "";
+    if (onDisk) {
       await mkdir(base, { recursive: true });
       undo.push("disk mount", () => this.driver.unmount(base));
-      await run("mount", ["-o", "loop,nosuid,nodev", image, base], { timeoutMs: MOUNT_TIMEOUT_MS });
     }
-    const layer = { upper: join(base, "upper"), work: join(base, "work") };
-    await Promise.all([layer.upper, layer.work].map((d) => mkdir(d, { recursive: true })));
-    return layer;
+    await Promise.all([files.toGuest, files.fromGuest].map((f) => rm(f, { force: true })));
+    undo.push("root overlay", () => this.driver.unmount(rootfs));
+    const upper = join(base, "upper");
+    const work = join(base, "work");
+    await run(
+      "sh",
+      [
+        "-c",
+        MOUNT_ROOT_SCRIPT,
+        "bothy-mount-root",
+        onDisk ? image : "",
+        blank,
+        base,
+        upper,
+        work,
+        `lowerdir=${this.spec.templateRoot},upperdir=${upper},workdir=${work}`,
+        rootfs,
+        files.toGuest,
+        files.fromGuest,
+      ],
+      { timeoutMs: MOUNT_TIMEOUT_MS },
+    );
   }
 
   /**
@@ -541,10 +606,15 @@ class GvisorSandbox implements SandboxHandle {
 
   destroy(): Promise<void> {
     this.destroying ??= (async () => {
-      // The agent is asked to exit, the container ends and runsc removes its own state; a wedged
-      // agent is killed after the grace time.
+      // Nothing of the sandbox is kept, so nothing inside needs a graceful end: its sentry is
+      // killed and the container ends at once. Where that cannot be done, the agent is asked to
+      // exit and a wedged one is killed after the grace time. runsc removes its own state either
+      // way; what it leaves, release removes.
       try {
-        await this.shutdown(SHUTDOWN_GRACE_MS);
+        if (this.watcher && !this.ended && (await this.driver.killSentry(this.id))) {
+          const timer = new Promise<"timeout">((r) => setTimeout(() => r("timeout"), SENTRY_EXIT_MS).unref());
+          if ((await Promise.race([this.wait(), timer])) === "timeout") await this.kill();
+        } else await this.shutdown(SHUTDOWN_GRACE_MS);
       } finally {
         await this.driver.removeOrphan(this.id);
       }

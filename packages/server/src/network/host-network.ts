@@ -427,11 +427,16 @@ export class HostNetwork {
     // By alias: another sandbox whose name collides in its 8 id characters keeps its link. A link
     // of ours without an alias yet is one a plumb of this sandbox cut short.
     // Deleting the host end removes the veth pair at once; a deleted namespace frees its links later.
-    for (const link of await listLinks())
-      if (link.alias === sandboxId || (link.alias === undefined && names.includes(link.name)))
-        await ip(["link", "del", link.name]);
-    for (const ns of [netnsName(this.opts.tag, sandboxId), LEGACY.netnsName(sandboxId)])
-      if (existsSync(`${NETNS_DIR}/${ns}`)) await ip(["netns", "del", ns]);
+    // One `ip` for all of them (each spawn costs the server a fork); it stops at the first failure.
+    const removals = [
+      ...(await listLinks())
+        .filter((link) => link.alias === sandboxId || (link.alias === undefined && names.includes(link.name)))
+        .map((link) => `link del ${link.name}`),
+      ...[netnsName(this.opts.tag, sandboxId), LEGACY.netnsName(sandboxId)]
+        .filter((ns) => existsSync(`${NETNS_DIR}/${ns}`))
+        .map((ns) => `netns del ${ns}`),
+    ];
+    if (removals.length > 0) await ipBatch(removals);
     this.used.delete(sandboxId);
     this.policies.delete(sandboxId);
   }
