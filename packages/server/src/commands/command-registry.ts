@@ -57,14 +57,15 @@ export class RunningCommand {
       },
       {
         onStarted: (pid) => {
+          // The record exists before any client learns the command's id; the log line follows it.
           ledger.insertCommand({ id: this.id, sandbox_id: this.sandboxId, cmd: req.cmd, background: req.background });
+          this.emit({ type: "started", command_id: this.id, sandbox_id: this.sandboxId, pid });
           log("command_started", {
             sandbox_id: this.sandboxId,
             command_id: this.id,
             pid,
             background: req.background ?? false,
           });
-          this.emit({ type: "started", command_id: this.id, sandbox_id: this.sandboxId, pid });
         },
         onOutput: (fd, bytes, consumed) => {
           const chunk = this.chunkers[fd].push(bytes);
@@ -166,6 +167,8 @@ export class RunningCommand {
 
 export class CommandRegistry {
   private readonly bySandbox = new Map<string, Map<string, RunningCommand>>();
+  private readonly deferred: Array<() => void> = [];
+  private deferredRun: NodeJS.Immediate | undefined;
 
   constructor(
     private readonly ledger: Ledger,
@@ -214,34 +217,57 @@ export class CommandRegistry {
     this.bySandbox.delete(sandboxId);
   }
 
+  /**
+   * A command's end, after its listeners have had it. Its record is updated at once, so a
+   * re-attach or GET right after the answer reads the end. The log line, the public event and the
+   * idle and pool bookkeeping run at the end of this turn of the event loop (`later`): the
+   * answer's bytes and the client's next frames (a WebSocket's close) are not held up by them, and
+   * they still run before any request the client sends after reading the answer. A crash in
+   * between loses that log line and event only, never the record that recovery reads.
+   */
   private onFinal(cmd: RunningCommand, event: CommandEvent): void {
     // A command that never started has no record (finishCommand finds none to update).
-    let row: CommandRow | undefined;
-    if (event.type === "process_exited") {
-      row = this.ledger.finishCommand(cmd.id, {
-        state: "exited",
-        exit_code: event.exit_code,
-        signal: event.signal ?? null,
-        timed_out: event.timed_out ?? false,
-      });
-      this.opts.log("command_exited", {
-        sandbox_id: cmd.sandboxId,
-        command_id: cmd.id,
-        exit_code: event.exit_code,
-        signal: event.signal ?? null,
-        timed_out: event.timed_out ?? false,
-      });
-    } else {
-      row = this.ledger.finishCommand(cmd.id, { state: "lost", exit_code: null, signal: null });
-      if (row)
+    const row =
+      event.type === "process_exited"
+        ? this.ledger.finishCommand(cmd.id, {
+            state: "exited",
+            exit_code: event.exit_code,
+            signal: event.signal ?? null,
+            timed_out: event.timed_out ?? false,
+          })
+        : this.ledger.finishCommand(cmd.id, { state: "lost", exit_code: null, signal: null });
+    this.later(() => {
+      if (event.type === "process_exited")
+        this.opts.log("command_exited", {
+          sandbox_id: cmd.sandboxId,
+          command_id: cmd.id,
+          exit_code: event.exit_code,
+          signal: event.signal ?? null,
+          timed_out: event.timed_out ?? false,
+        });
+      else if (row)
         this.opts.log("command_lost", {
           sandbox_id: cmd.sandboxId,
           command_id: cmd.id,
           reason: event.type === "error" ? event.message : "",
         });
-    }
-    if (row) this.opts.onExited(toCommandInfo(row));
-    this.trim(cmd.sandboxId);
+      if (row) this.opts.onExited(toCommandInfo(row));
+      this.trim(cmd.sandboxId);
+    });
+  }
+
+  /** Runs `work` at the end of this turn of the event loop (see `onFinal`), in order. */
+  private later(work: () => void): void {
+    this.deferred.push(work);
+    this.deferredRun ??= setImmediate(() => this.flush());
+  }
+
+  /** Runs the deferred work now: the server calls it before it closes the ledger. */
+  flush(): void {
+    if (this.deferredRun) clearImmediate(this.deferredRun);
+    this.deferredRun = undefined;
+    const work = this.deferred.splice(0);
+    for (const w of work) w();
   }
 
   private trim(sandboxId: string): void {
