@@ -8,25 +8,33 @@ import WebSocket from "ws";
 
 export type ClientRequest =
   { op: "setup"; url: string; wsUrl: string; sandboxId: string; apiKey: string } | { op: "ws" | "http"; cmd: string };
-export type ClientAnswer = { ok: true; ms: number } | { ok: false; error: string };
+/** `ms` to the end of the call; on a WebSocket, `exitedMs` to `process_exited` (where the SDK's `run` resolves). */
+export type ClientAnswer = { ok: true; ms: number; exitedMs?: number } | { ok: false; error: string };
 
 let target: Extract<ClientRequest, { op: "setup" }> | undefined;
 
-/** One command on a WebSocket of its own, as the SDK runs one: connect, send, read to the close. */
-function viaWebSocket(t: NonNullable<typeof target>, cmd: string): Promise<void> {
+/**
+ * One command on a WebSocket of its own, as the SDK runs one: connect, send, read to the close.
+ * Answers when `process_exited` came, since `t0`.
+ */
+function viaWebSocket(t: NonNullable<typeof target>, cmd: string, t0: number): Promise<number> {
   return new Promise((resolve, reject) => {
     const ws = new WebSocket(`${t.wsUrl}/sandboxes/${t.sandboxId}/command`, {
       headers: { authorization: `Bearer ${t.apiKey}` },
     });
     let exitCode: unknown;
+    let exitedMs = NaN;
     ws.on("open", () => ws.send(JSON.stringify({ cmd })));
     ws.on("message", (data) => {
       const ev = JSON.parse(data.toString()) as { type: string; exit_code?: unknown };
-      if (ev.type === "process_exited") exitCode = ev.exit_code;
+      if (ev.type === "process_exited") {
+        exitCode = ev.exit_code;
+        exitedMs = performance.now() - t0;
+      }
     });
     ws.on("unexpected-response", (_req, res) => reject(new Error(`upgrade refused: ${res.statusCode}`)));
     ws.on("error", reject);
-    ws.on("close", () => (exitCode === 0 ? resolve() : reject(new Error(`exit ${String(exitCode)}`))));
+    ws.on("close", () => (exitCode === 0 ? resolve(exitedMs) : reject(new Error(`exit ${String(exitCode)}`))));
   });
 }
 
@@ -50,8 +58,8 @@ process.on("message", (msg: ClientRequest) => {
   }
   if (!target) return answer({ ok: false, error: "no setup" });
   const t0 = performance.now();
-  (msg.op === "ws" ? viaWebSocket(target, msg.cmd) : viaHttp(target, msg.cmd)).then(
-    () => answer({ ok: true, ms: performance.now() - t0 }),
+  (msg.op === "ws" ? viaWebSocket(target, msg.cmd, t0) : viaHttp(target, msg.cmd)).then(
+    (exitedMs) => answer({ ok: true, ms: performance.now() - t0, ...(exitedMs === undefined ? {} : { exitedMs }) }),
     (err: unknown) => answer({ ok: false, error: err instanceof Error ? err.message : String(err) }),
   );
 });
