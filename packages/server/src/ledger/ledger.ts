@@ -399,7 +399,7 @@ export class Ledger {
    * next durable write would have carried to the disk with it.
    */
   private relaxed<T>(write: () => T): T {
-    // Prepared once: `db.pragma` compiles its statement at every call, which cost more than the write.
+    // Prepared once, like the writes they wrap (`db.pragma` compiles its statement at every call).
     this.cached("PRAGMA synchronous = NORMAL").run();
     try {
       return write();
