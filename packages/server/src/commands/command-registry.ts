@@ -169,6 +169,7 @@ export class CommandRegistry {
   private readonly bySandbox = new Map<string, Map<string, RunningCommand>>();
   private readonly deferred: Array<() => void> = [];
   private deferredRun: NodeJS.Immediate | undefined;
+  private closed = false;
 
   constructor(
     private readonly ledger: Ledger,
@@ -256,18 +257,24 @@ export class CommandRegistry {
     });
   }
 
-  /** Runs `work` at the end of this turn of the event loop (see `onFinal`), in order. */
+  /** Runs `work` at the end of this turn of the event loop (see `onFinal`), in order; at once once closed. */
   private later(work: () => void): void {
+    if (this.closed) return work();
     this.deferred.push(work);
     this.deferredRun ??= setImmediate(() => this.flush());
   }
 
-  /** Runs the deferred work now: the server calls it before it closes the ledger. */
-  flush(): void {
+  private flush(): void {
     if (this.deferredRun) clearImmediate(this.deferredRun);
     this.deferredRun = undefined;
     const work = this.deferred.splice(0);
     for (const w of work) w();
+  }
+
+  /** Runs the deferred work now, and any later at once: the server calls it before it closes the ledger. */
+  close(): void {
+    this.closed = true;
+    this.flush();
   }
 
   private trim(sandboxId: string): void {
