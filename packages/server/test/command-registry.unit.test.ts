@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import type { CommandEvent } from "@bothy/protocol";
+import { BothyError, type CommandEvent } from "@bothy/protocol";
 import type { AgentClient, ExecEvents } from "../src/agent/agent-client.ts";
 import { CommandRegistry } from "../src/commands/command-registry.ts";
 import type { CommandRow, Ledger } from "../src/ledger/ledger.ts";
@@ -38,11 +38,12 @@ function setup() {
     log: (event) => void happened.push(`log ${event}`),
     onExited: () => void happened.push("onExited"),
   });
-  const run = (): void => {
+  const run = (end: "exit" | "lost" = "exit"): void => {
     const command = registry.start("sbx_a", agent, { cmd: "true" });
     command.attach((ev: CommandEvent) => void happened.push(`client got ${ev.type}`), false);
     events?.onStarted(7);
-    events?.onExited(0, null);
+    if (end === "exit") events?.onExited(0, null);
+    else events?.onError(new BothyError("agent_unavailable", "The channel closed."));
   };
   return { happened, registry, run };
 }
@@ -66,6 +67,12 @@ describe("CommandRegistry", () => {
     run();
     await new Promise((resolve) => setImmediate(resolve));
     expect(happened.slice(-2)).toEqual(["log command_exited", "onExited"]);
+  });
+
+  it("tells of a lost command at once, so its event comes before its sandbox's", () => {
+    const { happened, run } = setup();
+    run("lost");
+    expect(happened.slice(-4)).toEqual(["client got error", "row finished", "log command_lost", "onExited"]);
   });
 
   it("runs what is deferred when closed, and later ends at once", () => {

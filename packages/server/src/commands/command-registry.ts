@@ -220,11 +220,11 @@ export class CommandRegistry {
 
   /**
    * A command's end, after its listeners have had it. Its record is updated at once, so a
-   * re-attach or GET right after the answer reads the end. The log line, the public event and the
-   * idle and pool bookkeeping run at the end of this turn of the event loop (`later`): the
-   * answer's bytes and the client's next frames (a WebSocket's close) are not held up by them, and
-   * they still run before any request the client sends after reading the answer. A crash in
-   * between loses that log line and event only, never the record that recovery reads.
+   * re-attach or GET right after the answer reads the end. After an exit, the log line, the
+   * public event and the idle and pool bookkeeping run at the end of this turn of the event loop
+   * (`later`): the answer's bytes and the client's next frames (a WebSocket's close) are not held
+   * up by them, and they still run before any request the client sends after reading the answer.
+   * A crash in between loses that log line and event only, never the record recovery reads.
    */
   private onFinal(cmd: RunningCommand, event: CommandEvent): void {
     // A command that never started has no record (finishCommand finds none to update).
@@ -237,7 +237,7 @@ export class CommandRegistry {
             timed_out: event.timed_out ?? false,
           })
         : this.ledger.finishCommand(cmd.id, { state: "lost", exit_code: null, signal: null });
-    this.later(() => {
+    const rest = (): void => {
       if (event.type === "process_exited")
         this.opts.log("command_exited", {
           sandbox_id: cmd.sandboxId,
@@ -254,7 +254,10 @@ export class CommandRegistry {
         });
       if (row) this.opts.onExited(toCommandInfo(row));
       this.trim(cmd.sandboxId);
-    });
+    };
+    // A lost command is told at once, so its event still comes before its sandbox's (stopped, deleted).
+    if (event.type === "process_exited") this.later(rest);
+    else rest();
   }
 
   /** Runs `work` at the end of this turn of the event loop (see `onFinal`), in order; at once once closed. */
