@@ -11,7 +11,8 @@
  *   bothy-helper growroot DEV B  waits (up to 30 s) until the block device DEV holds at least B
  *                                bytes (the guest learns of a disk the host grew a moment later),
  *                                then grows the ext4 file system mounted at / to fill it, online.
- *   bothy-helper spawner PATH    stays resident and starts the agent's commands (see spawner.c).
+ *   bothy-helper spawner PATH [--control]
+ *                                stays resident and starts the agent's commands (see spawner.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -77,14 +78,15 @@ static int growroot(const char *dev, const char *bytes) {
   return 0;
 }
 
-int spawner(const char *name);
+int spawner(const char *name, int control);
 
 int main(int argc, char **argv) {
-  if (argc == 3 && strcmp(argv[1], "spawner") == 0) return spawner(argv[2]);
+  if (argc == 3 && strcmp(argv[1], "spawner") == 0) return spawner(argv[2], 0);
+  if (argc == 4 && strcmp(argv[1], "spawner") == 0 && strcmp(argv[3], "--control") == 0) return spawner(argv[2], 1);
   if (argc == 2 && strcmp(argv[1], "reseed") == 0) return reseed();
   if (argc == 4 && strcmp(argv[1], "settime") == 0) return settime(argv[2], argv[3]);
   if (argc == 4 && strcmp(argv[1], "identity") == 0) return reseed() || settime(argv[2], argv[3]);
   if (argc == 4 && strcmp(argv[1], "growroot") == 0) return growroot(argv[2], argv[3]);
-  fprintf(stderr, "usage: bothy-helper reseed | settime SECONDS NANOSECONDS | identity SECONDS NANOSECONDS | growroot DEVICE BYTES | spawner PATH\n");
+  fprintf(stderr, "usage: bothy-helper reseed | settime SECONDS NANOSECONDS | identity SECONDS NANOSECONDS | growroot DEVICE BYTES | spawner PATH [--control]\n");
   return 2;
 }

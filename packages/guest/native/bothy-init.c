@@ -14,6 +14,14 @@
  * set (bounding set included) before it starts the agent, so no command ever holds it, and
  * refuses to start the agent if it cannot.
  *
+ * It also starts the agent's command spawner (bothy-helper spawner, see spawner.c) beside the
+ * agent, when the helper is installed: started by the agent, with Node's child_process.spawn,
+ * the helper cost the agent's start ~40 ms of forking a large process under gVisor's ptrace, on
+ * its only thread, and the sandbox's first answer waited for it. bothy-init listens on a control
+ * socket first, then starts the agent, telling it where with BOTHY_SPAWNER ("CONTROL STREAMS",
+ * two socket paths), and the helper, which takes the first connection, the agent's, as its
+ * request channel. No descriptor is handed down: the agent's commands inherit nothing of it.
+ *
  *   bothy-init [--fallback PROGRAM2 [ARGS2...] --] PROGRAM [ARGS...]
  *
  * With --fallback, an agent that exits 127 (the dynamic loader's status when PROGRAM's libraries
@@ -30,11 +38,20 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 static pid_t agent;
+/* The spawner helper started with the agent, 0 when there is none. */
+static pid_t helper;
+
+#define HELPER "/opt/bothy/bothy-helper"
+#define SPAWNER_DIR "/run/bothy"
+#define SPAWNER_CONTROL SPAWNER_DIR "/spawner-control.sock"
+#define SPAWNER_STREAMS SPAWNER_DIR "/spawner.sock"
 
 /* The agent's status when it could not run at all: exec failed, or the dynamic loader refused. */
 #define NOT_RUNNABLE 127
@@ -82,16 +99,55 @@ static int drop_sys_admin(void) {
   return 0;
 }
 
+/* The spawner's control socket, listening; -1 without a helper (the agent then spawns its own). */
+static int spawner_control(void) {
+  if (access(HELPER, X_OK) < 0) return -1;
+  if (mkdir(SPAWNER_DIR, 0700) < 0 && errno != EEXIST) return perror("bothy-init: mkdir " SPAWNER_DIR), -1;
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return perror("bothy-init: socket"), -1;
+  struct sockaddr_un addr = { .sun_family = AF_UNIX };
+  strcpy(addr.sun_path, SPAWNER_CONTROL);
+  unlink(SPAWNER_CONTROL); /* an earlier agent's */
+  if (bind(fd, (struct sockaddr *)&addr, sizeof addr) < 0 || listen(fd, 4) < 0) {
+    perror("bothy-init: spawner control socket");
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* The helper's spawner, its control socket as fd 0 and 1. */
+static pid_t start_helper(int control) {
+  pid_t pid = fork();
+  if (pid < 0) return perror("bothy-init: fork helper"), 0;
+  if (pid == 0) {
+    if (dup2(control, 0) < 0 || dup2(control, 1) < 0) _exit(1); /* fd 1 is the agent's channel until then */
+    char *args[] = { "bothy-helper", "spawner", SPAWNER_STREAMS, "--control", NULL };
+    execv(HELPER, args);
+    perror("bothy-init: exec " HELPER);
+    _exit(NOT_RUNNABLE);
+  }
+  return pid;
+}
+
 static pid_t start_agent(char *program, char **argv) {
+  int control = spawner_control();
   pid_t pid = fork();
   if (pid < 0) {
     perror("bothy-init: fork");
+    if (control >= 0) close(control);
     return -1;
   }
   if (pid == 0) {
+    /* Only in the agent's environment, which the agent empties of its own variables. */
+    if (control >= 0) setenv("BOTHY_SPAWNER", SPAWNER_CONTROL " " SPAWNER_STREAMS, 1);
     execv(program, argv);
     perror("bothy-init: exec");
     _exit(NOT_RUNNABLE);
+  }
+  if (control >= 0) {
+    helper = start_helper(control);
+    close(control); /* the helper's now; without a helper the agent's connect is refused */
   }
   return pid;
 }
@@ -123,6 +179,8 @@ int main(int argc, char **argv) {
     pid_t pid = wait(&status);
     if (pid == agent && fallback && WIFEXITED(status) && WEXITSTATUS(status) == NOT_RUNNABLE) {
       fprintf(stderr, "bothy-init: %s could not run; starting the agent with %s\n", argv[first], fallback[0]);
+      if (helper > 0) kill(helper, SIGKILL); /* waiting for an agent that never ran */
+      helper = 0;
       agent = start_agent(fallback[0], fallback);
       fallback = NULL;
       if (agent < 0) return 1;

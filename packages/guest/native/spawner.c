@@ -31,6 +31,12 @@
  * The child runs in a session (and process group) of its own with default signal handling. The
  * helper exits when its stdin ends (the agent is gone); commands run on, as their own processes.
  *
+ * With `--control` (gVisor: bothy-init starts the helper beside the agent, so it is up by the
+ * time the agent has loaded, not ~40 ms of a Node child_process.spawn later), fd 0 is a
+ * listening unix socket bothy-init made before it started the agent; the first connection on it
+ * is the agent's (see accept_control), and carries the requests and answers in place of stdin
+ * and stdout.
+ *
  * The helper sets every signal's handling to the default once, at its start, and installs no
  * handler (SIGCHLD arrives on a signalfd, SIGPIPE is blocked), so a child needs one sigprocmask
  * before its exec, not a reset of every signal.
@@ -361,11 +367,35 @@ static void accept_streams(int lfd) {
 
 static const char *socket_path;
 
+/*
+ * Takes the agent's connection from the listening socket on fd 0 and makes it fd 0 and fd 1. The
+ * first connection is the agent's: nothing else runs in the sandbox before the agent connects
+ * (its connect is made as it starts, before its boot hooks or any command), and the listener is
+ * closed right after. (SO_PEERCRED cannot tell: this gVisor reports the accepting task's pid.)
+ */
+static int accept_control(void) {
+  for (;;) {
+    int fd = accept4(0, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return perror("bothy-helper: accept control"), -1;
+    }
+    struct sockaddr_un addr;
+    socklen_t alen = sizeof addr;
+    memset(&addr, 0, sizeof addr);
+    if (getsockname(0, (struct sockaddr *)&addr, &alen) == 0 && addr.sun_path[0] && !addr.sun_path[sizeof addr.sun_path - 1])
+      unlink(addr.sun_path); /* nothing else may connect; the file is of no more use */
+    if (dup2(fd, 0) < 0 || dup2(fd, 1) < 0) return perror("bothy-helper: dup2 control"), -1;
+    close(fd);
+    return 0;
+  }
+}
+
 static void unlink_socket(void) {
   unlink(socket_path);
 }
 
-int spawner(const char *path) {
+int spawner(const char *path, int control) {
   /* Default handling everywhere, once, for the children (an ignored signal outlives an exec). */
   for (int s = 1; s < NSIG; s++) signal(s, SIG_DFL);
   /* SIGCHLD is read from a signalfd; SIGPIPE is blocked, so a write to a gone agent is EPIPE. */
@@ -390,6 +420,7 @@ int spawner(const char *path) {
   socket_path = path;
   atexit(unlink_socket);
   if (listen(lfd, 256) < 0) return perror("bothy-helper: listen"), 1;
+  if (control && accept_control() < 0) return 1;
   say("ready %u %ld %ld\n", 0, 0, 0);
 
   char *in = NULL;

@@ -23,6 +23,12 @@ export interface AgentEnv {
    */
   readonly commandsCgroup: string | undefined;
   /**
+   * The command spawner bothy-init started beside the agent (BOTHY_SPAWNER, "CONTROL STREAMS"):
+   * the socket the agent connects to for its requests, and the one its commands' streams connect
+   * to. Unset (QEMU guests, an agent outside a sandbox): the agent starts the helper itself.
+   */
+  readonly spawner: { control: string; streams: string } | undefined;
+  /**
    * After a read that emptied a command's pipe, how long the agent waits before reading it again:
    * a program writing in small pieces (4 KiB is common) then fills the pipe meanwhile, and the
    * next read and frame carry up to 64 KiB instead of one piece each. Only where each read and
@@ -33,7 +39,7 @@ export interface AgentEnv {
   readonly outputRestMs: number;
 }
 
-const OWN_VARIABLES = ["BOTHY_CHANNEL", "BOTHY_HELPER", "BOTHY_COMMANDS_CGROUP"] as const;
+const OWN_VARIABLES = ["BOTHY_CHANNEL", "BOTHY_HELPER", "BOTHY_COMMANDS_CGROUP", "BOTHY_SPAWNER"] as const;
 
 let env: AgentEnv | undefined;
 
@@ -49,6 +55,7 @@ export function agentEnv(): AgentEnv {
     inVm,
     helper: process.env["BOTHY_HELPER"] ?? "/opt/bothy/bothy-helper",
     commandsCgroup: process.env["BOTHY_COMMANDS_CGROUP"],
+    spawner: spawnerSockets(process.env["BOTHY_SPAWNER"]),
     outputRestMs: inVm ? outputRestMs() : 0,
   };
   for (const name of OWN_VARIABLES) delete process.env[name];
@@ -62,4 +69,9 @@ function outputRestMs(): number {
   } catch {
     return 0;
   }
+}
+
+function spawnerSockets(value: string | undefined): AgentEnv["spawner"] {
+  const [control, streams, ...rest] = value?.split(" ") ?? [];
+  return control && streams && rest.length === 0 ? { control, streams } : undefined;
 }

@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
-import { constants } from "node:fs";
-import { access, mkdir, open, readdir } from "node:fs/promises";
+import { constants, readdirSync } from "node:fs";
+import { access, mkdir, open } from "node:fs/promises";
 import path from "node:path";
 import { agentEnv } from "./agent-env.ts";
 
@@ -18,7 +18,12 @@ const HOOK_TIMEOUT_MS = 120_000;
 export async function runBootHooks(dir = BOOT_HOOKS_DIR, log = BOOT_HOOKS_LOG): Promise<void> {
   let names: string[];
   try {
-    names = (await readdir(dir)).filter((n) => !n.startsWith(".")).sort();
+    // Synchronous: this runs before the agent's hello, and the first asynchronous file call
+    // starts libuv's thread pool (four threads, each dear under gVisor's ptrace); with no hooks,
+    // the common case, that is one failed system call instead.
+    names = readdirSync(dir)
+      .filter((n) => !n.startsWith("."))
+      .sort();
   } catch {
     return; // no hooks: the common case
   }

@@ -1,4 +1,4 @@
-import { writeFile } from "node:fs/promises";
+import { writeFileSync } from "node:fs";
 import type { ParsedHostFrame } from "@bothy/protocol";
 import { agentEnv } from "./agent-env.ts";
 import { runHelper } from "./identity.ts";
@@ -15,7 +15,9 @@ export async function applyLimits(frame: LimitsFrame): Promise<void> {
   const { commandsCgroup } = agentEnv();
   if (commandsCgroup === undefined)
     throw new Error("this guest has no pids cgroup for its commands, so their process limit cannot be enforced");
-  await writeFile(`${commandsCgroup}/pids.max`, String(frame.max_processes));
+  // Synchronous, a few bytes to a cgroup file: an asynchronous write would start libuv's thread
+  // pool (four threads, each dear under gVisor's ptrace) on the sandbox's start path.
+  writeFileSync(`${commandsCgroup}/pids.max`, String(frame.max_processes));
   if (frame.root_bytes !== undefined)
     await runHelper(["growroot", ROOT_DEVICE, String(frame.root_bytes)], undefined, GROW_TIMEOUT_MS);
 }

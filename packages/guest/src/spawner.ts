@@ -1,8 +1,8 @@
-import { spawn, type ChildProcess } from "node:child_process";
+import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { EventEmitter } from "node:events";
 import { existsSync, mkdirSync } from "node:fs";
-import { Socket } from "node:net";
+import { connect, Socket } from "node:net";
 import { constants } from "node:os";
 import type { Readable, Writable } from "node:stream";
 import { agentEnv } from "./agent-env.ts";
@@ -17,6 +17,10 @@ import { agentEnv } from "./agent-env.ts";
  * named FIFOs would need a file per stream to make and clean up; connections need one socket file.
  * A few connections are made ahead of need (spares, refilled once a command is over), so a
  * command's path holds one request to the helper and no connect, accept or hello.
+ *
+ * In gVisor bothy-init starts the helper beside the agent (agent-env.ts `spawner`), so it is up
+ * as soon as the agent is, without a child_process.spawn (~40 ms of the agent's start under
+ * ptrace); elsewhere the agent starts it.
  *
  * Where the helper is missing (an agent run outside a sandbox, an initramfs from before it) or
  * not up yet (the first moments of an agent), commands go through child_process as before.
@@ -136,20 +140,39 @@ export class Spawner {
   /** Resolves once the helper listens, or has failed (commands then go through Node). */
   readonly settled = new Promise<void>((resolve) => (this.settle = resolve));
 
+  /** `requests` carries requests to the helper, `answers` its lines back; `gone` says it has ended. */
   private constructor(
-    private readonly helper: ChildProcess,
+    private readonly requests: Writable,
+    answers: Readable,
+    gone: (lost: () => void) => void,
     private readonly socketPath: string,
   ) {
-    helper.once("error", () => this.lost());
-    helper.once("exit", () => this.lost());
-    helper.stdin?.on("error", () => undefined);
-    helper.stdout?.setEncoding("utf8");
-    helper.stdout?.on("data", (text: string) => this.onLines(text));
+    gone(() => this.lost());
+    requests.on("error", () => undefined);
+    answers.setEncoding("utf8");
+    answers.on("data", (text: string) => this.onLines(text));
     this.request(["token", this.token]);
   }
 
-  /** Starts the helper's spawner when the helper exists; undefined otherwise. */
+  /**
+   * The helper's spawner: the one bothy-init started beside the agent (gVisor), else one started
+   * here when the helper exists; undefined otherwise.
+   */
   static start(path = agentEnv().helper): Spawner | undefined {
+    const started = agentEnv().spawner;
+    if (started) {
+      // Its only connection: the helper takes the first from this process and closes the listener.
+      const control = connect({ path: started.control });
+      return new Spawner(
+        control,
+        control,
+        (lost) => {
+          control.once("error", lost);
+          control.once("close", lost);
+        },
+        started.streams,
+      );
+    }
     if (!existsSync(path)) return undefined;
     try {
       mkdirSync(SOCKET_DIR, { recursive: true, mode: 0o700 });
@@ -158,7 +181,15 @@ export class Spawner {
     }
     const socketPath = `${SOCKET_DIR}/spawner-${process.pid}.sock`;
     const helper = spawn(path, ["spawner", socketPath], { stdio: ["pipe", "pipe", "inherit"] });
-    return new Spawner(helper, socketPath);
+    return new Spawner(
+      helper.stdin,
+      helper.stdout,
+      (lost) => {
+        helper.once("error", lost);
+        helper.once("exit", lost);
+      },
+      socketPath,
+    );
   }
 
   /** True once the helper listens (a command before that goes through child_process). */
@@ -247,7 +278,7 @@ export class Spawner {
     const body = Buffer.from(fields.map((f) => `${f}\0`).join(""));
     const len = Buffer.alloc(4);
     len.writeUInt32LE(body.length);
-    this.helper.stdin?.write(Buffer.concat([len, body]));
+    this.requests.write(Buffer.concat([len, body]));
   }
 
   private onLines(text: string): void {

@@ -70,10 +70,12 @@ describe.skipIf(!gvisor || gvisor.missing !== undefined)(
 
       it("falls back to the template's Node, with the agent's script", async () => {
         expect(ts.events.some((e) => e.event === "agent_snapshot")).toBe(true);
-        const r = await runCommand(ts.wsUrl, id, { cmd: `${AGENT_CMDLINE}; echo ok` });
+        // The fallback agent gets its own spawner helper from bothy-init, as the first would have.
+        const r = await runCommand(ts.wsUrl, id, { cmd: `${AGENT_CMDLINE}; cat /proc/$PPID/comm; echo ok` });
         expect(r.exit?.exit_code).toBe(0);
-        const [agent, ok] = r.stdout.trim().split("\n");
+        const [agent, parent, ok] = r.stdout.trim().split("\n");
         expect(agent?.trim()).toBe("/usr/bin/node /opt/bothy/agent.mjs");
+        expect(parent).toBe("bothy-helper");
         expect(ok).toBe("ok");
       });
     });

@@ -166,6 +166,36 @@ for (const driver of testDrivers()) {
         back.close(1000);
       });
 
+      it("counts a command over HTTP as the client's connection: answered is clean, abandoned starts the grace", async () => {
+        const graces = (): number =>
+          ts.events.filter((e) => e.event === "disconnect_grace_started" && e.sandbox_id === id).length;
+        const before = graces();
+        const answered = await api(ts.url, "POST", `/sandboxes/${id}/commands`, { cmd: "true" });
+        expect(answered.json).toMatchObject({ exit_code: 0 });
+        const abort = new AbortController();
+        const abandoned = fetch(`${ts.url}/sandboxes/${id}/commands`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ cmd: "sleep 31" }),
+          signal: abort.signal,
+        }).catch((err: unknown) => err);
+        await until("the command to start", 30_000, async () => {
+          const list = (await api(ts.url, "GET", `/sandboxes/${id}/commands`)).json["commands"];
+          return (list as Array<{ cmd: string; state: string }>).some(
+            (c) => c.cmd === "sleep 31" && c.state === "running",
+          );
+        });
+        abort.abort();
+        expect(await abandoned).toBeInstanceOf(Error);
+        // The answered request's end came first and started nothing; the abandoned one did.
+        await until("the grace period to start", 5000, () => graces() > before);
+        expect(graces()).toBe(before + 1);
+        const back = await startCommand(ts.wsUrl, id, "sleep 30");
+        expect(await logHas("disconnect_grace_cancelled", id)).toBe(true);
+        expect(await state(id)).toBe("running");
+        back.close(1000);
+      });
+
       it("deletes the sandbox once its last socket drops and the grace passes", async () => {
         const ws = await startCommand(ts.wsUrl, id, "sleep 30");
         const dropped = Date.now();

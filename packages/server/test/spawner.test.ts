@@ -31,6 +31,24 @@ for (const driver of testDrivers()) {
       expect(sid).toBe(pid);
     });
 
+    it.skipIf(driver.name !== "gvisor")(
+      "in gVisor runs beside the agent, started by bothy-init, and hands commands nothing of it",
+      async () => {
+        const r = await runCommand(ts.wsUrl, id, {
+          cmd: 'cut -d" " -f4 /proc/$PPID/stat; env | grep -c ^BOTHY_; ls /proc/self/fd | wc -l; ls /run/bothy',
+        });
+        expect(r.exit?.exit_code).toBe(0);
+        const [helperParent, bothyVariables, fds, ...sockets] = r.stdout.trim().split("\n");
+        expect(helperParent).toBe("1");
+        // BOTHY_SANDBOX_ID is the one the sandbox's spec gives every process.
+        expect(bothyVariables).toBe("1");
+        // stdin, stdout, stderr, and the directory `ls` reads.
+        expect(fds).toBe("4");
+        // The control socket is gone once the agent has connected.
+        expect(sockets).toEqual(["spawner.sock"]);
+      },
+    );
+
     it("keeps exit codes, signals, stdin and output apart", async () => {
       const r = await runCommand(ts.wsUrl, id, { cmd: "echo out; echo err >&2; exit 7" });
       expect([r.stdout, r.stderr, r.exit?.exit_code]).toEqual(["out\n", "err\n", 7]);

@@ -48,6 +48,7 @@ export function commandRoutes(
       if (!command.finished) command.signal("SIGKILL");
     };
     reply.raw.once("close", onClose);
+    watch.track(id, reply.raw, () => reply.raw.writableEnded);
     const detach = collectCommand(command, (answer) => {
       reply.raw.off("close", onClose);
       void reply.send(answer);

@@ -1,9 +1,13 @@
-import type { WebSocket } from "ws";
 import type { Ledger } from "../ledger/ledger.ts";
 import type { Logger, SandboxManager } from "./sandbox-manager.ts";
 
 /** Close codes of a client that leaves on purpose: normal, going away, and a close frame without a code. */
 const CLEAN_CLOSE = new Set([1000, 1001, 1005]);
+
+/** A client's connection to a sandbox: a WebSocket (its close code), or an HTTP answer (none). */
+export interface ClientConnection {
+  once(event: "close", listener: (code?: number) => void): unknown;
+}
 
 interface Watched {
   sockets: number;
@@ -12,11 +16,12 @@ interface Watched {
 
 /**
  * Deletes `delete_on_disconnect` sandboxes whose client went away. Every WebSocket to a sandbox
- * (command and re-attach) is counted; when the last one ends without a clean close from the
- * client (a code other than 1000/1001, or a dropped connection; a close frame without a
- * code is clean) a grace timer starts, and any new
- * socket to the sandbox stops it. A socket the server ended (the command exited, an error) is
- * not a client leaving, whatever code the peer answered with.
+ * (command and re-attach) and every command request over HTTP still waiting for its answer is
+ * counted; when the last one ends without a clean close from the client (a code other than
+ * 1000/1001, or a dropped connection; a close frame without a code is clean; a request whose
+ * answer was not sent) a grace timer starts, and any new connection to the sandbox stops it.
+ * A connection the server ended (the command exited, an error, the answer sent) is not a client
+ * leaving, whatever code the peer answered with.
  */
 export class DisconnectWatch {
   private readonly sandboxes = new Map<string, Watched>();
@@ -29,7 +34,7 @@ export class DisconnectWatch {
   ) {}
 
   /** Counts `socket` against its sandbox until it closes; `endedByServer` is asked then. */
-  track(sandboxId: string, socket: WebSocket, endedByServer: () => boolean): void {
+  track(sandboxId: string, socket: ClientConnection, endedByServer: () => boolean): void {
     if (this.closed) return;
     const w = this.sandboxes.get(sandboxId) ?? { sockets: 0, timer: undefined };
     this.sandboxes.set(sandboxId, w);
@@ -39,10 +44,12 @@ export class DisconnectWatch {
       w.timer = undefined;
       this.log("disconnect_grace_cancelled", { sandbox_id: sandboxId });
     }
-    socket.once("close", (code: number) => this.ended(sandboxId, w, CLEAN_CLOSE.has(code) || endedByServer(), code));
+    socket.once("close", (code?: number) =>
+      this.ended(sandboxId, w, (code !== undefined && CLEAN_CLOSE.has(code)) || endedByServer(), code),
+    );
   }
 
-  private ended(sandboxId: string, w: Watched, clean: boolean, code: number): void {
+  private ended(sandboxId: string, w: Watched, clean: boolean, code: number | undefined): void {
     w.sockets--;
     if (this.closed || w.sockets > 0) return;
     const row = this.ledger.getSandbox(sandboxId);
@@ -65,7 +72,7 @@ export class DisconnectWatch {
     w.timer.unref();
   }
 
-  /** WebSockets open to the sandbox right now. */
+  /** Client connections open to the sandbox right now. */
   sockets(sandboxId: string): number {
     return this.sandboxes.get(sandboxId)?.sockets ?? 0;
   }
