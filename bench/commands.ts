@@ -3,10 +3,10 @@
  * commands, each figure against a baseline measured in the same run:
  *  - round trip of `true`: over the API (WebSocket connect, command, process_exited), over the API
  *    as one HTTP request on a kept-alive connection (POST /sandboxes/{id}/commands), both from a
- *    client process of its own (bench/commands-client.ts, as a user's SDK is) and, printed
- *    beside them, from a client in the server's own process (whose CPU then competes with the
- *    server's event loop), vs straight
- *    through the driver's guest channel (the server's own AgentClient, no HTTP), and vs the floor
+ *    client process of its own (bench/commands-client.ts, as a user's SDK is) and, printed beside
+ *    them, from a client in the server's own process (whose CPU then competes with the server's
+ *    event loop), vs straight through the driver's guest channel (the server's own AgentClient,
+ *    no HTTP), and vs the floor
  *    inside the sandbox: a shell's fork+exec of `sh -c true`, timed in the sandbox (goal: the API
  *    round trip <= 1.5x that floor and <= 30 ms p50 on an idle box);
  *  - stdout throughput: M MB streamed to an API client vs the same bytes through a plain pipe
@@ -148,7 +148,7 @@ try {
   const rtHttp = median(viaHttpKeepAlive);
   const rtChannel = median(viaChannel);
   console.log(
-    `round trip of \`true\` (${runs} runs, medians; API client in a process of its own, pid ${client.pid}): API ${rtApi.toFixed(1)} ms, guest channel ${rtChannel.toFixed(1)} ms, ratio ${(rtApi / rtChannel).toFixed(2)} (goal <= 1.3)`,
+    `round trip of \`true\` (${runs} runs, medians; API client in a process of its own): API ${rtApi.toFixed(1)} ms, guest channel ${rtChannel.toFixed(1)} ms, ratio ${(rtApi / rtChannel).toFixed(2)} (goal <= 1.3)`,
   );
   console.log(
     `    API p50 ${rtApi.toFixed(1)} ms, p95 ${percentile(viaApi, 95).toFixed(1)} ms; guest channel p95 ${percentile(viaChannel, 95).toFixed(1)} ms`,
