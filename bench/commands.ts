@@ -6,9 +6,8 @@
  *    client process of its own (bench/commands-client.ts, as a user's SDK is) and, printed beside
  *    them, from a client in the server's own process (whose CPU then competes with the server's
  *    event loop), vs straight through the driver's guest channel (the server's own AgentClient,
- *    no HTTP), and vs the floor
- *    inside the sandbox: a shell's fork+exec of `sh -c true`, timed in the sandbox (goal: the API
- *    round trip <= 1.5x that floor and <= 30 ms p50 on an idle box);
+ *    no HTTP), and vs the floor inside the sandbox: a shell's fork+exec of `sh -c true`, timed in
+ *    the sandbox (goal: the API round trip <= 1.5x that floor and <= 30 ms p50 on an idle box);
  *  - stdout throughput: M MB streamed to an API client vs the same bytes through a plain pipe
  *    inside the same sandbox (`head | tr | cat > /dev/null`).
  * Prints figures and ratios; no pass/fail.
