@@ -2,17 +2,22 @@
  * bench/commands [--runs R=50] [--mb M=100] [--driver gvisor|qemu]: what the API adds to running
  * commands, each figure against a baseline measured in the same run:
  *  - round trip of `true`: over the API (WebSocket connect, command, process_exited), over the API
- *    as one HTTP request on a kept-alive connection (POST /sandboxes/{id}/commands), vs straight
- *    through the driver's guest channel (the server's own AgentClient, no HTTP), and vs the floor
- *    inside the sandbox: a shell's fork+exec of `sh -c true`, timed in the sandbox (goal: the API
- *    round trip <= 1.5x that floor and <= 30 ms p50 on an idle box);
+ *    as one HTTP request on a kept-alive connection (POST /sandboxes/{id}/commands), both from a
+ *    client process of its own (bench/commands-client.ts, as a user's SDK is) and, printed beside
+ *    them, from a client in the server's own process (whose CPU then competes with the server's
+ *    event loop), vs straight through the driver's guest channel (the server's own AgentClient,
+ *    no HTTP), and vs the floor inside the sandbox: a shell's fork+exec of `sh -c true`, timed in
+ *    the sandbox (goal: the API round trip <= 1.5x that floor and <= 30 ms p50 on an idle box);
  *  - stdout throughput: M MB streamed to an API client vs the same bytes through a plain pipe
  *    inside the same sandbox (`head | tr | cat > /dev/null`).
  * Prints figures and ratios; no pass/fail.
  */
+import { fork } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import { startTestServer, type TestServer } from "../packages/server/test/helpers/test-server.ts";
 import { createSandbox, runCommand } from "../packages/server/test/helpers/client.ts";
 import { header, intArg, median, parseArgs, seedTemplate, stopAndInspect } from "./bench-util.ts";
+import type { ClientAnswer, ClientRequest } from "./commands-client.ts";
 
 /** The p-th percentile (0-100) by nearest rank. */
 function percentile(xs: readonly number[], p: number): number {
@@ -29,6 +34,20 @@ const driver = flags.get("driver") ?? "gvisor";
 console.log(await header());
 await seedTemplate();
 let ts: TestServer | undefined;
+// The API client as a process of its own (it inherits tsx's loader through execArgv).
+const client = fork(fileURLToPath(new URL("./commands-client.ts", import.meta.url)), { stdio: "inherit" });
+/** Sends one request to the client process; answers the round trip it timed itself. */
+const ask = (req: ClientRequest): Promise<Extract<ClientAnswer, { ok: true }>> =>
+  new Promise((resolve, reject) => {
+    const onExit = (): void => reject(new Error("the client process exited"));
+    client.once("exit", onExit);
+    client.once("message", (a: ClientAnswer) => {
+      client.off("exit", onExit);
+      if (a.ok) resolve(a);
+      else reject(new Error(`client process: ${a.error}`));
+    });
+    client.send(req);
+  });
 try {
   ts = await startTestServer({ BOTHY_DRIVER: driver, BOTHY_POOL_SIZE: "0" });
   const id = await createSandbox(ts.url);
@@ -62,10 +81,14 @@ try {
       throw new Error(`POST commands: ${res.status} ${JSON.stringify(body)}`);
   };
 
+  await ask({ op: "setup", url: ts.url, wsUrl: ts.wsUrl, sandboxId: id, apiKey: ts.apiKey });
+
   // Warm every path once: the first spawn in a fresh sandbox is slower.
   await direct("true");
   await runCommand(ts.wsUrl, id, { cmd: "true" });
   await viaHttp("true");
+  await ask({ op: "ws", cmd: "true" });
+  await ask({ op: "http", cmd: "true" });
 
   // The floor: what one fork+exec of `sh -c true` costs inside this sandbox, timed there by a
   // shell loop (date's own exec is outside the loop). Its rounds are spread among the round trips
@@ -85,22 +108,38 @@ try {
   };
 
   const viaApi: number[] = [];
+  const viaApiExited: number[] = [];
   const viaHttpKeepAlive: number[] = [];
+  const inProcessApi: number[] = [];
+  const inProcessHttp: number[] = [];
   const viaChannel: number[] = [];
   const connectionsBefore = httpConnections;
-  const series: Array<[number[], () => Promise<unknown>]> = [
-    [viaApi, () => runCommand(wsUrl, id, { cmd: "true" }, { keepEvents: false })],
-    [viaHttpKeepAlive, () => viaHttp("true")],
-    [viaChannel, () => direct("true")],
+  /** A series timed here, around the whole call. */
+  const timed = (run: () => Promise<unknown>) => async (): Promise<number> => {
+    const t = performance.now();
+    await run();
+    return performance.now() - t;
+  };
+  const series: Array<[number[], () => Promise<number>]> = [
+    [
+      viaApi,
+      async () => {
+        const a = await ask({ op: "ws", cmd: "true" });
+        viaApiExited.push(a.exitedMs ?? NaN);
+        return a.ms;
+      },
+    ],
+    [viaHttpKeepAlive, async () => (await ask({ op: "http", cmd: "true" })).ms],
+    [viaChannel, timed(() => direct("true"))],
+    [inProcessApi, timed(() => runCommand(wsUrl, id, { cmd: "true" }, { keepEvents: false }))],
+    [inProcessHttp, timed(() => viaHttp("true"))],
   ];
   for (let i = 0; i < runs; i++) {
     // Interleaved, so load changes hit every series alike; the order turns each round, so that no
     // series always runs in the wake of another's teardown (a WebSocket's close).
     for (let k = 0; k < series.length; k++) {
       const [into, run] = series[(i + k) % series.length]!;
-      const t = performance.now();
-      await run();
-      into.push(performance.now() - t);
+      into.push(await run());
     }
     if ((i + 1) % Math.ceil(runs / floorRounds) === 0 || i === runs - 1) await floorRound();
   }
@@ -108,13 +147,13 @@ try {
   const rtHttp = median(viaHttpKeepAlive);
   const rtChannel = median(viaChannel);
   console.log(
-    `round trip of \`true\` (${runs} runs, medians): API ${rtApi.toFixed(1)} ms, guest channel ${rtChannel.toFixed(1)} ms, ratio ${(rtApi / rtChannel).toFixed(2)} (goal <= 1.3)`,
+    `round trip of \`true\` (${runs} runs, medians; API client in a process of its own): API ${rtApi.toFixed(1)} ms, guest channel ${rtChannel.toFixed(1)} ms, ratio ${(rtApi / rtChannel).toFixed(2)} (goal <= 1.3)`,
   );
   console.log(
     `    API p50 ${rtApi.toFixed(1)} ms, p95 ${percentile(viaApi, 95).toFixed(1)} ms; guest channel p95 ${percentile(viaChannel, 95).toFixed(1)} ms`,
   );
   // Each WebSocket round trip opens a connection of its own; the HTTP series should add none.
-  const wsConnections = runs + inside.length;
+  const wsConnections = 2 * runs + inside.length;
   console.log(
     `    API over HTTP (keep-alive) p50 ${rtHttp.toFixed(1)} ms, p95 ${percentile(viaHttpKeepAlive, 95).toFixed(1)} ms; ratio to guest channel ${(rtHttp / rtChannel).toFixed(2)}; server accepted ${httpConnections - connectionsBefore} connections in the loop (${wsConnections} of them WebSockets)`,
   );
@@ -123,6 +162,15 @@ try {
     `    in-sandbox \`sh -c true\` fork+exec (${loops} per round, ${inside.length} rounds among the round trips, median of round means): ${floor.toFixed(1)} ms; API / in-sandbox = ${(rtApi / floor).toFixed(2)} (goal <= 1.5), API p50 goal <= 30 ms`,
   );
   console.log(`    API over HTTP (keep-alive) / in-sandbox = ${(rtHttp / floor).toFixed(2)} (goal <= 1.5)`);
+  const rtExited = median(viaApiExited);
+  console.log(
+    `    API (WebSocket) to \`process_exited\`, where the SDK's commands.run resolves (the close handshake after it is off the caller's clock): p50 ${rtExited.toFixed(1)} ms; / in-sandbox = ${(rtExited / floor).toFixed(2)}`,
+  );
+  const rtInApi = median(inProcessApi);
+  const rtInHttp = median(inProcessHttp);
+  console.log(
+    `    same, client in the server's own process (its CPU shares the server's event loop): API ${rtInApi.toFixed(1)} ms, HTTP ${rtInHttp.toFixed(1)} ms; / in-sandbox ${(rtInApi / floor).toFixed(2)}, ${(rtInHttp / floor).toFixed(2)}`,
+  );
 
   const bytes = mb * 1_000_000;
   const flood = `head -c ${bytes} /dev/zero | tr '\\0' a`;
@@ -151,6 +199,7 @@ try {
     `stdout throughput (${mb} MB): API ${apiRate.toFixed(1)} MB/s, raw pipe in the sandbox ${rawRate.toFixed(1)} MB/s, ratio ${(apiRate / rawRate).toFixed(2)} (goal >= 0.5)`,
   );
 } finally {
+  client.disconnect();
   if (ts) {
     const { leaks } = await stopAndInspect(ts, "commands");
     console.log(leaks.length === 0 ? "leaks: none" : `leaks:\n  ${leaks.join("\n  ")}`);

@@ -319,6 +319,7 @@ export async function startServer(
         await app.close();
         await manager.close();
         await drivers.close();
+        registry.close();
         webhook?.close();
         ledger.close();
       })();

@@ -36,6 +36,17 @@ describe("POST /sandboxes/{id}/commands (gvisor)", () => {
     expect((await api(ts.url, "GET", `/sandboxes/${id}/commands/${commandId}`)).json["state"]).toBe("exited");
   });
 
+  it("has the end's log line and command.exited event written when the client reads the answer", async () => {
+    // They are written after the answer, in the same turn of the server's event loop: by the time
+    // a client has the answer (it needs another turn to read it), they are there.
+    const res = await exec({ cmd: "true" });
+    const commandId = String(res.json["command_id"]);
+    expect(
+      ts.server.events.since(0, id).some((e) => e.type === "command.exited" && e.data["command_id"] === commandId),
+    ).toBe(true);
+    expect(ts.events.some((e) => e.event === "command_exited" && e.command_id === commandId)).toBe(true);
+  });
+
   it("answers a non-zero exit with 200 and its code, and binary output as base64", async () => {
     const failed = await exec({ cmd: "echo no >&2; exit 3" });
     expect(failed.status).toBe(200);

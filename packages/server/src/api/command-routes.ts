@@ -38,8 +38,9 @@ export function commandRoutes(
   // and record as a socket's command; the output comes whole in the answer.
   app.post<{ Params: { id: string } }>("/sandboxes/:id/commands", async (request, reply) => {
     const id = request.params.id;
-    requireRunning(manager, id);
-    const command = registry.start(id, manager.agent(id), parseHttpCommand(request.body));
+    // `agent` refuses a sandbox that is not running, before the body is looked at.
+    const agent = manager.agent(id);
+    const command = registry.start(id, agent, parseHttpCommand(request.body));
     // Like a socket's owner, a client that leaves before the end takes its command with it.
     const onClose = (): void => {
       if (reply.raw.writableEnded) return;

@@ -57,14 +57,15 @@ export class RunningCommand {
       },
       {
         onStarted: (pid) => {
+          // The record exists before any client learns the command's id; the log line follows it.
           ledger.insertCommand({ id: this.id, sandbox_id: this.sandboxId, cmd: req.cmd, background: req.background });
+          this.emit({ type: "started", command_id: this.id, sandbox_id: this.sandboxId, pid });
           log("command_started", {
             sandbox_id: this.sandboxId,
             command_id: this.id,
             pid,
             background: req.background ?? false,
           });
-          this.emit({ type: "started", command_id: this.id, sandbox_id: this.sandboxId, pid });
         },
         onOutput: (fd, bytes, consumed) => {
           const chunk = this.chunkers[fd].push(bytes);
@@ -166,6 +167,9 @@ export class RunningCommand {
 
 export class CommandRegistry {
   private readonly bySandbox = new Map<string, Map<string, RunningCommand>>();
+  private readonly deferred: Array<() => void> = [];
+  private deferredRun: NodeJS.Immediate | undefined;
+  private closed = false;
 
   constructor(
     private readonly ledger: Ledger,
@@ -214,34 +218,66 @@ export class CommandRegistry {
     this.bySandbox.delete(sandboxId);
   }
 
+  /**
+   * A command's end, after its listeners have had it. Its record is updated at once, so a
+   * re-attach or GET right after the answer reads the end. After an exit, the log line, the
+   * public event and the idle and pool bookkeeping run at the end of this turn of the event loop
+   * (`later`): the answer's bytes and the client's next frames (a WebSocket's close) are not held
+   * up by them, and they still run before any request the client sends after reading the answer.
+   * A crash in between loses that log line and event only, never the record recovery reads.
+   */
   private onFinal(cmd: RunningCommand, event: CommandEvent): void {
     // A command that never started has no record (finishCommand finds none to update).
-    let row: CommandRow | undefined;
-    if (event.type === "process_exited") {
-      row = this.ledger.finishCommand(cmd.id, {
-        state: "exited",
-        exit_code: event.exit_code,
-        signal: event.signal ?? null,
-        timed_out: event.timed_out ?? false,
-      });
-      this.opts.log("command_exited", {
-        sandbox_id: cmd.sandboxId,
-        command_id: cmd.id,
-        exit_code: event.exit_code,
-        signal: event.signal ?? null,
-        timed_out: event.timed_out ?? false,
-      });
-    } else {
-      row = this.ledger.finishCommand(cmd.id, { state: "lost", exit_code: null, signal: null });
-      if (row)
+    const row =
+      event.type === "process_exited"
+        ? this.ledger.finishCommand(cmd.id, {
+            state: "exited",
+            exit_code: event.exit_code,
+            signal: event.signal ?? null,
+            timed_out: event.timed_out ?? false,
+          })
+        : this.ledger.finishCommand(cmd.id, { state: "lost", exit_code: null, signal: null });
+    const rest = (): void => {
+      if (event.type === "process_exited")
+        this.opts.log("command_exited", {
+          sandbox_id: cmd.sandboxId,
+          command_id: cmd.id,
+          exit_code: event.exit_code,
+          signal: event.signal ?? null,
+          timed_out: event.timed_out ?? false,
+        });
+      else if (row)
         this.opts.log("command_lost", {
           sandbox_id: cmd.sandboxId,
           command_id: cmd.id,
           reason: event.type === "error" ? event.message : "",
         });
-    }
-    if (row) this.opts.onExited(toCommandInfo(row));
-    this.trim(cmd.sandboxId);
+      if (row) this.opts.onExited(toCommandInfo(row));
+      this.trim(cmd.sandboxId);
+    };
+    // A lost command is told at once, so its event still comes before its sandbox's (stopped, deleted).
+    if (event.type === "process_exited") this.later(rest);
+    else rest();
+  }
+
+  /** Runs `work` at the end of this turn of the event loop (see `onFinal`), in order; at once once closed. */
+  private later(work: () => void): void {
+    if (this.closed) return work();
+    this.deferred.push(work);
+    this.deferredRun ??= setImmediate(() => this.flush());
+  }
+
+  private flush(): void {
+    if (this.deferredRun) clearImmediate(this.deferredRun);
+    this.deferredRun = undefined;
+    const work = this.deferred.splice(0);
+    for (const w of work) w();
+  }
+
+  /** Runs the deferred work now, and any later at once: the server calls it before it closes the ledger. */
+  close(): void {
+    this.closed = true;
+    this.flush();
   }
 
   private trim(sandboxId: string): void {

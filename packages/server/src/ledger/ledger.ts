@@ -399,11 +399,12 @@ export class Ledger {
    * next durable write would have carried to the disk with it.
    */
   private relaxed<T>(write: () => T): T {
-    this.db.pragma("synchronous = NORMAL");
+    // Prepared once, like the writes they wrap (`db.pragma` compiles its statement at every call).
+    this.cached("PRAGMA synchronous = NORMAL").run();
     try {
       return write();
     } finally {
-      this.db.pragma("synchronous = FULL");
+      this.cached("PRAGMA synchronous = FULL").run();
     }
   }
 
@@ -443,17 +444,15 @@ export class Ledger {
   insertEvent(type: string, sandboxId: string | null, data: object, tenant?: string): EventRow {
     const created_at = now();
     const json = JSON.stringify(data);
-    const owner = tenant ?? (sandboxId === null ? null : (this.getSandbox(sandboxId)?.tenant ?? null));
-    const info = this.relaxed(() =>
-      this.cached(`INSERT INTO events (type, sandbox_id, data, created_at, tenant) VALUES (?, ?, ?, ?, ?)`).run(
-        type,
-        sandboxId,
-        json,
-        created_at,
-        owner,
-      ),
+    // The sandbox's tenant is looked up in the insert itself (no row read and copied for one field).
+    const row = this.relaxed(
+      () =>
+        this.cached(
+          `INSERT INTO events (type, sandbox_id, data, created_at, tenant)
+             VALUES (?, ?, ?, ?, COALESCE(?, (SELECT tenant FROM sandboxes WHERE id = ?))) RETURNING seq, tenant`,
+        ).get(type, sandboxId, json, created_at, tenant ?? null, sandboxId) as { seq: number; tenant: string | null },
     );
-    return { seq: Number(info.lastInsertRowid), type, sandbox_id: sandboxId, tenant: owner, data: json, created_at };
+    return { seq: row.seq, type, sandbox_id: sandboxId, tenant: row.tenant, data: json, created_at };
   }
 
   eventsSince(seq: number, sandboxId?: string, limit = 1000): EventRow[] {
