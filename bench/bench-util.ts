@@ -13,6 +13,8 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import Database from "better-sqlite3";
 import { TemplateStore, type BuiltTemplate } from "../packages/server/src/index.ts";
+import { homeCgroupDirs, hostCgroupLayout, sandboxCgroupDirs } from "../packages/server/src/drivers/host-cgroups.ts";
+import { hostTag } from "../packages/server/src/util/host-names.ts";
 import { api, createSandbox, runCommand } from "../packages/server/test/helpers/client.ts";
 import { hostLeaks, type HostLeaks } from "../packages/server/test/helpers/host-state.ts";
 import type { TestServer } from "../packages/server/test/helpers/test-server.ts";
@@ -194,7 +196,7 @@ function ledgerIds(path: string): string[] {
 /**
  * Beyond the helper's per-root checks: any runsc process (runsc, runsc-gofer, runsc-sandbox) or
  * QEMU whose arguments mention the home, any mount line (target or overlay options) under it, and
- * any cgroup runsc made for one of its sandboxes (the OCI spec puts them under /bothy/<id>).
+ * any cgroup runsc made for one of its sandboxes (`bothy-<tag>/<id>`), or the home's parent of them.
  */
 async function globalLeaks(home: string, ids: readonly string[], alreadyReported: Set<string>): Promise<string[]> {
   const fresh = (l: string): boolean => l.includes(home) && !alreadyReported.has(l);
@@ -207,10 +209,11 @@ async function globalLeaks(home: string, ids: readonly string[], alreadyReported
     .split("\n")
     .filter(fresh)
     .map((l) => `global mount: ${l}`);
-  const controllers = await readdir("/sys/fs/cgroup").catch(() => [] as string[]);
-  const cgroups = controllers
-    .flatMap((c) => ids.map((id) => `/sys/fs/cgroup/${c}/bothy/${id}`))
-    .filter((d) => existsSync(d));
+  const layout = await hostCgroupLayout();
+  const cgroups = [
+    ...ids.flatMap((id) => sandboxCgroupDirs(layout, hostTag(home), id)),
+    ...homeCgroupDirs(layout, hostTag(home)),
+  ].filter((d) => existsSync(d));
   return [...procs, ...mounts, ...cgroups.map((d) => `global cgroup: ${d}`)];
 }
 

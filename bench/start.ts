@@ -17,6 +17,7 @@ import { buildOciSpec } from "../packages/server/src/drivers/oci-spec.ts";
 import { loadConfig } from "../packages/server/src/index.ts";
 import { run } from "../packages/server/src/util/host-command.ts";
 import { cgroupPath, hostTag } from "../packages/server/src/util/host-names.ts";
+import { hostCgroupLayout, removeHomeCgroups, sandboxCgroupDirs } from "../packages/server/src/drivers/host-cgroups.ts";
 import { api, createSandbox } from "../packages/server/test/helpers/client.ts";
 import { startTestServer, type TestServer } from "../packages/server/test/helpers/test-server.ts";
 import { cpuAccounting, type CpuSample } from "./cpu-accounting.ts";
@@ -343,9 +344,8 @@ async function rawRun(overlay: boolean, i: number, agentPath: string): Promise<R
     await rm(dir, { recursive: true, force: true });
   }
   const total = performance.now() - t0;
-  for (const c of ["cpu", "memory", "pids"])
-    if (existsSync(`/sys/fs/cgroup/${c}/bothy/${id}`))
-      leaks.push(`raw: cgroup /sys/fs/cgroup/${c}/bothy/${id} left by runsc`);
+  for (const d of sandboxCgroupDirs(await hostCgroupLayout(), hostTag(scratch), id))
+    if (existsSync(d)) leaks.push(`raw: cgroup ${d} left by runsc`);
   return { total, runsc: runscMs };
 }
 
@@ -386,6 +386,8 @@ async function cleanScratch(): Promise<void> {
     leaks.push(`raw: mount ${t} left behind`);
     await run("umount", ["-l", t]).catch((err: unknown) => leaks.push(`raw: umount ${t}: ${(err as Error).message}`));
   }
+  // runsc removes each raw run's cgroup, not the parent it made for them (as a server does at its stop).
+  await removeHomeCgroups(await hostCgroupLayout(), hostTag(scratch));
   await rm(scratch, { recursive: true, force: true });
 }
 
