@@ -412,18 +412,11 @@ export class HostNetwork {
   async teardown(sandboxId: string): Promise<void> {
     if (!SANDBOX_ID_RE.test(sandboxId))
       throw new BothyError("invalid_sandbox_id", `Refusing to remove the network of ${sandboxId}: not a sandbox id.`);
-    const made = this.made.get(sandboxId);
     // What this server plumbed whole is known without listing anything: one nft and one ip. If that
-    // fails (something of it is gone already), the full teardown below finds what is left.
-    if (
-      !made ||
-      this.tables.length > 1 ||
-      !(await this.removeMade(made).then(
-        () => true,
-        () => false,
-      ))
-    )
-      await this.removeListed(sandboxId);
+    // fails (something of it is gone already), the full teardown finds what is left.
+    const made = this.tables.length === 1 ? this.made.get(sandboxId) : undefined;
+    const removed = made ? await succeeds(this.removeMade(made)) : false;
+    if (!removed) await this.removeListed(sandboxId);
     this.made.delete(sandboxId);
     this.used.delete(sandboxId);
     this.policies.delete(sandboxId);
@@ -595,6 +588,14 @@ async function hostAddresses(): Promise<string[]> {
 async function defaultRouteInterface(): Promise<string> {
   const { stdout } = await run("ip", ["-j", "-4", "route", "show", "default"], { timeoutMs: CMD_TIMEOUT_MS });
   return (JSON.parse(stdout || "[]") as Array<{ dev?: string }>)[0]?.dev ?? "";
+}
+
+/** Whether the promise fulfils; its rejection is the caller's cue to take another way. */
+function succeeds(p: Promise<unknown>): Promise<boolean> {
+  return p.then(
+    () => true,
+    () => false,
+  );
 }
 
 /** nft's answer for a table or chain that does not exist. */
