@@ -3,12 +3,14 @@
  * once, with networking on and then off, by a real `bothy serve` inside the test topology
  * (packages/server/test/helpers/net-topology.ts: no packet leaves this machine). Prints the
  * create times both ways, the network set-up time the server logged per sandbox, and what network
- * objects (namespaces, interfaces, nft chains, map elements) are left after the deletes: none.
+ * objects of its home (namespaces, interfaces, nft chains, map elements) are left after the
+ * deletes: none. Namespaces are host-wide: a concurrent test's would be counted without the tag.
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import type { DriverName } from "@bothy/protocol";
 import { api, createSandbox } from "../packages/server/test/helpers/client.ts";
 import { NetTopology } from "../packages/server/test/helpers/net-topology.ts";
+import { hostTag } from "../packages/server/src/util/host-names.ts";
 import { median, secs } from "./bench-util.ts";
 
 const args = process.argv.slice(2);
@@ -22,10 +24,13 @@ interface Round {
   plumbMs: number[];
   wallMs: number;
   failures: string[];
+  /** The round's home's tag: the objects checked afterwards are its own, not a concurrent test's. */
+  tag: string;
 }
 
 async function round(topo: NetTopology, network: boolean): Promise<Round> {
   const home = await mkdtemp("/tmp/bothy-bench-net-");
+  const tag = hostTag(home);
   const server = topo.serveInHost(home, {
     BOTHY_NETWORK: network ? "on" : "off",
     BOTHY_DRIVER: driver,
@@ -57,7 +62,7 @@ async function round(topo: NetTopology, network: boolean): Promise<Round> {
       .filter((l) => l["event"] === "network_plumbed")
       .slice(1)
       .map((l) => Number(l["ms"]));
-    return { createMs, plumbMs, wallMs, failures };
+    return { createMs, plumbMs, wallMs, failures, tag };
   } finally {
     await server.stop(30_000);
     await rm(home, { recursive: true, force: true });
@@ -70,7 +75,7 @@ try {
   await topo.create();
   console.log(`bench/network: ${n} sandboxes (${driver}) created and deleted concurrently, networking on, then off`);
   const on = await round(topo, true);
-  const leftOn = await topo.bothyObjects();
+  const leftOn = await topo.bothyObjects(on.tag);
   const off = await round(topo, false);
   const row = (name: string, r: Round) =>
     console.log(

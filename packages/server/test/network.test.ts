@@ -7,7 +7,7 @@ import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { hostTag } from "../src/util/host-names.ts";
+import { hostTag, ifaceName } from "../src/util/host-names.ts";
 import { describe, expect, it } from "vitest";
 import type { SandboxCreateOptions } from "@bothy/sdk";
 import { api, createSandbox, deleteSandbox, runCommand } from "./helpers/client.ts";
@@ -322,6 +322,21 @@ describe.skipIf(!root)("network isolation", () => {
       await rm(homeC, { recursive: true, force: true });
     }
   });
+
+  const gvisor = drivers.find((d) => d.name === "gvisor");
+  it.skipIf(gvisor?.missing !== undefined)(
+    "a delete removes the rest of a sandbox's network when its interface was removed behind the server's back",
+    async () => {
+      // The server removes what it made by name; that fails here, and it must find what is left.
+      const id = await createSandbox(lab.base, { driver: "gvisor" });
+      made.push(id);
+      const tag = hostTag(lab.home);
+      await topo.inHost("ip", ["link", "del", ifaceName(tag, id, "veth")]);
+      expect(await deleteSandbox(lab.base, id)).toBe("deleted");
+      const left = await topo.bothyObjects(tag);
+      expect([...left.netns, ...left.links, ...left.chains].filter((n) => n.includes(id.slice(4, 12)))).toEqual([]);
+    },
+  );
 
   it("leaves no namespace, interface, chain or map element once every sandbox is gone", async () => {
     for (const id of made) await deleteSandbox(lab.base, id);

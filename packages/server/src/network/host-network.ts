@@ -62,6 +62,16 @@ export interface PlannedNetwork {
 }
 
 const NETNS_DIR = "/run/netns";
+/**
+ * Run by `sh -c` inside a new namespace before eth0 is up: turns IPv6 off for every interface
+ * there, so eth0 never gets a link-local address for gVisor to copy. A line of `ip -batch` ends
+ * its quoted word at the next quote of the same kind and drops what follows a `#`: no single
+ * quote and no `#` here.
+ */
+const NS_IPV6_OFF =
+  "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6 && echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6";
+/** Then configures the namespace with one `ip -batch`: $1 is eth0's address/prefix, $2 the gateway. */
+const NS_CONFIGURE = `printf "%s\\n" "addr add $1 dev eth0" "link set eth0 up" "link set lo up" "route add default via $2" | ip -batch -`;
 const CMD_TIMEOUT_MS = 15_000;
 
 export const DEFAULT_POLICY: EgressPolicy = { internet: true, allowOut: [], denyOut: [] };
@@ -86,6 +96,8 @@ export class HostNetwork {
   private readonly used = new Map<string, number>();
   /** The egress policy of each sandbox with a subnet, for the gateway's lookups by guest address. */
   private readonly policies = new Map<string, EgressPolicy>();
+  /** The sandboxes this server plumbed whole, as planned: their teardown needs no listing. */
+  private readonly made = new Map<string, PlannedNetwork>();
   private uplinkName = "";
   private ipv6 = false;
   /**
@@ -342,48 +354,36 @@ export class HostNetwork {
   }
 
   /**
-   * Makes the link and the chain. A plumb that fails leaves what it made for `teardown`, which
-   * removes whatever of it exists: the boot pipeline pushed that undo before calling this.
+   * Makes the link and the chain: one `ip -batch` and one `nft -f`, as each program the server
+   * spawns costs it a fork of its whole address space. A plumb that fails leaves what it made for
+   * `teardown`, which removes whatever of it exists: the boot pipeline pushed that undo before
+   * calling this.
    */
   async plumb(plan: PlannedNetwork): Promise<void> {
     const { iface, guest } = plan;
     const cidr = (a: string) => `${a}/${guest.prefix}`;
     const started = Date.now();
+    // With addrgenmode none the host end gets no IPv6 link-local when it comes up; disable_ipv6,
+    // written once the batch is done, then turns IPv6 off on it altogether.
+    const hostEnd = [
+      `link set ${iface} alias ${plan.sandboxId}${this.ipv6 ? " addrgenmode none" : ""}`,
+      `addr add ${cidr(guest.gateway)} dev ${iface}`,
+      `link set ${iface} up`,
+    ];
     try {
       if (plan.kind === "veth") {
         const ns = netnsName(this.opts.tag, plan.sandboxId);
-        await ip(["netns", "add", ns]);
-        // Before eth0 exists, so it never gets an IPv6 link-local address for gVisor to copy.
-        if (this.ipv6)
-          await ip([
-            "netns",
-            "exec",
-            ns,
-            "sh",
-            "-c",
-            "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6 && echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6",
-          ]);
         await ipBatch([
+          `netns add ${ns}`,
           `link add ${iface} type veth peer name eth0 netns ${ns}`,
-          `link set ${iface} alias ${plan.sandboxId}`,
+          ...hostEnd,
+          // `ip -batch` takes no per-line namespace: one child in the namespace configures it.
+          `netns exec ${ns} sh -c '${this.ipv6 ? `${NS_IPV6_OFF} && ` : ""}${NS_CONFIGURE}' sh ${cidr(guest.guest)} ${guest.gateway}`,
         ]);
-        await this.disableIpv6(iface);
-        await ipBatch([`addr add ${cidr(guest.gateway)} dev ${iface}`, `link set ${iface} up`]);
-        await ipBatch(
-          [
-            `addr add ${cidr(guest.guest)} dev eth0`,
-            "link set eth0 up",
-            "link set lo up",
-            `route add default via ${guest.gateway}`,
-          ],
-          ns,
-        );
       } else {
-        await ip(["tuntap", "add", "dev", iface, "mode", "tap"]);
-        await ip(["link", "set", iface, "alias", plan.sandboxId]);
-        await this.disableIpv6(iface);
-        await ipBatch([`addr add ${cidr(guest.gateway)} dev ${iface}`, `link set ${iface} up`]);
+        await ipBatch([`tuntap add dev ${iface} mode tap`, ...hostEnd]);
       }
+      if (this.ipv6) await writeFile(`/proc/sys/net/ipv6/conf/${iface}/disable_ipv6`, "1\n");
       await nft(
         renderSandboxAdd({
           table: this.table,
@@ -393,6 +393,7 @@ export class HostNetwork {
           policy: plan.policy,
         }),
       );
+      this.made.set(plan.sandboxId, plan);
       this.opts.log("network_plumbed", {
         sandbox_id: plan.sandboxId,
         iface,
@@ -404,10 +405,6 @@ export class HostNetwork {
     }
   }
 
-  private async disableIpv6(iface: string): Promise<void> {
-    if (this.ipv6) await writeFile(`/proc/sys/net/ipv6/conf/${iface}/disable_ipv6`, "1\n");
-  }
-
   /**
    * Removes the sandbox's chain, interfaces and namespace, whichever exist, under this home's names
    * and under the untagged ones of an older bothy; safe to repeat.
@@ -415,6 +412,37 @@ export class HostNetwork {
   async teardown(sandboxId: string): Promise<void> {
     if (!SANDBOX_ID_RE.test(sandboxId))
       throw new BothyError("invalid_sandbox_id", `Refusing to remove the network of ${sandboxId}: not a sandbox id.`);
+    // What this server plumbed whole is known without listing anything: one nft and one ip. If that
+    // fails (something of it is gone already), the full teardown finds what is left.
+    const made = this.tables.length === 1 ? this.made.get(sandboxId) : undefined;
+    const removed = made ? await succeeds(this.removeMade(made)) : false;
+    if (!removed) await this.removeListed(sandboxId);
+    this.made.delete(sandboxId);
+    this.used.delete(sandboxId);
+    this.policies.delete(sandboxId);
+  }
+
+  /** Removes exactly what `plumb` made of a sandbox: its chain and set elements, its link and its namespace. */
+  private async removeMade(plan: PlannedNetwork): Promise<void> {
+    const gateway = plan.policy.gateway ? [{ iface: plan.iface, guest: plan.guest.guest }] : [];
+    await nft(renderSandboxRemove(this.table, plan.sandboxId, [plan.iface], true, gateway));
+    await ipBatch([
+      `link del ${plan.iface}`,
+      ...(plan.guest.netns ? [`netns del ${plan.guest.netns}`] : []),
+      ...this.legacyNamespaces(plan.sandboxId).map((ns) => `netns del ${ns}`),
+    ]);
+  }
+
+  private legacyNamespaces(sandboxId: string): string[] {
+    const ns = LEGACY.netnsName(sandboxId);
+    return existsSync(`${NETNS_DIR}/${ns}`) ? [ns] : [];
+  }
+
+  /**
+   * Finds the sandbox's objects on the host and removes them: after a crash, for a sandbox taken
+   * over or whose plumb was cut short, and in a home an older bothy used.
+   */
+  private async removeListed(sandboxId: string): Promise<void> {
     const names = [ifaceName(this.opts.tag, sandboxId, "veth"), ifaceName(this.opts.tag, sandboxId, "tap")];
     for (const table of this.tables) {
       const rules = await listRules(table);
@@ -428,17 +456,15 @@ export class HostNetwork {
     // of ours without an alias yet is one a plumb of this sandbox cut short.
     // Deleting the host end removes the veth pair at once; a deleted namespace frees its links later.
     // One `ip` for all of them (each spawn costs the server a fork); it stops at the first failure.
+    const ns = netnsName(this.opts.tag, sandboxId);
     const removals = [
       ...(await listLinks())
         .filter((link) => link.alias === sandboxId || (link.alias === undefined && names.includes(link.name)))
         .map((link) => `link del ${link.name}`),
-      ...[netnsName(this.opts.tag, sandboxId), LEGACY.netnsName(sandboxId)]
-        .filter((ns) => existsSync(`${NETNS_DIR}/${ns}`))
-        .map((ns) => `netns del ${ns}`),
+      ...(existsSync(`${NETNS_DIR}/${ns}`) ? [ns] : []).map((n) => `netns del ${n}`),
+      ...this.legacyNamespaces(sandboxId).map((n) => `netns del ${n}`),
     ];
     if (removals.length > 0) await ipBatch(removals);
-    this.used.delete(sandboxId);
-    this.policies.delete(sandboxId);
   }
 
   /**
@@ -529,10 +555,6 @@ async function listRules(table: string): Promise<
   return { chains, elements, gateway };
 }
 
-async function ip(args: string[]): Promise<void> {
-  await run("ip", args, { timeoutMs: CMD_TIMEOUT_MS });
-}
-
 async function ipBatch(lines: string[], netns?: string): Promise<void> {
   await run("ip", [...(netns ? ["-n", netns] : []), "-batch", "-"], {
     timeoutMs: CMD_TIMEOUT_MS,
@@ -566,6 +588,14 @@ async function hostAddresses(): Promise<string[]> {
 async function defaultRouteInterface(): Promise<string> {
   const { stdout } = await run("ip", ["-j", "-4", "route", "show", "default"], { timeoutMs: CMD_TIMEOUT_MS });
   return (JSON.parse(stdout || "[]") as Array<{ dev?: string }>)[0]?.dev ?? "";
+}
+
+/** Whether the promise fulfils; its rejection is the caller's cue to take another way. */
+function succeeds(p: Promise<unknown>): Promise<boolean> {
+  return p.then(
+    () => true,
+    () => false,
+  );
 }
 
 /** nft's answer for a table or chain that does not exist. */
