@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { COMMAND_OUTPUT_CAP_BYTES } from "@bothy/protocol";
-import { api, createSandbox, deleteSandbox } from "./helpers/client.ts";
+import { abandonableCommand, api, createSandbox, deleteSandbox } from "./helpers/client.ts";
 import { IDLE_S, useIdleServer, useServerWithSandbox } from "./helpers/suite.ts";
 import type { TestServer } from "./helpers/test-server.ts";
 
@@ -76,13 +76,7 @@ describe("POST /sandboxes/{id}/commands (gvisor)", () => {
         (c) => c.command_id,
       ),
     );
-    const abort = new AbortController();
-    const pending = fetch(`${ts.url}/sandboxes/${id}/commands`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ cmd: "sleep 120" }),
-      signal: abort.signal,
-    }).catch((err: unknown) => err);
+    const client = abandonableCommand(ts.url, id, "sleep 120");
     let commandId = "";
     await until("the command to start", 30_000, async () => {
       const list = (await api(ts.url, "GET", `/sandboxes/${id}/commands`)).json["commands"] as Array<{
@@ -92,8 +86,8 @@ describe("POST /sandboxes/{id}/commands (gvisor)", () => {
       commandId = list.find((c) => !before.has(c.command_id) && c.state === "running")?.command_id ?? "";
       return commandId !== "";
     });
-    abort.abort();
-    expect(await pending).toBeInstanceOf(Error);
+    client.abort();
+    expect(await client.settled).toBeInstanceOf(Error);
     await until("the command to be killed", 30_000, async () => {
       const info = (await api(ts.url, "GET", `/sandboxes/${id}/commands/${commandId}`)).json;
       return info["state"] === "exited";

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import type { CommandEvent } from "@bothy/protocol";
 import type { SandboxCreateOptions } from "@bothy/sdk";
-import { api, createSandbox, runCommand } from "./helpers/client.ts";
+import { abandonableCommand, api, createSandbox, runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
 import { noLeaks } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
@@ -172,21 +172,15 @@ for (const driver of testDrivers()) {
         const before = graces();
         const answered = await api(ts.url, "POST", `/sandboxes/${id}/commands`, { cmd: "true" });
         expect(answered.json).toMatchObject({ exit_code: 0 });
-        const abort = new AbortController();
-        const abandoned = fetch(`${ts.url}/sandboxes/${id}/commands`, {
-          method: "POST",
-          headers: { "content-type": "application/json" },
-          body: JSON.stringify({ cmd: "sleep 31" }),
-          signal: abort.signal,
-        }).catch((err: unknown) => err);
+        const abandoned = abandonableCommand(ts.url, id, "sleep 31");
         await until("the command to start", 30_000, async () => {
           const list = (await api(ts.url, "GET", `/sandboxes/${id}/commands`)).json["commands"];
           return (list as Array<{ cmd: string; state: string }>).some(
             (c) => c.cmd === "sleep 31" && c.state === "running",
           );
         });
-        abort.abort();
-        expect(await abandoned).toBeInstanceOf(Error);
+        abandoned.abort();
+        expect(await abandoned.settled).toBeInstanceOf(Error);
         // The answered request's end came first and started nothing; the abandoned one did.
         await until("the grace period to start", 5000, () => graces() > before);
         expect(graces()).toBe(before + 1);

@@ -28,6 +28,25 @@ export async function api(
 }
 
 /**
+ * `POST /sandboxes/{id}/commands` from a client that will leave before the answer: `abort` drops
+ * the request; `settled` resolves with what fetch ended with (the abort's error, or the response).
+ */
+export function abandonableCommand(
+  base: string,
+  id: string,
+  cmd: string,
+): { abort(): void; settled: Promise<unknown> } {
+  const abort = new AbortController();
+  const settled = fetch(`${base}/sandboxes/${id}/commands`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ cmd }),
+    signal: abort.signal,
+  }).catch((err: unknown) => err);
+  return { abort: () => abort.abort(), settled };
+}
+
+/**
  * Deletes a sandbox and waits until its teardown on the host has ended. DELETE answers as soon as
  * the sandbox is `deleting` (the host finishes in the background), so a test that then looks at
  * the host waits for `deleted` by polling GET. Answers the final state.
