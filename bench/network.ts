@@ -21,6 +21,8 @@ const driver: DriverName = driverArg;
 
 interface Round {
   createMs: number[];
+  /** Each measured create's boot steps (server log `sandbox_created.steps`), by step: median ms. */
+  steps: Record<string, number>;
   plumbMs: number[];
   wallMs: number;
   failures: string[];
@@ -62,7 +64,12 @@ async function round(topo: NetTopology, network: boolean): Promise<Round> {
       .filter((l) => l["event"] === "network_plumbed")
       .slice(1)
       .map((l) => Number(l["ms"]));
-    return { createMs, plumbMs, wallMs, failures, tag };
+    const byStep = new Map<string, number[]>();
+    for (const l of logs.filter((l) => l["event"] === "sandbox_created").slice(1))
+      for (const [step, ms] of Object.entries((l["steps"] ?? {}) as Record<string, number>))
+        byStep.set(step, [...(byStep.get(step) ?? []), ms]);
+    const steps = Object.fromEntries([...byStep].map(([step, ms]) => [step, Math.round(median(ms))]));
+    return { createMs, steps, plumbMs, wallMs, failures, tag };
   } finally {
     await server.stop(30_000);
     await rm(home, { recursive: true, force: true });
@@ -88,6 +95,11 @@ try {
   );
   console.log(
     `  added create time of networking (median on - median off): ${secs(median(on.createMs) - median(off.createMs))}`,
+  );
+  // Where the network's time goes: the boot steps (and the driver's start phases) that differ.
+  const stepNames = [...new Set([...Object.keys(on.steps), ...Object.keys(off.steps)])];
+  console.log(
+    `  boot steps, median ms on / off: ${stepNames.map((s) => `${s} ${on.steps[s] ?? "-"} / ${off.steps[s] ?? "-"}`).join(", ")}`,
   );
   console.log(`  network objects left after the deletes: ${JSON.stringify(leftOn)}`);
   failed =
