@@ -18,7 +18,7 @@ import { loadConfig } from "../packages/server/src/index.ts";
 import { run } from "../packages/server/src/util/host-command.ts";
 import { cgroupPath, hostTag } from "../packages/server/src/util/host-names.ts";
 import { hostCgroupLayout, removeHomeCgroups, sandboxCgroupDirs } from "../packages/server/src/drivers/host-cgroups.ts";
-import { api, createSandbox } from "../packages/server/test/helpers/client.ts";
+import { api, createSandbox, waitNoneDeleting } from "../packages/server/test/helpers/client.ts";
 import { startTestServer, type TestServer } from "../packages/server/test/helpers/test-server.ts";
 import { cpuAccounting, type CpuSample } from "./cpu-accounting.ts";
 import { qemuSeries, reportQemu } from "./qemu-start.ts";
@@ -195,7 +195,7 @@ async function parallelSeries(): Promise<ParallelFigures> {
       };
       await Promise.all(Array.from({ length: concurrency }, worker));
       // The last deletes' teardowns run on after their answers: count them in.
-      await allDeleted(ts);
+      await waitNoneDeleting(ts.url);
       cpu = await accounting.sample();
     } finally {
       await accounting.close();
@@ -206,17 +206,6 @@ async function parallelSeries(): Promise<ParallelFigures> {
   }
   console.log(`# ${label}: done, p50 ${secs(quantile(times, 0.5))}, p95 ${secs(quantile(times, 0.95))}`);
   return { times, cpuPerCreate: cpu && times.length > 0 ? cpu.host / times.length : NaN, cpu };
-}
-
-/** Waits until no sandbox of the server is still being torn down. */
-async function allDeleted(ts: TestServer): Promise<void> {
-  const deadline = Date.now() + 60_000;
-  while (Date.now() < deadline) {
-    const res = await api(ts.url, "GET", "/sandboxes");
-    const list = (res.json["sandboxes"] ?? []) as Array<{ state?: string }>;
-    if (!list.some((s) => s.state !== "deleted" && s.state !== "failed")) return;
-    await sleep(50);
-  }
 }
 
 interface ParallelFigures {

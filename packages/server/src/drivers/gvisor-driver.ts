@@ -54,7 +54,7 @@ const MOUNT_ROOT_SCRIPT = [
   'exec mkfifo -m 600 "$8" "$9"',
 ].join("\n");
 const SHUTDOWN_GRACE_MS = 3_000;
-/** How long a destroy waits for `runsc run` to end after its sentry was killed, before runsc's own kill. */
+/** How long `runsc run` is given to end after its sentry was killed (by us or by `runsc delete`) before the next, harder step. */
 const SENTRY_EXIT_MS = 5_000;
 /** What killSentry reads of runsc's state file (`<root>/<id>_sandbox:<id>.state`). */
 const RUNSC_STATE = z.object({ sandbox: z.object({ pid: z.number().int().positive() }) });
@@ -582,16 +582,20 @@ class GvisorSandbox implements SandboxHandle {
     await run(this.driver.runscPath, this.driver.runscArgs("kill", this.id, "TERM"), {
       timeoutMs: RUNSC_TIMEOUT_MS,
     }).catch(() => undefined);
-    const timer = new Promise<"timeout">((r) => setTimeout(() => r("timeout"), timeoutMs).unref());
-    if ((await Promise.race([this.wait(), timer])) === "timeout") await this.kill();
+    if (!(await this.exitsWithin(timeoutMs))) await this.kill();
+  }
+
+  /** Whether `runsc run` ends within `ms`. */
+  private async exitsWithin(ms: number): Promise<boolean> {
+    const timer = new Promise<"timeout">((r) => setTimeout(() => r("timeout"), ms).unref());
+    return (await Promise.race([this.wait(), timer])) !== "timeout";
   }
 
   async kill(): Promise<void> {
     if (await this.driver.hasContainerState(this.id)) await this.driver.removeContainer(this.id);
     const child = this.watcher;
     if (child && !this.ended) {
-      const timer = new Promise<"timeout">((r) => setTimeout(() => r("timeout"), 5_000).unref());
-      if ((await Promise.race([this.wait(), timer])) === "timeout") child.kill("SIGKILL");
+      if (!(await this.exitsWithin(SENTRY_EXIT_MS))) child.kill("SIGKILL");
       await this.wait();
     }
   }
@@ -612,8 +616,7 @@ class GvisorSandbox implements SandboxHandle {
       // way; what it leaves, release removes.
       try {
         if (this.watcher && !this.ended && (await this.driver.killSentry(this.id))) {
-          const timer = new Promise<"timeout">((r) => setTimeout(() => r("timeout"), SENTRY_EXIT_MS).unref());
-          if ((await Promise.race([this.wait(), timer])) === "timeout") await this.kill();
+          if (!(await this.exitsWithin(SENTRY_EXIT_MS))) await this.kill();
         } else await this.shutdown(SHUTDOWN_GRACE_MS);
       } finally {
         await this.driver.removeOrphan(this.id);

@@ -38,7 +38,8 @@ function caCertificate(caPem: string): string {
  * Installs the CA in a booted guest through the agent's own file requests: no program runs in the
  * guest (a shell script of mkdir, mv, grep, tail and cat cost ~0.18 s of process starts under
  * gVisor's ptrace, on every boot with the gateway). Idempotent: a kept disk whose system bundle
- * holds the CA already is left as it is. Each file is replaced atomically.
+ * holds the CA already is left as it is. Each file is replaced atomically. A failure is the boot's
+ * `trust` step's to report (boot.ts wraps it with this request's error as its cause).
  */
 export async function installGuestTrust(agent: AgentClient, caPem: string): Promise<void> {
   const pem = caCertificate(caPem);
@@ -46,22 +47,16 @@ export async function installGuestTrust(agent: AgentClient, caPem: string): Prom
   // A line of the body that only this certificate has (its key and serial are random).
   const lines = pem.split("\n");
   const mark = Buffer.from(`\n${lines[Math.floor(lines.length / 2)] ?? ""}\n`);
-  try {
-    await agent.mkdir(GUEST_CA_DIR, true);
-    await agent.writeFile(GUEST_CA_FILE, ca, { mode: 0o644 });
-    let bundle = await agent.readFile(SYSTEM_BUNDLE, MAX_SYSTEM_BUNDLE_BYTES).catch((err: unknown) => {
-      if (err instanceof BothyError && err.code === "file_not_found") return undefined;
-      throw err;
-    });
-    if (bundle && !bundle.includes(mark)) {
-      const newline = bundle.length > 0 && bundle[bundle.length - 1] !== 0x0a ? Buffer.from("\n") : Buffer.alloc(0);
-      bundle = Buffer.concat([bundle, newline, ca]);
-      await agent.writeFile(SYSTEM_BUNDLE, bundle, { mode: 0o644 });
-    }
-    await agent.writeFile(GUEST_CA_BUNDLE, bundle ?? ca, { mode: 0o644 });
-  } catch (err) {
-    throw new BothyError("create_failed", `Installing the egress CA in the guest failed: ${(err as Error).message}`, {
-      cause: err,
-    });
+  await agent.mkdir(GUEST_CA_DIR, true);
+  await agent.writeFile(GUEST_CA_FILE, ca, { mode: 0o644 });
+  let bundle = await agent.readFile(SYSTEM_BUNDLE, MAX_SYSTEM_BUNDLE_BYTES).catch((err: unknown) => {
+    if (err instanceof BothyError && err.code === "file_not_found") return undefined;
+    throw err;
+  });
+  if (bundle && !bundle.includes(mark)) {
+    const newline = bundle.length > 0 && bundle[bundle.length - 1] !== 0x0a ? Buffer.from("\n") : Buffer.alloc(0);
+    bundle = Buffer.concat([bundle, newline, ca]);
+    await agent.writeFile(SYSTEM_BUNDLE, bundle, { mode: 0o644 });
   }
+  await agent.writeFile(GUEST_CA_BUNDLE, bundle ?? ca, { mode: 0o644 });
 }

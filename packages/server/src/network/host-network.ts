@@ -429,13 +429,8 @@ export class HostNetwork {
     await ipBatch([
       `link del ${plan.iface}`,
       ...(plan.guest.netns ? [`netns del ${plan.guest.netns}`] : []),
-      ...this.legacyNamespaces(plan.sandboxId).map((ns) => `netns del ${ns}`),
+      ...existingNamespaces([LEGACY.netnsName(plan.sandboxId)]).map((ns) => `netns del ${ns}`),
     ]);
-  }
-
-  private legacyNamespaces(sandboxId: string): string[] {
-    const ns = LEGACY.netnsName(sandboxId);
-    return existsSync(`${NETNS_DIR}/${ns}`) ? [ns] : [];
   }
 
   /**
@@ -456,13 +451,13 @@ export class HostNetwork {
     // of ours without an alias yet is one a plumb of this sandbox cut short.
     // Deleting the host end removes the veth pair at once; a deleted namespace frees its links later.
     // One `ip` for all of them (each spawn costs the server a fork); it stops at the first failure.
-    const ns = netnsName(this.opts.tag, sandboxId);
     const removals = [
       ...(await listLinks())
         .filter((link) => link.alias === sandboxId || (link.alias === undefined && names.includes(link.name)))
         .map((link) => `link del ${link.name}`),
-      ...(existsSync(`${NETNS_DIR}/${ns}`) ? [ns] : []).map((n) => `netns del ${n}`),
-      ...this.legacyNamespaces(sandboxId).map((n) => `netns del ${n}`),
+      ...existingNamespaces([netnsName(this.opts.tag, sandboxId), LEGACY.netnsName(sandboxId)]).map(
+        (ns) => `netns del ${ns}`,
+      ),
     ];
     if (removals.length > 0) await ipBatch(removals);
   }
@@ -588,6 +583,11 @@ async function hostAddresses(): Promise<string[]> {
 async function defaultRouteInterface(): Promise<string> {
   const { stdout } = await run("ip", ["-j", "-4", "route", "show", "default"], { timeoutMs: CMD_TIMEOUT_MS });
   return (JSON.parse(stdout || "[]") as Array<{ dev?: string }>)[0]?.dev ?? "";
+}
+
+/** Those of the named network namespaces that exist. */
+function existingNamespaces(names: string[]): string[] {
+  return names.filter((ns) => existsSync(`${NETNS_DIR}/${ns}`));
 }
 
 /** Whether the promise fulfils; its rejection is the caller's cue to take another way. */
