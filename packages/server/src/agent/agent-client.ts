@@ -124,7 +124,8 @@ export class AgentClient {
   private helloSeen = false;
   /** Re-attached to a running agent: until its hello, the stream may start mid-frame. */
   private hunting = false;
-  private readonly closeListeners = new Set<(reason: BothyError) => void>();
+  /** Told when the channel closes without the host asking (the guest ended, or broke the protocol). */
+  private readonly lostListeners = new Set<(reason: BothyError) => void>();
   /** The deadline of each request now waiting on the guest (see FILE_TIMEOUT_MS). */
   private readonly deadlines = new Map<number, NodeJS.Timeout>();
   private readonly fileTimeoutMs: number;
@@ -136,9 +137,9 @@ export class AgentClient {
   ) {
     this.fileTimeoutMs = options.fileTimeoutMs ?? FILE_TIMEOUT_MS;
     input.on("data", (chunk: Buffer) => this.onData(chunk));
-    input.on("end", () => this.close(new BothyError("agent_unavailable", "The guest agent closed its channel.")));
-    input.on("error", (err) => this.close(new BothyError("agent_unavailable", `Guest channel error: ${err.message}`)));
-    output.on("error", (err) => this.close(new BothyError("agent_unavailable", `Guest channel error: ${err.message}`)));
+    input.on("end", () => this.lose(new BothyError("agent_unavailable", "The guest agent closed its channel.")));
+    input.on("error", (err) => this.lose(new BothyError("agent_unavailable", `Guest channel error: ${err.message}`)));
+    output.on("error", (err) => this.lose(new BothyError("agent_unavailable", `Guest channel error: ${err.message}`)));
   }
 
   /**
@@ -183,9 +184,13 @@ export class AgentClient {
     return this.closed !== undefined;
   }
 
-  onClose(fn: (reason: BothyError) => void): () => void {
-    this.closeListeners.add(fn);
-    return () => this.closeListeners.delete(fn);
+  /**
+   * Calls `fn` when the channel closes without the host's `close()`: the guest's end closed it, or
+   * the agent broke the protocol. The requests still waiting have failed by then.
+   */
+  onLost(fn: (reason: BothyError) => void): () => void {
+    this.lostListeners.add(fn);
+    return () => this.lostListeners.delete(fn);
   }
 
   exec(options: ExecOptions, events: ExecEvents): ExecHandle {
@@ -479,9 +484,15 @@ export class AgentClient {
       else p.reject(reason);
     }
     this.pending.clear();
-    for (const fn of this.closeListeners) fn(reason);
     this.input.destroy();
     this.output.destroy();
+  }
+
+  /** The channel closed under the host: closed as by `close()`, then the `onLost` listeners told. */
+  private lose(reason: BothyError): void {
+    if (this.closed) return;
+    this.close(reason);
+    for (const fn of this.lostListeners) fn(reason);
   }
 
   /**
@@ -540,7 +551,7 @@ export class AgentClient {
     try {
       frames = this.decoder.push(chunk);
     } catch (err) {
-      this.close(
+      this.lose(
         new BothyError("agent_protocol_error", `The guest agent sent a malformed frame: ${(err as Error).message}`),
       );
       return;
@@ -548,7 +559,7 @@ export class AgentClient {
     for (const raw of frames) {
       const parsed = guestFrame.safeParse(raw.header);
       if (!parsed.success) {
-        this.close(
+        this.lose(
           new BothyError(
             "agent_protocol_error",
             `The guest agent sent an invalid frame: ${parsed.error.issues[0]?.message ?? "unknown"}`,
@@ -564,7 +575,7 @@ export class AgentClient {
   private dispatch(frame: GuestFrame, payload: Buffer): void {
     if (frame.t === "hello") {
       if (frame.gen !== PROTOCOL_GENERATION) {
-        this.close(
+        this.lose(
           new BothyError(
             "agent_protocol_error",
             `The guest agent speaks protocol generation ${frame.gen}, the server ${PROTOCOL_GENERATION}; rebuild the agent.`,
@@ -614,7 +625,7 @@ export class AgentClient {
         if (p.kind !== "list") return;
         const entries = parseEntries(payload);
         if (entries) p.resolve({ entries, truncated: frame.truncated });
-        else this.close(new BothyError("agent_protocol_error", "The guest agent sent an invalid directory listing."));
+        else this.lose(new BothyError("agent_protocol_error", "The guest agent sent an invalid directory listing."));
         return;
       }
       case "done":

@@ -14,22 +14,32 @@ const FLUSH_TIMEOUT_MS = 10_000;
 export class HeldSandboxes {
   constructor(private readonly ctx: ManagerContext) {}
 
-  /** Takes ownership of a booted sandbox and notices when it dies on its own. */
+  /**
+   * Takes ownership of a booted sandbox and notices when it dies on its own: by its agent's channel
+   * closing under it (the first sign: a gVisor sandbox's `runsc run` takes a while longer to end),
+   * or by the driver's process ending, whichever comes first.
+   */
   adopt(booted: BootedSandbox): void {
     const id = booted.spec.id;
     const rec = this.ctx.records.of(id);
     const generation = this.ctx.records.hold(rec, booted);
-    void booted.handle.wait().then((exit) => {
+    const died = (reason: string, fields: Omit<ServerEventMap["sandbox_died"], "sandbox_id">): void => {
       if (rec.generation !== generation || rec.deleting || this.ctx.stopping) return;
       // Not running: a resume is bringing it back, and its own failure handles the death.
       if (this.ctx.ledger.getSandbox(id)?.state !== "running") return;
-      this.lose(
-        id,
-        booted,
-        `The sandbox stopped unexpectedly (code ${exit.code ?? "none"}, signal ${exit.signal ?? "none"}).`,
-        { code: exit.code, signal: exit.signal },
-      );
-    });
+      this.lose(id, booted, reason, fields);
+    };
+    booted.agent.onLost((err) =>
+      died("The sandbox stopped unexpectedly: its agent channel closed.", {
+        reason: `its agent channel closed: ${err.message}`,
+      }),
+    );
+    void booted.handle.wait().then((exit) =>
+      died(`The sandbox stopped unexpectedly (code ${exit.code ?? "none"}, signal ${exit.signal ?? "none"}).`, {
+        code: exit.code,
+        signal: exit.signal,
+      }),
+    );
   }
 
   /**

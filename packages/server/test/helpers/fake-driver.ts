@@ -55,14 +55,25 @@ export class FakeHost {
   }
 
   /**
-   * The server's process died: its handles are dead with it; guests of drivers that attach
-   * (QEMU) run on, the others (gVisor's runsc children) end.
+   * The channel to `id`'s guest closes while its process runs on, as when a gVisor sentry is
+   * killed and `runsc run` is still cleaning up.
+   */
+  loseChannel(id: string): boolean {
+    const guest = this.machines.get(id)?.guest;
+    guest?.detach();
+    return guest !== undefined;
+  }
+
+  /**
+   * The server's process died: its handles and channels are dead with it (nothing of that process
+   * hears of what follows); guests of drivers that attach (QEMU) run on, the others (gVisor's
+   * runsc children) end.
    */
   crashServer(attaching: ReadonlySet<string>): void {
     this.epoch++;
     for (const m of this.machines.values()) {
+      m.guest?.abandon();
       if (m.guest && !attaching.has(m.driver)) m.guest.end({ code: null, signal: "SIGKILL" }, true);
-      m.guest?.detach();
     }
   }
 
@@ -138,6 +149,11 @@ export class FakeGuest {
   /** Closes the channel; the guest runs on. */
   detach(): void {
     this.stream?.toHost.end();
+    this.stream = undefined;
+  }
+
+  /** Forgets the channel without closing it: the server process at its other end is gone. */
+  abandon(): void {
     this.stream = undefined;
   }
 

@@ -1,0 +1,76 @@
+import { afterEach, describe, expect, it } from "vitest";
+import { execQuiet } from "../src/agent/quiet-exec.ts";
+import { loadConfig } from "../src/config.ts";
+import { DriverRegistry } from "../src/drivers/driver-registry.ts";
+import { Ledger } from "../src/ledger/ledger.ts";
+import { SandboxManager, type TemplateSource } from "../src/sandboxes/sandbox-manager.ts";
+import { FakeDriver, FakeHost } from "./helpers/fake-driver.ts";
+
+/**
+ * A sandbox dying on its own, with a fake driver and a real (in-memory) ledger. Its agent's
+ * channel closing is the first sign (a gVisor sandbox killed at its memory limit closes it ~0.1 s
+ * before `runsc run` ends): by the time a command hears that its sandbox is gone, the sandbox
+ * reads `stopped`, and the next call starts it again.
+ */
+const template = { name: "seed", hash: "h1", rootfs: "/nonexistent/rootfs", env: {} };
+const templates: TemplateSource = { resolve: async (name) => (name === "seed" ? template : undefined) };
+
+describe("a sandbox that dies on its own", () => {
+  let ledger: Ledger | undefined;
+  afterEach(() => ledger?.close());
+
+  async function world(): Promise<{ host: FakeHost; manager: SandboxManager; events: string[]; ledger: Ledger }> {
+    const host = new FakeHost();
+    ledger = new Ledger(":memory:");
+    const drivers = new DriverRegistry(
+      new Map([["gvisor", new FakeDriver("gvisor", host)]]),
+      new Map(),
+      "gvisor",
+      "fake",
+    );
+    const config = loadConfig({ BOTHY_HOME: "/nonexistent/bothy-death", BOTHY_NETWORK: "off", BOTHY_POOL_SIZE: "0" });
+    const events: string[] = [];
+    const manager = new SandboxManager(config, ledger, drivers, templates, (event, fields) =>
+      events.push(`${event} ${JSON.stringify(fields)}`),
+    );
+    await manager.reconcile();
+    return { host, manager, events, ledger };
+  }
+
+  it("is stopped when its agent's channel closes, before its process has ended; the next call starts it again", async () => {
+    const w = await world();
+    const id = (await w.manager.create({ template: "seed", vcpu: 1, memory_mib: 256 }, undefined)).sandbox.sandbox_id;
+    const agent = w.manager.agent(id);
+    let stateWhenLost: string | undefined;
+    agent.onLost(() => (stateWhenLost = w.ledger.getSandbox(id)?.state));
+
+    expect(w.host.loseChannel(id)).toBe(true);
+    await new Promise((r) => setImmediate(r));
+    expect(agent.isClosed).toBe(true);
+    expect(w.ledger.getSandbox(id)?.state).toBe("stopped");
+    expect(stateWhenLost).toBe("stopped");
+    expect(w.ledger.getSandbox(id)?.error).toMatch(/stopped unexpectedly: its agent channel closed.*files are kept/);
+    expect(w.events.find((e) => e.startsWith("sandbox_died"))).toMatch(/its agent channel closed/);
+    expect(w.events.filter((e) => e.startsWith("sandbox_died"))).toHaveLength(1);
+
+    // The server ends what was left of it (its process ran on), keeping the disk.
+    for (let i = 0; i < 10 && w.host.running(id); i++) await new Promise((r) => setImmediate(r));
+    expect(w.host.running(id)).toBe(false);
+    expect(w.host.machines.get(id)?.disk).toBe(true);
+
+    await w.manager.ensureRunning(id);
+    await execQuiet(w.manager.agent(id), "true", 1000, "Running a command");
+    expect(w.ledger.getSandbox(id)?.state).toBe("running");
+    expect(w.events.filter((e) => e.startsWith("sandbox_died"))).toHaveLength(1);
+  });
+
+  it("is not counted dead when the host closes its channel on purpose", async () => {
+    const w = await world();
+    const id = (await w.manager.create({ template: "seed", vcpu: 1, memory_mib: 256 }, undefined)).sandbox.sandbox_id;
+    await w.manager.sleep(id);
+    expect(w.ledger.getSandbox(id)?.state).toBe("stopped");
+    expect(w.events.some((e) => e.startsWith("sandbox_died"))).toBe(false);
+    await w.manager.delete(id, "requested", { wait: true });
+    expect(w.events.some((e) => e.startsWith("sandbox_died"))).toBe(false);
+  });
+});
