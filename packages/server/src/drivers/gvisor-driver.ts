@@ -454,7 +454,7 @@ class GvisorSandbox implements SandboxHandle {
     await writeFile(join(dir, "bundle", "config.json"), JSON.stringify(oci));
     this.startSteps["bundle"] = Math.round(performance.now() - t0);
     // The network's namespace, made meanwhile, must be whole before runsc enters it.
-    if (hostReady) await this.phase("wait for host", () => hostReady);
+    if (hostReady) await this.phase("network-wait", () => hostReady);
     signal?.throwIfAborted();
     const [file, args] = this.driver.runCommand(join(dir, "bundle"), this.id, network !== undefined);
     // Read-write opens never block on a FIFO and keep both ends open in runsc for its lifetime.
