@@ -106,7 +106,12 @@ export interface UndoStack {
  */
 export interface SandboxHandle {
   readonly id: string;
-  start(undo: UndoStack, signal?: AbortSignal): Promise<GuestStream>;
+  /**
+   * `hostReady`: host work made for this sandbox at the same time as the start (its network's
+   * plumb), which the guest's runtime needs: the driver awaits it right before it spawns runsc or
+   * QEMU, and a rejection fails the start with that error. Whoever passes it pushed its undo first.
+   */
+  start(undo: UndoStack, signal?: AbortSignal, hostReady?: Promise<void>): Promise<GuestStream>;
   wait(): Promise<ExitInfo>;
   shutdown(timeoutMs: number): Promise<void>;
   kill(): Promise<void>;

@@ -420,7 +420,7 @@ class GvisorSandbox implements SandboxHandle {
     return this.spec.id;
   }
 
-  async start(undo: UndoStack, signal?: AbortSignal): Promise<GuestStream> {
+  async start(undo: UndoStack, signal?: AbortSignal, hostReady?: Promise<void>): Promise<GuestStream> {
     if (this.started || this.destroying) throw new BothyError("internal", `Sandbox ${this.id} was already started.`);
     this.started = true;
     if (this.spec.attach) return this.attach(undo);
@@ -453,6 +453,8 @@ class GvisorSandbox implements SandboxHandle {
     });
     await writeFile(join(dir, "bundle", "config.json"), JSON.stringify(oci));
     this.startSteps["bundle"] = Math.round(performance.now() - t0);
+    // The network's namespace, made meanwhile, must be whole before runsc enters it.
+    if (hostReady) await this.phase("network-wait", () => hostReady);
     signal?.throwIfAborted();
     const [file, args] = this.driver.runCommand(join(dir, "bundle"), this.id, network !== undefined);
     // Read-write opens never block on a FIFO and keep both ends open in runsc for its lifetime.

@@ -52,12 +52,12 @@ export class QemuSandbox implements SandboxHandle {
     return join(this.spec.dir, MEMORY_STATE);
   }
 
-  async start(undo: UndoStack, signal?: AbortSignal): Promise<GuestStream> {
+  async start(undo: UndoStack, signal?: AbortSignal, hostReady?: Promise<void>): Promise<GuestStream> {
     if (this.started || this.destroying) throw new BothyError("internal", `Sandbox ${this.id} was already started.`);
     this.started = true;
     if (this.spec.attach) return this.attach(undo, signal);
     await this.driver.requireHostLimits();
-    if (this.spec.reuseDisk) return this.restart(undo, signal);
+    if (this.spec.reuseDisk) return this.restart(undo, signal, hostReady);
     await mkdir(this.spec.dir, { recursive: false, mode: 0o700 });
     undo.push("sandbox directory", () => rm(this.spec.dir, { recursive: true, force: true }));
     await writeFile(join(this.spec.dir, VM_MARKER), JSON.stringify({ driver: "qemu", id: this.id }));
@@ -66,7 +66,7 @@ export class QemuSandbox implements SandboxHandle {
       const base = await this.driver.baseSnapshot(this.spec.templateRoot, this.spec);
       signal?.throwIfAborted();
       await this.driver.createOverlay(this.disk, base.disk, "qcow2");
-      return this.launch(undo, base.memory, signal);
+      return this.launch(undo, base.memory, signal, hostReady);
     }
     await this.driver.createOverlay(
       this.disk,
@@ -74,7 +74,7 @@ export class QemuSandbox implements SandboxHandle {
       "raw",
       await this.driver.diskBytes(this.spec.templateRoot, this.spec.diskMib),
     );
-    return this.launch(undo, undefined, signal);
+    return this.launch(undo, undefined, signal, hostReady);
   }
 
   /**
@@ -82,17 +82,17 @@ export class QemuSandbox implements SandboxHandle {
    * pipeline says so (`fromMemory`, its `wake`), else a cold boot that drops any saved memory.
    * The disk is never this start's to remove.
    */
-  private async restart(undo: UndoStack, signal?: AbortSignal): Promise<GuestStream> {
+  private async restart(undo: UndoStack, signal?: AbortSignal, hostReady?: Promise<void>): Promise<GuestStream> {
     if (!existsSync(this.disk)) throw new BootError("prepare", `Sandbox ${this.id} has no disk left to start from.`);
     if (!this.spec.fromMemory) {
       await rm(this.memoryState, { force: true });
-      return this.launch(undo, undefined, signal);
+      return this.launch(undo, undefined, signal, hostReady);
     }
     if (!existsSync(this.memoryState))
       throw new BootError("prepare", `Sandbox ${this.id} has no saved memory to start from.`);
     // Until the restore holds, its QEMU ending is not the sandbox ending.
     this.paused = true;
-    return this.launchFromMemory(undo, signal);
+    return this.launchFromMemory(undo, signal, hostReady);
   }
 
   /**
@@ -122,7 +122,12 @@ export class QemuSandbox implements SandboxHandle {
    * Starts QEMU on this sandbox's disk: a cold boot, or a restore of `incoming`. Its cgroup, its
    * process with its sockets and pid file, and its QMP connection each go onto `undo` once made.
    */
-  private async launch(undo: UndoStack, incoming: string | undefined, signal?: AbortSignal): Promise<GuestStream> {
+  private async launch(
+    undo: UndoStack,
+    incoming: string | undefined,
+    signal?: AbortSignal,
+    hostReady?: Promise<void>,
+  ): Promise<GuestStream> {
     // Before it is made: a cgroup made in part is removed all the same.
     undo.push("cgroup", () => this.driver.removeSandboxCgroup(this.id));
     const cgroupProcs = await this.driver.sandboxCgroup(this.spec);
@@ -131,6 +136,9 @@ export class QemuSandbox implements SandboxHandle {
     undo.push("vm files", async () => {
       for (const f of [files.agentSocket, files.qmpSocket, files.pidFile]) await rm(f, { force: true });
     });
+    // The tap, made meanwhile, must exist before QEMU opens it.
+    await hostReady;
+    signal?.throwIfAborted();
     const vm = await VmProcess.spawn(this.driver.vmConfig(this.spec, this.spec.dir, this.disk, incoming), cgroupProcs);
     this.vm = vm;
     undo.push("vm", () => vm.stop(undefined, 0));
@@ -219,8 +227,12 @@ export class QemuSandbox implements SandboxHandle {
    * Starts QEMU from the saved memory; once it runs, the sandbox is no longer paused and the state
    * file goes. Until then a failure leaves it paused with its state file (the undos end the new QEMU).
    */
-  private async launchFromMemory(undo: UndoStack, signal?: AbortSignal): Promise<GuestStream> {
-    const stream = await this.launch(undo, this.memoryState, signal);
+  private async launchFromMemory(
+    undo: UndoStack,
+    signal?: AbortSignal,
+    hostReady?: Promise<void>,
+  ): Promise<GuestStream> {
+    const stream = await this.launch(undo, this.memoryState, signal, hostReady);
     this.paused = false;
     await rm(this.memoryState, { force: true });
     return stream;

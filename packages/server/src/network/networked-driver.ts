@@ -142,16 +142,35 @@ class NetworkedHandle implements SandboxHandle {
     return { ...(this.networkMs === undefined ? {} : { network: this.networkMs }), ...this.inner?.startSteps };
   }
 
-  /** The network goes onto `undo` before anything of it is made (a plumb cut short leaves parts), then the inner start's objects. */
+  /**
+   * The network goes onto `undo` before anything of it is made (a plumb cut short leaves parts).
+   * The plumb runs while the inner driver makes the rest (disk, mounts, bundle, cgroup), which
+   * awaits it right before it spawns the runtime. The start settles only once the plumb has too,
+   * so the boot's undos never run while either is still making something: a failed mount does not
+   * leave a namespace plumbed after its teardown, and a failed plumb is undone with the mounts.
+   */
   async start(undo: UndoStack, signal?: AbortSignal): Promise<GuestStream> {
     const t0 = performance.now();
     const plan = await this.planNetwork();
     this.plan = plan;
     undo.push("network", () => this.net.teardown(plan.sandboxId));
-    if (this.plumb) await this.net.plumb(plan);
-    this.networkMs = Math.round(performance.now() - t0);
     this.inner = this.makeInner(plan);
-    return this.inner.start(undo, signal);
+    if (!this.plumb) {
+      this.networkMs = Math.round(performance.now() - t0);
+      return this.inner.start(undo, signal);
+    }
+    const plumbed = this.net.plumb(plan).finally(() => {
+      this.networkMs = Math.round(performance.now() - t0);
+    });
+    const settled = plumbed.then(
+      () => undefined,
+      () => undefined,
+    );
+    try {
+      return await this.inner.start(undo, signal, plumbed);
+    } finally {
+      await settled;
+    }
   }
 
   wait(): Promise<ExitInfo> {

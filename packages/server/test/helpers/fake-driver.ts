@@ -225,7 +225,7 @@ class FakeHandle implements SandboxHandle {
   }
 
   /** Like the real drivers, it leaves the cleanup of a failed start to the undos it pushes. */
-  async start(undo: UndoStack): Promise<GuestStream> {
+  async start(undo: UndoStack, _signal?: AbortSignal, hostReady?: Promise<void>): Promise<GuestStream> {
     if (this.started) throw new BothyError("internal", `Sandbox ${this.id} was already started.`);
     this.started = true;
     await tick();
@@ -250,6 +250,7 @@ class FakeHandle implements SandboxHandle {
     if (this.spec.fromMemory && !m.savedMemory) throw new BootError("prepare", `${this.id} has no saved memory.`);
     const fromMemory = this.spec.fromMemory === true;
     m.savedMemory = false;
+    await hostReady;
     undo.push("guest", () => this.endGuest());
     return this.adoptGuest(this.newGuest(m), fromMemory);
   }
