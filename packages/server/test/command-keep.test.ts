@@ -178,6 +178,36 @@ describe("kept command socket [gvisor]", () => {
     expect(res.json["code"]).toBe("invalid_request");
   });
 
+  it("counts a kept socket between commands as the client's connection for delete_on_disconnect", async () => {
+    const other = await createSandbox(ts.url, {
+      template: "seed",
+      vcpu: 1,
+      memoryMib: 512,
+      deleteOnDisconnect: true,
+      disconnectGraceS: 600,
+    });
+    const graces = (event: string): number =>
+      ts.events.filter((e) => e.event === event && "sandbox_id" in e && e.sandbox_id === other).length;
+    try {
+      const kept = await KeptSocket.open(ts.wsUrl, other);
+      expect((await kept.run({ cmd: "true" })).exit?.exit_code).toBe(0);
+      // A second one, closed cleanly between commands: the first still holds the sandbox.
+      const clean = await KeptSocket.open(ts.wsUrl, other);
+      expect((await clean.run({ cmd: "true" })).exit?.exit_code).toBe(0);
+      clean.ws.close(1000);
+      await clean.closed;
+      kept.ws.terminate();
+      await until(() => graces("disconnect_grace_started") === 1);
+      const back = await KeptSocket.open(ts.wsUrl, other);
+      await until(() => graces("disconnect_grace_cancelled") === 1);
+      back.ws.close(1000);
+      await back.closed;
+      expect(graces("disconnect_grace_started")).toBe(1);
+    } finally {
+      await api(ts.url, "DELETE", `/sandboxes/${other}`);
+    }
+  });
+
   it("closes an idle kept socket when its sandbox is deleted", async () => {
     const other = await createSandbox(ts.url);
     const kept = await KeptSocket.open(ts.wsUrl, other);
@@ -232,5 +262,14 @@ async function waitForCommandEnd(base: string, id: string, commandId: string): P
     if (info["state"] !== "running") return info;
     if (Date.now() > deadline) throw new Error(`${commandId} still runs 30 s after its socket closed`);
     await new Promise((r) => setTimeout(r, 50)); // the poll's pace, not a wait for an outcome
+  }
+}
+
+/** Polls `done` at a short pace, up to 30 s. */
+async function until(done: () => boolean): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  while (!done()) {
+    if (Date.now() > deadline) throw new Error("condition not met in 30 s");
+    await new Promise((r) => setTimeout(r, 20)); // the poll's pace, not a wait for an outcome
   }
 }
