@@ -47,8 +47,9 @@ async function keptSocket(t: NonNullable<typeof target>): Promise<NonNullable<ty
   const ws = new WebSocket(`${t.wsUrl}/sandboxes/${t.sandboxId}/command?keep=true`, {
     headers: { authorization: `Bearer ${t.apiKey}` },
   });
+  // Its first frame is `ready`: the socket takes commands.
   await new Promise((resolve, reject) => {
-    ws.once("open", resolve);
+    ws.once("message", resolve);
     ws.once("error", reject);
   });
   const k: NonNullable<typeof kept> = { ws, onEvent: undefined };

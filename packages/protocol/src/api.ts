@@ -190,10 +190,11 @@ export const commandEvent = z.discriminatedUnion("type", [
   /** On re-attach: this many bytes of older output were dropped from the bounded replay buffer. */
   z.object({ type: z.literal("output_dropped"), command_id: z.string(), bytes: z.number().int() }),
   /**
-   * Only on a kept socket (`?keep=true`), after every command's end (`process_exited`, an `error`
-   * that ends it, or a refusal): the socket takes the next command. After `process_exited` the
-   * next command may go at once; after an `error`, wait for this (a command refused at its start,
-   * e.g. a missing cwd, sends an `error` and still ends with `process_exited`).
+   * Only on a kept socket (`?keep=true`): the socket takes a command. Its first frame, and again
+   * after every command's end (`process_exited`, an `error` that ends it, or a refusal). After
+   * `process_exited` the next command may go at once; after an `error`, wait for this (a command
+   * refused at its start, e.g. a missing cwd, sends an `error` and still ends with
+   * `process_exited`). A server that does not keep sockets never sends it.
    */
   z.object({ type: z.literal("ready") }),
 ]);

@@ -4,7 +4,8 @@
  * `process_exited` or `error` is always the last frame of a command; a socket that closes before
  * either rejects the exit with a ConnectionError. A foreground command may run on a kept socket
  * (`?keep=true`, from `KeptSockets`), which goes back to its pool once the server is between
- * commands: at `process_exited`, or at `ready` after an `error`.
+ * commands: at `process_exited`, or at `ready` after an `error`. Only a socket the server said
+ * `ready` on (at open) goes back: a server without kept sockets closes it after one command.
  */
 import type { IncomingMessage } from "node:http";
 import type { Socket } from "node:net";
@@ -33,6 +34,8 @@ export class CommandSocket {
   private done = false;
   /** This command is over and the socket left for its pool or closed: no frame is read any more. */
   private letGo = false;
+  /** The server keeps this socket: it said `ready` (at open, or it came from the pool). */
+  private keptByServer: boolean;
   private readonly handlers: Array<[string, (...args: never[]) => void]> = [];
   private resolveStarted!: (v: { commandId: string; pid: number | undefined }) => void;
   private rejectStarted!: (err: unknown) => void;
@@ -62,6 +65,7 @@ export class CommandSocket {
     this.ws =
       reused?.ws ?? new WebSocket(http.wsUrl(kept ? `${path}?keep=true` : path), { headers: http.authHeaders() });
     this.tcp = reused?.tcp;
+    this.keptByServer = reused !== undefined;
     const on = (event: string, handler: (...args: never[]) => void): void => {
       this.handlers.push([event, handler]);
       this.ws.on(event, handler as (...args: unknown[]) => void);
@@ -155,7 +159,8 @@ export class CommandSocket {
   }
 
   private onMessage(data: Buffer, isBinary: boolean): void {
-    if (this.letGo) return;
+    // A one-shot socket reads nothing after its command's end; a kept one reads on to its `ready`.
+    if (this.letGo || (this.done && !this.kept)) return;
     let event: CommandEvent;
     try {
       const parsed = commandEvent.safeParse(isBinary ? undefined : JSON.parse(data.toString("utf8")));
@@ -193,13 +198,15 @@ export class CommandSocket {
         this.resolveStarted({ commandId: event.command_id, pid: undefined });
         this.resolveExited(event);
         // The server is between commands already: the next may go at once (its `ready` follows).
-        this.release();
+        // A server that did not say `ready` at open keeps no socket: it closes this one.
+        if (this.keptByServer) this.release();
         return;
       case "error":
         this.fail(errorFromCode(event.code, event.message));
         return;
       case "ready":
-        // The `ready` after the command before this one on a kept socket.
+        // A kept socket's first frame, or the `ready` after the command before this one.
+        this.keptByServer = true;
         return;
     }
   }

@@ -37,12 +37,14 @@ class KeptSocket {
     );
   }
 
+  /** Opens a kept socket and reads its first frame, which says it takes commands: `ready`. */
   static async open(wsBase: string, id: string): Promise<KeptSocket> {
     const ws = new WebSocket(`${wsBase}/sandboxes/${id}/command?keep=true`);
-    await new Promise((resolve, reject) => {
-      ws.once("open", resolve);
+    const first = await new Promise<unknown>((resolve, reject) => {
+      ws.once("message", (data) => resolve(JSON.parse(data.toString())));
       ws.once("error", reject);
     });
+    expect(first).toEqual({ type: "ready" });
     return new KeptSocket(ws);
   }
 

@@ -68,7 +68,9 @@ export class CommandSession {
     socket.on("close", () => this.onClientGone());
     socket.on("error", () => this.onClientGone());
     if (target.kind === "attach") this.attach(target.commandId);
-    else
+    else {
+      // A kept socket says it takes commands at once: a client then knows this server keeps it.
+      if (this.keep) this.send({ type: "ready" });
       this.firstMessageTimer = setTimeout(
         () =>
           this.fail(
@@ -79,6 +81,7 @@ export class CommandSession {
           ),
         FIRST_MESSAGE_TIMEOUT_MS,
       );
+    }
   }
 
   private onMessage(data: Buffer, isBinary: boolean): void {
