@@ -1,8 +1,10 @@
 /**
  * bench/commands [--runs R=50] [--mb M=100] [--driver gvisor|qemu]: what the API adds to running
  * commands, each figure against a baseline measured in the same run:
- *  - round trip of `true`: over the API (WebSocket connect, command, process_exited), over the API
- *    as one HTTP request on a kept-alive connection (POST /sandboxes/{id}/commands), both from a
+ *  - round trip of `true`: over the API (WebSocket connect, command, process_exited), over a
+ *    WebSocket kept across commands (`?keep=true`, as the SDK's `commands.run` uses: command to
+ *    process_exited), over the API as one HTTP request on a kept-alive connection
+ *    (POST /sandboxes/{id}/commands), all three from a
  *    client process of its own (bench/commands-client.ts, as a user's SDK is) and, printed beside
  *    them, from a client in the server's own process (whose CPU then competes with the server's
  *    event loop), vs straight through the driver's guest channel (the server's own AgentClient,
@@ -88,6 +90,7 @@ try {
   await runCommand(ts.wsUrl, id, { cmd: "true" });
   await viaHttp("true");
   await ask({ op: "ws", cmd: "true" });
+  await ask({ op: "wsKept", cmd: "true" });
   await ask({ op: "http", cmd: "true" });
 
   // The floor: what one fork+exec of `sh -c true` costs inside this sandbox, timed there by a
@@ -109,6 +112,7 @@ try {
 
   const viaApi: number[] = [];
   const viaApiExited: number[] = [];
+  const viaApiKept: number[] = [];
   const viaHttpKeepAlive: number[] = [];
   const inProcessApi: number[] = [];
   const inProcessHttp: number[] = [];
@@ -129,6 +133,7 @@ try {
         return a.ms;
       },
     ],
+    [viaApiKept, async () => (await ask({ op: "wsKept", cmd: "true" })).ms],
     [viaHttpKeepAlive, async () => (await ask({ op: "http", cmd: "true" })).ms],
     [viaChannel, timed(() => direct("true"))],
     [inProcessApi, timed(() => runCommand(wsUrl, id, { cmd: "true" }, { keepEvents: false }))],
@@ -152,7 +157,8 @@ try {
   console.log(
     `    API p50 ${rtApi.toFixed(1)} ms, p95 ${percentile(viaApi, 95).toFixed(1)} ms; guest channel p95 ${percentile(viaChannel, 95).toFixed(1)} ms`,
   );
-  // Each WebSocket round trip opens a connection of its own; the HTTP series should add none.
+  // Each one-shot WebSocket round trip opens a connection of its own; the HTTP and kept series
+  // should add none (the kept socket was opened while warming up).
   const wsConnections = 2 * runs + inside.length;
   console.log(
     `    API over HTTP (keep-alive) p50 ${rtHttp.toFixed(1)} ms, p95 ${percentile(viaHttpKeepAlive, 95).toFixed(1)} ms; ratio to guest channel ${(rtHttp / rtChannel).toFixed(2)}; server accepted ${httpConnections - connectionsBefore} connections in the loop (${wsConnections} of them WebSockets)`,
@@ -165,6 +171,10 @@ try {
   const rtExited = median(viaApiExited);
   console.log(
     `    API (WebSocket) to \`process_exited\`, where the SDK's commands.run resolves (the close handshake after it is off the caller's clock): p50 ${rtExited.toFixed(1)} ms; / in-sandbox = ${(rtExited / floor).toFixed(2)}`,
+  );
+  const rtKept = median(viaApiKept);
+  console.log(
+    `    API over a WebSocket kept across commands (?keep=true, as commands.run), to \`process_exited\`: p50 ${rtKept.toFixed(1)} ms, p95 ${percentile(viaApiKept, 95).toFixed(1)} ms; / in-sandbox = ${(rtKept / floor).toFixed(2)} (goal <= 1.5)`,
   );
   const rtInApi = median(inProcessApi);
   const rtInHttp = median(inProcessHttp);

@@ -189,6 +189,14 @@ export const commandEvent = z.discriminatedUnion("type", [
   z.object({ type: z.literal("error"), code: z.string(), message: z.string(), command_id: z.string().optional() }),
   /** On re-attach: this many bytes of older output were dropped from the bounded replay buffer. */
   z.object({ type: z.literal("output_dropped"), command_id: z.string(), bytes: z.number().int() }),
+  /**
+   * Only on a kept socket (`?keep=true`): the socket takes a command. Its first frame, and again
+   * after every command's end (`process_exited`, an `error` that ends it, or a refusal). After
+   * `process_exited` the next command may go at once; after an `error`, wait for this (a command
+   * refused at its start, e.g. a missing cwd, sends an `error` and still ends with
+   * `process_exited`). A server that does not keep sockets never sends it.
+   */
+  z.object({ type: z.literal("ready") }),
 ]);
 export type CommandEvent = z.infer<typeof commandEvent>;
 
@@ -257,6 +265,13 @@ export const sandboxPath = z
   .refine((p) => !p.includes("\0"), "path contains a NUL byte");
 
 const flag = z.enum(["true", "false", "1", "0"]).transform((v) => v === "true" || v === "1");
+
+/**
+ * `GET /sandboxes/{id}/command?keep=true`: a kept command socket. After a command's last message
+ * (`process_exited`, or an `error` that ends it) the socket stays open and the next message
+ * starts the next command, one at a time; without `keep` the server closes it after one command.
+ */
+export const commandSocketQuery = z.object({ keep: flag.optional() });
 
 /** `DELETE /sandboxes/{id}?wait=true` answers once the teardown has ended (`deleted`), not once it began. */
 export const sandboxDeleteQuery = z.object({ wait: flag.optional() }).strict();

@@ -14,6 +14,7 @@ import {
 import { CommandSocket, type OutputStream, type ProcessExit, type SocketListener } from "./command-socket.ts";
 import { CommandExitError, CommandTimeoutError, type CommandResult } from "./errors.ts";
 import type { CallOptions, HttpClient } from "./http-client.ts";
+import { KeptSockets } from "./kept-sockets.ts";
 
 export type { CommandInfo, SignalName };
 
@@ -194,11 +195,19 @@ export class CommandHandle {
 }
 
 export class Commands {
+  /** Sockets kept open for the next foreground command (one command at a time on each). */
+  private readonly kept = new KeptSockets();
+
   /** @internal */
   constructor(
     private readonly http: HttpClient,
     private readonly sandboxId: string,
   ) {}
+
+  /** @internal Closes the kept command sockets (the sandbox is being deleted). */
+  closeKept(): void {
+    this.kept.close();
+  }
 
   /** Runs `cmd` under /bin/sh -c and resolves when it exits; or, with `background: true`, once it has started. */
   run(cmd: string, options: BackgroundOptions): Promise<CommandHandle>;
@@ -262,8 +271,11 @@ export class Commands {
       ...(options.background ? { background: true } : {}),
       ...extra,
     };
+    // A foreground command runs on a kept socket; a background one outlives its socket, so it
+    // gets one of its own (its handle may disconnect, and a re-attach opens another).
+    const kept = options.background ? undefined : this.kept;
     const handle = await CommandHandle.open(
-      (listener) => CommandSocket.run(this.http, this.sandboxId, request, listener),
+      (listener) => CommandSocket.run(this.http, this.sandboxId, request, listener, kept),
       options,
     );
     const input = options.stdin;

@@ -176,6 +176,7 @@ export class Sandbox {
    * `deleted`.
    */
   async kill(options: CallOptions & KillOptions = {}): Promise<void> {
+    this.commands.closeKept();
     await this.update(this.http.json("DELETE", `/sandboxes/${this.sandboxId}`, sandboxInfo, killRequest(options)));
   }
 

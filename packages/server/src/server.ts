@@ -280,7 +280,7 @@ export async function startServer(
     sandboxes: ledger.countByStateAndDriver(),
     drivers: drivers.all().map((d) => d.name),
   }));
-  commandRoutes(app, manager, registry, watch);
+  commandRoutes(app, manager, registry, watch, serverEvents);
   eventRoutes(app, events);
   auditRoutes(app, { events, ledger });
   await fileRoutes(app, manager);

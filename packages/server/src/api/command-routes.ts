@@ -1,10 +1,12 @@
 import type { FastifyInstance } from "fastify";
-import { BothyError, COMMAND_ID_RE } from "@bothy/protocol";
+import { BothyError, COMMAND_ID_RE, commandSocketQuery } from "@bothy/protocol";
 import type { CommandRegistry } from "../commands/command-registry.ts";
+import type { ServerEvents } from "../events/server-events.ts";
 import type { DisconnectWatch } from "../sandboxes/disconnect-watch.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
-import { CommandSession } from "./command-session.ts";
+import { CommandSession, type KeptHooks } from "./command-session.ts";
 import { collectCommand, parseHttpCommand } from "./command-http.ts";
+import { parseInput } from "./parse-input.ts";
 
 const UPGRADE_HINT =
   "This endpoint is a WebSocket: connect with Upgrade: websocket (e.g. websocat ws://HOST/sandboxes/ID/command).";
@@ -14,23 +16,52 @@ export function commandRoutes(
   manager: SandboxManager,
   registry: CommandRegistry,
   watch: DisconnectWatch,
+  serverEvents: ServerEvents,
 ): void {
+  // Kept command sockets by sandbox: a deleted sandbox's are told, so an idle one closes.
+  const kept = new Map<string, Set<CommandSession>>();
+  serverEvents.subscribe((ev) => {
+    if (ev.event !== "sandbox_deleted") return;
+    for (const session of kept.get(ev.sandbox_id) ?? []) session.sandboxGone();
+  });
+
   app.get<{ Params: { id: string } }>("/sandboxes/:id/commands", async (request) => {
     manager.info(request.params.id);
     return { commands: registry.list(request.params.id) };
   });
 
-  app.route<{ Params: { id: string } }>({
+  app.route<{ Params: { id: string }; Querystring: Record<string, string> }>({
     method: "GET",
     url: "/sandboxes/:id/command",
-    // Refuse before the upgrade, so a bad id gets a plain problem+json answer.
-    preValidation: async (request) => requireRunning(manager, request.params.id),
+    // Refuse before the upgrade, so a bad id or query gets a plain problem+json answer.
+    preValidation: async (request) => {
+      requireRunning(manager, request.params.id);
+      parseInput(commandSocketQuery, request.query, "GET /sandboxes/{id}/command[?keep=true]");
+    },
     handler: async () => {
       throw new BothyError("upgrade_required", UPGRADE_HINT);
     },
     wsHandler: (socket, request) => {
-      const session = new CommandSession(socket, request.params.id, manager, registry, { kind: "new" });
-      watch.track(request.params.id, socket, () => session.endedByServer);
+      const id = request.params.id;
+      if (!commandSocketQuery.parse(request.query).keep) {
+        const session = new CommandSession(socket, id, manager, registry, { kind: "new" });
+        watch.track(id, socket, () => session.endedByServer);
+        return;
+      }
+      const sessions = kept.get(id) ?? new Set<CommandSession>();
+      kept.set(id, sessions);
+      const keep: KeptHooks = {
+        idle: () => undefined,
+        closed: () => {
+          sessions.delete(session);
+          if (sessions.size === 0 && kept.get(id) === sessions) kept.delete(id);
+        },
+      };
+      const session = new CommandSession(socket, id, manager, registry, { kind: "new", keep });
+      sessions.add(session);
+      // A kept socket between commands is a connected client that does not keep its sandbox awake.
+      const tracked = watch.track(id, socket, () => session.endedByServer);
+      keep.idle = (between) => tracked.idle(between);
     },
   });
 

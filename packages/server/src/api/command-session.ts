@@ -1,19 +1,41 @@
 import type { WebSocket } from "ws";
-import { BothyError, commandInput, commandRequest, toBothyError, type CommandEvent } from "@bothy/protocol";
+import {
+  BothyError,
+  commandInput,
+  commandRequest,
+  toBothyError,
+  type CommandEvent,
+  type CommandRequest,
+} from "@bothy/protocol";
 import type { CommandRegistry, RunningCommand } from "../commands/command-registry.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 
 /** How long a fresh socket may stay silent before it must have sent its command. */
 const FIRST_MESSAGE_TIMEOUT_MS = 30_000;
+/** How long a kept socket may wait between commands before the server closes it (1000 "idle"). */
+export const KEPT_IDLE_TIMEOUT_MS = 60_000;
 
-export type SessionTarget = { kind: "new" } | { kind: "attach"; commandId: string };
+/** What a kept socket tells its route: when it waits between commands, and when it has closed. */
+export interface KeptHooks {
+  idle(between: boolean): void;
+  closed(): void;
+}
+
+export type SessionTarget = { kind: "new"; keep?: KeptHooks } | { kind: "attach"; commandId: string };
 
 /**
  * One WebSocket attached to one command. On `/command` the first message starts the command; on
  * `/commands/{id}` the socket re-attaches to a running or finished one, replaying what the buffer
  * kept. Later messages feed stdin or send signals. `process_exited` (or a final `error`) is
- * always the last message. Output is acknowledged to the guest only once this socket has written
- * it, so a slow client slows the command rather than growing the server's memory.
+ * always the last message of a command. Output is acknowledged to the guest only once this socket
+ * has written it, so a slow client slows the command rather than growing the server's memory.
+ *
+ * A kept socket (`/command?keep=true`) runs commands one after another: after a command's last
+ * message it stays open, and the next JSON message starts the next command (waking the sandbox
+ * first if it went to sleep). Input that arrives for a command that has just ended is dropped; a
+ * message that is neither is a protocol violation (1008), as on a one-shot socket. It closes when
+ * the client closes it, after KEPT_IDLE_TIMEOUT_MS between commands (1000 "idle"), or when its
+ * sandbox is deleted (an `error` then 1001).
  */
 export class CommandSession {
   private command: RunningCommand | undefined;
@@ -24,6 +46,14 @@ export class CommandSession {
   private readonly owner: boolean;
   private readonly outstanding = new Set<() => void>();
   private readonly firstMessageTimer: NodeJS.Timeout | undefined;
+  private readonly keep: KeptHooks | undefined;
+  /** A kept socket: a command has ended on it, so input for that command may still come in. */
+  private ran = false;
+  private idleTimer: NodeJS.Timeout | undefined;
+  /** A kept socket's sandbox is waking for the next command: messages wait here until it runs. */
+  private waking: Array<[Buffer, boolean]> | undefined;
+  /** The sandbox was deleted while a command ran: the socket closes after its end. */
+  private sandboxDeleted = false;
 
   constructor(
     private readonly socket: WebSocket,
@@ -33,11 +63,14 @@ export class CommandSession {
     target: SessionTarget,
   ) {
     this.owner = target.kind === "new";
+    this.keep = target.kind === "new" ? target.keep : undefined;
     socket.on("message", (data, isBinary) => this.onMessage(data as Buffer, isBinary));
     socket.on("close", () => this.onClientGone());
     socket.on("error", () => this.onClientGone());
     if (target.kind === "attach") this.attach(target.commandId);
-    else
+    else {
+      // A kept socket says it takes commands at once: a client then knows this server keeps it.
+      if (this.keep) this.send({ type: "ready" });
       this.firstMessageTimer = setTimeout(
         () =>
           this.fail(
@@ -48,10 +81,15 @@ export class CommandSession {
           ),
         FIRST_MESSAGE_TIMEOUT_MS,
       );
+    }
   }
 
   private onMessage(data: Buffer, isBinary: boolean): void {
     if (this.closed) return;
+    if (this.waking) {
+      this.waking.push([data, isBinary]);
+      return;
+    }
     let json: unknown;
     try {
       json = isBinary ? undefined : JSON.parse(data.toString("utf8"));
@@ -60,7 +98,11 @@ export class CommandSession {
     }
     if (json === undefined)
       return this.fail(new BothyError("invalid_command", 'Messages are JSON text, e.g. {"cmd":"echo hi"}.'));
-    if (!this.command) return this.start(json);
+    if (!this.command) {
+      // Late input (stdin, a signal) for the command that has just ended on a kept socket.
+      if (this.ran && commandInput.safeParse(json).success) return;
+      return this.start(json);
+    }
     const input = commandInput.safeParse(json);
     if (!input.success)
       return this.fail(
@@ -79,20 +121,86 @@ export class CommandSession {
 
   private start(json: unknown): void {
     clearTimeout(this.firstMessageTimer);
+    clearTimeout(this.idleTimer);
     const parsed = commandRequest.safeParse(json);
     if (!parsed.success)
       return this.fail(
         new BothyError(
           "invalid_command",
-          `${summarize(parsed.error.issues)}. The first message is {"cmd":"<shell line>"} with optional cwd, env, timeout_s, stdin, background, pty.`,
+          `${summarize(parsed.error.issues)}. ${this.ran ? "Between commands, send the next command" : "The first message is"} {"cmd":"<shell line>"} with optional cwd, env, timeout_s, stdin, background, pty.`,
         ),
       );
+    if (!this.keep) return this.run(parsed.data);
+    this.keep.idle(false);
+    // The socket's upgrade woke the sandbox for its first command; a later one may find it asleep.
+    if (this.sandboxRunning()) return this.run(parsed.data);
+    this.waking = [];
+    this.socket.pause();
+    this.manager.ensureRunning(this.sandboxId).then(
+      () => this.woken(parsed.data, undefined),
+      (err: unknown) => this.woken(parsed.data, toBothyError(err)),
+    );
+  }
+
+  private sandboxRunning(): boolean {
     try {
-      this.command = this.registry.start(this.sandboxId, this.manager.agent(this.sandboxId), parsed.data);
+      return this.manager.info(this.sandboxId).state === "running";
+    } catch {
+      // Unknown now: `run` gets the same refusal from `agent` and says so.
+      return true;
+    }
+  }
+
+  private woken(request: CommandRequest, err: BothyError | undefined): void {
+    const queued = this.waking ?? [];
+    this.waking = undefined;
+    if (this.closed) return;
+    this.socket.resume();
+    if (err) this.refuse(err);
+    else this.run(request);
+    for (const [data, isBinary] of queued) this.onMessage(data, isBinary);
+  }
+
+  private run(request: CommandRequest): void {
+    try {
+      this.command = this.registry.start(this.sandboxId, this.manager.agent(this.sandboxId), request);
     } catch (err) {
-      return this.fail(toBothyError(err));
+      return this.keep ? this.refuse(toBothyError(err)) : this.fail(toBothyError(err));
     }
     this.listen(this.command, false);
+  }
+
+  /** A kept socket's command could not start: it gets its `error`, and the socket waits for the next. */
+  private refuse(err: BothyError): void {
+    this.send({ type: "error", code: err.code, message: err.message });
+    this.between();
+  }
+
+  /** A kept socket after a command's last message: ready for the next one. */
+  private between(): void {
+    this.command = undefined;
+    this.detach = undefined;
+    this.ran = true;
+    if (this.sandboxDeleted) return this.deleted();
+    this.send({ type: "ready" });
+    this.keep?.idle(true);
+    this.idleTimer = setTimeout(() => this.close(1000, "idle"), KEPT_IDLE_TIMEOUT_MS);
+  }
+
+  /** The sandbox was deleted: an idle kept socket says so and closes; a running command ends first. */
+  sandboxGone(): void {
+    this.sandboxDeleted = true;
+    if (this.closed || this.command || this.waking) return;
+    this.deleted();
+  }
+
+  private deleted(): void {
+    this.send({
+      type: "error",
+      code: "sandbox_not_running",
+      message: `Sandbox ${this.sandboxId} was deleted; this socket takes no more commands.`,
+    });
+    this.close(1001, "sandbox deleted");
   }
 
   private attach(commandId: string): void {
@@ -131,7 +239,9 @@ export class CommandSession {
     this.detach = command.attach((event, written) => {
       this.send(event, written);
       const final = event.type === "process_exited" || (event.type === "error" && command.finished);
-      if (final) this.close(1000, event.type === "error" ? event.code : "process exited");
+      if (!final) return;
+      if (this.keep && !this.closed) this.between();
+      else this.close(1000, event.type === "error" ? event.code : "process exited");
     }, replay);
   }
 
@@ -163,6 +273,8 @@ export class CommandSession {
     if (this.closed) return;
     this.closed = true;
     clearTimeout(this.firstMessageTimer);
+    clearTimeout(this.idleTimer);
+    this.keep?.closed();
     this.detach?.();
     for (const written of [...this.outstanding]) written();
     this.outstanding.clear();

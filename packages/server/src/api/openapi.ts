@@ -28,6 +28,7 @@ import {
   commandList,
   commandRequest,
   commandResult,
+  commandSocketQuery,
   corpusUploadQuery,
   createConversationRequest,
   createSandboxRequest,
@@ -243,7 +244,8 @@ export const OPERATIONS: Operation[] = [
     path: "/sandboxes/{id}/command",
     tag: "commands",
     summary:
-      "WebSocket: run one command (first message CommandRequest, then CommandInput; the server streams CommandEvent, process_exited or error last)",
+      "WebSocket: run one command (first message CommandRequest, then CommandInput; the server streams CommandEvent, process_exited or error last); with keep=true the socket stays open after each command and the next CommandRequest starts the next, one at a time",
+    query: commandSocketQuery,
     answers: { 101: { description: "Switching to the WebSocket" } },
     websocket: { send: ["CommandRequest", "CommandInput"], receive: "CommandEvent" },
   },

@@ -11,7 +11,14 @@ export interface ClientConnection {
 
 interface Watched {
   sockets: number;
+  /** Of `sockets`, kept command sockets between two commands: connected, but not using the sandbox. */
+  idle: number;
   timer: NodeJS.Timeout | undefined;
+}
+
+/** A tracked connection: a kept command socket says when it waits between commands. */
+export interface TrackedConnection {
+  idle(between: boolean): void;
 }
 
 /**
@@ -34,9 +41,17 @@ export class DisconnectWatch {
   ) {}
 
   /** Counts `socket` against its sandbox until it closes; `endedByServer` is asked then. */
-  track(sandboxId: string, socket: ClientConnection, endedByServer: () => boolean): void {
-    if (this.closed) return;
-    const w = this.sandboxes.get(sandboxId) ?? { sockets: 0, timer: undefined };
+  track(sandboxId: string, socket: ClientConnection, endedByServer: () => boolean): TrackedConnection {
+    if (this.closed) return { idle: () => undefined };
+    const w = this.sandboxes.get(sandboxId) ?? { sockets: 0, idle: 0, timer: undefined };
+    let between = false;
+    const handle: TrackedConnection = {
+      idle: (on) => {
+        if (on === between) return;
+        between = on;
+        w.idle += on ? 1 : -1;
+      },
+    };
     this.sandboxes.set(sandboxId, w);
     w.sockets++;
     if (w.timer) {
@@ -44,9 +59,11 @@ export class DisconnectWatch {
       w.timer = undefined;
       this.log("disconnect_grace_cancelled", { sandbox_id: sandboxId });
     }
-    socket.once("close", (code?: number) =>
-      this.ended(sandboxId, w, (code !== undefined && CLEAN_CLOSE.has(code)) || endedByServer(), code),
-    );
+    socket.once("close", (code?: number) => {
+      handle.idle(false);
+      this.ended(sandboxId, w, (code !== undefined && CLEAN_CLOSE.has(code)) || endedByServer(), code);
+    });
+    return handle;
   }
 
   private ended(sandboxId: string, w: Watched, clean: boolean, code: number | undefined): void {
@@ -72,9 +89,13 @@ export class DisconnectWatch {
     w.timer.unref();
   }
 
-  /** Client connections open to the sandbox right now. */
-  sockets(sandboxId: string): number {
-    return this.sandboxes.get(sandboxId)?.sockets ?? 0;
+  /**
+   * Client connections open to the sandbox right now and in use: a kept command socket waiting
+   * between commands is not counted (it must not keep its sandbox awake; its next command wakes it).
+   */
+  inUse(sandboxId: string): number {
+    const w = this.sandboxes.get(sandboxId);
+    return w ? w.sockets - w.idle : 0;
   }
 
   /** Stops every timer: a server that is stopping closes its sockets itself. */

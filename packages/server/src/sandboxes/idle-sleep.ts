@@ -3,10 +3,11 @@ import type { DisconnectWatch } from "./disconnect-watch.ts";
 import type { Logger, SandboxManager } from "./sandbox-manager.ts";
 
 /**
- * Puts idle sandboxes to sleep: no command running, no WebSocket attached, and no call for
- * `idleMs`. Sleep is the driver's pause where it has one (QEMU saves the VM's memory to disk and
- * ends the process), else a stop that keeps the disk (gVisor: files stay, processes end). The next
- * command, file call or attach wakes it. A sandbox running a command is never put to sleep,
+ * Puts idle sandboxes to sleep: no command running, no WebSocket attached (a kept command socket
+ * waiting between commands does not count), and no call for `idleMs`. Sleep is the driver's pause
+ * where it has one (QEMU saves the VM's memory to disk and ends the process), else a stop that
+ * keeps the disk (gVisor: files stay, processes end). The next command (also one on a kept socket),
+ * file call or attach wakes it. A sandbox running a command is never put to sleep,
  * however long the command runs.
  */
 export class IdleSleep {
@@ -23,7 +24,7 @@ export class IdleSleep {
     this.manager.pruneActivity(live);
     if (this.idleMs === 0) return;
     for (const id of live) {
-      if (!this.manager.canSleep(id) || this.registry.running(id) > 0 || this.watch.sockets(id) > 0) continue;
+      if (!this.manager.canSleep(id) || this.registry.running(id) > 0 || this.watch.inUse(id) > 0) continue;
       const idle = this.manager.idleFor(id);
       if (idle < this.idleMs) continue;
       this.log("sandbox_idle", { sandbox_id: id, idle_ms: idle });
