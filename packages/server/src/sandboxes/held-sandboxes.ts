@@ -64,16 +64,25 @@ export class HeldSandboxes {
 
   /**
    * Stops a sandbox on purpose (sleep, server stop): the guest writes its caches to disk first, as
-   * a machine does before it powers off, so nothing written before the stop is lost.
+   * a machine does before it powers off, so nothing written before the stop is lost. `proceed` is
+   * asked after the flush, in the same turn as the stop (a sleep's: no command came meanwhile).
+   * True when this call stopped it.
    */
-  async stopOnPurpose(id: string, booted: BootedSandbox, reason: string, closeWith: BothyError): Promise<void> {
+  async stopOnPurpose(
+    id: string,
+    booted: BootedSandbox,
+    reason: string,
+    closeWith: BothyError,
+    proceed: () => boolean = () => true,
+  ): Promise<boolean> {
     const generation = this.ctx.records.get(id)?.generation;
     await execQuiet(booted.agent, "sync", FLUSH_TIMEOUT_MS, "Flushing the disk").catch((err: unknown) =>
       this.ctx.log("sandbox_flush_failed", { sandbox_id: id, error: (err as Error).message }),
     );
     // It died or was deleted during the flush: whoever noticed has let go of it already.
-    if (this.ctx.records.get(id)?.generation !== generation) return;
+    if (this.ctx.records.get(id)?.generation !== generation || !proceed()) return false;
     await this.stopHeld(id, booted, reason, closeWith);
+    return true;
   }
 
   /** Lets go of a held sandbox: `stopped` in the ledger at once, its processes and network removed in the background. */

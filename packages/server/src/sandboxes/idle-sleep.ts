@@ -24,15 +24,25 @@ export class IdleSleep {
     this.manager.pruneActivity(live);
     if (this.idleMs === 0) return;
     for (const id of live) {
-      if (!this.manager.canSleep(id) || this.registry.running(id) > 0 || this.watch.inUse(id) > 0) continue;
-      const idle = this.manager.idleFor(id);
-      if (idle < this.idleMs) continue;
-      this.log("sandbox_idle", { sandbox_id: id, idle_ms: idle });
+      if (!this.idle(id, false)) continue;
+      this.log("sandbox_idle", { sandbox_id: id, idle_ms: this.manager.idleFor(id) });
       try {
-        await this.manager.sleep(id);
+        // Asked again once the sleep's turn has come and the disk is flushed: a command that
+        // started in between keeps the sandbox awake instead of being ended by the sleep.
+        await this.manager.sleep(id, () => this.idle(id, true));
       } catch (err) {
         this.log("sandbox_sleep_failed", { sandbox_id: id, error: (err as Error).message });
       }
     }
+  }
+
+  /** No command running, no client using it, no call for `idleMs` (`inSleepsTurn`: see canSleep). */
+  private idle(id: string, inSleepsTurn: boolean): boolean {
+    return (
+      this.manager.canSleep(id, inSleepsTurn) &&
+      this.registry.running(id) === 0 &&
+      this.watch.inUse(id) === 0 &&
+      this.manager.idleFor(id) >= this.idleMs
+    );
   }
 }

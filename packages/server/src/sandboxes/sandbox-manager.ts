@@ -114,10 +114,12 @@ export class SandboxManager {
 
   /**
    * Puts an idle sandbox to sleep: paused where the driver saves memory (QEMU), else stopped with
-   * its disk kept (gVisor). Either way the next call wakes it.
+   * its disk kept (gVisor). Either way the next call wakes it. `stillIdle` is asked again right
+   * before the sandbox is let go (after the queue and the disk flush): a command or call that came
+   * meanwhile keeps it running.
    */
-  sleep(id: string): Promise<SandboxInfo> {
-    return this.sleepWake.sleep(id);
+  sleep(id: string, stillIdle: () => boolean = () => true): Promise<SandboxInfo> {
+    return this.sleepWake.sleep(id, stillIdle);
   }
 
   resume(id: string): Promise<SandboxInfo> {
@@ -178,11 +180,18 @@ export class SandboxManager {
     return Number.isNaN(last) ? 0 : Date.now() - last;
   }
 
-  /** Whether the sandbox is running and nothing else is changing its state. */
-  canSleep(id: string): boolean {
+  /**
+   * Whether the sandbox is running, no API call holds it, and nothing else is changing its state;
+   * `inSleepsTurn`: asked by a sleep already running in the sandbox's queue (which is that sleep).
+   */
+  canSleep(id: string, inSleepsTurn = false): boolean {
     const rec = this.ctx.records.get(id);
     return (
-      rec?.booted !== undefined && this.info(id).state === "running" && !rec.queue && !rec.deleting && rec.holds === 0
+      rec?.booted !== undefined &&
+      this.info(id).state === "running" &&
+      (!rec.queue || inSleepsTurn) &&
+      !rec.deleting &&
+      rec.holds === 0
     );
   }
 

@@ -55,17 +55,18 @@ export class SleepWake {
    * Puts an idle sandbox to sleep: paused where the driver saves memory (QEMU), else stopped with
    * its disk kept (gVisor). Either way the next call wakes it.
    */
-  sleep(id: string): Promise<SandboxInfo> {
+  sleep(id: string, stillIdle: () => boolean): Promise<SandboxInfo> {
     return this.transition(id, async (booted) => {
-      if (this.ctx.info(id).state !== "running") return;
+      if (this.ctx.info(id).state !== "running" || !stillIdle()) return;
       if (booted.handle.pause) return this.pauseHeld(id, booted);
-      await this.held.stopOnPurpose(
+      const stopped = await this.held.stopOnPurpose(
         id,
         booted,
         "Asleep after being idle; the next call starts it again.",
         new BothyError("sandbox_not_running", "The sandbox went to sleep."),
+        stillIdle,
       );
-      this.ctx.log("sandbox_slept", { sandbox_id: id });
+      if (stopped) this.ctx.log("sandbox_slept", { sandbox_id: id });
     });
   }
 

@@ -7,10 +7,11 @@ import { SandboxManager, type TemplateSource } from "../src/sandboxes/sandbox-ma
 import { FakeDriver, FakeHost } from "./helpers/fake-driver.ts";
 
 /**
- * A sandbox dying on its own, with a fake driver and a real (in-memory) ledger. Its agent's
- * channel closing is the first sign (a gVisor sandbox killed at its memory limit closes it ~0.1 s
- * before `runsc run` ends): by the time a command hears that its sandbox is gone, the sandbox
- * reads `stopped`, and the next call starts it again.
+ * Letting go of a held sandbox, with a fake driver and a real (in-memory) ledger. A sandbox dying
+ * on its own: its agent's channel closing is the first sign (a gVisor sandbox killed at its memory
+ * limit closes it ~0.1 s before `runsc run` ends), so by the time a command hears that its sandbox
+ * is gone, the sandbox reads `stopped`, and the next call starts it again. A sleep: it looks again
+ * whether the sandbox is idle once its turn has come and the disk is flushed.
  */
 const template = { name: "seed", hash: "h1", rootfs: "/nonexistent/rootfs", env: {} };
 const templates: TemplateSource = { resolve: async (name) => (name === "seed" ? template : undefined) };
@@ -72,5 +73,42 @@ describe("a sandbox that dies on its own", () => {
     expect(w.events.some((e) => e.startsWith("sandbox_died"))).toBe(false);
     await w.manager.delete(id, "requested", { wait: true });
     expect(w.events.some((e) => e.startsWith("sandbox_died"))).toBe(false);
+  });
+});
+
+describe("idle sleep's second look", () => {
+  let ledger: Ledger | undefined;
+  afterEach(() => ledger?.close());
+
+  it("keeps a sandbox running when it stopped being idle during the sleep's flush; sleeps it when not", async () => {
+    const host = new FakeHost();
+    ledger = new Ledger(":memory:");
+    const drivers = new DriverRegistry(
+      new Map([["gvisor", new FakeDriver("gvisor", host)]]),
+      new Map(),
+      "gvisor",
+      "fake",
+    );
+    const config = loadConfig({ BOTHY_HOME: "/nonexistent/bothy-sleep", BOTHY_NETWORK: "off", BOTHY_POOL_SIZE: "0" });
+    const events: string[] = [];
+    const manager = new SandboxManager(config, ledger, drivers, templates, (event) => events.push(event));
+    await manager.reconcile();
+    const id = (await manager.create({ template: "seed", vcpu: 1, memory_mib: 256 }, undefined)).sandbox.sandbox_id;
+
+    // Idle when the sleep's turn comes; a command arrived while the disk was flushed.
+    const looks: boolean[] = [true, false];
+    await manager.sleep(id, () => looks.shift() ?? false);
+    expect(looks).toEqual([]);
+    expect(ledger.getSandbox(id)?.state).toBe("running");
+    expect(events).not.toContain("sandbox_slept");
+    await execQuiet(manager.agent(id), "true", 1000, "Running a command");
+
+    // Busy already when its turn came: not even flushed.
+    await manager.sleep(id, () => false);
+    expect(ledger.getSandbox(id)?.state).toBe("running");
+
+    await manager.sleep(id, () => true);
+    expect(ledger.getSandbox(id)?.state).toBe("stopped");
+    expect(events).toContain("sandbox_slept");
   });
 });
