@@ -162,11 +162,11 @@ for (const driver of testDrivers()) {
         try {
           const freshUrl = (sub: string, query: Record<string, string>): string =>
             `${ts.url}/sandboxes/${fresh}/files${sub}?${new URLSearchParams(query).toString()}`;
-          // The agent's threads, as the sandbox's own /proc shows them (gVisor: bothy's node with the
-          // agent's snapshot; QEMU: node running agent.mjs).
+          // The agent's threads, as the sandbox's own /proc shows them: the node whose arguments name
+          // the agent (gVisor: its snapshot; QEMU: agent.mjs), not bothy-init, which starts it.
           const agentThreads = async (): Promise<number> => {
             const r = await runCommand(ts.wsUrl, fresh, {
-              cmd: "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q '/opt/bothy/[a]gent' && ls $p/task | wc -l; done",
+              cmd: "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q '^[^ ]*node .*/opt/bothy/[a]gent' && ls $p/task | wc -l; done",
             });
             const counts = r.stdout.trim().split("\n");
             expect(counts).toHaveLength(1);
