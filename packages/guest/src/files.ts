@@ -9,6 +9,7 @@ import {
   mkdirSync,
   openSync,
   opendirSync,
+  readdirSync,
   readSync,
   realpathSync,
   renameSync,
@@ -17,7 +18,6 @@ import {
   writeSync,
   type Stats,
 } from "node:fs";
-import { rm } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
 import {
   MAX_LIST_ENTRIES,
@@ -35,8 +35,7 @@ import { kernelRandomBytes } from "./identity.ts";
  * gVisor's ptrace platform the pool's four threads cost tens of milliseconds to start and each
  * request handed to them ~10 ms more, while a small synchronous call costs far less. What could
  * block the event loop for long goes step by step, one bounded step per turn of the loop: reads
- * and hashes one chunk at a time, a listing a batch of entries at a time. Only a recursive remove
- * of a directory stays asynchronous (see removePath).
+ * and hashes one chunk at a time, a listing or a recursive remove a batch of entries at a time.
  */
 
 /** Lets the event loop turn once: other requests' frames, commands' output. */
@@ -48,6 +47,8 @@ function nextTurn(): Promise<void> {
 const HASH_CHUNK_BYTES = 1024 * 1024;
 /** How many entries a listing stats per turn of the event loop. */
 const LIST_BATCH = 256;
+/** How many entries a recursive remove removes per turn of the event loop. */
+const REMOVE_BATCH = 128;
 
 type GuestErrorCode = "not_found" | "exists" | "io_error" | "precondition_failed" | "not_a_file";
 
@@ -216,17 +217,31 @@ export async function makeDir(path: string, parents: boolean): Promise<void> {
   }
 }
 
-/**
- * A file, a link or an empty directory goes with one synchronous call. A recursive remove of a
- * directory stays asynchronous: a big tree is many calls, which in one synchronous go would hold
- * the event loop (every command's output, every other request) for as long as they take.
- */
 export async function removePath(path: string, recursive: boolean): Promise<void> {
   const real = realParent(path);
   const st = lstatSync(real);
   if (!st.isDirectory()) unlinkSync(real);
   else if (!recursive) rmdirSync(real);
-  else await rm(real, { recursive: true, force: false });
+  else await removeTree(real, { calls: 0 });
+}
+
+/**
+ * Removes a directory and all below it, deepest first; a link is removed, never followed. A big
+ * tree is many calls: the event loop turns after each REMOVE_BATCH of them, so commands' output
+ * and other requests go on meanwhile. What vanishes meanwhile is not an error.
+ */
+async function removeTree(dir: string, count: { calls: number }): Promise<void> {
+  for (const name of readdirSync(dir)) {
+    const path = join(dir, name);
+    try {
+      if (lstatSync(path).isDirectory()) await removeTree(path, count);
+      else unlinkSync(path);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+    }
+    if (++count.calls % REMOVE_BATCH === 0) await nextTurn();
+  }
+  rmdirSync(dir);
 }
 
 export async function renamePath(from: string, to: string): Promise<void> {

@@ -211,7 +211,14 @@ for (const driver of testDrivers()) {
           expect((list.json["entries"] as Array<{ name: string }>).map((e) => e.name)).toEqual(["u", "v"]);
           expect((await api(ts.url, "DELETE", `/sandboxes/${fresh}/files?path=t/u/two.bin`)).status).toBe(200);
           expect((await api(ts.url, "DELETE", `/sandboxes/${fresh}/files?path=t/v`)).status).toBe(200);
-          expect((await fetch(freshUrl("", { path: "t/gone" }))).status).toBe(404);
+          const put3 = await fetch(freshUrl("", { path: "t/u/three.txt" }), {
+            method: "PUT",
+            body: "3",
+            headers: { "content-type": "application/octet-stream" },
+          });
+          expect(put3.status).toBe(200);
+          expect((await api(ts.url, "DELETE", `/sandboxes/${fresh}/files?path=t&recursive=true`)).status).toBe(200);
+          expect((await fetch(freshUrl("", { path: "t/u/three.txt" }))).status).toBe(404);
           expect(await agentThreads()).toBe(before);
         } finally {
           await deleteSandbox(ts.url, fresh);
