@@ -32,8 +32,9 @@ import { kernelRandomBytes } from "./identity.ts";
 
 /*
  * File requests are served with synchronous calls, never through libuv's thread pool: under
- * gVisor's ptrace platform the pool's four threads cost tens of milliseconds to start and each
- * request handed to them ~10 ms more, while a small synchronous call costs far less. What could
+ * gVisor's ptrace platform the pool's four threads are dear to start, and each request handed to
+ * them pays two hand-offs between threads (a 1 KB write or read from the API ~30 % slower, the
+ * networked create's trust step ~30 ms; docs/architecture.md, sixth pass). What could
  * block the event loop for long goes step by step, one bounded step per turn of the loop: reads
  * and hashes one chunk at a time, a listing or a recursive remove a batch of entries at a time.
  */
