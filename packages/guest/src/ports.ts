@@ -1,4 +1,4 @@
-import { readFile } from "node:fs/promises";
+import { readFileSync } from "node:fs";
 import { connect, type Socket } from "node:net";
 import { MAX_LISTED_PORTS, OUTPUT_CHUNK_BYTES, OUTPUT_WINDOW_BYTES } from "@bothy/protocol";
 import type { Channel } from "./channel.ts";
@@ -42,7 +42,11 @@ export function parseListening(table: string, v6: boolean): ListeningSocket[] {
   return found;
 }
 
-/** The TCP sockets listening in this guest, from the kernel's (or gVisor's) socket tables. */
+/**
+ * The TCP sockets listening in this guest, from the kernel's (or gVisor's) socket tables. Read
+ * synchronously (small files): an asynchronous read would start libuv's thread pool, dear under
+ * gVisor's ptrace, and the E2B code interpreter's proxy asks this before each of its requests.
+ */
 export async function listeningPorts(): Promise<ListeningSocket[]> {
   const found = new Map<string, ListeningSocket>();
   for (const [file, v6] of [
@@ -51,7 +55,7 @@ export async function listeningPorts(): Promise<ListeningSocket[]> {
   ] as const) {
     let table: string;
     try {
-      table = await readFile(file, "utf8");
+      table = readFileSync(file, "utf8");
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === "ENOENT") continue; // no IPv6 in this guest
       throw err;

@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { readdir, readFile, readlink } from "node:fs/promises";
+import { readdirSync, readFileSync, readlinkSync } from "node:fs";
 import type { SignalName } from "@bothy/protocol";
 import type { Spawner } from "./spawner.ts";
 
@@ -31,11 +31,21 @@ interface ProcStat {
   tpgid: number;
 }
 
-async function procStats(): Promise<ProcStat[]> {
+/**
+ * The guest's processes (as many as its process limit allows at most), read synchronously: an
+ * asynchronous read would start libuv's thread pool, dear under gVisor's ptrace, at the first
+ * terminal's start.
+ */
+function procStats(): ProcStat[] {
   const out: ProcStat[] = [];
-  for (const name of await readdir("/proc")) {
+  for (const name of readdirSync("/proc")) {
     if (!/^\d+$/.test(name)) continue;
-    const text = await readFile(`/proc/${name}/stat`, "utf8").catch(() => "");
+    let text = "";
+    try {
+      text = readFileSync(`/proc/${name}/stat`, "utf8");
+    } catch {
+      continue; // ended while we looked
+    }
     // Fields after the command name, which may itself hold spaces and parentheses.
     const fields = text.slice(text.lastIndexOf(")") + 2).split(" ");
     if (fields.length < 6) continue;
@@ -46,9 +56,14 @@ async function procStats(): Promise<ProcStat[]> {
 
 /** Sets the terminal size; the kernel then sends SIGWINCH to the foreground process group. */
 export async function resizePty(scriptPid: number, size: PtySize, spawner?: Spawner): Promise<void> {
-  const leader = (await procStats()).find((p) => p.ppid === scriptPid)?.pid;
+  const leader = procStats().find((p) => p.ppid === scriptPid)?.pid;
   if (leader === undefined) return;
-  const tty = await readlink(`/proc/${leader}/fd/0`).catch(() => undefined);
+  let tty: string | undefined;
+  try {
+    tty = readlinkSync(`/proc/${leader}/fd/0`);
+  } catch {
+    return; // ended meanwhile
+  }
   if (!tty?.startsWith("/dev/pts/")) return;
   const args = ["-F", tty, "cols", String(size.cols), "rows", String(size.rows)];
   if (spawner?.available) return spawner.runQuiet(STTY_PATH, args);
@@ -69,7 +84,7 @@ const JOB_SIGNALS: ReadonlySet<SignalName> = new Set(["SIGINT", "SIGQUIT"]);
  * `script` then exits with the command's status.
  */
 export async function signalSession(scriptPid: number, signal: SignalName): Promise<void> {
-  const stats = await procStats();
+  const stats = procStats();
   const leader = stats.find((p) => p.ppid === scriptPid);
   if (!leader) return kill(scriptPid, signal);
   if (JOB_SIGNALS.has(signal) && leader.tpgid > 0) return kill(-leader.tpgid, signal);

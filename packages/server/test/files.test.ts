@@ -2,7 +2,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { hostname as hostname_ } from "node:os";
 import { describe, expect, it } from "vitest";
-import { api, runCommand } from "./helpers/client.ts";
+import { api, createSandbox, deleteSandbox, runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
 import { useServerWithSandbox } from "./helpers/suite.ts";
 import type { TestServer } from "./helpers/test-server.ts";
@@ -154,6 +154,75 @@ for (const driver of testDrivers()) {
         expect(alone.status).toBe(200);
         const check = await runCommand(ts.wsUrl, id, { cmd: "test -d /tmp/x && test -d /tmp/y && echo alive" });
         expect(check.stdout).toBe("alive\n");
+      });
+
+      it("serves file requests without starting threads in the agent", async () => {
+        // A sandbox of its own: the one the other tests share has served requests already.
+        const fresh = await createSandbox(ts.url);
+        try {
+          const freshUrl = (sub: string, query: Record<string, string>): string =>
+            `${ts.url}/sandboxes/${fresh}/files${sub}?${new URLSearchParams(query).toString()}`;
+          // The agent's threads, as the sandbox's own /proc shows them: the node whose arguments name
+          // the agent (gVisor: its snapshot; QEMU: agent.mjs), not bothy-init, which starts it.
+          const agentThreads = async (): Promise<number> => {
+            const r = await runCommand(ts.wsUrl, fresh, {
+              cmd: "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q '^[^ ]*node .*/opt/bothy/[a]gent' && ls $p/task | wc -l; done",
+            });
+            const counts = r.stdout.trim().split("\n");
+            expect(counts).toHaveLength(1);
+            return Number(counts[0]);
+          };
+          const before = await agentThreads();
+          expect(before).toBeGreaterThan(0);
+          const body = randomBytes(1024);
+          const written = await fetch(freshUrl("", { path: "t/one.bin" }), {
+            method: "PUT",
+            body,
+            headers: { "content-type": "application/octet-stream" },
+          });
+          expect(written.status).toBe(404); // no directory t yet: refused without leaving anything
+          expect(
+            (await api(ts.url, "POST", `/sandboxes/${fresh}/files/mkdir`, { path: "t/u", parents: true })).status,
+          ).toBe(200);
+          expect((await api(ts.url, "POST", `/sandboxes/${fresh}/files/mkdir`, { path: "t/v" })).status).toBe(200);
+          const put1 = await fetch(freshUrl("", { path: "t/one.bin" }), {
+            method: "PUT",
+            body,
+            headers: { "content-type": "application/octet-stream" },
+          });
+          expect(put1.status).toBe(200);
+          const put2 = await fetch(freshUrl("", { path: "t/one.bin" }), {
+            method: "PUT",
+            body: "two",
+            headers: { "content-type": "application/octet-stream", "if-match": `"${sha(body)}"` },
+          });
+          expect(put2.status).toBe(200);
+          expect(await (await fetch(freshUrl("", { path: "t/one.bin" }))).text()).toBe("two");
+          expect(
+            (await api(ts.url, "GET", `/sandboxes/${fresh}/files/stat?path=t/one.bin&sha256=true`)).json,
+          ).toMatchObject({
+            sha256: sha("two"),
+          });
+          expect(
+            (await api(ts.url, "POST", `/sandboxes/${fresh}/files/rename`, { from: "t/one.bin", to: "t/u/two.bin" }))
+              .status,
+          ).toBe(200);
+          const list = await api(ts.url, "GET", `/sandboxes/${fresh}/files/list?path=t`);
+          expect((list.json["entries"] as Array<{ name: string }>).map((e) => e.name)).toEqual(["u", "v"]);
+          expect((await api(ts.url, "DELETE", `/sandboxes/${fresh}/files?path=t/u/two.bin`)).status).toBe(200);
+          expect((await api(ts.url, "DELETE", `/sandboxes/${fresh}/files?path=t/v`)).status).toBe(200);
+          const put3 = await fetch(freshUrl("", { path: "t/u/three.txt" }), {
+            method: "PUT",
+            body: "3",
+            headers: { "content-type": "application/octet-stream" },
+          });
+          expect(put3.status).toBe(200);
+          expect((await api(ts.url, "DELETE", `/sandboxes/${fresh}/files?path=t&recursive=true`)).status).toBe(200);
+          expect((await fetch(freshUrl("", { path: "t/u/three.txt" }))).status).toBe(404);
+          expect(await agentThreads()).toBe(before);
+        } finally {
+          await deleteSandbox(ts.url, fresh);
+        }
       });
 
       it("answers bad file requests with problem+json", async () => {

@@ -48,10 +48,9 @@ export async function installGuestTrust(agent: AgentClient, caPem: string): Prom
   // A line of the body that only this certificate has (its key and serial are random).
   const lines = pem.split("\n");
   const mark = Buffer.from(`\n${lines[Math.floor(lines.length / 2)] ?? ""}\n`);
-  // Requests that do not depend on each other go out together. Under ptrace each costs the agent
-  // 10-20 ms whatever its size (a 1 KB write as much as the 0.2 MB bundle; the same write made
-  // with synchronous calls in a command takes 1-3 ms): it is the request's hops through libuv's
-  // pool and the channel, not the bytes, and concurrent requests share those waits.
+  // Requests that do not depend on each other go out together. Under ptrace each request's cost
+  // is mostly its hops (the channel, the agent's event loop), not its bytes, and concurrent
+  // requests share those waits.
   const dir = agent.mkdir(GUEST_CA_DIR, true);
   const read = agent.readFile(SYSTEM_BUNDLE, MAX_SYSTEM_BUNDLE_BYTES).catch((err: unknown) => {
     if (err instanceof BothyError && err.code === "file_not_found") return undefined;
