@@ -88,6 +88,9 @@ export async function signalSession(scriptPid: number, signal: SignalName): Prom
   const leader = stats.find((p) => p.ppid === scriptPid);
   if (!leader) return kill(scriptPid, signal);
   if (JOB_SIGNALS.has(signal) && leader.tpgid > 0) return kill(-leader.tpgid, signal);
+  // Caught between `script`'s fork and the child's setsid, the child leads no session yet (and
+  // has no children): it is signalled itself, or the signal would reach nobody.
+  if (leader.session !== leader.pid) return kill(leader.pid, signal);
   for (const p of stats) if (p.session === leader.pid) kill(p.pid, signal);
 }
 
