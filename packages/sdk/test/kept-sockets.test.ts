@@ -10,6 +10,7 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { WebSocket } from "ws";
 import { startTestServer, type TestServer } from "../../server/test/helpers/test-server.ts";
+import { pollUntil } from "../../server/test/helpers/client.ts";
 import { noLeaks } from "../../server/test/helpers/host-state.ts";
 import { CommandExitError, InvalidArgumentError, Sandbox } from "../src/index.ts";
 
@@ -94,7 +95,7 @@ for (const word of ["one", "two"]) process.stdout.write((await sbx.commands.run(
         expect(out).toBe("one\ntwo\n");
         // One kept socket for both commands, idle when the process exited, closed then with 1000
         // (not dropped, and not by its idle timer).
-        await until(() => closeCodes.length > codesBefore);
+        await pollUntil("the kept socket to close", () => closeCodes.length > codesBefore);
         expect(closeCodes.slice(codesBefore)).toEqual(["1000 client exiting"]);
       } finally {
         await rm(dir, { recursive: true, force: true });
@@ -103,12 +104,3 @@ for (const word of ["one", "two"]) process.stdout.write((await sbx.commands.run(
     },
   );
 });
-
-/** Polls `done` at a short pace, up to 30 s. */
-async function until(done: () => boolean): Promise<void> {
-  const deadline = Date.now() + 30_000;
-  while (!done()) {
-    if (Date.now() > deadline) throw new Error("condition not met in 30 s");
-    await new Promise((r) => setTimeout(r, 20)); // the poll's pace, not a wait for an outcome
-  }
-}

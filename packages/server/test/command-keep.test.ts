@@ -7,7 +7,7 @@
 import { describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import type { CommandEvent } from "@bothy/protocol";
-import { api, createSandbox, runCommand, waitDeleted } from "./helpers/client.ts";
+import { api, createSandbox, pollUntil, runCommand, waitDeleted } from "./helpers/client.ts";
 import { IDLE_S, useIdleServer, useServerWithSandbox } from "./helpers/suite.ts";
 import type { TestServer } from "./helpers/test-server.ts";
 
@@ -199,9 +199,9 @@ describe("kept command socket [gvisor]", () => {
       clean.ws.close(1000);
       await clean.closed;
       kept.ws.terminate();
-      await until(() => graces("disconnect_grace_started") === 1);
+      await pollUntil("the disconnect grace to start", () => graces("disconnect_grace_started") === 1);
       const back = await KeptSocket.open(ts.wsUrl, other);
-      await until(() => graces("disconnect_grace_cancelled") === 1);
+      await pollUntil("the disconnect grace to be cancelled", () => graces("disconnect_grace_cancelled") === 1);
       back.ws.close(1000);
       await back.closed;
       expect(graces("disconnect_grace_started")).toBe(1);
@@ -258,20 +258,10 @@ describe("kept command socket and idle sleep [gvisor]", () => {
 
 /** Polls the command's record until it has ended (the server kills it when its socket goes). */
 async function waitForCommandEnd(base: string, id: string, commandId: string): Promise<Record<string, unknown>> {
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    const info = (await api(base, "GET", `/sandboxes/${id}/commands/${commandId}`)).json;
-    if (info["state"] !== "running") return info;
-    if (Date.now() > deadline) throw new Error(`${commandId} still runs 30 s after its socket closed`);
-    await new Promise((r) => setTimeout(r, 50)); // the poll's pace, not a wait for an outcome
-  }
-}
-
-/** Polls `done` at a short pace, up to 30 s. */
-async function until(done: () => boolean): Promise<void> {
-  const deadline = Date.now() + 30_000;
-  while (!done()) {
-    if (Date.now() > deadline) throw new Error("condition not met in 30 s");
-    await new Promise((r) => setTimeout(r, 20)); // the poll's pace, not a wait for an outcome
-  }
+  let info: Record<string, unknown> = {};
+  await pollUntil(`${commandId} to end after its socket closed`, async () => {
+    info = (await api(base, "GET", `/sandboxes/${id}/commands/${commandId}`)).json;
+    return info["state"] !== "running";
+  });
+  return info;
 }

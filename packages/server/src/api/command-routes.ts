@@ -24,6 +24,14 @@ export function commandRoutes(
     if (ev.event !== "sandbox_deleted") return;
     for (const session of kept.get(ev.sandbox_id) ?? []) session.sandboxGone();
   });
+  const remember = (id: string, session: CommandSession): void => {
+    kept.set(id, (kept.get(id) ?? new Set()).add(session));
+  };
+  const forget = (id: string, session: CommandSession): void => {
+    const sessions = kept.get(id);
+    sessions?.delete(session);
+    if (sessions?.size === 0) kept.delete(id);
+  };
 
   app.get<{ Params: { id: string } }>("/sandboxes/:id/commands", async (request) => {
     manager.info(request.params.id);
@@ -43,25 +51,13 @@ export function commandRoutes(
     },
     wsHandler: (socket, request) => {
       const id = request.params.id;
-      if (!commandSocketQuery.parse(request.query).keep) {
-        const session = new CommandSession(socket, id, manager, registry, { kind: "new" });
-        watch.track(id, socket, () => session.endedByServer);
-        return;
-      }
-      const sessions = kept.get(id) ?? new Set<CommandSession>();
-      kept.set(id, sessions);
-      const keep: KeptHooks = {
-        idle: () => undefined,
-        closed: () => {
-          sessions.delete(session);
-          if (sessions.size === 0 && kept.get(id) === sessions) kept.delete(id);
-        },
-      };
-      const session = new CommandSession(socket, id, manager, registry, { kind: "new", keep });
-      sessions.add(session);
-      // A kept socket between commands is a connected client that does not keep its sandbox awake.
+      const keep = commandSocketQuery.parse(request.query).keep === true;
+      // `session` is read when the socket closes, by then made.
       const tracked = watch.track(id, socket, () => session.endedByServer);
-      keep.idle = (between) => tracked.idle(between);
+      // A kept socket between commands is a connected client that does not keep its sandbox awake.
+      const hooks: KeptHooks = { idle: (between) => tracked.idle(between), closed: () => forget(id, session) };
+      const session = new CommandSession(socket, id, manager, registry, { kind: "new", ...(keep && { keep: hooks }) });
+      if (keep) remember(id, session);
     },
   });
 

@@ -68,6 +68,19 @@ export async function waitDeleted(base: string, id: string, timeoutMs = 60_000):
   }
 }
 
+/** Polls `check` at a short pace until it holds; throws naming `what` after `timeoutMs`. */
+export async function pollUntil(
+  what: string,
+  check: () => boolean | Promise<boolean>,
+  timeoutMs = 30_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20)); // the poll's pace, not a wait for an outcome
+  }
+}
+
 /** A sandbox's state, as GET /sandboxes/{id} answers it. */
 export async function sandboxState(base: string, id: string): Promise<string> {
   return String((await api(base, "GET", `/sandboxes/${id}`)).json["state"]);
