@@ -17,6 +17,7 @@ import { secretTerminator } from "./gateway/tls-terminator.ts";
 import { auditRoutes } from "./api/audit-routes.ts";
 import { authRoutes } from "./api/auth-routes.ts";
 import { authHooks, KeyConnections } from "./auth/auth-hooks.ts";
+import { KeyBindings } from "./auth/key-bindings.ts";
 import { LinkTokens, linkGrant, redactToken } from "./auth/link-tokens.ts";
 import { KeyRing } from "./auth/key-ring.ts";
 import { Quotas } from "./auth/quotas.ts";
@@ -241,8 +242,9 @@ export async function startServer(
     if (request.raw.httpVersion === "1.1" && request.headers.host === undefined)
       throw new BothyError("malformed_request", "An HTTP/1.1 request needs a Host header (RFC 9112); send one.");
   });
-  const e2bTokens = await AccessTokens.load(config.home);
-  const links = await LinkTokens.load(config.home);
+  const bindings = new KeyBindings(ring, ledger, config.auth.mode);
+  const e2bTokens = await AccessTokens.load(config.home, bindings);
+  const links = await LinkTokens.load(config.home, bindings);
   const viaLink = linkGrant(links);
   authHooks(app, {
     ring,

@@ -8,6 +8,7 @@ import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { BothyError, linkRequest, SANDBOX_ID_RE, toProblem } from "@bothy/protocol";
+import { principalOf } from "../auth/auth-hooks.ts";
 import { cookiesWithoutLink, LINK_COOKIE, type LinkTokens, tokenInQuery, withoutToken } from "../auth/link-tokens.ts";
 import { absoluteUrl } from "./desktop-routes.ts";
 import { parseInput } from "./parse-input.ts";
@@ -129,7 +130,7 @@ export async function portRoutes(
       );
     manager.info(id);
     const exp = Math.floor(Date.now() / 1000) + body.ttl_s;
-    const token = links.tokens.sign({ sid: id, what: `port:${port}`, exp });
+    const token = links.tokens.sign({ sid: id, what: `port:${port}`, exp }, principalOf(request));
     const hostPort = /:\d+$/.exec(request.headers.host ?? "")?.[0] ?? "";
     return {
       url: absoluteUrl(request, `/sandboxes/${id}/ports/${port}/?token=${token}`),

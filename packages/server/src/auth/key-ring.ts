@@ -83,6 +83,8 @@ export class KeyRing {
   /** Keys the server's own agent tools call the API with, one per tenant: in memory only, never stored. */
   private readonly service = new Map<string, Principal>();
   private readonly serviceKeys = new Map<string, string>();
+  /** Names this process in what service principals' tokens are bound to: they end with it, as their keys do. */
+  private readonly processMark = randomBytes(8).toString("hex");
 
   private constructor(
     private readonly ledger: Ledger,
@@ -175,6 +177,48 @@ export class KeyRing {
       ok: true,
       principal: { keyId: row.id, tenant: row.tenant, scopes: new Set(row.scopes.split(",") as Scope[]) },
     };
+  }
+
+  /**
+   * The principal of a key id while that key is current (not revoked, not expired). It reads the
+   * ledger on each call, so tokens bound to a key end from the next use after its revocation.
+   */
+  holder(keyId: string, now = Date.now()): Principal | undefined {
+    const row = this.ledger.auth.key(keyId);
+    if (!row || row.revoked_at !== null) return undefined;
+    if (row.expires_at !== null && Date.parse(row.expires_at) <= now) return undefined;
+    return { keyId: row.id, tenant: row.tenant, scopes: new Set(row.scopes.split(",") as Scope[]) };
+  }
+
+  /** Every current key's principal (for checking which of them signed something). */
+  holders(now = Date.now()): Principal[] {
+    return this.ledger.auth
+      .keys()
+      .filter((row) => row.revoked_at === null && (row.expires_at === null || Date.parse(row.expires_at) > now))
+      .map((row) => ({ keyId: row.id, tenant: row.tenant, scopes: new Set(row.scopes.split(",") as Scope[]) }));
+  }
+
+  /** What a token made for one of this process's service principals is bound to; undefined for any other principal. */
+  serviceBinding(principal: Principal): string | undefined {
+    for (const service of this.service.values())
+      if (service === principal) return `svc.${this.processMark}.${principal.tenant}`;
+    return undefined;
+  }
+
+  /** The service principal a binding names, while this process (which made it) runs. */
+  serviceHolder(binding: string): Principal | undefined {
+    const [svc, mark, tenant, ...rest] = binding.split(".");
+    if (svc !== "svc" || mark !== this.processMark || rest.length > 0) return undefined;
+    for (const service of this.service.values()) if (service.tenant === tenant) return service;
+    return undefined;
+  }
+
+  /** The service bindings of this process (for checking which of them signed something). */
+  serviceBindings(): Array<{ binding: string; principal: Principal }> {
+    return [...this.service.values()].map((principal) => ({
+      binding: `svc.${this.processMark}.${principal.tenant}`,
+      principal,
+    }));
   }
 
   /** Revokes a key; it is refused from the next request on. False when it was revoked already. */

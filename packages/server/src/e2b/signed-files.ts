@@ -41,9 +41,11 @@ export async function signedFileRoutes(
         user: query.username,
         expiration,
       };
-      const id = manager
+      const served = manager
         .list()
-        .find((s) => SERVED.includes(s.state) && tokens.verifySignature(s.sandbox_id, op, query.signature))?.sandbox_id;
+        .filter((s) => SERVED.includes(s.state))
+        .map((s) => s.sandbox_id);
+      const id = tokens.signerOf(served, op, query.signature);
       if (id === undefined) throw new E2bHttpError(401, "The signature matches no sandbox's file operation.");
       signer.set(request, id);
       await manager.ensureRunning(id);
