@@ -17,6 +17,7 @@ import { secretTerminator } from "./gateway/tls-terminator.ts";
 import { auditRoutes } from "./api/audit-routes.ts";
 import { authRoutes } from "./api/auth-routes.ts";
 import { authHooks, KeyConnections } from "./auth/auth-hooks.ts";
+import { hostAllowed } from "./auth/host-check.ts";
 import { KeyBindings } from "./auth/key-bindings.ts";
 import { LinkTokens, linkGrant, redactToken } from "./auth/link-tokens.ts";
 import { KeyRing } from "./auth/key-ring.ts";
@@ -236,11 +237,19 @@ export async function startServer(
   app.addHook("preClose", async () => {
     stopping = true;
   });
+  const hostNames = { bindHost: config.host, previewDomain: config.previewDomain };
   // Refusals that hold for every route, before its own checks.
   app.addHook("onRequest", async (request) => {
     if (stopping) throw new BothyError("shutting_down", "The server is stopping; retry once it is back.");
-    if (request.raw.httpVersion === "1.1" && request.headers.host === undefined)
+    const host = request.headers.host;
+    if (request.raw.httpVersion === "1.1" && host === undefined)
       throw new BothyError("malformed_request", "An HTTP/1.1 request needs a Host header (RFC 9112); send one.");
+    // Without keys, a web page must not be able to act through a name it made resolve here (host-check.ts).
+    if (config.auth.mode === "none" && host !== undefined && !hostAllowed(host, hostNames))
+      throw new BothyError(
+        "host_not_allowed",
+        `This server runs without API keys (BOTHY_AUTH=none) and answers only to localhost, loopback addresses, BOTHY_HOST and BOTHY_PREVIEW_DOMAIN, not to Host ${JSON.stringify(host.slice(0, 100))}; open it by one of those names (such as localhost or 127.0.0.1), or run it with API keys.`,
+      );
   });
   const bindings = new KeyBindings(ring, ledger, config.auth.mode);
   const e2bTokens = await AccessTokens.load(config.home, bindings);
