@@ -295,7 +295,11 @@ export async function startServer(
   eventRoutes(app, events);
   auditRoutes(app, { events, ledger });
   await fileRoutes(app, manager);
-  await portRoutes(app, manager, { tokens: links, previewDomain: config.previewDomain });
+  await portRoutes(app, manager, {
+    tokens: links,
+    previewDomain: config.previewDomain,
+    secureCookies: config.tls !== undefined || config.insecureHttp,
+  });
   await desktopRoutes(app, manager, new DesktopService(manager), links);
   tunnelRoutes(app, manager);
   await agentToolRoutes(app, config, logger, ring, { approvals, policies: manager.policies });

@@ -109,7 +109,8 @@ function upgradeHead(request: FastifyRequest): Buffer {
 export async function portRoutes(
   app: FastifyInstance,
   manager: SandboxManager,
-  links: { tokens: LinkTokens; previewDomain: string | undefined },
+  /** `secureCookies`: the client side is HTTPS (TLS here, or a TLS proxy in front), whatever this hop is. */
+  links: { tokens: LinkTokens; previewDomain: string | undefined; secureCookies: boolean },
 ): Promise<void> {
   app.get<{ Params: { id: string } }>("/sandboxes/:id/ports", async (request) => ({
     ports: await manager.agent(request.params.id).listPorts(),
@@ -155,7 +156,7 @@ export async function portRoutes(
         // Runs before @fastify/websocket's handler, which would answer an upgrade itself.
         preHandler: async (request, reply) => {
           if (!request.ws && tokenInQuery(request.raw) && (request.method === "GET" || request.method === "HEAD"))
-            return linkLanding(request, reply);
+            return linkLanding(request, reply, links.secureCookies);
           if (request.ws) await relayUpgrade(request, reply, await connect(manager, request));
         },
         handler: async (request, reply) => proxyHttp(request, reply, await connect(manager, request)),
@@ -181,7 +182,7 @@ async function connect(manager: SandboxManager, request: FastifyRequest<PortPara
 }
 
 /** The first GET of a port link: the token moves from the URL into a cookie for this port, and the browser comes back without it. */
-function linkLanding(request: FastifyRequest<PortParams>, reply: FastifyReply): FastifyReply {
+function linkLanding(request: FastifyRequest<PortParams>, reply: FastifyReply, secure: boolean): FastifyReply {
   const { token, exp } = tokenInQuery(request.raw) ?? { token: "", exp: 0 };
   const path = viaPreviewHost.has(request.raw) ? "/" : `/sandboxes/${request.params.id}/ports/${request.params.port}`;
   const cookie = [
@@ -190,7 +191,7 @@ function linkLanding(request: FastifyRequest<PortParams>, reply: FastifyReply): 
     `Max-Age=${Math.max(0, exp - Math.floor(Date.now() / 1000))}`,
     "HttpOnly",
     "SameSite=Lax",
-    ...(request.protocol === "https" ? ["Secure"] : []),
+    ...(secure || request.protocol === "https" ? ["Secure"] : []),
   ].join("; ");
   return reply
     .code(303)
