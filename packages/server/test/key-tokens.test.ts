@@ -10,6 +10,7 @@ import { AuthenticationError, Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { ANONYMOUS } from "../../../test/auth.ts";
+import { useE2bEnv } from "./helpers/e2b-env.ts";
 import { noLeaks } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
 
@@ -78,8 +79,7 @@ describe("tokens end with their key (gVisor, behind a TLS proxy)", () => {
   let admin: string;
   /** A sandbox the admin key made; others reach it with keys of their own. */
   let sandboxId = "";
-  const saved: Record<string, string | undefined> = {};
-  const E2B_ENV = ["E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DOMAIN", "E2B_DEBUG"] as const;
+  let restoreE2bEnv = (): void => undefined;
 
   async function mint(body: Record<string, unknown>, by = admin): Promise<{ key: string; key_id: string }> {
     const res = await call(ts, by, "POST", "/keys", body);
@@ -107,22 +107,14 @@ describe("tokens end with their key (gVisor, behind a TLS proxy)", () => {
     // Plain HTTP on loopback, as behind a TLS proxy (BOTHY_INSECURE_HTTP=1): its clients speak HTTPS.
     ts = await startTestServer({ BOTHY_DRIVER: "gvisor", BOTHY_INSECURE_HTTP: "1" });
     admin = ts.apiKey;
-    for (const name of E2B_ENV) saved[name] = process.env[name];
-    delete process.env["E2B_DOMAIN"];
-    delete process.env["E2B_DEBUG"];
-    process.env["E2B_API_URL"] = `${ts.url}/e2b`;
-    process.env["E2B_SANDBOX_URL"] = `${ts.url}/e2b/envd`;
-    process.env["E2B_API_KEY"] = admin;
+    restoreE2bEnv = useE2bEnv(ts.url);
     const made = await call(ts, admin, "POST", "/sandboxes", { template: "seed", memory_mib: 256 });
     expect(made.status, made.text).toBe(201);
     sandboxId = String(made.json["sandbox_id"]);
   });
 
   afterAll(async () => {
-    for (const name of E2B_ENV) {
-      if (saved[name] === undefined) delete process.env[name];
-      else process.env[name] = saved[name];
-    }
+    restoreE2bEnv();
     if (sandboxId) await call(ts, admin, "DELETE", `/sandboxes/${sandboxId}`);
     expect(await ts?.stop()).toEqual(noLeaks());
   });
