@@ -18,8 +18,8 @@ const SERVED: readonly SandboxState[] = ["running", "paused", "stopped"];
 
 /**
  * The SDK's `uploadUrl()` / `downloadUrl()`: `/files` at the server's root (the SDK drops the
- * envd URL's path and sends no sandbox id), signed with the sandbox's access token. The sandbox
- * is the one whose token verifies the signature.
+ * envd URL's path and sends no sandbox id), signed with an access token of the sandbox. The
+ * sandbox is the one for which a current key's token verifies the signature (access-token.ts).
  */
 export async function signedFileRoutes(
   app: FastifyInstance,
