@@ -173,10 +173,7 @@ export class KeyRing {
       this.touched.set(row.id, now);
       this.ledger.auth.touchKey(row.id, new Date(now).toISOString());
     }
-    return {
-      ok: true,
-      principal: { keyId: row.id, tenant: row.tenant, scopes: new Set(row.scopes.split(",") as Scope[]) },
-    };
+    return { ok: true, principal: principalOfRow(row) };
   }
 
   /**
@@ -187,7 +184,7 @@ export class KeyRing {
     const row = this.ledger.auth.key(keyId);
     if (!row || row.revoked_at !== null) return undefined;
     if (row.expires_at !== null && Date.parse(row.expires_at) <= now) return undefined;
-    return { keyId: row.id, tenant: row.tenant, scopes: new Set(row.scopes.split(",") as Scope[]) };
+    return principalOfRow(row);
   }
 
   /** Every current key's principal (for checking which of them signed something). */
@@ -195,30 +192,28 @@ export class KeyRing {
     return this.ledger.auth
       .keys()
       .filter((row) => row.revoked_at === null && (row.expires_at === null || Date.parse(row.expires_at) > now))
-      .map((row) => ({ keyId: row.id, tenant: row.tenant, scopes: new Set(row.scopes.split(",") as Scope[]) }));
+      .map(principalOfRow);
   }
 
   /** What a token made for one of this process's service principals is bound to; undefined for any other principal. */
   serviceBinding(principal: Principal): string | undefined {
-    for (const service of this.service.values())
-      if (service === principal) return `svc.${this.processMark}.${principal.tenant}`;
+    for (const service of this.service.values()) if (service === principal) return this.serviceName(principal.tenant);
     return undefined;
   }
 
   /** The service principal a binding names, while this process (which made it) runs. */
   serviceHolder(binding: string): Principal | undefined {
-    const [svc, mark, tenant, ...rest] = binding.split(".");
-    if (svc !== "svc" || mark !== this.processMark || rest.length > 0) return undefined;
-    for (const service of this.service.values()) if (service.tenant === tenant) return service;
+    for (const service of this.service.values()) if (this.serviceName(service.tenant) === binding) return service;
     return undefined;
   }
 
   /** The service bindings of this process (for checking which of them signed something). */
   serviceBindings(): Array<{ binding: string; principal: Principal }> {
-    return [...this.service.values()].map((principal) => ({
-      binding: `svc.${this.processMark}.${principal.tenant}`,
-      principal,
-    }));
+    return [...this.service.values()].map((principal) => ({ binding: this.serviceName(principal.tenant), principal }));
+  }
+
+  private serviceName(tenant: string): string {
+    return `svc.${this.processMark}.${tenant}`;
   }
 
   /** Revokes a key; it is refused from the next request on. False when it was revoked already. */
@@ -228,6 +223,10 @@ export class KeyRing {
     this.cache.delete(row.digest);
     return this.ledger.auth.revokeKey(id);
   }
+}
+
+function principalOfRow(row: ApiKeyRow): Principal {
+  return { keyId: row.id, tenant: row.tenant, scopes: new Set(row.scopes.split(",") as Scope[]) };
 }
 
 /** The principal when authentication is off: everything, in the default tenant. */
