@@ -113,5 +113,12 @@ describe("key ring", () => {
     );
     ring.revoke(revoked.view.key_id);
     expect(links.verify(view)).toBeUndefined();
+
+    // The agent tools' in-memory key: its links work while this process (its ring) lives, not after.
+    const tools = links.sign({ sid, what: "port:8000", exp }, principalOf(ring.serviceKey("default")));
+    expect(links.verify(tools)?.sid).toBe(sid);
+    const restarted = await LinkTokens.load(home, new KeyBindings(await KeyRing.open(home, ledger), ledger, "keys"));
+    expect(restarted.verify(tools)).toBeUndefined();
+    expect(restarted.verify(port, until - 1000)?.sid).toBe(sid);
   });
 });
