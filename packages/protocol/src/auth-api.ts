@@ -27,7 +27,7 @@ export const createKeyRequest = z.strictObject({
   scopes: z.array(apiScope).min(1).optional(),
   /** The tenant the key acts in; only an admin key may name another than its own. */
   tenant: z.string().regex(TENANT_ID_RE, "a tenant id: lower-case letters, digits and -").optional(),
-  /** Seconds until it expires; default never. */
+  /** Seconds until it expires; default never (required, and no later than its own expiry, from a key that expires). */
   expires_in_s: z
     .number()
     .int()

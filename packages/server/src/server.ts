@@ -17,6 +17,8 @@ import { secretTerminator } from "./gateway/tls-terminator.ts";
 import { auditRoutes } from "./api/audit-routes.ts";
 import { authRoutes } from "./api/auth-routes.ts";
 import { authHooks, KeyConnections } from "./auth/auth-hooks.ts";
+import { hostAllowed } from "./auth/host-check.ts";
+import { KeyBindings } from "./auth/key-bindings.ts";
 import { LinkTokens, linkGrant, redactToken } from "./auth/link-tokens.ts";
 import { KeyRing } from "./auth/key-ring.ts";
 import { Quotas } from "./auth/quotas.ts";
@@ -235,14 +237,23 @@ export async function startServer(
   app.addHook("preClose", async () => {
     stopping = true;
   });
+  const hostNames = { bindHost: config.host, previewDomain: config.previewDomain };
   // Refusals that hold for every route, before its own checks.
   app.addHook("onRequest", async (request) => {
     if (stopping) throw new BothyError("shutting_down", "The server is stopping; retry once it is back.");
-    if (request.raw.httpVersion === "1.1" && request.headers.host === undefined)
+    const host = request.headers.host;
+    if (request.raw.httpVersion === "1.1" && host === undefined)
       throw new BothyError("malformed_request", "An HTTP/1.1 request needs a Host header (RFC 9112); send one.");
+    // Without keys, a web page must not be able to act through a name it made resolve here (host-check.ts).
+    if (config.auth.mode === "none" && host !== undefined && !hostAllowed(host, hostNames))
+      throw new BothyError(
+        "host_not_allowed",
+        `This server runs without API keys (BOTHY_AUTH=none) and answers only to localhost, loopback addresses, BOTHY_HOST and BOTHY_PREVIEW_DOMAIN, not to Host ${JSON.stringify(host.slice(0, 100))}; open it by one of those names (such as localhost or 127.0.0.1), or run it with API keys.`,
+      );
   });
-  const e2bTokens = await AccessTokens.load(config.home);
-  const links = await LinkTokens.load(config.home);
+  const bindings = new KeyBindings(ring, ledger, config.auth.mode);
+  const e2bTokens = await AccessTokens.load(config.home, bindings);
+  const links = await LinkTokens.load(config.home, bindings);
   const viaLink = linkGrant(links);
   authHooks(app, {
     ring,
@@ -284,7 +295,11 @@ export async function startServer(
   eventRoutes(app, events);
   auditRoutes(app, { events, ledger });
   await fileRoutes(app, manager);
-  await portRoutes(app, manager, { tokens: links, previewDomain: config.previewDomain });
+  await portRoutes(app, manager, {
+    tokens: links,
+    previewDomain: config.previewDomain,
+    secureCookies: config.tls !== undefined || config.insecureHttp,
+  });
   await desktopRoutes(app, manager, new DesktopService(manager), links);
   tunnelRoutes(app, manager);
   await agentToolRoutes(app, config, logger, ring, { approvals, policies: manager.policies });

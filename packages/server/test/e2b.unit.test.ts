@@ -1,9 +1,14 @@
-import { mkdtemp, rm } from "node:fs/promises";
+import { randomBytes } from "node:crypto";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import type { SandboxInfo } from "@bothy/protocol";
+import { KeyBindings } from "../src/auth/key-bindings.ts";
+import { KeyRing, NO_AUTH_PRINCIPAL } from "../src/auth/key-ring.ts";
+import type { Scope } from "../src/auth/scopes.ts";
 import { AccessTokens } from "../src/e2b/access-token.ts";
+import { Ledger } from "../src/ledger/ledger.ts";
 import type { IncomingMessage } from "node:http";
 import { getSignature } from "e2b";
 import { metadataFilter } from "../src/e2b/control-plane.ts";
@@ -28,43 +33,172 @@ describe("E2B list metadata filter", () => {
   });
 });
 
-describe("envd access tokens", () => {
-  it("are per sandbox, survive a reload of the key, and refuse anything else", async () => {
-    const home = await mkdtemp(join(tmpdir(), "bothy-e2b-unit-"));
-    try {
-      const tokens = await AccessTokens.load(home);
-      const token = tokens.tokenFor("sbx_a");
-      expect(tokens.tokenFor("sbx_b")).not.toBe(token);
-      expect(tokens.verify("sbx_a", token)).toBe(true);
-      expect(tokens.verify("sbx_b", token)).toBe(false);
-      expect(tokens.verify("sbx_a", undefined)).toBe(false);
-      expect(tokens.verify("sbx_a", token.slice(1))).toBe(false);
-      expect((await AccessTokens.load(home)).verify("sbx_a", token)).toBe(true);
-    } finally {
+/** A key ring, bindings and access tokens on a real ledger, with sandboxes in tenants `default` and `a`. */
+async function tokenWorld(mode: "keys" | "none" = "keys") {
+  const home = await mkdtemp(join(tmpdir(), "bothy-e2b-unit-"));
+  const ledger = new Ledger(join(home, "ledger.sqlite"));
+  ledger.auth.insertTenant("a", "{}");
+  for (const [id, tenant] of [
+    [SBX_A, "default"],
+    [SBX_B, "default"],
+    [SBX_OTHER, "a"],
+  ] as const)
+    ledger.insertSandbox({
+      id,
+      template: "seed",
+      template_hash: "h",
+      driver: "gvisor",
+      acceleration: null,
+      vcpu: 1,
+      memory_mib: 256,
+      state: "running",
+      tenant,
+    });
+  const ring = await KeyRing.open(home, ledger);
+  const bindings = new KeyBindings(ring, ledger, mode);
+  const tokens = await AccessTokens.load(home, bindings);
+  const principal = (spec: { scopes: Scope[]; expiresAt?: string; tenant?: string }) => {
+    const { key, view } = ring.mint({
+      tenant: spec.tenant ?? "default",
+      name: "k",
+      scopes: spec.scopes,
+      expiresAt: spec.expiresAt ?? null,
+    });
+    const check = ring.verify(key);
+    if (!check.ok) throw new Error(check.reason);
+    return { principal: check.principal, keyId: view.key_id };
+  };
+  return {
+    home,
+    ledger,
+    ring,
+    bindings,
+    tokens,
+    principal,
+    close: async () => {
+      ledger.close();
       await rm(home, { recursive: true, force: true });
+    },
+  };
+}
+
+const SBX_A = "sbx_aaaaaaaaaaaaaaaaaaaa";
+const SBX_B = "sbx_bbbbbbbbbbbbbbbbbbbb";
+const SBX_OTHER = "sbx_cccccccccccccccccccc";
+
+describe("envd access tokens", () => {
+  it("are per sandbox and key, survive a reload of the key file, and refuse anything else", async () => {
+    const w = await tokenWorld();
+    try {
+      const { principal } = w.principal({ scopes: ["sandboxes:write"] });
+      const token = w.tokens.tokenFor(SBX_A, principal);
+      expect(w.tokens.tokenFor(SBX_B, principal)).not.toBe(token);
+      expect(w.tokens.verify(SBX_A, token)).toBe(true);
+      expect(w.tokens.verify(SBX_B, token)).toBe(false);
+      expect(w.tokens.verify(SBX_A, undefined)).toBe(false);
+      expect(w.tokens.verify(SBX_A, token.slice(1))).toBe(false);
+      expect(w.tokens.verify(SBX_A, `${token}.x`)).toBe(false);
+      // The traffic token is another token: neither passes as the other's.
+      const traffic = w.tokens.trafficTokenFor(SBX_A, principal);
+      expect(w.tokens.verify(SBX_A, traffic)).toBe(false);
+      expect(w.tokens.verifyTraffic(SBX_A, traffic, undefined)).toBe(true);
+      expect(w.tokens.verifyTraffic(SBX_A, undefined, token)).toBe(true);
+      expect(w.tokens.verifyTraffic(SBX_B, traffic, undefined)).toBe(false);
+      expect((await AccessTokens.load(w.home, w.bindings)).verify(SBX_A, token)).toBe(true);
+    } finally {
+      await w.close();
+    }
+  });
+
+  it("name the key that asked: another key's id swapped in does not verify", async () => {
+    const w = await tokenWorld();
+    try {
+      const mine = w.principal({ scopes: ["sandboxes:write"] });
+      const theirs = w.principal({ scopes: ["admin"] });
+      const token = w.tokens.tokenFor(SBX_A, mine.principal);
+      const [v, , mac] = token.split(".");
+      const swapped = `${v}.${Buffer.from(theirs.keyId).toString("base64url")}.${mac}`;
+      expect(w.tokens.verify(SBX_A, swapped)).toBe(false);
+    } finally {
+      await w.close();
+    }
+  });
+
+  it("stop working once their key is revoked or expires, or if it may not run commands there", async () => {
+    const w = await tokenWorld();
+    try {
+      const revoked = w.principal({ scopes: ["sandboxes:write"] });
+      const token = w.tokens.tokenFor(SBX_A, revoked.principal);
+      const traffic = w.tokens.trafficTokenFor(SBX_A, revoked.principal);
+      expect(w.tokens.verify(SBX_A, token)).toBe(true);
+      w.ring.revoke(revoked.keyId);
+      expect(w.tokens.verify(SBX_A, token)).toBe(false);
+      expect(w.tokens.verifyTraffic(SBX_A, traffic, token)).toBe(false);
+
+      const until = Date.now() + 3_600_000;
+      const expiring = w.principal({ scopes: ["sandboxes:write"], expiresAt: new Date(until).toISOString() });
+      const timed = w.tokens.tokenFor(SBX_A, expiring.principal);
+      expect(w.tokens.verify(SBX_A, timed, until - 1000)).toBe(true);
+      expect(w.tokens.verify(SBX_A, timed, until)).toBe(false);
+      expect(w.tokens.verify(SBX_A, timed, until + 1000)).toBe(false);
+
+      // A read-only key's token (were one made) runs nothing; another tenant's key none of a's sandboxes.
+      const reader = w.principal({ scopes: ["sandboxes:read"] });
+      expect(w.tokens.verify(SBX_A, w.tokens.tokenFor(SBX_A, reader.principal))).toBe(false);
+      const stranger = w.principal({ scopes: ["sandboxes:write"], tenant: "a" });
+      expect(w.tokens.verify(SBX_A, w.tokens.tokenFor(SBX_A, stranger.principal))).toBe(false);
+      expect(w.tokens.verify(SBX_OTHER, w.tokens.tokenFor(SBX_OTHER, stranger.principal))).toBe(true);
+    } finally {
+      await w.close();
+    }
+  });
+
+  it("made without authentication are refused once the server runs with keys", async () => {
+    const open = await tokenWorld("none");
+    try {
+      const token = open.tokens.tokenFor(SBX_A, NO_AUTH_PRINCIPAL);
+      expect(open.tokens.verify(SBX_A, token)).toBe(true);
+      const keyed = await AccessTokens.load(open.home, new KeyBindings(open.ring, open.ledger, "keys"));
+      expect(keyed.verify(SBX_A, token)).toBe(false);
+    } finally {
+      await open.close();
+    }
+  });
+
+  it("refuse to start on a key file shorter than 32 bytes", async () => {
+    const w = await tokenWorld();
+    try {
+      await writeFile(join(w.home, "e2b-token.key"), randomBytes(16));
+      await expect(AccessTokens.load(w.home, w.bindings)).rejects.toThrow(/holds 16 bytes; an envd token key is 32/);
+    } finally {
+      await w.close();
     }
   });
 });
 
 describe("signed file URLs", () => {
   it("verify the signature the e2b SDK computes, for that path, operation, user and expiry only", async () => {
-    const home = await mkdtemp(join(tmpdir(), "bothy-e2b-unit-"));
+    const w = await tokenWorld();
     try {
-      const tokens = await AccessTokens.load(home);
-      const envdAccessToken = tokens.tokenFor("sbx_a");
+      const { principal, keyId } = w.principal({ scopes: ["sandboxes:write"] });
+      const envdAccessToken = w.tokens.tokenFor(SBX_A, principal);
       const op = { path: "/tmp/x", operation: "read" as const, user: undefined, expiration: undefined };
       const { signature } = await getSignature({ ...op, envdAccessToken });
-      expect(tokens.verifySignature("sbx_a", op, signature)).toBe(true);
-      expect(tokens.verifySignature("sbx_b", op, signature)).toBe(false);
-      expect(tokens.verifySignature("sbx_a", { ...op, operation: "write" }, signature)).toBe(false);
-      expect(tokens.verifySignature("sbx_a", { ...op, path: "/tmp/y" }, signature)).toBe(false);
-      expect(tokens.verifySignature("sbx_a", { ...op, user: "root" }, signature)).toBe(false);
+      const all = [SBX_B, SBX_A, SBX_OTHER];
+      expect(w.tokens.signerOf(all, op, signature)).toBe(SBX_A);
+      expect(w.tokens.signerOf([SBX_B, SBX_OTHER], op, signature)).toBeUndefined();
+      expect(w.tokens.signerOf(all, { ...op, operation: "write" }, signature)).toBeUndefined();
+      expect(w.tokens.signerOf(all, { ...op, path: "/tmp/y" }, signature)).toBeUndefined();
+      expect(w.tokens.signerOf(all, { ...op, user: "root" }, signature)).toBeUndefined();
       const timed = await getSignature({ ...op, envdAccessToken, expirationInSeconds: 60 });
       const expiration = String(timed.expiration);
-      expect(tokens.verifySignature("sbx_a", { ...op, expiration }, timed.signature)).toBe(true);
-      expect(tokens.verifySignature("sbx_a", { ...op, expiration: "1" }, timed.signature)).toBe(false);
+      expect(w.tokens.signerOf(all, { ...op, expiration }, timed.signature)).toBe(SBX_A);
+      expect(w.tokens.signerOf(all, { ...op, expiration: "1" }, timed.signature)).toBeUndefined();
+      // A URL signed with a revoked key's token opens nothing.
+      w.ring.revoke(keyId);
+      expect(w.tokens.signerOf(all, op, signature)).toBeUndefined();
     } finally {
-      await rm(home, { recursive: true, force: true });
+      await w.close();
     }
   });
 });

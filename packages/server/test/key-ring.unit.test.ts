@@ -3,7 +3,9 @@ import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { KeyBindings } from "../src/auth/key-bindings.ts";
 import { KeyRing } from "../src/auth/key-ring.ts";
+import { LinkTokens } from "../src/auth/link-tokens.ts";
 import { Ledger } from "../src/ledger/ledger.ts";
 
 let home: string;
@@ -69,5 +71,54 @@ describe("key ring", () => {
     const check = ring.verify(a);
     expect(check.ok && check.principal.tenant).toBe("a");
     expect(ledger.auth.countKeys()).toBe(0);
+  });
+
+  it("ends a key's link tokens when it is revoked or expires, and refuses links beyond what it may do", async () => {
+    const ring = await KeyRing.open(home, ledger);
+    const sid = "sbx_aaaaaaaaaaaaaaaaaaaa";
+    ledger.insertSandbox({
+      id: sid,
+      template: "seed",
+      template_hash: "h",
+      driver: "gvisor",
+      acceleration: null,
+      vcpu: 1,
+      memory_mib: 256,
+      state: "running",
+    });
+    const links = await LinkTokens.load(home, new KeyBindings(ring, ledger, "keys"));
+    const principalOf = (key: string) => {
+      const check = ring.verify(key);
+      if (!check.ok) throw new Error(check.reason);
+      return check.principal;
+    };
+    const exp = Math.floor(Date.now() / 1000) + 7200;
+    const until = Date.now() + 3_600_000;
+    const expiring = ring.mint({
+      tenant: "default",
+      name: "e",
+      scopes: ["sandboxes:write"],
+      expiresAt: new Date(until).toISOString(),
+    });
+    const port = links.sign({ sid, what: "port:8000", exp }, principalOf(expiring.key));
+    expect(links.verify(port, until - 1000)?.sid).toBe(sid);
+    expect(links.verify(port, until)).toBeUndefined();
+
+    const revoked = ring.mint({ tenant: "default", name: "r", scopes: ["sandboxes:read"], expiresAt: null });
+    const view = links.sign({ sid, what: "desktop", exp }, principalOf(revoked.key));
+    expect(links.verify(view)?.what).toBe("desktop");
+    // A read-only key's link with control (were one signed) gives nothing.
+    expect(links.verify(links.sign({ sid, what: "desktop", control: true, exp }, principalOf(revoked.key)))).toBe(
+      undefined,
+    );
+    ring.revoke(revoked.view.key_id);
+    expect(links.verify(view)).toBeUndefined();
+
+    // The agent tools' in-memory key: its links work while this process (its ring) lives, not after.
+    const tools = links.sign({ sid, what: "port:8000", exp }, principalOf(ring.serviceKey("default")));
+    expect(links.verify(tools)?.sid).toBe(sid);
+    const restarted = await LinkTokens.load(home, new KeyBindings(await KeyRing.open(home, ledger), ledger, "keys"));
+    expect(restarted.verify(tools)).toBeUndefined();
+    expect(restarted.verify(port, until - 1000)?.sid).toBe(sid);
   });
 });

@@ -8,11 +8,11 @@ import { get as httpGet, type IncomingMessage } from "node:http";
 import { describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { ANONYMOUS } from "../../../test/auth.ts";
-import { LinkTokens } from "../src/auth/link-tokens.ts";
 import { startBackgroundCommand } from "./helpers/background.ts";
 import { api, createSandbox, runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
 import { homeFilesHolding, SANDBOX_TREES } from "./helpers/host-state.ts";
+import { linkSigner } from "./helpers/link-signer.ts";
 import { useServerWithSandbox } from "./helpers/suite.ts";
 import type { TestServer } from "./helpers/test-server.ts";
 
@@ -274,8 +274,8 @@ for (const driver of testDrivers()) {
         );
         expect((await anonymous(`${ts.url}/sandboxes/${id}/ports?token=${token}`)).status).toBe(401);
         expect((await anonymous(`${ts.url}/sandboxes/${id}/desktop?token=${token}`)).status).toBe(401);
-        const signer = await LinkTokens.load(ts.home);
-        const expired = signer.sign({ sid: id, what: `port:${NODE_PORT}`, exp: Math.floor(Date.now() / 1000) - 5 });
+        const sign = await linkSigner(ts);
+        const expired = sign({ sid: id, what: `port:${NODE_PORT}`, exp: Math.floor(Date.now() / 1000) - 5 });
         expect((await anonymous(`${ts.url}${base}/hello?token=${expired}`)).status).toBe(401);
         const [body, sig] = token.split(".");
         const payload = JSON.parse(Buffer.from(body!, "base64url").toString()) as Record<string, unknown>;

@@ -1,5 +1,5 @@
 /**
- * `/keys` (scope keys:manage: a key mints keys only within its own scopes and tenant) and
+ * `/keys` (scope keys:manage: a key mints keys only within its own scopes, tenant and life) and
  * `/tenants` with their quotas (scope admin).
  */
 import type { FastifyInstance } from "fastify";
@@ -55,8 +55,18 @@ export function authRoutes(
         `A key mints keys only within its own scopes; this one lacks ${beyond.join(", ")}.`,
         { details: { scope: beyond[0] } },
       );
-    const expiresAt =
-      body.expires_in_s === undefined ? null : new Date(Date.now() + body.expires_in_s * 1000).toISOString();
+    const now = Date.now();
+    const expiresAt = body.expires_in_s === undefined ? null : new Date(now + body.expires_in_s * 1000).toISOString();
+    // A key with an expiry cannot extend itself through the keys it makes.
+    const own = principal.keyId === null ? null : (ledger.auth.key(principal.keyId)?.expires_at ?? null);
+    if (own !== null && (expiresAt === null || Date.parse(expiresAt) > Date.parse(own))) {
+      const most = Math.max(0, Math.floor((Date.parse(own) - now) / 1000));
+      throw new BothyError(
+        "invalid_request",
+        `This key expires at ${own}; a key it makes must expire no later: send expires_in_s of at most ${most}, or make the key with one that does not expire.`,
+        { details: { max_expires_in_s: most } },
+      );
+    }
     const { key, view } = ring.mint({ tenant, name: body.name, scopes, expiresAt });
     return reply.code(201).send({ ...view, key });
   });

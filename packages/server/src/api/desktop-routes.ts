@@ -174,7 +174,10 @@ export async function desktopRoutes(
       );
     manager.info(id);
     const exp = Math.floor(Date.now() / 1000) + body.ttl_s;
-    const token = links.sign({ sid: id, what: "desktop", ...(body.control ? { control: true } : {}), exp });
+    const token = links.sign(
+      { sid: id, what: "desktop", ...(body.control ? { control: true } : {}), exp },
+      principalOf(request),
+    );
     const query = `${body.control ? "control=1&" : ""}token=${token}`;
     return {
       url: absoluteUrl(request, `/sandboxes/${id}/desktop?${query}`),

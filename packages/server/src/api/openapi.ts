@@ -594,7 +594,7 @@ export const OPERATIONS: Operation[] = [
     path: "/keys",
     tag: "keys",
     summary:
-      "Make an API key (scope keys:manage); its scopes must be within the calling key's. The answer is the only time the key is shown",
+      "Make an API key (scope keys:manage); its scopes must be within the calling key's, and it expires no later than the calling key. The answer is the only time the key is shown",
     body: "CreateKeyRequest",
     answers: { 201: { description: "The key, with `key` itself", schema: "CreatedKey" } },
   },
@@ -609,7 +609,8 @@ export const OPERATIONS: Operation[] = [
     method: "delete",
     path: "/keys/{id}",
     tag: "keys",
-    summary: "Revoke a key: refused from the next request on; its open WebSockets and event streams end",
+    summary:
+      "Revoke a key: refused from the next request on; its open WebSockets and event streams end, and so do the links and E2B access tokens it made",
     answers: { 200: { description: "The revoked key", schema: "ApiKey" } },
   },
   {

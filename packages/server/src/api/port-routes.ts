@@ -8,6 +8,7 @@ import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { BothyError, linkRequest, SANDBOX_ID_RE, toProblem } from "@bothy/protocol";
+import { principalOf } from "../auth/auth-hooks.ts";
 import { cookiesWithoutLink, LINK_COOKIE, type LinkTokens, tokenInQuery, withoutToken } from "../auth/link-tokens.ts";
 import { absoluteUrl } from "./desktop-routes.ts";
 import { parseInput } from "./parse-input.ts";
@@ -108,7 +109,8 @@ function upgradeHead(request: FastifyRequest): Buffer {
 export async function portRoutes(
   app: FastifyInstance,
   manager: SandboxManager,
-  links: { tokens: LinkTokens; previewDomain: string | undefined },
+  /** `secureCookies`: the client side is HTTPS (TLS here, or a TLS proxy in front), whatever this hop is. */
+  links: { tokens: LinkTokens; previewDomain: string | undefined; secureCookies: boolean },
 ): Promise<void> {
   app.get<{ Params: { id: string } }>("/sandboxes/:id/ports", async (request) => ({
     ports: await manager.agent(request.params.id).listPorts(),
@@ -129,7 +131,7 @@ export async function portRoutes(
       );
     manager.info(id);
     const exp = Math.floor(Date.now() / 1000) + body.ttl_s;
-    const token = links.tokens.sign({ sid: id, what: `port:${port}`, exp });
+    const token = links.tokens.sign({ sid: id, what: `port:${port}`, exp }, principalOf(request));
     const hostPort = /:\d+$/.exec(request.headers.host ?? "")?.[0] ?? "";
     return {
       url: absoluteUrl(request, `/sandboxes/${id}/ports/${port}/?token=${token}`),
@@ -154,7 +156,7 @@ export async function portRoutes(
         // Runs before @fastify/websocket's handler, which would answer an upgrade itself.
         preHandler: async (request, reply) => {
           if (!request.ws && tokenInQuery(request.raw) && (request.method === "GET" || request.method === "HEAD"))
-            return linkLanding(request, reply);
+            return linkLanding(request, reply, links.secureCookies);
           if (request.ws) await relayUpgrade(request, reply, await connect(manager, request));
         },
         handler: async (request, reply) => proxyHttp(request, reply, await connect(manager, request)),
@@ -180,7 +182,7 @@ async function connect(manager: SandboxManager, request: FastifyRequest<PortPara
 }
 
 /** The first GET of a port link: the token moves from the URL into a cookie for this port, and the browser comes back without it. */
-function linkLanding(request: FastifyRequest<PortParams>, reply: FastifyReply): FastifyReply {
+function linkLanding(request: FastifyRequest<PortParams>, reply: FastifyReply, secure: boolean): FastifyReply {
   const { token, exp } = tokenInQuery(request.raw) ?? { token: "", exp: 0 };
   const path = viaPreviewHost.has(request.raw) ? "/" : `/sandboxes/${request.params.id}/ports/${request.params.port}`;
   const cookie = [
@@ -189,7 +191,7 @@ function linkLanding(request: FastifyRequest<PortParams>, reply: FastifyReply): 
     `Max-Age=${Math.max(0, exp - Math.floor(Date.now() / 1000))}`,
     "HttpOnly",
     "SameSite=Lax",
-    ...(request.protocol === "https" ? ["Secure"] : []),
+    ...(secure || request.protocol === "https" ? ["Secure"] : []),
   ].join("; ");
   return reply
     .code(303)

@@ -83,6 +83,8 @@ export class KeyRing {
   /** Keys the server's own agent tools call the API with, one per tenant: in memory only, never stored. */
   private readonly service = new Map<string, Principal>();
   private readonly serviceKeys = new Map<string, string>();
+  /** Names this process in what service principals' tokens are bound to: they end with it, as their keys do. */
+  private readonly processMark = randomBytes(8).toString("hex");
 
   private constructor(
     private readonly ledger: Ledger,
@@ -171,10 +173,47 @@ export class KeyRing {
       this.touched.set(row.id, now);
       this.ledger.auth.touchKey(row.id, new Date(now).toISOString());
     }
-    return {
-      ok: true,
-      principal: { keyId: row.id, tenant: row.tenant, scopes: new Set(row.scopes.split(",") as Scope[]) },
-    };
+    return { ok: true, principal: principalOfRow(row) };
+  }
+
+  /**
+   * The principal of a key id while that key is current (not revoked, not expired). It reads the
+   * ledger on each call, so tokens bound to a key end from the next use after its revocation.
+   */
+  holder(keyId: string, now = Date.now()): Principal | undefined {
+    const row = this.ledger.auth.key(keyId);
+    if (!row || row.revoked_at !== null) return undefined;
+    if (row.expires_at !== null && Date.parse(row.expires_at) <= now) return undefined;
+    return principalOfRow(row);
+  }
+
+  /** Every current key's principal (for checking which of them signed something). */
+  holders(now = Date.now()): Principal[] {
+    return this.ledger.auth
+      .keys()
+      .filter((row) => row.revoked_at === null && (row.expires_at === null || Date.parse(row.expires_at) > now))
+      .map(principalOfRow);
+  }
+
+  /** What a token made for one of this process's service principals is bound to; undefined for any other principal. */
+  serviceBinding(principal: Principal): string | undefined {
+    for (const service of this.service.values()) if (service === principal) return this.serviceName(principal.tenant);
+    return undefined;
+  }
+
+  /** The service principal a binding names, while this process (which made it) runs. */
+  serviceHolder(binding: string): Principal | undefined {
+    for (const service of this.service.values()) if (this.serviceName(service.tenant) === binding) return service;
+    return undefined;
+  }
+
+  /** The service bindings of this process (for checking which of them signed something). */
+  serviceBindings(): Array<{ binding: string; principal: Principal }> {
+    return [...this.service.values()].map((principal) => ({ binding: this.serviceName(principal.tenant), principal }));
+  }
+
+  private serviceName(tenant: string): string {
+    return `svc.${this.processMark}.${tenant}`;
   }
 
   /** Revokes a key; it is refused from the next request on. False when it was revoked already. */
@@ -184,6 +223,10 @@ export class KeyRing {
     this.cache.delete(row.digest);
     return this.ledger.auth.revokeKey(id);
   }
+}
+
+function principalOfRow(row: ApiKeyRow): Principal {
+  return { keyId: row.id, tenant: row.tenant, scopes: new Set(row.scopes.split(",") as Scope[]) };
 }
 
 /** The principal when authentication is off: everything, in the default tenant. */

@@ -2,7 +2,9 @@
  * Links a person opens in a browser without an API key: the desktop's live view and a port's
  * URL. A link token is `base64url(payload).base64url(HMAC-SHA256(payload))` under a key of its
  * own in `$BOTHY_HOME/secrets/link-key` (0600; replacing that file voids every link), and names
- * one sandbox, one purpose (`desktop` or `port:N`), whether it gives control, and its expiry.
+ * one sandbox, one purpose (`desktop` or `port:N`), whether it gives control, its expiry and the
+ * key that made it (`by`, auth/key-bindings.ts): a link works only while that key is current and
+ * may still do what the link does, so revoking the key, or its expiry, ends its links.
  * Tokens are never stored, logged or passed into a guest.
  */
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
@@ -12,6 +14,8 @@ import { join } from "node:path";
 import type { FastifyRequest } from "fastify";
 import { z } from "zod";
 import { SANDBOX_ID_RE } from "@bothy/protocol";
+import type { KeyBindings } from "./key-bindings.ts";
+import type { Principal } from "./key-ring.ts";
 import type { Scope } from "./scopes.ts";
 
 /** The cookie a port link leaves behind, so the app's own relative links keep working. */
@@ -22,6 +26,7 @@ const payloadSchema = z.object({
   what: z.union([z.literal("desktop"), z.string().regex(/^port:[0-9]{1,5}$/)]),
   control: z.boolean().optional(),
   exp: z.number().int(),
+  by: z.string().min(1).max(200),
 });
 export type LinkPayload = z.infer<typeof payloadSchema>;
 
@@ -71,10 +76,19 @@ export function cookiesWithoutLink(header: string): string | undefined {
   return kept.length === 0 ? undefined : kept.join("; ");
 }
 
-export class LinkTokens {
-  private constructor(private readonly key: Buffer) {}
+/** What a link lets its holder do: a desktop link watch (and with control, use) the screen; a port link use the port. */
+function scopesOf(payload: LinkPayload): Scope[] {
+  if (payload.what !== "desktop") return ["sandboxes:write"];
+  return payload.control ? ["sandboxes:read", "sandboxes:write"] : ["sandboxes:read"];
+}
 
-  static async load(home: string): Promise<LinkTokens> {
+export class LinkTokens {
+  private constructor(
+    private readonly key: Buffer,
+    private readonly bindings: KeyBindings,
+  ) {}
+
+  static async load(home: string, bindings: KeyBindings): Promise<LinkTokens> {
     const dir = join(home, "secrets");
     await mkdir(dir, { recursive: true, mode: 0o700 });
     await chmod(dir, 0o700);
@@ -84,19 +98,24 @@ export class LinkTokens {
     });
     const key = await readFile(file);
     if (key.length < 32) throw new Error(`${file} holds ${key.length} bytes; a link key is 32 random bytes.`);
-    return new LinkTokens(key);
+    return new LinkTokens(key, bindings);
   }
 
   private mac(body: string): Buffer {
     return createHmac("sha256", this.key).update(`bothy-link-v1.${body}`).digest();
   }
 
-  sign(payload: LinkPayload): string {
+  /** A link made by `principal` (the route has checked it may do what the link does). */
+  sign(link: Omit<LinkPayload, "by">, principal: Principal): string {
+    const payload: LinkPayload = { ...link, by: this.bindings.of(principal) };
     const body = Buffer.from(JSON.stringify(payload)).toString("base64url");
     return `${body}.${this.mac(body).toString("base64url")}`;
   }
 
-  /** The payload of a token that is whole, signed here and not expired; else undefined. */
+  /**
+   * The payload of a token that is whole, signed here and not expired, whose key is current and
+   * may still do what the link does in its sandbox; else undefined.
+   */
   verify(token: string | undefined, now = Date.now()): LinkPayload | undefined {
     if (token === undefined || token.length > 1024) return undefined;
     const [body, sig, ...rest] = token.split(".");
@@ -112,6 +131,7 @@ export class LinkTokens {
     }
     const payload = payloadSchema.safeParse(parsed);
     if (!payload.success || payload.data.exp * 1000 <= now) return undefined;
+    if (!this.bindings.holds(payload.data.by, payload.data.sid, scopesOf(payload.data), now)) return undefined;
     return payload.data;
   }
 }
@@ -134,16 +154,13 @@ export function linkGrant(
     if (DESKTOP_ROUTES.has(url)) {
       const payload = tokens.verify(inQuery);
       if (payload?.what !== "desktop" || payload.sid !== params.id) return undefined;
-      return {
-        sandbox: payload.sid,
-        scopes: payload.control ? ["sandboxes:read", "sandboxes:write"] : ["sandboxes:read"],
-      };
+      return { sandbox: payload.sid, scopes: scopesOf(payload) };
     }
     if (!PROXY_ROUTE.test(url)) return undefined;
     const token = inQuery ?? linkCookie(request.headers.cookie);
     const payload = tokens.verify(token);
     if (payload?.what !== `port:${String(params.port)}` || payload.sid !== params.id) return undefined;
     if (inQuery !== undefined) markTokenInQuery(request.raw, inQuery, payload.exp);
-    return { sandbox: payload.sid, scopes: ["sandboxes:write"] };
+    return { sandbox: payload.sid, scopes: scopesOf(payload) };
   };
 }

@@ -2,6 +2,8 @@ import type { FastifyInstance } from "fastify";
 import { z } from "zod";
 import { BothyError, DORMANT_STATES, type SandboxInfo } from "@bothy/protocol";
 import { principalOf } from "../auth/auth-hooks.ts";
+import type { Principal } from "../auth/key-ring.ts";
+import { hasScope } from "../auth/scopes.ts";
 import type { Quotas } from "../auth/quotas.ts";
 import type { Ledger } from "../ledger/ledger.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
@@ -122,14 +124,17 @@ export function controlPlaneRoutes(
   domain: string | null,
 ): void {
   const { manager, ledger, quotas } = deps;
-  /** What create and connect answer: how to reach the sandbox's envd. */
-  const connection = (info: SandboxInfo): Record<string, unknown> => ({
+  /**
+   * What create and connect answer: how to reach the sandbox's envd, with tokens bound to the
+   * calling key (both routes need sandboxes:write, which is what the tokens let one do).
+   */
+  const connection = (info: SandboxInfo, principal: Principal): Record<string, unknown> => ({
     sandboxID: info.sandbox_id,
     templateID: info.template,
     clientID: "bothy",
     envdVersion: ENVD_VERSION,
-    envdAccessToken: tokens.tokenFor(info.sandbox_id),
-    trafficAccessToken: tokens.trafficTokenFor(info.sandbox_id),
+    envdAccessToken: tokens.tokenFor(info.sandbox_id, principal),
+    trafficAccessToken: tokens.trafficTokenFor(info.sandbox_id, principal),
     domain,
   });
 
@@ -143,7 +148,8 @@ export function controlPlaneRoutes(
 
   app.post("/v2/sandboxes", async (request, reply) => {
     const body = parse(createBody, request.body, "POST /v2/sandboxes");
-    const { tenant } = principalOf(request);
+    const principal = principalOf(request);
+    const { tenant } = principal;
     const templateID = body.templateID ?? "base";
     const { sandbox } = await manager.create(
       {
@@ -156,7 +162,7 @@ export function controlPlaneRoutes(
       { tenant, admit: (size) => quotas.admit(tenant, size) },
     );
     state.setEnv(sandbox.sandbox_id, body.envVars ?? {});
-    return reply.code(201).send(connection(sandbox));
+    return reply.code(201).send(connection(sandbox, principal));
   });
 
   /** Resumes a dormant sandbox (201) or joins a running one (200); the timeout only ever extends. */
@@ -169,7 +175,7 @@ export function controlPlaneRoutes(
       if (current === null || Date.parse(current) < Date.now() + body.timeout * 1000)
         manager.setTimeout(info.sandbox_id, { timeout_s: body.timeout });
     }
-    return reply.code(info.e2bState === "running" ? 200 : 201).send(connection(info));
+    return reply.code(info.e2bState === "running" ? 200 : 201).send(connection(info, principalOf(request)));
   });
 
   app.get("/v2/sandboxes", async (request, reply) => {
@@ -203,11 +209,15 @@ export function controlPlaneRoutes(
     return page.map((s) => listedShape(s.info, s.shown));
   });
 
+  /** The envd token only for a key that may run commands: it starts processes as root. */
   app.get<Params>("/sandboxes/:id", async (request) => {
     const info = visible(request.params.id);
+    const principal = principalOf(request);
     return {
       ...listedShape(info, info.e2bState),
-      envdAccessToken: tokens.tokenFor(info.sandbox_id),
+      ...(hasScope(principal.scopes, "sandboxes:write")
+        ? { envdAccessToken: tokens.tokenFor(info.sandbox_id, principal) }
+        : {}),
       domain,
       allowInternetAccess: info.network?.internet ?? false,
       lifecycle: { onTimeout: "kill", autoResume: false },

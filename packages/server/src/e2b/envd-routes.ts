@@ -55,7 +55,10 @@ function admit(manager: SandboxManager, tokens: AccessTokens, request: FastifyRe
   if (!["running", "paused", "stopped"].includes(info.state))
     throw new E2bHttpError(502, `Sandbox ${id} is not running (it is ${info.state})`);
   if (!tokens.verify(id, header(request, "x-access-token")))
-    throw new E2bHttpError(401, "X-Access-Token is missing or wrong for this sandbox");
+    throw new E2bHttpError(
+      401,
+      "X-Access-Token is missing, not this sandbox's, or its API key was revoked or has expired; connect to the sandbox again with a current key (Sandbox.connect) for a new token.",
+    );
   return info;
 }
 

@@ -18,8 +18,8 @@ const SERVED: readonly SandboxState[] = ["running", "paused", "stopped"];
 
 /**
  * The SDK's `uploadUrl()` / `downloadUrl()`: `/files` at the server's root (the SDK drops the
- * envd URL's path and sends no sandbox id), signed with the sandbox's access token. The sandbox
- * is the one whose token verifies the signature.
+ * envd URL's path and sends no sandbox id), signed with an access token of the sandbox. The
+ * sandbox is the one for which a current key's token verifies the signature (access-token.ts).
  */
 export async function signedFileRoutes(
   app: FastifyInstance,
@@ -41,9 +41,11 @@ export async function signedFileRoutes(
         user: query.username,
         expiration,
       };
-      const id = manager
+      const served = manager
         .list()
-        .find((s) => SERVED.includes(s.state) && tokens.verifySignature(s.sandbox_id, op, query.signature))?.sandbox_id;
+        .filter((s) => SERVED.includes(s.state))
+        .map((s) => s.sandbox_id);
+      const id = tokens.signerOf(served, op, query.signature);
       if (id === undefined) throw new E2bHttpError(401, "The signature matches no sandbox's file operation.");
       signer.set(request, id);
       await manager.ensureRunning(id);
