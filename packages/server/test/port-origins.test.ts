@@ -5,7 +5,6 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { Sandbox } from "@bothy/sdk";
 import { ANONYMOUS, testAdminKey } from "../../../test/auth.ts";
-import { AccessTokens } from "../src/e2b/access-token.ts";
 import { startBackgroundCommand } from "./helpers/background.ts";
 import { createSandbox, pollUntil, putSandboxFile, runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
@@ -141,9 +140,17 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "port pages st
 
   it("the app inside sees no API key, E2B token, link token or bothy cookie, by any way in", async () => {
     const { token } = await link(ts, a);
-    const tokens = await AccessTokens.load(ts.home);
-    const envd = tokens.tokenFor(a);
-    const traffic = tokens.trafficTokenFor(a);
+    // The sandbox's E2B tokens, as E2B's connect hands them to the SDK.
+    const connected = await fetch(`${ts.url}/e2b/v2/sandboxes/${a}/connect`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: "{}",
+    });
+    expect(connected.status).toBe(200);
+    const { envdAccessToken: envd, trafficAccessToken: traffic } = (await connected.json()) as {
+      envdAccessToken: string;
+      trafficAccessToken: string;
+    };
     const key = testAdminKey();
     const path = `/sandboxes/${a}/ports/${PORT}/secret`;
     const e2b = { "x-access-token": envd, "e2b-traffic-access-token": traffic };
