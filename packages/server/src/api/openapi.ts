@@ -355,7 +355,7 @@ export const OPERATIONS: Operation[] = [
       path,
       tag: "ports",
       summary:
-        "Proxied to 127.0.0.1:{port} inside the sandbox (HTTP and WebSocket upgrades; 502 port_not_listening when nothing listens)",
+        "Proxied to 127.0.0.1:{port} inside the sandbox (HTTP and WebSocket upgrades; 502 port_not_listening when nothing listens). Answers on the API's origin carry a CSP sandbox without allow-same-origin; a request let in by a link's cookie whose Origin is another origin gets 403 origin_refused",
       answers: { 200: { description: "Whatever the server inside answers", type: "*/*" } },
     })),
   ),

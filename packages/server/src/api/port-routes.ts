@@ -9,9 +9,12 @@ import type { Duplex } from "node:stream";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { BothyError, linkRequest, SANDBOX_ID_RE, toProblem } from "@bothy/protocol";
 import { principalOf } from "../auth/auth-hooks.ts";
-import { cookiesWithoutLink, LINK_COOKIE, type LinkTokens, tokenInQuery, withoutToken } from "../auth/link-tokens.ts";
+import { NO_AUTH_PRINCIPAL } from "../auth/key-ring.ts";
+import { LINK_COOKIE, linkedByCookie, type LinkTokens, tokenInQuery, withoutToken } from "../auth/link-tokens.ts";
 import { absoluteUrl } from "./desktop-routes.ts";
 import { parseInput } from "./parse-input.ts";
+import { type PortForm, toClient, toGuest } from "./port-headers.ts";
+import { refuseCrossOrigin } from "./port-origin.ts";
 import type { TcpStream } from "../agent/tcp-stream.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 
@@ -36,6 +39,13 @@ const HOP_BY_HOP = new Set([
 
 /** Requests that came by a preview host name (or E2B's port header): the app is at the root of their origin. */
 const viaPreviewHost = new WeakSet<IncomingMessage>();
+/** Requests that came by a preview host name: their answers are shown on an origin of the app's own. */
+const onOwnOrigin = new WeakSet<IncomingMessage>();
+
+/** Where the answer to a proxied request is shown: anything not on a preview host is on the API's origin. */
+function formOf(req: IncomingMessage): PortForm {
+  return onOwnOrigin.has(req) ? "preview" : "path";
+}
 
 /** Marks a request a URL rewrite sent to the proxy as one whose app sees no path prefix. */
 export function servedAtRoot(req: IncomingMessage): void {
@@ -56,6 +66,7 @@ export function previewHostRewrite(domain: string): (req: IncomingMessage) => st
     const match = /^([0-9]{1,5})-(sbx_[a-z2-7]{20})$/.exec(host.slice(0, -suffix.length));
     if (!match) return url;
     viaPreviewHost.add(req);
+    onOwnOrigin.add(req);
     return `/sandboxes/${match[2]}/ports/${match[1]}${url.startsWith("/") ? url : `/${url}`}`;
   };
 }
@@ -155,6 +166,9 @@ export async function portRoutes(
         config: { relaysUpgrade: true },
         // Runs before @fastify/websocket's handler, which would answer an upgrade itself.
         preHandler: async (request, reply) => {
+          // The link cookie (or nothing, on a server without keys) is what a browser sends by itself:
+          // such a request must come from a page of the port's own origin to act.
+          refuseCrossOrigin(request, linkedByCookie(request.raw) || request.principal === NO_AUTH_PRINCIPAL);
           if (!request.ws && tokenInQuery(request.raw) && (request.method === "GET" || request.method === "HEAD"))
             return linkLanding(request, reply, links.secureCookies);
           if (request.ws) await relayUpgrade(request, reply, await connect(manager, request));
@@ -208,22 +222,6 @@ function target(request: FastifyRequest): string {
   return rest.startsWith("/") ? rest : `/${rest}`;
 }
 
-/**
- * The client's headers for the app inside, without the bothy API key or link cookie that let
- * them in: no key nor token enters a guest.
- */
-function toGuest(headers: IncomingHttpHeaders): OutgoingHttpHeaders {
-  const out = endToEnd(headers);
-  if (/^Bearer\s+bothy_/i.test(String(out["authorization"] ?? ""))) delete out["authorization"];
-  if (String(out["x-api-key"] ?? "").startsWith("bothy_")) delete out["x-api-key"];
-  if (typeof out["cookie"] === "string") {
-    const rest = cookiesWithoutLink(out["cookie"]);
-    if (rest === undefined) delete out["cookie"];
-    else out["cookie"] = rest;
-  }
-  return out;
-}
-
 function forwardedHeaders(request: FastifyRequest<PortParams>): OutgoingHttpHeaders {
   const port = request.params.port;
   return {
@@ -244,7 +242,7 @@ function proxyHttp(request: FastifyRequest<PortParams>, reply: FastifyReply, tun
   const upstream = httpRequest({
     method: request.method,
     path: target(request),
-    headers: { ...toGuest(request.headers), ...forwardedHeaders(request) },
+    headers: { ...toGuest(endToEnd(request.headers)), ...forwardedHeaders(request) },
     createConnection: () => tunnel as unknown as Socket,
   });
   const teardown = (): void => {
@@ -254,7 +252,11 @@ function proxyHttp(request: FastifyRequest<PortParams>, reply: FastifyReply, tun
   // The response is over (sent, or its client gone): nothing may stay open inside the sandbox.
   res.once("close", teardown);
   upstream.on("response", (answer) => {
-    res.writeHead(answer.statusCode ?? 502, answer.statusMessage, endToEnd(answer.headers));
+    res.writeHead(
+      answer.statusCode ?? 502,
+      answer.statusMessage,
+      toClient(endToEnd(answer.headers), formOf(request.raw)),
+    );
     // Each chunk goes out as it comes, so a streamed response arrives as it is made.
     answer.pipe(res);
     answer.once("error", () => res.destroy());
@@ -290,7 +292,7 @@ async function relayUpgrade(
     method: request.method,
     path: target(request),
     headers: {
-      ...toGuest(request.headers),
+      ...toGuest(endToEnd(request.headers)),
       connection: "Upgrade",
       upgrade: request.headers.upgrade ?? "websocket",
       ...forwardedHeaders(request),
@@ -306,7 +308,11 @@ async function relayUpgrade(
   client.on("error", teardown);
   upstream.on("error", teardown);
   upstream.on("upgrade", (answer, joined, head) => {
-    const headers = { ...endToEnd(answer.headers), connection: "Upgrade", upgrade: answer.headers.upgrade ?? "" };
+    const headers = {
+      ...toClient(endToEnd(answer.headers), formOf(request.raw)),
+      connection: "Upgrade",
+      upgrade: answer.headers.upgrade ?? "",
+    };
     client.write(headBlock(answer, headers));
     if (head.length > 0) client.write(head);
     if (clientHead.length > 0) joined.write(clientHead);
@@ -316,7 +322,9 @@ async function relayUpgrade(
     client.pipe(joined);
   });
   upstream.on("response", (answer) => {
-    client.write(headBlock(answer, { ...endToEnd(answer.headers), connection: "close" }));
+    client.write(
+      headBlock(answer, { ...toClient(endToEnd(answer.headers), formOf(request.raw)), connection: "close" }),
+    );
     answer.pipe(client);
     answer.once("error", teardown);
   });

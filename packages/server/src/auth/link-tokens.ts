@@ -42,6 +42,15 @@ export function tokenInQuery(req: IncomingMessage): { token: string; exp: number
   return byQuery.get(req);
 }
 
+/**
+ * Requests let in by a port link's cookie, which a browser attaches by itself: the port proxy
+ * checks their Origin (api/port-origin.ts).
+ */
+const byCookie = new WeakSet<IncomingMessage>();
+export function linkedByCookie(req: IncomingMessage): boolean {
+  return byCookie.has(req);
+}
+
 /** A URL with the value of any `token` parameter replaced, for logs. */
 export function redactToken(url: string): string {
   return url.replace(/([?&]token=)[^&#]*/g, "$1[redacted]");
@@ -65,15 +74,6 @@ export function linkCookie(header: string | undefined): string | undefined {
     if (eq > 0 && part.slice(0, eq).trim() === LINK_COOKIE) return part.slice(eq + 1).trim();
   }
   return undefined;
-}
-
-/** A Cookie header without the link cookie (undefined when nothing else is left). */
-export function cookiesWithoutLink(header: string): string | undefined {
-  const kept = header
-    .split(";")
-    .map((p) => p.trim())
-    .filter((p) => p !== "" && p.split("=")[0]?.trim() !== LINK_COOKIE);
-  return kept.length === 0 ? undefined : kept.join("; ");
 }
 
 /** What a link lets its holder do: a desktop link watch (and with control, use) the screen; a port link use the port. */
@@ -161,6 +161,7 @@ export function linkGrant(
     const payload = tokens.verify(token);
     if (payload?.what !== `port:${String(params.port)}` || payload.sid !== params.id) return undefined;
     if (inQuery !== undefined) markTokenInQuery(request.raw, inQuery, payload.exp);
+    else byCookie.add(request.raw);
     return { sandbox: payload.sid, scopes: scopesOf(payload) };
   };
 }
