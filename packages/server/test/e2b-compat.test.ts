@@ -535,6 +535,10 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
       const down = await fetch(await sbx.downloadUrl("/tmp/signed/up.txt", { useSignatureExpiration: 600 }));
       expect(down.status).toBe(200);
       expect(await down.text()).toBe("signed upload");
+      // Whoever holds the link gets the sandbox's bytes as a download that never renders on this origin.
+      expect(down.headers.get("content-disposition")).toBe("attachment");
+      expect(down.headers.get("content-security-policy")).toBe("sandbox");
+      expect(down.headers.get("x-content-type-options")).toBe("nosniff");
 
       // A signature for reading does not write, a changed path does not verify, an expired one is refused.
       const readSigned = new URL(await sbx.downloadUrl("/tmp/signed/up.txt"));

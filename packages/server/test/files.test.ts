@@ -41,6 +41,17 @@ for (const driver of testDrivers()) {
         expect(Buffer.from(await back.arrayBuffer()).equals(data)).toBe(true);
       });
 
+      it("serves a sandbox's HTML on the API's origin only as an inert download", async () => {
+        // The sandbox's code writes a page meant to run script as the API's origin once a person opens its URL.
+        await put("/workspace/evil.html", "<script>fetch('/keys').then((r) => r.text()).then(alert)</script>");
+        const res = await fetch(filesUrl({ path: "/workspace/evil.html" }));
+        expect(res.status).toBe(200);
+        expect(res.headers.get("content-type")).toBe("application/octet-stream");
+        expect(res.headers.get("content-disposition")).toBe("attachment");
+        expect(res.headers.get("content-security-policy")).toBe("sandbox");
+        expect(res.headers.get("x-content-type-options")).toBe("nosniff");
+      });
+
       it("resolves relative paths from /workspace, inside the sandbox", async () => {
         await put("notes/../rel.txt", "relative");
         const r = await runCommand(ts.wsUrl, id, { cmd: "cat /workspace/rel.txt" });

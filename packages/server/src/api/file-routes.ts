@@ -11,6 +11,7 @@ import {
 } from "@bothy/protocol";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { parseInput } from "./parse-input.ts";
+import { SANDBOX_FILE_HEADERS } from "./download-headers.ts";
 
 type Params = { Params: { id: string } };
 
@@ -52,7 +53,11 @@ export async function fileRoutes(app: FastifyInstance, manager: SandboxManager):
             );
           throw err;
         });
-      return reply.type("application/octet-stream").header("content-length", stat.size).send(stream);
+      return reply
+        .type("application/octet-stream")
+        .headers(SANDBOX_FILE_HEADERS)
+        .header("content-length", stat.size)
+        .send(stream);
     });
 
     scope.put<Params & { Querystring: Record<string, string> }>("/sandboxes/:id/files", async (request) => {

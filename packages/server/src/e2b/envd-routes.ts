@@ -9,6 +9,7 @@ import type { AgentClient } from "../agent/agent-client.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import type { AccessTokens } from "./access-token.ts";
 import { E2bHttpError, parseE2b } from "./e2b-errors.ts";
+import { SANDBOX_FILE_HEADERS } from "../api/download-headers.ts";
 
 /** envd's own port: the SDK names it in E2b-Sandbox-Port on every envd call. */
 export const ENVD_PORT = "49983";
@@ -120,7 +121,11 @@ export async function fileRoutes(
           throw new E2bHttpError(400, `${path} is not a regular file`);
         throw err;
       });
-    return reply.type("application/octet-stream").header("content-length", stat.size).send(stream);
+    return reply
+      .type("application/octet-stream")
+      .headers(SANDBOX_FILE_HEADERS)
+      .header("content-length", stat.size)
+      .send(stream);
   });
 
   files.post<{ Querystring: Record<string, string> }>("/files", async (request) => {
