@@ -127,6 +127,8 @@ export class NetTopology {
       join(this.certDir, "leaf.key"),
       "--dns",
       `${PUBLIC_DNS}:53`,
+      "--log",
+      this.wanLogFile,
       ...Object.entries(RECORDS).flatMap(([name, addr]) => ["--record", `${name}=${addr}`]),
     ]);
     await this.fixture(this.lan, ["--name", "lan", "--http", `0.0.0.0:80`, "--dns", `${PRIVATE_HOST}:53`]);
@@ -188,6 +190,20 @@ export class NetTopology {
       f("ext.cnf"),
     ]);
     this.caPem = await readFile(f("ca.pem"), "utf8");
+  }
+
+  /** Where the `wan` fixture logs every request its HTTP(S) servers parse. */
+  get wanLogFile(): string {
+    return join(this.certDir, "wan-requests.jsonl");
+  }
+
+  /** Every request the `wan` servers parsed so far, in order. */
+  async wanRequests(): Promise<Array<{ method: string; url: string; host: string | null; body: string }>> {
+    const text = await readFile(this.wanLogFile, "utf8").catch(() => "");
+    return text
+      .split("\n")
+      .filter((l) => l.length > 0)
+      .map((l) => JSON.parse(l) as { method: string; url: string; host: string | null; body: string });
   }
 
   /** The test CA's file, for a server's NODE_EXTRA_CA_CERTS. */
