@@ -84,7 +84,8 @@ function framingOf(req: IncomingMessage | Http2ServerRequest): FramingVerdict {
   // HTTP/1.x without either header has no body; HTTP/2 has one unless the HEADERS ended the stream.
   const h2 = "stream" in req && req.httpVersionMajor === 2;
   if (!h2 || req.stream.endAfterHeaders) return framed({ kind: "none" });
-  // A GET whose HEADERS left the stream open usually ends it with an empty DATA frame: counted as no body.
+  // A GET whose HEADERS left the stream open usually ends it with an empty DATA frame: no body, and a
+  // DATA byte that comes anyway is refused by FramedBody before anything is written.
   return framed(BODYLESS.has((req.method ?? "GET").toUpperCase()) ? { kind: "none" } : { kind: "chunked" });
 }
 
