@@ -26,6 +26,7 @@ import type { GatewayPolicies } from "./policies.ts";
 import type { ApprovalGate, EgressVerdict, GatewaySandbox, Terminate } from "./contracts.ts";
 import { decide, needsRequestView, type Decision } from "./host-policy.ts";
 import { MAX_HELLO_BYTES, peekClientHello } from "./tls-client-hello.ts";
+import { joinAfterSwitch } from "./upgrade-join.ts";
 import {
   closingProblem,
   FramedBody,
@@ -340,51 +341,27 @@ export class EgressProxy {
       if (placeholder) throw this.placeholderRefusal(sb, target, placeholder);
       const address = await this.judge(sb, target, decide(sb.policy, target), abort.signal, Buffer.alloc(0));
       if (socket.destroyed) return;
-      this.join(req, socket, head, address, abort.signal);
+      joinAfterSwitch({
+        socket,
+        head,
+        address,
+        port: this.upstream.http,
+        method: req.method ?? "GET",
+        path: req.url ?? "/",
+        headers: framedHeaders(withoutHopByHop(req.headers), { kind: "none" }, true),
+        upgrade: String(req.headers.upgrade ?? ""),
+        gone: abort.signal,
+        relayHeaders: withoutHopByHop,
+        unreachable: (err) =>
+          closingProblem(
+            problemOf(
+              new BothyError("egress_unreachable", `The upstream ${address} did not answer (${errCode(err)}).`),
+            ),
+          ),
+      });
     } catch (err) {
       socket.end(closingProblem(problemOf(err)));
     }
-  }
-
-  private join(req: IncomingMessage, socket: Duplex, head: Buffer, address: string, gone: AbortSignal): void {
-    const headers = framedHeaders(withoutHopByHop(req.headers), { kind: "none" }, true);
-    headers["connection"] = "Upgrade";
-    headers["upgrade"] = req.headers.upgrade;
-    const up = http.request({
-      host: address,
-      port: this.upstream.http,
-      method: req.method,
-      path: req.url,
-      headers,
-      agent: false,
-      setHost: false,
-    });
-    gone.addEventListener("abort", () => up.destroy());
-    up.once("error", (err) => {
-      if (socket.destroyed) return;
-      const problem = problemOf(
-        new BothyError("egress_unreachable", `The upstream ${address} did not answer (${errCode(err)}).`),
-      );
-      socket.end(closingProblem(problem));
-    });
-    up.once("upgrade", (upRes: IncomingMessage, upSocket: Socket, upHead: Buffer) => {
-      upSocket.setNoDelay(true);
-      socket.write(responseHead(upRes, upRes.headers));
-      if (upHead.length > 0) socket.write(upHead);
-      if (head.length > 0) upSocket.write(head);
-      upSocket.on("error", () => socket.destroy());
-      upSocket.once("close", () => socket.destroy());
-      socket.once("close", () => upSocket.destroy());
-      upSocket.pipe(socket).pipe(upSocket);
-    });
-    up.once("response", (upRes: IncomingMessage) => {
-      // Not switched: an ordinary answer, after which the connection ends.
-      const kept = withoutHopByHop(upRes.headers);
-      socket.write(responseHead(upRes, { ...kept, connection: "close" }));
-      upRes.on("error", () => socket.destroy());
-      upRes.pipe(socket);
-    });
-    up.end();
   }
 
   // ---- HTTPS ------------------------------------------------------------------------------------
@@ -733,16 +710,6 @@ async function readHello(
     socket.on("data", onData);
     socket.once("close", onClose);
   });
-}
-
-/** An upstream answer's status line and headers, written to a raw socket. */
-function responseHead(res: IncomingMessage, headers: http.OutgoingHttpHeaders): string {
-  const lines = [`HTTP/1.1 ${res.statusCode ?? 502} ${res.statusMessage ?? ""}`];
-  for (const [name, value] of Object.entries(headers)) {
-    if (value === undefined) continue;
-    for (const v of Array.isArray(value) ? value : [value]) lines.push(`${name}: ${String(v)}`);
-  }
-  return `${lines.join("\r\n")}\r\n\r\n`;
 }
 
 function withoutHopByHop(headers: http.IncomingHttpHeaders): http.OutgoingHttpHeaders {
