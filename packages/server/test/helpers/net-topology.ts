@@ -197,13 +197,20 @@ export class NetTopology {
     return join(this.certDir, "wan-requests.jsonl");
   }
 
-  /** Every request the `wan` servers parsed so far, in order. */
+  /**
+   * Every request the `wan` servers parsed so far, in order of their heads; `body` is what arrived
+   * of it by the end of the body ("" while a body has not ended).
+   */
   async wanRequests(): Promise<Array<{ method: string; url: string; host: string | null; body: string }>> {
     const text = await readFile(this.wanLogFile, "utf8").catch(() => "");
-    return text
-      .split("\n")
-      .filter((l) => l.length > 0)
-      .map((l) => JSON.parse(l) as { method: string; url: string; host: string | null; body: string });
+    const byId = new Map<number, { method: string; url: string; host: string | null; body: string }>();
+    for (const line of text.split("\n").filter((l) => l.length > 0)) {
+      const e = JSON.parse(line) as { id: number; method?: string; url?: string; host?: string | null; body?: string };
+      const seen = byId.get(e.id);
+      if (seen) seen.body = e.body ?? "";
+      else byId.set(e.id, { method: e.method ?? "", url: e.url ?? "", host: e.host ?? null, body: "" });
+    }
+    return [...byId.values()];
   }
 
   /** The test CA's file, for a server's NODE_EXTRA_CA_CERTS. */
