@@ -89,7 +89,7 @@ async function h2() {
 const statuses = (text: string): number[] => [...text.matchAll(/HTTP\/1\.1 (\d{3})/g)].map((m) => Number(m[1]));
 
 describe.skipIf(!root)("egress gateway request framing", () => {
-  const lab = useNetLab("smuggle", (topo) => ({ NODE_EXTRA_CA_CERTS: topo.caFile }));
+  const lab = useNetLab("smuggle", (topo) => ({ NODE_EXTRA_CA_CERTS: topo.caFile }), { logWanRequests: true });
   const { topo, made } = lab;
 
   describe.each(drivers)("$name", (d) => {

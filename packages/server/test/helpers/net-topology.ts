@@ -68,7 +68,8 @@ export class NetTopology {
   /** The test CA that signed the `wan` HTTPS server's certificate (for *.bothy.test and its address). */
   caPem = "";
 
-  constructor() {
+  /** `logWanRequests`: the `wan` fixture logs each request it parses (see `wanRequests`); off for benches. */
+  constructor(private readonly opts: { logWanRequests?: boolean } = {}) {
     // A /30 in 10.252/16 chosen by the tag, so two runs on one machine do not collide.
     const n = (parseInt(this.tag, 16) % 16000) * 4;
     this.ctlTestAddr = `10.252.${Math.floor(n / 256)}.${(n % 256) + 1}`;
@@ -127,8 +128,7 @@ export class NetTopology {
       join(this.certDir, "leaf.key"),
       "--dns",
       `${PUBLIC_DNS}:53`,
-      "--log",
-      this.wanLogFile,
+      ...(this.opts.logWanRequests ? ["--log", this.wanLogFile] : []),
       ...Object.entries(RECORDS).flatMap(([name, addr]) => ["--record", `${name}=${addr}`]),
     ]);
     await this.fixture(this.lan, ["--name", "lan", "--http", `0.0.0.0:80`, "--dns", `${PRIVATE_HOST}:53`]);
