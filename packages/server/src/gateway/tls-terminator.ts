@@ -1,9 +1,10 @@
 /**
  * Terminates a sandbox's TLS to a host one of its secrets is bound to (or that its policy needs to
  * see requests of), so the gateway can read each request: it answers the sandbox with a leaf for
- * the host signed by bothy's egress CA (HTTP/2 or HTTP/1.1 by ALPN, WebSocket upgrades too), and
- * sends each request on over a TLS connection of its own to the address the proxy checked, with
- * the host's name for SNI and certificate verification.
+ * the host signed by bothy's egress CA (HTTP/2 or HTTP/1.1 by ALPN; WebSocket upgrades too, but
+ * not to a host a secret is bound to), and sends each request on over a TLS connection of its own
+ * to the address the proxy checked, with the host's name for SNI and certificate verification,
+ * its body framed by the gateway (request-framing.ts).
  *
  * Per request: a placeholder of a secret not bound to this host, anywhere in the request, refuses
  * it (403, reported by name); placeholders of bound secrets become their values in headers, and
