@@ -4,7 +4,9 @@
  * connection's source address, reads the target from the HTTP `Host` or the TLS SNI, judges it
  * by the sandbox's effective policy (host-policy.ts), resolves the name itself and dials exactly
  * the address it checked, so a name that resolves to a private, pool or blocked address never
- * reaches one (DNS rebinding included). Every decision is a server event (the audit).
+ * reaches one (DNS rebinding included). Every decision is a server event (the audit). Each
+ * plain-HTTP body is framed by the gateway (request-framing.ts), so the upstream parses only the
+ * requests judged, and an upgrade is joined only after the upstream's 101 (upgrade-join.ts).
  *
  * HTTPS is passed through as bytes after the ClientHello, unless the sandbox has secrets or a
  * rule needs the method and path: then the TLS terminator (the vault's) takes the connection.
