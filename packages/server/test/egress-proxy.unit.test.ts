@@ -4,7 +4,6 @@
  * lab (egress.test.ts) covers the redirect, DNS and real guests; here: `ask` and its outcomes,
  * server stop while held, internet:false, refused sources, and the terminator hook.
  */
-import { createSocket } from "node:dgram";
 import { once } from "node:events";
 import http, { type IncomingMessage } from "node:http";
 import { connect as tcpConnect, createServer, type AddressInfo, type Server } from "node:net";
@@ -21,25 +20,9 @@ import type {
 import { EgressProxy, gatewayLookup } from "../src/gateway/egress-proxy.ts";
 import { HostNetwork } from "../src/network/host-network.ts";
 import type { ServerEvent } from "../src/events/server-events.ts";
+import { loopbackDns } from "./helpers/loopback-dns.ts";
 
 const HOST = "127.0.0.1";
-
-/** A resolver on loopback that answers every A query with 127.0.0.1 (TTL 0). */
-async function loopbackDns(): Promise<{ server: string; close: () => void }> {
-  const sock = createSocket("udp4");
-  sock.on("message", (msg, from) => {
-    let off = 12;
-    while (msg[off] !== 0) off += (msg[off] ?? 0) + 1;
-    const header = Buffer.from(msg.subarray(0, 12));
-    header.writeUInt16BE(0x8180, 2);
-    header.writeUInt16BE(1, 6);
-    const answer = Buffer.from([0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 0, 0, 4, 127, 0, 0, 1]);
-    sock.send(Buffer.concat([header, msg.subarray(12, off + 5), answer]), from.port, from.address);
-  });
-  sock.bind(0, HOST);
-  await once(sock, "listening");
-  return { server: `${HOST}:${sock.address().port}`, close: () => sock.close() };
-}
 
 /** Approvals held until the test answers them. */
 class TestGate implements ApprovalGate {

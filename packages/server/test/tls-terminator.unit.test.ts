@@ -4,6 +4,7 @@
  * signed, which the terminator verifies.
  */
 import { mkdtemp, rm } from "node:fs/promises";
+import type { IncomingMessage } from "node:http";
 import { createServer as createHttpsServer, request as httpsRequest, type Server } from "node:https";
 import { connect as http2Connect } from "node:http2";
 import { createServer as createNetServer, type AddressInfo, type Server as NetServer } from "node:net";
@@ -23,6 +24,8 @@ const GITHUB_PH = "bothy_ph_githubgithubgithubgithubgithub23";
 const STRIPE_PH = "bothy_ph_stripestripestripestripestripe22";
 const API = "api.example.test";
 const PAY = "api.pay.test";
+/** Terminated (the sandbox has secrets) but bound to none of them. */
+const FREE = "ws.example.test";
 
 const bindings: SecretBinding[] = [
   { name: "github", env: "GITHUB", placeholder: GITHUB_PH, hosts: [API], inject: null },
@@ -81,7 +84,7 @@ beforeAll(async () => {
   egress = await EgressCa.open(join(dir, "egress"));
   upstreamCa = await EgressCa.open(join(dir, "upstream"));
   const contexts = new Map<string, ReturnType<typeof createSecureContext>>();
-  for (const host of [API, PAY]) contexts.set(host, createSecureContext(await upstreamCa.leafFor(host)));
+  for (const host of [API, PAY, FREE]) contexts.set(host, createSecureContext(await upstreamCa.leafFor(host)));
   upstream = createHttpsServer(
     { SNICallback: (name, cb) => cb(null, contexts.get(name)), ALPNProtocols: ["http/1.1"] },
     (req, res) => {
@@ -233,17 +236,31 @@ describe("TLS terminator", () => {
     }
   });
 
-  it("passes a WebSocket upgrade with the placeholder swapped in its headers", async () => {
-    const port = await gateway(API);
+  it("refuses a WebSocket to a bound host, whose frames it would not scan, and passes one elsewhere", async () => {
+    const bound = await gateway(API);
     const options = { ca: egress.caPem, servername: API, headers: { authorization: `token ${GITHUB_PH}` } };
-    const ws = new WebSocket(`wss://127.0.0.1:${port}/ws`, options as WebSocket.ClientOptions);
+    const refused = new WebSocket(`wss://127.0.0.1:${bound}/ws`, options as WebSocket.ClientOptions);
+    const [, res] = (await once(refused, "unexpected-response")) as [unknown, IncomingMessage];
+    let body = "";
+    for await (const d of res) body += String(d);
+    expect(res.statusCode).toBe(403);
+    expect(JSON.parse(body)).toMatchObject({ code: "egress_denied", reason: "upgrade_on_bound_host", host: API });
+    expect(body).not.toContain(GITHUB_VALUE);
+    refused.on("error", () => undefined);
+    refused.terminate();
+
+    const free = await gateway(FREE);
+    const ws = new WebSocket(`wss://127.0.0.1:${free}/ws`, {
+      ca: egress.caPem,
+      servername: FREE,
+    } as WebSocket.ClientOptions);
     const messages: string[] = [];
     ws.on("message", (m) => messages.push(String(m)));
     await once(ws, "open");
     ws.send("hello");
     while (messages.length < 2) await once(ws, "message");
     ws.close();
-    expect(messages).toEqual([`auth=token ${GITHUB_VALUE}`, "echo:hello"]);
+    expect(messages).toEqual(["auth=undefined", "echo:hello"]);
   });
 
   it("ends a connection whose client does not trust the leaf without going upstream", async () => {

@@ -4,7 +4,9 @@
  * connection's source address, reads the target from the HTTP `Host` or the TLS SNI, judges it
  * by the sandbox's effective policy (host-policy.ts), resolves the name itself and dials exactly
  * the address it checked, so a name that resolves to a private, pool or blocked address never
- * reaches one (DNS rebinding included). Every decision is a server event (the audit).
+ * reaches one (DNS rebinding included). Every decision is a server event (the audit). Each
+ * plain-HTTP body is framed by the gateway (request-framing.ts), so the upstream parses only the
+ * requests judged, and an upgrade is joined only after the upstream's 101 (upgrade-join.ts).
  *
  * HTTPS is passed through as bytes after the ClientHello, unless the sandbox has secrets or a
  * rule needs the method and path: then the TLS terminator (the vault's) takes the connection.
@@ -26,6 +28,16 @@ import type { GatewayPolicies } from "./policies.ts";
 import type { ApprovalGate, EgressVerdict, GatewaySandbox, Terminate } from "./contracts.ts";
 import { decide, needsRequestView, type Decision } from "./host-policy.ts";
 import { MAX_HELLO_BYTES, peekClientHello } from "./tls-client-hello.ts";
+import { joinAfterSwitch } from "./upgrade-join.ts";
+import {
+  closingProblem,
+  FramedBody,
+  framedHeaders,
+  FramingError,
+  parseErrorAnswer,
+  requestFraming,
+  type Framing,
+} from "./request-framing.ts";
 
 export interface EgressProxyOptions {
   /** The resolvers the proxy asks (BOTHY_DNS): the same the sandboxes are given. */
@@ -105,7 +117,11 @@ export class EgressProxy {
       "upgrade",
       (req: IncomingMessage, socket: Duplex, head: Buffer) => void this.onUpgrade(req, socket, head),
     );
-    this.parser.on("clientError", (_err, socket: Duplex) => socket.destroy());
+    this.parser.on("clientError", (err: Error, socket: Duplex) => {
+      const text = parseErrorAnswer(err);
+      if (text !== undefined && socket.writable) socket.end(text);
+      socket.destroy();
+    });
     this.httpListener = createServer((s) => this.accept(s, (sb) => this.parser.emit("connection", s, sb)));
     this.tlsListener = createServer((s) => this.accept(s, (sb) => void this.onTls(s, sb)));
   }
@@ -183,13 +199,15 @@ export class EgressProxy {
     });
     try {
       if (!target) throw new Refusal(malformed("A request through the gateway needs a Host header naming a host."));
+      const framing = requestFraming(req);
+      if (!framing.ok) throw this.framingRefusal(sb, target, framing.error, res);
       const placeholder = placeholderIn(req);
       if (placeholder) throw this.placeholderRefusal(sb, target, placeholder);
       const decision = decide(sb.policy, target);
       const body = decision.action === "ask" && !this.granted(sb, target.host) ? await readBody(req) : undefined;
       if (body?.includes(PLACEHOLDER_PREFIX)) throw this.placeholderRefusal(sb, target, "a placeholder in the body");
       const address = await this.judge(sb, target, decision, abort.signal, body);
-      await this.forward(req, res, address, body, () =>
+      await this.forward(req, res, address, { ...framing, body }, () =>
         this.placeholderRefusal(sb, target, "a placeholder in the body"),
       );
     } catch (err) {
@@ -210,19 +228,42 @@ export class EgressProxy {
   }
 
   /**
-   * Sends the request to the checked address and relays the answer. A streamed body is scanned
-   * for placeholders on the way: one found aborts the upstream request (it never completes).
+   * A request whose body the gateway cannot frame for the upstream (request-framing.ts): refused
+   * before it is judged, and the connection closes after the answer.
+   */
+  private framingRefusal(
+    sb: GatewaySandbox,
+    target: Target,
+    error: BothyError,
+    res: ServerResponse | undefined,
+  ): Refusal {
+    this.emit("egress_denied", sb, target, { rule: "framing", action: "deny", outcome: "refused" }, error.message);
+    if (res) res.shouldKeepAlive = false;
+    return new Refusal(error);
+  }
+
+  /**
+   * Sends the request to the checked address and relays the answer. The body is framed by the
+   * gateway (a held one by its length) and goes on a pooled connection only after an ordinary
+   * request. A streamed body is scanned for placeholders on the way: one found, or bytes that do
+   * not fit the framing, abort the upstream request (it never completes).
    */
   private forward(
     req: IncomingMessage,
     res: ServerResponse,
     address: string,
-    body: Buffer | undefined,
+    sending: { framing: Framing; pooled: boolean; body: Buffer | undefined },
     placeholderFound: () => Refusal,
   ): Promise<void> {
     return new Promise<void>((resolve) => {
-      const headers = withoutHopByHop(req.headers);
-      if (body) headers["content-length"] = String(body.length);
+      const { body, pooled } = sending;
+      const framing: Framing =
+        body === undefined
+          ? sending.framing
+          : body.length > 0
+            ? { kind: "length", length: body.length }
+            : { kind: "none" };
+      const headers = framedHeaders(withoutHopByHop(req.headers), framing, pooled);
       const up = http.request(
         {
           host: address,
@@ -230,7 +271,7 @@ export class EgressProxy {
           method: req.method,
           path: req.url,
           headers,
-          agent: this.agent,
+          agent: pooled ? this.agent : false,
           setHost: false,
         },
         (upRes) => {
@@ -254,44 +295,74 @@ export class EgressProxy {
         if (!res.writableFinished) up.destroy();
       });
       if (body) return void up.end(body);
+      const framed = new FramedBody(framing);
       const guard = new PlaceholderGuard();
-      guard.once("error", () => {
+      const stop = (refusal: Refusal): void => {
+        if (refused) return;
         refused = true;
-        req.unpipe(guard);
+        req.unpipe(framed);
+        framed.unpipe(guard);
         req.resume();
         up.destroy();
-        answer(res, placeholderFound());
+        res.shouldKeepAlive = false;
+        answer(res, refusal);
         resolve();
-      });
-      req.pipe(guard).pipe(up);
+      };
+      framed.once("error", (err) =>
+        stop(new Refusal(err instanceof FramingError ? err.error : malformed(err.message))),
+      );
+      guard.once("error", () => stop(placeholderFound()));
+      req.pipe(framed).pipe(guard).pipe(up);
     });
   }
 
-  /** A WebSocket (or any) upgrade is judged by its request, then both sides are joined. */
+  /**
+   * A WebSocket (or any) upgrade is judged by its request (which may not carry a body), sent on a
+   * connection of its own, and the two sides are joined only after the upstream's `101`. Any other
+   * answer is relayed and the connection ends: what the sandbox sent after the request (held
+   * until the 101) never reaches the upstream unjudged.
+   */
   private async onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
     const sb = this.sandboxOfRequest(req);
     const target = httpTarget(req);
     if (!sb || !target) return void socket.destroy();
     const abort = new AbortController();
+    socket.on("error", () => socket.destroy());
     socket.once("close", () => abort.abort());
     try {
+      const framing = requestFraming(req);
+      if (!framing.ok) throw this.framingRefusal(sb, target, framing.error, undefined);
+      if (framing.framing.kind !== "none")
+        throw this.framingRefusal(
+          sb,
+          target,
+          malformed("An upgrade request through the gateway may not carry a body."),
+          undefined,
+        );
       const placeholder = placeholderIn(req);
       if (placeholder) throw this.placeholderRefusal(sb, target, placeholder);
       const address = await this.judge(sb, target, decide(sb.policy, target), abort.signal, Buffer.alloc(0));
-      const up = connect({ host: address, port: this.upstream.http, noDelay: true });
-      up.once("error", () => socket.destroy());
-      socket.once("error", () => up.destroy());
-      const lines = [`${req.method} ${req.url} HTTP/1.1`];
-      for (let i = 0; i < req.rawHeaders.length; i += 2) lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
-      up.write(lines.join("\r\n") + "\r\n\r\n");
-      if (head.length > 0) up.write(head);
-      socket.pipe(up).pipe(socket);
+      if (socket.destroyed) return;
+      joinAfterSwitch({
+        socket,
+        head,
+        address,
+        port: this.upstream.http,
+        method: req.method ?? "GET",
+        path: req.url ?? "/",
+        headers: framedHeaders(withoutHopByHop(req.headers), { kind: "none" }, true),
+        upgrade: String(req.headers.upgrade ?? ""),
+        gone: abort.signal,
+        relayHeaders: withoutHopByHop,
+        unreachable: (err) =>
+          closingProblem(
+            problemOf(
+              new BothyError("egress_unreachable", `The upstream ${address} did not answer (${errCode(err)}).`),
+            ),
+          ),
+      });
     } catch (err) {
-      const problem = problemOf(err);
-      const text = JSON.stringify(problem);
-      socket.end(
-        `HTTP/1.1 ${problem.status} ${http.STATUS_CODES[problem.status] ?? ""}\r\ncontent-type: application/problem+json\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`,
-      );
+      socket.end(closingProblem(problemOf(err)));
     }
   }
 

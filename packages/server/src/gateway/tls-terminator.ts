@@ -1,9 +1,10 @@
 /**
  * Terminates a sandbox's TLS to a host one of its secrets is bound to (or that its policy needs to
  * see requests of), so the gateway can read each request: it answers the sandbox with a leaf for
- * the host signed by bothy's egress CA (HTTP/2 or HTTP/1.1 by ALPN, WebSocket upgrades too), and
- * sends each request on over a TLS connection of its own to the address the proxy checked, with
- * the host's name for SNI and certificate verification.
+ * the host signed by bothy's egress CA (HTTP/2 or HTTP/1.1 by ALPN; WebSocket upgrades too, but
+ * not to a host a secret is bound to), and sends each request on over a TLS connection of its own
+ * to the address the proxy checked, with the host's name for SNI and certificate verification,
+ * its body framed by the gateway (request-framing.ts).
  *
  * Per request: a placeholder of a secret not bound to this host, anywhere in the request, refuses
  * it (403, reported by name); placeholders of bound secrets become their values in headers, and
@@ -19,6 +20,14 @@ import { BothyError, toProblem } from "@bothy/protocol";
 import type { LeafIssuer, SecretBinding, SecretSource, Terminate, TerminateContext } from "./contracts.ts";
 import { echoNeedles, scrubStream, scrubText, StreamMatcher, type Needle } from "./secret-scrub.ts";
 import { placeholdersIn, splitByHost, swapHeaders, type Headers } from "./secret-swap.ts";
+import {
+  closingAnswer,
+  FramedBody,
+  framedHeaders,
+  FramingError,
+  parseErrorAnswer,
+  requestFraming,
+} from "./request-framing.ts";
 
 /** What the terminator reports about secrets: names only, never values. */
 export interface SecretReport {
@@ -105,6 +114,11 @@ export async function terminateTls(o: TerminateOptions): Promise<void> {
   server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     handleUpgrade(conn, req, socket, head).catch(() => socket.destroy());
   });
+  server.on("clientError", (err: Error, socket: Duplex) => {
+    const text = parseErrorAnswer(err);
+    if (text !== undefined && socket.writable) socket.end(text);
+    socket.destroy();
+  });
   server.on("tlsClientError", () => o.socket.destroy());
   server.on("sessionError", () => o.socket.destroy());
   // A reset by the sandbox ends the connection like a close does.
@@ -178,6 +192,16 @@ async function prepare(
   return { headers: swapped.headers, needles };
 }
 
+function upgradeRefusal(host: string, secrets: string[]): object {
+  return toProblem(
+    new BothyError(
+      "egress_denied",
+      `An upgrade (WebSocket) to ${host} is refused: secret ${secrets.join(", ")} is bound to this host, and the gateway does not scan the frames of an upgraded connection for its value. Use plain HTTPS requests to ${host}, or open the WebSocket from a sandbox without that secret.`,
+      { details: { host, secrets, reason: "upgrade_on_bound_host" } },
+    ),
+  );
+}
+
 function refusal(host: string, refused: SecretBinding[]): object {
   const names = refused.map((b) => b.name).join(", ");
   return toProblem(
@@ -189,12 +213,14 @@ function refusal(host: string, refused: SecretBinding[]): object {
   );
 }
 
+/** `pooled`: the connection may serve later requests (only after an ordinary one, see request-framing.ts). */
 function upstreamRequest(
   conn: Connection,
   address: string,
   method: string,
   path: string,
   headers: Headers,
+  pooled: boolean,
 ): http.ClientRequest {
   return https.request({
     host: address,
@@ -203,7 +229,7 @@ function upstreamRequest(
     method,
     path,
     headers: headers as OutgoingHttpHeaders,
-    agent: conn.agent,
+    agent: pooled ? conn.agent : false,
     ...(conn.o.upstreamCa === undefined ? {} : { ca: conn.o.upstreamCa }),
   });
 }
@@ -212,12 +238,19 @@ async function handleRequest(conn: Connection, req: AnyRequest, res: AnyResponse
   const aborted = new AbortController();
   res.once("close", () => aborted.abort());
   const answer = (status: number, body: string | object): void => sendBody(res, status, body);
+  // A body the gateway cannot frame for the upstream is refused before anything is judged or sent.
+  const framing = requestFraming(req);
+  if (!framing.ok) {
+    req.resume();
+    return sendBody(res, framing.error.status, toProblem(framing.error));
+  }
   const prepared = await prepare(conn, req, false, answer, aborted.signal);
   if (!prepared) return void req.resume();
   const method = req.method ?? "GET";
   const path = req.url ?? "/";
   const address = await conn.upstreamAddress();
-  const up = upstreamRequest(conn, address, method, path, prepared.headers);
+  const headers = framedHeaders(prepared.headers, framing.framing, framing.pooled);
+  const up = upstreamRequest(conn, address, method, path, headers, framing.pooled);
   aborted.signal.addEventListener("abort", () => up.destroy());
   up.on("error", (err) => fail(res, err));
   up.once("response", (upRes) => {
@@ -230,42 +263,74 @@ async function handleRequest(conn: Connection, req: AnyRequest, res: AnyResponse
   const watch = new StreamMatcher(
     conn.unbound.map((b) => ({ bytes: Buffer.from(b.placeholder), replacement: Buffer.alloc(0), id: b.name })),
   );
-  req.on("data", (chunk: Buffer) => {
+  // Bytes that do not fit the framing stop the request before they are written.
+  const body = new FramedBody(framing.framing);
+  req.on("error", () => up.destroy());
+  req.pipe(body);
+  body.on("error", (err) => {
+    up.removeAllListeners("response");
+    up.removeAllListeners("error");
+    up.on("error", () => undefined);
+    up.destroy();
+    req.unpipe(body);
+    req.resume();
+    if (err instanceof FramingError) sendBody(res, err.error.status, toProblem(err.error));
+    else res.destroy();
+  });
+  body.on("data", (chunk: Buffer) => {
     const { out, found } = watch.push(chunk);
     if (found.length > 0) {
       up.removeAllListeners("response");
       up.destroy();
-      req.pause();
+      body.pause();
       conn.report("secret_refused", [...new Set(found)], method, path);
       const refused = conn.unbound.filter((b) => found.includes(b.name));
       return sendBody(res, 403, refusal(conn.o.host, refused));
     }
     if (out.length > 0 && !up.write(out)) {
-      req.pause();
-      up.once("drain", () => req.resume());
+      body.pause();
+      up.once("drain", () => body.resume());
     }
   });
-  req.once("end", () => {
+  body.once("end", () => {
     if (up.destroyed) return;
     up.end(watch.end());
   });
-  req.on("error", () => up.destroy());
 }
 
+/**
+ * An upgrade (WebSocket) request. To a host a secret is bound to it is refused: the frames that
+ * would follow are not scanned, so an echo of the value would reach the sandbox. Elsewhere it is
+ * judged like any request and sent on a connection of its own; the two sides are joined only
+ * after the upstream's `101`, and any other answer is relayed and ends the connection, so nothing
+ * the sandbox sends after the request reaches the upstream unjudged.
+ */
 async function handleUpgrade(conn: Connection, req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
   const aborted = new AbortController();
   socket.on("error", () => socket.destroy());
   socket.once("close", () => aborted.abort());
   const answer = (status: number, body: string | object): void => {
-    const text = typeof body === "string" ? body : JSON.stringify(body);
-    socket.end(
-      `HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? ""}\r\ncontent-type: application/problem+json\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`,
-    );
+    socket.end(closingAnswer(status, typeof body === "string" ? body : JSON.stringify(body)));
   };
+  const method = req.method ?? "GET";
+  const path = req.url ?? "/";
+  if (conn.bound.length > 0) {
+    const names = conn.bound.map((b) => b.name);
+    conn.report("secret_refused", names, method, path);
+    return answer(403, upgradeRefusal(conn.o.host, names));
+  }
+  const framing = requestFraming(req);
+  if (!framing.ok) return answer(framing.error.status, toProblem(framing.error));
+  if (framing.framing.kind !== "none")
+    return answer(
+      400,
+      toProblem(new BothyError("malformed_request", "An upgrade request through the gateway may not carry a body.")),
+    );
   const prepared = await prepare(conn, req, true, answer, aborted.signal);
   if (!prepared) return;
   const address = await conn.upstreamAddress();
-  const up = upstreamRequest(conn, address, req.method ?? "GET", req.url ?? "/", prepared.headers);
+  const headers = framedHeaders(prepared.headers, framing.framing, true);
+  const up = upstreamRequest(conn, address, method, path, headers, false);
   up.on("error", () => socket.destroy());
   up.once("upgrade", (upRes: IncomingMessage, upSocket: Duplex, upHead: Buffer) => {
     socket.write(statusBlock(upRes, prepared.needles));

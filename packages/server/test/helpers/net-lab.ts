@@ -9,7 +9,7 @@ import type { ServeProcess } from "./serve-process.ts";
  * `host` namespace, with gVisor as the default driver: what the network tests share.
  */
 export class NetLab {
-  readonly topo = new NetTopology();
+  readonly topo: NetTopology;
   /** Sandboxes the tests made, deleted at the end (one the test deleted itself is fine). */
   readonly made: string[] = [];
   home = "";
@@ -21,7 +21,10 @@ export class NetLab {
   constructor(
     private readonly name: string,
     private readonly env: (topo: NetTopology) => Record<string, string>,
-  ) {}
+    topology: ConstructorParameters<typeof NetTopology>[0] = {},
+  ) {
+    this.topo = new NetTopology(topology);
+  }
 
   /** The server started last. */
   get server(): ServeProcess {
@@ -61,10 +64,15 @@ export class NetLab {
 
 /**
  * For the enclosing describe: a network lab opened before its first test and closed after its
- * last. `name` names the home (/tmp/bothy-NAME-…); `env` adds to or overrides the server's.
+ * last. `name` names the home (/tmp/bothy-NAME-…); `env` adds to or overrides the server's;
+ * `topology` is passed to the lab's NetTopology.
  */
-export function useNetLab(name: string, env: (topo: NetTopology) => Record<string, string> = () => ({})): NetLab {
-  const lab = new NetLab(name, env);
+export function useNetLab(
+  name: string,
+  env: (topo: NetTopology) => Record<string, string> = () => ({}),
+  topology: ConstructorParameters<typeof NetTopology>[0] = {},
+): NetLab {
+  const lab = new NetLab(name, env, topology);
   beforeAll(() => lab.open());
   afterAll(() => lab.close());
   return lab;

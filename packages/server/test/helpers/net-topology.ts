@@ -68,7 +68,8 @@ export class NetTopology {
   /** The test CA that signed the `wan` HTTPS server's certificate (for *.bothy.test and its address). */
   caPem = "";
 
-  constructor() {
+  /** `logWanRequests`: the `wan` fixture logs each request it parses (see `wanRequests`); off for benches. */
+  constructor(private readonly opts: { logWanRequests?: boolean } = {}) {
     // A /30 in 10.252/16 chosen by the tag, so two runs on one machine do not collide.
     const n = (parseInt(this.tag, 16) % 16000) * 4;
     this.ctlTestAddr = `10.252.${Math.floor(n / 256)}.${(n % 256) + 1}`;
@@ -127,6 +128,7 @@ export class NetTopology {
       join(this.certDir, "leaf.key"),
       "--dns",
       `${PUBLIC_DNS}:53`,
+      ...(this.opts.logWanRequests ? ["--log", this.wanLogFile] : []),
       ...Object.entries(RECORDS).flatMap(([name, addr]) => ["--record", `${name}=${addr}`]),
     ]);
     await this.fixture(this.lan, ["--name", "lan", "--http", `0.0.0.0:80`, "--dns", `${PRIVATE_HOST}:53`]);
@@ -188,6 +190,27 @@ export class NetTopology {
       f("ext.cnf"),
     ]);
     this.caPem = await readFile(f("ca.pem"), "utf8");
+  }
+
+  /** Where the `wan` fixture logs every request its HTTP(S) servers parse. */
+  get wanLogFile(): string {
+    return join(this.certDir, "wan-requests.jsonl");
+  }
+
+  /**
+   * Every request the `wan` servers parsed so far, in order of their heads; `body` is what arrived
+   * of it by the end of the body ("" while a body has not ended).
+   */
+  async wanRequests(): Promise<Array<{ method: string; url: string; host: string | null; body: string }>> {
+    const text = await readFile(this.wanLogFile, "utf8").catch(() => "");
+    const byId = new Map<number, { method: string; url: string; host: string | null; body: string }>();
+    for (const line of text.split("\n").filter((l) => l.length > 0)) {
+      const e = JSON.parse(line) as { id: number; method?: string; url?: string; host?: string | null; body?: string };
+      const seen = byId.get(e.id);
+      if (seen) seen.body = e.body ?? "";
+      else byId.set(e.id, { method: e.method ?? "", url: e.url ?? "", host: e.host ?? null, body: "" });
+    }
+    return [...byId.values()];
   }
 
   /** The test CA's file, for a server's NODE_EXTRA_CA_CERTS. */
