@@ -48,6 +48,8 @@ export interface SandboxLookup {
   sandboxOf(address: string): GatewaySandbox | undefined;
   /** PRIVATE_RANGES, the pool and BOTHY_NET_BLOCK. */
   blocked(): readonly string[];
+  /** Refused even when `allow_out` names it: loopback, 0/8, the pool and the host's own addresses. */
+  unreachable?(): readonly string[];
 }
 
 /** The most of a held request's body the proxy keeps for an approval (its excerpt is the first 8 KiB). */
@@ -539,6 +541,8 @@ export class EgressProxy {
   private refusalOf(sb: GatewaySandbox, address: string, explicit: boolean): string | undefined {
     const a = parseIpv4(address);
     const inside = (list: readonly string[]): string | undefined => list.find((c) => cidrContains(parseCidr(c), a));
+    const never = inside(this.lookup?.unreachable?.() ?? []);
+    if (never) return `in ${never}, the host or other sandboxes, which no sandbox reaches`;
     if (inside(sb.allowOut)) return undefined;
     const denied = inside(sb.denyOut);
     if (denied) return `in deny_out ${denied}`;
@@ -707,7 +711,7 @@ const allowAll = (): EffectiveHostPolicy => ({ rules: [], default: "allow", tool
  * its CIDR posture, the ledger its tenant, the policies its effective host policy as of now.
  */
 export function gatewayLookup(
-  network: Pick<HostNetwork, "byGuest" | "blocked">,
+  network: Pick<HostNetwork, "byGuest" | "blocked" | "unreachable">,
   ledger: Pick<Ledger, "getSandbox">,
   policies: Pick<GatewayPolicies, "ofRow">,
 ): SandboxLookup {
@@ -727,5 +731,6 @@ export function gatewayLookup(
       };
     },
     blocked: () => network.blocked,
+    unreachable: () => network.unreachable,
   };
 }

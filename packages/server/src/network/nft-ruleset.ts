@@ -29,6 +29,12 @@ export const PRIVATE_RANGES = [
   "224.0.0.0/3",
 ] as const;
 
+/**
+ * Ranges no sandbox reaches whatever its `allow_out` says, beside the pool (every other sandbox):
+ * "this network" and loopback.
+ */
+export const NEVER_OPEN = ["0.0.0.0/8", "127.0.0.0/8"] as const;
+
 export interface SandboxRules {
   table: string;
   sandboxId: string;
@@ -49,7 +55,7 @@ export const GATEWAY_SET = "gateway";
 export interface BaseRules {
   /** The home's tag: names the table and this home's interfaces. */
   tag: string;
-  /** Every sandbox subnet: blocked as a destination (no sandbox reaches another), masqueraded as a source. */
+  /** Every sandbox subnet: refused as a destination before any `allow_out` (no sandbox reaches another), masqueraded as a source. */
   pool: string;
   uplink: string;
   /** Blocked on top of PRIVATE_RANGES (BOTHY_NET_BLOCK). */
@@ -83,6 +89,7 @@ export function renderBase(b: BaseRules): string {
   const table = nftTable(b.tag);
   const wildcards = ifaceWildcards(b.tag);
   const blockedLine = `ip daddr ${set(mergeCidrs([...PRIVATE_RANGES, b.pool, ...b.extraBlocked]))} goto refuse`;
+  const fixedLine = `ip daddr ${set(mergeCidrs([...NEVER_OPEN, b.pool]))} goto refuse`;
   return (
     [
       `add table ${table}`,
@@ -90,16 +97,20 @@ export function renderBase(b: BaseRules): string {
       `add set ${table} ${GATEWAY_SET} { type ifname . ipv4_addr; }`,
       `add chain ${table} refuse`,
       `add chain ${table} blocked`,
+      `add chain ${table} fixed`,
       `add chain ${table} forward { type filter hook forward priority filter; policy accept; }`,
       `add chain ${table} input { type filter hook input priority filter; policy accept; }`,
       `add chain ${table} postrouting { type nat hook postrouting priority srcnat; policy accept; }`,
       `add chain ${table} prerouting { type nat hook prerouting priority dstnat; policy accept; }`,
-      ...["refuse", "blocked", "forward", "input", "postrouting", "prerouting"].map((c) => `flush chain ${table} ${c}`),
+      ...["refuse", "blocked", "fixed", "forward", "input", "postrouting", "prerouting"].map(
+        (c) => `flush chain ${table} ${c}`,
+      ),
       // IPv6 is dropped silently; IPv4 TCP gets a reset (gVisor ignores ICMP admin-prohibited).
       `add rule ${table} refuse meta nfproto ipv6 drop`,
       `add rule ${table} refuse meta l4proto tcp reject with tcp reset`,
       `add rule ${table} refuse reject with icmpx admin-prohibited`,
       `add rule ${table} blocked ${blockedLine}`,
+      `add rule ${table} fixed ${fixedLine}`,
       // HTTP(S) of a gateway sandbox that was not redirected (no gateway listening) never goes out unjudged.
       `add rule ${table} forward iifname . ip saddr @${GATEWAY_SET} tcp dport { 80, 443 } goto refuse`,
       // A sandbox's traffic goes to its own chain; an interface of ours without one sends nothing.
@@ -136,9 +147,9 @@ function gatewayLines(table: string, ports: GatewayPorts | undefined): string[] 
 export const gatewayElement = (iface: string, guest: string): string => `${quoted(iface)} . ${guest}`;
 
 /**
- * One sandbox's chain: no IPv6, no spoofed sources, replies to its own connections, then
- * `allow_out` (wins over everything), `deny_out`, the private ranges and every other sandbox,
- * and the rest only when `internet` is on.
+ * One sandbox's chain: no IPv6, no spoofed sources, replies to its own connections, then the
+ * fixed refusals (every other sandbox, loopback, 0/8) that no policy lifts, `allow_out` (wins over
+ * what follows), `deny_out`, the private ranges, and the rest only when `internet` is on.
  */
 export function renderSandboxAdd(r: SandboxRules): string {
   const table = r.table;
@@ -149,6 +160,7 @@ export function renderSandboxAdd(r: SandboxRules): string {
     `add rule ${table} ${chain} meta nfproto ipv6 drop`,
     `add rule ${table} ${chain} ip saddr != ${r.guest} drop`,
     `add rule ${table} ${chain} ct state established,related accept`,
+    `add rule ${table} ${chain} jump fixed`,
   ];
   if (r.policy.allowOut.length > 0)
     lines.push(`add rule ${table} ${chain} ip daddr ${set(mergeCidrs(r.policy.allowOut))} accept`);
