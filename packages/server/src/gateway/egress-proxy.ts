@@ -489,7 +489,16 @@ export class EgressProxy {
   private async checkedAddress(sb: GatewaySandbox, target: Target, explicit: boolean): Promise<string> {
     let addresses: string[];
     if (isIPv4(target.host)) addresses = [target.host];
-    else {
+    else if (sb.internet === false && !explicit) {
+      // Not even looked up: the name would reach BOTHY_DNS's upstreams, a channel out of a closed sandbox.
+      const reason = "internet is off and no allow rule names this host";
+      this.emit("egress_denied", sb, target, { rule: "address", action: "deny", outcome: "refused" }, reason);
+      throw new Refusal(
+        new BothyError("egress_denied", `${target.host} was not looked up: ${reason}.`, {
+          details: { host: target.host, rule: "address", how_to_get_access: howToAsk(sb) },
+        }),
+      );
+    } else {
       try {
         addresses = await this.resolve(target.host);
       } catch (err) {
