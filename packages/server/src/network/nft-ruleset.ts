@@ -47,6 +47,8 @@ export interface SandboxRules {
 export interface GatewayPorts {
   http: number;
   https: number;
+  /** The policy resolver's UDP port (policy-resolver.ts) their UDP 53 goes to; absent: their DNS goes out as any sandbox's. */
+  dns?: number;
 }
 
 /** The set of `interface . guest address` pairs whose TCP 80/443 pass the gateway (EgressPolicy.gateway). */
@@ -128,18 +130,28 @@ export function renderBase(b: BaseRules): string {
 }
 
 /**
- * A gateway sandbox's TCP 80 and 443 go to the proxy's ports on the host end of its link; input
- * accepts exactly those redirected connections (from the set's own interface and address) and
- * refuses any other connection to those ports, whatever its source. Other ports keep the CIDR rules.
+ * A gateway sandbox's TCP 80 and 443 go to the proxy's ports on the host end of its link, and its
+ * UDP 53 (whichever resolver it names) to the policy resolver's; input accepts exactly those
+ * redirected packets (from the set's own interface and address) and refuses any other to those
+ * ports, whatever its source. Other ports keep the CIDR rules.
  */
 function gatewayLines(table: string, ports: GatewayPorts | undefined): string[] {
   if (!ports) return [];
   const match = `iifname . ip saddr @${GATEWAY_SET}`;
+  const dns =
+    ports.dns === undefined
+      ? []
+      : [
+          `add rule ${table} prerouting ${match} udp dport 53 redirect to :${ports.dns}`,
+          `add rule ${table} input ${match} ct status dnat udp dport ${ports.dns} accept`,
+          `add rule ${table} input udp dport ${ports.dns} goto refuse`,
+        ];
   return [
     `add rule ${table} prerouting ${match} tcp dport 80 redirect to :${ports.http}`,
     `add rule ${table} prerouting ${match} tcp dport 443 redirect to :${ports.https}`,
     `add rule ${table} input ${match} ct status dnat tcp dport { ${ports.http}, ${ports.https} } accept`,
     `add rule ${table} input tcp dport { ${ports.http}, ${ports.https} } goto refuse`,
+    ...dns,
   ];
 }
 
