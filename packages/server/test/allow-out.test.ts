@@ -141,9 +141,16 @@ describe.skipIf(!root)("allow_out cannot open other sandboxes, the host or metad
           policy: { internet: false, allowOut: [`${bAddr}/32`, POOL, `${METADATA}/32`], denyOut: [] },
         });
         await sh("nsenter", [`--net=${topo.netnsPath}`, "--", "nft", "-f", "-"], script);
-        const q = await probe(lab.base, aId, { b: { tcp: [bAddr, 8080] }, metadata: { get: [METADATA, 80] } });
+        // Several connects (each from its own port): not one may get through.
+        const q = await probe(lab.base, aId, {
+          b1: { tcp: [bAddr, 8080] },
+          b2: { tcp: [bAddr, 8080] },
+          b3: { get: [bAddr, 8080] },
+          metadata: { get: [METADATA, 80] },
+        });
         expect(q.results["metadata"], JSON.stringify(q.results["metadata"])).toMatchObject({ ok: true });
-        refused(q.results["b"], "tenant b's sandbox under a stored allow_out naming it");
+        for (const k of ["b1", "b2", "b3"])
+          refused(q.results[k], `tenant b's sandbox under a stored allow_out naming it (${k})`);
       },
       600_000,
     );
