@@ -4,11 +4,10 @@
  */
 
 export const QTYPE_A = 1;
-export const QTYPE_AAAA = 28;
 const QCLASS_IN = 1;
 const HEADER = 12;
 /** A query bigger than this is no query a stub resolver sends. */
-export const MAX_QUERY_BYTES = 512;
+const MAX_QUERY_BYTES = 512;
 const MAX_NAME = 253;
 
 export const RCODE = { noError: 0, formErr: 1, servFail: 2, nxDomain: 3, notImp: 4, refused: 5 } as const;
@@ -28,7 +27,8 @@ export interface DnsQuery {
 
 /**
  * The query in `msg`, or undefined for what is no standard query with exactly one question (a
- * response, another opcode, a compressed or oversized name, trailing garbage apart from EDNS).
+ * response, another opcode, a compressed, oversized or non-hostname name). Records after the
+ * question (EDNS) are ignored.
  */
 export function parseQuery(msg: Buffer): DnsQuery | undefined {
   if (msg.length < HEADER + 5 || msg.length > MAX_QUERY_BYTES) return undefined;
