@@ -384,7 +384,9 @@ def ensure_started():
 def main():
     if sys.argv[1:] == ["--ensure-started"]:
         sys.exit(ensure_started())
-    server = ThreadingHTTPServer(("0.0.0.0", PORT), Handler)
+    # Loopback only: bothy's port proxy connects from inside the guest (the agent dials
+    # 127.0.0.1), and the server runs code for whoever reaches it, so nothing on the network may.
+    server = ThreadingHTTPServer(("127.0.0.1", PORT), Handler)
     server.daemon_threads = True
     # The default context starts with the server, so the first runCode does not wait for a kernel.
     threading.Thread(target=CONTEXTS.default, args=("python",), daemon=True).start()

@@ -78,7 +78,11 @@ export const createSandboxRequest = z
     disconnect_grace_s: z.number().int().optional(),
     /** false: no egress at all (only `allow_out` destinations). Default true. */
     internet: z.boolean().optional(),
-    /** Destinations opened even when private or denied: an `allow_out` entry wins over everything else. */
+    /**
+     * Destinations opened even when denied. A private, metadata or BOTHY_NET_BLOCK address only
+     * within the operator's BOTHY_ALLOW_OUT_PERMIT and for a key with `network:private`; other
+     * sandboxes and the host never.
+     */
     allow_out: z.array(ipv4Cidr).max(MAX_EGRESS_RULES).optional(),
     /** Destinations blocked in addition to the private ranges. */
     deny_out: z.array(ipv4Cidr).max(MAX_EGRESS_RULES).optional(),

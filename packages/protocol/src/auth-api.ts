@@ -14,6 +14,11 @@ export const API_SCOPES = [
   "policy",
   /** List and decide the tenant's approvals; never given to a key by default. */
   "approvals:decide",
+  /**
+   * Open private and metadata addresses with `allow_out` (within BOTHY_ALLOW_OUT_PERMIT); never
+   * given to a key by default, and a key can mint it only if it holds it.
+   */
+  "network:private",
   "admin",
 ] as const;
 export const apiScope = z.enum(API_SCOPES);

@@ -65,6 +65,7 @@ export const ERROR_CODES = [
   "internal",
   "egress_denied",
   "egress_unreachable",
+  "allow_out_not_permitted",
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -132,6 +133,7 @@ export const ERROR_STATUS: Record<ErrorCode, number> = {
   internal: 500,
   egress_denied: 403,
   egress_unreachable: 502,
+  allow_out_not_permitted: 403,
 };
 
 const TITLES: Record<ErrorCode, string> = {
@@ -197,6 +199,7 @@ const TITLES: Record<ErrorCode, string> = {
   internal: "Internal error",
   egress_denied: "Egress denied by policy",
   egress_unreachable: "Egress destination unreachable",
+  allow_out_not_permitted: "allow_out names an address this server does not open",
 };
 
 export function errorTitle(code: ErrorCode): string {

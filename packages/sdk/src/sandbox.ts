@@ -54,8 +54,9 @@ export interface SandboxCreateOptions extends SandboxOptions {
   metadata?: Record<string, string>;
   /**
    * Egress: `internet: false` blocks all of it; `allowOut` opens IPv4 addresses or CIDR blocks
-   * even inside private ranges (it wins over everything, so open only what you must);
-   * `denyOut` blocks more. Needs networking on the server (BOTHY_NETWORK=on).
+   * (a private or metadata one only with a key holding `network:private`, inside the server's
+   * BOTHY_ALLOW_OUT_PERMIT; other sandboxes and the host never); `denyOut` blocks more. Needs
+   * networking on the server (BOTHY_NETWORK=on).
    */
   network?: { internet?: boolean; allowOut?: string[]; denyOut?: string[] };
   /**

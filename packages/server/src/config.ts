@@ -103,6 +103,11 @@ const envSchema = z.object({
   BOTHY_DNS: z.string().default("1.1.1.1,8.8.8.8"),
   /** More destinations every sandbox is refused, comma-separated CIDRs (e.g. a cloud's metadata on a public address). */
   BOTHY_NET_BLOCK: z.string().default(""),
+  /**
+   * The private, metadata or BOTHY_NET_BLOCK blocks a create's `allow_out` may open (for a key with
+   * `network:private`), comma-separated CIDRs; empty: none.
+   */
+  BOTHY_ALLOW_OUT_PERMIT: z.string().default(""),
   /** Serves `{port}-{sandbox id}.<this domain>` as that sandbox's port (a wildcard DNS name for the server). */
   BOTHY_PREVIEW_DOMAIN: z
     .string()
@@ -162,7 +167,14 @@ export interface Config {
     sweepIntervalMs: number;
     idleTimeoutMs: number;
   };
-  network: { enabled: boolean; pool: string; uplink: string | undefined; dns: string[]; extraBlocked: string[] };
+  network: {
+    enabled: boolean;
+    pool: string;
+    uplink: string | undefined;
+    dns: string[];
+    extraBlocked: string[];
+    allowOutPermit: string[];
+  };
 }
 
 const list = (s: string): string[] =>
@@ -247,6 +259,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
       uplink: e.BOTHY_UPLINK,
       dns: list(e.BOTHY_DNS),
       extraBlocked: list(e.BOTHY_NET_BLOCK),
+      allowOutPermit: list(e.BOTHY_ALLOW_OUT_PERMIT),
     },
     ...overrides,
   };

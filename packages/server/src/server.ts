@@ -55,6 +55,7 @@ import { UsageMeter } from "./metering/usage-meter.ts";
 import { usageRoutes } from "./api/usage-routes.ts";
 import { Sweeper } from "./sandboxes/sweeper.ts";
 import { EgressProxy, gatewayLookup } from "./gateway/egress-proxy.ts";
+import { PolicyResolver } from "./network/policy-resolver.ts";
 import { ApprovalBroker } from "./gateway/approvals.ts";
 
 export interface BothyServer {
@@ -129,8 +130,12 @@ export async function startServer(
   const ledger = new Ledger(join(config.home, "ledger.sqlite"));
   // The egress gateway listens before the network's rules are made: they redirect to its ports.
   const proxy = config.network.enabled ? new EgressProxy({ dns: config.network.dns, log }) : undefined;
-  const drivers = await createDrivers(config, log, await proxy?.listen()).catch(async (err: unknown) => {
+  // Gateway sandboxes' DNS is answered by their policy (network/policy-resolver.ts).
+  const resolver = config.network.enabled ? new PolicyResolver({ dns: config.network.dns }) : undefined;
+  const gatewayPorts = proxy && resolver && { ...(await proxy.listen()), dns: await resolver.listen() };
+  const drivers = await createDrivers(config, log, gatewayPorts).catch(async (err: unknown) => {
     await proxy?.close();
+    await resolver?.close();
     throw err;
   });
   const events = new EventBus(ledger);
@@ -160,6 +165,7 @@ export async function startServer(
   });
   const approvals = new ApprovalBroker({ rows: ledger.approvals, timeoutMs: config.approvals.timeoutMs, log });
   approvals.recover();
+  if (resolver && drivers.network) resolver.attach(gatewayLookup(drivers.network, ledger, manager.policies));
   if (proxy && drivers.network)
     proxy.attach(gatewayLookup(drivers.network, ledger, manager.policies), {
       gate: approvals,
@@ -331,6 +337,7 @@ export async function startServer(
         await sweeper.stop();
         meter.stop();
         await proxy?.close();
+        await resolver?.close();
         await app.close();
         await manager.close();
         await drivers.close();

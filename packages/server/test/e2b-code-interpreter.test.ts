@@ -51,6 +51,15 @@ describe("E2B code interpreter (@e2b/code-interpreter 2.8, gVisor)", () => {
     expect(execution.executionCount).toBeGreaterThan(0);
   });
 
+  it("serves the execute server on the guest's loopback only, where the port proxy connects", async () => {
+    // A peer on the sandbox's network would otherwise run code in it: nothing may listen on 49999 but 127.0.0.1.
+    expect((await sandbox().runCode("1")).text).toBe("1"); // the server starts on first use
+    const listening = await sandbox().commands.run(
+      "awk '$4 == \"0A\" && $2 ~ /:C34F$/ { print $2 }' /proc/net/tcp /proc/net/tcp6",
+    );
+    expect(listening.stdout.trim().split("\n")).toEqual(["0100007F:C34F"]);
+  });
+
   it("streams stdout and stderr to the callbacks and into the logs", async () => {
     const out: OutputMessage[] = [];
     const err: OutputMessage[] = [];

@@ -68,6 +68,8 @@ interface World {
   tlsHits: () => number;
   firstByte: () => number | undefined;
   gate: TestGate;
+  /** Queries the server's resolver got. */
+  dnsQueries: () => number;
 }
 
 const cleanups: Array<() => Promise<void>> = [];
@@ -77,7 +79,7 @@ afterEach(async () => {
 
 async function world(
   sb: Partial<GatewaySandbox> | undefined,
-  opts: { gate?: boolean; terminate?: (ctx: TerminateContext) => void } = {},
+  opts: { gate?: boolean; terminate?: (ctx: TerminateContext) => void; unreachable?: string[] } = {},
 ): Promise<World> {
   let hits = 0;
   const bodies: string[] = [];
@@ -124,14 +126,28 @@ async function world(
     policy: policy({}),
     ...sb,
   };
-  proxy.attach({ sandboxOf: (a) => (a === HOST ? full : undefined), blocked: () => ["10.0.0.0/8"] });
+  proxy.attach({
+    sandboxOf: (a) => (a === HOST ? full : undefined),
+    blocked: () => ["10.0.0.0/8"],
+    ...(opts.unreachable ? { unreachable: () => opts.unreachable ?? [] } : {}),
+  });
   cleanups.push(async () => {
     await proxy.close();
     upstream.close();
     tlsUp.close();
     dns.close();
   });
-  return { proxy, ports, events, bodies, hits: () => hits, tlsHits: () => tlsHits, firstByte: () => firstByte, gate };
+  return {
+    proxy,
+    ports,
+    events,
+    bodies,
+    hits: () => hits,
+    tlsHits: () => tlsHits,
+    firstByte: () => firstByte,
+    gate,
+    dnsQueries: dns.queries,
+  };
 }
 
 function request(
@@ -250,11 +266,31 @@ describe("EgressProxy", () => {
     expect((await request(w2.ports.http, HOST)).status).toBe(200);
   });
 
+  it("under internet:false does not even look up a name no rule names (no DNS channel out)", async () => {
+    const w = await world({ internet: false, policy: policy({ rules: [rule("api.example.test", "allow")] }) });
+    const r = await request(w.ports.http, "c2VjcmV0.exfil.example.test");
+    expect(r.status).toBe(403);
+    expect(String(r.json["detail"])).toContain("was not looked up: internet is off");
+    expect(w.dnsQueries()).toBe(0);
+    expect(w.hits()).toBe(0);
+  });
+
   it("refuses a blocked address even when a rule allows the host, unless allow_out names it", async () => {
     const w = await world({ policy: policy({ rules: [rule("10.1.2.3", "allow")] }) });
     const r = await request(w.ports.http, "10.1.2.3");
     expect(r.json).toMatchObject({ code: "egress_denied", rule: "address" });
     expect(String(r.json["detail"])).toContain("10.0.0.0/8");
+  });
+
+  it("never dials the host or another sandbox, even when allow_out names it", async () => {
+    // The upstream listens on the host's loopback, standing in for any address of the host.
+    const sb = { allowOut: ["127.0.0.0/8"], policy: policy({ rules: [rule(HOST, "allow")] }) };
+    const w = await world(sb, { unreachable: ["127.0.0.0/8", "10.179.0.0/16"] });
+    const r = await request(w.ports.http, HOST);
+    expect(r.status).toBe(403);
+    expect(r.json).toMatchObject({ code: "egress_denied", rule: "address" });
+    expect(String(r.json["detail"])).toContain("the host or other sandboxes");
+    expect(w.hits()).toBe(0);
   });
 
   it("closes connections from an address that is no gateway sandbox's", async () => {
@@ -352,5 +388,9 @@ describe("EgressProxy", () => {
     expect(lookup.sandboxOf(plain.guest.guest)).toBeUndefined();
     expect(lookup.sandboxOf("203.0.113.5")).toBeUndefined();
     expect(lookup.blocked()).toEqual(expect.arrayContaining(["10.0.0.0/8", "10.179.0.0/16", "198.51.100.0/24"]));
+    // Whatever allow_out says: loopback, the pool, and the host's own addresses (its loopback's at least).
+    expect(lookup.unreachable?.()).toEqual(
+      expect.arrayContaining(["0.0.0.0/8", "127.0.0.0/8", "10.179.0.0/16", "127.0.0.1/32"]),
+    );
   });
 });

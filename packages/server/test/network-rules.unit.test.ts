@@ -59,6 +59,30 @@ describe("network rules", () => {
     );
   });
 
+  it("refuses the pool, loopback and 0/8 before any allow_out accept, whatever the policy names", () => {
+    const base = renderBase({ tag: "k3x9", pool: "10.179.0.0/16", uplink: "eth0", extraBlocked: [] });
+    expect(base).toContain(
+      "add rule inet bothy-k3x9 fixed ip daddr { 0.0.0.0/8, 127.0.0.0/8, 10.179.0.0/16 } goto refuse",
+    );
+    // A policy naming another sandbox's address, the whole pool and loopback, as one stored before
+    // create checked allow_out might.
+    const text = renderSandboxAdd({
+      table: "inet bothy-k3x9",
+      sandboxId: "sbx_aaaaaaaaaaaaaaaaaaaa",
+      iface: "bvk3x9-aaaaaaaa",
+      guest: "10.179.0.6",
+      policy: { internet: true, allowOut: ["10.179.0.10/32", "10.179.0.0/16", "127.0.0.1/32"], denyOut: [] },
+    });
+    const lines = text.trim().split("\n");
+    const at = (s: string) => lines.findIndex((l) => l.includes(s));
+    const fixed = at("jump fixed");
+    expect(fixed).toBeGreaterThan(at("ct state established,related accept"));
+    // Every accept but the replies' comes after it: the allow_out accept and internet's.
+    const accepts = [...lines.entries()].filter(([, l]) => / accept$/.test(l) && !l.includes("ct state"));
+    expect(accepts.length).toBe(2);
+    for (const [i] of accepts) expect(i).toBeGreaterThan(fixed);
+  });
+
   it("redirects a gateway sandbox's TCP 80/443 to the proxy and lets only those redirected connections in", () => {
     const text = renderBase({
       tag: "k3x9",
@@ -85,6 +109,25 @@ describe("network rules", () => {
     expect(renderBase({ tag: "k3x9", pool: "10.179.0.0/16", uplink: "eth0", extraBlocked: [] })).not.toContain(
       "redirect",
     );
+    // With the policy resolver: the set's UDP 53, to any address, goes to it; nothing else reaches its port.
+    const withDns = renderBase({
+      tag: "k3x9",
+      pool: "10.179.0.0/16",
+      uplink: "eth0",
+      extraBlocked: [],
+      gatewayPorts: { http: 40080, https: 40443, dns: 40053 },
+    })
+      .trim()
+      .split("\n");
+    const dnsAt = (s: string) => withDns.findIndex((l) => l.includes(s));
+    expect(withDns).toContain(
+      "add rule inet bothy-k3x9 prerouting iifname . ip saddr @gateway udp dport 53 redirect to :40053",
+    );
+    expect(dnsAt("iifname . ip saddr @gateway ct status dnat udp dport 40053 accept")).toBeLessThan(
+      dnsAt("input udp dport 40053 goto refuse"),
+    );
+    expect(dnsAt("input udp dport 40053 goto refuse")).toBeLessThan(dnsAt('input iifname "bvk3x9*" goto refuse'));
+    expect(text).not.toContain("udp dport 53");
 
     const add = renderSandboxAdd({
       table: "inet bothy-k3x9",

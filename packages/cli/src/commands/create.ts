@@ -14,7 +14,7 @@ Boots a sandbox and prints its id (with --json: the whole sandbox).
   --driver D        gvisor or qemu (default: the server's)
   --meta K=V        a label returned with the sandbox (repeatable)
   --no-internet     no egress at all (except --allow-out destinations)
-  --allow-out CIDR  open this destination even if private (repeatable; it wins over all blocks)
+  --allow-out CIDR  open this destination (repeatable); a private one needs a network:private key and BOTHY_ALLOW_OUT_PERMIT
   --deny-out CIDR   block this destination too (repeatable)
   --secret NAME     a vault secret it may use: $NAME (upper-cased) holds its placeholder (repeatable)
   --idempotency-key KEY   the same key again answers the same sandbox

@@ -2,7 +2,9 @@ import type { FastifyInstance } from "fastify";
 import { BothyError, SANDBOX_ID_RE, sandboxDeleteQuery } from "@bothy/protocol";
 import { principalOf } from "../auth/auth-hooks.ts";
 import type { Quotas } from "../auth/quotas.ts";
+import { hasScope } from "../auth/scopes.ts";
 import type { Ledger } from "../ledger/ledger.ts";
+import { PRIVATE_SCOPE } from "../network/allow-out.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { parseInput } from "./parse-input.ts";
 
@@ -31,9 +33,10 @@ export function sandboxRoutes(
     if (request.body === null)
       throw new BothyError("invalid_request", "POST /sandboxes takes a JSON object, or no body for the defaults.");
     const key = request.headers["idempotency-key"];
-    const { tenant } = principalOf(request);
+    const { tenant, scopes } = principalOf(request);
     const { sandbox, created } = await manager.create(request.body, Array.isArray(key) ? key[0] : key, {
       tenant,
+      mayOpenPrivate: hasScope(scopes, PRIVATE_SCOPE),
       admit: (size) => quotas.admit(tenant, size),
     });
     return reply.code(created ? 201 : 200).send(sandbox);

@@ -60,6 +60,8 @@ export interface SandboxLookup {
   sandboxOf(address: string): GatewaySandbox | undefined;
   /** PRIVATE_RANGES, the pool and BOTHY_NET_BLOCK. */
   blocked(): readonly string[];
+  /** Refused even when `allow_out` names it: loopback, 0/8, the pool and the host's own addresses. */
+  unreachable?(): readonly string[];
 }
 
 /** The most of a held request's body the proxy keeps for an approval (its excerpt is the first 8 KiB). */
@@ -558,7 +560,16 @@ export class EgressProxy {
   private async checkedAddress(sb: GatewaySandbox, target: Target, explicit: boolean): Promise<string> {
     let addresses: string[];
     if (isIPv4(target.host)) addresses = [target.host];
-    else {
+    else if (sb.internet === false && !explicit) {
+      // Not even looked up: the name would reach BOTHY_DNS's upstreams, a channel out of a closed sandbox.
+      const reason = "internet is off and no allow rule names this host";
+      this.emit("egress_denied", sb, target, { rule: "address", action: "deny", outcome: "refused" }, reason);
+      throw new Refusal(
+        new BothyError("egress_denied", `${target.host} was not looked up: ${reason}.`, {
+          details: { host: target.host, rule: "address", how_to_get_access: howToAsk(sb) },
+        }),
+      );
+    } else {
       try {
         addresses = await this.resolve(target.host);
       } catch (err) {
@@ -610,6 +621,8 @@ export class EgressProxy {
   private refusalOf(sb: GatewaySandbox, address: string, explicit: boolean): string | undefined {
     const a = parseIpv4(address);
     const inside = (list: readonly string[]): string | undefined => list.find((c) => cidrContains(parseCidr(c), a));
+    const never = inside(this.lookup?.unreachable?.() ?? []);
+    if (never) return `in ${never}, the host or other sandboxes, which no sandbox reaches`;
     if (inside(sb.allowOut)) return undefined;
     const denied = inside(sb.denyOut);
     if (denied) return `in deny_out ${denied}`;
@@ -778,7 +791,7 @@ const allowAll = (): EffectiveHostPolicy => ({ rules: [], default: "allow", tool
  * its CIDR posture, the ledger its tenant, the policies its effective host policy as of now.
  */
 export function gatewayLookup(
-  network: Pick<HostNetwork, "byGuest" | "blocked">,
+  network: Pick<HostNetwork, "byGuest" | "blocked" | "unreachable">,
   ledger: Pick<Ledger, "getSandbox">,
   policies: Pick<GatewayPolicies, "ofRow">,
 ): SandboxLookup {
@@ -798,5 +811,6 @@ export function gatewayLookup(
       };
     },
     blocked: () => network.blocked,
+    unreachable: () => network.unreachable,
   };
 }

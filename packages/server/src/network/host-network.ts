@@ -8,6 +8,7 @@
  */
 import { existsSync } from "node:fs";
 import { readdir, readFile, writeFile } from "node:fs/promises";
+import { networkInterfaces } from "node:os";
 import { join } from "node:path";
 import { BothyError, SANDBOX_ID_RE } from "@bothy/protocol";
 import type { EgressPolicy, GuestNetwork, HostObject } from "../drivers/driver.ts";
@@ -33,6 +34,7 @@ import {
   type GatewayPorts,
 } from "./nft-ruleset.ts";
 import type { Logger } from "../events/server-events.ts";
+import { neverOpen, permitProblem } from "./allow-out.ts";
 import { HostSetupError, NetworkSetupError } from "../errors/internal-errors.ts";
 
 export type { LinkKind } from "../util/host-names.ts";
@@ -47,6 +49,8 @@ export interface HostNetworkOptions {
   uplink: string | undefined;
   dns: string[];
   extraBlocked: string[];
+  /** BOTHY_ALLOW_OUT_PERMIT, checked at start-up (create-request.ts judges each `allow_out` against it). */
+  allowOutPermit?: string[];
   /** The egress gateway's ports (gateway/egress-proxy.ts); sandboxes with `gateway` have their TCP 80/443 redirected there. */
   gatewayPorts?: GatewayPorts;
   log: Logger;
@@ -162,6 +166,11 @@ export class HostNetwork {
         );
     }
     for (const r of this.opts.extraBlocked) parseCidr(r);
+    const permitWrong = permitProblem(this.opts.allowOutPermit ?? [], this.opts.pool);
+    if (permitWrong)
+      throw new HostSetupError(
+        `BOTHY_ALLOW_OUT_PERMIT: ${permitWrong}; list only the private blocks sandboxes may be opened to (e.g. 10.20.0.0/16), or leave it empty.`,
+      );
     const shared = await this.poolOfAnotherHome();
     if (shared)
       throw new HostSetupError(
@@ -303,6 +312,18 @@ export class HostNetwork {
   /** Every address no sandbox reaches unless its `allow_out` names it: the private ranges, the pool, BOTHY_NET_BLOCK. */
   get blocked(): string[] {
     return [...PRIVATE_RANGES, formatCidr(this.pool), ...this.opts.extraBlocked];
+  }
+
+  /**
+   * Every address no sandbox reaches whatever its `allow_out` says: loopback, 0/8, the pool, and
+   * each address the host has right now (the gateway dials from the host, where the nft input
+   * chain does not see it).
+   */
+  get unreachable(): string[] {
+    const own = Object.values(networkInterfaces())
+      .flat()
+      .flatMap((a) => (a?.family === "IPv4" ? [`${a.address}/32`] : []));
+    return [...neverOpen(this.opts.pool), ...own];
   }
 
   /**

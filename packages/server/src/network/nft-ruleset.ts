@@ -29,6 +29,12 @@ export const PRIVATE_RANGES = [
   "224.0.0.0/3",
 ] as const;
 
+/**
+ * Ranges no sandbox reaches whatever its `allow_out` says, beside the pool (every other sandbox):
+ * "this network" and loopback.
+ */
+export const NEVER_OPEN = ["0.0.0.0/8", "127.0.0.0/8"] as const;
+
 export interface SandboxRules {
   table: string;
   sandboxId: string;
@@ -41,6 +47,8 @@ export interface SandboxRules {
 export interface GatewayPorts {
   http: number;
   https: number;
+  /** The policy resolver's UDP port (policy-resolver.ts) their UDP 53 goes to; absent: their DNS goes out as any sandbox's. */
+  dns?: number;
 }
 
 /** The set of `interface . guest address` pairs whose TCP 80/443 pass the gateway (EgressPolicy.gateway). */
@@ -49,7 +57,7 @@ export const GATEWAY_SET = "gateway";
 export interface BaseRules {
   /** The home's tag: names the table and this home's interfaces. */
   tag: string;
-  /** Every sandbox subnet: blocked as a destination (no sandbox reaches another), masqueraded as a source. */
+  /** Every sandbox subnet: refused as a destination before any `allow_out` (no sandbox reaches another), masqueraded as a source. */
   pool: string;
   uplink: string;
   /** Blocked on top of PRIVATE_RANGES (BOTHY_NET_BLOCK). */
@@ -83,6 +91,7 @@ export function renderBase(b: BaseRules): string {
   const table = nftTable(b.tag);
   const wildcards = ifaceWildcards(b.tag);
   const blockedLine = `ip daddr ${set(mergeCidrs([...PRIVATE_RANGES, b.pool, ...b.extraBlocked]))} goto refuse`;
+  const fixedLine = `ip daddr ${set(mergeCidrs([...NEVER_OPEN, b.pool]))} goto refuse`;
   return (
     [
       `add table ${table}`,
@@ -90,16 +99,20 @@ export function renderBase(b: BaseRules): string {
       `add set ${table} ${GATEWAY_SET} { type ifname . ipv4_addr; }`,
       `add chain ${table} refuse`,
       `add chain ${table} blocked`,
+      `add chain ${table} fixed`,
       `add chain ${table} forward { type filter hook forward priority filter; policy accept; }`,
       `add chain ${table} input { type filter hook input priority filter; policy accept; }`,
       `add chain ${table} postrouting { type nat hook postrouting priority srcnat; policy accept; }`,
       `add chain ${table} prerouting { type nat hook prerouting priority dstnat; policy accept; }`,
-      ...["refuse", "blocked", "forward", "input", "postrouting", "prerouting"].map((c) => `flush chain ${table} ${c}`),
+      ...["refuse", "blocked", "fixed", "forward", "input", "postrouting", "prerouting"].map(
+        (c) => `flush chain ${table} ${c}`,
+      ),
       // IPv6 is dropped silently; IPv4 TCP gets a reset (gVisor ignores ICMP admin-prohibited).
       `add rule ${table} refuse meta nfproto ipv6 drop`,
       `add rule ${table} refuse meta l4proto tcp reject with tcp reset`,
       `add rule ${table} refuse reject with icmpx admin-prohibited`,
       `add rule ${table} blocked ${blockedLine}`,
+      `add rule ${table} fixed ${fixedLine}`,
       // HTTP(S) of a gateway sandbox that was not redirected (no gateway listening) never goes out unjudged.
       `add rule ${table} forward iifname . ip saddr @${GATEWAY_SET} tcp dport { 80, 443 } goto refuse`,
       // A sandbox's traffic goes to its own chain; an interface of ours without one sends nothing.
@@ -117,18 +130,28 @@ export function renderBase(b: BaseRules): string {
 }
 
 /**
- * A gateway sandbox's TCP 80 and 443 go to the proxy's ports on the host end of its link; input
- * accepts exactly those redirected connections (from the set's own interface and address) and
- * refuses any other connection to those ports, whatever its source. Other ports keep the CIDR rules.
+ * A gateway sandbox's TCP 80 and 443 go to the proxy's ports on the host end of its link, and its
+ * UDP 53 (whichever resolver it names) to the policy resolver's; input accepts exactly those
+ * redirected packets (from the set's own interface and address) and refuses any other to those
+ * ports, whatever its source. Other ports keep the CIDR rules.
  */
 function gatewayLines(table: string, ports: GatewayPorts | undefined): string[] {
   if (!ports) return [];
   const match = `iifname . ip saddr @${GATEWAY_SET}`;
+  const dns =
+    ports.dns === undefined
+      ? []
+      : [
+          `add rule ${table} prerouting ${match} udp dport 53 redirect to :${ports.dns}`,
+          `add rule ${table} input ${match} ct status dnat udp dport ${ports.dns} accept`,
+          `add rule ${table} input udp dport ${ports.dns} goto refuse`,
+        ];
   return [
     `add rule ${table} prerouting ${match} tcp dport 80 redirect to :${ports.http}`,
     `add rule ${table} prerouting ${match} tcp dport 443 redirect to :${ports.https}`,
     `add rule ${table} input ${match} ct status dnat tcp dport { ${ports.http}, ${ports.https} } accept`,
     `add rule ${table} input tcp dport { ${ports.http}, ${ports.https} } goto refuse`,
+    ...dns,
   ];
 }
 
@@ -136,9 +159,9 @@ function gatewayLines(table: string, ports: GatewayPorts | undefined): string[] 
 export const gatewayElement = (iface: string, guest: string): string => `${quoted(iface)} . ${guest}`;
 
 /**
- * One sandbox's chain: no IPv6, no spoofed sources, replies to its own connections, then
- * `allow_out` (wins over everything), `deny_out`, the private ranges and every other sandbox,
- * and the rest only when `internet` is on.
+ * One sandbox's chain: no IPv6, no spoofed sources, replies to its own connections, then the
+ * fixed refusals (every other sandbox, loopback, 0/8) that no policy lifts, `allow_out` (wins over
+ * what follows), `deny_out`, the private ranges, and the rest only when `internet` is on.
  */
 export function renderSandboxAdd(r: SandboxRules): string {
   const table = r.table;
@@ -149,6 +172,7 @@ export function renderSandboxAdd(r: SandboxRules): string {
     `add rule ${table} ${chain} meta nfproto ipv6 drop`,
     `add rule ${table} ${chain} ip saddr != ${r.guest} drop`,
     `add rule ${table} ${chain} ct state established,related accept`,
+    `add rule ${table} ${chain} jump fixed`,
   ];
   if (r.policy.allowOut.length > 0)
     lines.push(`add rule ${table} ${chain} ip daddr ${set(mergeCidrs(r.policy.allowOut))} accept`);

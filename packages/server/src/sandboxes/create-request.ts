@@ -3,6 +3,7 @@ import type { Config } from "../config.ts";
 import type { EgressPolicy } from "../drivers/driver.ts";
 import { needsGateway } from "../gateway/host-policy.ts";
 import type { GatewayPolicies, SandboxPolicyRecord } from "../gateway/policies.ts";
+import { checkAllowOut } from "../network/allow-out.ts";
 import { egressFromRequest } from "../network/host-network.ts";
 import { lifetimeOf } from "./lifetime.ts";
 
@@ -10,9 +11,14 @@ export type CreateRequest = ReturnType<typeof createSandboxRequest.parse>;
 
 /**
  * A create's body, checked against the schema and what this host allows (limits, lifetime,
- * network); a refusal says what to change.
+ * network; `mayOpenPrivate`: the key holds `network:private`); a refusal says what to change.
  */
-export function parseCreateRequest(body: unknown, config: Config, hasVault: boolean): CreateRequest {
+export function parseCreateRequest(
+  body: unknown,
+  config: Config,
+  hasVault: boolean,
+  mayOpenPrivate: boolean,
+): CreateRequest {
   const parsed = createSandboxRequest.safeParse(body ?? {});
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
@@ -59,6 +65,10 @@ export function parseCreateRequest(body: unknown, config: Config, hasVault: bool
   }
   lifetimeOf(req, config.lifecycle);
   refuseNetworkRequest(req, config.network.enabled, hasVault);
+  if (config.network.enabled && req.allow_out !== undefined) {
+    const { pool, extraBlocked, allowOutPermit: permit } = config.network;
+    checkAllowOut(egressFromRequest(req).allowOut, { pool, extraBlocked, permit }, mayOpenPrivate);
+  }
   return req;
 }
 

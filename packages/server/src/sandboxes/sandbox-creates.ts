@@ -15,6 +15,8 @@ import type { PoolShape } from "./warm-pool.ts";
 /** Whose the sandbox is, and what its tenant's quotas say about a new one (throws to refuse). */
 export interface CreateOwner {
   tenant: string;
+  /** The key holds `network:private`: `allow_out` may name private blocks within BOTHY_ALLOW_OUT_PERMIT. */
+  mayOpenPrivate?: boolean;
   admit?: (size: { vcpu: number; memoryMib: number }) => void;
 }
 
@@ -59,7 +61,12 @@ export class SandboxCreates {
   ): Promise<CreateResult> {
     if (this.ctx.stopping)
       throw new BothyError("shutting_down", "The server is shutting down; retry against its replacement.");
-    const req = parseCreateRequest(body, this.ctx.config, this.ctx.gateway !== undefined);
+    const req = parseCreateRequest(
+      body,
+      this.ctx.config,
+      this.ctx.gateway !== undefined,
+      owner.mayOpenPrivate ?? false,
+    );
     if (idempotencyKey === undefined) return this.createNew(req, undefined, owner);
     if (!IDEMPOTENCY_KEY_RE.test(idempotencyKey)) {
       throw new BothyError(

@@ -2,9 +2,13 @@
 import { createSocket } from "node:dgram";
 import { once } from "node:events";
 
-export async function loopbackDns(host = "127.0.0.1"): Promise<{ server: string; close: () => void }> {
+export async function loopbackDns(
+  host = "127.0.0.1",
+): Promise<{ server: string; close: () => void; queries: () => number }> {
   const sock = createSocket("udp4");
+  let queries = 0;
   sock.on("message", (msg, from) => {
+    queries++;
     let off = 12;
     while (msg[off] !== 0) off += (msg[off] ?? 0) + 1;
     const header = Buffer.from(msg.subarray(0, 12));
@@ -15,5 +19,5 @@ export async function loopbackDns(host = "127.0.0.1"): Promise<{ server: string;
   });
   sock.bind(0, host);
   await once(sock, "listening");
-  return { server: `${host}:${sock.address().port}`, close: () => sock.close() };
+  return { server: `${host}:${sock.address().port}`, close: () => sock.close(), queries: () => queries };
 }
