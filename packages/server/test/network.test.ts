@@ -209,8 +209,16 @@ describe.skipIf(!root)("network isolation", () => {
         // B dies and starts again: its start-up reconcile takes its own sandbox over and must not
         // take A's objects for orphans, nor rewrite A's rules.
         await serverB.kill();
+        // B's chain loses its fixed refusals while B is down, as a chain an older bothy wrote lacks
+        // them: the takeover must write the chain again, not trust what it finds.
+        const chainB = (): Promise<string> => topo.inHost("nft", ["-a", "list", "chain", "inet", `bothy-${tagB}`, b]);
+        const jump = /jump fixed # handle (\d+)/.exec(await chainB());
+        expect(jump, "the chain a current server writes jumps to the fixed refusals").not.toBeNull();
+        await topo.inHost("nft", ["delete", "rule", "inet", `bothy-${tagB}`, b, "handle", jump![1]!]);
+        expect(await chainB()).not.toContain("jump fixed");
         serverB = topo.serveInHost(homeB, envB);
         const baseB = await serverB.url;
+        expect(await chainB(), "the taken-over sandbox's chain, written again").toContain("jump fixed");
         for (const [url, id] of [
           [lab.base, a],
           [baseB, b],

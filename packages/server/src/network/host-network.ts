@@ -348,9 +348,11 @@ export class HostNetwork {
 
   /**
    * Takes over the network of a sandbox that outlived a server restart: its link's gateway
-   * address says which subnet it has, and its chain must still be there. Nothing on the host
-   * changes; undefined when the network is not whole (the sandbox is then stopped and rebuilt), as
-   * for a sandbox whose network has the untagged names of an older bothy.
+   * address says which subnet it has, and its chain must still be there. The link stays as it is;
+   * the chain is written again from the sandbox's stored policy in one atomic `nft -f`, so a chain
+   * an older server wrote (without the fixed refusals, say) carries today's rules from the takeover
+   * on. Undefined when the network is not whole (the sandbox is then stopped and rebuilt), as for a
+   * sandbox whose network has the untagged names of an older bothy.
    */
   async adopt(sandboxId: string, kind: LinkKind, policy: EgressPolicy): Promise<PlannedNetwork | undefined> {
     const iface = ifaceName(this.opts.tag, sandboxId, kind);
@@ -371,7 +373,9 @@ export class HostNetwork {
     if (kind === "veth" && !existsSync(`${NETNS_DIR}/${netnsName(this.opts.tag, sandboxId)}`)) return undefined;
     if (!(await listRules(this.table))?.chains.includes(sandboxId)) return undefined;
     this.used.set(sandboxId, index);
-    return this.allocate(sandboxId, kind, policy);
+    const plan = this.allocate(sandboxId, kind, policy);
+    await nft(renderSandboxAdd({ table: this.table, sandboxId, iface, guest: plan.guest.guest, policy }));
+    return plan;
   }
 
   /**
