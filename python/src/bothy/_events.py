@@ -29,7 +29,8 @@ async def read_events(res: httpx.Response) -> AsyncIterator[BothyEvent]:
     try:
         data: List[str] = []
         async for line in res.aiter_lines():
-            line = line.rstrip("\r")
+            # httpx before 0.24 keeps the line ending, later ones strip it.
+            line = line.rstrip("\r\n")
             if line.startswith("data:"):
                 data.append(line[5:].lstrip())
             elif line == "" and data:
