@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from bothy import (
+    CommandHandle,
     CommandExitError,
     CommandTimeoutError,
     ConflictError,
@@ -99,11 +100,24 @@ def test_background_handle_stdin_reattach_and_kill(sandbox: Sandbox) -> None:
     assert sandbox.commands.kill(other.command_id) is False
 
 
-def test_a_long_stream_arrives_whole_through_a_slow_reader(sandbox: Sandbox) -> None:
-    """24 MiB through a callback that holds the reader up: the server's relay must wait for the
-    reader (nothing dropped, nothing reordered), and the client holds none of it (keep_output=False)."""
-    size = 24 * 1024 * 1024
-    cmd = f"head -c {size} /dev/urandom > /tmp/blob && sha256sum /tmp/blob >&2 && cat /tmp/blob"
+# Streams /tmp/blob in 64 KiB writes, noting after each how many it has written, and waits for
+# stdout to drain whenever the pipe is full: how far it got says how much the way holds.
+PRODUCER = (
+    "const fs = require('fs'); const fd = fs.openSync('/tmp/blob', 'r'); let n = 0;"
+    "function more() { for (;;) { const b = Buffer.alloc(65536); const got = fs.readSync(fd, b);"
+    " if (got === 0) return; n++; fs.writeFileSync('/tmp/progress', String(n));"
+    " if (!process.stdout.write(b.subarray(0, got))) return process.stdout.once('drain', more); } }"
+    "more();"
+)
+
+
+def test_a_long_stream_is_held_by_a_slow_reader_and_arrives_whole(sandbox: Sandbox) -> None:
+    """32 MiB through a callback that first holds the reader: the command must stall far short of
+    its end (every relay on the way waits for the reader), then everything arrives, in order,
+    nothing dropped, and the client kept none of it in memory (keep_output=False)."""
+    chunks = 512
+    size = chunks * 64 * 1024
+    sandbox.commands.run(f"head -c {size} /dev/urandom > /tmp/blob && rm -f /tmp/progress")
     digest = hashlib.sha256()
     count = [0]
     gate = threading.Event()
@@ -112,31 +126,57 @@ def test_a_long_stream_arrives_whole_through_a_slow_reader(sandbox: Sandbox) -> 
         if stream != "stdout":
             return
         if count[0] == 0:
-            # The first chunk holds the reader until the main thread has seen the command stall.
-            gate.wait(60)
+            gate.wait(120)
         digest.update(data)
         count[0] += len(data)
 
-    handle = sandbox.commands.run(cmd, background=True, on_output=on_output, keep_output=False)
-    # Held at its first chunk, the reader reads nothing: the command cannot have finished while
-    # 24 MiB sit between it and the reader, unless something on the way buffers them all.
-    assert handle.exit_code is None
-    gate.set()
-    waited = handle.wait()
-    assert waited.stdout == "" and handle.dropped_bytes == 0
+    handle = sandbox.commands.run(
+        f'exec node -e "{PRODUCER}"', background=True, on_output=on_output, keep_output=False
+    )
+    try:
+        seen: List[int] = []
+
+        def stalled() -> bool:
+            out = sandbox.commands.exec("cat /tmp/progress 2>/dev/null || echo 0").stdout.strip()
+            seen.append(int(out or "0"))
+            return len(seen) >= 5 and seen[-1] > 0 and len(set(seen[-5:])) == 1
+
+        poll(stalled, "the held command to stop writing", 120)
+        # Without backpressure it would have written all of it into buffers on the way.
+        assert seen[-1] < chunks, f"the command wrote {seen[-1]} of {chunks} chunks with nobody reading"
+    finally:
+        gate.set()
+    result = handle.wait()
+    assert result.stdout == "" and handle.dropped_bytes == 0
     assert count[0] == size
-    want = sandbox.commands.run("sha256sum /tmp/blob; rm /tmp/blob").stdout.split()[0]
+    want = sandbox.commands.run("sha256sum /tmp/blob; rm /tmp/blob /tmp/progress").stdout.split()[0]
     assert digest.hexdigest() == want
+
+
+def wait_for_size(term: CommandHandle, data: bytearray, size: bytes) -> None:
+    """Asks the shell for its terminal size until it answers ``size``: a resize reaches the
+    terminal on its own path, so a `stty size` sent right after it may still see the old one."""
+    asked = [0]
+
+    def answered() -> bool:
+        if size in data:
+            return True
+        if asked[0] % 20 == 0:
+            term.send_stdin("stty size\n")
+        asked[0] += 1
+        return False
+
+    poll(answered, f"the terminal size {size!r}")
 
 
 def test_pty_runs_a_shell_with_input_resize_and_exit(sandbox: Sandbox) -> None:
     data = bytearray()
     term = sandbox.pty.create(cols=100, rows=30, on_data=data.extend)
-    term.send_stdin("stty size; echo pty-$((40+2))\n")
-    poll(lambda: b"pty-42" in data and b"30 100" in data, "the shell's answer")
+    term.send_stdin("echo pty-$((40+2))\n")
+    poll(lambda: b"pty-42" in data, "the shell's answer")
+    wait_for_size(term, data, b"30 100")
     term.resize(120, 40)
-    term.send_stdin("stty size\n")
-    poll(lambda: b"40 120" in data, "the new size")
+    wait_for_size(term, data, b"40 120")
     term.send_stdin("exit 7\n")
     assert term.wait().exit_code == 7
 

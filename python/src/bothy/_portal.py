@@ -1,12 +1,13 @@
 """The sync API runs the async one on one event loop in a daemon thread (the portal), so there is
-one implementation of the wire. A sync call waits for its coroutine there; output callbacks of
-sync commands run on that thread."""
+one implementation of the wire. A sync call waits for its coroutine there. Output callbacks of
+sync commands run on worker threads, one call at a time per command, and the command's reader
+waits for each: a slow callback slows its own command's output and nothing else."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, AsyncIterator, Awaitable, Iterable, Iterator, Optional, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Optional, TypeVar
 
 T = TypeVar("T")
 
@@ -72,3 +73,16 @@ async def aiter_sync(items: Iterable[bytes]) -> AsyncIterator[bytes]:
         if item is done:
             return
         yield item
+
+
+def offload(callback: Optional[Callable[..., Any]]) -> Optional[Callable[..., Awaitable[None]]]:
+    """A sync callback as a coroutine function that runs it on a worker thread, so it never blocks
+    the portal's loop; the caller awaits it, which keeps the order and the backpressure."""
+    if callback is None:
+        return None
+    cb = callback
+
+    async def run(*args: Any) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, cb, *args)
+
+    return run

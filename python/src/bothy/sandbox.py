@@ -1,5 +1,6 @@
 """``Sandbox``: the sync API, a thin layer over ``AsyncSandbox`` run on the SDK's own event loop
-thread (see ``_portal``). Output callbacks (``on_stdout``, ``on_data``) run on that thread."""
+thread (see ``_portal``). Output callbacks (``on_stdout``, ``on_data``) run on worker threads, one
+call at a time per command, in order."""
 
 from __future__ import annotations
 
@@ -120,9 +121,9 @@ class Commands:
                 cwd=cwd,
                 timeout=timeout,
                 stdin=stdin,
-                on_stdout=on_stdout,
-                on_stderr=on_stderr,
-                on_output=on_output,
+                on_stdout=_portal.offload(on_stdout),
+                on_stderr=_portal.offload(on_stderr),
+                on_output=_portal.offload(on_output),
                 throw_on_error=throw_on_error,
                 keep_output=keep_output,
             )
@@ -152,7 +153,12 @@ class Commands:
         """Re-attaches to a command: replays what the server kept of its output, then streams it live."""
         return CommandHandle(
             _portal.call(
-                self._c.connect(command_id, on_stdout=on_stdout, on_stderr=on_stderr, throw_on_error=throw_on_error)
+                self._c.connect(
+                    command_id,
+                    on_stdout=_portal.offload(on_stdout),
+                    on_stderr=_portal.offload(on_stderr),
+                    throw_on_error=throw_on_error,
+                )
             )
         )
 
@@ -190,7 +196,7 @@ class Pty:
                 self._p.create(
                     cols=cols,
                     rows=rows,
-                    on_data=on_data,
+                    on_data=_portal.offload(on_data),
                     cmd=cmd,
                     cwd=cwd,
                     envs=envs,
