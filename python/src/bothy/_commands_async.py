@@ -14,8 +14,9 @@ import base64
 import codecs
 import json
 import time
+import weakref
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Union
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Union
 
 from ._http import AsyncHttp
 from ._ws import ConnectionClosed, is_open, open_socket, parse_frame
@@ -60,6 +61,7 @@ class _KeptPool:
 
     def __init__(self) -> None:
         self._idle: List[Any] = []
+        self._closing: Set["asyncio.Task[None]"] = set()
         self._closed = False
 
     def take(self) -> Optional[Any]:
@@ -68,20 +70,27 @@ class _KeptPool:
             ws, since = self._idle.pop()
             if now - since < _KEPT_IDLE_S and is_open(ws):
                 return ws
-            asyncio.ensure_future(ws.close(1000, "idle"))
+            self.close_later(ws, "idle")
         return None
 
     def give(self, ws: Any) -> None:
         if self._closed or not is_open(ws):
-            asyncio.ensure_future(ws.close(1000, "done"))
+            self.close_later(ws, "done")
             return
         self._idle.append((ws, time.monotonic()))
+
+    def close_later(self, ws: Any, reason: str) -> None:
+        """Closes ``ws`` (1000) without waiting; ``close()`` waits for every such close."""
+        task = asyncio.ensure_future(ws.close(1000, reason))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
         self._closed = True
         idle, self._idle = self._idle, []
         for ws, _ in idle:
-            await ws.close(1000, "done")
+            self.close_later(ws, "done")
+        await asyncio.gather(*self._closing, return_exceptions=True)
 
 
 class AsyncCommandHandle:
@@ -97,7 +106,8 @@ class AsyncCommandHandle:
         on_output: Optional[Callable[[bytes, str], Union[None, Awaitable[None]]]],
         throw_on_error: bool,
         keep_output: bool,
-        pool: Optional[_KeptPool],
+        pool: _KeptPool,
+        reuse: bool,
         kept_by_server: bool = False,
     ) -> None:
         #: The command's id (known once it started).
@@ -108,6 +118,7 @@ class AsyncCommandHandle:
         self.dropped_bytes = 0
         self._ws = ws
         self._pool = pool
+        self._reuse = reuse
         self._kept_by_server = kept_by_server
         self._on = {"stdout": on_stdout, "stderr": on_stderr}
         self._on_output = on_output
@@ -227,10 +238,10 @@ class AsyncCommandHandle:
         if self._let_go:
             return
         self._let_go = True
-        if self._pool is not None and self._kept_by_server:
+        if self._reuse and self._kept_by_server:
             self._pool.give(self._ws)
         else:
-            asyncio.ensure_future(self._ws.close(1000, "done"))
+            self._pool.close_later(self._ws, "done")
 
     async def _read(self) -> None:
         try:
@@ -285,7 +296,7 @@ class AsyncCommandHandle:
             self._release()
         elif kind == "error":
             self._fail(error_from_code(str(frame.get("code")), str(frame.get("message"))))
-            if not (self._pool is not None and self._kept_by_server):
+            if not (self._reuse and self._kept_by_server):
                 self._release()
         elif kind == "ready":
             self._kept_by_server = True
@@ -316,8 +327,12 @@ class AsyncCommands:
         self._http = http
         self._id = sandbox_id
         self._pool = _KeptPool()
+        self._handles: "weakref.WeakSet[AsyncCommandHandle]" = weakref.WeakSet()
 
     async def _close(self) -> None:
+        # Background commands keep running in the sandbox; this object only lets go of them.
+        for handle in list(self._handles):
+            await handle.disconnect()
         await self._pool.close()
 
     async def run(
@@ -407,9 +422,11 @@ class AsyncCommands:
             on_output=on_output,
             throw_on_error=throw_on_error,
             keep_output=keep_output,
-            pool=None if background else self._pool,
+            pool=self._pool,
+            reuse=not background,
             kept_by_server=reused,
         )
+        self._handles.add(handle)
         try:
             await ws.send(json.dumps(request))
             await handle._started_or_failed()
@@ -434,7 +451,7 @@ class AsyncCommands:
     ) -> AsyncCommandHandle:
         """Re-attaches to a command: replays what the server kept of its output, then streams it live."""
         ws = await open_socket(self._http, f"/sandboxes/{self._id}/commands/{command_id}")
-        return AsyncCommandHandle(
+        handle = AsyncCommandHandle(
             ws,
             command_id=command_id,
             on_stdout=on_stdout,
@@ -442,8 +459,11 @@ class AsyncCommands:
             on_output=on_output,
             throw_on_error=throw_on_error,
             keep_output=keep_output,
-            pool=None,
+            pool=self._pool,
+            reuse=False,
         )
+        self._handles.add(handle)
+        return handle
 
     async def exec(
         self,

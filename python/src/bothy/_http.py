@@ -73,7 +73,7 @@ class AsyncHttp:
 
     def _get(self) -> httpx.AsyncClient:
         if self._client is None:
-            self._client = httpx.AsyncClient(headers=self.config.auth_headers(), timeout=None)
+            self._client = httpx.AsyncClient(timeout=None)
         return self._client
 
     async def aclose(self) -> None:
@@ -103,7 +103,7 @@ class AsyncHttp:
     ) -> httpx.Response:
         """Sends a request; a non-2xx answer raises its typed error. ``stream`` leaves the body unread."""
         client = self._get()
-        hdrs = dict(headers or {})
+        hdrs = {**self.config.auth_headers(), **(headers or {})}
         body: Any = content
         if json_body is not None:
             hdrs["content-type"] = "application/json"

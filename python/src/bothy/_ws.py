@@ -69,14 +69,16 @@ async def _refusal(http: AsyncHttp, path: str, err: InvalidHandshake) -> Sandbox
     # websockets before 11 drops the refusal's body: the sandbox's own answer says why (not found,
     # not this key's), and only when it has nothing to say does the status alone classify it.
     parts = path.split("/")
+    state = ""
     if len(parts) > 2 and parts[1] == "sandboxes":
         try:
-            await http.json("GET", f"/sandboxes/{parts[2]}")
+            info = await http.json("GET", f"/sandboxes/{parts[2]}")
+            state = f" (the sandbox is {info.get('state')})"
         except SandboxError as found:
             return found
     if status is None:
         return ConnectionError(f"The command socket was refused: {err}", "connection_failed")
-    return error_from_code(f"http_{status}", f"The command socket was refused with HTTP {status}.", status)
+    return error_from_code(f"http_{status}", f"The command socket was refused with HTTP {status}{state}.", status)
 
 
 def parse_frame(data: Any) -> Any:
