@@ -371,26 +371,96 @@ class Sandbox:
         self.desktop = Desktop(inner.desktop)
 
     @classmethod
-    def create(cls, template: Optional[str] = None, **options: Any) -> "Sandbox":
-        """Boots a new sandbox and answers once it runs; takes the options of ``AsyncSandbox.create``
-        (``timeout``, ``metadata``, ``vcpu``, ``memory_mib``, ``policy``, ``secrets``, ``base_url``,
-        ``api_key``, ...)."""
-        return cls(_portal.call(AsyncSandbox.create(template, **options)))
+    def create(
+        cls,
+        template: Optional[str] = None,
+        *,
+        timeout: Optional[int] = None,
+        metadata: Optional[Dict[str, str]] = None,
+        vcpu: Optional[int] = None,
+        memory_mib: Optional[int] = None,
+        disk_mib: Optional[int] = None,
+        max_processes: Optional[int] = None,
+        driver: Optional[str] = None,
+        internet: Optional[bool] = None,
+        allow_out: Optional[List[str]] = None,
+        deny_out: Optional[List[str]] = None,
+        policy: Optional[Dict[str, Any]] = None,
+        secrets: Optional[List[str]] = None,
+        delete_on_disconnect: Optional[bool] = None,
+        idempotency_key: Optional[str] = None,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+    ) -> "Sandbox":
+        """Boots a new sandbox and answers once it runs.
+
+        ``template`` (default "seed"); ``timeout``: seconds until the server deletes it (default the
+        server's, 1 h); ``policy``: host rules (wire names: ``allow_hosts``, ``rules``, ...);
+        ``secrets``: vault secrets it may use (each a placeholder variable inside)."""
+        return cls(
+            _portal.call(
+                AsyncSandbox.create(
+                    template,
+                    timeout=timeout,
+                    metadata=metadata,
+                    vcpu=vcpu,
+                    memory_mib=memory_mib,
+                    disk_mib=disk_mib,
+                    max_processes=max_processes,
+                    driver=driver,
+                    internet=internet,
+                    allow_out=allow_out,
+                    deny_out=deny_out,
+                    policy=policy,
+                    secrets=secrets,
+                    delete_on_disconnect=delete_on_disconnect,
+                    idempotency_key=idempotency_key,
+                    base_url=base_url,
+                    api_key=api_key,
+                    request_timeout=request_timeout,
+                )
+            )
+        )
 
     @classmethod
-    def connect(cls, sandbox_id: str, **options: Any) -> "Sandbox":
+    def connect(
+        cls,
+        sandbox_id: str,
+        *,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+    ) -> "Sandbox":
         """A handle on an existing sandbox (NotFoundError when there is none, or it is another tenant's)."""
-        return cls(_portal.call(AsyncSandbox.connect(sandbox_id, **options)))
+        return cls(
+            _portal.call(
+                AsyncSandbox.connect(sandbox_id, base_url=base_url, api_key=api_key, request_timeout=request_timeout)
+            )
+        )
 
     @staticmethod
-    def list(**options: Any) -> List[SandboxInfo]:
-        """The live sandboxes of the key's tenant."""
-        return _portal.call(AsyncSandbox.list(**options))
+    def list(
+        *, base_url: Optional[str] = None, api_key: Optional[str] = None, request_timeout: Optional[float] = None
+    ) -> List[SandboxInfo]:
+        """The live sandboxes of the key's tenant (creating, running, paused, deleting)."""
+        return _portal.call(AsyncSandbox.list(base_url=base_url, api_key=api_key, request_timeout=request_timeout))
 
     @classmethod
-    def _kill_by_id(cls, sandbox_id: str, **options: Any) -> bool:
-        """Deletes a sandbox by id; False when there was none."""
-        return bool(_portal.call(AsyncSandbox.kill(sandbox_id, **options)))
+    def _kill_by_id(
+        cls,
+        sandbox_id: str,
+        *,
+        wait: bool = False,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+    ) -> bool:
+        """Deletes a sandbox by id; False when there was none. ``wait``: answer once it is deleted."""
+        kill = AsyncSandbox.kill(  # type: ignore[call-arg]
+            sandbox_id, wait=wait, base_url=base_url, api_key=api_key, request_timeout=request_timeout
+        )
+        return bool(_portal.call(kill))
 
     def _kill(self, *, wait: bool = False) -> bool:
         """Deletes the sandbox and everything in it; safe twice. ``wait``: answer once it is deleted."""
@@ -400,9 +470,16 @@ class Sandbox:
     kill = _ClassOrInstance(_kill_by_id, _kill)
 
     @staticmethod
-    def events(**options: Any) -> Iterator[BothyEvent]:
-        """Events of the tenant (``sandbox_id=``, ``since=``), replayed then live while you iterate."""
-        return _portal.iterate(AsyncSandbox.events(**options))
+    def events(
+        *,
+        sandbox_id: Optional[str] = None,
+        since: Optional[int] = None,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+    ) -> Iterator[BothyEvent]:
+        """Events of the tenant (or of ``sandbox_id``), replayed after ``since`` and then live while
+        you iterate; ``close()`` the iterator to end the stream."""
+        return _portal.iterate(AsyncSandbox.events(sandbox_id=sandbox_id, since=since, base_url=base_url, api_key=api_key))
 
     @property
     def info(self) -> SandboxInfo:
