@@ -156,6 +156,7 @@ ERROR_CLASSES: Dict[str, Type[SandboxError]] = {
     "not_supported": NotSupportedError,
     "unauthorized": AuthenticationError,
     "scope_missing": AuthenticationError,
+    "host_not_allowed": AuthenticationError,
     "quota_exceeded": RateLimitError,
     "key_not_found": NotFoundError,
     "tenant_not_found": NotFoundError,
