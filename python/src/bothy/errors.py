@@ -157,6 +157,7 @@ ERROR_CLASSES: Dict[str, Type[SandboxError]] = {
     "unauthorized": AuthenticationError,
     "scope_missing": AuthenticationError,
     "host_not_allowed": AuthenticationError,
+    "origin_refused": AuthenticationError,
     "quota_exceeded": RateLimitError,
     "key_not_found": NotFoundError,
     "tenant_not_found": NotFoundError,
