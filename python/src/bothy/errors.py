@@ -158,6 +158,7 @@ ERROR_CLASSES: Dict[str, Type[SandboxError]] = {
     "scope_missing": AuthenticationError,
     "host_not_allowed": AuthenticationError,
     "origin_refused": AuthenticationError,
+    "allow_out_not_permitted": AuthenticationError,
     "quota_exceeded": RateLimitError,
     "key_not_found": NotFoundError,
     "tenant_not_found": NotFoundError,
