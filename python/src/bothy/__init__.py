@@ -1,0 +1,76 @@
+"""bothy for Python: sandboxes for AI agents on your own server.
+
+``Sandbox`` (sync) and ``AsyncSandbox`` (async) create, connect, list and kill sandboxes and run
+commands, terminals, files, ports and the desktop inside them; ``Approvals``, ``Secrets``,
+``TenantPolicy``, ``ApiKeys`` and ``Tenants`` (and their ``Async`` twins) are the tenant's and the
+admin's side. The server's address and key come from arguments or BOTHY_URL / BOTHY_API_KEY.
+"""
+
+from ._admin_async import AsyncApiKeys, AsyncApprovals, AsyncSecrets, AsyncTenantPolicy, AsyncTenants
+from ._commands_async import AsyncCommandHandle, AsyncCommands, AsyncPty, CommandResult
+from ._files_async import AsyncFiles
+from ._sandbox_async import AsyncDesktop, AsyncPorts, AsyncSandbox
+from .admin import ApiKeys, Approvals, Secrets, TenantPolicy, Tenants
+from .errors import (
+    AuthenticationError,
+    CommandExitError,
+    CommandTimeoutError,
+    ConflictError,
+    ConnectionError,
+    EgressError,
+    InvalidArgumentError,
+    NotFoundError,
+    NotSupportedError,
+    RateLimitError,
+    SandboxError,
+    ServerError,
+    TimeoutError,
+)
+from .sandbox import CommandHandle, Commands, Desktop, Files, Ports, Pty, Sandbox
+from .types import EntryInfo, Screenshot, WriteInfo
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ApiKeys",
+    "Approvals",
+    "AsyncApiKeys",
+    "AsyncApprovals",
+    "AsyncCommandHandle",
+    "AsyncCommands",
+    "AsyncDesktop",
+    "AsyncFiles",
+    "AsyncPorts",
+    "AsyncPty",
+    "AsyncSandbox",
+    "AsyncSecrets",
+    "AsyncTenantPolicy",
+    "AsyncTenants",
+    "AuthenticationError",
+    "CommandExitError",
+    "CommandHandle",
+    "CommandResult",
+    "CommandTimeoutError",
+    "Commands",
+    "ConflictError",
+    "ConnectionError",
+    "Desktop",
+    "EgressError",
+    "EntryInfo",
+    "Files",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "NotSupportedError",
+    "Ports",
+    "Pty",
+    "RateLimitError",
+    "Sandbox",
+    "SandboxError",
+    "Screenshot",
+    "Secrets",
+    "ServerError",
+    "TenantPolicy",
+    "Tenants",
+    "TimeoutError",
+    "WriteInfo",
+]

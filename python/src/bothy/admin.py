@@ -1,0 +1,151 @@
+"""The tenant's side of the API, sync: approvals, secrets, the tenant policy, keys and tenants.
+Thin wrappers over the async classes, run on the SDK's event loop thread."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, List, Optional
+
+from . import _portal
+from ._admin_async import AsyncApiKeys, AsyncApprovals, AsyncSecrets, AsyncTenantPolicy, AsyncTenants
+from .types import ApiKeyInfo, ApprovalInfo, CreatedKey, SecretInfo, TenantInfo, TenantPolicyInfo
+
+
+class _Sync:
+    _async_cls: Any = None
+
+    def __init__(
+        self, *, base_url: Optional[str] = None, api_key: Optional[str] = None, request_timeout: Optional[float] = None
+    ) -> None:
+        """``base_url`` and ``api_key`` default to BOTHY_URL and BOTHY_API_KEY."""
+        self._a = self._async_cls(base_url=base_url, api_key=api_key, request_timeout=request_timeout)
+
+    def close(self) -> None:
+        """Closes the connection pool."""
+        _portal.call(self._a.close())
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Approvals(_Sync):
+    """What ``ask`` rules hold until a person decides (scope ``approvals:decide``)."""
+
+    _async_cls = AsyncApprovals
+
+    def list(
+        self, *, state: Optional[str] = None, sandbox_id: Optional[str] = None, limit: Optional[int] = None
+    ) -> List[ApprovalInfo]:
+        """Newest first: the key's tenant's (every tenant's for an admin key)."""
+        return _portal.call(self._a.list(state=state, sandbox_id=sandbox_id, limit=limit))
+
+    def get(self, approval_id: str) -> ApprovalInfo:
+        """One approval by id."""
+        return _portal.call(self._a.get(approval_id))
+
+    def approve(
+        self, approval_id: str, *, host_minutes: Optional[int] = None, reason: Optional[str] = None
+    ) -> ApprovalInfo:
+        """Lets the held request out once (``host_minutes``: the same host for that long too)."""
+        return _portal.call(self._a.approve(approval_id, host_minutes=host_minutes, reason=reason))
+
+    def deny(self, approval_id: str, *, reason: Optional[str] = None) -> ApprovalInfo:
+        """Refuses the held request."""
+        return _portal.call(self._a.deny(approval_id, reason=reason))
+
+    def watch(self, *, sandbox_id: Optional[str] = None) -> Iterator[ApprovalInfo]:
+        """Yields each pending approval once (those pending now, then new ones) while you iterate."""
+        return _portal.iterate(self._a.watch(sandbox_id=sandbox_id))
+
+
+class Secrets(_Sync):
+    """The tenant's secrets vault (scope ``secrets``). Write-only: no call returns a value."""
+
+    _async_cls = AsyncSecrets
+
+    def put(
+        self,
+        name: str,
+        value: str,
+        *,
+        hosts: List[str],
+        inject: Optional[Dict[str, str]] = None,
+        tenant: Optional[str] = None,
+    ) -> SecretInfo:
+        """Stores (or replaces) a secret that is only ever sent to ``hosts``."""
+        return _portal.call(self._a.put(name, value, hosts=hosts, inject=inject, tenant=tenant))
+
+    def list(self, *, tenant: Optional[str] = None) -> List[SecretInfo]:
+        """The tenant's secrets, without values."""
+        return _portal.call(self._a.list(tenant=tenant))
+
+    def get(self, name: str, *, tenant: Optional[str] = None) -> SecretInfo:
+        """One secret, without its value."""
+        return _portal.call(self._a.get(name, tenant=tenant))
+
+    def delete(self, name: str, *, tenant: Optional[str] = None) -> SecretInfo:
+        """Removes it."""
+        return _portal.call(self._a.delete(name, tenant=tenant))
+
+
+class TenantPolicy(_Sync):
+    """The tenant's default host policy."""
+
+    _async_cls = AsyncTenantPolicy
+
+    def get(self, *, tenant: Optional[str] = None) -> TenantPolicyInfo:
+        """The policy in force."""
+        return _portal.call(self._a.get(tenant=tenant))
+
+    def set(self, policy: Dict[str, Any], *, tenant: Optional[str] = None) -> TenantPolicyInfo:
+        """Replaces it (scope ``policy``)."""
+        return _portal.call(self._a.set(policy, tenant=tenant))
+
+    def clear(self, *, tenant: Optional[str] = None) -> TenantPolicyInfo:
+        """Removes it."""
+        return _portal.call(self._a.clear(tenant=tenant))
+
+
+class ApiKeys(_Sync):
+    """API keys (scope ``keys:manage``)."""
+
+    _async_cls = AsyncApiKeys
+
+    def create(
+        self,
+        *,
+        name: Optional[str] = None,
+        scopes: Optional[List[str]] = None,
+        tenant: Optional[str] = None,
+        expires_in: Optional[int] = None,
+    ) -> CreatedKey:
+        """Makes a key; the answer's ``key`` is the only time it is shown."""
+        return _portal.call(self._a.create(name=name, scopes=scopes, tenant=tenant, expires_in=expires_in))
+
+    def list(self) -> List[ApiKeyInfo]:
+        """The keys this key may see."""
+        return _portal.call(self._a.list())
+
+    def revoke(self, key_id: str) -> ApiKeyInfo:
+        """Revokes a key by id."""
+        return _portal.call(self._a.revoke(key_id))
+
+
+class Tenants(_Sync):
+    """Tenants and quotas (scope ``admin``)."""
+
+    _async_cls = AsyncTenants
+
+    def create(self, tenant: str, quota: Optional[Dict[str, Any]] = None) -> TenantInfo:
+        """Makes a tenant."""
+        return _portal.call(self._a.create(tenant, quota))
+
+    def list(self) -> List[TenantInfo]:
+        """Every tenant."""
+        return _portal.call(self._a.list())
+
+    def set_quota(self, tenant: str, quota: Dict[str, Any]) -> TenantInfo:
+        """Sets the quotas named; None lifts one."""
+        return _portal.call(self._a.set_quota(tenant, quota))
