@@ -37,6 +37,8 @@ import { sandboxRoutes } from "./api/sandbox-routes.ts";
 import { checkWebSocketHandshakes } from "./api/websocket-handshake.ts";
 import { CommandRegistry } from "./commands/command-registry.ts";
 import { EventBus } from "./events/event-bus.ts";
+import { EventStreams } from "./events/event-streams.ts";
+import { RelayMeter } from "./api/relay-meter.ts";
 import { toPublicEvent } from "./events/public-events.ts";
 import { EVENT_LEVELS, ServerEvents, type ServerEventListener } from "./events/server-events.ts";
 import { WebhookSender } from "./events/webhook.ts";
@@ -293,21 +295,30 @@ export async function startServer(
   secretRoutes(app, { vault, ledger });
 
   lifecycleRoutes(app, manager);
+  const eventStreams = new EventStreams();
+  const relays = new RelayMeter();
   metricsRoutes(app, metrics, () => ({
     sandboxes: ledger.countByStateAndDriver(),
     drivers: drivers.all().map((d) => d.name),
+    eventStreams: eventStreams.gauges(),
+    relays: relays.gauges(),
   }));
   commandRoutes(app, manager, registry, watch, serverEvents);
-  eventRoutes(app, events);
+  eventRoutes(app, events, eventStreams);
   auditRoutes(app, { events, ledger });
   await fileRoutes(app, manager);
-  await portRoutes(app, manager, {
-    tokens: links,
-    previewDomain: config.previewDomain,
-    secureCookies: config.tls !== undefined || config.insecureHttp,
-  });
-  await desktopRoutes(app, manager, new DesktopService(manager), links);
-  tunnelRoutes(app, manager);
+  await portRoutes(
+    app,
+    manager,
+    {
+      tokens: links,
+      previewDomain: config.previewDomain,
+      secureCookies: config.tls !== undefined || config.insecureHttp,
+    },
+    relays,
+  );
+  await desktopRoutes(app, manager, new DesktopService(manager), links, relays);
+  tunnelRoutes(app, manager, relays);
   await agentToolRoutes(app, config, logger, ring, { approvals, policies: manager.policies });
   usageRoutes(app, meter, ledger);
   approvalRoutes(app, approvals);

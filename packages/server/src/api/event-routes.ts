@@ -2,6 +2,7 @@ import type { FastifyInstance } from "fastify";
 import { BothyError, SANDBOX_ID_RE, type BothyEvent } from "@bothy/protocol";
 import { principalOf, sees } from "../auth/auth-hooks.ts";
 import type { EventBus } from "../events/event-bus.ts";
+import type { EventStreams } from "../events/event-streams.ts";
 
 const KEEPALIVE_MS = 15_000;
 
@@ -10,7 +11,7 @@ const KEEPALIVE_MS = 15_000;
  * replays what was missed from the ledger before live events follow. A key sees its tenant's
  * events only (an admin key every event, host-wide ones included).
  */
-export function eventRoutes(app: FastifyInstance, bus: EventBus): void {
+export function eventRoutes(app: FastifyInstance, bus: EventBus, streams: EventStreams): void {
   app.get<{ Querystring: { sandbox_id?: string; since?: string } }>("/events", async (request, reply) => {
     const { sandbox_id: sandboxId, since } = request.query;
     if (sandboxId !== undefined && !SANDBOX_ID_RE.test(sandboxId))
@@ -46,15 +47,18 @@ export function eventRoutes(app: FastifyInstance, bus: EventBus): void {
         batch.length > 0;
         batch = bus.sinceWithTenant(cursor, sandboxId)
       ) {
+        streams.read(batch.length);
         for (const { event, tenant } of batch) write(event, tenant);
         cursor = batch.at(-1)?.event.seq ?? cursor;
       }
     }
     const unsubscribe = bus.subscribe(write);
+    const untrack = streams.track({ res, state: () => "live" });
     const keepalive = setInterval(() => res.write(": keepalive\n\n"), KEEPALIVE_MS);
     request.raw.on("close", () => {
       clearInterval(keepalive);
       unsubscribe();
+      untrack();
     });
   });
 }

@@ -7,6 +7,7 @@ import type { FastifyRequest } from "fastify";
 import type { WebSocket } from "ws";
 import { BothyError } from "@bothy/protocol";
 import type { TcpStream } from "../agent/tcp-stream.ts";
+import type { RelayMeter } from "./relay-meter.ts";
 
 /** Bytes waiting in the WebSocket before the relay stops reading from the sandbox. */
 const HIGH_WATER = 4 * 1024 * 1024;
@@ -20,6 +21,7 @@ export function relayTcp(
   socket: WebSocket,
   log: FastifyRequest["log"],
   sandboxId: string,
+  meter: RelayMeter,
   open: () => Promise<TcpStream>,
   /** Rewrites what the client sends (null: close the connection), e.g. a view-only VNC stream. */
   filter?: (bytes: Buffer) => Buffer | null,
@@ -27,9 +29,14 @@ export function relayTcp(
   const early: Buffer[] = [];
   let tunnel: TcpStream | undefined;
   let closed = false;
+  const untrack = meter.track({
+    heldBytes: () => early.reduce((n, b) => n + b.length, 0) + (tunnel?.writableLength ?? 0),
+    paused: () => socket.isPaused,
+  });
   const close = (code: number, reason: string): void => {
     if (closed) return;
     closed = true;
+    untrack();
     tunnel?.destroy();
     if (socket.readyState === socket.OPEN || socket.readyState === socket.CONNECTING) socket.close(code, reason);
   };
