@@ -37,6 +37,7 @@ import { sandboxRoutes } from "./api/sandbox-routes.ts";
 import { checkWebSocketHandshakes } from "./api/websocket-handshake.ts";
 import { CommandRegistry } from "./commands/command-registry.ts";
 import { EventBus } from "./events/event-bus.ts";
+import { pruneEvents } from "./events/event-retention.ts";
 import { EventStreams } from "./events/event-streams.ts";
 import { RelayMeter } from "./api/relay-meter.ts";
 import { toPublicEvent } from "./events/public-events.ts";
@@ -182,6 +183,9 @@ export async function startServer(
   const watch = new DisconnectWatch(manager, ledger, log);
   const idle = new IdleSleep(manager, registry, watch, config.lifecycle.idleTimeoutMs, log);
   sweeper.addStep(() => idle.pass());
+  sweeper.addStep(async () => {
+    await pruneEvents(ledger.events, config.eventRetention, log);
+  });
   const quotas = new Quotas(ledger, config);
   const meter = new UsageMeter(ledger, events, { ...config.metering, budgetOf: (t) => quotas.budgetOf(t) }, log);
   const ring = await KeyRing.open(config.home, ledger);

@@ -117,6 +117,8 @@ export interface ServerEventMap {
   };
   command_lost: { sandbox_id: string; command_id: string; reason: string };
 
+  /** The sweeper deleted events past BOTHY_EVENTS_RETENTION: `rows` of them, every one below seq `kept_from`. */
+  events_pruned: { rows: number; kept_from: number };
   webhook_failed: { seq: number; attempt: number; status?: number; error?: string };
   webhook_gave_up: { seq: number; type: string; attempts: number };
   egress_allowed: EgressDecisionFields;
@@ -197,6 +199,7 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   command_started: "info",
   command_exited: "info",
   command_lost: "info",
+  events_pruned: "info",
   webhook_failed: "warn",
   webhook_gave_up: "error",
   budget_exceeded: "warn",
