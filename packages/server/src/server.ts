@@ -353,6 +353,7 @@ export async function startServer(
         meter.stop();
         await proxy?.close();
         await resolver?.close();
+        relays.closeAll();
         await app.close();
         await manager.close();
         await drivers.close();

@@ -290,9 +290,12 @@ async function relayUpgrade(
 ): Promise<void> {
   reply.hijack();
   const client = request.raw.socket as Duplex;
+  // Each direction is piped, so each pauses its source while the other side is full: a port
+  // that never reads leaves the client paused with a bounded amount held here.
   const untrack = relays.track({
     heldBytes: () => tunnel.writableLength + client.readableLength,
     paused: () => client.isPaused(),
+    close: () => teardown(),
   });
   const clientHead = upgradeHead(request);
   const upstream = httpRequest({

@@ -4,6 +4,8 @@ export interface MeteredRelay {
   heldBytes(): number;
   /** Whether the relay has stopped reading the client (its bytes wait in the client and the kernel). */
   paused(): boolean;
+  /** Ends it (both sides) at once: the server is shutting down. */
+  close(): void;
 }
 
 export interface RelayGauges {
@@ -25,6 +27,15 @@ export class RelayMeter {
   track(relay: MeteredRelay): () => void {
     this.open.add(relay);
     return () => this.open.delete(relay);
+  }
+
+  /**
+   * Ends every open relay. A paused one reads nothing from its client, so the client's going
+   * away is not seen and the connection would hold the server's close open.
+   */
+  closeAll(): void {
+    for (const relay of [...this.open]) relay.close();
+    this.open.clear();
   }
 
   gauges(): RelayGauges {
