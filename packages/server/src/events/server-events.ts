@@ -121,6 +121,8 @@ export interface ServerEventMap {
   events_pruned: { rows: number; kept_from: number };
   webhook_failed: { seq: number; attempt: number; status?: number; error?: string };
   webhook_gave_up: { seq: number; type: string; attempts: number };
+  /** The webhook's backlog is full: events from `seq` on are not posted until it drains (they stay in the ledger). */
+  webhook_dropped: { seq: number; waiting: number };
   egress_allowed: EgressDecisionFields;
   egress_denied: EgressDecisionFields;
   egress_asked: EgressDecisionFields;
@@ -202,6 +204,7 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   events_pruned: "info",
   webhook_failed: "warn",
   webhook_gave_up: "error",
+  webhook_dropped: "error",
   budget_exceeded: "warn",
   egress_allowed: "debug",
   egress_denied: "info",
