@@ -104,11 +104,19 @@ for (const driver of testDrivers()) {
         await startBackgroundCommand(
           ts.url,
           id,
-          `echo $$ > ${pidFile}; exec node /workspace/sink-server.mjs ${tcp} ${wsPort}`,
+          `echo $$ > ${pidFile}; exec node /workspace/sink-server.mjs ${tcp} ${wsPort} > /tmp/sink-${tcp}.log 2>&1`,
         );
-        await pollUntil("the sink's ports", async () => {
-          const ports = (await api(ts.url, "GET", `/sandboxes/${id}/ports`)).json["ports"] as Array<{ port: number }>;
-          return [tcp, wsPort].every((p) => ports.some((l) => l.port === p));
+        // Node starts in seconds under QEMU's emulation here.
+        await pollUntil(
+          "the sink's ports",
+          async () => {
+            const ports = (await api(ts.url, "GET", `/sandboxes/${id}/ports`)).json["ports"] as Array<{ port: number }>;
+            return [tcp, wsPort].every((p) => ports.some((l) => l.port === p));
+          },
+          120_000,
+        ).catch(async (err: unknown) => {
+          const log = await runCommand(ts.wsUrl, id, { cmd: `cat /tmp/sink-${tcp}.log` });
+          throw new Error(`${(err as Error).message}; the sink said: ${log.stdout}`);
         });
         return async () => {
           expect((await runCommand(ts.wsUrl, id, { cmd: `kill $(cat ${pidFile})` })).exit).toMatchObject({
