@@ -3,6 +3,8 @@ import { cpus, totalmem } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { z } from "zod";
+import { parseRetention } from "./events/event-retention.ts";
+import type { EventRetention } from "./ledger/event-rows.ts";
 
 /** Fewer and a command's own shell, pipeline and helpers could not start. */
 const MIN_PROCESSES = 16;
@@ -65,6 +67,21 @@ const envSchema = z.object({
   /** How long an `ask` waits for a person's decision before it expires (and the request is refused). */
   BOTHY_APPROVAL_TIMEOUT_S: int(180),
   BOTHY_COMMAND_REPLAY_BYTES: int(1024 * 1024),
+  /**
+   * How long the events table keeps a row (SSE replay, the webhook's record, sandbox audits): an
+   * age, a number of rows, or both (`7d,1000000`); the sweeper deletes what is past either.
+   */
+  BOTHY_EVENTS_RETENTION: z
+    .string()
+    .default("7d,1000000")
+    .transform((text, ctx) => {
+      const parsed = parseRetention(text);
+      if (typeof parsed === "string") {
+        ctx.addIssue({ code: "custom", message: parsed });
+        return z.NEVER;
+      }
+      return parsed;
+    }),
   /** Sandbox lifetime when a create names none, and the most a create or POST /timeout may ask. */
   BOTHY_DEFAULT_TIMEOUT_S: int(3600),
   BOTHY_MAX_TIMEOUT_S: int(86400),
@@ -152,6 +169,8 @@ export interface Config {
   webhook: { url: string; retryBaseMs: number; secret: string | undefined } | undefined;
   approvals: { timeoutMs: number };
   commandReplayBytes: number;
+  /** What the sweeper prunes from the events table (BOTHY_EVENTS_RETENTION). */
+  eventRetention: EventRetention;
   metering: {
     intervalMs: number;
     budget: { vcpuHours: number | undefined; gibHours: number | undefined };
@@ -238,6 +257,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
         : { url: e.BOTHY_WEBHOOK_URL, retryBaseMs: e.BOTHY_WEBHOOK_RETRY_MS, secret: e.BOTHY_WEBHOOK_SECRET },
     approvals: { timeoutMs: e.BOTHY_APPROVAL_TIMEOUT_S * 1000 },
     commandReplayBytes: e.BOTHY_COMMAND_REPLAY_BYTES,
+    eventRetention: e.BOTHY_EVENTS_RETENTION,
     metering: {
       intervalMs: e.BOTHY_METER_INTERVAL_S * 1000,
       budget: { vcpuHours: e.BOTHY_BUDGET_VCPU_HOURS, gibHours: e.BOTHY_BUDGET_GIB_HOURS },

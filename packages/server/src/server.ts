@@ -37,6 +37,9 @@ import { sandboxRoutes } from "./api/sandbox-routes.ts";
 import { checkWebSocketHandshakes } from "./api/websocket-handshake.ts";
 import { CommandRegistry } from "./commands/command-registry.ts";
 import { EventBus } from "./events/event-bus.ts";
+import { pruneEvents } from "./events/event-retention.ts";
+import { EventStreams } from "./events/event-streams.ts";
+import { RelayMeter } from "./api/relay-meter.ts";
 import { toPublicEvent } from "./events/public-events.ts";
 import { EVENT_LEVELS, ServerEvents, type ServerEventListener } from "./events/server-events.ts";
 import { WebhookSender } from "./events/webhook.ts";
@@ -180,6 +183,9 @@ export async function startServer(
   const watch = new DisconnectWatch(manager, ledger, log);
   const idle = new IdleSleep(manager, registry, watch, config.lifecycle.idleTimeoutMs, log);
   sweeper.addStep(() => idle.pass());
+  sweeper.addStep(async () => {
+    await pruneEvents(ledger.events, config.eventRetention, log);
+  });
   const quotas = new Quotas(ledger, config);
   const meter = new UsageMeter(ledger, events, { ...config.metering, budgetOf: (t) => quotas.budgetOf(t) }, log);
   const ring = await KeyRing.open(config.home, ledger);
@@ -293,21 +299,30 @@ export async function startServer(
   secretRoutes(app, { vault, ledger });
 
   lifecycleRoutes(app, manager);
+  const eventStreams = new EventStreams();
+  const relays = new RelayMeter();
   metricsRoutes(app, metrics, () => ({
     sandboxes: ledger.countByStateAndDriver(),
     drivers: drivers.all().map((d) => d.name),
+    eventStreams: eventStreams.gauges(),
+    relays: relays.gauges(),
   }));
   commandRoutes(app, manager, registry, watch, serverEvents);
-  eventRoutes(app, events);
+  eventRoutes(app, events, eventStreams);
   auditRoutes(app, { events, ledger });
   await fileRoutes(app, manager);
-  await portRoutes(app, manager, {
-    tokens: links,
-    previewDomain: config.previewDomain,
-    secureCookies: config.tls !== undefined || config.insecureHttp,
-  });
-  await desktopRoutes(app, manager, new DesktopService(manager), links);
-  tunnelRoutes(app, manager);
+  await portRoutes(
+    app,
+    manager,
+    {
+      tokens: links,
+      previewDomain: config.previewDomain,
+      secureCookies: config.tls !== undefined || config.insecureHttp,
+    },
+    relays,
+  );
+  await desktopRoutes(app, manager, new DesktopService(manager), links, relays);
+  tunnelRoutes(app, manager, relays);
   await agentToolRoutes(app, config, logger, ring, { approvals, policies: manager.policies });
   usageRoutes(app, meter, ledger);
   approvalRoutes(app, approvals);
@@ -338,6 +353,7 @@ export async function startServer(
         meter.stop();
         await proxy?.close();
         await resolver?.close();
+        relays.closeAll();
         await app.close();
         await manager.close();
         await drivers.close();

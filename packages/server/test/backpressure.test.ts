@@ -1,9 +1,27 @@
+import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import WebSocket from "ws";
-import { runCommand } from "./helpers/client.ts";
+import { startBackgroundCommand } from "./helpers/background.ts";
+import { api, pollUntil, runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
 import { useServerWithSandbox } from "./helpers/suite.ts";
 import type { TestServer } from "./helpers/test-server.ts";
+
+const SINK_SERVER = readFileSync(new URL("./fixtures/sink-server.mjs", import.meta.url));
+const SINK_TCP = 7400;
+const SINK_WS = 7401;
+/** What a client pushes at a port that never reads: far beyond every buffer on the way. */
+const PUSHED = 64 * 1024 * 1024;
+/** The most the host may hold for one relay: a 2 MiB message the WebSocket had half read, the stream's buffer, slack. */
+const HELD_BOUND = 4 * 1024 * 1024;
+
+/** One series of the server's /metrics. */
+async function metric(url: string, series: string): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const line = text.split("\n").find((l) => l.startsWith(`${series} `));
+  if (line === undefined) throw new Error(`no ${series} in /metrics`);
+  return Number(line.slice(series.length + 1));
+}
 
 for (const driver of testDrivers()) {
   describe.skipIf(driver.missing !== undefined)(driverTitle(driver, "backpressure"), () => {
@@ -70,6 +88,89 @@ for (const driver of testDrivers()) {
         );
         // Garbage not yet collected accounts for some growth; a buffered stream would be ~100 MB.
         expect(agentGrowthKb).toBeLessThan(60 * 1024);
+      });
+    });
+
+    describe("a port inside that accepts and never reads", () => {
+      /** Starts the sink on `tcp` and `ws` inside; answers how to stop it. */
+      async function startSink(tcp: number, wsPort: number): Promise<() => Promise<void>> {
+        const put = await fetch(`${ts.url}/sandboxes/${id}/files?path=/workspace/sink-server.mjs`, {
+          method: "PUT",
+          body: SINK_SERVER,
+          headers: { "content-type": "application/octet-stream" },
+        });
+        expect(put.status).toBe(200);
+        const pidFile = `/tmp/sink-${tcp}.pid`;
+        await startBackgroundCommand(
+          ts.url,
+          id,
+          `echo $$ > ${pidFile}; exec node /workspace/sink-server.mjs ${tcp} ${wsPort} > /tmp/sink-${tcp}.log 2>&1`,
+        );
+        // Node starts in seconds under QEMU's emulation here.
+        await pollUntil(
+          "the sink's ports",
+          async () => {
+            const ports = (await api(ts.url, "GET", `/sandboxes/${id}/ports`)).json["ports"] as Array<{ port: number }>;
+            return [tcp, wsPort].every((p) => ports.some((l) => l.port === p));
+          },
+          120_000,
+        ).catch(async (err: unknown) => {
+          const log = await runCommand(ts.wsUrl, id, { cmd: `cat /tmp/sink-${tcp}.log` });
+          throw new Error(`${(err as Error).message}; the sink said: ${log.stdout}`);
+        });
+        return async () => {
+          expect((await runCommand(ts.wsUrl, id, { cmd: `kill $(cat ${pidFile})` })).exit).toMatchObject({
+            exit_code: 0,
+          });
+        };
+      }
+
+      /**
+       * Pushes PUSHED bytes in 1 MiB messages through a WebSocket relay until the server reports
+       * the relay paused; answers what the host holds for it and what the client could not send.
+       * The client then leaves and the sink is stopped: a paused relay ends with the sandbox's side.
+       */
+      async function push(url: string, stopSink: () => Promise<void>): Promise<{ held: number; unsent: number }> {
+        const ws = new WebSocket(url);
+        await new Promise<void>((resolve, reject) => ws.once("open", resolve).once("error", reject));
+        try {
+          const mib = Buffer.alloc(1024 * 1024, 0x61);
+          for (let sent = 0; sent < PUSHED; sent += mib.length) ws.send(mib);
+          await pollUntil(
+            "the relay to pause its client",
+            async () => (await metric(ts.url, 'bothy_relays{state="paused"}')) === 1,
+            60_000,
+          );
+          const held = await metric(ts.url, "bothy_relay_held_bytes");
+          console.info(
+            `${driver.name}: ${url.split("/").slice(-3).join("/")}: host holds ${held} bytes, client kept ${ws.bufferedAmount} of ${PUSHED}`,
+          );
+          return { held, unsent: ws.bufferedAmount };
+        } finally {
+          ws.terminate();
+          await stopSink();
+          await pollUntil("the relay to end", async () => {
+            const open =
+              (await metric(ts.url, 'bothy_relays{state="paused"}')) +
+              (await metric(ts.url, 'bothy_relays{state="flowing"}'));
+            return open === 0;
+          });
+        }
+      }
+
+      it("a client pushing through the TCP tunnel is paused: the host holds a bounded amount", async () => {
+        const stop = await startSink(SINK_TCP, SINK_WS);
+        const { held, unsent } = await push(`${ts.wsUrl}/sandboxes/${id}/tunnel/${SINK_TCP}`, stop);
+        expect(held).toBeLessThan(HELD_BOUND);
+        // The rest waits in the client: the relay stopped reading it.
+        expect(unsent).toBeGreaterThan(PUSHED / 2);
+      });
+
+      it("a client pushing through a port's WebSocket is paused: the host holds a bounded amount", async () => {
+        const stop = await startSink(SINK_TCP + 10, SINK_WS + 10);
+        const { held, unsent } = await push(`${ts.wsUrl}/sandboxes/${id}/ports/${SINK_WS + 10}/`, stop);
+        expect(held).toBeLessThan(HELD_BOUND);
+        expect(unsent).toBeGreaterThan(PUSHED / 2);
       });
     });
   });

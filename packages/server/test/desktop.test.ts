@@ -5,9 +5,10 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { chromium, type Browser } from "playwright-core";
 import { PNG } from "pngjs";
+import WebSocket from "ws";
 import { Sandbox } from "@bothy/sdk";
 import { ANONYMOUS } from "../../../test/auth.ts";
-import { api } from "./helpers/client.ts";
+import { api, pollUntil } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
 import { homeFilesHolding, noLeaks, SANDBOX_TREES } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
@@ -282,6 +283,53 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
     } finally {
       await client.close();
       for (const id of made) expect((await api(ts.url, "DELETE", `/conversations/${id}`)).status).toBe(200);
+    }
+  });
+
+  it("drops a view-only viewer's clipboard message as it streams past: the host holds none of it", async () => {
+    const link = await desk.desktop.viewerLink({ ttlS: 600 });
+    const token = new URL(link.url).searchParams.get("token")!;
+    const ws = new WebSocket(`${ts.wsUrl}/sandboxes/${desk.sandboxId}/desktop/vnc?token=${token}`, {
+      headers: ANONYMOUS,
+    });
+    const received: Buffer[] = [];
+    const bytesIn = (): number => received.reduce((n, b) => n + b.length, 0);
+    ws.on("message", (data: Buffer) => received.push(data));
+    await new Promise<void>((resolve, reject) => ws.once("open", resolve).once("error", reject));
+    try {
+      await pollUntil("x11vnc's version", () => bytesIn() >= 12);
+      // The client's handshake (RFB 3.8, security None, shared), then a ClientCutText of 64 MiB.
+      const CUT = 64 * 1024 * 1024;
+      const cutHeader = Buffer.alloc(8);
+      cutHeader.writeUInt8(6, 0);
+      cutHeader.writeUInt32BE(CUT, 4);
+      ws.send(Buffer.concat([Buffer.from("RFB 003.008\n"), Buffer.from([1, 1])]));
+      // x11vnc's side up to the end of ServerInit: version, security types, result, init and name.
+      const handshakeEnd = (): number | undefined => {
+        const all = Buffer.concat(received);
+        const types = all[12];
+        if (types === undefined) return undefined;
+        const init = 12 + 1 + types + 4;
+        return all.length < init + 24 ? undefined : init + 24 + all.readUInt32BE(init + 20);
+      };
+      await pollUntil("x11vnc's ServerInit", () => {
+        const end = handshakeEnd();
+        return end !== undefined && bytesIn() >= end;
+      });
+      ws.send(cutHeader);
+      const mib = Buffer.alloc(1024 * 1024, 0x61);
+      for (let sent = 0; sent < CUT; sent += mib.length) ws.send(mib);
+      // All of it left the client (the relay never paused it), and the host holds next to none.
+      await pollUntil("the viewer's bytes to be taken", () => ws.bufferedAmount === 0, 120_000);
+      const text = await (await fetch(`${ts.url}/metrics`)).text();
+      const held = Number(/^bothy_relay_held_bytes (\d+)$/m.exec(text)?.[1]);
+      expect(held).toBeLessThan(64 * 1024);
+      // The stream is still in step: a picture request after it is answered.
+      const before = bytesIn();
+      ws.send(Buffer.from("03000000000000100010", "hex"));
+      await pollUntil("a framebuffer update", () => bytesIn() > before, 60_000);
+    } finally {
+      ws.terminate();
     }
   });
 });

@@ -40,4 +40,35 @@ describe("view-only RFB filter", () => {
     expect(viewOnlyRfb()(Buffer.concat([handshake, hex("ff 00 0000")]))).toBeNull();
     expect(viewOnlyRfb()(Buffer.from("HTTP/1.1 200\r\n"))).toBeNull();
   });
+
+  it("skips a ClientCutText announcing 2 GiB as it streams past, holding none of it", () => {
+    for (const length of ["7fffffff", "80000000"]) {
+      // 0x7fffffff: plain text of 2 GiB - 1; 0x80000000: the extended clipboard's 2 GiB.
+      const filter = viewOnlyRfb();
+      expect(filter(Buffer.concat([handshake, hex(`06 000000 ${length}`)]))?.toString("hex")).toBe(
+        handshake.toString("hex"),
+      );
+      const size = Math.abs(Buffer.from(length, "hex").readInt32BE(0));
+      const mib = Buffer.alloc(1024 * 1024, 0x61);
+      let left = size;
+      for (; left > mib.length; left -= mib.length) {
+        expect(filter(mib)?.length).toBe(0);
+        expect(filter.held).toBe(0);
+      }
+      // Its last bytes and a picture request in one chunk: the request passes.
+      expect(filter(Buffer.concat([mib.subarray(0, left), updateRequest]))?.toString("hex")).toBe(
+        updateRequest.toString("hex"),
+      );
+      expect(filter.held).toBe(0);
+    }
+  });
+
+  it("holds a message it passes only until whole", () => {
+    const filter = viewOnlyRfb();
+    filter(handshake);
+    expect(filter(setEncodings.subarray(0, 5))?.length).toBe(0);
+    expect(filter.held).toBe(5);
+    expect(filter(setEncodings.subarray(5))?.toString("hex")).toBe(setEncodings.toString("hex"));
+    expect(filter.held).toBe(0);
+  });
 });

@@ -17,6 +17,7 @@ import type { TcpStream } from "../agent/tcp-stream.ts";
 import type { DesktopService } from "../desktop/desktop-service.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { parseInput } from "./parse-input.ts";
+import type { RelayMeter } from "./relay-meter.ts";
 import { relayTcp } from "./tcp-relay.ts";
 import { viewOnlyRfb } from "./rfb-view-only.ts";
 
@@ -130,6 +131,7 @@ export async function desktopRoutes(
   manager: SandboxManager,
   desktop: DesktopService,
   links: LinkTokens,
+  relays: RelayMeter,
 ): Promise<void> {
   app.post<Params>("/sandboxes/:id/desktop/start", async (request) => {
     const size = parseInput(desktopStartRequest, request.body, "POST /desktop/start");
@@ -217,6 +219,7 @@ export async function desktopRoutes(
         socket,
         request.log,
         request.params.id,
+        relays,
         async () => {
           const info = await desktop.start(request.params.id);
           return manager.agent(request.params.id).openTcp(info.vnc_port);

@@ -1,16 +1,17 @@
 import type { FastifyInstance } from "fastify";
-import { BothyError, SANDBOX_ID_RE, type BothyEvent } from "@bothy/protocol";
-import { principalOf, sees } from "../auth/auth-hooks.ts";
+import { BothyError, SANDBOX_ID_RE } from "@bothy/protocol";
+import { principalOf } from "../auth/auth-hooks.ts";
 import type { EventBus } from "../events/event-bus.ts";
-
-const KEEPALIVE_MS = 15_000;
+import { EventStream } from "../events/event-stream.ts";
+import type { EventStreams } from "../events/event-streams.ts";
 
 /**
  * `GET /events`: Server-Sent Events. `?sandbox_id=` filters; `Last-Event-ID` (or `?since=`)
  * replays what was missed from the ledger before live events follow. A key sees its tenant's
- * events only (an admin key every event, host-wide ones included).
+ * events only (an admin key every event, host-wide ones included). The stream never holds more
+ * than a socket buffer and a page for a client that stops reading (events/event-stream.ts).
  */
-export function eventRoutes(app: FastifyInstance, bus: EventBus): void {
+export function eventRoutes(app: FastifyInstance, bus: EventBus, streams: EventStreams): void {
   app.get<{ Querystring: { sandbox_id?: string; since?: string } }>("/events", async (request, reply) => {
     const { sandbox_id: sandboxId, since } = request.query;
     if (sandboxId !== undefined && !SANDBOX_ID_RE.test(sandboxId))
@@ -21,8 +22,10 @@ export function eventRoutes(app: FastifyInstance, bus: EventBus): void {
       throw new BothyError("invalid_request", "Last-Event-ID and since are event sequence numbers (integers >= 0).");
 
     const principal = principalOf(request);
-    const visible = (tenant: string | null): boolean =>
-      tenant === null ? principal.scopes.has("admin") : sees(principal, tenant);
+    const scope = {
+      tenant: principal.scopes.has("admin") ? null : principal.tenant,
+      ...(sandboxId === undefined ? {} : { sandboxId }),
+    };
     reply.hijack();
     const res = reply.raw;
     res.writeHead(200, {
@@ -32,29 +35,7 @@ export function eventRoutes(app: FastifyInstance, bus: EventBus): void {
       "x-accel-buffering": "no",
     });
     res.write(": bothy events\n\n");
-    const write = (ev: BothyEvent, tenant: string | null): void => {
-      if (sandboxId !== undefined && ev.sandbox_id !== sandboxId) return;
-      if (!visible(tenant)) return;
-      res.write(`id: ${ev.seq}\nevent: ${ev.type}\ndata: ${JSON.stringify(ev)}\n\n`);
-    };
-    // Replay and subscribe happen in one synchronous run (the ledger is synchronous), so no event
-    // can fall between them.
-    if (from !== undefined) {
-      let cursor = from;
-      for (
-        let batch = bus.sinceWithTenant(cursor, sandboxId);
-        batch.length > 0;
-        batch = bus.sinceWithTenant(cursor, sandboxId)
-      ) {
-        for (const { event, tenant } of batch) write(event, tenant);
-        cursor = batch.at(-1)?.event.seq ?? cursor;
-      }
-    }
-    const unsubscribe = bus.subscribe(write);
-    const keepalive = setInterval(() => res.write(": keepalive\n\n"), KEEPALIVE_MS);
-    request.raw.on("close", () => {
-      clearInterval(keepalive);
-      unsubscribe();
-    });
+    const stream = new EventStream(res, bus, scope, streams, from);
+    res.on("close", () => stream.close());
   });
 }

@@ -17,6 +17,7 @@ import { type PortForm, toClient, toGuest } from "./port-headers.ts";
 import { refuseCrossOrigin } from "./port-origin.ts";
 import type { TcpStream } from "../agent/tcp-stream.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
+import type { RelayMeter } from "./relay-meter.ts";
 
 type PortParams = { Params: { id: string; port: string; "*"?: string } };
 
@@ -122,6 +123,7 @@ export async function portRoutes(
   manager: SandboxManager,
   /** `secureCookies`: the client side is HTTPS (TLS here, or a TLS proxy in front), whatever this hop is. */
   links: { tokens: LinkTokens; previewDomain: string | undefined; secureCookies: boolean },
+  relays: RelayMeter,
 ): Promise<void> {
   app.get<{ Params: { id: string } }>("/sandboxes/:id/ports", async (request) => ({
     ports: await manager.agent(request.params.id).listPorts(),
@@ -171,7 +173,7 @@ export async function portRoutes(
           refuseCrossOrigin(request, linkedByCookie(request.raw) || request.principal === NO_AUTH_PRINCIPAL);
           if (!request.ws && tokenInQuery(request.raw) && (request.method === "GET" || request.method === "HEAD"))
             return linkLanding(request, reply, links.secureCookies);
-          if (request.ws) await relayUpgrade(request, reply, await connect(manager, request));
+          if (request.ws) await relayUpgrade(request, reply, await connect(manager, request), relays);
         },
         handler: async (request, reply) => proxyHttp(request, reply, await connect(manager, request)),
       });
@@ -284,9 +286,17 @@ async function relayUpgrade(
   request: FastifyRequest<PortParams>,
   reply: FastifyReply,
   tunnel: TcpStream,
+  relays: RelayMeter,
 ): Promise<void> {
   reply.hijack();
   const client = request.raw.socket as Duplex;
+  // Each direction is piped, so each pauses its source while the other side is full: a port
+  // that never reads leaves the client paused with a bounded amount held here.
+  const untrack = relays.track({
+    heldBytes: () => tunnel.writableLength + client.readableLength,
+    paused: () => client.isPaused(),
+    close: () => teardown(),
+  });
   const clientHead = upgradeHead(request);
   const upstream = httpRequest({
     method: request.method,
@@ -300,6 +310,7 @@ async function relayUpgrade(
     createConnection: () => tunnel as unknown as Socket,
   });
   const teardown = (): void => {
+    untrack();
     upstream.destroy();
     tunnel.destroy();
     client.destroy();

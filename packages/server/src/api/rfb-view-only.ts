@@ -36,12 +36,30 @@ const MESSAGES = new Map<number, [Sizer, boolean]>([
   [251, [at(6, 1, 16, 8), false]], // SetDesktopSize
 ]);
 
-export function viewOnlyRfb(): (chunk: Buffer) => Buffer | null {
-  let pending = Buffer.alloc(0);
+/** The filter over one client stream; `held` is how many bytes it keeps waiting for the rest of a message. */
+export interface ViewOnlyFilter {
+  (chunk: Buffer): Buffer | null;
+  readonly held: number;
+}
+
+/**
+ * Messages it passes are kept until whole (the largest, SetEncodings, is under 256 KiB); the ones
+ * it drops are skipped as they stream past, once their size is known, so a ClientCutText that
+ * announces 2 GiB costs nothing to hold.
+ */
+export function viewOnlyRfb(): ViewOnlyFilter {
+  let pending: Buffer = Buffer.alloc(0);
+  /** Bytes still to drop of a message already known to be dropped. */
+  let skip = 0;
   // Version (12 bytes), then for 3.7/3.8 the chosen security type, then ClientInit (1 byte).
   let stage: "version" | "security" | "init" | "messages" = "version";
-  return (chunk) => {
-    pending = Buffer.concat([pending, chunk]);
+  const filter = (chunk: Buffer): Buffer | null => {
+    if (skip > 0) {
+      const n = Math.min(skip, chunk.length);
+      skip -= n;
+      chunk = chunk.subarray(n);
+    }
+    pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
     const out: Buffer[] = [];
     for (;;) {
       if (stage === "version") {
@@ -67,11 +85,22 @@ export function viewOnlyRfb(): (chunk: Buffer) => Buffer | null {
         const kind = MESSAGES.get(pending[0] ?? -1);
         if (!kind) return null;
         const size = kind[0](pending);
-        if (size === undefined || pending.length < size) break;
-        if (kind[1]) out.push(pending.subarray(0, size));
+        if (size === undefined) break;
+        if (!kind[1]) {
+          // Dropped: whatever of it is here goes now, the rest as it arrives.
+          const n = Math.min(size, pending.length);
+          skip = size - n;
+          pending = pending.subarray(n);
+          continue;
+        }
+        if (pending.length < size) break;
+        out.push(pending.subarray(0, size));
         pending = pending.subarray(size);
       }
     }
+    // What waits is copied out of the chunk, so a small remainder does not keep a large chunk alive.
+    if (pending.length > 0) pending = Buffer.from(pending);
     return Buffer.concat(out);
   };
+  return Object.defineProperty(filter, "held", { get: () => pending.length }) as ViewOnlyFilter;
 }

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from "fastify";
 import { BothyError } from "@bothy/protocol";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
+import type { RelayMeter } from "./relay-meter.ts";
 import { relayTcp } from "./tcp-relay.ts";
 
 type Params = { Params: { id: string; port: string } };
@@ -10,7 +11,7 @@ type Params = { Params: { id: string; port: string } };
  * sandbox, its bytes in binary messages, for protocols that are not HTTP (a database, VNC, SSH).
  * `bothy port ID PORT --forward LOCAL` serves it on a local port.
  */
-export function tunnelRoutes(app: FastifyInstance, manager: SandboxManager): void {
+export function tunnelRoutes(app: FastifyInstance, manager: SandboxManager, relays: RelayMeter): void {
   app.route<Params>({
     method: "GET",
     url: "/sandboxes/:id/tunnel/:port",
@@ -28,7 +29,7 @@ export function tunnelRoutes(app: FastifyInstance, manager: SandboxManager): voi
     },
     wsHandler: (socket, request) => {
       const { id } = request.params;
-      relayTcp(socket, request.log, id, () => manager.agent(id).openTcp(Number(request.params.port)));
+      relayTcp(socket, request.log, id, relays, () => manager.agent(id).openTcp(Number(request.params.port)));
     },
   });
 }

@@ -1,4 +1,5 @@
 import type { BothyEvent } from "@bothy/protocol";
+import type { EventScope } from "../ledger/event-rows.ts";
 import type { EventRow, Ledger } from "../ledger/ledger.ts";
 
 /** `tenant`: the event's tenant, or null for a host-wide one (shown to admin keys only). */
@@ -39,9 +40,19 @@ export class EventBus {
     return this.ledger.sandboxEvents(sandboxId, types, seq, limit).map(toEvent);
   }
 
-  /** As `since`, each with its tenant. */
-  sinceWithTenant(seq: number, sandboxId?: string): Array<{ event: BothyEvent; tenant: string | null }> {
-    return this.ledger.eventsSince(seq, sandboxId).map((row) => ({ event: toEvent(row), tenant: row.tenant }));
+  /**
+   * The scope's events after `seq`, oldest first, at most `limit`, read from the scope's own rows.
+   * A tenant's scope on a sandbox of another tenant (or none) has no rows and reads none.
+   */
+  page(seq: number, scope: EventScope, limit: number): BothyEvent[] {
+    if (scope.tenant !== null && scope.sandboxId !== undefined)
+      if (this.ledger.getSandbox(scope.sandboxId)?.tenant !== scope.tenant) return [];
+    return this.ledger.events.page(seq, scope, limit).map(toEvent);
+  }
+
+  /** The newest event's sequence number (0 for none). */
+  lastSeq(): number {
+    return this.ledger.events.lastSeq();
   }
 }
 

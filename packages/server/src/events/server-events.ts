@@ -117,8 +117,12 @@ export interface ServerEventMap {
   };
   command_lost: { sandbox_id: string; command_id: string; reason: string };
 
+  /** The sweeper deleted events past BOTHY_EVENTS_RETENTION: `rows` of them, every one below seq `kept_from`. */
+  events_pruned: { rows: number; kept_from: number };
   webhook_failed: { seq: number; attempt: number; status?: number; error?: string };
   webhook_gave_up: { seq: number; type: string; attempts: number };
+  /** The webhook's backlog is full: events from `seq` on are not posted until it drains (they stay in the ledger). */
+  webhook_dropped: { seq: number; waiting: number };
   egress_allowed: EgressDecisionFields;
   egress_denied: EgressDecisionFields;
   egress_asked: EgressDecisionFields;
@@ -197,8 +201,10 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   command_started: "info",
   command_exited: "info",
   command_lost: "info",
+  events_pruned: "info",
   webhook_failed: "warn",
   webhook_gave_up: "error",
+  webhook_dropped: "error",
   budget_exceeded: "warn",
   egress_allowed: "debug",
   egress_denied: "info",

@@ -10,8 +10,17 @@ export interface WebhookOptions {
   timeoutMs: number;
   /** Signs each delivery (see `signature`); undefined: unsigned. */
   secret?: string | undefined;
+  /** Events waiting for delivery at most (default MAX_WAITING); past it new ones are dropped. */
+  maxWaiting?: number;
   log: Logger;
 }
+
+/**
+ * A receiver that is down or slow makes events wait (each up to its attempts and backoff); this
+ * bounds how many the server holds for it. A dropped event is still in the ledger (until
+ * BOTHY_EVENTS_RETENTION): a receiver catches up with `GET /events?since=SEQ`.
+ */
+export const MAX_WAITING = 10_000;
 
 /** The header a receiver checks: `t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<raw body>")>`. */
 export const SIGNATURE_HEADER = "bothy-signature";
@@ -27,13 +36,35 @@ export function signature(secret: string, body: string, at: Date = new Date()): 
  */
 export class WebhookSender {
   private queue: Promise<void> = Promise.resolve();
+  private waiting = 0;
+  /** Events are being dropped (the backlog is full); logged once per such run. */
+  private dropping = false;
   private stopped = false;
   private readonly inflight = new Set<AbortController>();
 
   constructor(private readonly opts: WebhookOptions) {}
 
+  /** Events accepted and not yet delivered or given up. */
+  get backlog(): number {
+    return this.waiting;
+  }
+
   send(event: BothyEvent): void {
-    this.queue = this.queue.then(() => this.deliver(event));
+    const max = this.opts.maxWaiting ?? MAX_WAITING;
+    if (this.waiting >= max) {
+      if (!this.dropping) this.opts.log("webhook_dropped", { seq: event.seq, waiting: this.waiting });
+      this.dropping = true;
+      return;
+    }
+    this.dropping = false;
+    this.waiting++;
+    this.queue = this.queue.then(async () => {
+      try {
+        await this.deliver(event);
+      } finally {
+        this.waiting--;
+      }
+    });
   }
 
   private async deliver(event: BothyEvent): Promise<void> {

@@ -2,6 +2,7 @@ import Database from "better-sqlite3";
 import { BothyError, LIVE_STATES, type NetworkPolicy, type SandboxInfo, type SandboxState } from "@bothy/protocol";
 import { ApprovalRows } from "./approval-rows.ts";
 import { AuthRows } from "./auth-rows.ts";
+import { EventRows } from "./event-rows.ts";
 import { SecretRows } from "./secret-rows.ts";
 import { canTransition, INITIAL_STATES, TransitionError } from "../sandboxes/lifecycle.ts";
 
@@ -158,6 +159,8 @@ export const MIGRATIONS = [
    );
    CREATE INDEX approvals_tenant ON approvals(tenant, state, created_at);
    CREATE INDEX approvals_sandbox ON approvals(sandbox_id, state);`,
+  // 12: a tenant's events as one range, so its replay pages through its own rows only.
+  `CREATE INDEX events_tenant ON events(tenant, seq);`,
 ];
 
 /** The tenant every row made before tenants existed belongs to, and the bootstrap key's. */
@@ -241,6 +244,8 @@ export class Ledger {
   readonly secrets: SecretRows;
   /** Approvals of the egress gateway and the agent tools. */
   readonly approvals: ApprovalRows;
+  /** Events as replays page them and the sweeper prunes them (appended by `insertEvent`). */
+  readonly events: EventRows;
 
   constructor(path: string) {
     this.db = new Database(path);
@@ -252,6 +257,7 @@ export class Ledger {
     this.auth = new AuthRows(this.db);
     this.secrets = new SecretRows(this.db);
     this.approvals = new ApprovalRows(this.db);
+    this.events = new EventRows(this.db);
   }
 
   private migrate(): void {

@@ -1,3 +1,5 @@
+import type { RelayGauges } from "../api/relay-meter.ts";
+import type { EventStreamGauges } from "../events/event-streams.ts";
 import type { ServerEvent } from "../events/server-events.ts";
 import { SANDBOX_STATES } from "@bothy/protocol";
 
@@ -78,6 +80,10 @@ export interface Gauges {
   sandboxes: Array<{ state: string; driver: string; n: number }>;
   /** Drivers that get a series for every state, 0 when empty, so dashboards see them from the start. */
   drivers: string[];
+  /** Open `GET /events` streams and what their replays read. */
+  eventStreams?: EventStreamGauges;
+  /** Open byte relays into sandboxes (tunnel, VNC, port WebSockets). */
+  relays?: RelayGauges;
 }
 
 export class Metrics {
@@ -197,8 +203,38 @@ export class Metrics {
     lines.push(...this.createSeconds.render());
     lines.push(...this.wakeSeconds.render());
     for (const c of this.all) lines.push(...c.render());
+    if (gauges.eventStreams) lines.push(...eventStreamLines(gauges.eventStreams));
+    if (gauges.relays) lines.push(...relayLines(gauges.relays));
     return `${lines.join("\n")}\n`;
   }
+}
+
+function eventStreamLines(g: EventStreamGauges): string[] {
+  return [
+    "# HELP bothy_event_streams Open GET /events streams: live, replaying (paging through the ledger), or behind (waiting for a client that stopped reading).",
+    "# TYPE bothy_event_streams gauge",
+    `bothy_event_streams{state="live"} ${g.live}`,
+    `bothy_event_streams{state="replaying"} ${g.replaying}`,
+    `bothy_event_streams{state="behind"} ${g.behind}`,
+    "# HELP bothy_event_stream_buffered_bytes Bytes written to event streams that their clients have not taken yet.",
+    "# TYPE bothy_event_stream_buffered_bytes gauge",
+    `bothy_event_stream_buffered_bytes ${g.bufferedBytes}`,
+    "# HELP bothy_event_replay_rows_total Ledger rows read by event stream replays (Last-Event-ID, since).",
+    "# TYPE bothy_event_replay_rows_total counter",
+    `bothy_event_replay_rows_total ${g.replayRows}`,
+  ];
+}
+
+function relayLines(g: RelayGauges): string[] {
+  return [
+    "# HELP bothy_relays Open byte relays into sandboxes (tunnel, VNC, port WebSockets): flowing, or paused (the sandbox is not reading).",
+    "# TYPE bothy_relays gauge",
+    `bothy_relays{state="flowing"} ${g.flowing}`,
+    `bothy_relays{state="paused"} ${g.paused}`,
+    "# HELP bothy_relay_held_bytes Bytes clients sent into relays that the host holds until the sandbox takes them.",
+    "# TYPE bothy_relay_held_bytes gauge",
+    `bothy_relay_held_bytes ${g.heldBytes}`,
+  ];
 }
 
 /** `{a="x",b="y"}` with the format's escapes, or "" for no labels. */

@@ -1,0 +1,112 @@
+import type { ServerResponse } from "node:http";
+import { setImmediate as nextTurn } from "node:timers/promises";
+import type { BothyEvent } from "@bothy/protocol";
+import type { EventScope } from "../ledger/event-rows.ts";
+import type { EventBus } from "./event-bus.ts";
+import type { EventStreams } from "./event-streams.ts";
+
+/** Rows one ledger query reads; also the most the stream holds that its socket has not taken. */
+export const PAGE_ROWS = 100;
+const KEEPALIVE_MS = 15_000;
+
+/**
+ * One `GET /events` stream. The ledger is its queue: it writes events as they happen while its
+ * client keeps up, and when the socket's buffer is full (or it starts from a Last-Event-ID) it
+ * stops writing and later pages through the ledger from the last event it wrote, one query of at
+ * most PAGE_ROWS of the reader's own rows at a time, yielding between pages. So a client that
+ * stops reading costs the server one socket buffer and one page, however many events follow,
+ * and still gets every event, in order, once it reads again.
+ */
+export class EventStream {
+  private state: "live" | "replaying" | "behind" = "live";
+  /** The last event written, or passed over in live mode (the next page starts after it). */
+  private cursor: number;
+  /** The rest of a page read but not yet written (the socket was full). */
+  private pending: BothyEvent[] = [];
+  private closed = false;
+  private readonly unsubscribe: () => void;
+  private readonly untrack: () => void;
+  private readonly keepalive: NodeJS.Timeout;
+
+  constructor(
+    private readonly res: ServerResponse,
+    private readonly bus: EventBus,
+    private readonly scope: EventScope,
+    private readonly streams: EventStreams,
+    from: number | undefined,
+  ) {
+    this.cursor = from ?? bus.lastSeq();
+    // Subscribing and reading the first page happen in one synchronous run (the ledger is
+    // synchronous), so no event can fall between them.
+    this.unsubscribe = bus.subscribe((event, tenant) => this.onEvent(event, tenant));
+    this.untrack = streams.track({ res, state: () => this.state });
+    this.keepalive = setInterval(() => {
+      if (this.state === "live" && !res.write(": keepalive\n\n")) this.waitForClient();
+    }, KEEPALIVE_MS);
+    if (from !== undefined) void this.catchUp();
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.pending = [];
+    clearInterval(this.keepalive);
+    this.unsubscribe();
+    this.untrack();
+  }
+
+  private onEvent(event: BothyEvent, tenant: string | null): void {
+    if (this.state !== "live") return; // the next page reads it from the ledger
+    this.cursor = event.seq;
+    if (this.scope.sandboxId !== undefined && event.sandbox_id !== this.scope.sandboxId) return;
+    if (this.scope.tenant !== null && tenant !== this.scope.tenant) return;
+    if (!this.write(event)) this.waitForClient();
+  }
+
+  /** Writes one event; false when the socket's buffer is full (the client is not reading). */
+  private write(event: BothyEvent): boolean {
+    return this.res.write(`id: ${event.seq}\nevent: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`);
+  }
+
+  private waitForClient(): void {
+    if (this.closed) return;
+    this.state = "behind";
+    this.res.once("drain", () => void this.catchUp());
+  }
+
+  /**
+   * Pages from the cursor until a page comes back short and every row of it went out; the stream
+   * is live from that moment, in the same synchronous run as the query, so nothing is missed.
+   */
+  private async catchUp(): Promise<void> {
+    this.state = "replaying";
+    for (;;) {
+      if (this.closed) return;
+      if (!this.flush()) return this.waitForClient();
+      const rows = this.bus.page(this.cursor, this.scope, PAGE_ROWS);
+      this.streams.read(rows.length);
+      this.pending = rows;
+      if (!this.flush()) return this.waitForClient();
+      if (rows.length < PAGE_ROWS) {
+        this.state = "live";
+        return;
+      }
+      await nextTurn(); // other requests run between pages
+    }
+  }
+
+  /** Writes what is pending until the socket is full; true when all went. */
+  private flush(): boolean {
+    let i = 0;
+    while (i < this.pending.length) {
+      const event = this.pending[i++] as BothyEvent;
+      this.cursor = event.seq;
+      if (!this.write(event)) {
+        this.pending = this.pending.slice(i);
+        return false;
+      }
+    }
+    this.pending = [];
+    return true;
+  }
+}
