@@ -160,6 +160,9 @@ export const MIGRATIONS = [
    CREATE INDEX approvals_sandbox ON approvals(sandbox_id, state);`,
 ];
 
+/** The states whose sandboxes the sweeper deletes once `expires_at` has passed: running and asleep (memory or disk kept). */
+export const EXPIRABLE_STATES: readonly SandboxState[] = ["running", "paused", "stopped"];
+
 /** The tenant every row made before tenants existed belongs to, and the bootstrap key's. */
 export const DEFAULT_TENANT = "default";
 
@@ -352,11 +355,16 @@ export class Ledger {
     this.db.prepare(`UPDATE sandboxes SET expires_at = ?, updated_at = ? WHERE id = ?`).run(expiresAt, now(), id);
   }
 
-  /** Running or paused sandboxes whose time ran out at `at` (an ISO time; ISO times of one format sort as text). */
+  /**
+   * Sandboxes whose time ran out at `at` (an ISO time; ISO times of one format sort as text), asleep
+   * or not: a `stopped` or `paused` one keeps its disk until it expires, as a running one keeps
+   * its VM. Rows already `deleting` are the delete's own to finish.
+   */
   expiredSandboxes(at: string): SandboxRow[] {
+    const marks = EXPIRABLE_STATES.map(() => "?").join(", ");
     return this.db
-      .prepare(`SELECT * FROM sandboxes WHERE expires_at <= ? AND state IN ('running', 'paused')`)
-      .all(at) as SandboxRow[];
+      .prepare(`SELECT * FROM sandboxes WHERE expires_at <= ? AND state IN (${marks})`)
+      .all(at, ...EXPIRABLE_STATES) as SandboxRow[];
   }
 
   countByStateAndDriver(): Array<{ state: string; driver: string; n: number }> {
