@@ -68,6 +68,8 @@ export interface ServerEventMap {
   };
   sandbox_create_failed: Failure;
   pool_boot_failed: Failure;
+  /** A pool sandbox given up: the host was full and a create or wake needed its room, or its template was rebuilt. */
+  pool_evicted: { sandbox_id: string; reason: string };
   /** A claimed pool sandbox could not get its CPU weight back (it runs on at the lowest). */
   pool_prioritize_failed: Failure;
   sandbox_paused: { sandbox_id: string };
@@ -165,6 +167,7 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   sandbox_created: "info",
   sandbox_create_failed: "warn",
   pool_boot_failed: "warn",
+  pool_evicted: "info",
   pool_prioritize_failed: "warn",
   sandbox_paused: "info",
   sandbox_resumed: "info",

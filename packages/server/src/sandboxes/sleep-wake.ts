@@ -124,7 +124,7 @@ export class SleepWake {
       await rec.reaping;
       if (this.ctx.stopping || rec.deleting)
         throw new BothyError("sandbox_not_running", `Sandbox ${id} is being deleted or the server is stopping.`);
-      if (this.ctx.atCapacity()) {
+      if (!this.ctx.makeRoom()) {
         throw new BothyError(
           "capacity_exhausted",
           `This host runs at most ${this.ctx.config.limits.maxSandboxes} sandboxes; delete one or raise BOTHY_MAX_SANDBOXES to wake ${id}.`,
