@@ -94,6 +94,8 @@ export interface ServerEventMap {
   };
   /** A row no sandbox stands behind (half-made at a restart, or found by the sweeper). */
   sandbox_lost: { sandbox_id: string; previous_state: SandboxState };
+  /** The E2B create's envVars the ledger keeps could not be opened (the vault's key was replaced): commands run without them. */
+  e2b_envs_unreadable: Failure;
   sandbox_recovered: { sandbox_id: string; previous_state: SandboxState; state: SandboxState };
   sandbox_reattached: { sandbox_id: string; driver: string; ms: number };
   sandbox_reattach_failed: Failure;
@@ -183,6 +185,7 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   sandbox_stop_failed: "warn",
   sandbox_died: "warn",
   sandbox_lost: "warn",
+  e2b_envs_unreadable: "warn",
   sandbox_recovered: "info",
   sandbox_reattached: "info",
   sandbox_reattach_failed: "warn",

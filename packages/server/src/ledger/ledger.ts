@@ -2,6 +2,7 @@ import Database from "better-sqlite3";
 import { BothyError, LIVE_STATES, type NetworkPolicy, type SandboxInfo, type SandboxState } from "@bothy/protocol";
 import { ApprovalRows } from "./approval-rows.ts";
 import { AuthRows } from "./auth-rows.ts";
+import { E2bRows } from "./e2b-rows.ts";
 import { SecretRows } from "./secret-rows.ts";
 import { canTransition, INITIAL_STATES, TransitionError } from "../sandboxes/lifecycle.ts";
 
@@ -158,6 +159,22 @@ export const MIGRATIONS = [
    );
    CREATE INDEX approvals_tenant ON approvals(tenant, state, created_at);
    CREATE INDEX approvals_sandbox ON approvals(sandbox_id, state);`,
+  // 12: what the E2B surface keeps per sandbox beyond bothy's own rows, so a restart keeps it: the
+  // create's envVars (sealed with the vault's key) and which bothy command each guest pid is.
+  `CREATE TABLE e2b_envs (
+     sandbox_id TEXT PRIMARY KEY REFERENCES sandboxes(id),
+     sealed BLOB NOT NULL
+   );
+   CREATE TABLE e2b_processes (
+     sandbox_id TEXT NOT NULL REFERENCES sandboxes(id),
+     pid INTEGER NOT NULL,
+     command_id TEXT NOT NULL,
+     config TEXT NOT NULL,
+     pty INTEGER NOT NULL,
+     tag TEXT,
+     signalled TEXT,
+     PRIMARY KEY (sandbox_id, pid)
+   );`,
 ];
 
 /** The states whose sandboxes the sweeper deletes once `expires_at` has passed: running and asleep (memory or disk kept). */
@@ -242,6 +259,8 @@ export class Ledger {
   readonly auth: AuthRows;
   /** The vault's sealed secrets and the sandboxes' placeholders. */
   readonly secrets: SecretRows;
+  /** The E2B surface's envVars and pid map. */
+  readonly e2b: E2bRows;
   /** Approvals of the egress gateway and the agent tools. */
   readonly approvals: ApprovalRows;
 
@@ -254,6 +273,7 @@ export class Ledger {
     this.migrate();
     this.auth = new AuthRows(this.db);
     this.secrets = new SecretRows(this.db);
+    this.e2b = new E2bRows(this.db);
     this.approvals = new ApprovalRows(this.db);
   }
 
