@@ -50,8 +50,11 @@ export class SandboxCreates {
       if (templateName !== undefined && s.template !== templateName) continue;
       const template = await this.ctx.templates.resolve(s.template);
       if (!template) continue;
+      // A shape of a driver this host cannot run has no pool (its creates are refused anyway).
+      const driver = this.ctx.drivers.all().find((d) => d.name === (s.driver ?? this.ctx.drivers.defaultName));
+      if (!driver) continue;
       const size = { vcpu: s.vcpu, memoryMib: s.memoryMib, diskMib: defaultDiskMib, maxProcesses: defaultProcesses };
-      this.ctx.pool.warm(this.shape(template, size, this.ctx.drivers.get(s.driver ?? this.ctx.drivers.defaultName)));
+      this.ctx.pool.warm(this.shape(template, size, driver));
     }
   }
 
