@@ -10,6 +10,8 @@ const sourceFirst = {
 
 export default defineConfig({
   test: {
+    // After every run: each skipped test and why; a skip test/allowed-skips.json does not name fails the run.
+    reporters: ["default", "./test/skip-report.ts"],
     projects: [
       {
         ...sourceFirst,

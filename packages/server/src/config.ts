@@ -3,6 +3,7 @@ import { cpus, totalmem } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { z } from "zod";
+import { createSandboxRequest, DRIVER_NAMES, TEMPLATE_NAME_RE, type DriverName } from "@bothy/protocol";
 import { parseRetention } from "./events/event-retention.ts";
 import type { EventRetention } from "./ledger/event-rows.ts";
 
@@ -26,6 +27,11 @@ const envSchema = z.object({
   BOTHY_DEFAULT_MAX_PROCESSES: int(1024),
   BOTHY_LIMIT_MAX_PROCESSES: int(32768),
   BOTHY_POOL_SIZE: z.coerce.number().int().min(0).max(32).default(1),
+  /**
+   * The shapes the warm pool keeps sandboxes of, comma-separated `TEMPLATE:VCPU:MEMORY_MIB[:DRIVER]`
+   * (default: a create's defaults on the default driver); a create of any other shape boots its own.
+   */
+  BOTHY_POOL_SHAPES: z.string().optional(),
   BOTHY_LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
   BOTHY_BOOT_TIMEOUT_S: int(60),
   /**
@@ -135,6 +141,17 @@ const envSchema = z.object({
     .optional(),
 });
 
+/** One shape of the warm pool (BOTHY_POOL_SHAPES); its disk and process limit are the host's defaults. */
+export interface PoolShapeConfig {
+  template: string;
+  vcpu: number;
+  memoryMib: number;
+  driver: DriverName | undefined;
+}
+
+/** The most shapes the warm pool keeps: each costs BOTHY_POOL_SIZE booted sandboxes. */
+export const MAX_POOL_SHAPES = 8;
+
 export interface Config {
   host: string;
   port: number;
@@ -156,6 +173,8 @@ export interface Config {
     maxSandboxes: number;
   };
   poolSize: number;
+  /** What the warm pool keeps `poolSize` sandboxes of each; `driver` undefined: the default driver. */
+  poolShapes: PoolShapeConfig[];
   logLevel: z.infer<typeof envSchema>["BOTHY_LOG_LEVEL"];
   bootTimeoutMs: number;
   bodyLimitBytes: number;
@@ -239,6 +258,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
       maxSandboxes: e.BOTHY_MAX_SANDBOXES,
     },
     poolSize: e.BOTHY_POOL_SIZE,
+    poolShapes: poolShapes(e.BOTHY_POOL_SHAPES, e.BOTHY_MAX_VCPU, e.BOTHY_MAX_MEMORY_MIB),
     logLevel: e.BOTHY_LOG_LEVEL,
     bootTimeoutMs: e.BOTHY_BOOT_TIMEOUT_S * 1000,
     bodyLimitBytes: 1024 * 1024,
@@ -296,4 +316,32 @@ function agentNode(choice: string): string | undefined {
   const v = process.config.variables as Record<string, unknown>;
   if (v["node_shared"] === true || v["node_use_node_snapshot"] !== true) return undefined;
   return realpathSync(process.execPath);
+}
+
+/**
+ * BOTHY_POOL_SHAPES: `TEMPLATE:VCPU:MEMORY_MIB[:DRIVER]`, comma-separated, at most MAX_POOL_SHAPES;
+ * unset: the one shape a create gets when it names nothing (the protocol's defaults).
+ */
+function poolShapes(text: string | undefined, maxVcpu: number, maxMemoryMib: number): PoolShapeConfig[] {
+  if (text === undefined) {
+    const d = createSandboxRequest.parse({});
+    return [{ template: d.template, vcpu: d.vcpu, memoryMib: d.memory_mib, driver: undefined }];
+  }
+  const bad = (why: string): never => {
+    throw new Error(`Invalid configuration: BOTHY_POOL_SHAPES: ${why}; e.g. seed:1:512,code-interpreter:2:1024:gvisor`);
+  };
+  const shapes = list(text).map((item): PoolShapeConfig => {
+    const [template = "", vcpu = "", memory = "", driver, ...rest] = item.split(":");
+    if (!TEMPLATE_NAME_RE.test(template) || rest.length > 0) bad(`"${item}" is not TEMPLATE:VCPU:MEMORY_MIB[:DRIVER]`);
+    const v = Number(vcpu);
+    const m = Number(memory);
+    if (!Number.isInteger(v) || v < 1 || v > maxVcpu) bad(`"${item}": vcpu must be 1 to ${maxVcpu} (BOTHY_MAX_VCPU)`);
+    if (!Number.isInteger(m) || m < 128 || m > maxMemoryMib)
+      bad(`"${item}": memory must be 128 to ${maxMemoryMib} MiB (BOTHY_MAX_MEMORY_MIB)`);
+    if (driver !== undefined && !(DRIVER_NAMES as readonly string[]).includes(driver))
+      bad(`"${item}": the driver is one of ${DRIVER_NAMES.join(", ")}`);
+    return { template, vcpu: v, memoryMib: m, driver: driver as DriverName | undefined };
+  });
+  if (shapes.length > MAX_POOL_SHAPES) bad(`at most ${MAX_POOL_SHAPES} shapes`);
+  return shapes;
 }

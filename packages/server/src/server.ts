@@ -326,7 +326,17 @@ export async function startServer(
   await agentToolRoutes(app, config, logger, ring, { approvals, policies: manager.policies });
   usageRoutes(app, meter, ledger);
   approvalRoutes(app, approvals);
-  await e2bRoutes(app, { tokens: e2bTokens, config, manager, registry, serverEvents, logProblem, ledger, quotas });
+  await e2bRoutes(app, {
+    tokens: e2bTokens,
+    config,
+    manager,
+    registry,
+    serverEvents,
+    logProblem,
+    ledger,
+    quotas,
+    vault,
+  });
   openapiRoutes(app);
 
   const address = await app.listen({ host: config.host, port: config.port });

@@ -116,6 +116,8 @@ class World {
       BOTHY_NETWORK: "off",
       BOTHY_MAX_SANDBOXES: "4",
       BOTHY_POOL_SIZE: pool ? "1" : "0",
+      // The shapes the model creates, so its creates claim from the pool.
+      BOTHY_POOL_SHAPES: "seed:1:256:gvisor,seed:1:256:qemu",
     });
   }
 

@@ -12,6 +12,7 @@ describe("the warm pool's refill after a claim", () => {
     host = new FakeHost();
     shape = {
       driver: new FakeDriver("gvisor", host),
+      templateName: "seed",
       templateRoot: "/fake/seed",
       templateHash: "seed",
       templateEnv: {},
@@ -20,12 +21,14 @@ describe("the warm pool's refill after a claim", () => {
       diskMib: 1024,
       maxProcesses: 64,
     };
-    pool = new WarmPool(
-      1,
-      (id) => `/fake/${id}`,
-      10_000,
-      () => undefined,
-    );
+    pool = new WarmPool({
+      size: 1,
+      shapes: [{ driver: "gvisor", template: "seed", vcpu: 1, memoryMib: 512, diskMib: 1024, maxProcesses: 64 }],
+      dirFor: (id) => `/fake/${id}`,
+      bootTimeoutMs: 10_000,
+      log: () => undefined,
+      hasRoom: () => true,
+    });
   });
   afterEach(async () => {
     await pool.close();

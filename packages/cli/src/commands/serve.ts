@@ -24,7 +24,7 @@ export async function serve(_args: string[]): Promise<number> {
   const stop = stopRequested(logger);
   const server = await startServer(config, logger);
   process.off("beforeExit", stalled);
-  void server.manager.warm("seed");
+  void server.manager.warm();
   await stop;
   await server.close();
   return 0;

@@ -16,7 +16,8 @@ import { Filesystem } from "./gen/filesystem_pb.ts";
 import { Process } from "./gen/process_pb.ts";
 import { processService } from "./process-service.ts";
 import { E2bHttpError, sendE2bError } from "./e2b-errors.ts";
-import { E2bState } from "./e2b-state.ts";
+import { E2bState, vaultSealer } from "./e2b-state.ts";
+import type { Vault } from "../gateway/vault.ts";
 import { signedFileRoutes } from "./signed-files.ts";
 
 export interface E2bDeps {
@@ -30,6 +31,8 @@ export interface E2bDeps {
   logProblem: (err: BothyError) => void;
   ledger: Ledger;
   quotas: Quotas;
+  /** Seals the create's envVars the ledger keeps. */
+  vault: Vault;
 }
 
 /**
@@ -41,9 +44,18 @@ export interface E2bDeps {
  */
 export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<void> {
   const { tokens } = deps;
-  const state = new E2bState();
+  const state = new E2bState(deps.ledger.e2b, vaultSealer(deps.vault), (sandboxId, err) =>
+    deps.serverEvents.emit("e2b_envs_unreadable", { sandbox_id: sandboxId, error: err.message }),
+  );
+  // A sandbox that ended for good (deleted, or failed and never coming back) needs none of it.
   deps.serverEvents.subscribe((ev) => {
-    if (ev.event === "sandbox_deleted") state.forget(ev.sandbox_id);
+    if (
+      ev.event === "sandbox_deleted" ||
+      ev.event === "sandbox_create_failed" ||
+      ev.event === "sandbox_resume_failed" ||
+      ev.event === "sandbox_lost"
+    )
+      state.forget(ev.sandbox_id);
   });
   await app.register(
     async (e2b) => {

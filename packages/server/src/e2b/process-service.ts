@@ -1,6 +1,7 @@
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { BothyError, commandRequest, isErrorCode, ptySize, type CommandEvent } from "@bothy/protocol";
+import type { AgentClient } from "../agent/agent-client.ts";
 import type { CommandRegistry, RunningCommand } from "../commands/command-registry.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { toConnectError } from "./e2b-errors.ts";
@@ -52,6 +53,21 @@ export function sandboxOf(ctx: HandlerContext): string {
   const id = ctx.requestHeader.get("e2b-sandbox-id");
   if (id === null) throw new ConnectError("E2b-Sandbox-Id header missing", Code.InvalidArgument);
   return id;
+}
+
+/** Runs a short host-side helper command in the guest (no command record), and resolves with its exit code. */
+function runQuiet(agent: AgentClient, cmd: string): Promise<number | null> {
+  return new Promise((resolve, reject) => {
+    agent.exec(
+      { cmd },
+      {
+        onStarted: () => undefined,
+        onOutput: (_fd, _data, consumed) => consumed(),
+        onExited: (code) => resolve(code),
+        onError: reject,
+      },
+    );
+  });
 }
 
 /** Signal numbers of the signals envd's SendSignal carries. */
@@ -197,10 +213,40 @@ export function processService(
     }
     const command = process && registry.get(sandboxId, process.commandId);
     if (pid === undefined || !process || !command || command.finished) {
-      if (pid !== undefined) state.dropProcess(sandboxId, pid);
+      if (pid !== undefined && command?.finished) state.dropProcess(sandboxId, pid);
       throw new ConnectError(`process ${sel?.value ?? "?"} not found`, Code.NotFound);
     }
     return { pid, process, command, sandboxId };
+  };
+
+  /** A pid of the map (by pid or tag) whose bothy command this server never knew: one started before a restart. */
+  const fromBeforeRestart = (
+    ctx: HandlerContext,
+    selector: ProcessSelector | undefined,
+  ): { pid: number; process: E2bProcess } | undefined => {
+    checkRpcUser(ctx);
+    const sandboxId = sandboxOf(ctx);
+    const sel = selector?.selector;
+    const found: [number, E2bProcess] | undefined =
+      sel?.case === "pid"
+        ? ((p) => (p ? [sel.value, p] : undefined))(state.process(sandboxId, sel.value))
+        : sel?.case === "tag"
+          ? state.listProcesses(sandboxId).find(([, p]) => p.tag === sel.value)
+          : undefined;
+    if (!found || registry.get(sandboxId, found[1].commandId)) return undefined;
+    return { pid: found[0], process: found[1] };
+  };
+
+  /**
+   * A process started before a server restart: the restart lost its bothy command (its output and
+   * end), but it runs on in the guest, detached, leading its own process group under the pid the
+   * map names. It is signalled there as that group (`kill -- -PID` reaches nothing once the group
+   * is gone: no stray pid is hit, only a new group leader that reused the number could be, in the
+   * caller's own sandbox). False when it is gone.
+   */
+  const signalBeforeRestart = async (sandboxId: string, pid: number, signal: string): Promise<boolean> => {
+    const code = await runQuiet(manager.agent(sandboxId), `kill -s ${signal.replace(/^SIG/, "")} -- -${pid}`);
+    return code === 0;
   };
 
   return {
@@ -266,18 +312,34 @@ export function processService(
       const processes = [];
       for (const [pid, process] of state.listProcesses(sandboxId)) {
         const command = registry.get(sandboxId, process.commandId);
-        if (!command || command.finished) state.dropProcess(sandboxId, pid);
+        // One from before a restart is not listed (its output and end are lost) but stays known,
+        // so SendSignal can still reach it in the guest.
+        if (!command) continue;
+        if (command.finished) state.dropProcess(sandboxId, pid);
         else
           processes.push({ pid, config: process.config, ...(process.tag === undefined ? {} : { tag: process.tag }) });
       }
       return { processes };
     },
 
-    sendSignal: (req, ctx) => {
-      const { process, command } = selected(ctx, req.process);
+    sendSignal: async (req, ctx) => {
       const signal = SIGNALS[req.signal];
       if (!signal) throw new ConnectError("signal must be SIGNAL_SIGKILL or SIGNAL_SIGTERM", Code.InvalidArgument);
-      process.signalled = signal;
+      const sandboxId = sandboxOf(ctx);
+      const before = fromBeforeRestart(ctx, req.process);
+      if (before) {
+        let signalled: boolean;
+        try {
+          signalled = await signalBeforeRestart(sandboxId, before.pid, signal);
+        } catch (err) {
+          throw toConnectError(err);
+        }
+        if (!signalled || signal === "SIGKILL") state.dropProcess(sandboxId, before.pid);
+        if (!signalled) throw new ConnectError(`process ${before.pid} not found`, Code.NotFound);
+        return {};
+      }
+      const { pid, command } = selected(ctx, req.process);
+      state.markSignalled(sandboxId, pid, signal);
       command.signal(signal);
       return {};
     },

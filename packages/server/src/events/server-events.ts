@@ -68,6 +68,8 @@ export interface ServerEventMap {
   };
   sandbox_create_failed: Failure;
   pool_boot_failed: Failure;
+  /** A pool sandbox given up: the host was full and a create or wake needed its room, or its template was rebuilt. */
+  pool_evicted: { sandbox_id: string; reason: string };
   /** A claimed pool sandbox could not get its CPU weight back (it runs on at the lowest). */
   pool_prioritize_failed: Failure;
   sandbox_paused: { sandbox_id: string };
@@ -92,6 +94,8 @@ export interface ServerEventMap {
   };
   /** A row no sandbox stands behind (half-made at a restart, or found by the sweeper). */
   sandbox_lost: { sandbox_id: string; previous_state: SandboxState };
+  /** The E2B create's envVars the ledger keeps could not be opened (the vault's key was replaced): commands run without them. */
+  e2b_envs_unreadable: Failure;
   sandbox_recovered: { sandbox_id: string; previous_state: SandboxState; state: SandboxState };
   sandbox_reattached: { sandbox_id: string; driver: string; ms: number };
   sandbox_reattach_failed: Failure;
@@ -169,6 +173,7 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   sandbox_created: "info",
   sandbox_create_failed: "warn",
   pool_boot_failed: "warn",
+  pool_evicted: "info",
   pool_prioritize_failed: "warn",
   sandbox_paused: "info",
   sandbox_resumed: "info",
@@ -184,6 +189,7 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   sandbox_stop_failed: "warn",
   sandbox_died: "warn",
   sandbox_lost: "warn",
+  e2b_envs_unreadable: "warn",
   sandbox_recovered: "info",
   sandbox_reattached: "info",
   sandbox_reattach_failed: "warn",

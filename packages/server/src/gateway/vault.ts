@@ -86,6 +86,19 @@ export class Vault implements SecretSource {
     return new Vault(await loadVaultKey(home, rows), rows);
   }
 
+  /**
+   * Seals a value the server keeps for a sandbox beyond the vault (the E2B create's envVars) under
+   * the vault's key, bound to `purpose` and the sandbox, so the ledger never holds it in clear.
+   */
+  sealFor(purpose: string, sandboxId: string, value: Buffer): Buffer {
+    return seal(this.key, `@${purpose}`, sandboxId, value);
+  }
+
+  /** The value `sealFor` sealed; throws when it was altered or sealed for another purpose or sandbox. */
+  unsealFor(purpose: string, sandboxId: string, sealed: Buffer): Buffer {
+    return unseal(this.key, `@${purpose}`, sandboxId, sealed);
+  }
+
   /** Seals and stores the value; true when the secret is new, false when it replaced one. */
   put(tenant: string, name: string, body: z.output<typeof putSecretRequest>): { created: boolean; info: SecretInfo } {
     const created = this.rows.put({

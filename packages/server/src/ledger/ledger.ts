@@ -2,6 +2,7 @@ import Database from "better-sqlite3";
 import { BothyError, LIVE_STATES, type NetworkPolicy, type SandboxInfo, type SandboxState } from "@bothy/protocol";
 import { ApprovalRows } from "./approval-rows.ts";
 import { AuthRows } from "./auth-rows.ts";
+import { E2bRows } from "./e2b-rows.ts";
 import { EventRows } from "./event-rows.ts";
 import { SecretRows } from "./secret-rows.ts";
 import { canTransition, INITIAL_STATES, TransitionError } from "../sandboxes/lifecycle.ts";
@@ -161,7 +162,26 @@ export const MIGRATIONS = [
    CREATE INDEX approvals_sandbox ON approvals(sandbox_id, state);`,
   // 12: a tenant's events as one range, so its replay pages through its own rows only.
   `CREATE INDEX events_tenant ON events(tenant, seq);`,
+  // 13: what the E2B surface keeps per sandbox beyond bothy's own rows, so a restart keeps it: the
+  // create's envVars (sealed with the vault's key) and which bothy command each guest pid is.
+  `CREATE TABLE e2b_envs (
+     sandbox_id TEXT PRIMARY KEY REFERENCES sandboxes(id),
+     sealed BLOB NOT NULL
+   );
+   CREATE TABLE e2b_processes (
+     sandbox_id TEXT NOT NULL REFERENCES sandboxes(id),
+     pid INTEGER NOT NULL,
+     command_id TEXT NOT NULL,
+     config TEXT NOT NULL,
+     pty INTEGER NOT NULL,
+     tag TEXT,
+     signalled TEXT,
+     PRIMARY KEY (sandbox_id, pid)
+   );`,
 ];
+
+/** The states whose sandboxes the sweeper deletes once `expires_at` has passed: running and asleep (memory or disk kept). */
+export const EXPIRABLE_STATES: readonly SandboxState[] = ["running", "paused", "stopped"];
 
 /** The tenant every row made before tenants existed belongs to, and the bootstrap key's. */
 export const DEFAULT_TENANT = "default";
@@ -242,6 +262,8 @@ export class Ledger {
   readonly auth: AuthRows;
   /** The vault's sealed secrets and the sandboxes' placeholders. */
   readonly secrets: SecretRows;
+  /** The E2B surface's envVars and pid map. */
+  readonly e2b: E2bRows;
   /** Approvals of the egress gateway and the agent tools. */
   readonly approvals: ApprovalRows;
   /** Events as replays page them and the sweeper prunes them (appended by `insertEvent`). */
@@ -256,6 +278,7 @@ export class Ledger {
     this.migrate();
     this.auth = new AuthRows(this.db);
     this.secrets = new SecretRows(this.db);
+    this.e2b = new E2bRows(this.db);
     this.approvals = new ApprovalRows(this.db);
     this.events = new EventRows(this.db);
   }
@@ -358,11 +381,16 @@ export class Ledger {
     this.db.prepare(`UPDATE sandboxes SET expires_at = ?, updated_at = ? WHERE id = ?`).run(expiresAt, now(), id);
   }
 
-  /** Running or paused sandboxes whose time ran out at `at` (an ISO time; ISO times of one format sort as text). */
+  /**
+   * Sandboxes whose time ran out at `at` (an ISO time; ISO times of one format sort as text), asleep
+   * or not: a `stopped` or `paused` one keeps its disk until it expires, as a running one keeps
+   * its VM. Rows already `deleting` are the delete's own to finish.
+   */
   expiredSandboxes(at: string): SandboxRow[] {
+    const marks = EXPIRABLE_STATES.map(() => "?").join(", ");
     return this.db
-      .prepare(`SELECT * FROM sandboxes WHERE expires_at <= ? AND state IN ('running', 'paused')`)
-      .all(at) as SandboxRow[];
+      .prepare(`SELECT * FROM sandboxes WHERE expires_at <= ? AND state IN (${marks})`)
+      .all(at, ...EXPIRABLE_STATES) as SandboxRow[];
   }
 
   countByStateAndDriver(): Array<{ state: string; driver: string; n: number }> {

@@ -47,7 +47,21 @@ export class ManagerContext {
     /** The vault that binds secrets to sandboxes, and the CA guests trust; absent: creates naming secrets are refused. */
     readonly gateway?: { vault: Vault; caPem: string },
   ) {
-    this.pool = new WarmPool(config.poolSize, (id) => this.dirFor(id), config.bootTimeoutMs, log);
+    this.pool = new WarmPool({
+      size: config.poolSize,
+      shapes: config.poolShapes.map((s) => ({
+        driver: s.driver ?? drivers.defaultName,
+        template: s.template,
+        vcpu: s.vcpu,
+        memoryMib: s.memoryMib,
+        diskMib: config.limits.defaultDiskMib,
+        maxProcesses: config.limits.defaultProcesses,
+      })),
+      dirFor: (id) => this.dirFor(id),
+      bootTimeoutMs: config.bootTimeoutMs,
+      log,
+      hasRoom: () => this.inUse() < config.limits.maxSandboxes,
+    });
     this.policies = new GatewayPolicies(ledger);
   }
 
@@ -75,11 +89,23 @@ export class ManagerContext {
     return new Set([...this.records.ownedIds(), ...this.pool.ownedIds()]);
   }
 
-  /** Held sandboxes and creates in flight count against the host's limit (a create that has adopted its sandbox twice). */
-  atCapacity(): boolean {
+  /**
+   * What counts against the host's limit (BOTHY_MAX_SANDBOXES): held sandboxes, creates in flight
+   * (a create that has adopted its sandbox twice), and the warm pool's, booted or booting.
+   */
+  private inUse(): number {
     const all = this.records.all();
-    const n = all.filter((r) => r.booted).length + all.filter((r) => r.creating).length;
-    return n >= this.config.limits.maxSandboxes;
+    return all.filter((r) => r.booted).length + all.filter((r) => r.creating).length + this.pool.count();
+  }
+
+  atCapacity(): boolean {
+    return this.inUse() >= this.config.limits.maxSandboxes;
+  }
+
+  /** Whether one more sandbox fits, giving up a warm pool sandbox for it when the host is full. */
+  makeRoom(): boolean {
+    if (!this.atCapacity()) return true;
+    return this.pool.evictOne() && !this.atCapacity();
   }
 
   /** With networking on, every guest trusts the egress CA (pool sandboxes too, so any can be claimed). */

@@ -40,18 +40,22 @@ export class SandboxCreates {
     private readonly held: HeldSandboxes,
   ) {}
 
-  /** Starts filling the warm pool for the default shape of a template. */
-  async warm(templateName: string): Promise<void> {
-    const template = await this.ctx.templates.resolve(templateName);
+  /**
+   * Starts filling the warm pool for each configured shape (BOTHY_POOL_SHAPES), or those of one
+   * template, at the template's current build (pools of older builds are drained).
+   */
+  async warm(templateName?: string): Promise<void> {
     const { defaultDiskMib, defaultProcesses } = this.ctx.config.limits;
-    if (template)
-      this.ctx.pool.refill(
-        this.shape(
-          template,
-          { vcpu: 1, memoryMib: 512, diskMib: defaultDiskMib, maxProcesses: defaultProcesses },
-          this.ctx.drivers.default,
-        ),
-      );
+    for (const s of this.ctx.config.poolShapes) {
+      if (templateName !== undefined && s.template !== templateName) continue;
+      const template = await this.ctx.templates.resolve(s.template);
+      if (!template) continue;
+      // A shape of a driver this host cannot run has no pool (its creates are refused anyway).
+      const driver = this.ctx.drivers.all().find((d) => d.name === (s.driver ?? this.ctx.drivers.defaultName));
+      if (!driver) continue;
+      const size = { vcpu: s.vcpu, memoryMib: s.memoryMib, diskMib: defaultDiskMib, maxProcesses: defaultProcesses };
+      this.ctx.pool.warm(this.shape(template, size, driver));
+    }
   }
 
   async create(
@@ -108,7 +112,15 @@ export class SandboxCreates {
     size: { vcpu: number; memoryMib: number; diskMib: number; maxProcesses: number },
     driver: Driver,
   ): PoolShape {
-    return { driver, templateRoot: t.rootfs, templateHash: t.hash, templateEnv: t.env, ...size, ...this.ctx.trust() };
+    return {
+      driver,
+      templateName: t.name,
+      templateRoot: t.rootfs,
+      templateHash: t.hash,
+      templateEnv: t.env,
+      ...size,
+      ...this.ctx.trust(),
+    };
   }
 
   private async createNew(
@@ -123,14 +135,6 @@ export class SandboxCreates {
         `Template "${req.template}" is defined but not built yet: run \`bothy template build ${req.template}\`.`,
       );
     }
-    if (this.ctx.atCapacity()) {
-      throw new BothyError(
-        "capacity_exhausted",
-        `This host runs at most ${this.ctx.config.limits.maxSandboxes} sandboxes; delete one or raise BOTHY_MAX_SANDBOXES.`,
-      );
-    }
-    // Checked in the same synchronous run as the row's insert below, so two creates cannot both pass.
-    owner.admit?.({ vcpu: req.vcpu, memoryMib: req.memory_mib });
     const driver = this.ctx.drivers.get(req.driver);
     const lifetime = lifetimeOf(req, this.ctx.config.lifecycle);
     const started = Date.now();
@@ -138,11 +142,22 @@ export class SandboxCreates {
     const maxProcesses = req.max_processes ?? this.ctx.config.limits.defaultProcesses;
     const shape = this.shape(template, { vcpu: req.vcpu, memoryMib: req.memory_mib, diskMib, maxProcesses }, driver);
     const network = networkPolicy(req, owner.tenant, this.ctx.config.network, this.ctx.policies);
+    // Pool sandboxes were made with the default posture; any other policy boots its own.
+    const poolable = isDefaultPolicy(network.egress) && !network.egress.gateway;
+    // A claim from the pool takes no more of the host; any other create needs room, a pool
+    // sandbox giving up its own when the host is full. From here to the row's insert below all
+    // runs synchronously, so two creates cannot both pass these checks.
+    if (!(poolable && this.ctx.pool.hasReady(shape)) && !this.ctx.makeRoom()) {
+      throw new BothyError(
+        "capacity_exhausted",
+        `This host runs at most ${this.ctx.config.limits.maxSandboxes} sandboxes; delete one or raise BOTHY_MAX_SANDBOXES.`,
+      );
+    }
+    owner.admit?.({ vcpu: req.vcpu, memoryMib: req.memory_mib });
     const secrets = req.secrets ?? [];
     // Before anything is made: a create naming a secret the vault lacks makes nothing.
     if (secrets.length > 0) this.ctx.gateway?.vault.requireAll(owner.tenant, secrets);
-    // Pool sandboxes were made with the default posture; any other policy boots its own.
-    const warm = isDefaultPolicy(network.egress) && !network.egress.gateway ? this.ctx.pool.claim(shape) : undefined;
+    const warm = poolable ? this.ctx.pool.claim(shape) : undefined;
     const id = warm?.spec.id ?? newSandboxId();
     this.ctx.ledger.insertSandbox(
       {

@@ -82,9 +82,14 @@ export class SandboxManager {
     return booted.agent;
   }
 
-  /** Starts filling the warm pool for the default shape of a template. */
-  warm(templateName: string): Promise<void> {
+  /** Starts filling the warm pool for its configured shapes (BOTHY_POOL_SHAPES), or those of one template. */
+  warm(templateName?: string): Promise<void> {
     return this.creates.warm(templateName);
+  }
+
+  /** The warm pool's sandboxes: booted and waiting for a claim, and booting. */
+  poolStats(): { ready: number; booting: number } {
+    return this.pool.stats();
   }
 
   create(body: unknown, idempotencyKey: string | undefined, owner?: CreateOwner): Promise<CreateResult> {

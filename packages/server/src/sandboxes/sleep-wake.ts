@@ -81,12 +81,19 @@ export class SleepWake {
       try {
         await resumeSandbox(this.ctx.drivers.get(this.ctx.info(id).driver), booted, this.ctx.config.bootTimeoutMs);
       } catch (err) {
-        // A sandbox that cannot come back is over: its state file and disk go with it.
-        this.ctx.records.letGo(rec);
-        await booted.handle.destroy();
+        // A sandbox that cannot come back is over: its state file and disk go with it. The row
+        // says so first (as a delete marks `deleting` before its teardown), so a crash or a
+        // failed removal can leave host objects behind (the sweeper's to remove) but never a
+        // `paused` row with nothing behind it.
         const e = toResumeFailure(err);
+        this.ctx.records.letGo(rec);
         this.ctx.ledger.transition(id, "paused", "failed", e.message);
         this.ctx.log("sandbox_resume_failed", { sandbox_id: id, error: describeCauses(err) });
+        await booted.handle
+          .destroy()
+          .catch((destroyErr: unknown) =>
+            this.ctx.log("sandbox_delete_failed", { sandbox_id: id, error: describeCauses(destroyErr) }),
+          );
         throw e;
       }
       this.ctx.ledger.transition(id, "paused", "running");
@@ -117,7 +124,7 @@ export class SleepWake {
       await rec.reaping;
       if (this.ctx.stopping || rec.deleting)
         throw new BothyError("sandbox_not_running", `Sandbox ${id} is being deleted or the server is stopping.`);
-      if (this.ctx.atCapacity()) {
+      if (!this.ctx.makeRoom()) {
         throw new BothyError(
           "capacity_exhausted",
           `This host runs at most ${this.ctx.config.limits.maxSandboxes} sandboxes; delete one or raise BOTHY_MAX_SANDBOXES to wake ${id}.`,

@@ -42,6 +42,7 @@ function warmUp(agent: AgentClient): Promise<void> {
 
 export interface PoolShape {
   driver: Driver;
+  templateName: string;
   templateRoot: string;
   templateHash: string;
   templateEnv: Record<string, string>;
@@ -54,48 +55,124 @@ export interface PoolShape {
   commandEnv?: Record<string, string>;
 }
 
+/** A shape the pool keeps sandboxes of (config's pool shapes with the host's defaults filled in). */
+export interface PoolShapeKey {
+  driver: string;
+  template: string;
+  vcpu: number;
+  memoryMib: number;
+  diskMib: number;
+  maxProcesses: number;
+}
+
+export interface WarmPoolOptions {
+  /** Sandboxes kept booted per shape (0: no pool). */
+  size: number;
+  /** The only shapes the pool keeps; a claim of any other finds nothing and starts nothing. */
+  shapes: readonly PoolShapeKey[];
+  dirFor: (id: string) => string;
+  bootTimeoutMs: number;
+  log: Logger;
+  /** Whether the host may run one more sandbox (pool sandboxes count toward BOTHY_MAX_SANDBOXES). */
+  hasRoom: () => boolean;
+}
+
 /**
- * Sandboxes booted ahead of demand, one set per shape (driver + template build + vcpu + memory). Each has
- * its own id, hostname and disk from the start, its network, identity and limits applied, and has
- * run one command (its caches warm); a claim only hands it over, with the host's default CPU
+ * Sandboxes booted ahead of demand, for the configured shapes only (BOTHY_POOL_SHAPES: template,
+ * vcpu, memory and driver; a shape's pool holds sandboxes of the template's current build). Each
+ * has its own id, hostname and disk from the start, its network, identity and limits applied, and
+ * has run one command (its caches warm); a claim only hands it over, with the host's default CPU
  * weight back (pool sandboxes boot at the lowest). The pool refills in the background, one boot
  * at a time, at that lowest weight, so it never starves live work of CPU; after a claim, once
  * the claimed sandbox's first command has ended (`settled`, at most REFILL_DEFER_MS later), so
  * the caller's first command does not share the CPU with a boot. A claim that finds the pool
  * empty (a burst) refills at once.
+ *
+ * Bounded: at most `size` per configured shape; pool sandboxes count toward the host's limit (a
+ * refill boots only while `hasRoom`, and a create that finds the host full takes the room of one,
+ * `evictOne`); a claim or warm that finds a template rebuilt drains the pools of its older builds.
  */
 export class WarmPool {
   private readonly ready = new Map<string, BootedSandbox[]>();
   private readonly filling = new Map<string, Promise<void>>();
   private readonly booting = new Set<string>();
+  /** Pool sandboxes being destroyed (evicted, drained, or found dead): still ours until gone. */
+  private readonly removing = new Map<string, Promise<void>>();
+  /** The build each template's pools hold; a claim or warm with another drains the older. */
+  private readonly builds = new Map<string, string>();
   /** Claimed sandboxes whose shape's refill waits for their first command (`settled`). */
   private readonly deferred = new Map<string, { shape: PoolShape; timer: NodeJS.Timeout }>();
   private closed = false;
+  private readonly size: number;
 
-  constructor(
-    private readonly size: number,
-    private readonly dirFor: (id: string) => string,
-    private readonly bootTimeoutMs: number,
-    private readonly log: Logger,
-  ) {}
+  constructor(private readonly opts: WarmPoolOptions) {
+    this.size = opts.shapes.length === 0 ? 0 : opts.size;
+  }
+
+  /** Whether `shape` is one the pool keeps. */
+  accepts(shape: PoolShape): boolean {
+    return this.opts.shapes.some(
+      (k) =>
+        k.driver === shape.driver.name &&
+        k.template === shape.templateName &&
+        k.vcpu === shape.vcpu &&
+        k.memoryMib === shape.memoryMib &&
+        k.diskMib === shape.diskMib &&
+        k.maxProcesses === shape.maxProcesses,
+    );
+  }
+
+  /** Whether a claim of `shape` now would hand a sandbox over. */
+  hasReady(shape: PoolShape): boolean {
+    if (this.size === 0 || this.closed || !this.accepts(shape)) return false;
+    return (this.ready.get(shapeKey(shape)) ?? []).some((b) => !b.agent.isClosed);
+  }
+
+  /** Pool sandboxes booted or booting: what the pool takes of the host's limit. */
+  count(): number {
+    const { ready, booting } = this.stats();
+    return ready + booting;
+  }
+
+  stats(): { ready: number; booting: number } {
+    let ready = 0;
+    for (const list of this.ready.values()) ready += list.length;
+    return { ready, booting: this.booting.size };
+  }
 
   /**
-   * A booted sandbox of this shape, or undefined when none is ready. Starts a refill: at once
-   * when none was, else once the claimed sandbox has `settled`. The caller gives it its CPU
-   * weight back (`prioritize`).
+   * A booted sandbox of this shape, or undefined when none is ready or the shape is not one the
+   * pool keeps. Starts a refill: at once when none was, else once the claimed sandbox has
+   * `settled`. The caller gives it its CPU weight back (`prioritize`).
    */
   claim(shape: PoolShape): BootedSandbox | undefined {
-    if (this.size === 0 || this.closed) return undefined;
+    if (this.size === 0 || this.closed || !this.accepts(shape)) return undefined;
+    this.noteBuild(shape);
     const key = shapeKey(shape);
     const list = this.ready.get(key) ?? [];
     let found: BootedSandbox | undefined;
     while ((found = list.shift())) {
       if (!found.agent.isClosed) break;
-      void found.handle.destroy();
+      this.remove(found);
     }
     if (found) this.deferRefill(found.spec.id, shape);
     else this.refill(shape);
     return found;
+  }
+
+  /**
+   * Gives up one ready pool sandbox (destroyed in the background) so a create or wake fits on a
+   * full host; false when there is none.
+   */
+  evictOne(): boolean {
+    for (const list of this.ready.values()) {
+      const victim = list.shift();
+      if (!victim) continue;
+      this.opts.log("pool_evicted", { sandbox_id: victim.spec.id, reason: "the host is full" });
+      this.remove(victim);
+      return true;
+    }
+    return false;
   }
 
   /** A claimed sandbox's first command has ended (or it is gone): its shape's refill starts now. */
@@ -115,17 +192,29 @@ export class WarmPool {
 
   /** Ids of sandboxes the pool owns (they have host objects but no ledger row). */
   ownedIds(): Set<string> {
-    const ids = new Set(this.booting);
+    const ids = new Set([...this.booting, ...this.removing.keys()]);
     for (const list of this.ready.values()) for (const b of list) ids.add(b.spec.id);
     return ids;
   }
 
-  refill(shape: PoolShape): void {
-    if (this.size === 0 || this.closed) return;
+  /**
+   * Fills the pool of `shape` (its template's build as just resolved), if it is one the pool keeps;
+   * pools of the template's older builds are drained.
+   */
+  warm(shape: PoolShape): void {
+    if (this.size === 0 || this.closed || !this.accepts(shape)) return;
+    this.noteBuild(shape);
+    this.refill(shape);
+  }
+
+  /** Fills the pool of `shape` up to `size` while the host has room, unless its build is no longer the current one. */
+  private refill(shape: PoolShape): void {
+    if (this.size === 0 || this.closed || !this.accepts(shape)) return;
     const key = shapeKey(shape);
     if (this.filling.has(key)) return;
+    const current = (): boolean => !this.closed && this.builds.get(shape.templateName) === shape.templateHash;
     const job = (async () => {
-      while (!this.closed && (this.ready.get(key)?.length ?? 0) < this.size) {
+      while (current() && (this.ready.get(key)?.length ?? 0) < this.size && this.opts.hasRoom()) {
         const id = newSandboxId();
         const spec: SandboxSpec = {
           id,
@@ -135,7 +224,7 @@ export class WarmPool {
           memoryMib: shape.memoryMib,
           diskMib: shape.diskMib,
           maxProcesses: shape.maxProcesses,
-          dir: this.dirFor(id),
+          dir: this.opts.dirFor(id),
           ...(shape.egressCa === undefined ? {} : { egressCa: shape.egressCa }),
           ...(shape.commandEnv === undefined ? {} : { commandEnv: shape.commandEnv }),
           // At the lowest CPU weight until claimed: a refill never slows the sandboxes in use.
@@ -143,14 +232,15 @@ export class WarmPool {
         };
         this.booting.add(id);
         try {
-          const booted = await bootSandbox(shape.driver, spec, this.bootTimeoutMs);
+          const booted = await bootSandbox(shape.driver, spec, this.opts.bootTimeoutMs);
           try {
             await warmUp(booted.agent);
           } catch (err) {
             await booted.handle.destroy();
             throw err;
           }
-          if (this.closed) {
+          // Closed, or the template was rebuilt while it booted: it would never be claimed.
+          if (!current()) {
             await booted.handle.destroy();
             return;
           }
@@ -158,7 +248,7 @@ export class WarmPool {
           list.push(booted);
           this.ready.set(key, list);
         } catch (err) {
-          this.log("pool_boot_failed", { sandbox_id: id, error: describeCauses(err) });
+          this.opts.log("pool_boot_failed", { sandbox_id: id, error: describeCauses(err) });
           return; // a failing shape is not retried in a loop; the next claim tries again
         } finally {
           this.booting.delete(id);
@@ -168,6 +258,36 @@ export class WarmPool {
     this.filling.set(key, job);
   }
 
+  /**
+   * Records the build of `shape`'s template that pools hold from now on; on a new build, drains
+   * the pools of the older ones (their sandboxes would never be claimed again).
+   */
+  private noteBuild(shape: PoolShape): void {
+    const known = this.builds.get(shape.templateName);
+    if (known === shape.templateHash) return;
+    this.builds.set(shape.templateName, shape.templateHash);
+    if (known === undefined) return;
+    for (const [key, list] of this.ready) {
+      const [name, hash] = buildOf(key);
+      if (name !== shape.templateName || hash === shape.templateHash) continue;
+      this.ready.delete(key);
+      for (const b of list) {
+        this.opts.log("pool_evicted", { sandbox_id: b.spec.id, reason: "its template was rebuilt" });
+        this.remove(b);
+      }
+    }
+  }
+
+  /** Destroys a pool sandbox in the background; it stays the pool's (owned) until it is gone. */
+  private remove(b: BootedSandbox): void {
+    const id = b.spec.id;
+    const job = b.handle
+      .destroy()
+      .catch((err: unknown) => this.opts.log("pool_boot_failed", { sandbox_id: id, error: describeCauses(err) }))
+      .finally(() => this.removing.delete(id));
+    this.removing.set(id, job);
+  }
+
   async close(): Promise<void> {
     this.closed = true;
     for (const { timer } of this.deferred.values()) clearTimeout(timer);
@@ -175,10 +295,16 @@ export class WarmPool {
     await Promise.allSettled([...this.filling.values()]);
     const all = [...this.ready.values()].flat();
     this.ready.clear();
-    await Promise.allSettled(all.map((b) => b.handle.destroy()));
+    await Promise.allSettled([...all.map((b) => b.handle.destroy()), ...this.removing.values()]);
   }
 }
 
 function shapeKey(s: PoolShape): string {
-  return `${s.driver.name}/${s.templateHash}/${s.vcpu}/${s.memoryMib}/${s.diskMib}/${s.maxProcesses}`;
+  return `${s.driver.name}/${s.templateName}@${s.templateHash}/${s.vcpu}/${s.memoryMib}/${s.diskMib}/${s.maxProcesses}`;
+}
+
+/** The template name and build hash of a shape key. */
+function buildOf(key: string): [string, string] {
+  const [name = "", hash = ""] = (key.split("/")[1] ?? "").split("@");
+  return [name, hash];
 }

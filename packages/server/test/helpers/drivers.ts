@@ -32,8 +32,10 @@ const NEEDS: Record<DriverName, Array<[string, string]>> = {
 
 /**
  * The drivers the integration tests run against: `BOTHY_TEST_DRIVERS` (comma-separated), or all.
- * A driver this machine cannot run is still listed, with what it needs, so its tests show as
- * skipped with that reason instead of vanishing.
+ * A driver the run names (or every driver, when it names none) must be runnable here: one whose
+ * tools are missing fails the test file at load, saying what it needs, instead of skipping its
+ * tests (a green run means they ran). Leave a driver out of BOTHY_TEST_DRIVERS to not test it;
+ * the tests that need it are then skipped as test/allowed-skips.json allows.
  */
 export function testDrivers(): TestDriver[] {
   const wanted = (process.env["BOTHY_TEST_DRIVERS"] ?? DRIVER_NAMES.join(","))
@@ -41,10 +43,21 @@ export function testDrivers(): TestDriver[] {
     .map((s) => s.trim())
     .filter(Boolean);
   return DRIVER_NAMES.filter((d) => wanted.includes(d)).map((name) => {
-    const lacking = NEEDS[name].filter(([program]) => !onPath(program)).map(([, what]) => what);
-    if (process.getuid?.() !== 0) lacking.push("root");
-    return { name, missing: lacking.length > 0 ? lacking.join(", ") : undefined };
+    const missing = driverMissing(name);
+    if (missing !== undefined)
+      throw new Error(
+        `BOTHY_TEST_DRIVERS selects ${name}${process.env["BOTHY_TEST_DRIVERS"] === undefined ? " (unset: every driver)" : ""}, ` +
+          `but this machine lacks ${missing}: install it, or leave ${name} out (e.g. BOTHY_TEST_DRIVERS=${DRIVER_NAMES.filter((d) => d !== name).join(",")}).`,
+      );
+    return { name, missing };
   });
+}
+
+/** What this machine lacks to run `name`'s sandboxes, or undefined when it has it all. */
+export function driverMissing(name: DriverName): string | undefined {
+  const lacking = NEEDS[name].filter(([program]) => !onPath(program)).map(([, what]) => what);
+  if (process.getuid?.() !== 0) lacking.push("root");
+  return lacking.length > 0 ? lacking.join(", ") : undefined;
 }
 
 /** A describe title that says why it is skipped, when it is. */

@@ -1,0 +1,99 @@
+import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { E2bState, vaultSealer } from "../src/e2b/e2b-state.ts";
+import { Vault } from "../src/gateway/vault.ts";
+import { Ledger } from "../src/ledger/ledger.ts";
+
+/**
+ * The E2B create's envVars and the pid → command map outlive the server's process (issue 26,
+ * item 2): a new process on the same home reads them back; the envVars never sit in the ledger in
+ * clear. The real-restart test is in e2b-restart.test.ts.
+ */
+describe("E2B state kept in the ledger", () => {
+  let home: string;
+  let ledger: Ledger;
+  beforeEach(async () => {
+    home = await mkdtemp(join(tmpdir(), "bothy-e2b-state-"));
+  });
+  afterEach(async () => {
+    ledger.close();
+    await rm(home, { recursive: true, force: true });
+  });
+
+  /** One "server process": the ledger and the vault of `home`. */
+  async function open(): Promise<E2bState> {
+    ledger = new Ledger(join(home, "ledger.db"));
+    return new E2bState(ledger.e2b, vaultSealer(await Vault.open(home, ledger.secrets)));
+  }
+
+  function insertSandbox(id: string): void {
+    ledger.insertSandbox({
+      id,
+      template: "seed",
+      template_hash: "h",
+      driver: "gvisor",
+      acceleration: null,
+      vcpu: 1,
+      memory_mib: 256,
+      state: "running",
+      tenant: "default",
+    });
+  }
+
+  const id = "sbx_aaaaaaaaaaaaaaaaaaaa";
+  const secret = "sk-live-0123456789abcdef-not-in-the-ledger";
+
+  it("a new process reads back the envVars and the pid map; a process's own envs stay in memory", async () => {
+    let state = await open();
+    insertSandbox(id);
+    state.setEnv(id, { API_KEY: secret, MODE: "test" });
+    state.addProcess(id, 42, {
+      commandId: "cmd_1",
+      config: { cmd: "/bin/bash", args: ["-l", "-c", "sleep 600"], envs: { ONE_OFF: secret }, cwd: "/workspace" },
+      pty: false,
+      tag: "sleeper",
+    });
+    state.markSignalled(id, 42, "SIGTERM");
+    ledger.close();
+
+    state = await open();
+    expect(state.env(id)).toEqual({ API_KEY: secret, MODE: "test" });
+    expect(state.process(id, 42)).toEqual({
+      commandId: "cmd_1",
+      config: { cmd: "/bin/bash", args: ["-l", "-c", "sleep 600"], envs: {}, cwd: "/workspace" },
+      pty: false,
+      tag: "sleeper",
+      signalled: "SIGTERM",
+    });
+    state.dropProcess(id, 42);
+    ledger.close();
+    state = await open();
+    expect(state.listProcesses(id)).toEqual([]);
+    expect(state.env(id)).toEqual({ API_KEY: secret, MODE: "test" });
+  });
+
+  it("keeps no envVar value in clear in the ledger's files", async () => {
+    const state = await open();
+    insertSandbox(id);
+    state.setEnv(id, { API_KEY: secret });
+    state.addProcess(id, 7, { commandId: "c", config: { cmd: "env", args: [], envs: { X: secret } }, pty: false });
+    ledger.close();
+    for (const f of (await readdir(home)).filter((n) => n.startsWith("ledger.db")))
+      expect((await readFile(join(home, f))).includes(secret)).toBe(false);
+    await open(); // for afterEach's close
+  });
+
+  it("forgets all of a sandbox that ended for good", async () => {
+    let state = await open();
+    insertSandbox(id);
+    state.setEnv(id, { A: "1" });
+    state.addProcess(id, 9, { commandId: "c", config: { cmd: "true", args: [], envs: {} }, pty: false });
+    state.forget(id);
+    ledger.close();
+    state = await open();
+    expect(state.env(id)).toEqual({});
+    expect(state.listProcesses(id)).toEqual([]);
+  });
+});
