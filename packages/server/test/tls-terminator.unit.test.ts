@@ -4,19 +4,21 @@
  * signed, which the terminator verifies.
  */
 import { mkdtemp, rm } from "node:fs/promises";
-import type { IncomingMessage } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import { createServer as createHttpsServer, request as httpsRequest, type Server } from "node:https";
 import { connect as http2Connect } from "node:http2";
 import { createServer as createNetServer, type AddressInfo, type Server as NetServer } from "node:net";
 import { createSecureContext } from "node:tls";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { brotliCompressSync, deflateSync, gzipSync } from "node:zlib";
 import { once } from "node:events";
 import WebSocket, { WebSocketServer } from "ws";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { EgressCa } from "../src/gateway/egress-ca.ts";
 import type { SecretBinding, SecretSource } from "../src/gateway/contracts.ts";
 import { terminateTls, type SecretReport, type Verdict } from "../src/gateway/tls-terminator.ts";
+import { recoverable } from "./helpers/echo-leaks.ts";
 
 const GITHUB_VALUE = "ghp_Real+Value/with space&=";
 const STRIPE_VALUE = "sk_live_stripe_value_42";
@@ -41,6 +43,45 @@ const source: SecretSource = {
   bindings: () => bindings,
   reveal: (_tenant, name) => Buffer.from(name === "github" ? GITHUB_VALUE : STRIPE_VALUE),
 };
+
+/**
+ * An upstream that gives the request's Authorization header back in ways the gateway did not
+ * ask for: base64 of the whole header, in a response header too, and compressed although the
+ * request asked for identity (`/hostile/<codings>`, comma-separated, applied in order; `te-gzip`
+ * is a transfer coding, `fake-gzip` declares gzip and sends the bytes as they are).
+ */
+function hostile(url: string, method: string, auth: string, res: ServerResponse): void {
+  const plain = `b64=${Buffer.from(auth).toString("base64")};b64url=${Buffer.from(auth).toString("base64url")};header=${auth};`;
+  const codings = url
+    .slice("/hostile/".length)
+    .split(",")
+    .filter((c) => c !== "" && c !== "plain");
+  let body = Buffer.from(plain);
+  for (const c of codings)
+    body =
+      c === "gzip"
+        ? gzipSync(body)
+        : c === "deflate"
+          ? deflateSync(body)
+          : c === "br"
+            ? brotliCompressSync(body)
+            : c === "te-gzip"
+              ? gzipSync(body)
+              : body;
+  const headers: Record<string, string> = {
+    "content-type": "text/plain",
+    "x-echo-b64": Buffer.from(auth).toString("base64"),
+  };
+  // `fake-gzip`: declared gzip, sent as it is; other names are declared as they are.
+  const content = codings.filter((c) => c !== "te-gzip").map((c) => (c === "fake-gzip" ? "gzip" : c));
+  if (content.length > 0) headers["content-encoding"] = content.join(", ");
+  if (codings.includes("te-gzip")) headers["transfer-encoding"] = "gzip, chunked";
+  res.writeHead(200, headers);
+  if (method === "HEAD") return void res.end();
+  // In small pieces, so encoded values straddle chunks.
+  for (let i = 0; i < body.length; i += 7) res.write(body.subarray(i, i + 7));
+  res.end();
+}
 
 let dir: string;
 let egress: EgressCa;
@@ -95,6 +136,7 @@ beforeAll(async () => {
         const host = (req.socket as unknown as { servername: string }).servername;
         hits.push({ host, url: req.url ?? "", headers: req.headers, body });
         const auth = String(req.headers.authorization ?? req.headers["x-api-key"] ?? "");
+        if (req.url?.startsWith("/hostile/")) return hostile(req.url, req.method ?? "GET", auth, res);
         const secret = auth.replace(/^(token|key|Bearer) /, "");
         // The value echoed in three forms, written in small pieces so they straddle chunks.
         const echo = `raw=${secret};b64=${Buffer.from(secret).toString("base64")};url=${encodeURIComponent(secret)};`;
@@ -132,6 +174,7 @@ function get1(
   path: string,
   headers: Record<string, string>,
   body?: string,
+  method = body ? "POST" : "GET",
 ): Promise<{ status: number; headers: Record<string, unknown>; body: string }> {
   return new Promise((resolve, reject) => {
     const req = httpsRequest(
@@ -140,7 +183,7 @@ function get1(
         port,
         servername: host,
         path,
-        method: body ? "POST" : "GET",
+        method,
         headers,
         ca: egress.caPem,
         agent: false,
@@ -261,6 +304,54 @@ describe("TLS terminator", () => {
     while (messages.length < 2) await once(ws, "message");
     ws.close();
     expect(messages).toEqual(["auth=undefined", "echo:hello"]);
+  });
+
+  it("gives nothing of a value back that the upstream echoes as base64 of the whole header (token, Bearer, Basic)", async () => {
+    const port = await gateway(API);
+    const forms = [
+      `token ${GITHUB_PH}`,
+      `Bearer ${GITHUB_PH}`,
+      // The gateway builds these Basic credentials itself, as base64(user:<value>).
+      ...["x-access-token", "u", "ab"].map((u) => `Basic ${Buffer.from(`${u}:${GITHUB_PH}`).toString("base64")}`),
+    ];
+    for (const authorization of forms) {
+      hits.length = 0;
+      const res = await get1(port, API, "/hostile/plain", { authorization });
+      expect(res.status).toBe(200);
+      expect(JSON.stringify(hits[0]?.headers)).not.toContain(GITHUB_PH);
+      const seen = `${res.body}\n${String(res.headers["x-echo-b64"])}`;
+      expect(recoverable(seen, GITHUB_VALUE, GITHUB_PH), authorization).toEqual([]);
+      expect(res.body).toContain(GITHUB_PH);
+    }
+  });
+
+  it("decodes a response compressed although identity was asked (gzip, deflate, br, stacked, transfer-coded) and scrubs it", async () => {
+    const port = await gateway(API);
+    for (const codings of ["gzip", "deflate", "br", "gzip,br", "te-gzip", "br,te-gzip"]) {
+      const res = await get1(port, API, `/hostile/${codings}`, { authorization: `token ${GITHUB_PH}` });
+      expect(res.status, codings).toBe(200);
+      expect(res.headers["content-encoding"], codings).toBeUndefined();
+      expect(res.body, codings).toContain(`header=token ${GITHUB_PH};`);
+      expect(recoverable(res.body, GITHUB_VALUE, GITHUB_PH), codings).toEqual([]);
+    }
+    const head = await get1(port, API, "/hostile/gzip", { authorization: `token ${GITHUB_PH}` }, undefined, "HEAD");
+    expect(head.status).toBe(200);
+    expect(head.headers["content-encoding"]).toBeUndefined();
+  });
+
+  it("refuses a response in an encoding it cannot decode, and ends one that does not decode, passing none of it", async () => {
+    const port = await gateway(API);
+    const res = await get1(port, API, "/hostile/zstd", { authorization: `token ${GITHUB_PH}` });
+    expect(res.status).toBe(502);
+    expect(res.headers["content-type"]).toBe("application/problem+json");
+    expect(JSON.parse(res.body)).toMatchObject({ code: "upstream_failed", encoding: "zstd" });
+    expect(res.body).not.toContain("ghp_Real");
+    // Declared gzip, but the bytes are not: the response ends without them.
+    const broken = await get1(port, API, "/hostile/fake-gzip", { authorization: `token ${GITHUB_PH}` }).catch(
+      (err: Error) => ({ status: 0, headers: {}, body: err.message }),
+    );
+    expect(broken.body).not.toContain("b64=");
+    expect(recoverable(broken.body, GITHUB_VALUE, GITHUB_PH)).toEqual([]);
   });
 
   it("ends a connection whose client does not trust the leaf without going upstream", async () => {

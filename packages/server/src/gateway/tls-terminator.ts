@@ -8,9 +8,10 @@
  *
  * Per request: a placeholder of a secret not bound to this host, anywhere in the request, refuses
  * it (403, reported by name); placeholders of bound secrets become their values in headers, and
- * `inject` headers are set; responses come back uncompressed (accept-encoding: identity) so every
- * echoed value (raw, base64, URL-encoded) is replaced by its placeholder on the way, also when it
- * spans chunks. Values are opened per request and appear in no log, event or error.
+ * `inject` headers are set; responses are asked for uncompressed (accept-encoding: identity), and
+ * one compressed anyway is decoded (response-decode.ts), so every echoed value (secret-scrub.ts
+ * `echoNeedles`: raw, inside base64, URL- or JSON-encoded) is replaced by its placeholder on the
+ * way, also when it spans chunks. Values are opened per request and appear in no log, event or error.
  */
 import http, { type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders } from "node:http";
 import http2, { type Http2ServerRequest, type Http2ServerResponse } from "node:http2";
@@ -28,6 +29,7 @@ import {
   parseErrorAnswer,
   requestFraming,
 } from "./request-framing.ts";
+import { decodedResponse, isBodyless } from "./response-decode.ts";
 
 /** What the terminator reports about secrets: names only, never values. */
 export interface SecretReport {
@@ -254,9 +256,19 @@ async function handleRequest(conn: Connection, req: AnyRequest, res: AnyResponse
   aborted.signal.addEventListener("abort", () => up.destroy());
   up.on("error", (err) => fail(res, err));
   up.once("response", (upRes) => {
-    res.writeHead(upRes.statusCode ?? 502, responseHeaders(upRes.headers, prepared.needles));
+    const status = upRes.statusCode ?? 502;
+    // Only an answer that is scrubbed needs its plain bytes.
+    const decoded =
+      prepared.needles.length === 0
+        ? { ok: true as const, headers: upRes.headers, body: upRes }
+        : decodedResponse(upRes, isBodyless(method, status), () => res.destroy());
+    if (!decoded.ok) {
+      upRes.destroy();
+      return sendBody(res, 502, undecodable(conn.o.host, decoded.coding));
+    }
+    res.writeHead(status, responseHeaders(decoded.headers, prepared.needles));
     upRes.on("error", () => res.destroy());
-    upRes.pipe(scrubStream(prepared.needles)).pipe(res as NodeJS.WritableStream);
+    decoded.body.pipe(scrubStream(prepared.needles)).pipe(res as NodeJS.WritableStream);
   });
   // The body is watched for placeholders of unbound secrets as it goes; one found stops the
   // request before its bytes are sent (the matcher holds back a possible beginning of one).
@@ -368,6 +380,17 @@ function responseHeaders(headers: IncomingHttpHeaders, needles: Needle[]): Outgo
     out[name] = Array.isArray(value) ? value.map((v) => scrubText(v, needles)) : scrubText(value, needles);
   }
   return out;
+}
+
+/** A response compressed in a way the gateway cannot read: refused, since the scrubber could not look into it. */
+function undecodable(host: string, coding: string): object {
+  return toProblem(
+    new BothyError(
+      "upstream_failed",
+      `${host} answered with an encoding the gateway cannot decode (${coding}) although it was asked for identity; the answer was not passed on, since it could not be checked for secret values. The gateway decodes gzip, deflate and br.`,
+      { details: { host, encoding: coding } },
+    ),
+  );
 }
 
 function sendBody(res: AnyResponse, status: number, body: string | object): void {
