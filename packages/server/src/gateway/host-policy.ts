@@ -11,6 +11,7 @@ import {
   type HostRule,
 } from "@bothy/protocol";
 import type { z } from "zod";
+import { judgedPath, type JudgedPath } from "./request-path.ts";
 
 type ParsedPolicy = z.output<typeof hostPolicyRequest>;
 
@@ -25,6 +26,11 @@ export interface Decision {
   action: EgressAction;
   /** `tenant#0`, `sandbox#2`, or `default`. */
   rule: string;
+  /**
+   * Set when the rule judges paths and the request's path has no single reading (request-path.ts):
+   * the request is refused (`action` is `deny`), whatever the rule's own action.
+   */
+  ambiguousPath?: string;
 }
 
 /** `*.example.com` matches names below example.com, never example.com itself; others match exactly. */
@@ -34,9 +40,11 @@ export function hostMatches(pattern: string, host: string): boolean {
   return name === pattern;
 }
 
-/** A path rule is a prefix in which `*` stands for any characters but `/`; the query is not part of the path. */
+/**
+ * A path rule is a prefix in which `*` stands for any characters but `/`. `path` is the judged
+ * path (request-path.ts: no query, escapes decoded, dot segments resolved).
+ */
 export function pathMatches(pattern: string, path: string): boolean {
-  const bare = path.split("?", 1)[0] ?? path;
   const re = new RegExp(
     "^" +
       pattern
@@ -44,7 +52,7 @@ export function pathMatches(pattern: string, path: string): boolean {
         .map((part) => part.replace(/[.+?^${}()|[\]\\]/g, "\\$&"))
         .join("[^/]*"),
   );
-  return re.test(bare);
+  return re.test(path);
 }
 
 /** The rules a policy as asked for stands for, in evaluation order: `rules`, `deny_hosts`, `allow_hosts`. */
@@ -106,13 +114,22 @@ export function needsRequestView(policy: EffectiveHostPolicy, host: string): boo
 /**
  * The first matching rule's action. A rule with methods or a path matches only a request whose
  * method and path are seen; where they are not (HTTPS passed through), such a rule is skipped.
+ * Paths are judged in their canonical form; the first path rule that meets a path without one
+ * refuses the request.
  */
 export function decide(policy: EffectiveHostPolicy, req: EgressRequest): Decision {
+  let judged: JudgedPath | undefined;
   for (const r of policy.rules) {
     if (!hostMatches(r.host, req.host)) continue;
     if (r.methods !== undefined && (req.method === null || !r.methods.includes(req.method.toUpperCase()))) continue;
-    if (r.path !== undefined && (req.path === null || !pathMatches(r.path, req.path))) continue;
-    return { action: r.action, rule: `${r.source}#${r.index}` };
+    const rule = `${r.source}#${r.index}`;
+    if (r.path !== undefined) {
+      if (req.path === null) continue;
+      judged ??= judgedPath(req.path);
+      if (!judged.ok) return { action: "deny", rule, ambiguousPath: judged.problem };
+      if (!pathMatches(r.path, judged.path)) continue;
+    }
+    return { action: r.action, rule };
   }
   return { action: policy.default, rule: "default" };
 }
