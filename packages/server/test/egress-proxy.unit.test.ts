@@ -435,6 +435,40 @@ describe("EgressProxy", () => {
     });
   });
 
+  it("shows a held HTTPS request's body excerpt in its approval, as on plain HTTP", async () => {
+    const seen: TerminateContext[] = [];
+    const w = await world(
+      { policy: policy({ secrets: ["github"], rules: [rule("api.example.test", "ask")] }) },
+      { terminate: (ctx) => void (seen.push(ctx), ctx.socket.destroy()) },
+    );
+    const c = tlsConnect({
+      host: HOST,
+      port: w.ports.https,
+      servername: "api.example.test",
+      rejectUnauthorized: false,
+    });
+    await new Promise((resolve) => {
+      c.on("error", () => undefined);
+      c.on("close", resolve);
+    });
+    let reads = 0;
+    const excerpt = async (): Promise<Buffer> => (reads++, Buffer.from("please merge #12"));
+    const verdict = seen[0]!.decide("POST", "/repos/me/pulls", new AbortController().signal, excerpt);
+    const held = await w.gate.next();
+    expect(held.req).toMatchObject({
+      kind: "http",
+      method: "POST",
+      path: "/repos/me/pulls",
+      excerpt: "please merge #12",
+    });
+    held.resolve({ approvalId: "apr_h", state: "approved" });
+    expect(await verdict).toBe("allow");
+    // Under a host grant nothing waits for a person: the body is not read ahead.
+    w.gate.grants.add("api.example.test");
+    expect(await seen[0]!.decide("POST", "/x", new AbortController().signal, excerpt)).toBe("allow");
+    expect(reads).toBe(1);
+  });
+
   it("knows a sandbox by its guest address only while it has a subnet, and only under the gateway", () => {
     const net = new HostNetwork({
       tag: "k3x9",

@@ -92,6 +92,9 @@ const hits: Array<{ host: string; url: string; headers: Record<string, unknown>;
 const gateways: NetServer[] = [];
 const reports: SecretReport[] = [];
 let verdict: Verdict = "allow";
+/** While set, every decision reads the body's excerpt first, as an approval does. */
+let peekExcerpts = false;
+const excerpts: string[] = [];
 
 /** A gateway listener for one SNI host, the way the proxy will hand connections over. */
 async function gateway(host: string): Promise<number> {
@@ -108,7 +111,10 @@ async function gateway(host: string): Promise<number> {
         secrets: source,
         leaves: egress,
         dial: async () => "127.0.0.1",
-        decide: async () => verdict,
+        decide: async (_method, _path, _signal, excerpt) => {
+          if (peekExcerpts && excerpt) excerpts.push((await excerpt()).toString());
+          return verdict;
+        },
         report: (ev) => reports.push(ev),
         upstreamCa: upstreamCa.caPem,
       });
@@ -276,6 +282,38 @@ describe("TLS terminator", () => {
       expect(hits).toHaveLength(0);
     } finally {
       verdict = "allow";
+    }
+  });
+
+  it("reads a held request's body excerpt for the approval and still sends the whole body on (HTTP/1.1 and HTTP/2)", async () => {
+    const port = await gateway(API);
+    peekExcerpts = true;
+    try {
+      const large = `${"x".repeat(20_000)}|${"y".repeat(50_000)}`;
+      for (const body of ["please merge", large]) {
+        hits.length = 0;
+        excerpts.length = 0;
+        const res = await get1(port, API, "/pulls", { "content-type": "text/plain" }, body);
+        expect(res.status).toBe(200);
+        expect(excerpts).toEqual([body.slice(0, 8192)]);
+        expect(hits[0]?.body).toBe(body);
+      }
+      hits.length = 0;
+      excerpts.length = 0;
+      const session = http2Connect(`https://127.0.0.1:${port}`, { ca: egress.caPem, servername: API });
+      try {
+        const stream = session.request({ ":path": "/pulls", ":method": "POST" });
+        stream.end(large);
+        const [headers] = (await once(stream, "response")) as [Record<string, unknown>];
+        for await (const _ of stream) void _;
+        expect(headers[":status"]).toBe(200);
+      } finally {
+        session.close();
+      }
+      expect(excerpts).toEqual([large.slice(0, 8192)]);
+      expect(hits[0]?.body).toBe(large);
+    } finally {
+      peekExcerpts = false;
     }
   });
 

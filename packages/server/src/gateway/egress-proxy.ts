@@ -404,7 +404,7 @@ export class EgressProxy {
         host,
         sandbox: sb,
         dial: () => this.checkedAddress(sb, { host, method: null, path: null }, true),
-        decide: (method, path, signal) => this.verdict(sb, { host, method, path }, signal),
+        decide: (method, path, signal, excerpt) => this.verdict(sb, { host, method, path }, signal, excerpt),
       });
       return;
     }
@@ -423,8 +423,16 @@ export class EgressProxy {
     }
   }
 
-  /** The terminator's per-request question: the rules and approvals, answered as a verdict. */
-  private async verdict(sb: GatewaySandbox, target: Target, signal: AbortSignal): Promise<EgressVerdict> {
+  /**
+   * The terminator's per-request question: the rules and approvals, answered as a verdict. A
+   * request held for a person shows its body's first bytes, as on plain HTTP.
+   */
+  private async verdict(
+    sb: GatewaySandbox,
+    target: Target,
+    signal: AbortSignal,
+    excerpt?: () => Promise<Buffer>,
+  ): Promise<EgressVerdict> {
     try {
       const decision = decide(sb.policy, target);
       if (sb.internet === false && decision.rule === "default" && decision.action === "allow") {
@@ -437,7 +445,9 @@ export class EgressProxy {
         );
         throw new Refusal(denial(sb, target, "default"));
       }
-      await this.approve(sb, target, decision, signal, Buffer.alloc(0), undefined);
+      const held = decision.action === "ask" && !this.granted(sb, target.host);
+      const body = held && excerpt ? await excerpt() : Buffer.alloc(0);
+      await this.approve(sb, target, decision, signal, body, undefined);
       return "allow";
     } catch (err) {
       const problem = problemOf(err);

@@ -16,7 +16,7 @@
 import http, { type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders } from "node:http";
 import http2, { type Http2ServerRequest, type Http2ServerResponse } from "node:http2";
 import https from "node:https";
-import type { Duplex } from "node:stream";
+import type { Duplex, Readable } from "node:stream";
 import { BothyError, toProblem } from "@bothy/protocol";
 import type { LeafIssuer, SecretBinding, SecretSource, Terminate, TerminateContext } from "./contracts.ts";
 import { echoNeedles, scrubStream, scrubText, StreamMatcher, type Needle } from "./secret-scrub.ts";
@@ -30,6 +30,7 @@ import {
   requestFraming,
 } from "./request-framing.ts";
 import { decodedResponse, isBodyless } from "./response-decode.ts";
+import { peekBody } from "./body-excerpt.ts";
 
 /** What the terminator reports about secrets: names only, never values. */
 export interface SecretReport {
@@ -59,12 +60,18 @@ export interface TerminateOptions {
   leaves: LeafIssuer;
   /** The upstream address the proxy resolved and checked; called once, on the first request. */
   dial(): Promise<string>;
-  /** The policy's word on one request; held while an approval is pending; `signal` aborts when the client goes. */
-  decide(method: string, path: string, signal: AbortSignal): Promise<Verdict>;
+  /**
+   * The policy's word on one request; held while an approval is pending; `signal` aborts when the
+   * client goes; `excerpt` reads the body's first bytes (for an approval) and keeps them for upstream.
+   */
+  decide(method: string, path: string, signal: AbortSignal, excerpt?: () => Promise<Buffer>): Promise<Verdict>;
   report?(ev: SecretReport): void;
   /** Trust for the upstream's certificate instead of Node's (tests' own CA). */
   upstreamCa?: string;
 }
+
+/** What an approval shows of a request's body, as on plain HTTP. */
+const EXCERPT_BYTES = 8 * 1024;
 
 const HOP_BY_HOP = new Set([
   "connection",
@@ -162,7 +169,7 @@ async function prepare(
   upgrade: boolean,
   answer: (status: number, body: string | object) => void,
   signal: AbortSignal,
-): Promise<{ headers: Headers; needles: Needle[] } | undefined> {
+): Promise<{ headers: Headers; needles: Needle[]; body: Readable } | undefined> {
   const method = req.method ?? "GET";
   const path = req.url ?? "/";
   const headers = forwardHeaders(req.headers, conn.o, upgrade);
@@ -177,7 +184,15 @@ async function prepare(
     answer(403, refusal(conn.o.host, refused));
     return undefined;
   }
-  const verdict = await conn.o.decide(method, path, signal);
+  // Where the body is read from: the request, or, once an approval read its first bytes, what peekBody handed back.
+  let body: Readable = req;
+  const excerpt = async (): Promise<Buffer> => {
+    if (upgrade) return Buffer.alloc(0);
+    const peeked = await peekBody(req, EXCERPT_BYTES);
+    body = peeked.body;
+    return peeked.excerpt;
+  };
+  const verdict = await conn.o.decide(method, path, signal, excerpt);
   if (verdict !== "allow") {
     answer(verdict.status, verdict.body);
     return undefined;
@@ -191,7 +206,7 @@ async function prepare(
   // Responses must come back readable, or an echoed value could not be found in them.
   swapped.headers["accept-encoding"] = "identity";
   const needles = conn.bound.flatMap((b) => echoNeedles(b.name, valueOf(b), b.placeholder));
-  return { headers: swapped.headers, needles };
+  return { headers: swapped.headers, needles, body };
 }
 
 function upgradeRefusal(host: string, secrets: string[]): object {
@@ -272,20 +287,22 @@ async function handleRequest(conn: Connection, req: AnyRequest, res: AnyResponse
   });
   // The body is watched for placeholders of unbound secrets as it goes; one found stops the
   // request before its bytes are sent (the matcher holds back a possible beginning of one).
+  // The request's body, or what peekBody handed back once an approval read its first bytes.
+  const source = prepared.body;
   const watch = new StreamMatcher(
     conn.unbound.map((b) => ({ bytes: Buffer.from(b.placeholder), replacement: Buffer.alloc(0), id: b.name })),
   );
   // Bytes that do not fit the framing stop the request before they are written.
   const body = new FramedBody(framing.framing);
-  req.on("error", () => up.destroy());
-  req.pipe(body);
+  source.on("error", () => up.destroy());
+  source.pipe(body);
   body.on("error", (err) => {
     up.removeAllListeners("response");
     up.removeAllListeners("error");
     up.on("error", () => undefined);
     up.destroy();
-    req.unpipe(body);
-    req.resume();
+    source.unpipe(body);
+    source.resume();
     if (err instanceof FramingError) sendBody(res, err.error.status, toProblem(err.error));
     else res.destroy();
   });
@@ -437,7 +454,7 @@ export function secretTerminator(deps: {
       secrets: deps.vault,
       leaves: deps.leaves,
       dial: () => ctx.dial(),
-      decide: (method, path, signal) => ctx.decide(method, path, signal),
+      decide: (method, path, signal, excerpt) => ctx.decide(method, path, signal, excerpt),
       report: (ev) => deps.report(sandboxId, ev),
     }).catch(() => ctx.socket.destroy());
   };
