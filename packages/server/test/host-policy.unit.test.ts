@@ -97,14 +97,43 @@ describe("paths as the upstream reads them (a sandbox probing a prefix rule)", (
   };
   const judge = (p: EffectiveHostPolicy, path: string) => decide(p, { host: "api.example.com", method: "GET", path });
 
-  it("judges the path with . and .. resolved, escapes decoded and // merged", () => {
-    for (const path of ["/repos/me/../../admin", "/repos/me/./../../admin/x", "/repos/me/../other", "/repos/me/.."])
-      expect(judge(onlyMine, path), path).toEqual({ action: "deny", rule: "default" });
-    for (const path of ["/repos/me/x", "/repos/me/a/../b?q=/../..", "/repos/x/../me/y", "/repos//me/z", "/rep%6Fs/me/"])
+  it("judges the path with escapes decoded, and . , .. and // where servers read them alike", () => {
+    // Resolved or not, these stay under /repos/me/ (or out of it): one reading, one decision.
+    for (const path of [
+      "/repos/me/x",
+      "/repos/me/a/../b",
+      "/repos/me/./x",
+      "/repos/me/a//b",
+      "/rep%6Fs/me/",
+      "/repos/me/x?q=/../..",
+    ])
       expect(judge(onlyMine, path), path).toEqual({ action: "allow", rule: "sandbox#0" });
-    for (const path of ["/admin", "/x/../admin", "//admin", "/%61dmin", "/./admin/users"])
+    for (const path of ["/other", "/repos/you/../../other", "/repos/m%65"])
+      expect(judge(onlyMine, path), path).toEqual({ action: "deny", rule: "default" });
+    for (const path of ["/admin", "/%61dmin", "/admin/x/../y"])
       expect(judge(notAdmin, path), path).toEqual({ action: "deny", rule: "tenant#0" });
     expect(judge(notAdmin, "/public")).toEqual({ action: "allow", rule: "default" });
+  });
+
+  it("refuses . , .. and // that lead to another rule resolved than unresolved", () => {
+    const climbs = [
+      "/repos/me/../../admin",
+      "/repos/me/./../../admin/x",
+      "/repos/me/..",
+      "/repos/x/../me/y",
+      "/repos//me/z",
+    ];
+    for (const path of climbs) {
+      const d = judge(onlyMine, path);
+      expect(d, path).toMatchObject({ action: "deny", rule: "sandbox#0" });
+      expect(d.ambiguousPath, path).toMatch(/segments/);
+    }
+    for (const path of ["/x/../admin", "//admin", "/./admin/users"])
+      expect(judge(notAdmin, path), path).toMatchObject({
+        action: "deny",
+        rule: "tenant#0",
+        ambiguousPath: expect.any(String),
+      });
   });
 
   it("refuses a path whose reading depends on the server, naming what is wrong", () => {

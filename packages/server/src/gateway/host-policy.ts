@@ -11,7 +11,7 @@ import {
   type HostRule,
 } from "@bothy/protocol";
 import type { z } from "zod";
-import { judgedPath, type JudgedPath } from "./request-path.ts";
+import { judgedPath } from "./request-path.ts";
 
 type ParsedPolicy = z.output<typeof hostPolicyRequest>;
 
@@ -114,20 +114,36 @@ export function needsRequestView(policy: EffectiveHostPolicy, host: string): boo
 /**
  * The first matching rule's action. A rule with methods or a path matches only a request whose
  * method and path are seen; where they are not (HTTPS passed through), such a rule is skipped.
- * Paths are judged in their canonical form; the first path rule that meets a path without one
- * refuses the request.
+ * Paths are judged as servers read them (request-path.ts); when a path has no single reading (an
+ * ambiguous encoding, or `.`, `..` or `//` that lead to another rule unresolved than resolved),
+ * the first path rule the request meets refuses it.
  */
 export function decide(policy: EffectiveHostPolicy, req: EgressRequest): Decision {
-  let judged: JudgedPath | undefined;
+  if (req.path === null) return firstRule(policy, req, null);
+  const judged = judgedPath(req.path);
+  if (!judged.ok) return firstRule(policy, req, { problem: judged.problem });
+  const resolved = firstRule(policy, req, judged.path);
+  if (judged.literal === judged.path) return resolved;
+  const literal = firstRule(policy, req, judged.literal);
+  if (literal.action === resolved.action && literal.rule === resolved.rule) return resolved;
+  const problem = `. , .. or // segments, which lead to ${resolved.rule} where a server resolves them and to ${literal.rule} where it does not`;
+  return firstRule(policy, req, { problem });
+}
+
+/** The first rule that matches with the path read as `path`; `problem`: the path cannot be read, a path rule refuses it. */
+function firstRule(
+  policy: EffectiveHostPolicy,
+  req: EgressRequest,
+  path: string | null | { problem: string },
+): Decision {
   for (const r of policy.rules) {
     if (!hostMatches(r.host, req.host)) continue;
     if (r.methods !== undefined && (req.method === null || !r.methods.includes(req.method.toUpperCase()))) continue;
     const rule = `${r.source}#${r.index}`;
     if (r.path !== undefined) {
-      if (req.path === null) continue;
-      judged ??= judgedPath(req.path);
-      if (!judged.ok) return { action: "deny", rule, ambiguousPath: judged.problem };
-      if (!pathMatches(r.path, judged.path)) continue;
+      if (path === null) continue;
+      if (typeof path !== "string") return { action: "deny", rule, ambiguousPath: path.problem };
+      if (!pathMatches(r.path, path)) continue;
     }
     return { action: r.action, rule };
   }

@@ -2,12 +2,16 @@
  * The path a policy rule judges. Servers do not agree on how to read a request's path: `..`
  * segments, percent-escapes, `//`, `\` and `;` are each read differently by some, so a rule for
  * `/repos/me/` matched against the raw text could pass a request the upstream reads as `/admin`.
- * A path is therefore judged in one canonical form (escapes decoded, `.` and `..` resolved,
- * repeated slashes merged), and a path whose reading depends on the server is refused, not
- * guessed at.
+ * A path is therefore judged in its canonical form (escapes decoded, `.` and `..` resolved,
+ * repeated slashes merged) and, where that differs, also as it reads unresolved; a path whose
+ * reading depends on the server is refused, not guessed at.
  */
 
-export type JudgedPath = { ok: true; path: string } | { ok: false; problem: string };
+/**
+ * `path`: the canonical form. `literal`: the path decoded but with its `.`, `..` and `//` kept, as
+ * a server that does not resolve them reads it (a store of flat keys, say).
+ */
+export type JudgedPath = { ok: true; path: string; literal: string } | { ok: false; problem: string };
 
 /**
  * Escapes whose decoding changes how the path splits into segments, or that hide another escape:
@@ -75,5 +79,5 @@ export function judgedPath(target: string): JudgedPath {
     } else out.push(segment);
   }
   if (dots && empty) return refuse("an empty segment (//) together with . or .. segments");
-  return { ok: true, path: `/${out.join("/")}` };
+  return { ok: true, path: `/${out.join("/")}`, literal: decoded };
 }
