@@ -110,12 +110,12 @@ describe("paths as the upstream reads them (a sandbox probing a prefix rule)", (
       expect(judge(onlyMine, path), path).toEqual({ action: "allow", rule: "sandbox#0" });
     for (const path of ["/other", "/repos/you/../../other", "/repos/m%65"])
       expect(judge(onlyMine, path), path).toEqual({ action: "deny", rule: "default" });
-    for (const path of ["/admin", "/%61dmin", "/admin/x/../y"])
+    for (const path of ["/admin", "/%61dmin", "/admin/x/../y", "/admin/a;b"])
       expect(judge(notAdmin, path), path).toEqual({ action: "deny", rule: "tenant#0" });
     expect(judge(notAdmin, "/public")).toEqual({ action: "allow", rule: "default" });
   });
 
-  it("refuses . , .. and // that lead to another rule resolved than unresolved", () => {
+  it("refuses . , .. , // and ; that lead to another rule read one way than another", () => {
     const climbs = [
       "/repos/me/../../admin",
       "/repos/me/./../../admin/x",
@@ -126,9 +126,9 @@ describe("paths as the upstream reads them (a sandbox probing a prefix rule)", (
     for (const path of climbs) {
       const d = judge(onlyMine, path);
       expect(d, path).toMatchObject({ action: "deny", rule: "sandbox#0" });
-      expect(d.ambiguousPath, path).toMatch(/segments/);
+      expect(d.ambiguousPath, path).toMatch(/meets default, read as .* sandbox#0|meets sandbox#0, read as .* default/);
     }
-    for (const path of ["/x/../admin", "//admin", "/./admin/users"])
+    for (const path of ["/x/../admin", "//admin", "/./admin/users", "/ad;x/../admin"])
       expect(judge(notAdmin, path), path).toMatchObject({
         action: "deny",
         rule: "tenant#0",
@@ -162,6 +162,14 @@ describe("paths as the upstream reads them (a sandbox probing a prefix rule)", (
       expect(judge(notAdmin, path.replace("/repos/me", "")).action, path).toBe("deny");
     }
     expect(judgedPath("/a/%2fb")).toEqual({ ok: false, problem: "an encoded slash (%2F)" });
+  });
+
+  it("refuses ;parameters that lead to another rule where a server drops them", () => {
+    // Tomcat and Spring drop `;parameters` from every segment: /admin;x/users is /admin/users to them.
+    const adminDir: EffectiveHostPolicy = { ...notAdmin, rules: [{ ...notAdmin.rules[0]!, path: "/admin/" }] };
+    expect(judge(adminDir, "/admin;x/users")).toMatchObject({ action: "deny", ambiguousPath: expect.any(String) });
+    expect(judge(onlyMine, "/repos/me;x/y")).toMatchObject({ action: "deny", ambiguousPath: expect.any(String) });
+    expect(judge(adminDir, "/users;v=2/me")).toEqual({ action: "allow", rule: "default" });
   });
 
   it("leaves paths alone where no rule judges them", () => {

@@ -781,7 +781,7 @@ function denial(sb: GatewaySandbox, target: Target, rule: string): BothyError {
 function ambiguousPath(target: Target, rule: string, problem: string): BothyError {
   return new BothyError(
     "egress_denied",
-    `${target.method ?? "A request"} to ${target.host} was refused: its path holds ${problem}, which servers read in different ways, and rule ${rule} judges paths. Send it as a browser or curl would: without %2F, %5C, %2E, %25, escaped control characters, backslashes, "..;" segments or "//" before "..".`,
+    `${target.method ?? "A request"} to ${target.host} was refused: servers read its path in different ways (${problem}), and rule ${rule} judges paths. Send it as a browser or curl would: with . and .. resolved, no //, and without %2F, %5C, %2E, %25, escaped control characters, backslashes or ";" after a dot segment.`,
     { details: { host: target.host, rule, reason: "ambiguous_path", problem } },
   );
 }

@@ -115,19 +115,21 @@ export function needsRequestView(policy: EffectiveHostPolicy, host: string): boo
  * The first matching rule's action. A rule with methods or a path matches only a request whose
  * method and path are seen; where they are not (HTTPS passed through), such a rule is skipped.
  * Paths are judged as servers read them (request-path.ts); when a path has no single reading (an
- * ambiguous encoding, or `.`, `..` or `//` that lead to another rule unresolved than resolved),
- * the first path rule the request meets refuses it.
+ * ambiguous encoding, or `.`, `..`, `//` or `;` that lead to another rule unresolved than
+ * resolved), the first path rule the request meets refuses it.
  */
 export function decide(policy: EffectiveHostPolicy, req: EgressRequest): Decision {
   if (req.path === null) return firstRule(policy, req, null);
   const judged = judgedPath(req.path);
   if (!judged.ok) return firstRule(policy, req, { problem: judged.problem });
-  const resolved = firstRule(policy, req, judged.path);
-  if (judged.literal === judged.path) return resolved;
-  const literal = firstRule(policy, req, judged.literal);
-  if (literal.action === resolved.action && literal.rule === resolved.rule) return resolved;
-  const problem = `. , .. or // segments, which lead to ${resolved.rule} where a server resolves them and to ${literal.rule} where it does not`;
-  return firstRule(policy, req, { problem });
+  const canonical = firstRule(policy, req, judged.path);
+  for (const reading of judged.readings) {
+    const other = firstRule(policy, req, reading);
+    if (other.action === canonical.action && other.rule === canonical.rule) continue;
+    const problem = `read as ${judged.path} it meets ${canonical.rule}, read as ${reading} (its . , .. , // or ; kept) ${other.rule}`;
+    return firstRule(policy, req, { problem });
+  }
+  return canonical;
 }
 
 /** The first rule that matches with the path read as `path`; `problem`: the path cannot be read, a path rule refuses it. */

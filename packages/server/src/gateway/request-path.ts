@@ -3,15 +3,16 @@
  * segments, percent-escapes, `//`, `\` and `;` are each read differently by some, so a rule for
  * `/repos/me/` matched against the raw text could pass a request the upstream reads as `/admin`.
  * A path is therefore judged in its canonical form (escapes decoded, `.` and `..` resolved,
- * repeated slashes merged) and, where that differs, also as it reads unresolved; a path whose
- * reading depends on the server is refused, not guessed at.
+ * repeated slashes merged) and in the other forms servers read it as; a path whose reading
+ * depends on the server is refused, not guessed at.
  */
 
 /**
- * `path`: the canonical form. `literal`: the path decoded but with its `.`, `..` and `//` kept, as
- * a server that does not resolve them reads it (a store of flat keys, say).
+ * `path`: the canonical form. `readings`: every form some server reads it as, the canonical one
+ * first: also decoded with its `.`, `..` and `//` kept (a store of flat keys, say), and with each
+ * segment's `;parameters` dropped (Tomcat, Spring). A rule must decide alike on all of them.
  */
-export type JudgedPath = { ok: true; path: string; literal: string } | { ok: false; problem: string };
+export type JudgedPath = { ok: true; path: string; readings: string[] } | { ok: false; problem: string };
 
 /**
  * Escapes whose decoding changes how the path splits into segments, or that hide another escape:
@@ -31,8 +32,7 @@ function refuse(problem: string): JudgedPath {
 
 /** The canonical form of a request target's path (the query is not part of it), or why there is none. */
 export function judgedPath(target: string): JudgedPath {
-  if (!target.startsWith("/"))
-    return refuse("a request target that is not a path (absolute-form or `*`); send it as /path");
+  if (!target.startsWith("/")) return refuse("a request target that is not a path: absolute-form or *");
   const raw = target.split("?", 1)[0] ?? target;
   if (raw.includes("#")) return refuse("a fragment (#) in the request target");
   if (raw.includes("\\")) return refuse("a backslash, which some servers read as /");
@@ -79,5 +79,7 @@ export function judgedPath(target: string): JudgedPath {
     } else out.push(segment);
   }
   if (dots && empty) return refuse("an empty segment (//) together with . or .. segments");
-  return { ok: true, path: `/${out.join("/")}`, literal: decoded };
+  const path = `/${out.join("/")}`;
+  const unparameterised = path.replace(/;[^/]*/g, "");
+  return { ok: true, path, readings: [...new Set([path, decoded, unparameterised])] };
 }

@@ -26,8 +26,7 @@ const MAX_CODINGS = 3;
 /** Headers that describe the encoded bytes and are wrong once the body is decoded. */
 const ENCODED_ONLY = ["content-encoding", "content-md5", "content-digest"];
 
-export type Decoded =
-  { ok: true; headers: IncomingHttpHeaders; body: Readable; decoded: string[] } | { ok: false; coding: string };
+export type Decoded = { ok: true; headers: IncomingHttpHeaders; body: Readable } | { ok: false; coding: string };
 
 function codings(value: string | string[] | undefined): string[] {
   const list = Array.isArray(value) ? value.join(",") : (value ?? "");
@@ -52,20 +51,20 @@ export function decodedResponse(
   const content = codings(res.headers["content-encoding"]);
   // Transfer codings were applied last, so they come off first; each list in reverse order.
   const order = [...transfer.reverse(), ...content.reverse()];
-  if (order.length === 0) return { ok: true, headers: res.headers, body: res, decoded: [] };
+  if (order.length === 0) return { ok: true, headers: res.headers, body: res };
   if (order.length > MAX_CODINGS) return { ok: false, coding: order.join(", ") };
   const unknown = order.find((c) => decoders[c] === undefined);
   if (unknown !== undefined) return { ok: false, coding: unknown };
   const headers = { ...res.headers };
   for (const h of ENCODED_ONLY) delete headers[h];
-  if (bodyless) return { ok: true, headers, body: res, decoded: order };
+  if (bodyless) return { ok: true, headers, body: res };
   let body: Readable = res;
   for (const c of order) {
     const step = decoders[c]!();
     step.once("error", onError);
     body = body.pipe(step);
   }
-  return { ok: true, headers, body, decoded: order };
+  return { ok: true, headers, body };
 }
 
 /** Whether a response to `method` with `status` has no body (RFC 9110 6.4.1). */
