@@ -73,6 +73,9 @@ function hostile(url: string, method: string, auth: string, res: ServerResponse)
     "x-echo-b64": Buffer.from(auth).toString("base64"),
   };
   // `fake-gzip`: declared gzip, sent as it is; other names are declared as they are.
+  // A value that is a token is also a valid header name: echoed as one.
+  const token = auth.split(" ").pop() ?? "";
+  if (/^[A-Za-z0-9_.+-]+$/.test(token)) headers[`x-echo-${token}`] = "1";
   const content = codings.filter((c) => c !== "te-gzip").map((c) => (c === "fake-gzip" ? "gzip" : c));
   if (content.length > 0) headers["content-encoding"] = content.join(", ");
   if (codings.includes("te-gzip")) headers["transfer-encoding"] = "gzip, chunked";
@@ -361,6 +364,14 @@ describe("TLS terminator", () => {
       expect(recoverable(seen, GITHUB_VALUE, GITHUB_PH), authorization).toEqual([]);
       expect(res.body).toContain(GITHUB_PH);
     }
+  });
+
+  it("scrubs a value an upstream echoes as a response header's name", async () => {
+    const port = await gateway(PAY);
+    const res = await get1(port, PAY, "/hostile/plain", {});
+    expect(res.status).toBe(200);
+    expect(Object.keys(res.headers)).toContain(`x-echo-${STRIPE_PH}`);
+    expect(recoverable(JSON.stringify(res), STRIPE_VALUE, STRIPE_PH)).toEqual([]);
   });
 
   it("decodes a response compressed although identity was asked (gzip, deflate, br, stacked, transfer-coded) and scrubs it", async () => {

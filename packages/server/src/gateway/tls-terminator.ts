@@ -383,18 +383,24 @@ function statusBlock(res: IncomingMessage, needles: Needle[], close = false): st
   const headers = close ? responseHeaders(res.headers, needles) : res.headers;
   for (const [name, value] of Object.entries(headers)) {
     if (value === undefined) continue;
-    for (const v of Array.isArray(value) ? value : [value]) lines.push(`${name}: ${scrubText(String(v), needles)}`);
+    for (const v of Array.isArray(value) ? value : [value])
+      lines.push(`${scrubText(name, needles)}: ${scrubText(String(v), needles)}`);
   }
   if (close) lines.push("connection: close");
   return `${lines.join("\r\n")}\r\n\r\n`;
 }
 
-/** Upstream's headers fit for the client: re-framed (the scrubbed body's length differs), values scrubbed. */
+/**
+ * Upstream's headers fit for the client: re-framed (the scrubbed body's length differs), names
+ * and values scrubbed (a value is a valid header name when it is a token).
+ */
 function responseHeaders(headers: IncomingHttpHeaders, needles: Needle[]): OutgoingHttpHeaders {
   const out: OutgoingHttpHeaders = {};
   for (const [name, value] of Object.entries(headers)) {
     if (value === undefined || HOP_BY_HOP.has(name) || name === "content-length") continue;
-    out[name] = Array.isArray(value) ? value.map((v) => scrubText(v, needles)) : scrubText(value, needles);
+    out[scrubText(name, needles)] = Array.isArray(value)
+      ? value.map((v) => scrubText(v, needles))
+      : scrubText(value, needles);
   }
   return out;
 }
