@@ -50,7 +50,7 @@ const source: SecretSource = {
  * request asked for identity (`/hostile/<codings>`, comma-separated, applied in order; `te-gzip`
  * is a transfer coding, `fake-gzip` declares gzip and sends the bytes as they are).
  */
-function hostile(url: string, method: string, auth: string, res: ServerResponse): void {
+function hostile(url: string, method: string, auth: string, res: ServerResponse, range?: string): void {
   const plain = `b64=${Buffer.from(auth).toString("base64")};b64url=${Buffer.from(auth).toString("base64url")};header=${auth};`;
   const codings = url
     .slice("/hostile/".length)
@@ -79,6 +79,13 @@ function hostile(url: string, method: string, auth: string, res: ServerResponse)
   const content = codings.filter((c) => c !== "te-gzip").map((c) => (c === "fake-gzip" ? "gzip" : c));
   if (content.length > 0) headers["content-encoding"] = content.join(", ");
   if (codings.includes("te-gzip")) headers["transfer-encoding"] = "gzip, chunked";
+  // `range: bytes=A-B` is honoured on the plain echo: a slice that may cut a value in two.
+  const slice = /^bytes=(\d+)-(\d+)$/.exec(range ?? "");
+  if (slice && codings.length === 0) {
+    const [from, to] = [Number(slice[1]), Number(slice[2])];
+    res.writeHead(206, { ...headers, "content-range": `bytes ${from}-${to}/${body.length}` });
+    return void res.end(body.subarray(from, to + 1));
+  }
   res.writeHead(200, headers);
   if (method === "HEAD") return void res.end();
   // In small pieces, so encoded values straddle chunks.
@@ -145,7 +152,8 @@ beforeAll(async () => {
         const host = (req.socket as unknown as { servername: string }).servername;
         hits.push({ host, url: req.url ?? "", headers: req.headers, body });
         const auth = String(req.headers.authorization ?? req.headers["x-api-key"] ?? "");
-        if (req.url?.startsWith("/hostile/")) return hostile(req.url, req.method ?? "GET", auth, res);
+        if (req.url?.startsWith("/hostile/"))
+          return hostile(req.url, req.method ?? "GET", auth, res, req.headers.range);
         const secret = auth.replace(/^(token|key|Bearer) /, "");
         // The value echoed in three forms, written in small pieces so they straddle chunks.
         const echo = `raw=${secret};b64=${Buffer.from(secret).toString("base64")};url=${encodeURIComponent(secret)};`;
@@ -364,6 +372,26 @@ describe("TLS terminator", () => {
       expect(recoverable(seen, GITHUB_VALUE, GITHUB_PH), authorization).toEqual([]);
       expect(res.body).toContain(GITHUB_PH);
     }
+  });
+
+  it("asks for no byte range, so an echo cannot come back in slices that cut the value", async () => {
+    const port = await gateway(API);
+    hits.length = 0;
+    const pieces: string[] = [];
+    for (const [from, to] of [
+      [0, 24],
+      [25, 49],
+      [50, 74],
+    ] as const) {
+      const res = await get1(port, API, "/hostile/plain", {
+        authorization: `token ${GITHUB_PH}`,
+        range: `bytes=${from}-${to}`,
+      });
+      expect(res.status).toBe(200);
+      pieces.push(res.body);
+    }
+    expect(hits.map((h) => h.headers.range)).toEqual([undefined, undefined, undefined]);
+    expect(recoverable(pieces.join(""), GITHUB_VALUE, GITHUB_PH)).toEqual([]);
   });
 
   it("scrubs a value an upstream echoes as a response header's name", async () => {
