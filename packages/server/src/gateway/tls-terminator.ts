@@ -203,11 +203,13 @@ async function prepare(
   const valueOf = (b: SecretBinding): string => values.get(b.name) ?? "";
   const swapped = swapHeaders(headers, conn.bound, valueOf);
   conn.report("secret_injected", swapped.used, method, path);
-  // Responses must come back readable and whole, or an echoed value could not be found in them:
-  // uncompressed, and never a byte range (slices could cut a value where no needle sees it).
+  // Responses must come back readable, or an echoed value could not be found in them; from a host
+  // a value goes to, also whole: slices of an echo (byte ranges) could cut it where no needle sees it.
   swapped.headers["accept-encoding"] = "identity";
-  delete swapped.headers.range;
-  delete swapped.headers["if-range"];
+  if (conn.bound.length > 0) {
+    delete swapped.headers.range;
+    delete swapped.headers["if-range"];
+  }
   const needles = conn.bound.flatMap((b) => echoNeedles(b.name, valueOf(b), b.placeholder));
   return { headers: swapped.headers, needles, body };
 }
