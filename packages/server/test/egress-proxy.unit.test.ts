@@ -170,6 +170,18 @@ function request(
   });
 }
 
+/** A request written byte for byte as given (no client normalises its target), and the answer. */
+async function rawRequest(port: number, host: string, target: string): Promise<{ status: number; body: string }> {
+  const s = tcpConnect({ host: HOST, port });
+  await once(s, "connect");
+  // Not ended: the answer's `connection: close` ends it.
+  s.write(`GET ${target} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+  const chunks: Buffer[] = [];
+  for await (const c of s) chunks.push(c as Buffer);
+  const text = Buffer.concat(chunks).toString();
+  return { status: Number(/^HTTP\/1\.1 (\d{3})/.exec(text)?.[1] ?? 0), body: text.slice(text.indexOf("\r\n\r\n") + 4) };
+}
+
 describe("EgressProxy", () => {
   it("holds an ask until approved, then sends it exactly once, with its body excerpt asked", async () => {
     const w = await world({ policy: policy({ rules: [rule(HOST, "ask")] }) });
@@ -348,6 +360,114 @@ describe("EgressProxy", () => {
     const bare = await world(sb);
     expect(await hello(bare.ports.https)).toMatch(/alert access denied/i);
     expect(bare.events.at(-1)).toMatchObject({ event: "egress_denied", rule: "terminator" });
+  });
+
+  it("judges a sandbox's path as the upstream reads it: traversal and ambiguous encodings do not leave a prefix rule", async () => {
+    const mine = { host: HOST, path: "/repos/me/", action: "allow", source: "sandbox", index: 0 } as const;
+    const w = await world({ policy: policy({ rules: [mine], default: "deny" }) });
+    const allowed = await rawRequest(w.ports.http, HOST, "/repos/me/issues");
+    expect(allowed.status).toBe(200);
+    expect(w.hits()).toBe(1);
+    const escapes = [
+      "/repos/me/%2e%2e/%2e%2e/admin",
+      "/repos/me/%2E%2E/%2E%2E/admin",
+      "/repos/me/..%2f..%2fadmin",
+      "/repos/me/%252e%252e/%252e%252e/admin",
+      "/repos/me/..;/..;/admin",
+      "/repos/me/..\\..\\admin",
+      "/repos/me//../../admin",
+    ];
+    for (const target of escapes) {
+      const r = await rawRequest(w.ports.http, HOST, target);
+      expect(r.status, target).toBe(403);
+      expect(JSON.parse(r.body), target).toMatchObject({
+        code: "egress_denied",
+        reason: "ambiguous_path",
+        rule: "sandbox#0",
+      });
+    }
+    for (const target of ["/repos/me/../../admin", "/repos/me/./../../admin"]) {
+      const r = await rawRequest(w.ports.http, HOST, target);
+      expect(r.status, target).toBe(403);
+      expect(JSON.parse(r.body), target).toMatchObject({ code: "egress_denied" });
+    }
+    expect(w.hits()).toBe(1);
+    expect(w.events.filter((e) => e.event === "egress_denied")).toHaveLength(escapes.length + 2);
+    expect(w.events.find((e) => e.event === "egress_denied")).toMatchObject({
+      rule: "sandbox#0",
+      outcome: "refused",
+      reason: expect.stringContaining("ambiguous path"),
+    });
+  });
+
+  it("judges the path of terminated HTTPS the same way", async () => {
+    const seen: TerminateContext[] = [];
+    const mine = {
+      host: "api.example.test",
+      path: "/repos/me/",
+      action: "allow",
+      source: "sandbox",
+      index: 0,
+    } as const;
+    const w = await world(
+      { policy: policy({ secrets: ["github"], rules: [mine], default: "deny" }) },
+      { terminate: (ctx) => void (seen.push(ctx), ctx.socket.destroy()) },
+    );
+    const c = tlsConnect({
+      host: HOST,
+      port: w.ports.https,
+      servername: "api.example.test",
+      rejectUnauthorized: false,
+    });
+    await new Promise((resolve) => {
+      c.on("error", () => undefined);
+      c.on("close", resolve);
+    });
+    const decide = (path: string) => seen[0]!.decide("GET", path, new AbortController().signal);
+    expect(await decide("/repos/me/x")).toBe("allow");
+    expect(await decide("/repos/me/../../admin")).toMatchObject({
+      status: 403,
+      body: { code: "egress_denied", reason: "ambiguous_path", rule: "sandbox#0" },
+    });
+    expect(await decide("/repos/me/a/../b")).toBe("allow");
+    expect(await decide("/repos/me/%2e%2e/%2e%2e/admin")).toMatchObject({
+      status: 403,
+      body: { code: "egress_denied", reason: "ambiguous_path" },
+    });
+  });
+
+  it("shows a held HTTPS request's body excerpt in its approval, as on plain HTTP", async () => {
+    const seen: TerminateContext[] = [];
+    const w = await world(
+      { policy: policy({ secrets: ["github"], rules: [rule("api.example.test", "ask")] }) },
+      { terminate: (ctx) => void (seen.push(ctx), ctx.socket.destroy()) },
+    );
+    const c = tlsConnect({
+      host: HOST,
+      port: w.ports.https,
+      servername: "api.example.test",
+      rejectUnauthorized: false,
+    });
+    await new Promise((resolve) => {
+      c.on("error", () => undefined);
+      c.on("close", resolve);
+    });
+    let reads = 0;
+    const excerpt = async (): Promise<Buffer> => (reads++, Buffer.from("please merge #12"));
+    const verdict = seen[0]!.decide("POST", "/repos/me/pulls", new AbortController().signal, excerpt);
+    const held = await w.gate.next();
+    expect(held.req).toMatchObject({
+      kind: "http",
+      method: "POST",
+      path: "/repos/me/pulls",
+      excerpt: "please merge #12",
+    });
+    held.resolve({ approvalId: "apr_h", state: "approved" });
+    expect(await verdict).toBe("allow");
+    // Under a host grant nothing waits for a person: the body is not read ahead.
+    w.gate.grants.add("api.example.test");
+    expect(await seen[0]!.decide("POST", "/x", new AbortController().signal, excerpt)).toBe("allow");
+    expect(reads).toBe(1);
   });
 
   it("knows a sandbox by its guest address only while it has a subnet, and only under the gateway", () => {

@@ -95,9 +95,10 @@ export interface TerminateContext {
   dial(): Promise<string>;
   /**
    * The policy's word on one request (rules, approvals and the audit event included); held while an
-   * approval is pending; `signal` aborts when the client goes.
+   * approval is pending; `signal` aborts when the client goes. `excerpt` reads the first bytes of
+   * the request's body, for an approval to show; it is called only when a person must decide.
    */
-  decide(method: string, path: string, signal: AbortSignal): Promise<EgressVerdict>;
+  decide(method: string, path: string, signal: AbortSignal, excerpt?: () => Promise<Buffer>): Promise<EgressVerdict>;
 }
 
 /** The terminator the proxy calls; absent: a connection that needs one is refused. */

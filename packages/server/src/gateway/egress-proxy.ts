@@ -404,7 +404,7 @@ export class EgressProxy {
         host,
         sandbox: sb,
         dial: () => this.checkedAddress(sb, { host, method: null, path: null }, true),
-        decide: (method, path, signal) => this.verdict(sb, { host, method, path }, signal),
+        decide: (method, path, signal, excerpt) => this.verdict(sb, { host, method, path }, signal, excerpt),
       });
       return;
     }
@@ -423,8 +423,16 @@ export class EgressProxy {
     }
   }
 
-  /** The terminator's per-request question: the rules and approvals, answered as a verdict. */
-  private async verdict(sb: GatewaySandbox, target: Target, signal: AbortSignal): Promise<EgressVerdict> {
+  /**
+   * The terminator's per-request question: the rules and approvals, answered as a verdict. A
+   * request held for a person shows its body's first bytes, as on plain HTTP.
+   */
+  private async verdict(
+    sb: GatewaySandbox,
+    target: Target,
+    signal: AbortSignal,
+    excerpt?: () => Promise<Buffer>,
+  ): Promise<EgressVerdict> {
     try {
       const decision = decide(sb.policy, target);
       if (sb.internet === false && decision.rule === "default" && decision.action === "allow") {
@@ -437,7 +445,9 @@ export class EgressProxy {
         );
         throw new Refusal(denial(sb, target, "default"));
       }
-      await this.approve(sb, target, decision, signal, Buffer.alloc(0), undefined);
+      const held = decision.action === "ask" && !this.granted(sb, target.host);
+      const body = held && excerpt ? await excerpt() : Buffer.alloc(0);
+      await this.approve(sb, target, decision, signal, body, undefined);
       return "allow";
     } catch (err) {
       const problem = problemOf(err);
@@ -462,13 +472,32 @@ export class EgressProxy {
     signal: AbortSignal,
     body: Buffer | undefined,
   ): Promise<string> {
-    if (decision.action === "deny") {
-      this.emit("egress_denied", sb, target, { rule: decision.rule, action: "deny", outcome: "denied" });
-      throw new Refusal(denial(sb, target, decision.rule));
-    }
+    if (decision.action === "deny") throw this.denied(sb, target, decision, {});
     const address = await this.checkedAddress(sb, target, decision.rule !== "default" || decision.action === "ask");
     await this.approve(sb, target, decision, signal, body, address);
     return address;
+  }
+
+  /** A denial as an event and the refusal to answer with; a path without one reading is refused as such. */
+  private denied(
+    sb: GatewaySandbox,
+    target: Target,
+    decision: Decision,
+    base: Pick<EgressDecisionFields, "address">,
+  ): Refusal {
+    const fields = { ...base, rule: decision.rule, action: "deny" as const };
+    if (decision.ambiguousPath === undefined) {
+      this.emit("egress_denied", sb, target, { ...fields, outcome: "denied" });
+      return new Refusal(denial(sb, target, decision.rule));
+    }
+    this.emit(
+      "egress_denied",
+      sb,
+      target,
+      { ...fields, outcome: "refused" },
+      `ambiguous path: ${decision.ambiguousPath}`,
+    );
+    return new Refusal(ambiguousPath(target, decision.rule, decision.ambiguousPath));
   }
 
   /** Allows an allow; holds an ask until a person answers; emits the decision. */
@@ -481,10 +510,7 @@ export class EgressProxy {
     address: string | undefined,
   ): Promise<void> {
     const base = { rule: decision.rule, action: decision.action, ...(address ? { address } : {}) } as const;
-    if (decision.action === "deny") {
-      this.emit("egress_denied", sb, target, { ...base, outcome: "denied" });
-      throw new Refusal(denial(sb, target, decision.rule));
-    }
+    if (decision.action === "deny") throw this.denied(sb, target, decision, base);
     if (decision.action === "allow") return this.emit("egress_allowed", sb, target, { ...base, outcome: "allowed" });
     if (this.granted(sb, target.host)) return this.emit("egress_allowed", sb, target, { ...base, outcome: "granted" });
     const gate = this.gate;
@@ -749,6 +775,15 @@ function denial(sb: GatewaySandbox, target: Target, rule: string): BothyError {
   return new BothyError("egress_denied", `${describe(target)} was denied by ${which}.`, {
     details: { host: target.host, rule, how_to_get_access: howToAsk(sb) },
   });
+}
+
+/** A path the rules cannot judge: refused rather than read one way when the upstream may read it another. */
+function ambiguousPath(target: Target, rule: string, problem: string): BothyError {
+  return new BothyError(
+    "egress_denied",
+    `${target.method ?? "A request"} to ${target.host} was refused: servers read its path in different ways (${problem}), and rule ${rule} judges paths. Send it as a browser or curl would: with . and .. resolved, no //, and without %2F, %5C, %2E, %25, escaped control characters, backslashes or ";" after a dot segment.`,
+    { details: { host: target.host, rule, reason: "ambiguous_path", problem } },
+  );
 }
 
 /** A held request's answer when the server stops: nothing was sent, so retrying is safe. */

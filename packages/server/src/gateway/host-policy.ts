@@ -11,6 +11,7 @@ import {
   type HostRule,
 } from "@bothy/protocol";
 import type { z } from "zod";
+import { judgedPath } from "./request-path.ts";
 
 type ParsedPolicy = z.output<typeof hostPolicyRequest>;
 
@@ -25,6 +26,11 @@ export interface Decision {
   action: EgressAction;
   /** `tenant#0`, `sandbox#2`, or `default`. */
   rule: string;
+  /**
+   * Set when the rule judges paths and the request's path has no single reading (request-path.ts):
+   * the request is refused (`action` is `deny`), whatever the rule's own action.
+   */
+  ambiguousPath?: string;
 }
 
 /** `*.example.com` matches names below example.com, never example.com itself; others match exactly. */
@@ -34,9 +40,11 @@ export function hostMatches(pattern: string, host: string): boolean {
   return name === pattern;
 }
 
-/** A path rule is a prefix in which `*` stands for any characters but `/`; the query is not part of the path. */
+/**
+ * A path rule is a prefix in which `*` stands for any characters but `/`. `path` is the judged
+ * path (request-path.ts: no query, escapes decoded, dot segments resolved).
+ */
 export function pathMatches(pattern: string, path: string): boolean {
-  const bare = path.split("?", 1)[0] ?? path;
   const re = new RegExp(
     "^" +
       pattern
@@ -44,7 +52,7 @@ export function pathMatches(pattern: string, path: string): boolean {
         .map((part) => part.replace(/[.+?^${}()|[\]\\]/g, "\\$&"))
         .join("[^/]*"),
   );
-  return re.test(bare);
+  return re.test(path);
 }
 
 /** The rules a policy as asked for stands for, in evaluation order: `rules`, `deny_hosts`, `allow_hosts`. */
@@ -106,13 +114,40 @@ export function needsRequestView(policy: EffectiveHostPolicy, host: string): boo
 /**
  * The first matching rule's action. A rule with methods or a path matches only a request whose
  * method and path are seen; where they are not (HTTPS passed through), such a rule is skipped.
+ * Paths are judged as servers read them (request-path.ts); when a path has no single reading (an
+ * ambiguous encoding, or `.`, `..`, `//` or `;` that lead to another rule unresolved than
+ * resolved), the first path rule the request meets refuses it.
  */
 export function decide(policy: EffectiveHostPolicy, req: EgressRequest): Decision {
+  if (req.path === null) return firstRule(policy, req, null);
+  const judged = judgedPath(req.path);
+  if (!judged.ok) return firstRule(policy, req, { problem: judged.problem });
+  const canonical = firstRule(policy, req, judged.path);
+  for (const reading of judged.readings) {
+    const other = firstRule(policy, req, reading);
+    if (other.action === canonical.action && other.rule === canonical.rule) continue;
+    const problem = `read as ${judged.path} it meets ${canonical.rule}, read as ${reading} (its . , .. , // or ; kept) ${other.rule}`;
+    return firstRule(policy, req, { problem });
+  }
+  return canonical;
+}
+
+/** The first rule that matches with the path read as `path`; `problem`: the path cannot be read, a path rule refuses it. */
+function firstRule(
+  policy: EffectiveHostPolicy,
+  req: EgressRequest,
+  path: string | null | { problem: string },
+): Decision {
   for (const r of policy.rules) {
     if (!hostMatches(r.host, req.host)) continue;
     if (r.methods !== undefined && (req.method === null || !r.methods.includes(req.method.toUpperCase()))) continue;
-    if (r.path !== undefined && (req.path === null || !pathMatches(r.path, req.path))) continue;
-    return { action: r.action, rule: `${r.source}#${r.index}` };
+    const rule = `${r.source}#${r.index}`;
+    if (r.path !== undefined) {
+      if (path === null) continue;
+      if (typeof path !== "string") return { action: "deny", rule, ambiguousPath: path.problem };
+      if (!pathMatches(r.path, path)) continue;
+    }
+    return { action: r.action, rule };
   }
   return { action: policy.default, rule: "default" };
 }

@@ -8,14 +8,15 @@
  *
  * Per request: a placeholder of a secret not bound to this host, anywhere in the request, refuses
  * it (403, reported by name); placeholders of bound secrets become their values in headers, and
- * `inject` headers are set; responses come back uncompressed (accept-encoding: identity) so every
- * echoed value (raw, base64, URL-encoded) is replaced by its placeholder on the way, also when it
- * spans chunks. Values are opened per request and appear in no log, event or error.
+ * `inject` headers are set; responses are asked for uncompressed (accept-encoding: identity), and
+ * one compressed anyway is decoded (response-decode.ts), so every echoed value (secret-scrub.ts
+ * `echoNeedles`: raw, inside base64, URL- or JSON-encoded) is replaced by its placeholder on the
+ * way, also when it spans chunks. Values are opened per request and appear in no log, event or error.
  */
 import http, { type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders } from "node:http";
 import http2, { type Http2ServerRequest, type Http2ServerResponse } from "node:http2";
 import https from "node:https";
-import type { Duplex } from "node:stream";
+import type { Duplex, Readable } from "node:stream";
 import { BothyError, toProblem } from "@bothy/protocol";
 import type { LeafIssuer, SecretBinding, SecretSource, Terminate, TerminateContext } from "./contracts.ts";
 import { echoNeedles, scrubStream, scrubText, StreamMatcher, type Needle } from "./secret-scrub.ts";
@@ -28,6 +29,8 @@ import {
   parseErrorAnswer,
   requestFraming,
 } from "./request-framing.ts";
+import { decodedResponse, isBodyless } from "./response-decode.ts";
+import { peekBody } from "./body-excerpt.ts";
 
 /** What the terminator reports about secrets: names only, never values. */
 export interface SecretReport {
@@ -57,12 +60,18 @@ export interface TerminateOptions {
   leaves: LeafIssuer;
   /** The upstream address the proxy resolved and checked; called once, on the first request. */
   dial(): Promise<string>;
-  /** The policy's word on one request; held while an approval is pending; `signal` aborts when the client goes. */
-  decide(method: string, path: string, signal: AbortSignal): Promise<Verdict>;
+  /**
+   * The policy's word on one request; held while an approval is pending; `signal` aborts when the
+   * client goes; `excerpt` reads the body's first bytes (for an approval) and keeps them for upstream.
+   */
+  decide(method: string, path: string, signal: AbortSignal, excerpt?: () => Promise<Buffer>): Promise<Verdict>;
   report?(ev: SecretReport): void;
   /** Trust for the upstream's certificate instead of Node's (tests' own CA). */
   upstreamCa?: string;
 }
+
+/** What an approval shows of a request's body, as on plain HTTP. */
+const EXCERPT_BYTES = 8 * 1024;
 
 const HOP_BY_HOP = new Set([
   "connection",
@@ -160,7 +169,7 @@ async function prepare(
   upgrade: boolean,
   answer: (status: number, body: string | object) => void,
   signal: AbortSignal,
-): Promise<{ headers: Headers; needles: Needle[] } | undefined> {
+): Promise<{ headers: Headers; needles: Needle[]; body: Readable } | undefined> {
   const method = req.method ?? "GET";
   const path = req.url ?? "/";
   const headers = forwardHeaders(req.headers, conn.o, upgrade);
@@ -175,7 +184,15 @@ async function prepare(
     answer(403, refusal(conn.o.host, refused));
     return undefined;
   }
-  const verdict = await conn.o.decide(method, path, signal);
+  // Where the body is read from: the request, or, once an approval read its first bytes, what peekBody handed back.
+  let body: Readable = req;
+  const excerpt = async (): Promise<Buffer> => {
+    if (upgrade) return Buffer.alloc(0);
+    const peeked = await peekBody(req, EXCERPT_BYTES);
+    body = peeked.body;
+    return peeked.excerpt;
+  };
+  const verdict = await conn.o.decide(method, path, signal, excerpt);
   if (verdict !== "allow") {
     answer(verdict.status, verdict.body);
     return undefined;
@@ -186,10 +203,15 @@ async function prepare(
   const valueOf = (b: SecretBinding): string => values.get(b.name) ?? "";
   const swapped = swapHeaders(headers, conn.bound, valueOf);
   conn.report("secret_injected", swapped.used, method, path);
-  // Responses must come back readable, or an echoed value could not be found in them.
+  // Responses must come back readable, or an echoed value could not be found in them; from a host
+  // a value goes to, also whole: slices of an echo (byte ranges) could cut it where no needle sees it.
   swapped.headers["accept-encoding"] = "identity";
+  if (conn.bound.length > 0) {
+    delete swapped.headers.range;
+    delete swapped.headers["if-range"];
+  }
   const needles = conn.bound.flatMap((b) => echoNeedles(b.name, valueOf(b), b.placeholder));
-  return { headers: swapped.headers, needles };
+  return { headers: swapped.headers, needles, body };
 }
 
 function upgradeRefusal(host: string, secrets: string[]): object {
@@ -254,26 +276,38 @@ async function handleRequest(conn: Connection, req: AnyRequest, res: AnyResponse
   aborted.signal.addEventListener("abort", () => up.destroy());
   up.on("error", (err) => fail(res, err));
   up.once("response", (upRes) => {
-    res.writeHead(upRes.statusCode ?? 502, responseHeaders(upRes.headers, prepared.needles));
+    const status = upRes.statusCode ?? 502;
+    // Only an answer that is scrubbed needs its plain bytes.
+    const decoded =
+      prepared.needles.length === 0
+        ? { ok: true as const, headers: upRes.headers, body: upRes }
+        : decodedResponse(upRes, isBodyless(method, status), () => res.destroy());
+    if (!decoded.ok) {
+      upRes.destroy();
+      return sendBody(res, 502, undecodable(conn.o.host, decoded.coding));
+    }
+    res.writeHead(status, responseHeaders(decoded.headers, prepared.needles));
     upRes.on("error", () => res.destroy());
-    upRes.pipe(scrubStream(prepared.needles)).pipe(res as NodeJS.WritableStream);
+    decoded.body.pipe(scrubStream(prepared.needles)).pipe(res as NodeJS.WritableStream);
   });
   // The body is watched for placeholders of unbound secrets as it goes; one found stops the
   // request before its bytes are sent (the matcher holds back a possible beginning of one).
+  // The request's body, or what peekBody handed back once an approval read its first bytes.
+  const source = prepared.body;
   const watch = new StreamMatcher(
     conn.unbound.map((b) => ({ bytes: Buffer.from(b.placeholder), replacement: Buffer.alloc(0), id: b.name })),
   );
   // Bytes that do not fit the framing stop the request before they are written.
   const body = new FramedBody(framing.framing);
-  req.on("error", () => up.destroy());
-  req.pipe(body);
+  source.on("error", () => up.destroy());
+  source.pipe(body);
   body.on("error", (err) => {
     up.removeAllListeners("response");
     up.removeAllListeners("error");
     up.on("error", () => undefined);
     up.destroy();
-    req.unpipe(body);
-    req.resume();
+    source.unpipe(body);
+    source.resume();
     if (err instanceof FramingError) sendBody(res, err.error.status, toProblem(err.error));
     else res.destroy();
   });
@@ -354,20 +388,37 @@ function statusBlock(res: IncomingMessage, needles: Needle[], close = false): st
   const headers = close ? responseHeaders(res.headers, needles) : res.headers;
   for (const [name, value] of Object.entries(headers)) {
     if (value === undefined) continue;
-    for (const v of Array.isArray(value) ? value : [value]) lines.push(`${name}: ${scrubText(String(v), needles)}`);
+    for (const v of Array.isArray(value) ? value : [value])
+      lines.push(`${scrubText(name, needles)}: ${scrubText(String(v), needles)}`);
   }
   if (close) lines.push("connection: close");
   return `${lines.join("\r\n")}\r\n\r\n`;
 }
 
-/** Upstream's headers fit for the client: re-framed (the scrubbed body's length differs), values scrubbed. */
+/**
+ * Upstream's headers fit for the client: re-framed (the scrubbed body's length differs), names
+ * and values scrubbed (a value is a valid header name when it is a token).
+ */
 function responseHeaders(headers: IncomingHttpHeaders, needles: Needle[]): OutgoingHttpHeaders {
   const out: OutgoingHttpHeaders = {};
   for (const [name, value] of Object.entries(headers)) {
     if (value === undefined || HOP_BY_HOP.has(name) || name === "content-length") continue;
-    out[name] = Array.isArray(value) ? value.map((v) => scrubText(v, needles)) : scrubText(value, needles);
+    out[scrubText(name, needles)] = Array.isArray(value)
+      ? value.map((v) => scrubText(v, needles))
+      : scrubText(value, needles);
   }
   return out;
+}
+
+/** A response compressed in a way the gateway cannot read: refused, since the scrubber could not look into it. */
+function undecodable(host: string, coding: string): object {
+  return toProblem(
+    new BothyError(
+      "upstream_failed",
+      `${host} answered with an encoding the gateway cannot decode (${coding}) although it was asked for identity; the answer was not passed on, since it could not be checked for secret values. The gateway decodes gzip, deflate and br.`,
+      { details: { host, encoding: coding } },
+    ),
+  );
 }
 
 function sendBody(res: AnyResponse, status: number, body: string | object): void {
@@ -414,7 +465,7 @@ export function secretTerminator(deps: {
       secrets: deps.vault,
       leaves: deps.leaves,
       dial: () => ctx.dial(),
-      decide: (method, path, signal) => ctx.decide(method, path, signal),
+      decide: (method, path, signal, excerpt) => ctx.decide(method, path, signal, excerpt),
       report: (ev) => deps.report(sandboxId, ev),
     }).catch(() => ctx.socket.destroy());
   };
