@@ -1,17 +1,21 @@
-import { BothyError } from "@bothy/protocol";
+import { BothyError, type ErrorCode } from "@bothy/protocol";
 import type { AgentClient } from "./agent-client.ts";
 
-/** Runs a short host-side command in the guest (not a user's command): its exit code and the tail of its output. */
+/**
+ * Runs a short host-side command in the guest (not a user's command): its exit code and the tail
+ * of its output. Past `timeoutMs` it fails with `timeoutCode` (a boot step's by default).
+ */
 export function execQuiet(
   agent: AgentClient,
   cmd: string,
   timeoutMs: number,
   what: string,
+  timeoutCode: ErrorCode = "create_failed",
 ): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve, reject) => {
     let output = "";
     const timer = setTimeout(
-      () => reject(new BothyError("create_failed", `${what} took over ${timeoutMs} ms.`)),
+      () => reject(new BothyError(timeoutCode, `${what} took over ${timeoutMs} ms.`)),
       timeoutMs,
     );
     agent.exec(

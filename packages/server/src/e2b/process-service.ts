@@ -1,7 +1,6 @@
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { BothyError, commandRequest, isErrorCode, ptySize, type CommandEvent } from "@bothy/protocol";
-import type { AgentClient } from "../agent/agent-client.ts";
 import type { CommandRegistry, RunningCommand } from "../commands/command-registry.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { toConnectError } from "./e2b-errors.ts";
@@ -15,6 +14,7 @@ import {
   type StartResponseSchema,
 } from "./gen/process_pb.ts";
 import { Wakeup } from "../util/wakeup.ts";
+import { execQuiet } from "../agent/quiet-exec.ts";
 
 type StartResponseInit = MessageInitShape<typeof StartResponseSchema>;
 type ProcessEventInit = MessageInitShape<typeof ProcessEventSchema>;
@@ -55,20 +55,8 @@ export function sandboxOf(ctx: HandlerContext): string {
   return id;
 }
 
-/** Runs a short host-side helper command in the guest (no command record), and resolves with its exit code. */
-function runQuiet(agent: AgentClient, cmd: string): Promise<number | null> {
-  return new Promise((resolve, reject) => {
-    agent.exec(
-      { cmd },
-      {
-        onStarted: () => undefined,
-        onOutput: (_fd, _data, consumed) => consumed(),
-        onExited: (code) => resolve(code),
-        onError: reject,
-      },
-    );
-  });
-}
+/** How long a signal to a process from before a restart may take in the guest. */
+const SIGNAL_TIMEOUT_MS = 10_000;
 
 /** Signal numbers of the signals envd's SendSignal carries. */
 const SIGNAL_NUMBERS: Record<string, number> = { SIGKILL: 9, SIGTERM: 15 };
@@ -245,7 +233,14 @@ export function processService(
    * caller's own sandbox). False when it is gone.
    */
   const signalBeforeRestart = async (sandboxId: string, pid: number, signal: string): Promise<boolean> => {
-    const code = await runQuiet(manager.agent(sandboxId), `kill -s ${signal.replace(/^SIG/, "")} -- -${pid}`);
+    const cmd = `kill -s ${signal.replace(/^SIG/, "")} -- -${pid}`;
+    const { code } = await execQuiet(
+      manager.agent(sandboxId),
+      cmd,
+      SIGNAL_TIMEOUT_MS,
+      `Signalling ${pid}`,
+      "agent_timeout",
+    );
     return code === 0;
   };
 

@@ -1,5 +1,6 @@
 import type Database from "better-sqlite3";
 import type { EventRow } from "./ledger.ts";
+import { StatementCache } from "./statement-cache.ts";
 
 /** Which rows one reader may see: a tenant's own (with `tenant`), or every row (an admin's, `null`). */
 export interface EventScope {
@@ -20,17 +21,14 @@ export interface EventRetention {
  * row of another tenant and each query reads at most a page.
  */
 export class EventRows {
-  private readonly statements = new Map<string, Database.Statement>();
+  private readonly statements: StatementCache;
 
-  constructor(private readonly db: Database.Database) {}
+  constructor(private readonly db: Database.Database) {
+    this.statements = new StatementCache(db);
+  }
 
   private cached(sql: string): Database.Statement {
-    let statement = this.statements.get(sql);
-    if (!statement) {
-      statement = this.db.prepare(sql);
-      this.statements.set(sql, statement);
-    }
-    return statement;
+    return this.statements.get(sql);
   }
 
   /** The scope's rows after `after`, oldest first, at most `limit`. */

@@ -5,6 +5,7 @@ import { AuthRows } from "./auth-rows.ts";
 import { E2bRows } from "./e2b-rows.ts";
 import { EventRows } from "./event-rows.ts";
 import { SecretRows } from "./secret-rows.ts";
+import { StatementCache } from "./statement-cache.ts";
 import { canTransition, INITIAL_STATES, TransitionError } from "../sandboxes/lifecycle.ts";
 
 /** Schema steps in order; `PRAGMA user_version` records how many have run. */
@@ -256,8 +257,8 @@ const now = (): string => new Date().toISOString();
  */
 export class Ledger {
   private readonly db: Database.Database;
-  /** Statements of the per-command paths, compiled once (see `cached`). */
-  private readonly statements = new Map<string, Database.Statement>();
+  /** Statements of the per-command paths, compiled once. */
+  private readonly statements: StatementCache;
   /** Tenants and API keys. */
   readonly auth: AuthRows;
   /** The vault's sealed secrets and the sandboxes' placeholders. */
@@ -276,6 +277,7 @@ export class Ledger {
     this.db.pragma("foreign_keys = ON");
     this.db.pragma("busy_timeout = 5000");
     this.migrate();
+    this.statements = new StatementCache(this.db);
     this.auth = new AuthRows(this.db);
     this.secrets = new SecretRows(this.db);
     this.e2b = new E2bRows(this.db);
@@ -347,18 +349,8 @@ export class Ledger {
     if (changed !== 1) throw new TransitionError("stale", id, from, to, this.getSandbox(id)?.state);
   }
 
-  /**
-   * A statement compiled once and kept: every command reads its sandbox's row and writes its
-   * own record and events several times, and compiling the SQL each time was a measurable part
-   * of a short command's round trip.
-   */
   private cached(sql: string): Database.Statement {
-    let statement = this.statements.get(sql);
-    if (!statement) {
-      statement = this.db.prepare(sql);
-      this.statements.set(sql, statement);
-    }
-    return statement;
+    return this.statements.get(sql);
   }
 
   getSandbox(id: string): SandboxRow | undefined {
