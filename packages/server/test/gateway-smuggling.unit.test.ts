@@ -14,7 +14,7 @@ import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import { connect as http2Connect, type ClientHttp2Session } from "node:http2";
 import { createServer as createHttpsServer } from "node:https";
 import { mkdtemp, rm } from "node:fs/promises";
-import { connect as tcpConnect, createServer as createNetServer, type AddressInfo, type Socket } from "node:net";
+import { connect as tcpConnect, type AddressInfo, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { connect as tlsConnect, createSecureContext } from "node:tls";
@@ -24,9 +24,10 @@ import type { EffectiveHostPolicy } from "@bothy/protocol";
 import { EgressCa } from "../src/gateway/egress-ca.ts";
 import type { GatewaySandbox, SecretBinding, SecretSource } from "../src/gateway/contracts.ts";
 import { EgressProxy } from "../src/gateway/egress-proxy.ts";
-import { terminateTls, type SecretReport } from "../src/gateway/tls-terminator.ts";
+import type { SecretReport } from "../src/gateway/tls-terminator.ts";
 import type { ServerEvent } from "../src/events/server-events.ts";
 import { loopbackDns } from "./helpers/loopback-dns.ts";
+import { terminatorListener } from "./helpers/terminator-listener.ts";
 
 const LOOP = "127.0.0.1";
 const API = "api.example.test";
@@ -218,32 +219,26 @@ describe("TLS terminator framing", { timeout: 30_000 }, () => {
 
   /** A gateway listener for one SNI host, handing connections over as the proxy does. */
   async function gateway(host: string): Promise<number> {
-    const server = createNetServer((socket) => {
-      socket.once("data", (peeked: Buffer) => {
-        socket.pause();
-        void terminateTls({
-          socket,
-          peeked,
-          host,
-          port: upstreamPort,
-          tenant: "default",
-          bindings,
-          secrets: source,
-          leaves: egress,
-          dial: async () => LOOP,
-          decide: async (method, path) => {
-            judged.push(`${method} ${path}`);
-            return "allow";
-          },
-          report: (ev) => reports.push(ev),
-          upstreamCa: upstreamCa.caPem,
-        });
-      });
-    });
-    server.listen(0, LOOP);
-    await once(server, "listening");
+    const { server, port } = await terminatorListener(
+      {
+        host,
+        port: upstreamPort,
+        tenant: "default",
+        bindings,
+        secrets: source,
+        leaves: egress,
+        dial: async () => LOOP,
+        decide: async (method, path) => {
+          judged.push(`${method} ${path}`);
+          return "allow";
+        },
+        report: (ev) => reports.push(ev),
+        upstreamCa: upstreamCa.caPem,
+      },
+      LOOP,
+    );
     closers.push(() => server.close());
-    return (server.address() as AddressInfo).port;
+    return port;
   }
 
   async function rawTls(port: number, host: string): Promise<RawClient> {

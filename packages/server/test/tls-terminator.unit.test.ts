@@ -7,7 +7,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { createServer as createHttpsServer, request as httpsRequest, type Server } from "node:https";
 import { connect as http2Connect } from "node:http2";
-import { createServer as createNetServer, type AddressInfo, type Server as NetServer } from "node:net";
+import { type AddressInfo, type Server as NetServer } from "node:net";
 import { createSecureContext } from "node:tls";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -17,8 +17,9 @@ import WebSocket, { WebSocketServer } from "ws";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { EgressCa } from "../src/gateway/egress-ca.ts";
 import type { SecretBinding, SecretSource } from "../src/gateway/contracts.ts";
-import { terminateTls, type SecretReport, type Verdict } from "../src/gateway/tls-terminator.ts";
+import type { SecretReport, Verdict } from "../src/gateway/tls-terminator.ts";
 import { recoverable } from "./helpers/echo-leaks.ts";
+import { terminatorListener } from "./helpers/terminator-listener.ts";
 
 const GITHUB_VALUE = "ghp_Real+Value/with space&=";
 const STRIPE_VALUE = "sk_live_stripe_value_42";
@@ -108,32 +109,23 @@ const excerpts: string[] = [];
 
 /** A gateway listener for one SNI host, the way the proxy will hand connections over. */
 async function gateway(host: string): Promise<number> {
-  const server = createNetServer((socket) => {
-    socket.once("data", (peeked: Buffer) => {
-      socket.pause();
-      void terminateTls({
-        socket,
-        peeked,
-        host,
-        port: upstreamPort,
-        tenant: "default",
-        bindings,
-        secrets: source,
-        leaves: egress,
-        dial: async () => "127.0.0.1",
-        decide: async (_method, _path, _signal, excerpt) => {
-          if (peekExcerpts && excerpt) excerpts.push((await excerpt()).toString());
-          return verdict;
-        },
-        report: (ev) => reports.push(ev),
-        upstreamCa: upstreamCa.caPem,
-      });
-    });
+  const { server, port } = await terminatorListener({
+    host,
+    port: upstreamPort,
+    tenant: "default",
+    bindings,
+    secrets: source,
+    leaves: egress,
+    dial: async () => "127.0.0.1",
+    decide: async (_method, _path, _signal, excerpt) => {
+      if (peekExcerpts && excerpt) excerpts.push((await excerpt()).toString());
+      return verdict;
+    },
+    report: (ev) => reports.push(ev),
+    upstreamCa: upstreamCa.caPem,
   });
   gateways.push(server);
-  server.listen(0, "127.0.0.1");
-  await once(server, "listening");
-  return (server.address() as AddressInfo).port;
+  return port;
 }
 
 beforeAll(async () => {
