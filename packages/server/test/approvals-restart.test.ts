@@ -10,14 +10,11 @@ import type { ApprovalInfo } from "@bothy/protocol";
 import { afterAll, describe, expect, it } from "vitest";
 import { readEventStream } from "./helpers/background.ts";
 import { api } from "./helpers/client.ts";
-import { driverTitle, testDrivers } from "./helpers/drivers.ts";
+import { driverTitle, testDriver } from "./helpers/drivers.ts";
 import { hostLeaks, noLeaks } from "./helpers/host-state.ts";
 import { spawnTestServe, type ServeProcess } from "./helpers/serve-process.ts";
 
-const gvisor = testDrivers().find((d) => d.name === "gvisor") ?? {
-  name: "gvisor" as const,
-  missing: "BOTHY_TEST_DRIVERS to include gvisor",
-};
+const gvisor = testDriver("gvisor");
 
 describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "approvals across a stop and a SIGKILL"), () => {
   let home = "";

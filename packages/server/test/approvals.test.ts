@@ -20,7 +20,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ApprovalAsk } from "../src/gateway/contracts.ts";
 import { readEventStream } from "./helpers/background.ts";
 import { api, waitDeleted } from "./helpers/client.ts";
-import { driverTitle, testDrivers } from "./helpers/drivers.ts";
+import { driverTitle, testDriver } from "./helpers/drivers.ts";
 import { noLeaks } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
 
@@ -29,10 +29,7 @@ const pexec = promisify(execFile);
 const SECRET = "test-webhook-secret-0123456789";
 const SBX = "sbx_aaaaaaaaaaaaaaaaaaaa";
 const UNKNOWN = "apr_aaaaaaaaaaaaaaaaaaaa";
-const gvisor = testDrivers().find((d) => d.name === "gvisor") ?? {
-  name: "gvisor" as const,
-  missing: "BOTHY_TEST_DRIVERS to include gvisor",
-};
+const gvisor = testDriver("gvisor");
 
 interface Delivery {
   raw: string;

@@ -91,6 +91,8 @@ for (const driver of testDrivers()) {
       });
     });
 
+    // The relays are the host's code, the same for every driver: they are checked once, on the
+    // faster driver (QEMU's emulated Node takes a minute to start the sink).
     describe("a port inside that accepts and never reads", () => {
       /** Starts the sink on `tcp` and `ws` inside; answers how to stop it. */
       async function startSink(tcp: number, wsPort: number): Promise<() => Promise<void>> {
@@ -158,20 +160,26 @@ for (const driver of testDrivers()) {
         }
       }
 
-      it("a client pushing through the TCP tunnel is paused: the host holds a bounded amount", async () => {
-        const stop = await startSink(SINK_TCP, SINK_WS);
-        const { held, unsent } = await push(`${ts.wsUrl}/sandboxes/${id}/tunnel/${SINK_TCP}`, stop);
-        expect(held).toBeLessThan(HELD_BOUND);
-        // The rest waits in the client: the relay stopped reading it.
-        expect(unsent).toBeGreaterThan(PUSHED / 2);
-      });
+      it.skipIf(driver.name !== "gvisor")(
+        "a client pushing through the TCP tunnel is paused: the host holds a bounded amount",
+        async () => {
+          const stop = await startSink(SINK_TCP, SINK_WS);
+          const { held, unsent } = await push(`${ts.wsUrl}/sandboxes/${id}/tunnel/${SINK_TCP}`, stop);
+          expect(held).toBeLessThan(HELD_BOUND);
+          // The rest waits in the client: the relay stopped reading it.
+          expect(unsent).toBeGreaterThan(PUSHED / 2);
+        },
+      );
 
-      it("a client pushing through a port's WebSocket is paused: the host holds a bounded amount", async () => {
-        const stop = await startSink(SINK_TCP + 10, SINK_WS + 10);
-        const { held, unsent } = await push(`${ts.wsUrl}/sandboxes/${id}/ports/${SINK_WS + 10}/`, stop);
-        expect(held).toBeLessThan(HELD_BOUND);
-        expect(unsent).toBeGreaterThan(PUSHED / 2);
-      });
+      it.skipIf(driver.name !== "gvisor")(
+        "a client pushing through a port's WebSocket is paused: the host holds a bounded amount",
+        async () => {
+          const stop = await startSink(SINK_TCP + 10, SINK_WS + 10);
+          const { held, unsent } = await push(`${ts.wsUrl}/sandboxes/${id}/ports/${SINK_WS + 10}/`, stop);
+          expect(held).toBeLessThan(HELD_BOUND);
+          expect(unsent).toBeGreaterThan(PUSHED / 2);
+        },
+      );
     });
   });
 }

@@ -1,14 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Sandbox } from "e2b";
 import { useE2bEnv } from "./helpers/e2b-env.ts";
-import { driverTitle, testDrivers } from "./helpers/drivers.ts";
+import { driverTitle, testDriver } from "./helpers/drivers.ts";
 import { noLeaks } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
 
-const qemu = testDrivers().find((d) => d.name === "qemu") ?? {
-  name: "qemu" as const,
-  missing: "BOTHY_TEST_DRIVERS to include qemu",
-};
+const qemu = testDriver("qemu");
 
 /** The real `e2b` SDK's pause and resume, which bothy serves on QEMU (it saves the VM's memory). */
 describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "E2B pause and connect (e2b SDK, QEMU)"), () => {

@@ -8,15 +8,12 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { Sandbox } from "e2b";
 import { afterAll, describe, expect, it } from "vitest";
-import { driverTitle, testDrivers } from "./helpers/drivers.ts";
+import { driverTitle, testDriver } from "./helpers/drivers.ts";
 import { useE2bEnv } from "./helpers/e2b-env.ts";
 import { hostLeaks, noLeaks } from "./helpers/host-state.ts";
 import { spawnTestServe, type ServeProcess } from "./helpers/serve-process.ts";
 
-const gvisor = testDrivers().find((d) => d.name === "gvisor") ?? {
-  name: "gvisor" as const,
-  missing: "BOTHY_TEST_DRIVERS to include gvisor",
-};
+const gvisor = testDriver("gvisor");
 
 describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "E2B state across restarts"), () => {
   let home = "";

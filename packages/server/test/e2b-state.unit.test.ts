@@ -5,6 +5,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { E2bState, vaultSealer } from "../src/e2b/e2b-state.ts";
 import { Vault } from "../src/gateway/vault.ts";
 import { Ledger } from "../src/ledger/ledger.ts";
+import { insertTestSandbox } from "./helpers/ledger-rows.ts";
 
 /**
  * The E2B create's envVars and the pid → command map outlive the server's process (issue 26,
@@ -29,17 +30,7 @@ describe("E2B state kept in the ledger", () => {
   }
 
   function insertSandbox(id: string): void {
-    ledger.insertSandbox({
-      id,
-      template: "seed",
-      template_hash: "h",
-      driver: "gvisor",
-      acceleration: null,
-      vcpu: 1,
-      memory_mib: 256,
-      state: "running",
-      tenant: "default",
-    });
+    insertTestSandbox(ledger, { id, driver: "gvisor", acceleration: null, tenant: "default" });
   }
 
   const id = "sbx_aaaaaaaaaaaaaaaaaaaa";

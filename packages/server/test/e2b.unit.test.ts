@@ -14,6 +14,7 @@ import { getSignature } from "e2b";
 import { metadataFilter } from "../src/e2b/control-plane.ts";
 import { e2bPortRewrite } from "../src/e2b/port-rewrite.ts";
 import { parseProbe } from "../src/e2b/sandbox-metrics.ts";
+import { insertTestSandbox } from "./helpers/ledger-rows.ts";
 
 describe("E2B list metadata filter", () => {
   const withMetadata = (metadata: Record<string, string>) => ({ metadata }) as SandboxInfo;
@@ -43,17 +44,7 @@ async function tokenWorld(mode: "keys" | "none" = "keys") {
     [SBX_B, "default"],
     [SBX_OTHER, "a"],
   ] as const)
-    ledger.insertSandbox({
-      id,
-      template: "seed",
-      template_hash: "h",
-      driver: "gvisor",
-      acceleration: null,
-      vcpu: 1,
-      memory_mib: 256,
-      state: "running",
-      tenant,
-    });
+    insertTestSandbox(ledger, { id, driver: "gvisor", acceleration: null, tenant });
   const ring = await KeyRing.open(home, ledger);
   const bindings = new KeyBindings(ring, ledger, mode);
   const tokens = await AccessTokens.load(home, bindings);

@@ -7,6 +7,7 @@ import { KeyBindings } from "../src/auth/key-bindings.ts";
 import { KeyRing } from "../src/auth/key-ring.ts";
 import { LinkTokens } from "../src/auth/link-tokens.ts";
 import { Ledger } from "../src/ledger/ledger.ts";
+import { insertTestSandbox } from "./helpers/ledger-rows.ts";
 
 let home: string;
 let ledger: Ledger;
@@ -76,16 +77,7 @@ describe("key ring", () => {
   it("ends a key's link tokens when it is revoked or expires, and refuses links beyond what it may do", async () => {
     const ring = await KeyRing.open(home, ledger);
     const sid = "sbx_aaaaaaaaaaaaaaaaaaaa";
-    ledger.insertSandbox({
-      id: sid,
-      template: "seed",
-      template_hash: "h",
-      driver: "gvisor",
-      acceleration: null,
-      vcpu: 1,
-      memory_mib: 256,
-      state: "running",
-    });
+    insertTestSandbox(ledger, { id: sid, driver: "gvisor", acceleration: null });
     const links = await LinkTokens.load(home, new KeyBindings(ring, ledger, "keys"));
     const principalOf = (key: string) => {
       const check = ring.verify(key);

@@ -6,15 +6,12 @@ import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
 import { attachCommand, readEventStream, startBackgroundCommand } from "./helpers/background.ts";
 import { api, createSandbox, runCommand } from "./helpers/client.ts";
-import { driverTitle, testDrivers } from "./helpers/drivers.ts";
+import { driverTitle, testDriver, testDrivers } from "./helpers/drivers.ts";
 import { useTestServer } from "./helpers/suite.ts";
 import type { TestServer } from "./helpers/test-server.ts";
 
 const pexec = promisify(execFile);
-const qemu = testDrivers().find((d) => d.name === "qemu") ?? {
-  name: "qemu" as const,
-  missing: "BOTHY_TEST_DRIVERS to include qemu",
-};
+const qemu = testDriver("qemu");
 const gvisor = testDrivers().find((d) => d.name === "gvisor");
 
 /** QEMU processes whose command line names this sandbox's directory. */

@@ -13,15 +13,12 @@ import { PNG } from "pngjs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { noLeaks } from "../../server/test/helpers/host-state.ts";
 import { api, waitDeleted, waitNoneDeleting } from "../../server/test/helpers/client.ts";
-import { driverTitle, testDrivers } from "../../server/test/helpers/drivers.ts";
+import { driverTitle, testDriver } from "../../server/test/helpers/drivers.ts";
 import { startTestServer, type TestServer } from "../../server/test/helpers/test-server.ts";
 import { TOOL_NAMES } from "../src/index.ts";
 
 const BOTHY = fileURLToPath(new URL("../../cli/bin/bothy.js", import.meta.url));
-const gvisor = testDrivers().find((d) => d.name === "gvisor") ?? {
-  name: "gvisor" as const,
-  missing: "BOTHY_TEST_DRIVERS to include gvisor",
-};
+const gvisor = testDriver("gvisor");
 
 const REGIONS = ["North", "South", "East", "West"];
 /** 120 rows of sales: revenue per region is known, so the chart's totals can be checked. */

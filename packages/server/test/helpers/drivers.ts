@@ -53,6 +53,14 @@ export function testDrivers(): TestDriver[] {
   });
 }
 
+/**
+ * `name` as the run selects it: for a suite that needs that one driver. Left out of
+ * BOTHY_TEST_DRIVERS, it is missing for that reason, and the suite is skipped as listed.
+ */
+export function testDriver(name: DriverName): TestDriver {
+  return testDrivers().find((d) => d.name === name) ?? { name, missing: `BOTHY_TEST_DRIVERS to include ${name}` };
+}
+
 /** What this machine lacks to run `name`'s sandboxes, or undefined when it has it all. */
 export function driverMissing(name: DriverName): string | undefined {
   const lacking = NEEDS[name].filter(([program]) => !onPath(program)).map(([, what]) => what);
