@@ -1,5 +1,6 @@
 import { BothyError, type SandboxInfo } from "@bothy/protocol";
 import { describeCauses } from "../errors/internal-errors.ts";
+import { isIn } from "./lifecycle.ts";
 import type { ManagerContext } from "./manager-context.ts";
 import type { SandboxRecord } from "./sandbox-records.ts";
 
@@ -21,7 +22,7 @@ export class SandboxDeletes {
    */
   async delete(id: string, reason = "requested", how: { wait?: boolean } = {}): Promise<SandboxInfo> {
     const info = this.ctx.info(id);
-    if (info.state === "deleted" || info.state === "failed") return info;
+    if (isIn("final", info.state)) return info;
     const job = this.deleteJob(id, reason);
     const answer = await job.answered;
     if (!how.wait) return answer;
@@ -41,7 +42,7 @@ export class SandboxDeletes {
       await rec.creating?.catch(() => undefined);
       await rec.queue?.catch(() => undefined);
       const row = this.ctx.ledger.getSandbox(id);
-      if (!row || row.state === "failed" || row.state === "deleted") return undefined;
+      if (!row || isIn("final", row.state)) return undefined;
       if (row.state !== "deleting") this.ctx.ledger.transition(id, row.state, "deleting");
       const booted = this.ctx.records.letGo(rec);
       booted?.agent.close(new BothyError("sandbox_not_running", "The sandbox was deleted."));

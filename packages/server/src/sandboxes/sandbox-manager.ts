@@ -1,4 +1,4 @@
-import { BothyError, LIVE_STATES, type SandboxInfo } from "@bothy/protocol";
+import { BothyError, type SandboxInfo } from "@bothy/protocol";
 import type { AgentClient } from "../agent/agent-client.ts";
 import type { Config } from "../config.ts";
 import type { HostObject } from "../drivers/driver.ts";
@@ -8,6 +8,7 @@ import type { GatewayPolicies } from "../gateway/policies.ts";
 import type { Vault } from "../gateway/vault.ts";
 import type { Ledger } from "../ledger/ledger.ts";
 import { HeldSandboxes } from "./held-sandboxes.ts";
+import { isIn } from "./lifecycle.ts";
 import { expiryFrom, parseSetTimeout } from "./lifetime.ts";
 import { ManagerContext, type TemplateSource } from "./manager-context.ts";
 import { SandboxCreates, type CreateOwner, type CreateResult } from "./sandbox-creates.ts";
@@ -100,7 +101,7 @@ export class SandboxManager {
   setTimeout(id: string, body: unknown): SandboxInfo {
     const info = this.info(id);
     const timeoutS = parseSetTimeout(body, this.ctx.config.lifecycle.maxTimeoutS);
-    if (!LIVE_STATES.includes(info.state) || info.state === "deleting") {
+    if (!isIn("active", info.state)) {
       throw new BothyError("sandbox_not_running", `Sandbox ${id} is ${info.state}; only a live sandbox has a timeout.`);
     }
     const expiresAt = expiryFrom(timeoutS);

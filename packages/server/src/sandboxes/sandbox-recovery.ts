@@ -1,8 +1,8 @@
-import { DORMANT_STATES } from "@bothy/protocol";
 import type { HostObject } from "../drivers/driver.ts";
 import { describeCauses } from "../errors/internal-errors.ts";
 import type { SandboxRow } from "../ledger/ledger.ts";
 import type { HeldSandboxes } from "./held-sandboxes.ts";
+import { isIn } from "./lifecycle.ts";
 import type { ManagerContext } from "./manager-context.ts";
 import type { SandboxDeletes } from "./sandbox-deletes.ts";
 import type { SleepWake } from "./sleep-wake.ts";
@@ -91,7 +91,7 @@ export class SandboxRecovery {
     return new Set(
       this.ctx.ledger
         .liveSandboxes()
-        .filter((r) => DORMANT_STATES.includes(r.state) && this.ctx.records.get(r.id)?.booted === undefined)
+        .filter((r) => isIn("dormant", r.state) && this.ctx.records.get(r.id)?.booted === undefined)
         .map((r) => r.id),
     );
   }
@@ -102,7 +102,7 @@ export class SandboxRecovery {
     const closed: string[] = [];
     for (const row of this.ctx.ledger.liveSandboxes()) {
       // A `deleting` row is finished by finishDeletes, not failed: its host objects may still be there.
-      if (owned.has(row.id) || DORMANT_STATES.includes(row.state) || row.state === "deleting") continue;
+      if (owned.has(row.id) || isIn("dormant", row.state) || row.state === "deleting") continue;
       this.ctx.ledger.transition(row.id, row.state, "failed", reason);
       this.ctx.ledger.loseCommands(row.id);
       this.ctx.log("sandbox_lost", { sandbox_id: row.id, previous_state: row.state });

@@ -1,10 +1,11 @@
-import { BothyError, DORMANT_STATES, type NetworkPolicy, type SandboxInfo } from "@bothy/protocol";
+import { BothyError, type NetworkPolicy, type SandboxInfo } from "@bothy/protocol";
 import { describeCauses, toResumeFailure, toWakeFailure } from "../errors/internal-errors.ts";
 import { needsGateway } from "../gateway/host-policy.ts";
 import type { SandboxRow } from "../ledger/ledger.ts";
 import { egressFromRequest } from "../network/host-network.ts";
 import { bootSandbox, resumeSandbox, type BootedSandbox } from "./boot.ts";
 import type { HeldSandboxes } from "./held-sandboxes.ts";
+import { isIn } from "./lifecycle.ts";
 import type { ManagerContext } from "./manager-context.ts";
 import type { SandboxRecord } from "./sandbox-records.ts";
 
@@ -105,7 +106,7 @@ export class SleepWake {
   async ensureRunning(id: string): Promise<SandboxInfo> {
     const info = this.ctx.info(id);
     this.ctx.touch(id);
-    if (!DORMANT_STATES.includes(info.state)) return info;
+    if (!isIn("dormant", info.state)) return info;
     const woken = await this.resume(id);
     // A slow wake (a VM under emulation) must not count as idle time.
     this.ctx.touch(id);
@@ -120,7 +121,7 @@ export class SleepWake {
   private revive(id: string): Promise<SandboxInfo> {
     return this.serialized(id, async (rec) => {
       const row = this.ctx.ledger.getSandbox(id);
-      if (!row || !DORMANT_STATES.includes(row.state) || rec.booted) return;
+      if (!row || !isIn("dormant", row.state) || rec.booted) return;
       await rec.reaping;
       if (this.ctx.stopping || rec.deleting)
         throw new BothyError("sandbox_not_running", `Sandbox ${id} is being deleted or the server is stopping.`);
