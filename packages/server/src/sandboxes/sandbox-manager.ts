@@ -121,7 +121,7 @@ export class SandboxManager {
   /**
    * Puts an idle sandbox to sleep: paused where the driver saves memory (QEMU), else stopped with
    * its disk kept (gVisor). Either way the next call wakes it. `stillIdle` is asked again right
-   * before the sandbox is let go (after the queue and the disk flush): a command or call that came
+   * before the sandbox is let go (after the operations queued before it and the disk flush): a command or call that came
    * meanwhile keeps it running.
    */
   sleep(id: string, stillIdle: () => boolean = () => true): Promise<SandboxInfo> {
@@ -188,14 +188,14 @@ export class SandboxManager {
 
   /**
    * Whether the sandbox is running, no API call holds it, and nothing else is changing its state;
-   * `inSleepsTurn`: asked by a sleep already running in the sandbox's queue (which is that sleep).
+   * `inSleepsTurn`: asked by a sleep that is the operation in flight on the sandbox's actor.
    */
   canSleep(id: string, inSleepsTurn = false): boolean {
     const rec = this.ctx.records.get(id);
     return (
       rec?.booted !== undefined &&
       this.info(id).state === "running" &&
-      (!rec.queue || inSleepsTurn) &&
+      (rec.phase.op === "idle" || inSleepsTurn) &&
       !rec.deleting &&
       rec.holds === 0
     );
@@ -269,26 +269,28 @@ export class SandboxManager {
    */
   async close(): Promise<void> {
     this.ctx.stopping = true;
-    await Promise.allSettled(this.ctx.records.all().map((r) => r.creating));
-    await Promise.allSettled(this.ctx.records.all().map((r) => r.queue));
+    // The operations in flight end first (new creates and wakes are refused from here on).
+    await Promise.allSettled(this.ctx.records.all().map((r) => r.tail));
     await this.pool.close();
     await Promise.allSettled(
-      this.ctx.records.held().map(async (rec) => {
-        const { id, booted } = rec;
-        if (!booted) return;
-        if (this.ctx.ledger.getSandbox(id)?.state === "paused") {
-          this.ctx.records.letGo(rec); // its VM ended at pause; the saved memory stays with the disk
-          this.ctx.records.tidy(rec);
-          return;
-        }
-        await this.held.stopOnPurpose(
-          id,
-          booted,
-          "The server stopped; its files are kept and the next call after a restart starts it again.",
-          new BothyError("shutting_down", "The server is stopping."),
-        );
-        this.ctx.log("sandbox_stopped", { sandbox_id: id });
-      }),
+      this.ctx.records.held().map((rec) =>
+        this.ctx.actor.run(rec.id, "stop", async (move) => {
+          const { id, booted } = rec;
+          if (!booted) return;
+          if (this.ctx.ledger.getSandbox(id)?.state === "paused") {
+            this.ctx.records.letGo(rec); // its VM ended at pause; the saved memory stays with the disk
+            return;
+          }
+          await this.held.stopOnPurpose(
+            id,
+            booted,
+            move,
+            "The server stopped; its files are kept and the next call after a restart starts it again.",
+            new BothyError("shutting_down", "The server is stopping."),
+          );
+          this.ctx.log("sandbox_stopped", { sandbox_id: id });
+        }),
+      ),
     );
     await Promise.allSettled(this.ctx.records.all().flatMap((r) => [r.deleting?.done, r.reaping]));
   }
