@@ -188,14 +188,15 @@ export class SandboxManager {
 
   /**
    * Whether the sandbox is running, no API call holds it, and nothing else is changing its state;
-   * `inSleepsTurn`: asked by a sleep that is the operation in flight on the sandbox's actor.
+   * `inSleepsTurn`: asked by a sleep that is the operation in flight on the sandbox's actor (no
+   * other is queued or running otherwise).
    */
   canSleep(id: string, inSleepsTurn = false): boolean {
     const rec = this.ctx.records.get(id);
     return (
       rec?.booted !== undefined &&
       this.info(id).state === "running" &&
-      (rec.phase.op === "idle" || inSleepsTurn) &&
+      (rec.tail === undefined || inSleepsTurn) &&
       !rec.deleting &&
       rec.holds === 0
     );
