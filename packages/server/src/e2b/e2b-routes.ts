@@ -1,4 +1,3 @@
-import { onSandboxFinal } from "../sandboxes/sandbox-final.ts";
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import type { FastifyInstance } from "fastify";
 import type { BothyError } from "@bothy/protocol";
@@ -7,6 +6,7 @@ import type { Quotas } from "../auth/quotas.ts";
 import type { Config } from "../config.ts";
 import type { Ledger } from "../ledger/ledger.ts";
 import type { ServerEvents } from "../events/server-events.ts";
+import { onSandboxFinal } from "../sandboxes/sandbox-final.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import type { AccessTokens } from "./access-token.ts";
 import { codeInterpreterStarter } from "./code-interpreter.ts";

@@ -103,9 +103,9 @@ export interface ServerEventMap {
   sandbox_expired: { sandbox_id: string; expires_at: string | null };
   sandbox_deleted: { sandbox_id: string; reason: string };
   /**
-   * Internal: the sandbox reached `deleted` or `failed` (sandbox-actor.ts). Every side state kept
-   * beside its row (command registry and replay buffers, E2B rows, kept command sockets) is
-   * dropped on this one event.
+   * Internal: the sandbox reached `deleted` or `failed` (sandbox-actor.ts). Side state kept
+   * beside its row (the command registry and its replay buffers, the E2B rows) is dropped on this
+   * one event (sandbox-final.ts).
    */
   sandbox_final: { sandbox_id: string; state: SandboxState };
   /** A `sandbox_final` listener threw; the others ran. */

@@ -121,8 +121,8 @@ export class SandboxManager {
   /**
    * Puts an idle sandbox to sleep: paused where the driver saves memory (QEMU), else stopped with
    * its disk kept (gVisor). Either way the next call wakes it. `stillIdle` is asked again right
-   * before the sandbox is let go (after the operations queued before it and the disk flush): a command or call that came
-   * meanwhile keeps it running.
+   * before the sandbox is let go (after the operations queued before it and the disk flush): a
+   * command or call that came meanwhile keeps it running.
    */
   sleep(id: string, stillIdle: () => boolean = () => true): Promise<SandboxInfo> {
     return this.sleepWake.sleep(id, stillIdle);
@@ -188,8 +188,8 @@ export class SandboxManager {
 
   /**
    * Whether the sandbox is running, no API call holds it, and nothing else is changing its state;
-   * `inSleepsTurn`: asked by a sleep that is the operation in flight on the sandbox's actor (no
-   * other is queued or running otherwise).
+   * `inSleepsTurn`: asked by the sleep in flight on the sandbox's actor, whose own place in the
+   * queue does not count.
    */
   canSleep(id: string, inSleepsTurn = false): boolean {
     const rec = this.ctx.records.get(id);
