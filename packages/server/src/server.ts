@@ -53,6 +53,7 @@ import { Ledger } from "./ledger/ledger.ts";
 import { Metrics } from "./metrics/metrics.ts";
 import { DisconnectWatch } from "./sandboxes/disconnect-watch.ts";
 import { SandboxManager, type TemplateSource } from "./sandboxes/sandbox-manager.ts";
+import { onSandboxFinal } from "./sandboxes/sandbox-final.ts";
 import { IdleSleep } from "./sandboxes/idle-sleep.ts";
 import { UsageMeter } from "./metering/usage-meter.ts";
 import { usageRoutes } from "./api/usage-routes.ts";
@@ -157,8 +158,8 @@ export async function startServer(
   serverEvents.subscribe((ev) => {
     const published = toPublicEvent(ev);
     if (published) events.publish(published.type, published.sandboxId, published.data, published.tenant);
-    if (ev.event === "sandbox_deleted") registry.forget(ev.sandbox_id);
   });
+  onSandboxFinal(serverEvents, (id) => registry.forget(id));
   // The secrets vault and the CA guests trust for the egress gateway; both keys stay in $BOTHY_HOME/secrets.
   const vault = await Vault.open(config.home, ledger.secrets);
   const egressCa = await EgressCa.open(config.home);

@@ -1,25 +1,35 @@
-import { BothyError, SANDBOX_STATES, type SandboxState } from "@bothy/protocol";
+import { BothyError, SANDBOX_STATES, type CommandEvent, type SandboxState } from "@bothy/protocol";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { execQuiet } from "../src/agent/quiet-exec.ts";
+import { CommandRegistry } from "../src/commands/command-registry.ts";
 import { loadConfig, type Config } from "../src/config.ts";
 import { DriverRegistry } from "../src/drivers/driver-registry.ts";
 import { Ledger } from "../src/ledger/ledger.ts";
-import { canTransition, TransitionError } from "../src/sandboxes/lifecycle.ts";
+import { ServerEvents } from "../src/events/server-events.ts";
+import { canTransition, isIn, TransitionError } from "../src/sandboxes/lifecycle.ts";
+import { onSandboxFinal } from "../src/sandboxes/sandbox-final.ts";
 import { SandboxManager, type TemplateSource } from "../src/sandboxes/sandbox-manager.ts";
 import { Sweeper } from "../src/sandboxes/sweeper.ts";
 import { FakeDriver, FakeHost } from "./helpers/fake-driver.ts";
 
 /**
- * Model-based test of the sandbox lifecycle: random sequences of API calls, driver deaths and
- * server crashes against a SandboxManager with fake drivers and a real (in-memory) SQLite ledger.
- * After every step the ledger, the manager and the fake host must agree, and every state a
- * sandbox showed must follow from the one before along the lifecycle table.
+ * Model-based test of the sandbox lifecycle and its actor (sandbox-actor.ts): random sequences
+ * of API calls, driver deaths and server crashes and restarts, a death or a restart also landing
+ * in the middle of an operation (create, exec, pause, resume, sleep, wake, delete), against a
+ * SandboxManager with fake drivers and a real (in-memory) SQLite ledger. After every step the
+ * ledger, the manager and the fake host must agree; every state a sandbox showed must follow from
+ * the one before along the lifecycle table; a sandbox in a final state was announced
+ * (`sandbox_final`) exactly once and has no side state left (no command in the registry). The
+ * actor itself refuses to start an operation while another is in flight on the same sandbox
+ * (an `internal` error, which fails the run).
  */
 
 type Driver = "qemu" | "gvisor";
+type Call = "create" | "exec" | "pause" | "resume" | "sleep" | "delete";
 type Op =
   | { t: "create"; driver: Driver }
+  /** `a` on sandbox `i` (a create: a new one), with its death or a clean restart `ticks` turns of the event loop into it. */
+  | { t: "midKill" | "midRestart"; a: Call; i: number; ticks: number }
   | { t: "exec" | "pause" | "resume" | "sleep" | "delete" | "kill"; i: number }
   | { t: "failNextStart" }
   | { t: "crash" }
@@ -50,9 +60,18 @@ const single: fc.Arbitrary<Op> = fc.oneof(
   { weight: 1, arbitrary: fc.constant({ t: "crash" as const }) },
   { weight: 1, arbitrary: fc.constant({ t: "restart" as const }) },
   { weight: 1, arbitrary: fc.constant({ t: "sweep" as const }) },
+  {
+    weight: 3,
+    arbitrary: fc.record({
+      t: fc.constantFrom("midKill" as const, "midRestart" as const),
+      a: fc.constantFrom<Call>("create", "exec", "pause", "resume", "sleep", "delete"),
+      i: fc.nat(7),
+      ticks: fc.nat(12),
+    }),
+  },
 );
 /** A crash is not run alongside a call: the model has no process to kill mid-call (crash-recovery.test.ts does that). */
-const concurrent = single.filter((o) => o.t !== "crash");
+const concurrent = single.filter((o) => o.t !== "crash" && o.t !== "midKill" && o.t !== "midRestart");
 const op: fc.Arbitrary<Op> = fc.oneof(
   { weight: 4, arbitrary: single },
   { weight: 1, arbitrary: fc.record({ t: fc.constant("together" as const), a: concurrent, b: concurrent }) },
@@ -106,6 +125,11 @@ class World {
   readonly log: string[] = [];
   manager!: SandboxManager;
   drivers!: DriverRegistry;
+  /** This server process's command registry (its replay buffers), and the commands it ran per sandbox. */
+  registry!: CommandRegistry;
+  private commands = new Map<string, Set<string>>();
+  /** `sandbox_final` announcements per sandbox, over every process of the run. */
+  private readonly finals = new Map<string, number>();
   private lastSeen = new Map<string, SandboxState>();
   steps = 0;
 
@@ -131,9 +155,23 @@ class World {
       "gvisor",
       "fake",
     ));
-    this.manager = new SandboxManager(this.config, this.ledger, drivers, templates, (event, fields) =>
-      this.log.push(`${event} ${JSON.stringify(fields)}`),
-    );
+    // One process's memory: a new bus and registry, wired as server.ts wires them.
+    const bus = new ServerEvents();
+    const registry = (this.registry = new CommandRegistry(this.ledger, {
+      replayBytes: 1024,
+      keepFinished: 50,
+      log: () => undefined,
+      onExited: (info) => this.manager.commandEnded(info.sandbox_id),
+    }));
+    this.commands = new Map();
+    onSandboxFinal(bus, (id) => registry.forget(id));
+    bus.subscribe((ev) => {
+      if (ev.event === "sandbox_final") this.finals.set(ev.sandbox_id, (this.finals.get(ev.sandbox_id) ?? 0) + 1);
+    });
+    this.manager = new SandboxManager(this.config, this.ledger, drivers, templates, (event, fields) => {
+      this.log.push(`${event} ${JSON.stringify(fields)}`);
+      bus.emit(event, fields);
+    });
     await this.manager.reconcile();
   }
 
@@ -191,6 +229,26 @@ class World {
         await sweeper.sweep();
         return;
       }
+      case "midKill":
+      case "midRestart": {
+        const call: Op =
+          o.a === "create" ? { t: "create", driver: o.i % 2 === 0 ? "qemu" : "gvisor" } : { t: o.a, i: o.i };
+        const running = this.run(call);
+        for (let k = 0; k < o.ticks; k++) await new Promise((r) => setImmediate(r));
+        if (o.t === "midKill") {
+          // The sandbox the call is about; a create's is the newest row.
+          const rows = this.ledger.listSandboxes({ includeDeleted: true });
+          const id = o.a === "create" ? rows[rows.length - 1]?.id : this.pick(o.i);
+          if (id !== undefined) this.host.kill(id);
+          await running;
+          return;
+        }
+        // A clean restart's stop runs alongside the call; its replacement starts once both are done.
+        const results = await Promise.allSettled([running, this.manager.close()]);
+        for (const r of results) if (r.status === "rejected") throw r.reason;
+        await this.boot();
+        return;
+      }
     }
     const id = this.pick(o.i);
     if (id === undefined) return;
@@ -203,7 +261,14 @@ class World {
       switch (o.t) {
         case "exec": {
           await this.manager.ensureRunning(id);
-          await execQuiet(this.manager.agent(id), "true", 1000, "Running a command");
+          const registry = this.registry;
+          const cmd = registry.start(id, this.manager.agent(id), { cmd: "true" });
+          this.commands.set(id, (this.commands.get(id) ?? new Set()).add(cmd.id));
+          const end = await new Promise<CommandEvent>((resolve) =>
+            cmd.attach((ev) => (ev.type === "process_exited" || ev.type === "error") && resolve(ev), true),
+          );
+          if (end.type === "error" && !EXPECTED_CODES.has(end.code))
+            throw new Error(`exec: ${end.code} ${end.message}`);
           break;
         }
         case "pause":
@@ -239,6 +304,11 @@ class World {
       const previous = this.lastSeen.get(row.id) ?? "creating";
       assert(reachable(previous).has(row.state), `${row.id} went from ${previous} to ${row.state}`);
       this.lastSeen.set(row.id, row.state);
+      const finals = this.finals.get(row.id) ?? 0;
+      assert(finals === (isIn("final", row.state) ? 1 : 0), `${where}: announced final ${finals} times`);
+      if (isIn("final", row.state))
+        for (const cmd of this.commands.get(row.id) ?? [])
+          assert(this.registry.get(row.id, cmd) === undefined, `${where}: command ${cmd} still in the registry`);
       switch (row.state) {
         case "creating":
           throw new Error(`${where} with nothing in flight`);

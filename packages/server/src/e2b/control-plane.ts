@@ -1,11 +1,12 @@
 import type { FastifyInstance } from "fastify";
 import { z } from "zod";
-import { BothyError, DORMANT_STATES, type SandboxInfo } from "@bothy/protocol";
+import { BothyError, type SandboxInfo } from "@bothy/protocol";
 import { principalOf } from "../auth/auth-hooks.ts";
 import type { Principal } from "../auth/key-ring.ts";
 import { hasScope } from "../auth/scopes.ts";
 import type { Quotas } from "../auth/quotas.ts";
 import type { Ledger } from "../ledger/ledger.ts";
+import { isIn } from "../sandboxes/lifecycle.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import type { AccessTokens } from "./access-token.ts";
 import { E2bHttpError, parseE2b as parse } from "./e2b-errors.ts";
@@ -64,7 +65,7 @@ type Params = { Params: { id: string } };
 /** bothy's states as E2B's two: dormant sandboxes read as paused (any envd call wakes them). */
 function e2bState(info: SandboxInfo): "running" | "paused" | undefined {
   if (info.state === "running") return "running";
-  if (DORMANT_STATES.includes(info.state)) return "paused";
+  if (isIn("dormant", info.state)) return "paused";
   return undefined;
 }
 
@@ -253,7 +254,7 @@ export function controlPlaneRoutes(
   app.delete<Params>("/sandboxes/:id", async (request, reply) => {
     const info = manager.info(request.params.id);
     // One being deleted is already gone for E2B: a second kill answers false, as once it is deleted.
-    if (info.state === "deleted" || info.state === "failed" || info.state === "deleting")
+    if (!isIn("active", info.state))
       throw new BothyError("sandbox_not_found", `Sandbox ${info.sandbox_id} was already ${info.state}.`);
     await manager.delete(request.params.id);
     return reply.code(204).send();

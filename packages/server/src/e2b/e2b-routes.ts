@@ -6,6 +6,7 @@ import type { Quotas } from "../auth/quotas.ts";
 import type { Config } from "../config.ts";
 import type { Ledger } from "../ledger/ledger.ts";
 import type { ServerEvents } from "../events/server-events.ts";
+import { onSandboxFinal } from "../sandboxes/sandbox-final.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import type { AccessTokens } from "./access-token.ts";
 import { codeInterpreterStarter } from "./code-interpreter.ts";
@@ -48,15 +49,7 @@ export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<vo
     deps.serverEvents.emit("e2b_envs_unreadable", { sandbox_id: sandboxId, error: err.message }),
   );
   // A sandbox that ended for good (deleted, or failed and never coming back) needs none of it.
-  deps.serverEvents.subscribe((ev) => {
-    if (
-      ev.event === "sandbox_deleted" ||
-      ev.event === "sandbox_create_failed" ||
-      ev.event === "sandbox_resume_failed" ||
-      ev.event === "sandbox_lost"
-    )
-      state.forget(ev.sandbox_id);
-  });
+  onSandboxFinal(deps.serverEvents, (id) => state.forget(id));
   await app.register(
     async (e2b) => {
       e2b.setErrorHandler((err, _request, reply) => sendE2bError(reply, err, deps.logProblem));

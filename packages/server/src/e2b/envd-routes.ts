@@ -6,6 +6,7 @@ import type { FastifyInstance, FastifyRequest } from "fastify";
 import { z } from "zod";
 import { BothyError, type SandboxInfo } from "@bothy/protocol";
 import type { AgentClient } from "../agent/agent-client.ts";
+import { isIn } from "../sandboxes/lifecycle.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import type { AccessTokens } from "./access-token.ts";
 import { E2bHttpError, parseE2b } from "./e2b-errors.ts";
@@ -53,8 +54,7 @@ function admit(manager: SandboxManager, tokens: AccessTokens, request: FastifyRe
       throw new E2bHttpError(502, `Sandbox ${id.slice(0, 64)} not found`);
     throw err;
   }
-  if (!["running", "paused", "stopped"].includes(info.state))
-    throw new E2bHttpError(502, `Sandbox ${id} is not running (it is ${info.state})`);
+  if (!isIn("servable", info.state)) throw new E2bHttpError(502, `Sandbox ${id} is not running (it is ${info.state})`);
   if (!tokens.verify(id, header(request, "x-access-token")))
     throw new E2bHttpError(
       401,

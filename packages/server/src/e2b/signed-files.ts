@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { z } from "zod";
-import type { BothyError, SandboxState } from "@bothy/protocol";
+import type { BothyError } from "@bothy/protocol";
+import { isIn } from "../sandboxes/lifecycle.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import type { AccessTokens } from "./access-token.ts";
 import { E2bHttpError, parseE2b, sendE2bError } from "./e2b-errors.ts";
@@ -12,9 +13,6 @@ const signedQuery = z.object({
   signature: z.string().startsWith("v1_", "signature is not one the e2b SDK makes"),
   signature_expiration: z.string().regex(/^\d+$/, "signature_expiration is unix seconds").optional(),
 });
-
-/** States whose files a signed URL reaches (a dormant sandbox is woken). */
-const SERVED: readonly SandboxState[] = ["running", "paused", "stopped"];
 
 /**
  * The SDK's `uploadUrl()` / `downloadUrl()`: `/files` at the server's root (the SDK drops the
@@ -43,7 +41,7 @@ export async function signedFileRoutes(
       };
       const served = manager
         .list()
-        .filter((s) => SERVED.includes(s.state))
+        .filter((s) => isIn("servable", s.state))
         .map((s) => s.sandbox_id);
       const id = tokens.signerOf(served, op, query.signature);
       if (id === undefined) throw new E2bHttpError(401, "The signature matches no sandbox's file operation.");

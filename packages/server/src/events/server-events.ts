@@ -102,6 +102,14 @@ export interface ServerEventMap {
   sandbox_timeout_set: { sandbox_id: string; timeout_s: number; expires_at: string };
   sandbox_expired: { sandbox_id: string; expires_at: string | null };
   sandbox_deleted: { sandbox_id: string; reason: string };
+  /**
+   * Internal: the sandbox reached `deleted` or `failed` (sandbox-actor.ts). Side state kept
+   * beside its row (the command registry and its replay buffers, the E2B rows) is dropped on this
+   * one event (sandbox-final.ts).
+   */
+  sandbox_final: { sandbox_id: string; state: SandboxState };
+  /** A `sandbox_final` listener threw; the others ran. */
+  sandbox_final_cleanup_failed: Failure;
   sandbox_delete_failed: Failure;
   orphan_removed: { sandbox_id: string; kind: string; description: string; by: string; disk_kept?: true };
   orphan_remove_failed: Failure;
@@ -196,6 +204,8 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   sandbox_timeout_set: "info",
   sandbox_expired: "info",
   sandbox_deleted: "info",
+  sandbox_final: "debug",
+  sandbox_final_cleanup_failed: "error",
   sandbox_delete_failed: "warn",
   orphan_removed: "info",
   orphan_remove_failed: "warn",

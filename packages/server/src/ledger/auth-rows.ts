@@ -1,4 +1,5 @@
 import type Database from "better-sqlite3";
+import { sqlStates } from "../sandboxes/lifecycle.ts";
 
 export interface TenantRow {
   id: string;
@@ -121,7 +122,7 @@ export class AuthRows {
     return this.db
       .prepare(
         `SELECT COUNT(*) AS sandboxes, COALESCE(SUM(vcpu), 0) AS vcpu, COALESCE(SUM(memory_mib), 0) AS memory_mib
-         FROM sandboxes WHERE tenant = ? AND state IN ('creating', 'running', 'paused', 'stopped')`,
+         FROM sandboxes WHERE tenant = ? AND state IN (${sqlStates("active")})`,
       )
       .get(tenant) as { sandboxes: number; vcpu: number; memory_mib: number };
   }

@@ -1,12 +1,12 @@
 import Database from "better-sqlite3";
-import { BothyError, LIVE_STATES, type NetworkPolicy, type SandboxInfo, type SandboxState } from "@bothy/protocol";
+import { BothyError, type NetworkPolicy, type SandboxInfo, type SandboxState } from "@bothy/protocol";
 import { ApprovalRows } from "./approval-rows.ts";
 import { AuthRows } from "./auth-rows.ts";
 import { E2bRows } from "./e2b-rows.ts";
 import { EventRows } from "./event-rows.ts";
 import { SecretRows } from "./secret-rows.ts";
 import { StatementCache } from "./statement-cache.ts";
-import { canTransition, INITIAL_STATES, TransitionError } from "../sandboxes/lifecycle.ts";
+import { canTransition, INITIAL_STATES, sqlStates, TransitionError } from "../sandboxes/lifecycle.ts";
 
 /** Schema steps in order; `PRAGMA user_version` records how many have run. */
 export const MIGRATIONS = [
@@ -180,9 +180,6 @@ export const MIGRATIONS = [
      PRIMARY KEY (sandbox_id, pid)
    );`,
 ];
-
-/** The states whose sandboxes the sweeper deletes once `expires_at` has passed: running and asleep (memory or disk kept). */
-export const EXPIRABLE_STATES: readonly SandboxState[] = ["running", "paused", "stopped"];
 
 /** The tenant every row made before tenants existed belongs to, and the bootstrap key's. */
 export const DEFAULT_TENANT = "default";
@@ -360,13 +357,12 @@ export class Ledger {
   listSandboxes(options: { includeDeleted?: boolean } = {}): SandboxRow[] {
     const sql = options.includeDeleted
       ? `SELECT * FROM sandboxes ORDER BY created_at`
-      : `SELECT * FROM sandboxes WHERE state NOT IN ('deleted', 'failed') ORDER BY created_at`;
+      : `SELECT * FROM sandboxes WHERE state NOT IN (${sqlStates("final")}) ORDER BY created_at`;
     return this.db.prepare(sql).all() as SandboxRow[];
   }
 
   liveSandboxes(): SandboxRow[] {
-    const marks = LIVE_STATES.map(() => "?").join(", ");
-    return this.db.prepare(`SELECT * FROM sandboxes WHERE state IN (${marks})`).all(...LIVE_STATES) as SandboxRow[];
+    return this.cached(`SELECT * FROM sandboxes WHERE state IN (${sqlStates("live")})`).all() as SandboxRow[];
   }
 
   setExpiresAt(id: string, expiresAt: string): void {
@@ -379,10 +375,9 @@ export class Ledger {
    * its VM. Rows already `deleting` are the delete's own to finish.
    */
   expiredSandboxes(at: string): SandboxRow[] {
-    const marks = EXPIRABLE_STATES.map(() => "?").join(", ");
-    return this.db
-      .prepare(`SELECT * FROM sandboxes WHERE expires_at <= ? AND state IN (${marks})`)
-      .all(at, ...EXPIRABLE_STATES) as SandboxRow[];
+    return this.cached(`SELECT * FROM sandboxes WHERE expires_at <= ? AND state IN (${sqlStates("expirable")})`).all(
+      at,
+    ) as SandboxRow[];
   }
 
   countByStateAndDriver(): Array<{ state: string; driver: string; n: number }> {

@@ -1,4 +1,5 @@
 import type Database from "better-sqlite3";
+import { sqlStates } from "../sandboxes/lifecycle.ts";
 
 /** A vault secret as the ledger keeps it: the value only sealed (gateway/vault.ts). */
 export interface SecretRow {
@@ -34,7 +35,7 @@ export class SecretRows {
          FROM sandbox_secrets b
          JOIN sandboxes s ON s.id = b.sandbox_id
          LEFT JOIN secrets x ON x.tenant = s.tenant AND x.name = b.name
-        WHERE b.sandbox_id = ? AND s.state NOT IN ('deleted', 'failed')
+        WHERE b.sandbox_id = ? AND s.state NOT IN (${sqlStates("final")})
         ORDER BY b.name`,
     );
   }

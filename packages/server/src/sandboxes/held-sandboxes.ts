@@ -3,6 +3,7 @@ import { execQuiet } from "../agent/quiet-exec.ts";
 import type { ServerEventMap } from "../events/server-events.ts";
 import type { BootedSandbox } from "./boot.ts";
 import type { ManagerContext } from "./manager-context.ts";
+import type { Move } from "./sandbox-actor.ts";
 
 /** How long a guest gets to write its caches to disk before a deliberate stop. */
 const FLUSH_TIMEOUT_MS = 10_000;
@@ -45,7 +46,8 @@ export class HeldSandboxes {
   /**
    * A sandbox that stopped on its own (its VM or container died or was killed): `stopped`, its
    * commands lost, its host objects but the disk removed. The next call starts it again from its
-   * disk with the same id.
+   * disk with the same id. A death pre-empts the operation in flight (the actor's `now`): that
+   * operation's next move finds the row changed and fails.
    */
   lose(
     id: string,
@@ -54,11 +56,14 @@ export class HeldSandboxes {
     fields: Omit<ServerEventMap["sandbox_died"], "sandbox_id">,
   ): void {
     this.ctx.log("sandbox_died", { sandbox_id: id, ...fields });
-    this.stopHeld(
-      id,
-      booted,
-      `${reason} Its files are kept; the next call starts it again.`,
-      new BothyError("agent_unavailable", "The sandbox stopped."),
+    this.ctx.actor.now(id, "death", (move) =>
+      this.stopHeld(
+        id,
+        booted,
+        move,
+        `${reason} Its files are kept; the next call starts it again.`,
+        new BothyError("agent_unavailable", "The sandbox stopped."),
+      ),
     );
   }
 
@@ -71,6 +76,7 @@ export class HeldSandboxes {
   async stopOnPurpose(
     id: string,
     booted: BootedSandbox,
+    move: Move,
     reason: string,
     closeWith: BothyError,
     proceed: () => boolean = () => true,
@@ -81,13 +87,19 @@ export class HeldSandboxes {
     );
     // It died or was deleted during the flush: whoever noticed has let go of it already.
     if (this.ctx.records.get(id)?.generation !== generation || !proceed()) return false;
-    await this.stopHeld(id, booted, reason, closeWith);
+    await this.stopHeld(id, booted, move, reason, closeWith);
     return true;
   }
 
   /** Lets go of a held sandbox: `stopped` in the ledger at once, its processes and network removed in the background. */
-  private stopHeld(id: string, booted: BootedSandbox, reason: string, closeWith: BothyError): Promise<void> {
-    this.ctx.ledger.transition(id, "running", "stopped", reason);
+  private stopHeld(
+    id: string,
+    booted: BootedSandbox,
+    move: Move,
+    reason: string,
+    closeWith: BothyError,
+  ): Promise<void> {
+    move("running", "stopped", reason);
     const rec = this.ctx.records.of(id);
     this.ctx.records.letGo(rec);
     booted.agent.close(closeWith);

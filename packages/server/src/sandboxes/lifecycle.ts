@@ -1,43 +1,117 @@
-import { BothyError, type SandboxState } from "@bothy/protocol";
+import { BothyError, SANDBOX_STATES, type SandboxState } from "@bothy/protocol";
 
 /**
- * Every move a sandbox's state may make, and the operations that make it. A create inserts its
- * row as `creating` (or `running` when it claims a booted sandbox from the warm pool); after that
- * the ledger changes a state only along this table (`Ledger.transition`). `deleted` and `failed`
- * are final.
+ * Every state a sandbox can be in: the moves it may make from there (with the operations that
+ * make them), and the sets of states queries mean, as columns. A create inserts its row as
+ * `creating` (or `running` when it claims a booted sandbox from the warm pool); after that the
+ * state changes only along `to`, and only through the sandbox's actor (sandbox-actor.ts).
+ *
+ * - `live`: it still owns host resources (a VM, a disk, a network).
+ * - `dormant`: it exists but runs nothing; the next call wakes it.
+ * - `active`: it exists and is not being deleted: it counts against its tenant's quota and has a timeout.
+ * - `expirable`: the sweeper deletes it once `expires_at` has passed.
+ * - `servable`: calls reach it (a dormant one is woken first).
+ * - `final`: it is over; nothing is left of it but its row.
  */
 export const LIFECYCLE = {
   creating: {
-    running: ["boot ok"],
-    failed: ["boot failed", "restart found it half-made", "sweeper found nothing behind it"],
+    to: {
+      running: ["boot ok"],
+      failed: ["boot failed", "restart found it half-made", "sweeper found nothing behind it"],
+    },
+    live: true,
+    dormant: false,
+    active: true,
+    expirable: false,
+    servable: false,
+    final: false,
   },
   running: {
-    paused: ["pause", "sleep (driver can pause)"],
-    stopped: ["died", "sleep (driver cannot pause)", "server stop", "restart could not take it over"],
-    deleting: ["delete begins"],
-    failed: ["sweeper found nothing behind it"],
+    to: {
+      paused: ["pause", "sleep (driver can pause)"],
+      stopped: ["died", "sleep (driver cannot pause)", "server stop", "restart could not take it over"],
+      deleting: ["delete begins"],
+      failed: ["sweeper found nothing behind it"],
+    },
+    live: true,
+    dormant: false,
+    active: true,
+    expirable: true,
+    servable: true,
+    final: false,
   },
   paused: {
-    running: ["resume", "wake"],
-    deleting: ["delete begins"],
-    failed: ["resume failed"],
+    to: {
+      running: ["resume", "wake"],
+      deleting: ["delete begins"],
+      failed: ["resume failed"],
+    },
+    live: true,
+    dormant: true,
+    active: true,
+    expirable: true,
+    servable: true,
+    final: false,
   },
   stopped: {
-    running: ["wake"],
-    deleting: ["delete begins"],
+    to: {
+      running: ["wake"],
+      deleting: ["delete begins"],
+    },
+    live: true,
+    dormant: true,
+    active: true,
+    expirable: true,
+    servable: true,
+    final: false,
   },
   deleting: {
-    deleted: ["delete ends", "restart or sweeper completes the delete"],
+    to: {
+      deleted: ["delete ends", "restart or sweeper completes the delete"],
+    },
+    live: true,
+    dormant: false,
+    active: false,
+    expirable: false,
+    servable: false,
+    final: false,
   },
-  deleted: {},
-  failed: {},
-} as const satisfies Record<SandboxState, Partial<Record<SandboxState, readonly string[]>>>;
+  deleted: { to: {}, live: false, dormant: false, active: false, expirable: false, servable: false, final: true },
+  failed: { to: {}, live: false, dormant: false, active: false, expirable: false, servable: false, final: true },
+} as const satisfies Record<
+  SandboxState,
+  { to: Partial<Record<SandboxState, readonly string[]>> } & Record<StateSet, boolean>
+>;
+
+/** The named sets of states, each a column of LIFECYCLE. */
+export type StateSet = "live" | "dormant" | "active" | "expirable" | "servable" | "final";
+
+/** The states of one set, in SANDBOX_STATES order. */
+export function statesIn(set: StateSet): readonly SandboxState[] {
+  return SANDBOX_STATES.filter((s) => LIFECYCLE[s][set]);
+}
+
+/** Whether `state` is in `set`. */
+export function isIn(set: StateSet, state: SandboxState): boolean {
+  return LIFECYCLE[state][set];
+}
+
+/**
+ * The states of a set as an SQL list (`'running', 'paused'`), for `state IN (...)`. Built only
+ * from the table's own state names (never from input), so it is safe to put in the statement,
+ * and the statement stays one the statement cache can keep.
+ */
+export function sqlStates(set: StateSet): string {
+  return statesIn(set)
+    .map((s) => `'${s}'`)
+    .join(", ");
+}
 
 /** The states a row may be inserted with. */
 export const INITIAL_STATES: readonly SandboxState[] = ["creating", "running"];
 
 export function canTransition(from: SandboxState, to: SandboxState): boolean {
-  return to in LIFECYCLE[from];
+  return to in LIFECYCLE[from].to;
 }
 
 /**

@@ -8,6 +8,7 @@ import { trustEnv } from "../gateway/guest-trust.ts";
 import { GatewayPolicies } from "../gateway/policies.ts";
 import type { Vault } from "../gateway/vault.ts";
 import { toSandboxInfo, type Ledger, type SandboxRow } from "../ledger/ledger.ts";
+import { SandboxActor } from "./sandbox-actor.ts";
 import { SandboxRecords } from "./sandbox-records.ts";
 import { WarmPool } from "./warm-pool.ts";
 
@@ -25,14 +26,20 @@ export interface TemplateSource {
   resolveBuild?(name: string, hash: string): Promise<BuiltTemplateRef | undefined>;
 }
 
+/** The ledger as the manager's parts see it: everything but changing a state, which is the actor's. */
+export type LedgerView = Omit<Ledger, "transition">;
+
 /**
  * What the parts of the sandbox manager share: its dependencies, one record per sandbox this
- * process holds or works on, the warm pool, whether the server is stopping, and the lookups
- * every part makes.
+ * process holds or works on, the actor that changes their states, the warm pool, whether the
+ * server is stopping, and the lookups every part makes.
  */
 export class ManagerContext {
   /** One record per sandbox this process holds or works on (see sandbox-records.ts). */
   readonly records = new SandboxRecords();
+  /** The only way to change a sandbox's state (sandbox-actor.ts). */
+  readonly actor: SandboxActor;
+  readonly ledger: LedgerView;
   readonly pool: WarmPool;
   /** Host policies of tenants and sandboxes, as the gateway applies them. */
   readonly policies: GatewayPolicies;
@@ -40,13 +47,21 @@ export class ManagerContext {
 
   constructor(
     readonly config: Config,
-    readonly ledger: Ledger,
+    ledger: Ledger,
     readonly drivers: DriverRegistry,
     readonly templates: TemplateSource,
     readonly log: Logger,
     /** The vault that binds secrets to sandboxes, and the CA guests trust; absent: creates naming secrets are refused. */
     readonly gateway?: { vault: Vault; caPem: string },
   ) {
+    this.ledger = ledger;
+    this.actor = new SandboxActor(this.records, ledger, log);
+    // Side state this part keeps per sandbox goes when the sandbox is over: command records
+    // still marked running, and a claimed pool sandbox's deferred refill.
+    this.actor.onFinal((id) => {
+      ledger.loseCommands(id);
+      this.pool.settled(id);
+    });
     this.pool = new WarmPool({
       size: config.poolSize,
       shapes: config.poolShapes.map((s) => ({
@@ -95,7 +110,7 @@ export class ManagerContext {
    */
   private inUse(): number {
     const all = this.records.all();
-    return all.filter((r) => r.booted).length + all.filter((r) => r.creating).length + this.pool.count();
+    return all.filter((r) => r.booted).length + all.filter((r) => r.phase.op === "create").length + this.pool.count();
   }
 
   atCapacity(): boolean {

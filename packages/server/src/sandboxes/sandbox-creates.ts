@@ -182,7 +182,8 @@ export class SandboxCreates {
       idem,
     );
     if (secrets.length > 0) this.ctx.gateway?.vault.bindSandbox(owner.tenant, id, secrets);
-    const job = (async (): Promise<CreateResult> => {
+    // Queued first on the new sandbox's actor, so it starts in this turn: the host's limit counts it at once.
+    return this.ctx.actor.run(id, "create", async (move): Promise<CreateResult> => {
       let booted = warm;
       // Pool sandboxes boot at the lowest CPU weight (warm-pool.ts); this one now serves a caller.
       if (warm?.handle.prioritize)
@@ -204,13 +205,13 @@ export class SandboxCreates {
         );
       } catch (err) {
         const e = toCreateFailure(err);
-        this.ctx.ledger.transition(id, "creating", "failed", e.message);
+        move("creating", "failed", e.message);
         if (idem) this.ctx.ledger.forgetIdempotencyKey(owner.tenant, idem.key);
         this.ctx.log("sandbox_create_failed", { sandbox_id: id, error: describeCauses(err) });
         throw e;
       }
       try {
-        if (!warm) this.ctx.ledger.transition(id, "creating", "running");
+        if (!warm) move("creating", "running");
       } catch (err) {
         await booted.handle.destroy();
         if (idem) this.ctx.ledger.forgetIdempotencyKey(owner.tenant, idem.key);
@@ -231,14 +232,6 @@ export class SandboxCreates {
         ...(warm === undefined && booted.stepsMs ? { steps: booted.stepsMs } : {}),
       });
       return { sandbox: this.ctx.info(id), created: true };
-    })();
-    const rec = this.ctx.records.of(id);
-    rec.creating = job;
-    try {
-      return await job;
-    } finally {
-      rec.creating = undefined;
-      this.ctx.records.tidy(rec);
-    }
+    });
   }
 }

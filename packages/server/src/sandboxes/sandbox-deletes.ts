@@ -1,5 +1,6 @@
 import { BothyError, type SandboxInfo } from "@bothy/protocol";
 import { describeCauses } from "../errors/internal-errors.ts";
+import { isIn } from "./lifecycle.ts";
 import type { ManagerContext } from "./manager-context.ts";
 import type { SandboxRecord } from "./sandbox-records.ts";
 
@@ -21,7 +22,7 @@ export class SandboxDeletes {
    */
   async delete(id: string, reason = "requested", how: { wait?: boolean } = {}): Promise<SandboxInfo> {
     const info = this.ctx.info(id);
-    if (info.state === "deleted" || info.state === "failed") return info;
+    if (isIn("final", info.state)) return info;
     const job = this.deleteJob(id, reason);
     const answer = await job.answered;
     if (!how.wait) return answer;
@@ -30,36 +31,39 @@ export class SandboxDeletes {
   }
 
   /**
-   * The delete of `id`, started if none is under way. A row already `deleting` (a teardown that a
-   * crash cut short or that failed) goes straight to the teardown. Ownership of the sandbox's host
-   * objects stays with the record until the teardown has ended, so the sweeper never races it.
+   * The delete of `id`, started if none is under way: one queued operation of the sandbox's actor
+   * (after the create, pause, resume, sleep or wake before it), answered once it has marked the
+   * row. A row already `deleting` (a teardown that a crash cut short or that failed) goes straight
+   * to the teardown. The operation stays in flight until the teardown has ended, so the sweeper
+   * never races it for the sandbox's host objects.
    */
   private deleteJob(id: string, reason: string): NonNullable<SandboxRecord["deleting"]> {
     const rec = this.ctx.records.of(id);
     if (rec.deleting) return rec.deleting;
-    const marked = (async () => {
-      await rec.creating?.catch(() => undefined);
-      await rec.queue?.catch(() => undefined);
-      const row = this.ctx.ledger.getSandbox(id);
-      if (!row || row.state === "failed" || row.state === "deleted") return undefined;
-      if (row.state !== "deleting") this.ctx.ledger.transition(id, row.state, "deleting");
-      const booted = this.ctx.records.letGo(rec);
-      booted?.agent.close(new BothyError("sandbox_not_running", "The sandbox was deleted."));
-      return { booted };
-    })();
-    const done = marked
-      .then(async (m) => {
-        if (!m) return;
-        // The answer goes out first: spawning the teardown's host commands costs the event loop
-        // milliseconds that are not the caller's.
-        await new Promise((resolve) => setImmediate(resolve));
-        // A stop under way (the sandbox had died or gone to sleep) ends before its objects are removed.
-        await rec.reaping;
-        if (m.booted) await m.booted.handle.destroy();
-        else await this.ctx.drivers.removeOrphan(id);
-        this.ctx.ledger.loseCommands(id);
-        this.ctx.ledger.transition(id, "deleting", "deleted");
-        this.ctx.log("sandbox_deleted", { sandbox_id: id, reason });
+    let marked!: { resolve: () => void; reject: (err: unknown) => void };
+    const answered = new Promise<void>((resolve, reject) => (marked = { resolve, reject }));
+    const done = this.ctx.actor
+      .run(id, "delete", async (move) => {
+        try {
+          const row = this.ctx.ledger.getSandbox(id);
+          if (!row || isIn("final", row.state)) return marked.resolve();
+          if (row.state !== "deleting") move(row.state, "deleting");
+          const booted = this.ctx.records.letGo(rec);
+          booted?.agent.close(new BothyError("sandbox_not_running", "The sandbox was deleted."));
+          marked.resolve();
+          // The answer goes out first: spawning the teardown's host commands costs the event loop
+          // milliseconds that are not the caller's.
+          await new Promise((resolve) => setImmediate(resolve));
+          // A stop under way (the sandbox had died or gone to sleep) ends before its objects are removed.
+          await rec.reaping;
+          if (booted) await booted.handle.destroy();
+          else await this.ctx.drivers.removeOrphan(id);
+          move("deleting", "deleted");
+          this.ctx.log("sandbox_deleted", { sandbox_id: id, reason });
+        } catch (err) {
+          marked.reject(err); // no-op once answered
+          throw err;
+        }
       })
       // Left `deleting`: the sweeper's next pass (or a restart) finishes it.
       .catch((err: unknown) => this.ctx.log("sandbox_delete_failed", { sandbox_id: id, error: describeCauses(err) }))
@@ -67,7 +71,7 @@ export class SandboxDeletes {
         if (rec.deleting === job) rec.deleting = undefined;
         this.ctx.records.tidy(rec);
       });
-    const job = { answered: marked.then(() => this.ctx.info(id)), done };
+    const job = { answered: answered.then(() => this.ctx.info(id)), done };
     job.answered.catch(() => undefined); // a caller that waits only for `done` has its failure logged
     rec.deleting = job;
     return job;

@@ -1,4 +1,4 @@
-import { BothyError, LIVE_STATES, type SandboxInfo } from "@bothy/protocol";
+import { BothyError, type SandboxInfo } from "@bothy/protocol";
 import type { AgentClient } from "../agent/agent-client.ts";
 import type { Config } from "../config.ts";
 import type { HostObject } from "../drivers/driver.ts";
@@ -8,6 +8,7 @@ import type { GatewayPolicies } from "../gateway/policies.ts";
 import type { Vault } from "../gateway/vault.ts";
 import type { Ledger } from "../ledger/ledger.ts";
 import { HeldSandboxes } from "./held-sandboxes.ts";
+import { isIn } from "./lifecycle.ts";
 import { expiryFrom, parseSetTimeout } from "./lifetime.ts";
 import { ManagerContext, type TemplateSource } from "./manager-context.ts";
 import { SandboxCreates, type CreateOwner, type CreateResult } from "./sandbox-creates.ts";
@@ -100,7 +101,7 @@ export class SandboxManager {
   setTimeout(id: string, body: unknown): SandboxInfo {
     const info = this.info(id);
     const timeoutS = parseSetTimeout(body, this.ctx.config.lifecycle.maxTimeoutS);
-    if (!LIVE_STATES.includes(info.state) || info.state === "deleting") {
+    if (!isIn("active", info.state)) {
       throw new BothyError("sandbox_not_running", `Sandbox ${id} is ${info.state}; only a live sandbox has a timeout.`);
     }
     const expiresAt = expiryFrom(timeoutS);
@@ -120,8 +121,8 @@ export class SandboxManager {
   /**
    * Puts an idle sandbox to sleep: paused where the driver saves memory (QEMU), else stopped with
    * its disk kept (gVisor). Either way the next call wakes it. `stillIdle` is asked again right
-   * before the sandbox is let go (after the queue and the disk flush): a command or call that came
-   * meanwhile keeps it running.
+   * before the sandbox is let go (after the operations queued before it and the disk flush): a
+   * command or call that came meanwhile keeps it running.
    */
   sleep(id: string, stillIdle: () => boolean = () => true): Promise<SandboxInfo> {
     return this.sleepWake.sleep(id, stillIdle);
@@ -187,14 +188,15 @@ export class SandboxManager {
 
   /**
    * Whether the sandbox is running, no API call holds it, and nothing else is changing its state;
-   * `inSleepsTurn`: asked by a sleep already running in the sandbox's queue (which is that sleep).
+   * `inSleepsTurn`: asked by the sleep in flight on the sandbox's actor, whose own place in the
+   * queue does not count.
    */
   canSleep(id: string, inSleepsTurn = false): boolean {
     const rec = this.ctx.records.get(id);
     return (
       rec?.booted !== undefined &&
       this.info(id).state === "running" &&
-      (!rec.queue || inSleepsTurn) &&
+      (rec.tail === undefined || inSleepsTurn) &&
       !rec.deleting &&
       rec.holds === 0
     );
@@ -268,26 +270,28 @@ export class SandboxManager {
    */
   async close(): Promise<void> {
     this.ctx.stopping = true;
-    await Promise.allSettled(this.ctx.records.all().map((r) => r.creating));
-    await Promise.allSettled(this.ctx.records.all().map((r) => r.queue));
+    // The operations in flight end first (new creates and wakes are refused from here on).
+    await Promise.allSettled(this.ctx.records.all().map((r) => r.tail));
     await this.pool.close();
     await Promise.allSettled(
-      this.ctx.records.held().map(async (rec) => {
-        const { id, booted } = rec;
-        if (!booted) return;
-        if (this.ctx.ledger.getSandbox(id)?.state === "paused") {
-          this.ctx.records.letGo(rec); // its VM ended at pause; the saved memory stays with the disk
-          this.ctx.records.tidy(rec);
-          return;
-        }
-        await this.held.stopOnPurpose(
-          id,
-          booted,
-          "The server stopped; its files are kept and the next call after a restart starts it again.",
-          new BothyError("shutting_down", "The server is stopping."),
-        );
-        this.ctx.log("sandbox_stopped", { sandbox_id: id });
-      }),
+      this.ctx.records.held().map((rec) =>
+        this.ctx.actor.run(rec.id, "stop", async (move) => {
+          const { id, booted } = rec;
+          if (!booted) return;
+          if (this.ctx.ledger.getSandbox(id)?.state === "paused") {
+            this.ctx.records.letGo(rec); // its VM ended at pause; the saved memory stays with the disk
+            return;
+          }
+          await this.held.stopOnPurpose(
+            id,
+            booted,
+            move,
+            "The server stopped; its files are kept and the next call after a restart starts it again.",
+            new BothyError("shutting_down", "The server is stopping."),
+          );
+          this.ctx.log("sandbox_stopped", { sandbox_id: id });
+        }),
+      ),
     );
     await Promise.allSettled(this.ctx.records.all().flatMap((r) => [r.deleting?.done, r.reaping]));
   }

@@ -1,5 +1,6 @@
 import type { SandboxInfo } from "@bothy/protocol";
 import type { BootedSandbox } from "./boot.ts";
+import { IDLE, type Phase } from "./sandbox-actor.ts";
 
 /**
  * What this process knows of one sandbox beyond its ledger row: the sandbox it holds, and the
@@ -14,12 +15,12 @@ export interface SandboxRecord {
    * checks it before acting, so it never lands on a sandbox that was let go or replaced since.
    */
   generation: number;
-  /** The create that makes it. */
-  creating: Promise<unknown> | undefined;
-  /** Its delete: `answered` once it is `deleting` and unreachable, `done` once its teardown has ended. */
+  /** The queued operation in flight (sandbox-actor.ts): create, pause, resume, sleep, wake, delete, stop, takeover. */
+  phase: Phase;
+  /** The last operation queued on it; the next one starts when it ends. */
+  tail: Promise<unknown> | undefined;
+  /** Its delete (a queued `delete` op): `answered` once it is `deleting` and unreachable, `done` once its teardown has ended. */
   deleting: { answered: Promise<SandboxInfo>; done: Promise<void> } | undefined;
-  /** The last of its pause, resume, sleep and wake, which run one at a time. */
-  queue: Promise<SandboxInfo> | undefined;
   /** Its processes and network being released after it stopped (the disk stays). */
   reaping: Promise<void> | undefined;
   /** When it was last used, for idle sleep. */
@@ -45,9 +46,9 @@ export class SandboxRecords {
         id,
         booted: undefined,
         generation: ++this.generations,
-        creating: undefined,
+        phase: IDLE,
+        tail: undefined,
         deleting: undefined,
-        queue: undefined,
         reaping: undefined,
         lastActive: undefined,
         holds: 0,
@@ -84,9 +85,9 @@ export class SandboxRecords {
   owns(rec: SandboxRecord): boolean {
     return (
       rec.booted !== undefined ||
-      rec.creating !== undefined ||
+      rec.phase.op !== "idle" ||
+      rec.tail !== undefined ||
       rec.deleting !== undefined ||
-      rec.queue !== undefined ||
       rec.reaping !== undefined
     );
   }

@@ -1,8 +1,8 @@
-import { DORMANT_STATES } from "@bothy/protocol";
 import type { HostObject } from "../drivers/driver.ts";
 import { describeCauses } from "../errors/internal-errors.ts";
 import type { SandboxRow } from "../ledger/ledger.ts";
 import type { HeldSandboxes } from "./held-sandboxes.ts";
+import { isIn } from "./lifecycle.ts";
 import type { ManagerContext } from "./manager-context.ts";
 import type { SandboxDeletes } from "./sandbox-deletes.ts";
 import type { SleepWake } from "./sleep-wake.ts";
@@ -33,23 +33,21 @@ export class SandboxRecovery {
       if (row.state === "running") {
         // Commands of the old server cannot be followed by this one; they run on in the guest, detached.
         this.ctx.ledger.loseCommands(row.id);
-        if (await this.attachAfterRestart(row)) continue;
-        this.ctx.ledger.transition(
-          row.id,
-          "running",
-          "stopped",
-          "The server restarted and its processes ended; its files are kept and the next call starts it again.",
-        );
-        this.ctx.log("sandbox_recovered", { sandbox_id: row.id, previous_state: row.state, state: "stopped" });
+        if (await this.ctx.actor.run(row.id, "takeover", () => this.attachAfterRestart(row))) continue;
+        await this.ctx.actor.run(row.id, "reconcile", async (move) => {
+          move(
+            "running",
+            "stopped",
+            "The server restarted and its processes ended; its files are kept and the next call starts it again.",
+          );
+          this.ctx.log("sandbox_recovered", { sandbox_id: row.id, previous_state: row.state, state: "stopped" });
+        });
       } else if (row.state === "creating") {
-        this.ctx.ledger.transition(
-          row.id,
-          "creating",
-          "failed",
-          "The server restarted while this sandbox was being created.",
-        );
-        this.ctx.ledger.forgetIdempotencyKeysOf(row.id);
-        this.ctx.log("sandbox_lost", { sandbox_id: row.id, previous_state: row.state });
+        await this.ctx.actor.run(row.id, "reconcile", async (move) => {
+          move("creating", "failed", "The server restarted while this sandbox was being created.");
+          this.ctx.ledger.forgetIdempotencyKeysOf(row.id);
+          this.ctx.log("sandbox_lost", { sandbox_id: row.id, previous_state: row.state });
+        });
       }
     }
     await this.deletes.finishDeletes("completed after restart");
@@ -91,7 +89,7 @@ export class SandboxRecovery {
     return new Set(
       this.ctx.ledger
         .liveSandboxes()
-        .filter((r) => DORMANT_STATES.includes(r.state) && this.ctx.records.get(r.id)?.booted === undefined)
+        .filter((r) => isIn("dormant", r.state) && this.ctx.records.get(r.id)?.booted === undefined)
         .map((r) => r.id),
     );
   }
@@ -102,9 +100,9 @@ export class SandboxRecovery {
     const closed: string[] = [];
     for (const row of this.ctx.ledger.liveSandboxes()) {
       // A `deleting` row is finished by finishDeletes, not failed: its host objects may still be there.
-      if (owned.has(row.id) || DORMANT_STATES.includes(row.state) || row.state === "deleting") continue;
-      this.ctx.ledger.transition(row.id, row.state, "failed", reason);
-      this.ctx.ledger.loseCommands(row.id);
+      if (owned.has(row.id) || isIn("dormant", row.state) || row.state === "deleting") continue;
+      // Nothing is in flight on it (it is not owned): the sweeper's decision pre-empts nothing.
+      this.ctx.actor.now(row.id, "sweep", (move) => move(row.state, "failed", reason));
       this.ctx.log("sandbox_lost", { sandbox_id: row.id, previous_state: row.state });
       closed.push(row.id);
     }
@@ -118,8 +116,9 @@ export class SandboxRecovery {
    */
   checkAlive(before: ReadonlySet<string>, onHost: ReadonlySet<string>): string[] {
     const dead: string[] = [];
-    for (const { id, booted, creating, deleting, queue } of this.ctx.records.held()) {
-      if (!booted || !before.has(id) || creating || deleting || queue) continue;
+    for (const { id, booted, tail, deleting } of this.ctx.records.held()) {
+      // An operation queued or in flight decides for itself (a resume's own failure handles a death).
+      if (!booted || !before.has(id) || tail !== undefined || deleting) continue;
       if (this.ctx.ledger.getSandbox(id)?.state !== "running") continue;
       const why = booted.agent.isClosed
         ? "its agent channel closed"

@@ -1,16 +1,18 @@
-import { BothyError, DORMANT_STATES, type NetworkPolicy, type SandboxInfo } from "@bothy/protocol";
+import { BothyError, type NetworkPolicy, type SandboxInfo } from "@bothy/protocol";
 import { describeCauses, toResumeFailure, toWakeFailure } from "../errors/internal-errors.ts";
 import { needsGateway } from "../gateway/host-policy.ts";
 import type { SandboxRow } from "../ledger/ledger.ts";
 import { egressFromRequest } from "../network/host-network.ts";
 import { bootSandbox, resumeSandbox, type BootedSandbox } from "./boot.ts";
 import type { HeldSandboxes } from "./held-sandboxes.ts";
+import { isIn } from "./lifecycle.ts";
 import type { ManagerContext } from "./manager-context.ts";
+import type { Move } from "./sandbox-actor.ts";
 import type { SandboxRecord } from "./sandbox-records.ts";
 
 /**
- * Pause and sleep, resume and wake: one at a time per sandbox (its record's queue), each checking
- * that the sandbox it was asked about is still the one held. A wake boots a dormant sandbox again
+ * Pause and sleep, resume and wake: queued operations of the sandbox's actor, each checking that
+ * the sandbox it was asked about is still the one held. A wake boots a dormant sandbox again
  * from its row (`bootFromDisk`), which start-up reconcile also uses to take one over.
  */
 export class SleepWake {
@@ -24,30 +26,30 @@ export class SleepWake {
    * processes come back with `resume`; commands attached at the time end.
    */
   pause(id: string): Promise<SandboxInfo> {
-    const step = async (booted: BootedSandbox): Promise<void> => {
+    const step = async (booted: BootedSandbox, move: Move): Promise<void> => {
       if (this.ctx.info(id).state === "paused") return;
       if (!booted.handle.pause)
         throw new BothyError(
           "not_supported",
           `The ${this.ctx.info(id).driver} driver cannot pause sandboxes; create the sandbox with "driver": "qemu" to use pause.`,
         );
-      await this.pauseHeld(id, booted);
+      await this.pauseHeld(id, booted, move);
     };
     // Paused with no VM (a restart came between the pause and now): nothing to pause, unless a
     // wake already under way has it running by this pause's turn.
     if (this.ctx.info(id).state === "paused" && !this.ctx.records.get(id)?.booted) {
-      return this.serialized(id, async (rec) => {
-        if (rec.booted && !rec.deleting) await step(rec.booted);
+      return this.serialized(id, "pause", async (move, rec) => {
+        if (rec.booted && !rec.deleting) await step(rec.booted, move);
       });
     }
-    return this.transition(id, step);
+    return this.onHeld(id, "pause", step);
   }
 
-  private async pauseHeld(id: string, booted: BootedSandbox): Promise<void> {
+  private async pauseHeld(id: string, booted: BootedSandbox, move: Move): Promise<void> {
     booted.agent.close(new BothyError("sandbox_not_running", "The sandbox was paused."));
     await booted.handle.pause?.();
     this.ctx.ledger.loseCommands(id);
-    this.ctx.ledger.transition(id, "running", "paused");
+    move("running", "paused");
     this.ctx.log("sandbox_paused", { sandbox_id: id });
   }
 
@@ -56,12 +58,13 @@ export class SleepWake {
    * its disk kept (gVisor). Either way the next call wakes it.
    */
   sleep(id: string, stillIdle: () => boolean): Promise<SandboxInfo> {
-    return this.transition(id, async (booted) => {
+    return this.onHeld(id, "sleep", async (booted, move) => {
       if (this.ctx.info(id).state !== "running" || !stillIdle()) return;
-      if (booted.handle.pause) return this.pauseHeld(id, booted);
+      if (booted.handle.pause) return this.pauseHeld(id, booted, move);
       const stopped = await this.held.stopOnPurpose(
         id,
         booted,
+        move,
         "Asleep after being idle; the next call starts it again.",
         new BothyError("sandbox_not_running", "The sandbox went to sleep."),
         stillIdle,
@@ -76,7 +79,7 @@ export class SleepWake {
       (this.ctx.info(id).state === "paused" && !this.ctx.records.get(id)?.booted)
     )
       return this.revive(id);
-    return this.transition(id, async (booted, rec) => {
+    return this.onHeld(id, "resume", async (booted, move, rec) => {
       if (this.ctx.info(id).state !== "paused") return;
       try {
         await resumeSandbox(this.ctx.drivers.get(this.ctx.info(id).driver), booted, this.ctx.config.bootTimeoutMs);
@@ -87,7 +90,7 @@ export class SleepWake {
         // `paused` row with nothing behind it.
         const e = toResumeFailure(err);
         this.ctx.records.letGo(rec);
-        this.ctx.ledger.transition(id, "paused", "failed", e.message);
+        move("paused", "failed", e.message);
         this.ctx.log("sandbox_resume_failed", { sandbox_id: id, error: describeCauses(err) });
         await booted.handle
           .destroy()
@@ -96,7 +99,7 @@ export class SleepWake {
           );
         throw e;
       }
-      this.ctx.ledger.transition(id, "paused", "running");
+      move("paused", "running");
       this.ctx.log("sandbox_resumed", { sandbox_id: id });
     });
   }
@@ -105,7 +108,7 @@ export class SleepWake {
   async ensureRunning(id: string): Promise<SandboxInfo> {
     const info = this.ctx.info(id);
     this.ctx.touch(id);
-    if (!DORMANT_STATES.includes(info.state)) return info;
+    if (!isIn("dormant", info.state)) return info;
     const woken = await this.resume(id);
     // A slow wake (a VM under emulation) must not count as idle time.
     this.ctx.touch(id);
@@ -118,9 +121,9 @@ export class SleepWake {
    * failed start leaves it stopped with its files, and says why.
    */
   private revive(id: string): Promise<SandboxInfo> {
-    return this.serialized(id, async (rec) => {
+    return this.serialized(id, "wake", async (move, rec) => {
       const row = this.ctx.ledger.getSandbox(id);
-      if (!row || !DORMANT_STATES.includes(row.state) || rec.booted) return;
+      if (!row || !isIn("dormant", row.state) || rec.booted) return;
       await rec.reaping;
       if (this.ctx.stopping || rec.deleting)
         throw new BothyError("sandbox_not_running", `Sandbox ${id} is being deleted or the server is stopping.`);
@@ -136,7 +139,7 @@ export class SleepWake {
         throw toWakeFailure(id, err);
       });
       try {
-        this.ctx.ledger.transition(id, row.state, "running");
+        move(row.state, "running");
       } catch (err) {
         await booted.handle.stop();
         throw err;
@@ -190,9 +193,10 @@ export class SleepWake {
   }
 
   /** Queues `step` on the sandbox held now; it fails if that sandbox was let go or is being deleted by its turn. */
-  private transition(
+  private onHeld(
     id: string,
-    step: (booted: BootedSandbox, rec: SandboxRecord) => Promise<void>,
+    op: "pause" | "resume" | "sleep",
+    step: (booted: BootedSandbox, move: Move, rec: SandboxRecord) => Promise<void>,
   ): Promise<SandboxInfo> {
     const info = this.ctx.info(id);
     const rec = this.ctx.records.get(id);
@@ -204,29 +208,22 @@ export class SleepWake {
       );
     }
     const generation = rec.generation;
-    return this.serialized(id, async () => {
+    return this.serialized(id, op, async (move) => {
       if (rec.generation !== generation || rec.deleting)
         throw new BothyError("sandbox_not_running", `Sandbox ${id} is being deleted or has stopped.`);
-      await step(booted, rec);
+      await step(booted, move, rec);
     });
   }
 
-  /** Runs pause, resume, sleep and wake of one sandbox one at a time. */
-  private async serialized(id: string, step: (rec: SandboxRecord) => Promise<void>): Promise<SandboxInfo> {
-    const rec = this.ctx.records.of(id);
-    const previous = rec.queue ?? Promise.resolve();
-    const job = previous
-      .catch(() => undefined)
-      .then(async () => {
-        await step(rec);
-        return this.ctx.info(id);
-      });
-    rec.queue = job;
-    try {
-      return await job;
-    } finally {
-      if (rec.queue === job) rec.queue = undefined;
-      this.ctx.records.tidy(rec);
-    }
+  /** Queues `step` on the sandbox's actor; answers with the sandbox as it is after it. */
+  private serialized(
+    id: string,
+    op: "pause" | "resume" | "sleep" | "wake",
+    step: (move: Move, rec: SandboxRecord) => Promise<void>,
+  ): Promise<SandboxInfo> {
+    return this.ctx.actor.run(id, op, async (move, rec) => {
+      await step(move, rec);
+      return this.ctx.info(id);
+    });
   }
 }

@@ -1,5 +1,6 @@
 import { loadConfig } from "../../src/config.ts";
 import { DriverRegistry } from "../../src/drivers/driver-registry.ts";
+import { ServerEvents } from "../../src/events/server-events.ts";
 import { Ledger } from "../../src/ledger/ledger.ts";
 import { SandboxManager, type TemplateSource } from "../../src/sandboxes/sandbox-manager.ts";
 import { Sweeper } from "../../src/sandboxes/sweeper.ts";
@@ -17,6 +18,8 @@ export class FakeWorld {
   readonly host = new FakeHost();
   readonly ledger = new Ledger(":memory:");
   readonly events: Array<{ event: string; fields: Record<string, unknown> }> = [];
+  /** The server's event bus, as the manager's log feeds it in a real server (subscribers outlive a restart). */
+  readonly bus = new ServerEvents();
   template = { ...fakeTemplate };
   manager!: SandboxManager;
   drivers!: DriverRegistry;
@@ -51,6 +54,7 @@ export class FakeWorld {
       this.events.push({ event, fields: f });
       const id = typeof f["sandbox_id"] === "string" ? f["sandbox_id"] : "";
       for (const w of this.waiters.filter((x) => x.event === event && x.id === id)) w.resolve();
+      this.bus.emit(event, fields);
     });
     this.sweeper = undefined;
     await this.manager.reconcile();
