@@ -11,6 +11,6 @@ const metricsDoc = {
 /** `GET /metrics` in the Prometheus text format. */
 export function metricsRoutes(app: FastifyInstance, metrics: Metrics, gauges: () => Gauges): void {
   app.get("/metrics", { schema: metricsDoc }, async (_request, reply) =>
-    reply.type("text/plain; version=0.0.4; charset=utf-8").send(metrics.render(gauges())),
+    reply.type(metrics.contentType).send(await metrics.render(gauges())),
   );
 }
