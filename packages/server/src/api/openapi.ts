@@ -228,7 +228,11 @@ function oneNamePerSchema(doc: Json): Json {
   for (let grew = true; grew;) {
     grew = false;
     for (const name of [...reached])
-      for (const r of refsIn(schemas[name] ?? {})) if (!reached.has(r)) grew = reached.add(r) !== undefined;
+      for (const r of refsIn(schemas[name] ?? {}))
+        if (!reached.has(r)) {
+          reached.add(r);
+          grew = true;
+        }
   }
   for (const name of Object.keys(schemas)) if (baseOf(name) !== undefined && !reached.has(name)) delete schemas[name];
   for (const name of Object.keys(schemas)) {
@@ -287,7 +291,7 @@ export async function registerOpenapi(app: FastifyInstance): Promise<void> {
   });
 }
 
-/** Serves the document, built once from every route registered before this call. */
+/** Serves the document; @fastify/swagger builds it on the first request, from every route the server registered. */
 export function openapiRoutes(app: FastifyInstance): void {
   app.get(
     "/openapi.json",
@@ -298,7 +302,6 @@ export function openapiRoutes(app: FastifyInstance): void {
         response: { 200: { description: "OpenAPI 3.1", content: { "application/json": { schema: z.any() } } } },
       },
     },
-    // @fastify/swagger builds the document on the first call and keeps it.
     async () => app.swagger(),
   );
 }
