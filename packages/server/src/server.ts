@@ -27,7 +27,7 @@ import { eventRoutes } from "./api/event-routes.ts";
 import { fileRoutes } from "./api/file-routes.ts";
 import { lifecycleRoutes } from "./api/lifecycle-routes.ts";
 import { metricsRoutes } from "./api/metrics-routes.ts";
-import { openapiRoutes, recordRoutes, type RouteRecord } from "./api/openapi.ts";
+import { openapiRoutes, recordRoutes, registerOpenapi, type RouteRecord } from "./api/openapi.ts";
 import { portRoutes, previewHostRewrite } from "./api/port-routes.ts";
 import { desktopRoutes } from "./api/desktop-routes.ts";
 import { tunnelRoutes } from "./api/tunnel-routes.ts";
@@ -243,6 +243,7 @@ export async function startServer(
   // JSON only: a text body would otherwise reach validation as a string and get a vaguer error.
   app.removeContentTypeParser("text/plain");
   await app.register(websocket, { options: { maxPayload: 2 * 1024 * 1024 } });
+  await registerOpenapi(app);
   const routes = recordRoutes(app);
   checkWebSocketHandshakes(app, routes);
 

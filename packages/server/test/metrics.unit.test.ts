@@ -6,15 +6,19 @@ const gauges = { sandboxes: [{ state: "running", driver: "gvisor", n: 2 }], driv
 /** Every sample line is `name{labels} value` with a numeric value; comments are HELP or TYPE. */
 function expectWellFormed(text: string): void {
   expect(text.endsWith("\n")).toBe(true);
-  for (const line of text.trimEnd().split("\n")) {
+  // Blank lines between metric families are allowed by the format.
+  for (const line of text
+    .trimEnd()
+    .split("\n")
+    .filter((l) => l !== "")) {
     if (line.startsWith("#")) expect(line).toMatch(/^# (HELP|TYPE) [a-z_]+ .+$/);
     else expect(line).toMatch(/^[a-z_]+(\{([a-z_]+="([^"\\]|\\.)*",?)*\})? (-?[0-9.e+-]+|\+Inf)$/);
   }
 }
 
 describe("Metrics", () => {
-  it("renders gauges with zeros for every state, and counters seeded at zero", () => {
-    const text = new Metrics().render(gauges);
+  it("renders gauges with zeros for every state, and counters seeded at zero", async () => {
+    const text = await new Metrics().render(gauges);
     expectWellFormed(text);
     expect(text).toContain('bothy_sandboxes{state="running",driver="gvisor"} 2');
     expect(text).toContain('bothy_sandboxes{state="paused",driver="gvisor"} 0');
@@ -23,12 +27,19 @@ describe("Metrics", () => {
     expect(text).toContain("# TYPE bothy_sandbox_create_seconds histogram");
   });
 
-  it("counts lifecycle events and builds a cumulative histogram", () => {
+  it("counts lifecycle events and builds a cumulative histogram", async () => {
     const m = new Metrics();
     const created = { sandbox_id: "sbx_a", template: "seed", vcpu: 1, memory_mib: 512, driver: "qemu", warm: false };
     m.observe({ event: "sandbox_created", ...created, ms: 3000 });
     m.observe({ event: "sandbox_created", ...created, ms: 200 });
-    m.observe({ event: "command_started", sandbox_id: "sbx_a", command_id: "cmd_a", pid: 2, background: false });
+    m.observe({
+      event: "command_started",
+      sandbox_id: "sbx_a",
+      command_id: "cmd_a",
+      pid: 2,
+      background: false,
+      ms: 30,
+    });
     m.observe({
       event: "command_exited",
       sandbox_id: "sbx_a",
@@ -43,11 +54,11 @@ describe("Metrics", () => {
     m.observe({ event: "sandbox_paused", sandbox_id: "sbx_b" });
     m.error("invalid_request");
     m.error("invalid_request");
-    const text = m.render(gauges);
+    const text = await m.render(gauges);
     expectWellFormed(text);
-    expect(text).toContain('bothy_sandbox_create_seconds_bucket{driver="qemu",warm="false",le="0.25"} 1');
-    expect(text).toContain('bothy_sandbox_create_seconds_bucket{driver="qemu",warm="false",le="5"} 2');
-    expect(text).toContain('bothy_sandbox_create_seconds_bucket{driver="qemu",warm="false",le="+Inf"} 2');
+    expect(text).toContain('bothy_sandbox_create_seconds_bucket{le="0.25",driver="qemu",warm="false"} 1');
+    expect(text).toContain('bothy_sandbox_create_seconds_bucket{le="5",driver="qemu",warm="false"} 2');
+    expect(text).toContain('bothy_sandbox_create_seconds_bucket{le="+Inf",driver="qemu",warm="false"} 2');
     expect(text).toContain('bothy_sandbox_create_seconds_sum{driver="qemu",warm="false"} 3.2');
     expect(text).toContain('bothy_sandbox_create_seconds_count{driver="qemu",warm="false"} 2');
     expect(text).toContain("bothy_commands_started_total 1");
@@ -59,8 +70,37 @@ describe("Metrics", () => {
     expect(text).toContain('bothy_sandboxes_deleted_total{reason="expired"} 1');
   });
 
-  it("escapes label values", () => {
-    const text = new Metrics().render({ sandboxes: [{ state: 'a"b\\c\nd', driver: "x", n: 1 }], drivers: [] });
+  it("escapes label values", async () => {
+    const text = await new Metrics().render({ sandboxes: [{ state: 'a"b\\c\nd', driver: "x", n: 1 }], drivers: [] });
     expect(text).toContain('bothy_sandboxes{state="a\\"b\\\\c\\nd",driver="x"} 1');
+  });
+
+  it("times commands and the egress gateway's decisions in histograms", async () => {
+    const m = new Metrics();
+    const started = { sandbox_id: "sbx_a", command_id: "cmd_a", pid: 2, background: false };
+    m.observe({ event: "command_started", ...started, ms: 20 });
+    m.observe({ event: "command_started", ...started, ms: 400 });
+    const decision = { sandbox_id: "sbx_a", host: "example.com", method: "GET", path: "/", rule: "default" };
+    m.observe({ event: "egress_allowed", ...decision, action: "allow", outcome: "allowed", ms: 3 });
+    m.observe({ event: "egress_denied", ...decision, action: "deny", outcome: "denied", ms: 2 });
+    // A refusal before any request was read has no time, and no sample.
+    m.observe({ event: "egress_denied", ...decision, rule: "sni", action: "deny", outcome: "refused" });
+    const text = await m.render(gauges);
+    expectWellFormed(text);
+    expect(text).toContain("# TYPE bothy_command_start_seconds histogram");
+    expect(text).toContain('bothy_command_start_seconds_bucket{le="0.025"} 1');
+    expect(text).toContain('bothy_command_start_seconds_bucket{le="0.5"} 2');
+    expect(text).toContain("bothy_command_start_seconds_count 2");
+    expect(text).toContain('bothy_egress_decision_seconds_bucket{le="0.005",decision="allowed"} 1');
+    expect(text).toContain('bothy_egress_decision_seconds_count{decision="allowed"} 1');
+    expect(text).toContain('bothy_egress_decision_seconds_count{decision="denied"} 1');
+  });
+
+  it("keeps each server's metrics to itself", async () => {
+    const a = new Metrics();
+    const b = new Metrics();
+    a.error("invalid_request");
+    expect(await a.render(gauges)).toContain('bothy_errors_total{code="invalid_request"} 1');
+    expect(await b.render(gauges)).not.toContain("invalid_request");
   });
 });

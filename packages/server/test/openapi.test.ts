@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { z } from "zod";
 import { undocumentedRoutes } from "../src/api/openapi.ts";
 import { useTestServer } from "./helpers/suite.ts";
 import type { TestServer } from "./helpers/test-server.ts";
@@ -39,4 +40,64 @@ describe("GET /openapi.json", () => {
       if (r.includes("#/components/")) expect(schemas[name ?? ""], r).toBeDefined();
     }
   });
+
+  it("documents each route with the zod schemas it declares: summary, query, body and answers", async () => {
+    const doc = (await (await fetch(`${ts.url}/openapi.json`)).json()) as OpenApiDoc;
+    const resolve = (s: JsonSchema | undefined): JsonSchema | undefined =>
+      s?.$ref ? doc.components.schemas[s.$ref.split("/").pop() ?? ""] : s;
+    const wrong: string[] = [];
+    const routes = ts.server.routes.filter((r) => !r.url.startsWith("/e2b") && r.url !== "/files");
+    expect(routes.length).toBeGreaterThan(60);
+    for (const r of routes) {
+      const where = `${r.method.toUpperCase()} ${r.url}`;
+      const op = doc.paths[r.url.replace(/:(\w+)/g, "{$1}")]?.[r.method];
+      const schema = (r.schema ?? {}) as Record<string, unknown>;
+      if (!op || !schema["summary"]) {
+        wrong.push(`${where}: no operation, or the route declares no schema with a summary`);
+        continue;
+      }
+      if (op.summary !== schema["summary"]) wrong.push(`${where}: summary differs`);
+      const query = schema["querystring"];
+      if (query instanceof z.ZodObject)
+        for (const name of Object.keys(query.shape))
+          if (!op.parameters?.some((p) => p.in === "query" && p.name === name))
+            wrong.push(`${where}: ?${name} missing`);
+      const body = schema["body"];
+      if (body instanceof z.ZodType) {
+        const documented = resolve(op.requestBody?.content["application/json"]?.schema);
+        const declared = z.toJSONSchema(body, { io: "input", unrepresentable: "any" }) as JsonSchema;
+        if (!documented) wrong.push(`${where}: body missing`);
+        else if (
+          JSON.stringify(Object.keys(documented.properties ?? {})) !==
+          JSON.stringify(Object.keys(declared.properties ?? {}))
+        )
+          wrong.push(`${where}: body properties differ`);
+      }
+      for (const status of Object.keys((schema["response"] as object | undefined) ?? {}))
+        if (!op.responses[status]) wrong.push(`${where}: answer ${status} missing`);
+      // Every operation documents its errors; problem+json unless the route says otherwise (/mcp).
+      if (!op.responses["default"]?.content?.["application/problem+json"]) wrong.push(`${where}: errors missing`);
+    }
+    expect(wrong).toEqual([]);
+  });
 });
+
+interface JsonSchema {
+  $ref?: string;
+  properties?: Record<string, unknown>;
+}
+interface OpenApiDoc {
+  paths: Record<
+    string,
+    Record<
+      string,
+      {
+        summary?: string;
+        parameters?: Array<{ name: string; in: string }>;
+        requestBody?: { content: Record<string, { schema?: JsonSchema }> };
+        responses: Record<string, { content?: Record<string, unknown> }>;
+      }
+    >
+  >;
+  components: { schemas: Record<string, JsonSchema> };
+}

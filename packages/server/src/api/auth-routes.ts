@@ -4,10 +4,15 @@
  */
 import type { FastifyInstance } from "fastify";
 import {
+  apiKeyInfo,
   BothyError,
+  createdKey,
   createKeyRequest,
   createTenantRequest,
   KEY_ID_RE,
+  keyList,
+  tenantInfo,
+  tenantList,
   tenantQuota,
   type TenantQuota,
 } from "@bothy/protocol";
@@ -18,6 +23,53 @@ import { DEFAULT_SCOPES, hasScope } from "../auth/scopes.ts";
 import type { KeyConnections } from "../auth/auth-hooks.ts";
 import type { Ledger } from "../ledger/ledger.ts";
 import { parseInput } from "./parse-input.ts";
+import { json } from "./route-schema.ts";
+
+const keys = ["keys"];
+const tenants = ["tenants"];
+const TENANT = json(tenantInfo, "The tenant");
+const DOCS = {
+  mint: {
+    tags: keys,
+    summary:
+      "Make an API key (scope keys:manage); its scopes must be within the calling key's, and it expires no later than the calling key. The answer is the only time the key is shown",
+    body: createKeyRequest,
+    response: { 201: json(createdKey, "The key, with `key` itself") },
+  },
+  keys: {
+    tags: keys,
+    summary: "The tenant's API keys (every tenant's for an admin key), without the keys themselves",
+    response: { 200: json(keyList, "Keys") },
+  },
+  revoke: {
+    tags: keys,
+    summary:
+      "Revoke a key: refused from the next request on; its open WebSockets and event streams end, and so do the links and E2B access tokens it made",
+    response: { 200: json(apiKeyInfo, "The revoked key") },
+  },
+  create: {
+    tags: tenants,
+    summary: "Make a tenant, with its quotas (scope admin)",
+    body: createTenantRequest,
+    response: { 201: TENANT },
+  },
+  tenants: {
+    tags: tenants,
+    summary: "Every tenant, its quotas and what it uses now (scope admin)",
+    response: { 200: json(tenantList, "Tenants") },
+  },
+  tenant: {
+    tags: tenants,
+    summary: "A tenant, its quotas and what it uses now (scope admin)",
+    response: { 200: TENANT },
+  },
+  quota: {
+    tags: tenants,
+    summary: "Change a tenant's quotas: those named are set, null lifts one (scope admin)",
+    body: tenantQuota,
+    response: { 200: TENANT },
+  },
+};
 
 type Id = { Params: { id: string } };
 
@@ -41,7 +93,7 @@ export function authRoutes(
     };
   };
 
-  app.post("/keys", async (request, reply) => {
+  app.post("/keys", { schema: DOCS.mint }, async (request, reply) => {
     const principal = principalOf(request);
     const body = parseInput(createKeyRequest, request.body, "POST /keys");
     const tenant = body.tenant ?? principal.tenant;
@@ -71,13 +123,13 @@ export function authRoutes(
     return reply.code(201).send({ ...view, key });
   });
 
-  app.get("/keys", async (request) => {
+  app.get("/keys", { schema: DOCS.keys }, async (request) => {
     const principal = principalOf(request);
     const rows = principal.scopes.has("admin") ? ledger.auth.keys() : ledger.auth.keys(principal.tenant);
     return { keys: rows.map(keyView) };
   });
 
-  app.delete<Id>("/keys/:id", async (request) => {
+  app.delete<Id>("/keys/:id", { schema: DOCS.revoke }, async (request) => {
     const principal = principalOf(request);
     const { id } = request.params;
     const row = KEY_ID_RE.test(id) ? ledger.auth.key(id) : undefined;
@@ -97,19 +149,21 @@ export function authRoutes(
     return keyView(after);
   });
 
-  app.post("/tenants", async (request, reply) => {
+  app.post("/tenants", { schema: DOCS.create }, async (request, reply) => {
     const body = parseInput(createTenantRequest, request.body, "POST /tenants");
     if (!ledger.auth.insertTenant(body.tenant, JSON.stringify(body.quota ?? {})))
       throw new BothyError("tenant_exists", `Tenant ${body.tenant} exists; GET /tenants/${body.tenant} shows it.`);
     return reply.code(201).send(tenantView(body.tenant));
   });
 
-  app.get("/tenants", async () => ({ tenants: ledger.auth.tenants().map((t) => tenantView(t.id)) }));
+  app.get("/tenants", { schema: DOCS.tenants }, async () => ({
+    tenants: ledger.auth.tenants().map((t) => tenantView(t.id)),
+  }));
 
-  app.get<Id>("/tenants/:id", async (request) => tenantView(request.params.id));
+  app.get<Id>("/tenants/:id", { schema: DOCS.tenant }, async (request) => tenantView(request.params.id));
 
   /** Sets the quotas named in the body; null lifts one, an absent one stays as it was. */
-  app.patch<Id>("/tenants/:id/quota", async (request) => {
+  app.patch<Id>("/tenants/:id/quota", { schema: DOCS.quota }, async (request) => {
     const { id } = request.params;
     if (!ledger.auth.tenant(id)) throw tenantNotFound(id);
     const change = parseInput(tenantQuota, request.body, `PATCH /tenants/{id}/quota`);

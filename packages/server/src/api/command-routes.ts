@@ -1,12 +1,48 @@
 import type { FastifyInstance } from "fastify";
-import { BothyError, COMMAND_ID_RE, commandSocketQuery } from "@bothy/protocol";
+import {
+  BothyError,
+  COMMAND_ID_RE,
+  commandEvent,
+  commandInfo,
+  commandInput,
+  commandList,
+  commandRequest,
+  commandResult,
+  commandSocketQuery,
+} from "@bothy/protocol";
 import type { CommandRegistry } from "../commands/command-registry.ts";
 import type { ServerEvents } from "../events/server-events.ts";
 import type { DisconnectWatch } from "../sandboxes/disconnect-watch.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { CommandSession, type KeptHooks } from "./command-session.ts";
 import { collectCommand, parseHttpCommand } from "./command-http.ts";
+import type { BothySchema } from "./openapi.ts";
 import { parseInput } from "./parse-input.ts";
+import { empty, json } from "./route-schema.ts";
+
+const tags = ["commands"];
+const listDoc = { tags, summary: "List the sandbox's commands", response: { 200: json(commandList, "Commands") } };
+const socketDoc: BothySchema = {
+  tags,
+  summary:
+    "WebSocket: run one command (first message CommandRequest, then CommandInput; the server streams CommandEvent, process_exited or error last); with keep=true the socket stays open after each command and the next CommandRequest starts the next, one at a time",
+  querystring: commandSocketQuery,
+  response: { 101: empty("Switching to the WebSocket") },
+  "x-websocket": { send: [commandRequest, commandInput], receive: commandEvent },
+};
+const runDoc = {
+  tags,
+  summary:
+    "Run one command to its end in one request (no stdin, pty or background: those need the WebSocket); output past 16 MiB a stream is dropped with truncated: true; a client that leaves kills it",
+  body: commandRequest,
+  response: { 200: json(commandResult, "How it ended, with its output") },
+};
+const showDoc: BothySchema = {
+  tags,
+  summary: "Show a command; as a WebSocket, re-attach to its output (replay, then live)",
+  response: { 200: json(commandInfo, "The command"), 101: empty("Re-attached over WebSocket") },
+  "x-websocket": { send: [commandInput], receive: commandEvent },
+};
 
 const UPGRADE_HINT =
   "This endpoint is a WebSocket: connect with Upgrade: websocket (e.g. websocat ws://HOST/sandboxes/ID/command).";
@@ -33,7 +69,7 @@ export function commandRoutes(
     if (sessions?.size === 0) kept.delete(id);
   };
 
-  app.get<{ Params: { id: string } }>("/sandboxes/:id/commands", async (request) => {
+  app.get<{ Params: { id: string } }>("/sandboxes/:id/commands", { schema: listDoc }, async (request) => {
     manager.info(request.params.id);
     return { commands: registry.list(request.params.id) };
   });
@@ -41,6 +77,7 @@ export function commandRoutes(
   app.route<{ Params: { id: string }; Querystring: Record<string, string> }>({
     method: "GET",
     url: "/sandboxes/:id/command",
+    schema: socketDoc,
     // Refuse before the upgrade, so a bad id or query gets a plain problem+json answer.
     preValidation: async (request) => {
       requireRunning(manager, request.params.id);
@@ -63,7 +100,7 @@ export function commandRoutes(
 
   // One command run to its end in one request, for clients that need no stream: the same start
   // and record as a socket's command; the output comes whole in the answer.
-  app.post<{ Params: { id: string } }>("/sandboxes/:id/commands", async (request, reply) => {
+  app.post<{ Params: { id: string } }>("/sandboxes/:id/commands", { schema: runDoc }, async (request, reply) => {
     const id = request.params.id;
     // `agent` refuses a sandbox that is not running, before the body is looked at.
     const agent = manager.agent(id);
@@ -86,6 +123,7 @@ export function commandRoutes(
   app.route<{ Params: { id: string; commandId: string } }>({
     method: "GET",
     url: "/sandboxes/:id/commands/:commandId",
+    schema: showDoc,
     preValidation: async (request) => {
       manager.info(request.params.id);
       const { commandId } = request.params;

@@ -9,7 +9,17 @@ import { createRequire } from "node:module";
 import type { Socket } from "node:net";
 import { dirname, join, normalize, sep } from "node:path";
 import type { FastifyInstance, FastifyRequest } from "fastify";
-import { BothyError, desktopStartRequest, linkRequest, SANDBOX_ID_RE } from "@bothy/protocol";
+import {
+  BothyError,
+  desktopAction,
+  desktopActionResult,
+  desktopInfo,
+  desktopStartRequest,
+  linkRequest,
+  linkResponse,
+  SANDBOX_ID_RE,
+} from "@bothy/protocol";
+import { z } from "zod";
 import { principalOf } from "../auth/auth-hooks.ts";
 import type { LinkTokens } from "../auth/link-tokens.ts";
 import { hasScope } from "../auth/scopes.ts";
@@ -20,6 +30,58 @@ import { parseInput } from "./parse-input.ts";
 import type { RelayMeter } from "./relay-meter.ts";
 import { relayTcp } from "./tcp-relay.ts";
 import { viewOnlyRfb } from "./rfb-view-only.ts";
+import { empty, json, media } from "./route-schema.ts";
+
+const tags = ["desktop"];
+const startDoc = {
+  tags,
+  summary:
+    "Start the desktop (Xvfb, openbox, x11vnc, Chromium) if it is not running; template desktop (409 desktop_not_available otherwise)",
+  body: desktopStartRequest,
+  response: { 200: json(desktopInfo, "The running desktop") },
+};
+const screenshotDoc = {
+  tags,
+  summary: "The screen as a PNG (X-Screen-Width/Height); coordinates of actions are its pixels. Starts the desktop",
+  response: { 200: media("image/png", "The screen") },
+};
+const actionsDoc = {
+  tags,
+  summary: "Mouse and keyboard: move, click, type, key, scroll (xdotool inside the sandbox). Starts the desktop",
+  body: desktopAction,
+  response: { 200: json(desktopActionResult, "Done") },
+};
+const viewDoc = {
+  tags,
+  summary:
+    "The live view: a noVNC page (view only; ?control=1 passes mouse and keyboard on with sandboxes:write); ?token= from a desktop link instead of an API key",
+  querystring: z.object({ control: z.enum(["1"]).optional(), token: z.string().optional() }),
+  response: { 200: media("text/html", "An HTML page") },
+};
+const linkDoc = {
+  tags,
+  summary:
+    "A signed link to the live view that opens without an API key until it expires (ttl_s, default 3600, max 86400); view only unless control (which needs sandboxes:write)",
+  body: linkRequest,
+  response: { 200: json(linkResponse, "The link") },
+};
+const vncDoc = {
+  tags,
+  summary:
+    "WebSocket: the desktop's VNC (RFB) stream in binary messages, relayed to x11vnc inside (what noVNC connects to); input is dropped without sandboxes:write; ?token= from a desktop link instead of an API key",
+  response: { 101: empty("Switching to WebSocket") },
+};
+const cdpDoc = {
+  tags,
+  summary:
+    "Chromium's DevTools /json/version and /json/list, WebSocket URLs rewritten to the port proxy: give /sandboxes/{id}/desktop/cdp to Playwright's connectOverCDP",
+  response: { 200: media("application/json", "DevTools JSON") },
+};
+const novncDoc = {
+  tags,
+  summary: "noVNC's own files (core/, vendor/), for the live view",
+  response: { 200: media("text/javascript", "JavaScript") },
+};
 
 type Params = { Params: { id: string } };
 
@@ -133,13 +195,13 @@ export async function desktopRoutes(
   links: LinkTokens,
   relays: RelayMeter,
 ): Promise<void> {
-  app.post<Params>("/sandboxes/:id/desktop/start", async (request) => {
+  app.post<Params>("/sandboxes/:id/desktop/start", { schema: startDoc }, async (request) => {
     const size = parseInput(desktopStartRequest, request.body, "POST /desktop/start");
     manager.info(request.params.id);
     return desktop.start(request.params.id, size, true);
   });
 
-  app.get<Params>("/sandboxes/:id/desktop/screenshot", async (request, reply) => {
+  app.get<Params>("/sandboxes/:id/desktop/screenshot", { schema: screenshotDoc }, async (request, reply) => {
     const shot = await desktop.screenshot(request.params.id);
     return reply
       .type("image/png")
@@ -149,10 +211,13 @@ export async function desktopRoutes(
       .send(shot.png);
   });
 
-  app.post<Params>("/sandboxes/:id/desktop/actions", async (request) => desktop.act(request.params.id, request.body));
+  app.post<Params>("/sandboxes/:id/desktop/actions", { schema: actionsDoc }, async (request) =>
+    desktop.act(request.params.id, request.body),
+  );
 
   app.get<Params & { Querystring: { control?: string; token?: string } }>(
     "/sandboxes/:id/desktop",
+    { schema: viewDoc },
     async (request, reply) => {
       const id = sandboxId(request);
       manager.info(id);
@@ -165,7 +230,7 @@ export async function desktopRoutes(
     },
   );
 
-  app.post<Params>("/sandboxes/:id/desktop/link", async (request) => {
+  app.post<Params>("/sandboxes/:id/desktop/link", { schema: linkDoc }, async (request) => {
     const id = sandboxId(request);
     const body = parseInput(linkRequest, request.body ?? {}, "POST /desktop/link");
     if (body.control === true && !hasScope(principalOf(request).scopes, "sandboxes:write"))
@@ -187,7 +252,7 @@ export async function desktopRoutes(
     };
   });
 
-  app.get<{ Params: { "*": string } }>("/desktop/novnc/*", async (request, reply) => {
+  app.get<{ Params: { "*": string } }>("/desktop/novnc/*", { schema: novncDoc }, async (request, reply) => {
     const root = novncRoot();
     const rel = normalize(request.params["*"]);
     const file = join(root, rel);
@@ -203,6 +268,7 @@ export async function desktopRoutes(
   app.route<Params>({
     method: "GET",
     url: "/sandboxes/:id/desktop/vnc",
+    schema: vncDoc,
     preValidation: async (request) => {
       manager.info(request.params.id);
     },
@@ -250,5 +316,5 @@ export async function desktopRoutes(
     const wsBase = `ws://${request.headers.host ?? "127.0.0.1"}/sandboxes/${id}/ports/${info.cdp_port}`;
     return rewriteCdpUrls(parsed, wsBase);
   };
-  app.get("/sandboxes/:id/desktop/cdp/*", cdpJson);
+  app.get("/sandboxes/:id/desktop/cdp/*", { schema: cdpDoc }, cdpJson);
 }

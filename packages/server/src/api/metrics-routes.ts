@@ -1,9 +1,16 @@
 import type { FastifyInstance } from "fastify";
 import type { Gauges, Metrics } from "../metrics/metrics.ts";
+import { media } from "./route-schema.ts";
+
+const metricsDoc = {
+  tags: ["server"],
+  summary: "Prometheus metrics",
+  response: { 200: media("text/plain", "Prometheus text format") },
+};
 
 /** `GET /metrics` in the Prometheus text format. */
 export function metricsRoutes(app: FastifyInstance, metrics: Metrics, gauges: () => Gauges): void {
-  app.get("/metrics", async (_request, reply) =>
-    reply.type("text/plain; version=0.0.4; charset=utf-8").send(metrics.render(gauges())),
+  app.get("/metrics", { schema: metricsDoc }, async (_request, reply) =>
+    reply.type(metrics.contentType).send(await metrics.render(gauges())),
   );
 }

@@ -4,13 +4,40 @@
  * an admin key names another tenant with `?tenant=`.
  */
 import type { FastifyInstance } from "fastify";
-import { BothyError, hostPolicyRequest, TENANT_ID_RE } from "@bothy/protocol";
+import { BothyError, hostPolicyRequest, TENANT_ID_RE, tenantPolicyInfo } from "@bothy/protocol";
+import { z } from "zod";
 import { principalOf, sees } from "../auth/auth-hooks.ts";
 import type { GatewayPolicies } from "../gateway/policies.ts";
 import type { Ledger } from "../ledger/ledger.ts";
 import { parseInput } from "./parse-input.ts";
+import { json } from "./route-schema.ts";
 
 type TenantQuery = { Querystring: { tenant?: string } };
+
+const tags = ["policy"];
+const querystring = z.object({ tenant: z.string().optional() });
+const DOCS = {
+  get: {
+    tags,
+    summary:
+      "The tenant's default host policy, applied before every one of its sandboxes' own rules (`?tenant=` for an admin key)",
+    querystring,
+    response: { 200: json(tenantPolicyInfo, "The policy") },
+  },
+  put: {
+    tags,
+    summary: "Set the tenant's default host policy (scope policy); its sandboxes' next requests are judged by it",
+    querystring,
+    body: hostPolicyRequest,
+    response: { 200: json(tenantPolicyInfo, "The policy") },
+  },
+  delete: {
+    tags,
+    summary: "Remove the tenant's default host policy (scope policy)",
+    querystring,
+    response: { 200: json(tenantPolicyInfo, "The policy, now null") },
+  },
+};
 
 export function policyRoutes(app: FastifyInstance, deps: { policies: GatewayPolicies; ledger: Ledger }): void {
   const { policies, ledger } = deps;
@@ -22,16 +49,18 @@ export function policyRoutes(app: FastifyInstance, deps: { policies: GatewayPoli
   };
   const view = (tenant: string) => ({ tenant, policy: policies.tenantPolicy(tenant) ?? null });
 
-  app.get<TenantQuery>("/policy", async (request) => view(tenantOf(request, principalOf(request))));
+  app.get<TenantQuery>("/policy", { schema: DOCS.get }, async (request) =>
+    view(tenantOf(request, principalOf(request))),
+  );
 
-  app.put<TenantQuery>("/policy", async (request) => {
+  app.put<TenantQuery>("/policy", { schema: DOCS.put }, async (request) => {
     const tenant = tenantOf(request, principalOf(request));
     const policy = parseInput(hostPolicyRequest, request.body, "PUT /policy");
     policies.setTenantPolicy(tenant, policy);
     return view(tenant);
   });
 
-  app.delete<TenantQuery>("/policy", async (request) => {
+  app.delete<TenantQuery>("/policy", { schema: DOCS.delete }, async (request) => {
     const tenant = tenantOf(request, principalOf(request));
     policies.setTenantPolicy(tenant, null);
     return view(tenant);

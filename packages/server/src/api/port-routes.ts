@@ -6,8 +6,8 @@ import {
 } from "node:http";
 import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
-import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { BothyError, linkRequest, SANDBOX_ID_RE, toProblem } from "@bothy/protocol";
+import type { FastifyInstance, FastifyReply, FastifyRequest, FastifySchema } from "fastify";
+import { BothyError, linkRequest, linkResponse, portList, SANDBOX_ID_RE, toProblem } from "@bothy/protocol";
 import { principalOf } from "../auth/auth-hooks.ts";
 import { NO_AUTH_PRINCIPAL } from "../auth/key-ring.ts";
 import { LINK_COOKIE, linkedByCookie, type LinkTokens, tokenInQuery, withoutToken } from "../auth/link-tokens.ts";
@@ -18,6 +18,27 @@ import { refuseCrossOrigin } from "./port-origin.ts";
 import type { TcpStream } from "../agent/tcp-stream.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import type { RelayMeter } from "./relay-meter.ts";
+import { json, media } from "./route-schema.ts";
+
+const tags = ["ports"];
+const listDoc = {
+  tags,
+  summary: "List the TCP ports listening inside the sandbox",
+  response: { 200: json(portList, "Listening sockets") },
+};
+const linkDoc = {
+  tags,
+  summary:
+    "A signed link that opens the port in a browser without an API key until it expires (ttl_s, default 3600, max 86400): its first GET moves the token into an HttpOnly cookie for that port",
+  body: linkRequest,
+  response: { 200: json(linkResponse, "The link (and its preview host form with BOTHY_PREVIEW_DOMAIN)") },
+};
+const proxyDoc: FastifySchema = {
+  tags,
+  summary:
+    "Proxied to 127.0.0.1:{port} inside the sandbox (HTTP and WebSocket upgrades; 502 port_not_listening when nothing listens). Answers on the API's origin carry a CSP sandbox without allow-same-origin; a request let in by a link's cookie whose Origin is another origin gets 403 origin_refused",
+  response: { 200: media("*/*", "Whatever the server inside answers") },
+};
 
 type PortParams = { Params: { id: string; port: string; "*"?: string } };
 
@@ -125,35 +146,41 @@ export async function portRoutes(
   links: { tokens: LinkTokens; previewDomain: string | undefined; secureCookies: boolean },
   relays: RelayMeter,
 ): Promise<void> {
-  app.get<{ Params: { id: string } }>("/sandboxes/:id/ports", async (request) => ({
+  app.get<{ Params: { id: string } }>("/sandboxes/:id/ports", { schema: listDoc }, async (request) => ({
     ports: await manager.agent(request.params.id).listPorts(),
   }));
 
   // A link a person opens in a browser, no API key needed (link-tokens.ts). Not under
   // /ports/:port/, which is all the app's own.
-  app.post<{ Params: { id: string; port: string } }>("/sandboxes/:id/port-links/:port", async (request) => {
-    const { id } = request.params;
-    if (!SANDBOX_ID_RE.test(id))
-      throw new BothyError("invalid_sandbox_id", `"${id.slice(0, 64)}" is not a sandbox id.`);
-    const port = parsePort(request.params.port);
-    const body = parseInput(linkRequest, request.body ?? {}, "POST /port-links");
-    if (body.control !== undefined)
-      throw new BothyError(
-        "invalid_request",
-        "control is for desktop links; a port link opens the port for HTTP and WebSockets.",
-      );
-    manager.info(id);
-    const exp = Math.floor(Date.now() / 1000) + body.ttl_s;
-    const token = links.tokens.sign({ sid: id, what: `port:${port}`, exp }, principalOf(request));
-    const hostPort = /:\d+$/.exec(request.headers.host ?? "")?.[0] ?? "";
-    return {
-      url: absoluteUrl(request, `/sandboxes/${id}/ports/${port}/?token=${token}`),
-      ...(links.previewDomain === undefined
-        ? {}
-        : { preview_url: absoluteUrl(request, `/?token=${token}`, `${port}-${id}.${links.previewDomain}${hostPort}`) }),
-      expires_at: new Date(exp * 1000).toISOString(),
-    };
-  });
+  app.post<{ Params: { id: string; port: string } }>(
+    "/sandboxes/:id/port-links/:port",
+    { schema: linkDoc },
+    async (request) => {
+      const { id } = request.params;
+      if (!SANDBOX_ID_RE.test(id))
+        throw new BothyError("invalid_sandbox_id", `"${id.slice(0, 64)}" is not a sandbox id.`);
+      const port = parsePort(request.params.port);
+      const body = parseInput(linkRequest, request.body ?? {}, "POST /port-links");
+      if (body.control !== undefined)
+        throw new BothyError(
+          "invalid_request",
+          "control is for desktop links; a port link opens the port for HTTP and WebSockets.",
+        );
+      manager.info(id);
+      const exp = Math.floor(Date.now() / 1000) + body.ttl_s;
+      const token = links.tokens.sign({ sid: id, what: `port:${port}`, exp }, principalOf(request));
+      const hostPort = /:\d+$/.exec(request.headers.host ?? "")?.[0] ?? "";
+      return {
+        url: absoluteUrl(request, `/sandboxes/${id}/ports/${port}/?token=${token}`),
+        ...(links.previewDomain === undefined
+          ? {}
+          : {
+              preview_url: absoluteUrl(request, `/?token=${token}`, `${port}-${id}.${links.previewDomain}${hostPort}`),
+            }),
+        expires_at: new Date(exp * 1000).toISOString(),
+      };
+    },
+  );
 
   await app.register(async (scope) => {
     // Bodies of any type pass through unparsed: the route streams the raw request on.
@@ -164,6 +191,7 @@ export async function portRoutes(
       scope.route<PortParams>({
         method: [...PROXIED_METHODS],
         url,
+        schema: proxyDoc,
         exposeHeadRoute: false,
         config: { relaysUpgrade: true },
         // Runs before @fastify/websocket's handler, which would answer an upgrade itself.

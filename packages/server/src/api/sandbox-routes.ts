@@ -1,5 +1,13 @@
 import type { FastifyInstance } from "fastify";
-import { BothyError, SANDBOX_ID_RE, sandboxDeleteQuery } from "@bothy/protocol";
+import {
+  BothyError,
+  SANDBOX_ID_RE,
+  createSandboxRequest,
+  healthz,
+  sandboxDeleteQuery,
+  sandboxInfo,
+  sandboxList,
+} from "@bothy/protocol";
 import { principalOf } from "../auth/auth-hooks.ts";
 import type { Quotas } from "../auth/quotas.ts";
 import { hasScope } from "../auth/scopes.ts";
@@ -7,6 +15,10 @@ import type { Ledger } from "../ledger/ledger.ts";
 import { PRIVATE_SCOPE } from "../network/allow-out.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { parseInput } from "./parse-input.ts";
+import { json } from "./route-schema.ts";
+
+const SANDBOX = json(sandboxInfo, "The sandbox");
+const tags = ["sandboxes"];
 
 /** Routes that talk to a sandbox's agent: a paused sandbox is resumed before they run. */
 const AGENT_ROUTE = /^\/sandboxes\/:id\/(command|commands\/|files|ports|desktop|tunnel)/;
@@ -28,7 +40,13 @@ export function sandboxRoutes(
     if (FILE_ROUTE.test(request.routeOptions.url ?? "")) reply.raw.once("close", manager.hold(id));
   });
 
-  app.post("/sandboxes", async (request, reply) => {
+  const createDoc = {
+    tags,
+    summary: "Create a sandbox (Idempotency-Key header: replay answers 200 and the same sandbox)",
+    body: createSandboxRequest,
+    response: { 201: SANDBOX, 200: json(sandboxInfo, "Replayed Idempotency-Key: the sandbox made before") },
+  };
+  app.post("/sandboxes", { schema: createDoc }, async (request, reply) => {
     // JSON null is a body, not an absent one (which means the defaults).
     if (request.body === null)
       throw new BothyError("invalid_request", "POST /sandboxes takes a JSON object, or no body for the defaults.");
@@ -42,24 +60,49 @@ export function sandboxRoutes(
     return reply.code(created ? 201 : 200).send(sandbox);
   });
 
-  app.get("/sandboxes", async (request) => {
+  const listDoc = { tags, summary: "List live sandboxes", response: { 200: json(sandboxList, "Live sandboxes") } };
+  app.get("/sandboxes", { schema: listDoc }, async (request) => {
     const principal = principalOf(request);
     const mine = principal.scopes.has("admin") ? undefined : ledger.auth.sandboxIdsOf(principal.tenant);
     return { sandboxes: manager.list().filter((s) => mine === undefined || mine.has(s.sandbox_id)) };
   });
 
-  app.get<{ Params: { id: string } }>("/sandboxes/:id", async (request) => manager.info(request.params.id));
+  const showDoc = { tags, summary: "Show a sandbox (also once deleted)", response: { 200: SANDBOX } };
+  app.get<{ Params: { id: string } }>("/sandboxes/:id", { schema: showDoc }, async (request) =>
+    manager.info(request.params.id),
+  );
 
-  app.delete<{ Params: { id: string }; Querystring: Record<string, string> }>("/sandboxes/:id", async (request) => {
-    const { wait } = parseInput(sandboxDeleteQuery, request.query, "DELETE /sandboxes/{id}[?wait=true]");
-    return manager.delete(request.params.id, "requested", { wait: wait ?? false });
-  });
+  const deleteDoc = {
+    tags,
+    summary: "Delete a sandbox (idempotent): answers once it is deleting, or with wait=true once deleted",
+    querystring: sandboxDeleteQuery,
+    response: { 200: SANDBOX },
+  };
+  app.delete<{ Params: { id: string }; Querystring: Record<string, string> }>(
+    "/sandboxes/:id",
+    { schema: deleteDoc },
+    async (request) => {
+      const { wait } = parseInput(sandboxDeleteQuery, request.query, "DELETE /sandboxes/{id}[?wait=true]");
+      return manager.delete(request.params.id, "requested", { wait: wait ?? false });
+    },
+  );
 
-  app.post<{ Params: { id: string } }>("/sandboxes/:id/pause", async (request) => manager.pause(request.params.id));
+  const pauseDoc = { tags, summary: "Pause: memory to disk, VM ended (QEMU)", response: { 200: SANDBOX } };
+  app.post<{ Params: { id: string } }>("/sandboxes/:id/pause", { schema: pauseDoc }, async (request) =>
+    manager.pause(request.params.id),
+  );
 
-  app.post<{ Params: { id: string } }>("/sandboxes/:id/resume", async (request) => manager.resume(request.params.id));
+  const resumeDoc = { tags, summary: "Resume a paused sandbox", response: { 200: SANDBOX } };
+  app.post<{ Params: { id: string } }>("/sandboxes/:id/resume", { schema: resumeDoc }, async (request) =>
+    manager.resume(request.params.id),
+  );
 
-  app.get("/healthz", async () => {
+  const healthDoc = {
+    tags: ["server"],
+    summary: "Liveness and sandbox counts",
+    response: { 200: json(healthz, "Healthy") },
+  };
+  app.get("/healthz", { schema: healthDoc }, async () => {
     const counts = manager.counts();
     return {
       status: "ok",

@@ -4,15 +4,50 @@
  * field and zod's message, which for `value` says only its type or length).
  */
 import type { FastifyInstance, FastifyRequest } from "fastify";
-import { BothyError, putSecretRequest, secretName } from "@bothy/protocol";
+import { BothyError, putSecretRequest, secretInfo, secretList, secretName } from "@bothy/protocol";
 import { z } from "zod";
 import { principalOf, sees } from "../auth/auth-hooks.ts";
 import type { Vault } from "../gateway/vault.ts";
 import type { Ledger } from "../ledger/ledger.ts";
 import { parseInput } from "./parse-input.ts";
+import { json } from "./route-schema.ts";
 
 type Named = { Params: { name: string }; Querystring: { tenant?: string } };
 const tenantQuery = z.strictObject({ tenant: z.string().min(1).max(64).optional() });
+
+const tags = ["secrets"];
+const SECRET = json(secretInfo, "The secret");
+const DOCS = {
+  put: {
+    tags,
+    summary:
+      "Store a secret in the tenant's vault (scope secrets; `?tenant=` for an admin key), sealed; only the gateway opens it, for the hosts named. No answer ever shows the value",
+    querystring: tenantQuery,
+    body: putSecretRequest,
+    response: {
+      201: json(secretInfo, "The secret was new (without its value)"),
+      200: json(secretInfo, "The secret was replaced (without its value)"),
+    },
+  },
+  list: {
+    tags,
+    summary: "The tenant's secrets (every tenant's for an admin key), without their values",
+    querystring: tenantQuery,
+    response: { 200: json(secretList, "Secrets") },
+  },
+  get: {
+    tags,
+    summary: "A secret's hosts and inject rule, without its value",
+    querystring: tenantQuery,
+    response: { 200: SECRET },
+  },
+  delete: {
+    tags,
+    summary: "Remove a secret; sandboxes bound to it keep their placeholder, which the gateway then sends nowhere",
+    querystring: tenantQuery,
+    response: { 200: json(secretInfo, "The removed secret") },
+  },
+};
 
 export function secretRoutes(app: FastifyInstance, deps: { vault: Vault; ledger: Ledger }): void {
   const { vault, ledger } = deps;
@@ -42,7 +77,7 @@ export function secretRoutes(app: FastifyInstance, deps: { vault: Vault; ledger:
     return name;
   };
 
-  app.put<Named>("/secrets/:name", async (request, reply) => {
+  app.put<Named>("/secrets/:name", { schema: DOCS.put }, async (request, reply) => {
     const name = nameOf(request, true);
     const tenant = tenantOf(request, request.query);
     const body = parseInput(putSecretRequest, request.body, "PUT /secrets/{name}");
@@ -50,7 +85,7 @@ export function secretRoutes(app: FastifyInstance, deps: { vault: Vault; ledger:
     return reply.code(created ? 201 : 200).send(info);
   });
 
-  app.get("/secrets", async (request) => {
+  app.get("/secrets", { schema: DOCS.list }, async (request) => {
     const principal = principalOf(request);
     const query = parseInput(tenantQuery, request.query, "GET /secrets");
     // As GET /keys: an admin key sees every tenant's unless it names one.
@@ -58,9 +93,11 @@ export function secretRoutes(app: FastifyInstance, deps: { vault: Vault; ledger:
     return { secrets: vault.list(tenantOf(request, request.query)) };
   });
 
-  app.get<Named>("/secrets/:name", async (request) => vault.info(tenantOf(request, request.query), nameOf(request)));
+  app.get<Named>("/secrets/:name", { schema: DOCS.get }, async (request) =>
+    vault.info(tenantOf(request, request.query), nameOf(request)),
+  );
 
-  app.delete<Named>("/secrets/:name", async (request) =>
+  app.delete<Named>("/secrets/:name", { schema: DOCS.delete }, async (request) =>
     vault.delete(tenantOf(request, request.query), nameOf(request)),
   );
 }

@@ -2,6 +2,7 @@ import type { FastifyInstance } from "fastify";
 import { BothyError } from "@bothy/protocol";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import type { RelayMeter } from "./relay-meter.ts";
+import { empty } from "./route-schema.ts";
 import { relayTcp } from "./tcp-relay.ts";
 
 type Params = { Params: { id: string; port: string } };
@@ -15,6 +16,12 @@ export function tunnelRoutes(app: FastifyInstance, manager: SandboxManager, rela
   app.route<Params>({
     method: "GET",
     url: "/sandboxes/:id/tunnel/:port",
+    schema: {
+      tags: ["ports"],
+      summary:
+        "WebSocket: a raw TCP connection to 127.0.0.1:{port} inside the sandbox, its bytes in binary messages (what `bothy port --forward` uses)",
+      response: { 101: empty("Switching to WebSocket") },
+    },
     preValidation: async (request) => {
       manager.info(request.params.id);
       const port = Number(request.params.port);

@@ -1,15 +1,25 @@
 import type { FastifyInstance } from "fastify";
-import { BothyError, SANDBOX_ID_RE } from "@bothy/protocol";
+import { BothyError, SANDBOX_ID_RE, usageReport } from "@bothy/protocol";
+import { z } from "zod";
 import { principalOf, sandboxNotFound, sees } from "../auth/auth-hooks.ts";
 import type { Ledger } from "../ledger/ledger.ts";
 import type { UsageMeter } from "../metering/usage-meter.ts";
+import { json } from "./route-schema.ts";
+
+const usageDoc = {
+  tags: ["server"],
+  summary:
+    "Metered vCPU and memory hours this month, per owner, with the budgets (?sandbox_id= adds one sandbox's lifetime figures)",
+  querystring: z.object({ sandbox_id: z.string().optional() }),
+  response: { 200: json(usageReport, "Usage") },
+};
 
 /**
  * `GET /usage`: this month's metered hours per tenant (`owner`) and the budgets, the caller's
  * tenant only unless it holds `admin`; `?sandbox_id=` adds one sandbox.
  */
 export function usageRoutes(app: FastifyInstance, meter: UsageMeter, ledger: Ledger): void {
-  app.get<{ Querystring: { sandbox_id?: string } }>("/usage", async (request) => {
+  app.get<{ Querystring: { sandbox_id?: string } }>("/usage", { schema: usageDoc }, async (request) => {
     const principal = principalOf(request);
     meter.tick();
     const all = meter.report();

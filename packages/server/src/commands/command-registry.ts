@@ -47,6 +47,7 @@ export class RunningCommand {
 
   start(agent: AgentClient, ledger: Ledger, log: RegistryOptions["log"]): void {
     const req = this.request;
+    const asked = performance.now();
     this.exec = agent.exec(
       {
         cmd: req.cmd,
@@ -65,6 +66,7 @@ export class RunningCommand {
             command_id: this.id,
             pid,
             background: req.background ?? false,
+            ms: performance.now() - asked,
           });
         },
         onOutput: (fd, bytes, consumed) => {

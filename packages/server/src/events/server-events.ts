@@ -25,6 +25,8 @@ export interface EgressDecisionFields {
   reason?: string;
   /** The upstream address it was sent to (allowed only). */
   address?: string;
+  /** The gateway's time from the request's arrival to this decision (none for refusals before a request was read). */
+  ms?: number;
 }
 
 /**
@@ -119,7 +121,8 @@ export interface ServerEventMap {
   disconnect_grace_cancelled: { sandbox_id: string };
   disconnect_delete_failed: Failure;
 
-  command_started: { sandbox_id: string; command_id: string; pid: number; background: boolean };
+  /** `ms`: from asking the agent for the command to its process running. */
+  command_started: { sandbox_id: string; command_id: string; pid: number; background: boolean; ms: number };
   command_exited: {
     sandbox_id: string;
     command_id: string;

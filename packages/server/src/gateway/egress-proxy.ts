@@ -80,6 +80,8 @@ interface Target {
   host: string;
   method: string | null;
   path: string | null;
+  /** When the request reached the gateway (`performance.now()`), for the decision's latency. */
+  since?: number;
 }
 
 /** A refusal: the problem a plain-HTTP client gets (HTTPS gets the alert), and the event it was. */
@@ -404,12 +406,13 @@ export class EgressProxy {
         host,
         sandbox: sb,
         dial: () => this.checkedAddress(sb, { host, method: null, path: null }, true),
-        decide: (method, path, signal, excerpt) => this.verdict(sb, { host, method, path }, signal, excerpt),
+        decide: (method, path, signal, excerpt) =>
+          this.verdict(sb, { host, method, path, since: performance.now() }, signal, excerpt),
       });
       return;
     }
     try {
-      const target = { host, method: null, path: null };
+      const target = { host, method: null, path: null, since: performance.now() };
       const address = await this.judge(sb, target, decide(sb.policy, target), abort.signal, Buffer.alloc(0));
       if (socket.destroyed) return;
       const up = connect({ host: address, port: this.upstream.https, noDelay: true });
@@ -672,6 +675,7 @@ export class EgressProxy {
       path: target.path === null ? null : target.path.split("?", 1)[0]!,
       ...d,
       ...(reason === undefined ? {} : { reason }),
+      ...(target.since === undefined ? {} : { ms: performance.now() - target.since }),
     };
     // After this turn's I/O is under way: the audit's ledger write is not on the request's path.
     setImmediate(() => this.opts.log(event, fields));
@@ -690,7 +694,7 @@ function httpTarget(req: IncomingMessage): Target | undefined {
     .toLowerCase()
     .replace(/\.$/, "");
   if (!/^[a-z0-9.-]{1,253}$/.test(host)) return undefined;
-  return { host, method: req.method ?? "GET", path: req.url ?? "/" };
+  return { host, method: req.method ?? "GET", path: req.url ?? "/", since: performance.now() };
 }
 
 /** The name of a header (or `url`) that carries a secret's placeholder, if any. */

@@ -1,79 +1,22 @@
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import { SANDBOX_STATES } from "@bothy/protocol";
 import type { RelayGauges } from "../api/relay-meter.ts";
 import type { EventStreamGauges } from "../events/event-streams.ts";
 import type { ServerEvent } from "../events/server-events.ts";
-import { SANDBOX_STATES } from "@bothy/protocol";
 
 /**
- * Counters and a histogram in the Prometheus text exposition format (version 0.0.4), written by
- * hand: bothy needs a handful of series, not a client library. Lifecycle numbers come from the
- * events the manager, sweeper and command registry already log (`observe`), so no part of the
- * server needs to know about metrics; gauges are read at scrape time.
+ * The server's Prometheus metrics, on a prom-client registry of its own (not the library's global
+ * one: a process may run several servers, as the tests do). Lifecycle numbers come from the
+ * typed server events (`observe`), so no part of the server needs to know about metrics; gauges
+ * are read at scrape time.
  */
 
-/** Create latency buckets in seconds: gVisor warm starts are well under 1 s, cold QEMU under TCG ~5-10 s. */
-const CREATE_BUCKETS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
-
-type Labels = Record<string, string>;
-
-class Counter {
-  private readonly values = new Map<string, { labels: Labels; value: number }>();
-
-  /** `seed`: label sets shown as 0 before anything is counted; none means one series without labels. */
-  constructor(
-    readonly name: string,
-    readonly help: string,
-    seed: Labels[] = [{}],
-  ) {
-    for (const labels of seed) this.inc(labels, 0);
-  }
-
-  inc(labels: Labels = {}, by = 1): void {
-    const key = labelText(labels);
-    const entry = this.values.get(key) ?? { labels, value: 0 };
-    entry.value += by;
-    this.values.set(key, entry);
-  }
-
-  render(): string[] {
-    const lines = [`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} counter`];
-    for (const { labels, value } of this.values.values()) lines.push(`${this.name}${labelText(labels)} ${value}`);
-    return lines;
-  }
-}
-
-class Histogram {
-  private readonly series = new Map<string, { labels: Labels; buckets: number[]; sum: number; count: number }>();
-
-  constructor(
-    readonly name: string,
-    readonly help: string,
-    private readonly bounds: number[],
-  ) {}
-
-  observe(value: number, labels: Labels = {}): void {
-    const key = labelText(labels);
-    const s = this.series.get(key) ?? { labels, buckets: this.bounds.map(() => 0), sum: 0, count: 0 };
-    this.bounds.forEach((le, i) => {
-      if (value <= le) s.buckets[i] = (s.buckets[i] ?? 0) + 1;
-    });
-    s.sum += value;
-    s.count++;
-    this.series.set(key, s);
-  }
-
-  render(): string[] {
-    const lines = [`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} histogram`];
-    for (const s of this.series.values()) {
-      this.bounds.forEach((le, i) =>
-        lines.push(`${this.name}_bucket${labelText({ ...s.labels, le: String(le) })} ${s.buckets[i] ?? 0}`),
-      );
-      lines.push(`${this.name}_bucket${labelText({ ...s.labels, le: "+Inf" })} ${s.count}`);
-      lines.push(`${this.name}_sum${labelText(s.labels)} ${s.sum}`);
-      lines.push(`${this.name}_count${labelText(s.labels)} ${s.count}`);
-    }
-    return lines;
-  }
-}
+/** Create and wake latency buckets in seconds: gVisor warm starts are well under 1 s, cold QEMU under TCG ~5-10 s. */
+const START_BUCKETS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+/** A command's spawn round trip: ~30 ms on gVisor (native spawn ~12 ms), far more under QEMU's emulation. */
+const COMMAND_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
+/** The gateway's own time per decision: a policy look-up and a DNS answer, or a person's approval. */
+const EGRESS_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30, 300];
 
 /** What the gauges show, read at scrape time. */
 export interface Gauges {
@@ -87,69 +30,122 @@ export interface Gauges {
 }
 
 export class Metrics {
-  private readonly createSeconds = new Histogram(
-    "bothy_sandbox_create_seconds",
-    "Time from create request to a running sandbox, by driver and whether the warm pool served it.",
-    CREATE_BUCKETS,
-  );
-  private readonly wakeSeconds = new Histogram(
-    "bothy_sandbox_wake_seconds",
-    "Time to start a paused or stopped sandbox again on the next call, by driver and the state it woke from.",
-    CREATE_BUCKETS,
-  );
-  private readonly creates = new Counter("bothy_sandboxes_created_total", "Sandboxes created, by driver.", []);
-  private readonly createFailures = new Counter("bothy_sandbox_create_failures_total", "Creates that failed to boot.");
-  private readonly deletions = new Counter(
+  readonly registry = new Registry();
+  private readonly registers = [this.registry];
+
+  private readonly sandboxes = new Gauge({
+    name: "bothy_sandboxes",
+    help: "Sandboxes in the ledger, by state and driver.",
+    labelNames: ["state", "driver"],
+    registers: this.registers,
+  });
+  private readonly createSeconds = new Histogram({
+    name: "bothy_sandbox_create_seconds",
+    help: "Time from create request to a running sandbox, by driver and whether the warm pool served it.",
+    labelNames: ["driver", "warm"],
+    buckets: START_BUCKETS,
+    registers: this.registers,
+  });
+  private readonly wakeSeconds = new Histogram({
+    name: "bothy_sandbox_wake_seconds",
+    help: "Time to start a paused or stopped sandbox again on the next call, by driver and the state it woke from.",
+    labelNames: ["driver", "from"],
+    buckets: START_BUCKETS,
+    registers: this.registers,
+  });
+  private readonly commandSeconds = new Histogram({
+    name: "bothy_command_start_seconds",
+    help: "Time from asking a sandbox's agent for a command to its process running there.",
+    buckets: COMMAND_BUCKETS,
+    registers: this.registers,
+  });
+  private readonly egressSeconds = new Histogram({
+    name: "bothy_egress_decision_seconds",
+    help: "The egress gateway's time from a sandbox's request to its decision, by decision (allowed, denied, asked).",
+    labelNames: ["decision"],
+    buckets: EGRESS_BUCKETS,
+    registers: this.registers,
+  });
+  private readonly creates = this.counter("bothy_sandboxes_created_total", "Sandboxes created, by driver.", ["driver"]);
+  private readonly createFailures = this.counter("bothy_sandbox_create_failures_total", "Creates that failed to boot.");
+  private readonly deletions = this.counter(
     "bothy_sandboxes_deleted_total",
     "Sandboxes deleted, by reason: requested, expired (the sweeper), disconnected (client gone).",
-    ["requested", "expired", "disconnected"].map((reason) => ({ reason })),
+    ["reason"],
+    ["requested", "expired", "disconnected"],
   );
-  private readonly deaths = new Counter(
+  private readonly deaths = this.counter(
     "bothy_sandbox_deaths_total",
     "Sandboxes that stopped on their own, by who noticed: the driver or the sweeper.",
-    ["driver", "sweeper"].map((detected_by) => ({ detected_by })),
+    ["detected_by"],
+    ["driver", "sweeper"],
   );
-  private readonly commandsStarted = new Counter("bothy_commands_started_total", "Commands started in sandboxes.");
-  private readonly commandsExited = new Counter(
+  private readonly commandsStarted = this.counter("bothy_commands_started_total", "Commands started in sandboxes.");
+  private readonly commandsExited = this.counter(
     "bothy_commands_exited_total",
     "Commands that exited (including killed and timed out).",
   );
-  private readonly commandsLost = new Counter(
+  private readonly commandsLost = this.counter(
     "bothy_commands_lost_total",
     "Commands whose sandbox or agent went away before they exited.",
   );
-  private readonly errors = new Counter("bothy_errors_total", "Error responses, by error code.", []);
-  private readonly sweeper = new Counter(
+  private readonly errors = this.counter("bothy_errors_total", "Error responses, by error code.", ["code"]);
+  private readonly sweeper = this.counter(
     "bothy_sweeper_removals_total",
     "What the sweeper and start-up reconcile removed: expired sandboxes, dead sandboxes, lost ledger rows, orphan host objects.",
-    ["expired", "dead", "lost", "orphan"].map((reason) => ({ reason })),
+    ["reason"],
+    ["expired", "dead", "lost", "orphan"],
   );
-  private readonly disconnects = new Counter(
+  private readonly disconnects = this.counter(
     "bothy_disconnect_grace_started_total",
     "Times the last client socket of a delete_on_disconnect sandbox dropped and its grace period began.",
   );
-  private readonly all = [
-    this.creates,
-    this.createFailures,
-    this.deletions,
-    this.deaths,
-    this.commandsStarted,
-    this.commandsExited,
-    this.commandsLost,
-    this.errors,
-    this.sweeper,
-    this.disconnects,
-  ];
+  private readonly eventStreams = new Gauge({
+    name: "bothy_event_streams",
+    help: "Open GET /events streams: live, replaying (paging through the ledger), or behind (waiting for a client that stopped reading).",
+    labelNames: ["state"],
+    registers: this.registers,
+  });
+  private readonly eventBuffered = new Gauge({
+    name: "bothy_event_stream_buffered_bytes",
+    help: "Bytes written to event streams that their clients have not taken yet.",
+    registers: this.registers,
+  });
+  // The streams keep the running total; it is read at scrape time.
+  private readonly replayRows = new Counter({
+    name: "bothy_event_replay_rows_total",
+    help: "Ledger rows read by event stream replays (Last-Event-ID, since).",
+    registers: this.registers,
+  });
+  private readonly relays = new Gauge({
+    name: "bothy_relays",
+    help: "Open byte relays into sandboxes (tunnel, VNC, port WebSockets): flowing, or paused (the sandbox is not reading).",
+    labelNames: ["state"],
+    registers: this.registers,
+  });
+  private readonly relayHeld = new Gauge({
+    name: "bothy_relay_held_bytes",
+    help: "Bytes clients sent into relays that the host holds until the sandbox takes them.",
+    registers: this.registers,
+  });
+
+  /** A counter; `seed`: values of its one label shown as 0 before anything is counted. */
+  private counter(name: string, help: string, labelNames: string[] = [], seed: string[] = []): Counter {
+    const c = new Counter({ name, help, labelNames, registers: this.registers });
+    const label = labelNames[0];
+    if (label !== undefined) for (const value of seed) c.inc({ [label]: value }, 0);
+    return c;
+  }
 
   /** Takes every server event; the ones that count are counted. */
   observe(ev: ServerEvent): void {
     switch (ev.event) {
       case "sandbox_created":
         this.creates.inc({ driver: ev.driver });
-        this.createSeconds.observe(ev.ms / 1000, { driver: ev.driver, warm: String(ev.warm) });
+        this.createSeconds.observe({ driver: ev.driver, warm: String(ev.warm) }, ev.ms / 1000);
         break;
       case "sandbox_woken":
-        this.wakeSeconds.observe(ev.ms / 1000, { driver: ev.driver, from: ev.from });
+        this.wakeSeconds.observe({ driver: ev.driver, from: ev.from }, ev.ms / 1000);
         break;
       case "sandbox_create_failed":
         this.createFailures.inc();
@@ -175,12 +171,20 @@ export class Metrics {
         break;
       case "command_started":
         this.commandsStarted.inc();
+        this.commandSeconds.observe(ev.ms / 1000);
         break;
       case "command_exited":
         this.commandsExited.inc();
         break;
       case "command_lost":
         this.commandsLost.inc();
+        break;
+      case "egress_allowed":
+      case "egress_denied":
+      case "egress_asked":
+        // Refusals found before a request was read (a bad SNI, a placeholder) carry no time.
+        if (ev.ms !== undefined)
+          this.egressSeconds.observe({ decision: ev.event.slice("egress_".length) }, ev.ms / 1000);
         break;
     }
   }
@@ -189,58 +193,28 @@ export class Metrics {
     this.errors.inc({ code });
   }
 
-  /** The whole exposition, served as `text/plain; version=0.0.4`. */
-  render(gauges: Gauges): string {
-    const lines = [
-      "# HELP bothy_sandboxes Sandboxes in the ledger, by state and driver.",
-      "# TYPE bothy_sandboxes gauge",
-    ];
-    const counts = new Map<string, number>();
-    for (const driver of gauges.drivers)
-      for (const state of SANDBOX_STATES) counts.set(labelText({ state, driver }), 0);
-    for (const c of gauges.sandboxes) counts.set(labelText({ state: c.state, driver: c.driver }), c.n);
-    for (const [labels, n] of counts) lines.push(`bothy_sandboxes${labels} ${n}`);
-    lines.push(...this.createSeconds.render());
-    lines.push(...this.wakeSeconds.render());
-    for (const c of this.all) lines.push(...c.render());
-    if (gauges.eventStreams) lines.push(...eventStreamLines(gauges.eventStreams));
-    if (gauges.relays) lines.push(...relayLines(gauges.relays));
-    return `${lines.join("\n")}\n`;
+  /** The whole exposition in Prometheus' text format, the gauges set from `gauges` first. */
+  async render(gauges: Gauges): Promise<string> {
+    this.sandboxes.reset();
+    for (const driver of gauges.drivers) for (const state of SANDBOX_STATES) this.sandboxes.set({ state, driver }, 0);
+    for (const c of gauges.sandboxes) this.sandboxes.set({ state: c.state, driver: c.driver }, c.n);
+    const e = gauges.eventStreams;
+    if (e) {
+      for (const state of ["live", "replaying", "behind"] as const) this.eventStreams.set({ state }, e[state]);
+      this.eventBuffered.set(e.bufferedBytes);
+      this.replayRows.reset();
+      this.replayRows.inc(e.replayRows);
+    }
+    const r = gauges.relays;
+    if (r) {
+      for (const state of ["flowing", "paused"] as const) this.relays.set({ state }, r[state]);
+      this.relayHeld.set(r.heldBytes);
+    }
+    return this.registry.metrics();
   }
-}
 
-function eventStreamLines(g: EventStreamGauges): string[] {
-  return [
-    "# HELP bothy_event_streams Open GET /events streams: live, replaying (paging through the ledger), or behind (waiting for a client that stopped reading).",
-    "# TYPE bothy_event_streams gauge",
-    `bothy_event_streams{state="live"} ${g.live}`,
-    `bothy_event_streams{state="replaying"} ${g.replaying}`,
-    `bothy_event_streams{state="behind"} ${g.behind}`,
-    "# HELP bothy_event_stream_buffered_bytes Bytes written to event streams that their clients have not taken yet.",
-    "# TYPE bothy_event_stream_buffered_bytes gauge",
-    `bothy_event_stream_buffered_bytes ${g.bufferedBytes}`,
-    "# HELP bothy_event_replay_rows_total Ledger rows read by event stream replays (Last-Event-ID, since).",
-    "# TYPE bothy_event_replay_rows_total counter",
-    `bothy_event_replay_rows_total ${g.replayRows}`,
-  ];
-}
-
-function relayLines(g: RelayGauges): string[] {
-  return [
-    "# HELP bothy_relays Open byte relays into sandboxes (tunnel, VNC, port WebSockets): flowing, or paused (the sandbox is not reading).",
-    "# TYPE bothy_relays gauge",
-    `bothy_relays{state="flowing"} ${g.flowing}`,
-    `bothy_relays{state="paused"} ${g.paused}`,
-    "# HELP bothy_relay_held_bytes Bytes clients sent into relays that the host holds until the sandbox takes them.",
-    "# TYPE bothy_relay_held_bytes gauge",
-    `bothy_relay_held_bytes ${g.heldBytes}`,
-  ];
-}
-
-/** `{a="x",b="y"}` with the format's escapes, or "" for no labels. */
-function labelText(labels: Labels): string {
-  const parts = Object.entries(labels).map(
-    ([k, v]) => `${k}="${v.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n")}"`,
-  );
-  return parts.length ? `{${parts.join(",")}}` : "";
+  /** The media type of `render`'s text. */
+  get contentType(): string {
+    return this.registry.contentType;
+  }
 }
