@@ -65,6 +65,8 @@ import {
   approvalList,
   approvalListQuery,
   decideApprovalRequest,
+  uiSessionInfo,
+  uiSignInRequest,
 } from "@bothy/protocol";
 
 /** Named schemas, published under #/components/schemas. */
@@ -119,6 +121,8 @@ const SCHEMAS = {
   PutSecretRequest: putSecretRequest,
   Secret: secretInfo,
   SecretList: secretList,
+  UiSignInRequest: uiSignInRequest,
+  UiSession: uiSessionInfo,
 } satisfies Record<string, z.ZodType>;
 
 type SchemaName = keyof typeof SCHEMAS;
@@ -676,6 +680,50 @@ export const OPERATIONS: Operation[] = [
       "Deny a pending approval: the held request is refused (403) or the tool call fails. A decided one answers 409 approval_not_pending",
     body: "DenyApprovalRequest",
     answers: { 200: { description: "The approval, denied", schema: "Approval" } },
+  },
+  {
+    method: "post",
+    path: "/ui/session",
+    tag: "dashboard",
+    summary:
+      "Sign in to the dashboard with an API key in the body: sets an HttpOnly, SameSite=Strict session cookie acting as that key, and returns the CSRF token its state-changing requests send as X-CSRF-Token",
+    body: "UiSignInRequest",
+    answers: { 201: { description: "The session", schema: "UiSession" } },
+  },
+  {
+    method: "get",
+    path: "/ui/session",
+    tag: "dashboard",
+    summary: "The caller's tenant and scopes, and with the session cookie its CSRF token",
+    answers: { 200: { description: "The session", schema: "UiSession" } },
+  },
+  {
+    method: "delete",
+    path: "/ui/session",
+    tag: "dashboard",
+    summary: "Sign out: the session ends and its cookie is cleared",
+    answers: { 204: { description: "Signed out" } },
+  },
+  {
+    method: "get",
+    path: "/ui",
+    tag: "dashboard",
+    summary: "Redirects to /ui/",
+    answers: { 308: { description: "To /ui/" } },
+  },
+  {
+    method: "get",
+    path: "/ui/",
+    tag: "dashboard",
+    summary: "The dashboard (404 ui_not_built when `npm run build` has not built it)",
+    answers: { 200: { description: "HTML", type: "text/html" } },
+  },
+  {
+    method: "get",
+    path: "/ui/assets/{name}",
+    tag: "dashboard",
+    summary: "The dashboard's hashed files, cached for a year",
+    answers: { 200: { description: "JavaScript, CSS or images", type: ["text/javascript", "text/css"] } },
   },
   {
     method: "get",
