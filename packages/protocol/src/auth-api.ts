@@ -84,3 +84,20 @@ export const tenantInfo = z.object({
   live: z.object({ sandboxes: z.number(), vcpu: z.number(), memory_mib: z.number() }),
 });
 export const tenantList = z.object({ tenants: z.array(tenantInfo) });
+
+/** `POST /ui/session`: the dashboard's sign-in, with the key in the body (never in a URL). */
+export const uiSignInRequest = z.object({ key: z.string().min(1, "key must not be empty").max(256) }).strict();
+
+/**
+ * What a dashboard session is: its key's tenant and scopes (the page shows only what they allow)
+ * and the CSRF token every state-changing request made with the session's cookie sends as
+ * `X-CSRF-Token`; both null when the caller used an API key instead of the cookie.
+ */
+export const uiSessionInfo = z.object({
+  key_id: z.string().nullable(),
+  tenant: z.string(),
+  scopes: z.array(z.enum(API_SCOPES)),
+  csrf_token: z.string().nullable(),
+  expires_at: z.string().nullable(),
+});
+export type UiSessionInfo = z.infer<typeof uiSessionInfo>;

@@ -77,6 +77,7 @@ const BY_CODE: Partial<Record<ErrorCode, ErrorClass>> = {
   quota_exceeded: RateLimitError,
   unauthorized: AuthenticationError,
   scope_missing: AuthenticationError,
+  csrf_token_invalid: AuthenticationError,
   not_supported: NotSupportedError,
 };
 

@@ -35,6 +35,10 @@ import { DesktopService } from "./desktop/desktop-service.ts";
 import { answerClientError, answerExpectation, sendProblem } from "./api/problem.ts";
 import { sandboxRoutes } from "./api/sandbox-routes.ts";
 import { checkWebSocketHandshakes } from "./api/websocket-handshake.ts";
+import { uiRoutes } from "./api/ui-routes.ts";
+import { uiSessionRoutes } from "./api/ui-session-routes.ts";
+import { sessionAuth } from "./auth/session-auth.ts";
+import { UiSessions } from "./auth/ui-sessions.ts";
 import { CommandRegistry } from "./commands/command-registry.ts";
 import { EventBus } from "./events/event-bus.ts";
 import { pruneEvents } from "./events/event-retention.ts";
@@ -269,11 +273,14 @@ export async function startServer(
   const e2bTokens = await AccessTokens.load(config.home, bindings);
   const links = await LinkTokens.load(config.home, bindings);
   const viaLink = linkGrant(links);
+  const sessions = new UiSessions(ledger, ring);
+  const secureCookies = config.tls !== undefined || config.insecureHttp;
   authHooks(app, {
     ring,
     ledger,
     mode: config.auth.mode,
     connections,
+    session: sessionAuth(sessions, { previewDomain: config.previewDomain }),
     sandboxGrant: (request, url) => {
       const link = viaLink(request, url);
       if (link) return link;
@@ -319,7 +326,7 @@ export async function startServer(
     {
       tokens: links,
       previewDomain: config.previewDomain,
-      secureCookies: config.tls !== undefined || config.insecureHttp,
+      secureCookies,
     },
     relays,
   );
@@ -339,6 +346,8 @@ export async function startServer(
     quotas,
     vault,
   });
+  uiSessionRoutes(app, { ring, sessions, previewDomain: config.previewDomain, secureCookies });
+  uiRoutes(app);
   openapiRoutes(app);
 
   const address = await app.listen({ host: config.host, port: config.port });

@@ -158,6 +158,8 @@ ERROR_CLASSES: Dict[str, Type[SandboxError]] = {
     "scope_missing": AuthenticationError,
     "host_not_allowed": AuthenticationError,
     "origin_refused": AuthenticationError,
+    "csrf_token_invalid": AuthenticationError,
+    "ui_not_built": NotFoundError,
     "allow_out_not_permitted": AuthenticationError,
     "quota_exceeded": RateLimitError,
     "key_not_found": NotFoundError,

@@ -59,6 +59,8 @@ import {
   approvalInfo,
   approvalList,
   decideApprovalRequest,
+  uiSessionInfo,
+  uiSignInRequest,
 } from "@bothy/protocol";
 import { requirementOf } from "../auth/scopes.ts";
 import { denyApprovalRequest } from "./approval-routes.ts";
@@ -117,6 +119,8 @@ const COMPONENTS = {
   PutSecretRequest: putSecretRequest,
   Secret: secretInfo,
   SecretList: secretList,
+  UiSignInRequest: uiSignInRequest,
+  UiSession: uiSessionInfo,
 } satisfies Record<string, z.ZodType>;
 
 /** A registry of its own (not zod's global one): each server builds its document from it alone. */

@@ -1,7 +1,7 @@
 /**
  * Authentication, scopes and tenant isolation for every route, before any route's own checks:
  * the key from `Authorization: Bearer` or `X-API-Key` (HTTP, WebSocket upgrades, SSE, /mcp and
- * the E2B control plane), the scope the route needs, and a sandbox id of another tenant answered
+ * the E2B control plane) or the dashboard's session cookie acting as its key, the scope the route needs, and a sandbox id of another tenant answered
  * exactly as an unknown one.
  */
 import type { Socket } from "node:net";
@@ -89,9 +89,11 @@ export function authHooks(
     mode: "keys" | "none";
     connections: KeyConnections;
     sandboxGrant?: SandboxGrant;
+    /** The dashboard's cookie, for a request that presents no key (auth/session-auth.ts). */
+    session?: (request: FastifyRequest) => Principal | undefined;
   },
 ): void {
-  const { ring, ledger, mode, connections, sandboxGrant } = options;
+  const { ring, ledger, mode, connections, sandboxGrant, session } = options;
 
   /** The principal of a request to one sandbox that carries a grant for that sandbox and route. */
   const granted = (request: FastifyRequest, url: string | undefined): Principal | undefined => {
@@ -109,8 +111,10 @@ export function authHooks(
     let principal: Principal;
     const key = presentedKey(request);
     const grant = key === undefined ? granted(request, url) : undefined;
+    const signedIn = key === undefined && !grant && mode !== "none" ? session?.(request) : undefined;
     if (mode === "none") principal = NO_AUTH_PRINCIPAL;
     else if (grant) principal = grant;
+    else if (signedIn) principal = signedIn;
     else {
       if (key === undefined || key === "")
         throw refuse(

@@ -21,6 +21,9 @@ export type Requirement = "public" | "key" | Scope;
 export function requirementOf(method: string, url: string | undefined, websocket: boolean): Requirement {
   if (url === undefined) return "key";
   if (url === "/healthz" || url === "/openapi.json") return "public";
+  // The dashboard's files, and its sign-in, which takes the key in its body.
+  if (url === "/ui/session") return method === "POST" ? "public" : "key";
+  if (url === "/ui" || url.startsWith("/ui/")) return "public";
   // envd calls carry the sandbox's own access token instead (checked by the envd routes), and
   // the e2b SDK's signed file URLs a signature made with it.
   if (url === "/e2b/envd" || url.startsWith("/e2b/envd/") || url === "/files") return "public";

@@ -5,6 +5,7 @@ import { AuthRows } from "./auth-rows.ts";
 import { E2bRows } from "./e2b-rows.ts";
 import { EventRows } from "./event-rows.ts";
 import { SecretRows } from "./secret-rows.ts";
+import { SessionRows } from "./session-rows.ts";
 import { StatementCache } from "./statement-cache.ts";
 import { canTransition, INITIAL_STATES, sqlStates, TransitionError } from "../sandboxes/lifecycle.ts";
 
@@ -179,6 +180,15 @@ export const MIGRATIONS = [
      signalled TEXT,
      PRIMARY KEY (sandbox_id, pid)
    );`,
+  // 14: the dashboard's sign-in sessions (auth/ui-sessions.ts): only a digest of each session id,
+  // with the key it acts as; a revoked key's sessions are refused by the key's own row.
+  `CREATE TABLE ui_sessions (
+     digest TEXT PRIMARY KEY,
+     key_id TEXT NOT NULL REFERENCES api_keys(id),
+     created_at TEXT NOT NULL,
+     expires_at TEXT NOT NULL
+   );
+   CREATE INDEX ui_sessions_key ON ui_sessions(key_id);`,
 ];
 
 /** The tenant every row made before tenants existed belongs to, and the bootstrap key's. */
@@ -266,6 +276,8 @@ export class Ledger {
   readonly approvals: ApprovalRows;
   /** Events as replays page them and the sweeper prunes them (appended by `insertEvent`). */
   readonly events: EventRows;
+  /** The dashboard's sign-in sessions. */
+  readonly sessions: SessionRows;
 
   constructor(path: string) {
     this.db = new Database(path);
@@ -280,6 +292,7 @@ export class Ledger {
     this.e2b = new E2bRows(this.db);
     this.approvals = new ApprovalRows(this.db);
     this.events = new EventRows(this.db);
+    this.sessions = new SessionRows(this.db);
   }
 
   private migrate(): void {

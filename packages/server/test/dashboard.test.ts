@@ -1,0 +1,328 @@
+/**
+ * The dashboard at /ui in the host's Chromium, against a real server and one gVisor sandbox:
+ * signing in (a bad key and a revoked key refused), the live list, the create form, the terminal,
+ * files up and down, the approvals inbox, and no serious accessibility violation on any page.
+ * Then the attacker's side: a page served from that sandbox's port, opened by a signed-in viewer,
+ * by path on the API's own host and by a preview host of the same site, can neither read nor use
+ * the session; a request with the cookie but without the CSRF token is refused.
+ */
+import { randomBytes } from "node:crypto";
+import { existsSync, readFileSync } from "node:fs";
+import { mkdir, readFile } from "node:fs/promises";
+import { fileURLToPath } from "node:url";
+import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Sandbox } from "@bothy/sdk";
+import { ANONYMOUS } from "../../../test/auth.ts";
+import { UI_DIST } from "../src/api/ui-routes.ts";
+import { startBackgroundCommand } from "./helpers/background.ts";
+import { api, pollUntil, putSandboxFile, runCommand, waitDeleted } from "./helpers/client.ts";
+import { driverTitle, testDriver } from "./helpers/drivers.ts";
+import { useServerWithSandbox } from "./helpers/suite.ts";
+import type { TestServer } from "./helpers/test-server.ts";
+
+const CHROMIUM = "/usr/bin/chromium";
+const AXE = fileURLToPath(new URL("../../../node_modules/axe-core/axe.min.js", import.meta.url));
+const ATTACK_SERVER = readFileSync(new URL("./fixtures/dashboard-attack-server.mjs", import.meta.url), "utf8");
+/** Screenshots of each page, kept as test artifacts (gitignored). */
+const ARTIFACTS = fileURLToPath(new URL("../../../test-artifacts/dashboard/", import.meta.url));
+/** The API by a name of its own, and preview hosts under it: the same site, as a real deployment would have. */
+const API_HOST = "bothy.test";
+const DOMAIN = `preview.${API_HOST}`;
+const PORT = 8000;
+const gvisor = testDriver("gvisor");
+const missing =
+  gvisor.missing ??
+  (existsSync(CHROMIUM) ? undefined : `Chromium at ${CHROMIUM}`) ??
+  (existsSync(`${UI_DIST}index.html`) ? undefined : "the built dashboard (npm run build)");
+
+/** axe-core's serious and critical violations on the page as it is now. */
+async function accessibilityViolations(page: Page): Promise<string[]> {
+  // Evaluated through the DevTools protocol, which the page's CSP does not govern.
+  await page.evaluate(await readFile(AXE, "utf8"));
+  const found = await page.evaluate<Array<{ id: string; impact: string | null; help: string; nodes: unknown[] }>>(
+    `axe.run(document, { resultTypes: ["violations"] }).then((r) => r.violations)`,
+  );
+  return found
+    .filter((v) => v.impact === "serious" || v.impact === "critical")
+    .map((v) => `${v.id} (${v.impact}): ${v.help} x${v.nodes.length}`);
+}
+
+describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, "the dashboard at /ui"), () => {
+  let ts: TestServer;
+  let id: string;
+  let browser: Browser;
+  let context: BrowserContext;
+  let page: Page;
+  /** The dashboard's origin, as the viewer's browser names it. */
+  let ui: string;
+  const errors: string[] = [];
+
+  useServerWithSandbox(
+    "gvisor",
+    (server, sandbox) => {
+      ts = server;
+      id = sandbox;
+      ui = `http://${API_HOST}:${new URL(server.url).port}`;
+    },
+    { BOTHY_PREVIEW_DOMAIN: DOMAIN },
+  );
+
+  beforeAll(async () => {
+    await mkdir(ARTIFACTS, { recursive: true });
+    browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      args: [
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-sync",
+        `--host-resolver-rules=MAP ${API_HOST} 127.0.0.1, MAP *.${API_HOST} 127.0.0.1`,
+      ],
+    });
+    context = await browser.newContext({ acceptDownloads: true, viewport: { width: 1280, height: 800 } });
+    page = await context.newPage();
+    page.on("pageerror", (err) => errors.push(String(err)));
+    // The refused keys' 401s are reported by Chromium as failed loads; anything else is a bug.
+    page.on("console", (msg) => {
+      if (msg.type() === "error" && !msg.text().startsWith("Failed to load resource")) errors.push(msg.text());
+    });
+  });
+
+  afterAll(async () => {
+    await browser?.close();
+  });
+
+  const shot = (name: string): Promise<Buffer> => page.screenshot({ path: `${ARTIFACTS}${name}.png` });
+  const row = (sandbox: string) => page.locator(`tr[data-sandbox="${sandbox}"]`);
+
+  it("refuses a bad key, signs in with the admin key as an HttpOnly SameSite=Strict cookie", async () => {
+    await page.goto(`${ui}/ui/`);
+    await page.getByLabel("API key").fill(`bothy_${"0".repeat(64)}`);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await expect.poll(() => page.getByRole("alert").textContent()).toContain("not valid");
+    expect(await accessibilityViolations(page)).toEqual([]);
+    await shot("sign-in");
+
+    await page.getByLabel("API key").fill(ts.apiKey);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.getByRole("heading", { name: "Sandboxes" }).waitFor();
+    const cookies = await context.cookies(ui);
+    expect(cookies.map((c) => ({ name: c.name, httpOnly: c.httpOnly, sameSite: c.sameSite, path: c.path }))).toEqual([
+      { name: "bothy_session", httpOnly: true, sameSite: "Strict", path: "/" },
+    ]);
+    // The key is in no cookie and no URL the browser holds.
+    expect(JSON.stringify(cookies)).not.toContain(ts.apiKey);
+    expect(page.url()).not.toContain(ts.apiKey);
+  });
+
+  it("serves the assets with long caching and every page with a strict CSP", async () => {
+    const index = await fetch(`${ts.url}/ui/`, { headers: ANONYMOUS });
+    expect(index.headers.get("cache-control")).toBe("no-cache");
+    const csp = index.headers.get("content-security-policy") ?? "";
+    expect(csp).toContain("script-src 'self'");
+    expect(csp).toContain("frame-ancestors 'none'");
+    expect(csp).not.toMatch(/script-src[^;]*unsafe-inline/);
+    const asset = /src="(\/ui\/assets\/[^"]+\.js)"/.exec(await index.text())?.[1];
+    const res = await fetch(`${ts.url}${asset}`, { headers: ANONYMOUS });
+    expect(res.status).toBe(200);
+    expect(res.headers.get("cache-control")).toBe("public, max-age=31536000, immutable");
+  });
+
+  it("creates a sandbox from the form, and the list shows sandboxes appear and vanish live", async () => {
+    await row(id).waitFor();
+    const before = await page.locator("tr[data-sandbox]").evaluateAll((rows) => rows.map((r) => r.dataset["sandbox"]));
+    await page.getByRole("button", { name: "Create sandbox" }).click();
+    await expect.poll(() => page.locator("tr[data-sandbox]").count(), { timeout: 60_000 }).toBe(before.length + 1);
+    const made = (
+      await page.locator("tr[data-sandbox]").evaluateAll((rows) => rows.map((r) => r.dataset["sandbox"]))
+    ).find((s) => !before.includes(s))!;
+    expect((await api(ts.url, "GET", `/sandboxes/${made}`)).json["state"]).toBe("running");
+    expect(await accessibilityViolations(page)).toEqual([]);
+    await shot("sandboxes");
+
+    // Deleted elsewhere: it leaves the list without a reload (from /events).
+    await api(ts.url, "DELETE", `/sandboxes/${made}`);
+    await row(made).waitFor({ state: "detached", timeout: 60_000 });
+    // Made elsewhere: it appears; deleted with its button: it goes.
+    const other = (await Sandbox.create({ baseUrl: ts.url, template: "seed" })).sandboxId;
+    await row(other).waitFor({ timeout: 60_000 });
+    await page.getByRole("button", { name: `Delete ${other}` }).click();
+    await row(other).waitFor({ state: "detached", timeout: 60_000 });
+    await waitDeleted(ts.url, other);
+  });
+
+  it("runs `echo hi` in the terminal and shows hi", async () => {
+    await page.goto(`${ui}/ui/#/sandbox/${id}`);
+    await page.locator('.term-box[data-status="connected"]').waitFor({ timeout: 30_000 });
+    await page.locator(".term-box").click();
+    await page.keyboard.type("echo hi\n");
+    await expect
+      .poll(async () => (await page.locator(".xterm-rows > div").allInnerTexts()).map((t) => t.trim()), {
+        timeout: 30_000,
+      })
+      .toContain("hi");
+    expect(await accessibilityViolations(page)).toEqual([]);
+    await shot("sandbox");
+  });
+
+  it("uploads a file and downloads it byte-identically", async () => {
+    const bytes = randomBytes(200_000);
+    await page.locator('input[name="upload"]').setInputFiles({
+      name: "blob.bin",
+      mimeType: "application/octet-stream",
+      buffer: bytes,
+    });
+    await page.getByRole("button", { name: "blob.bin" }).waitFor({ timeout: 30_000 });
+    const inside = await fetch(`${ts.url}/sandboxes/${id}/files?path=/workspace/blob.bin`);
+    expect(Buffer.from(await inside.arrayBuffer()).equals(bytes)).toBe(true);
+    const [download] = await Promise.all([
+      page.waitForEvent("download"),
+      page.getByRole("button", { name: "blob.bin" }).click(),
+    ]);
+    expect((await readFile(await download.path())).equals(bytes)).toBe(true);
+  });
+
+  it("shows a held request in the approvals inbox as it arrives; approve and deny decide it", async () => {
+    await page.goto(`${ui}/ui/#/approvals`);
+    await page.getByText("Nothing is waiting for a decision.").waitFor();
+    const ask = (path: string) =>
+      ts.server.approvals.ask(
+        {
+          tenant: "default",
+          sandboxId: id,
+          conversationId: null,
+          kind: "http",
+          method: "POST",
+          host: "api.example.com",
+          path,
+          tool: null,
+          excerpt: '{"amount":42,"token":"[masked]"}',
+          rule: "sandbox#0",
+        },
+        new AbortController().signal,
+      );
+    const approved = ask("/v1/orders");
+    const card = page.locator("li.approval", { hasText: "POST api.example.com/v1/orders" });
+    await card.waitFor({ timeout: 30_000 });
+    await expect.poll(() => card.textContent()).toContain('"token":"[masked]"');
+    expect(await accessibilityViolations(page)).toEqual([]);
+    await shot("approvals");
+    await card.getByRole("button", { name: "Approve once" }).click();
+    expect((await approved).state).toBe("approved");
+    await card.waitFor({ state: "detached" });
+
+    const denied = ask("/v1/refunds");
+    const second = page.locator("li.approval", { hasText: "POST api.example.com/v1/refunds" });
+    await second.getByLabel("Reason").fill("not today");
+    await second.getByRole("button", { name: "Deny" }).click();
+    expect(await denied).toMatchObject({ state: "denied", reason: "not today" });
+  });
+
+  it("a read-only key sees no buttons that would fail; its revocation ends the session", async () => {
+    const minted = await api(ts.url, "POST", "/keys", { name: "viewer", scopes: ["sandboxes:read"] });
+    const { key, key_id: keyId } = minted.json as { key: string; key_id: string };
+    const viewer = await browser.newContext();
+    try {
+      const view = await viewer.newPage();
+      await view.goto(`${ui}/ui/`);
+      await view.getByLabel("API key").fill(key);
+      await view.getByRole("button", { name: "Sign in" }).click();
+      await view.locator(`tr[data-sandbox="${id}"]`).waitFor();
+      expect(await view.getByRole("button", { name: "Create sandbox" }).count()).toBe(0);
+      expect(await view.getByRole("button", { name: /^Delete / }).count()).toBe(0);
+
+      expect((await api(ts.url, "DELETE", `/keys/${keyId}`)).status).toBe(200);
+      await view.reload();
+      await view.getByLabel("API key").waitFor();
+      const asked = await view.evaluate(async () => (await fetch("/ui/session")).status);
+      expect(asked).toBe(401);
+    } finally {
+      await viewer.close();
+    }
+  });
+
+  it("refuses a request made with the cookie but without the CSRF token", async () => {
+    await page.goto(`${ui}/ui/#/sandboxes`);
+    const tried = await page.evaluate(async (sandbox) => {
+      const answer = async (res: Response) => ({
+        status: res.status,
+        code: ((await res.json()) as { code: string }).code,
+      });
+      const post = { method: "POST", headers: { "content-type": "application/json" }, body: "{}" };
+      return [
+        await answer(await fetch("/sandboxes", post)),
+        await answer(await fetch("/sandboxes", { ...post, headers: { ...post.headers, "x-csrf-token": "forged" } })),
+        await answer(await fetch(`/sandboxes/${sandbox}/files?path=/workspace/blob.bin`)),
+      ];
+    }, id);
+    expect(tried).toEqual([
+      { status: 403, code: "csrf_token_invalid" },
+      { status: 403, code: "csrf_token_invalid" },
+      { status: 403, code: "csrf_token_invalid" },
+    ]);
+    expect(ts.events.filter((e) => e.event === "sandbox_created").length).toBe(3);
+    expect(errors).toEqual([]);
+  });
+
+  describe("from a page a sandbox serves", () => {
+    let link: { url: string; preview: string };
+    beforeAll(async () => {
+      await putSandboxFile(ts.url, id, "/workspace/attack.mjs", ATTACK_SERVER);
+      await startBackgroundCommand(ts.url, id, `node /workspace/attack.mjs ${PORT} > /tmp/attack.out 2>&1`);
+      await pollUntil(
+        `port ${PORT} listening in ${id}`,
+        async () => {
+          const res = await fetch(`${ts.url}/sandboxes/${id}/ports`);
+          return ((await res.json()) as { ports: Array<{ port: number }> }).ports.some((p) => p.port === PORT);
+        },
+        60_000,
+      );
+      const made = await (await Sandbox.connect(id, { baseUrl: ts.url })).ports.link(PORT, { ttlS: 600 });
+      // The path form on the dashboard's own host, where the viewer's session cookie lives.
+      link = { url: made.url.replace(new URL(made.url).host, new URL(ui).host), preview: made.preview_url! };
+    });
+
+    it("cannot read or use the dashboard session, by path on the API's host or by a same-site preview host", async () => {
+      await page.goto(`${ui}/ui/#/sandboxes`);
+      await page.getByRole("heading", { name: "Sandboxes" }).waitFor();
+      const answers: Array<{ url: string; status: number }> = [];
+      page.on("response", (res) => {
+        if (new URL(res.url()).host === new URL(ui).host && !res.url().includes("/ports/"))
+          answers.push({ url: new URL(res.url()).pathname, status: res.status() });
+      });
+      const created = ts.events.filter((e) => e.event === "sandbox_created").length;
+      const attack = async (url: string): Promise<Record<string, string>> => {
+        answers.length = 0;
+        await page.goto(`${url}&api=${encodeURIComponent(ui)}&sandbox=${id}`);
+        await page.waitForFunction("'result' in window", undefined, { timeout: 30_000 });
+        return page.evaluate<Record<string, string>>("window.result");
+      };
+
+      const statuses: number[] = [];
+      for (const url of [link.url, link.preview]) {
+        const result = await attack(url);
+        expect(result["cookie"] ?? "").not.toContain("bothy_session");
+        expect(result["session"]).toBe("blocked");
+        expect(result["ws"]).toBe("refused");
+        // What the server answered the page (CORS hides it from the page, not from the test): the
+        // opaque origin's requests go without the SameSite=Strict cookie (401), the same-site
+        // preview host's with it, refused for their Origin (403).
+        const refused = answers.filter((a) => a.url === "/ui/session" || a.url === "/sandboxes");
+        expect(new Set(refused.map((a) => a.url))).toEqual(new Set(["/ui/session", "/sandboxes"]));
+        for (const a of refused) expect([401, 403]).toContain(a.status);
+        statuses.push(...refused.map((a) => a.status));
+      }
+      // The same-site preview host's page sent the cookie, and its Origin had it refused.
+      expect(statuses).toContain(403);
+      expect(ts.events.filter((e) => e.event === "sandbox_created").length).toBe(created);
+      // The session cookie never reached the sandbox's app.
+      const seen = await runCommand(ts.wsUrl, id, { cmd: `cat /tmp/attack-${PORT}.log` });
+      expect(seen.stdout).toContain('"url":"/?');
+      expect(seen.stdout).not.toContain("bothy_session");
+    });
+  });
+});

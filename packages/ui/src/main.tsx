@@ -1,0 +1,5 @@
+import { render } from "preact";
+import "./styles.css";
+import { App } from "./app.tsx";
+
+render(<App />, document.getElementById("app")!);
