@@ -22,6 +22,9 @@ const PORT_SERVER = readFileSync(new URL("./fixtures/port-server.mjs", import.me
 const OPEN_PORT = 8000;
 const LOOPBACK_PORT = 8001;
 const root = process.getuid?.() === 0;
+const IPV4 = /^\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}$/;
+/** The host's end of a sandbox's /30: the address below the sandbox's own. */
+const gatewayOf = (addr: string): string => addr.replace(/\d+$/, (n) => String(Number(n) - 1));
 
 /** Refused by the filter or the kernel (a reset or an ICMP reject), never a connection. */
 function refused(o: Outcome | undefined, what: string): void {
@@ -113,13 +116,17 @@ describe.skipIf(!root)("ports over the sandbox's own network", () => {
           startPortServer(lab.base, b, OPEN_PORT, "0.0.0.0"),
         ]);
         await startPortServer(lab.base, a, LOOPBACK_PORT, "127.0.0.1");
-        const self = { self: { tcp: ["127.0.0.1", OPEN_PORT] as [string, number] } };
-        const [pa, pb] = await Promise.all([probe(lab.base, a, self), probe(lab.base, b, self)]);
-        aAddr = ipv4Of(pa);
-        bAddr = ipv4Of(pb);
-        const aGateway = aAddr.replace(/\d+$/, (n) => String(Number(n) - 1));
+        // A's address as A sees it; B's from the host's end its app sees (one probe: a Node start
+        // each is slow under emulation).
+        aAddr = ipv4Of(await probe(lab.base, a, { self: { tcp: ["127.0.0.1", OPEN_PORT] } }));
+        const aGateway = gatewayOf(aAddr);
+        const bPeer = (await fetch(portUrl(b, OPEN_PORT, "/hello"))).headers.get("x-seen-peer") ?? "";
+        expect(bPeer).toMatch(IPV4);
+        expect(bPeer).not.toBe(aGateway);
+        bAddr = bPeer.replace(/\d+$/, (n) => String(Number(n) + 1));
 
         const before = await portRoutes(lab.base);
+        expect(before["direct"], "B's GET above").toBe(1);
         const hello = await fetch(portUrl(a, OPEN_PORT, "/hello?x=1"));
         expect(hello.status).toBe(200);
         expect(await hello.text()).toBe("hello from inside\n");
@@ -148,6 +155,10 @@ describe.skipIf(!root)("ports over the sandbox's own network", () => {
     it(
       driverTitle(d, "streams bodies both ways and relays WebSockets and raw tunnels on the direct path"),
       async () => {
+        expect([aAddr, bAddr], "the sandboxes' addresses, found by the first test").toEqual([
+          expect.stringMatching(IPV4),
+          expect.stringMatching(IPV4),
+        ]);
         const before = await portRoutes(lab.base);
         const body = randomBytes(BODY_BYTES);
         const echoed = await fetch(portUrl(a, OPEN_PORT, "/echo"), { method: "POST", body });
@@ -183,12 +194,16 @@ describe.skipIf(!root)("ports over the sandbox's own network", () => {
           tunnel.on("error", reject);
         });
         expect(answer).toMatch(/^HTTP\/1\.1 200 OK/);
-        expect(answer).toContain(`x-seen-peer: ${aAddr.replace(/\d+$/, (n) => String(Number(n) - 1))}`);
+        expect(answer).toContain(`x-seen-peer: ${gatewayOf(aAddr)}`);
         expect((await portRoutes(lab.base))["direct"]).toBe((before["direct"] ?? 0) + 4);
       },
     );
 
     it(driverTitle(d, "a port URL reaches only the sandbox it names, whatever the request says"), async () => {
+      expect([aAddr, bAddr], "the sandboxes' addresses, found by the first test").toEqual([
+        expect.stringMatching(IPV4),
+        expect.stringMatching(IPV4),
+      ]);
       expect(await (await fetch(portUrl(a, OPEN_PORT, "/www/id.txt"))).text()).toBe(`a:${a}\n`);
       expect(await (await fetch(portUrl(b, OPEN_PORT, "/www/id.txt"))).text()).toBe(`b:${b}\n`);
       // Headers that name another address change nothing: the address is the named sandbox's own.
@@ -213,11 +228,15 @@ describe.skipIf(!root)("ports over the sandbox's own network", () => {
         "while the host holds a connection into it, the sandbox still reaches neither the host nor another sandbox",
       ),
       async () => {
+        expect([aAddr, bAddr], "the sandboxes' addresses, found by the first test").toEqual([
+          expect.stringMatching(IPV4),
+          expect.stringMatching(IPV4),
+        ]);
         // A direct connection stays open for the whole probe: its conntrack entry exists meanwhile.
         const held = await fetch(portUrl(a, OPEN_PORT, "/stream"));
         const reader = (held.body as ReadableStream<Uint8Array>).getReader();
         await readUntil(reader, "part one\n");
-        const gateway = aAddr.replace(/\d+$/, (n) => String(Number(n) - 1));
+        const gateway = gatewayOf(aAddr);
         const apiPort = Number(new URL(lab.base).port);
         const fromA = await probe(lab.base, a, {
           gatewayListener: { tcp: [gateway, HOST_PORT] },
@@ -230,7 +249,7 @@ describe.skipIf(!root)("ports over the sandbox's own network", () => {
           refused(fromA.results[k], k);
         const fromB = await probe(lab.base, b, {
           peerPort: { tcp: [aAddr, OPEN_PORT] },
-          gatewayListener: { tcp: [bAddr.replace(/\d+$/, (n) => String(Number(n) - 1)), HOST_PORT] },
+          gatewayListener: { tcp: [gatewayOf(bAddr), HOST_PORT] },
         });
         refused(fromB.results["peerPort"], "another sandbox's port");
         refused(fromB.results["gatewayListener"], "the host from the other sandbox");
