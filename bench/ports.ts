@@ -43,13 +43,16 @@ const driver: DriverName = driverArg;
 const desktop = !process.argv.includes("--no-desktop") && driver === "gvisor";
 const PORT = 8000;
 
-/** A client run inside the sandbox on its Node: prints one JSON line of figures. */
-const INSIDE_CLIENT = `
+/**
+ * A client run on Node, inside the sandbox (host 127.0.0.1) or in the server's namespace (the
+ * sandbox's address: the direct path's floor, no proxy): prints one JSON line of figures.
+ */
+const CLIENT = `
 const http = require("node:http");
-const [what, n] = process.argv.slice(2);
+const [what, n, host = "127.0.0.1"] = process.argv.slice(2);
 const get = (path) => new Promise((resolve, reject) => {
   const t = process.hrtime.bigint();
-  http.get({ host: "127.0.0.1", port: ${PORT}, path, agent: false }, (res) => {
+  http.get({ host, port: ${PORT}, path, agent: false }, (res) => {
     let bytes = 0;
     res.on("data", (c) => (bytes += c.length));
     res.on("end", () => resolve({ ms: Number(process.hrtime.bigint() - t) / 1e6, bytes }));
@@ -81,6 +84,8 @@ interface Figures {
   insideMBs: number;
   /** Connections by route (bothy_port_connections_total) the round added. */
   routes: Record<string, number>;
+  /** The same client in the server's namespace straight to the sandbox's address (direct round only). */
+  floor?: { ms: number; MBs: number };
 }
 
 async function routes(base: string): Promise<Record<string, number>> {
@@ -92,12 +97,12 @@ async function routes(base: string): Promise<Record<string, number>> {
 }
 
 /** One sandbox with the port server; latency and throughput through the proxy and inside. */
-async function measure(base: string): Promise<Figures> {
+async function measure(base: string, floorIn?: NetTopology): Promise<Figures> {
   const sandbox = await Sandbox.create({ baseUrl: base, template: "seed", vcpu: 1, memoryMib: 512 });
   try {
     const server = await readFile(`${repoRoot}packages/server/test/fixtures/port-server.mjs`);
     await sandbox.files.write("/tmp/port-server.mjs", server);
-    await sandbox.files.write("/tmp/client.cjs", INSIDE_CLIENT);
+    await sandbox.files.write("/tmp/client.cjs", CLIENT);
     const bg = await sandbox.commands.run(`node /tmp/port-server.mjs ${PORT} > /tmp/srv.log 2>&1`, {
       background: true,
     });
@@ -135,7 +140,27 @@ async function measure(base: string): Promise<Figures> {
         .map(([k, v]) => [k, v - (before[k] ?? 0)] as const)
         .filter(([, v]) => v > 0),
     );
-    return { proxyMs, insideMs, proxyMBs: mb / proxySecs, insideMBs: mb / insideSecs, routes: added };
+    let floor: Figures["floor"];
+    if (floorIn) {
+      // The sandbox's address: one above the host's end of its link, which its app sees as the peer.
+      const peer = (await fetch(`${url}hello`)).headers.get("x-seen-peer") ?? "";
+      const addr = peer.replace(/\d+$/, (x) => String(Number(x) + 1));
+      const onHost = async (args: string[]): Promise<Record<string, number>> =>
+        JSON.parse(
+          (await floorIn.inHost(process.execPath, ["-e", CLIENT, ...args, addr])).trim().split("\n").at(-1) ?? "{}",
+        ) as Record<string, number>;
+      const ms = (await onHost(["latency", String(runs)]))["median_ms"] ?? NaN;
+      const secs = ((await onHost(["bytes", String(bytes)]))["ms"] ?? NaN) / 1000;
+      floor = { ms, MBs: mb / secs };
+    }
+    return {
+      proxyMs,
+      insideMs,
+      proxyMBs: mb / proxySecs,
+      insideMBs: mb / insideSecs,
+      routes: added,
+      ...(floor ? { floor } : {}),
+    };
   } finally {
     await sandbox.kill();
   }
@@ -148,6 +173,10 @@ function report(path: string, f: Figures): void {
   console.log(
     `  ${"".padEnd(8)} ${mb} MB download: proxy ${f.proxyMBs.toFixed(1)} MB/s, inside ${f.insideMBs.toFixed(1)} MB/s, ratio ${(f.proxyMBs / f.insideMBs).toFixed(2)} (goal >= 0.8)`,
   );
+  if (f.floor)
+    console.log(
+      `  ${"".padEnd(8)} floor, the same client on the host straight to the sandbox's address (no proxy): ${f.floor.ms.toFixed(2)} ms (${(f.floor.ms / f.insideMs).toFixed(2)}x inside), ${f.floor.MBs.toFixed(1)} MB/s (${(f.floor.MBs / f.insideMBs).toFixed(2)} of inside)`,
+    );
   console.log(`  ${"".padEnd(8)} connections by route: ${JSON.stringify(f.routes)}`);
 }
 
@@ -162,7 +191,7 @@ try {
     const home = await mkdtemp("/tmp/bothy-bench-ports-");
     const server = topo.serveInHost(home, { BOTHY_NETWORK: network ? "on" : "off", BOTHY_DRIVER: driver });
     try {
-      const figures = await measure(await server.url);
+      const figures = await measure(await server.url, network ? topo : undefined);
       const path = network ? "direct" : "channel";
       report(path, figures);
       const want = network ? "direct" : "no_network";
