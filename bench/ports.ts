@@ -14,7 +14,8 @@
  * host and `free` inside, with the desktop started and idle, against a seed sandbox of the same
  * size. Prints figures and ratios; no pass/fail.
  */
-import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
 import { Sandbox } from "@bothy/sdk";
 import type { DriverName } from "@bothy/protocol";
 import { NetTopology } from "../packages/server/test/helpers/net-topology.ts";
@@ -145,13 +146,17 @@ async function measure(base: string, floorIn?: NetTopology): Promise<Figures> {
       // The sandbox's address: one above the host's end of its link, which its app sees as the peer.
       const peer = (await fetch(`${url}hello`)).headers.get("x-seen-peer") ?? "";
       const addr = peer.replace(/\d+$/, (x) => String(Number(x) + 1));
+      // Only the network namespace is entered: the script's file is seen there as here.
+      const script = join(await mkdtemp("/tmp/bothy-bench-client-"), "client.cjs");
+      await writeFile(script, CLIENT);
       const onHost = async (args: string[]): Promise<Record<string, number>> =>
         JSON.parse(
-          (await floorIn.inHost(process.execPath, ["-e", CLIENT, ...args, addr])).trim().split("\n").at(-1) ?? "{}",
+          (await floorIn.inHost(process.execPath, [script, ...args, addr])).trim().split("\n").at(-1) ?? "{}",
         ) as Record<string, number>;
       const ms = (await onHost(["latency", String(runs)]))["median_ms"] ?? NaN;
       const secs = ((await onHost(["bytes", String(bytes)]))["ms"] ?? NaN) / 1000;
       floor = { ms, MBs: mb / secs };
+      await rm(dirname(script), { recursive: true, force: true });
     }
     return {
       proxyMs,
