@@ -1,15 +1,26 @@
 /**
  * bench/ports [--runs R=50] [--mb M=100] [--driver gvisor|qemu] [--no-desktop]: what the port
- * proxy adds, each figure against the same request made inside the sandbox over its loopback:
- *  - latency of `GET /hello` (a small answer): through the server's proxy vs a client inside;
- *  - throughput of an M MB download: through the proxy vs a client inside.
+ * proxy adds, each figure against the same request made inside the sandbox over its loopback, on
+ * both of its paths (api/port-dialer.ts), in one run:
+ *  - direct: sandbox networking on, the server dials the sandbox's own address;
+ *  - channel: networking off, the bytes go over the guest channel in frames;
+ * for each, the latency of `GET /hello` (a small answer; medians of R) and the throughput of an
+ * M MB download, through the proxy vs a client inside, as ratios (goals: latency <= 1.5x, throughput
+ * >= 0.8x of inside). Both servers run in the network tests' topology
+ * (packages/server/test/helpers/net-topology.ts: no packet leaves this machine); the client reaches
+ * them over its control link, so both paths pay the same hop. Each round checks by the server's
+ * `bothy_port_connections_total` that its connections took the path it names.
  * Then the desktop template's memory per idle sandbox (gVisor): the sandbox's memory cgroup on the
  * host and `free` inside, with the desktop started and idle, against a seed sandbox of the same
  * size. Prints figures and ratios; no pass/fail.
  */
-import { readFile } from "node:fs/promises";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
 import { Sandbox } from "@bothy/sdk";
+import type { DriverName } from "@bothy/protocol";
+import { NetTopology } from "../packages/server/test/helpers/net-topology.ts";
 import { startTestServer, type TestServer } from "../packages/server/test/helpers/test-server.ts";
+import { hostTag } from "../packages/server/src/util/host-names.ts";
 import {
   cgroupMemory,
   freeUsedMib,
@@ -27,17 +38,22 @@ const argv = process.argv.slice(2).filter((a) => a !== "--no-desktop");
 const { flags } = parseArgs(argv, ["runs", "mb", "driver"], usage);
 const runs = intArg(flags.get("runs"), 50, "--runs", 1, 10_000, usage);
 const mb = intArg(flags.get("mb"), 100, "--mb", 1, 10_000, usage);
-const driver = flags.get("driver") ?? "gvisor";
+const driverArg = flags.get("driver") ?? "gvisor";
+if (driverArg !== "gvisor" && driverArg !== "qemu") throw new Error(usage);
+const driver: DriverName = driverArg;
 const desktop = !process.argv.includes("--no-desktop") && driver === "gvisor";
 const PORT = 8000;
 
-/** A client run inside the sandbox on its Node: prints one JSON line of figures. */
-const INSIDE_CLIENT = `
+/**
+ * A client run on Node, inside the sandbox (host 127.0.0.1) or in the server's namespace (the
+ * sandbox's address: the direct path's floor, no proxy): prints one JSON line of figures.
+ */
+const CLIENT = `
 const http = require("node:http");
-const [what, n] = process.argv.slice(2);
+const [what, n, host = "127.0.0.1"] = process.argv.slice(2);
 const get = (path) => new Promise((resolve, reject) => {
   const t = process.hrtime.bigint();
-  http.get({ host: "127.0.0.1", port: ${PORT}, path, agent: false }, (res) => {
+  http.get({ host, port: ${PORT}, path, agent: false }, (res) => {
     let bytes = 0;
     res.on("data", (c) => (bytes += c.length));
     res.on("end", () => resolve({ ms: Number(process.hrtime.bigint() - t) / 1e6, bytes }));
@@ -62,55 +78,153 @@ async function inside(sandbox: Sandbox, args: string): Promise<Record<string, nu
   return JSON.parse(r.stdout.trim().split("\n").at(-1) ?? "{}") as Record<string, number>;
 }
 
+interface Figures {
+  proxyMs: number;
+  insideMs: number;
+  proxyMBs: number;
+  insideMBs: number;
+  /** Connections by route (bothy_port_connections_total) the round added. */
+  routes: Record<string, number>;
+  /** The same client in the server's namespace straight to the sandbox's address (direct round only). */
+  floor?: { ms: number; MBs: number };
+}
+
+async function routes(base: string): Promise<Record<string, number>> {
+  const text = await (await fetch(`${base}/metrics`)).text();
+  const out: Record<string, number> = {};
+  for (const m of text.matchAll(/^bothy_port_connections_total\{path="(\w+)"(?:,why="(\w+)")?\} (\d+)$/gm))
+    out[m[2] ?? m[1]!] = Number(m[3]);
+  return out;
+}
+
+/** One sandbox with the port server; latency and throughput through the proxy and inside. */
+async function measure(base: string, floorIn?: NetTopology): Promise<Figures> {
+  const sandbox = await Sandbox.create({ baseUrl: base, template: "seed", vcpu: 1, memoryMib: 512 });
+  try {
+    const server = await readFile(`${repoRoot}packages/server/test/fixtures/port-server.mjs`);
+    await sandbox.files.write("/tmp/port-server.mjs", server);
+    await sandbox.files.write("/tmp/client.cjs", CLIENT);
+    const bg = await sandbox.commands.run(`node /tmp/port-server.mjs ${PORT} > /tmp/srv.log 2>&1`, {
+      background: true,
+    });
+    bg.disconnect();
+    for (let i = 0; !(await sandbox.ports.list()).some((p) => p.port === PORT); i++) {
+      if (i > 300) throw new Error("the port server did not start");
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const url = sandbox.ports.url(PORT);
+    const before = await routes(base);
+
+    await (await fetch(`${url}hello`)).text();
+    const viaProxy: number[] = [];
+    for (let i = 0; i < runs; i++) {
+      const t = performance.now();
+      await (await fetch(`${url}hello`)).text();
+      viaProxy.push(performance.now() - t);
+    }
+    const proxyMs = median(viaProxy);
+    const insideMs = (await inside(sandbox, `latency ${runs}`))["median_ms"] ?? NaN;
+
+    const bytes = mb * 1_000_000;
+    const t = performance.now();
+    const res = await fetch(`${url}bytes?n=${bytes}`);
+    let received = 0;
+    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) received += chunk.length;
+    const proxySecs = (performance.now() - t) / 1000;
+    const inner = await inside(sandbox, `bytes ${bytes}`);
+    const insideSecs = (inner["ms"] ?? NaN) / 1000;
+    if (received !== bytes || inner["bytes"] !== bytes)
+      console.log(`WARNING: received ${received} (proxy), ${inner["bytes"]} (inside) of ${bytes} bytes`);
+    const after = await routes(base);
+    const added = Object.fromEntries(
+      Object.entries(after)
+        .map(([k, v]) => [k, v - (before[k] ?? 0)] as const)
+        .filter(([, v]) => v > 0),
+    );
+    let floor: Figures["floor"];
+    if (floorIn) {
+      // The sandbox's address: one above the host's end of its link, which its app sees as the peer.
+      const peer = (await fetch(`${url}hello`)).headers.get("x-seen-peer") ?? "";
+      const addr = peer.replace(/\d+$/, (x) => String(Number(x) + 1));
+      // Only the network namespace is entered: the script's file is seen there as here.
+      const script = join(await mkdtemp("/tmp/bothy-bench-client-"), "client.cjs");
+      await writeFile(script, CLIENT);
+      const onHost = async (args: string[]): Promise<Record<string, number>> =>
+        JSON.parse(
+          (await floorIn.inHost(process.execPath, [script, ...args, addr])).trim().split("\n").at(-1) ?? "{}",
+        ) as Record<string, number>;
+      const ms = (await onHost(["latency", String(runs)]))["median_ms"] ?? NaN;
+      const secs = ((await onHost(["bytes", String(bytes)]))["ms"] ?? NaN) / 1000;
+      floor = { ms, MBs: mb / secs };
+      await rm(dirname(script), { recursive: true, force: true });
+    }
+    return {
+      proxyMs,
+      insideMs,
+      proxyMBs: mb / proxySecs,
+      insideMBs: mb / insideSecs,
+      routes: added,
+      ...(floor ? { floor } : {}),
+    };
+  } finally {
+    await sandbox.kill();
+  }
+}
+
+function report(path: string, f: Figures): void {
+  console.log(
+    `  ${path.padEnd(8)} GET /hello (${runs} runs, medians): proxy ${f.proxyMs.toFixed(2)} ms, inside ${f.insideMs.toFixed(2)} ms, ratio ${(f.proxyMs / f.insideMs).toFixed(2)}x (goal <= 1.5x)`,
+  );
+  console.log(
+    `  ${"".padEnd(8)} ${mb} MB download: proxy ${f.proxyMBs.toFixed(1)} MB/s, inside ${f.insideMBs.toFixed(1)} MB/s, ratio ${(f.proxyMBs / f.insideMBs).toFixed(2)} (goal >= 0.8)`,
+  );
+  if (f.floor)
+    console.log(
+      `  ${"".padEnd(8)} floor, the same client on the host straight to the sandbox's address (no proxy): ${f.floor.ms.toFixed(2)} ms (${(f.floor.ms / f.insideMs).toFixed(2)}x inside), ${f.floor.MBs.toFixed(1)} MB/s (${(f.floor.MBs / f.insideMBs).toFixed(2)} of inside)`,
+    );
+  console.log(`  ${"".padEnd(8)} connections by route: ${JSON.stringify(f.routes)}`);
+}
+
 console.log(await header());
 await seedTemplate();
+const topo = new NetTopology();
+let failed = false;
+try {
+  await topo.create();
+  console.log(`bench/ports (${driver}): through the port proxy vs a client inside the sandbox over its loopback`);
+  for (const network of [true, false]) {
+    const home = await mkdtemp("/tmp/bothy-bench-ports-");
+    const server = topo.serveInHost(home, { BOTHY_NETWORK: network ? "on" : "off", BOTHY_DRIVER: driver });
+    try {
+      const figures = await measure(await server.url, network ? topo : undefined);
+      const path = network ? "direct" : "channel";
+      report(path, figures);
+      const want = network ? "direct" : "no_network";
+      if (Object.keys(figures.routes).some((r) => r !== want)) {
+        console.log(`  WARNING: the ${path} round's connections took other routes too`);
+        failed = true;
+      }
+    } finally {
+      await server.stop(30_000);
+      const left = await topo.bothyObjects(hostTag(home));
+      if (left.netns.length + left.links.length + left.chains.length + left.mapElements > 0) {
+        console.log(`  network objects left: ${JSON.stringify(left)}`);
+        failed = true;
+      }
+      await rm(home, { recursive: true, force: true });
+    }
+  }
+} finally {
+  await topo.destroy();
+}
+
 let ts: TestServer | undefined;
 try {
-  ts = await startTestServer({ BOTHY_DRIVER: driver, BOTHY_POOL_SIZE: "0" });
-  const sandbox = await Sandbox.create({ baseUrl: ts.url, template: "seed", vcpu: 1, memoryMib: 512 });
-  const server = await readFile(`${repoRoot}packages/server/test/fixtures/port-server.mjs`);
-  await sandbox.files.write("/tmp/port-server.mjs", server);
-  await sandbox.files.write("/tmp/client.cjs", INSIDE_CLIENT);
-  const bg = await sandbox.commands.run(`node /tmp/port-server.mjs ${PORT} > /tmp/srv.log 2>&1`, { background: true });
-  bg.disconnect();
-  for (let i = 0; !(await sandbox.ports.list()).some((p) => p.port === PORT); i++) {
-    if (i > 300) throw new Error("the port server did not start");
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  const url = sandbox.ports.url(PORT);
-
-  await (await fetch(`${url}hello`)).text();
-  const viaProxy: number[] = [];
-  for (let i = 0; i < runs; i++) {
-    const t = performance.now();
-    await (await fetch(`${url}hello`)).text();
-    viaProxy.push(performance.now() - t);
-  }
-  const proxyMs = median(viaProxy);
-  const insideMs = (await inside(sandbox, `latency ${runs}`))["median_ms"] ?? NaN;
-  console.log(
-    `latency of GET /hello (${runs} runs, medians): proxy ${proxyMs.toFixed(2)} ms, inside over loopback ${insideMs.toFixed(2)} ms, ratio ${(proxyMs / insideMs).toFixed(1)}`,
-  );
-
-  const bytes = mb * 1_000_000;
-  let t = performance.now();
-  const res = await fetch(`${url}bytes?n=${bytes}`);
-  let received = 0;
-  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) received += chunk.length;
-  const proxySecs = (performance.now() - t) / 1000;
-  const inner = await inside(sandbox, `bytes ${bytes}`);
-  const insideSecs = (inner["ms"] ?? NaN) / 1000;
-  if (received !== bytes || inner["bytes"] !== bytes)
-    console.log(`WARNING: received ${received} (proxy), ${inner["bytes"]} (inside) of ${bytes} bytes`);
-  console.log(
-    `download of ${mb} MB: proxy ${(mb / proxySecs).toFixed(1)} MB/s, inside over loopback ${(mb / insideSecs).toFixed(1)} MB/s, ratio ${(insideSecs / proxySecs).toFixed(2)}`,
-  );
-  await sandbox.kill();
-
   if (desktop) {
+    ts = await startTestServer({ BOTHY_DRIVER: driver, BOTHY_POOL_SIZE: "0" });
     const base = await Sandbox.create({ baseUrl: ts.url, template: "seed", vcpu: 2, memoryMib: 1024 });
     const desk = await Sandbox.create({ baseUrl: ts.url, template: "desktop", vcpu: 2, memoryMib: 1024 });
-    t = performance.now();
+    const t = performance.now();
     await desk.desktop.start();
     const startSecs = (performance.now() - t) / 1000;
     // Idle: Chromium settles after its first seconds (it loads its components once).
@@ -130,3 +244,4 @@ try {
     console.log(leaks.length === 0 ? "leaks: none" : `leaks:\n  ${leaks.join("\n  ")}`);
   }
 }
+process.exit(failed ? 1 : 0);

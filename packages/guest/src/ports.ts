@@ -90,8 +90,12 @@ export class TcpTunnel {
     this.open(port, ["127.0.0.1", "::1"]);
   }
 
-  /** Tries each loopback address in turn: a server may listen on only one of them. */
-  private open(port: number, hosts: string[]): void {
+  /**
+   * Tries each loopback address in turn: a server may listen on only one of them. A refusal on one
+   * address is the answer when a later one fails otherwise (a sandbox whose network has no IPv6
+   * cannot even try ::1): nothing listens on the port.
+   */
+  private open(port: number, hosts: string[], refused = false): void {
     const [host, ...rest] = hosts;
     if (host === undefined) return;
     const socket = connect({ host, port, allowHalfOpen: true });
@@ -107,12 +111,12 @@ export class TcpTunnel {
     });
     socket.on("error", (err: NodeJS.ErrnoException) => {
       if (this.opened || this.ended) return; // the close below reports it
-      if (err.code === "ECONNREFUSED" && rest.length > 0) return this.open(port, rest);
+      if (err.code === "ECONNREFUSED" && rest.length > 0) return this.open(port, rest, true);
       this.finish();
       this.channel.send({
         t: "error",
         id: this.id,
-        code: err.code === "ECONNREFUSED" ? "refused" : "io_error",
+        code: refused || err.code === "ECONNREFUSED" ? "refused" : "io_error",
         message: `port ${port}: ${err.message}`,
       });
     });

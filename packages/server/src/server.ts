@@ -44,6 +44,7 @@ import { EventBus } from "./events/event-bus.ts";
 import { pruneEvents } from "./events/event-retention.ts";
 import { EventStreams } from "./events/event-streams.ts";
 import { RelayMeter } from "./api/relay-meter.ts";
+import { PortDialer } from "./api/port-dialer.ts";
 import { toPublicEvent } from "./events/public-events.ts";
 import { EVENT_LEVELS, ServerEvents, type ServerEventListener } from "./events/server-events.ts";
 import { WebhookSender } from "./events/webhook.ts";
@@ -310,11 +311,13 @@ export async function startServer(
   lifecycleRoutes(app, manager);
   const eventStreams = new EventStreams();
   const relays = new RelayMeter();
+  const dialer = new PortDialer(manager, drivers.network);
   metricsRoutes(app, metrics, () => ({
     sandboxes: ledger.countByStateAndDriver(),
     drivers: drivers.all().map((d) => d.name),
     eventStreams: eventStreams.gauges(),
     relays: relays.gauges(),
+    portRoutes: dialer.routes(),
   }));
   commandRoutes(app, manager, registry, watch, serverEvents);
   eventRoutes(app, events, eventStreams);
@@ -329,9 +332,10 @@ export async function startServer(
       secureCookies,
     },
     relays,
+    dialer,
   );
   await desktopRoutes(app, manager, new DesktopService(manager), links, relays);
-  tunnelRoutes(app, manager, relays);
+  tunnelRoutes(app, manager, relays, dialer);
   await agentToolRoutes(app, config, logger, ring, { approvals, policies: manager.policies });
   usageRoutes(app, meter, ledger);
   approvalRoutes(app, approvals);

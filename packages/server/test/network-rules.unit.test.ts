@@ -40,6 +40,24 @@ describe("network rules", () => {
     expect(text).not.toMatch(/"b[vt]-?\*"/);
   });
 
+  it("lets replies to the host's own connections to a sandbox in, from that interface's address only, before the refusal", () => {
+    const lines = renderBase({ tag: "k3x9", pool: "10.179.0.0/16", uplink: "eth0", extraBlocked: [] })
+      .trim()
+      .split("\n");
+    const at = (s: string) => lines.findIndex((l) => l.includes(s));
+    for (const w of ['"bvk3x9*"', '"btk3x9*"']) {
+      const reply = at(`input iifname ${w} ct state established,related fib saddr . iif oif exists accept`);
+      expect(reply, w).toBeGreaterThan(-1);
+      expect(reply).toBeLessThan(at(`input iifname ${w} goto refuse`));
+    }
+    // A sandbox's new connection is never accepted by input (only the gateway's redirected ones are).
+    expect(
+      lines.filter((l) => / input .*accept$/.test(l) && !/ct state established,related|ct status dnat/.test(l)),
+    ).toEqual([]);
+    // Connections into a sandbox from anywhere but the host itself stay dropped in forward.
+    expect(at('forward oifname "bvk3x9*" drop')).toBeGreaterThan(at('forward oifname "bvk3x9*" ct state established'));
+  });
+
   it("puts allow_out before deny_out and the private blocks, and refuses the rest without internet", () => {
     const text = renderSandboxAdd({
       table: "inet bothy-k3x9",

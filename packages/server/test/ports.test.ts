@@ -143,6 +143,26 @@ for (const driver of testDrivers()) {
       expect(await missing.text()).toBe("no such page\n");
     });
 
+    it("goes over the guest channel where the sandbox has no network (BOTHY_NETWORK=off here)", async () => {
+      const routes = async (): Promise<string> =>
+        (await (await fetch(`${ts.url}/metrics`)).text())
+          .split("\n")
+          .filter((l) => l.startsWith("bothy_port_connections_total{"))
+          .join("\n");
+      const count = (text: string, labels: string): number =>
+        Number(new RegExp(`^bothy_port_connections_total\\{${labels}\\} (\\d+)$`, "m").exec(text)?.[1] ?? NaN);
+      const before = await routes();
+      const hello = await fetch(portUrl(NODE_PORT, "/hello"));
+      expect(await hello.text()).toBe("hello from inside\n");
+      // The app sees a loopback peer: the agent connected to it inside the sandbox.
+      expect(hello.headers.get("x-seen-peer")).toBe("127.0.0.1");
+      const after = await routes();
+      expect(count(after, 'path="channel",why="no_network"')).toBe(
+        count(before, 'path="channel",why="no_network"') + 1,
+      );
+      expect(count(after, 'path="direct"')).toBe(0);
+    });
+
     it("passes a streamed response on as it is made, not when it ends", async () => {
       const res = await fetch(portUrl(NODE_PORT, "/stream"));
       expect(res.status).toBe(200);

@@ -126,6 +126,8 @@ export class AgentClient {
   private hunting = false;
   /** Told when the channel closes without the host asking (the guest ended, or broke the protocol). */
   private readonly lostListeners = new Set<(reason: BothyError) => void>();
+  /** Told when the channel closes for any reason (see onClose). */
+  private readonly closeListeners = new Set<() => void>();
   /** The deadline of each request now waiting on the guest (see FILE_TIMEOUT_MS). */
   private readonly deadlines = new Map<number, NodeJS.Timeout>();
   private readonly fileTimeoutMs: number;
@@ -191,6 +193,20 @@ export class AgentClient {
   onLost(fn: (reason: BothyError) => void): () => void {
     this.lostListeners.add(fn);
     return () => this.lostListeners.delete(fn);
+  }
+
+  /**
+   * Calls `fn` once the channel is closed, by `close()` or under the host; at once if it already
+   * is. What lives beside the channel (a port connection made over the sandbox's network) ends with
+   * it, as its own streams do.
+   */
+  onClose(fn: () => void): () => void {
+    if (this.closed) {
+      fn();
+      return () => undefined;
+    }
+    this.closeListeners.add(fn);
+    return () => this.closeListeners.delete(fn);
   }
 
   exec(options: ExecOptions, events: ExecEvents): ExecHandle {
@@ -486,6 +502,9 @@ export class AgentClient {
     this.pending.clear();
     this.input.destroy();
     this.output.destroy();
+    const listeners = [...this.closeListeners];
+    this.closeListeners.clear();
+    for (const fn of listeners) fn();
   }
 
   /** The channel closed under the host: closed as by `close()`, then the `onLost` listeners told. */

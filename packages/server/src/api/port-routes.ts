@@ -15,8 +15,8 @@ import { absoluteUrl } from "./desktop-routes.ts";
 import { parseInput } from "./parse-input.ts";
 import { type PortForm, toClient, toGuest } from "./port-headers.ts";
 import { refuseCrossOrigin } from "./port-origin.ts";
-import type { TcpStream } from "../agent/tcp-stream.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
+import type { PortDialer } from "./port-dialer.ts";
 import type { RelayMeter } from "./relay-meter.ts";
 import { json, media } from "./route-schema.ts";
 
@@ -135,9 +135,10 @@ function upgradeHead(request: FastifyRequest): Buffer {
 
 /**
  * Ports as URLs: `GET /sandboxes/:id/ports` lists the sandbox's listening TCP sockets, and HTTP or
- * WebSocket to `/sandboxes/:id/ports/:port/...` reaches `127.0.0.1:port` inside it over the guest
- * channel (never through a network path from the host). Bodies stream both ways under the guest
- * protocol's windows; a client that goes away resets the connection inside the sandbox.
+ * WebSocket to `/sandboxes/:id/ports/:port/...` reaches that port inside it: over the sandbox's own
+ * network where it has one, else over the guest channel to `127.0.0.1:port` (port-dialer.ts).
+ * Bodies stream both ways under TCP's or the guest protocol's windows; a client that goes away
+ * resets the connection inside the sandbox.
  */
 export async function portRoutes(
   app: FastifyInstance,
@@ -145,6 +146,7 @@ export async function portRoutes(
   /** `secureCookies`: the client side is HTTPS (TLS here, or a TLS proxy in front), whatever this hop is. */
   links: { tokens: LinkTokens; previewDomain: string | undefined; secureCookies: boolean },
   relays: RelayMeter,
+  dialer: PortDialer,
 ): Promise<void> {
   app.get<{ Params: { id: string } }>("/sandboxes/:id/ports", { schema: listDoc }, async (request) => ({
     ports: await manager.agent(request.params.id).listPorts(),
@@ -201,28 +203,25 @@ export async function portRoutes(
           refuseCrossOrigin(request, linkedByCookie(request.raw) || request.principal === NO_AUTH_PRINCIPAL);
           if (!request.ws && tokenInQuery(request.raw) && (request.method === "GET" || request.method === "HEAD"))
             return linkLanding(request, reply, links.secureCookies);
-          if (request.ws) await relayUpgrade(request, reply, await connect(manager, request), relays);
+          if (request.ws) await relayUpgrade(request, reply, await connect(dialer, request), relays);
         },
-        handler: async (request, reply) => proxyHttp(request, reply, await connect(manager, request)),
+        handler: async (request, reply) => proxyHttp(request, reply, await connect(dialer, request)),
       });
   });
 }
 
-async function connect(manager: SandboxManager, request: FastifyRequest<PortParams>): Promise<TcpStream> {
+async function connect(dialer: PortDialer, request: FastifyRequest<PortParams>): Promise<Duplex> {
   const { id } = request.params;
   const port = parsePort(request.params.port);
-  return manager
-    .agent(id)
-    .openTcp(port)
-    .catch((err: unknown) => {
-      if (err instanceof BothyError && err.code === "port_not_listening")
-        throw new BothyError(
-          "port_not_listening",
-          `Nothing listens on port ${port} inside sandbox ${id}. Start a server there on 127.0.0.1 or 0.0.0.0 port ${port} (GET /sandboxes/${id}/ports lists the ports that are listening), then retry.`,
-          { cause: err },
-        );
-      throw err;
-    });
+  return dialer.open(id, port).catch((err: unknown) => {
+    if (err instanceof BothyError && err.code === "port_not_listening")
+      throw new BothyError(
+        "port_not_listening",
+        `Nothing listens on port ${port} inside sandbox ${id}. Start a server there on 127.0.0.1 or 0.0.0.0 port ${port} (GET /sandboxes/${id}/ports lists the ports that are listening), then retry.`,
+        { cause: err },
+      );
+    throw err;
+  });
 }
 
 /** The first GET of a port link: the token moves from the URL into a cookie for this port, and the browser comes back without it. */
@@ -266,7 +265,7 @@ function forwardedHeaders(request: FastifyRequest<PortParams>): OutgoingHttpHead
 }
 
 /** One HTTP exchange over its own connection into the sandbox, streamed both ways. */
-function proxyHttp(request: FastifyRequest<PortParams>, reply: FastifyReply, tunnel: TcpStream): void {
+function proxyHttp(request: FastifyRequest<PortParams>, reply: FastifyReply, tunnel: Duplex): void {
   reply.hijack();
   const res = reply.raw;
   const upstream = httpRequest({
@@ -313,7 +312,7 @@ function proxyHttp(request: FastifyRequest<PortParams>, reply: FastifyReply, tun
 async function relayUpgrade(
   request: FastifyRequest<PortParams>,
   reply: FastifyReply,
-  tunnel: TcpStream,
+  tunnel: Duplex,
   relays: RelayMeter,
 ): Promise<void> {
   reply.hijack();

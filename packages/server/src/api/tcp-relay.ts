@@ -1,12 +1,12 @@
 /**
  * A WebSocket whose binary messages are the bytes of one TCP connection inside a sandbox (over the
- * guest channel): bothy's own websockify. Serves the desktop's VNC stream and `/tunnel/{port}`
- * (what `bothy port --forward` connects to).
+ * guest channel, or a socket to the sandbox's address: port-dialer.ts): bothy's own websockify.
+ * Serves the desktop's VNC stream and `/tunnel/{port}` (what `bothy port --forward` connects to).
  */
+import type { Duplex } from "node:stream";
 import type { FastifyRequest } from "fastify";
 import type { WebSocket } from "ws";
 import { BothyError } from "@bothy/protocol";
-import type { TcpStream } from "../agent/tcp-stream.ts";
 import type { RelayMeter } from "./relay-meter.ts";
 import type { ViewOnlyFilter } from "./rfb-view-only.ts";
 
@@ -19,9 +19,9 @@ const EARLY_LIMIT = 1024 * 1024;
  * Joins `socket` to the connection `open` makes. Messages that arrive before it is open are kept
  * (up to EARLY_LIMIT, then the client is paused) and sent first. Each direction honours the
  * other's pace: the client is paused while the stream into the sandbox is full (the guest channel
- * credits only what the sandbox's socket took), and the sandbox's side is paused while the
- * WebSocket holds HIGH_WATER; so a port that never reads, or a client that never reads, costs the
- * host a bounded amount (`RelayMeter`). Either side's end closes the other; a failure to connect
+ * credits, or TCP's window grants, only what the sandbox's socket took), and the sandbox's side is
+ * paused while the WebSocket holds HIGH_WATER; so a port that never reads, or a client that never
+ * reads, costs the host a bounded amount (`RelayMeter`). Either side's end closes the other; a failure to connect
  * closes the WebSocket with 1011 and the error's code as the reason.
  */
 export function relayTcp(
@@ -29,13 +29,13 @@ export function relayTcp(
   log: FastifyRequest["log"],
   sandboxId: string,
   meter: RelayMeter,
-  open: () => Promise<TcpStream>,
+  open: () => Promise<Duplex>,
   /** Rewrites what the client sends (null: close the connection), e.g. a view-only VNC stream. */
   filter?: ViewOnlyFilter,
 ): void {
   let early: Buffer[] = [];
   let earlyBytes = 0;
-  let tunnel: TcpStream | undefined;
+  let tunnel: Duplex | undefined;
   let closed = false;
   const untrack = meter.track({
     heldBytes: () => earlyBytes + (tunnel?.writableLength ?? 0) + (filter?.held ?? 0),

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from "fastify";
 import { BothyError } from "@bothy/protocol";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
+import type { PortDialer } from "./port-dialer.ts";
 import type { RelayMeter } from "./relay-meter.ts";
 import { empty } from "./route-schema.ts";
 import { relayTcp } from "./tcp-relay.ts";
@@ -8,11 +9,17 @@ import { relayTcp } from "./tcp-relay.ts";
 type Params = { Params: { id: string; port: string } };
 
 /**
- * `GET /sandboxes/:id/tunnel/:port` (WebSocket): a raw TCP connection to 127.0.0.1:port inside the
- * sandbox, its bytes in binary messages, for protocols that are not HTTP (a database, VNC, SSH).
+ * `GET /sandboxes/:id/tunnel/:port` (WebSocket): a raw TCP connection to that port inside the
+ * sandbox (port-dialer.ts: over its network where it has one, else the guest channel to 127.0.0.1),
+ * its bytes in binary messages, for protocols that are not HTTP (a database, VNC, SSH).
  * `bothy port ID PORT --forward LOCAL` serves it on a local port.
  */
-export function tunnelRoutes(app: FastifyInstance, manager: SandboxManager, relays: RelayMeter): void {
+export function tunnelRoutes(
+  app: FastifyInstance,
+  manager: SandboxManager,
+  relays: RelayMeter,
+  dialer: PortDialer,
+): void {
   app.route<Params>({
     method: "GET",
     url: "/sandboxes/:id/tunnel/:port",
@@ -36,7 +43,7 @@ export function tunnelRoutes(app: FastifyInstance, manager: SandboxManager, rela
     },
     wsHandler: (socket, request) => {
       const { id } = request.params;
-      relayTcp(socket, request.log, id, relays, () => manager.agent(id).openTcp(Number(request.params.port)));
+      relayTcp(socket, request.log, id, relays, () => dialer.open(id, Number(request.params.port)));
     },
   });
 }

@@ -1,5 +1,6 @@
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import { SANDBOX_STATES } from "@bothy/protocol";
+import type { PortRoute } from "../api/port-dialer.ts";
 import type { RelayGauges } from "../api/relay-meter.ts";
 import type { EventStreamGauges } from "../events/event-streams.ts";
 import type { ServerEvent } from "../events/server-events.ts";
@@ -27,6 +28,8 @@ export interface Gauges {
   eventStreams?: EventStreamGauges;
   /** Open byte relays into sandboxes (tunnel, VNC, port WebSockets). */
   relays?: RelayGauges;
+  /** Port connections opened so far (port-dialer.ts), by the route they took. */
+  portRoutes?: Record<PortRoute, number>;
 }
 
 export class Metrics {
@@ -129,6 +132,13 @@ export class Metrics {
     registers: this.registers,
   });
 
+  private readonly portConnections = new Counter({
+    name: "bothy_port_connections_total",
+    help: "Connections to ports inside sandboxes (port URLs, tunnels): direct to the sandbox's address, or over the guest channel because it has no network, its server refused the address (listens on 127.0.0.1 only) or the address did not answer.",
+    labelNames: ["path", "why"],
+    registers: this.registers,
+  });
+
   /** A counter; `seed`: values of its one label shown as 0 before anything is counted. */
   private counter(name: string, help: string, labelNames: string[] = [], seed: string[] = []): Counter {
     const c = new Counter({ name, help, labelNames, registers: this.registers });
@@ -209,6 +219,11 @@ export class Metrics {
     if (r) {
       for (const state of ["flowing", "paused"] as const) this.relays.set({ state }, r[state]);
       this.relayHeld.set(r.heldBytes);
+    }
+    if (gauges.portRoutes) {
+      this.portConnections.reset();
+      for (const [route, n] of Object.entries(gauges.portRoutes))
+        this.portConnections.inc(route === "direct" ? { path: "direct" } : { path: "channel", why: route }, n);
     }
     return this.registry.metrics();
   }

@@ -327,6 +327,15 @@ export class HostNetwork {
   }
 
   /**
+   * The address a sandbox of this server has on its own link, from its allocation (never from
+   * anything a client sent); undefined for a sandbox with no network here. The port proxy dials it.
+   */
+  guestAddress(sandboxId: string): string | undefined {
+    const index = this.used.get(sandboxId);
+    return index === undefined ? undefined : subnetAt(this.pool, index).guest;
+  }
+
+  /**
    * The sandbox whose guest address this is, and its egress policy; undefined for any address that
    * is not a live sandbox's guest (the gateway refuses those).
    */

@@ -122,6 +122,12 @@ export function renderBase(b: BaseRules): string {
       ...wildcards.map((w) => `add rule ${table} forward oifname ${w} ct state established,related accept`),
       ...wildcards.map((w) => `add rule ${table} forward oifname ${w} drop`),
       ...gatewayLines(table, b.gatewayPorts),
+      // The host's own connections to a sandbox (the port proxy dials its address): their replies
+      // come back through input. Only replies (never a sandbox's new connection), and only from the
+      // address routed to the interface they came in by, so a sandbox cannot answer as another.
+      ...wildcards.map(
+        (w) => `add rule ${table} input iifname ${w} ct state established,related fib saddr . iif oif exists accept`,
+      ),
       // Every address of the host itself, gateway included, is delivered through input: refused.
       ...wildcards.map((w) => `add rule ${table} input iifname ${w} goto refuse`),
       `add rule ${table} postrouting ip saddr ${b.pool} oifname ${quoted(b.uplink)} masquerade`,
