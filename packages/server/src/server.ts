@@ -63,7 +63,8 @@ import { IdleSleep } from "./sandboxes/idle-sleep.ts";
 import { UsageMeter } from "./metering/usage-meter.ts";
 import { usageRoutes } from "./api/usage-routes.ts";
 import { Sweeper } from "./sandboxes/sweeper.ts";
-import { EgressProxy, gatewayLookup } from "./gateway/egress-proxy.ts";
+import { EgressProxy } from "./gateway/egress-proxy.ts";
+import { gatewayLookup } from "./gateway/gateway-lookup.ts";
 import { PolicyResolver } from "./network/policy-resolver.ts";
 import { ApprovalBroker } from "./gateway/approvals.ts";
 

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import type { Driver, SandboxHandle, SandboxSpec, UndoStack } from "../src/drivers/driver.ts";
+import type { Driver, SandboxHandle, SandboxSpec } from "../src/drivers/driver.ts";
+import type { CleanupStack } from "../src/util/cleanup-stack.ts";
 import { NotSupportedError, toCreateFailure } from "../src/errors/internal-errors.ts";
 import { BOOT_STEPS, bootMode, bootSandbox, resumeSandbox } from "../src/sandboxes/boot.ts";
 import { FakeDriver, FakeHost } from "./helpers/fake-driver.ts";
@@ -103,7 +104,7 @@ describe("boot pipeline", () => {
     const refusing: Driver = Object.assign(Object.create(fake) as Driver, {
       create: (s: SandboxSpec): SandboxHandle =>
         Object.assign(Object.create(fake.create(s)) as SandboxHandle, {
-          start: (undo: UndoStack) => {
+          start: (undo: CleanupStack) => {
             undo.push("made before the refusal", () => void undone.push("undone"));
             return Promise.reject(new NotSupportedError(fix));
           },

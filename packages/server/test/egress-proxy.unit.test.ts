@@ -17,7 +17,8 @@ import type {
   GatewaySandbox,
   TerminateContext,
 } from "../src/gateway/contracts.ts";
-import { EgressProxy, gatewayLookup } from "../src/gateway/egress-proxy.ts";
+import { EgressProxy } from "../src/gateway/egress-proxy.ts";
+import { gatewayLookup } from "../src/gateway/gateway-lookup.ts";
 import { HostNetwork } from "../src/network/host-network.ts";
 import type { ServerEvent } from "../src/events/server-events.ts";
 import { loopbackDns } from "./helpers/loopback-dns.ts";

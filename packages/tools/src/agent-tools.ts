@@ -1,20 +1,19 @@
 /**
- * The state behind the tools: conversations (each with one sandbox, made on first use), their
- * turns (with the end-of-turn check), the export store and what each turn sent, and the corpus.
+ * The state behind the tools: conversations (each with one sandbox, leased on first use by
+ * sandbox-leases.ts), their turns (with the end-of-turn check), the exports each turn made and
+ * sent (export-store.ts), and the corpus.
  */
-import { createHash } from "node:crypto";
-import { createWriteStream } from "node:fs";
-import { mkdir, open, rename, rm } from "node:fs/promises";
-import { basename, join } from "node:path";
-import { pipeline } from "node:stream/promises";
-import { Readable, Transform } from "node:stream";
-import type { ReadableStream as NodeReadableStream } from "node:stream/web";
+import { mkdir } from "node:fs/promises";
+import { join } from "node:path";
 import { BothyError, CLIENT_ID_RE, isErrorCode } from "@bothy/protocol";
 import { Sandbox, SandboxError, type ConnectionOptions } from "@bothy/sdk";
 import { Corpus } from "./corpus.ts";
+import { ExportStore, exportView, type ExportView } from "./export-store.ts";
+import { SandboxLeases, type SandboxLease } from "./sandbox-leases.ts";
 import { asBothyError, runToEnd } from "./sandbox-calls.ts";
-import { mediaTypeOf } from "./text-view.ts";
-import { newId, ToolStore, type ConversationRow, type ExportRow, type TurnRow } from "./tool-store.ts";
+import { newId, ToolStore, type ConversationRow, type TurnRow } from "./tool-store.ts";
+
+export type { ExportView, SandboxLease };
 
 export const CONVERSATION_ID_RE = CLIENT_ID_RE;
 export const TURN_ID_RE = CONVERSATION_ID_RE;
@@ -77,16 +76,6 @@ export interface ConversationShape {
   sandbox_id?: string | undefined;
 }
 
-export interface ExportView {
-  export_id: string;
-  name: string;
-  size: number;
-  media_type: string;
-  sha256: string;
-  source_path: string;
-  created_at: string;
-}
-
 export interface TurnView {
   conversation_id: string;
   turn_id: string;
@@ -98,28 +87,11 @@ export interface TurnView {
   attachments: Array<ExportView & { sent_at: string; url: string }>;
 }
 
-export interface SandboxLease {
-  sandbox: Sandbox;
-  /** Made for this call: the conversation had none, or its old one was gone (with its files). */
-  fresh: boolean;
-  replaced: boolean;
-}
-
-const exportView = (e: ExportRow): ExportView => ({
-  export_id: e.id,
-  name: e.name,
-  size: e.size,
-  media_type: e.media_type,
-  sha256: e.sha256,
-  source_path: e.source_path,
-  created_at: e.created_at,
-});
-
 export class AgentTools {
   readonly store: ToolStore;
   readonly corpus: Corpus;
-  private readonly exportsDir: string;
-  private readonly leasing = new Map<string, Promise<SandboxLease>>();
+  private readonly exports: ExportStore;
+  private readonly leases: SandboxLeases;
 
   private constructor(
     private readonly options: AgentToolsOptions,
@@ -127,7 +99,13 @@ export class AgentTools {
   ) {
     this.store = new ToolStore(join(dir, "tools.sqlite"));
     this.corpus = new Corpus(this.store, join(dir, "corpus"));
-    this.exportsDir = join(dir, "exports");
+    this.exports = new ExportStore(this.store, join(dir, "exports"), options.log);
+    this.leases = new SandboxLeases(
+      this.store,
+      (id) => this.conversation(id),
+      () => this.connection(),
+      options.log,
+    );
   }
 
   static async open(options: AgentToolsOptions): Promise<AgentTools> {
@@ -255,46 +233,13 @@ export class AgentTools {
 
   /** The conversation's running sandbox, made on first use; one create at a time per conversation. */
   sandboxFor(conversationId: string): Promise<SandboxLease> {
-    const pending = this.leasing.get(conversationId);
-    if (pending) return pending;
-    const lease = this.lease(conversationId).finally(() => this.leasing.delete(conversationId));
-    this.leasing.set(conversationId, lease);
-    return lease;
-  }
-
-  private async lease(conversationId: string): Promise<SandboxLease> {
-    const conv = this.conversation(conversationId);
-    if (conv.deleted_at)
-      throw new BothyError("conversation_not_found", `Conversation ${conversationId} was deleted; start a new one.`);
-    if (conv.sandbox_id) {
-      const known = await Sandbox.connect(conv.sandbox_id, this.connection()).catch((err: unknown) => {
-        if (err instanceof SandboxError && (err.code === "sandbox_not_found" || err.code === "invalid_sandbox_id"))
-          return undefined;
-        throw err;
-      });
-      const state = known?.info.state;
-      if (known && (state === "running" || state === "paused" || state === "stopped"))
-        return { sandbox: known, fresh: false, replaced: false };
-    }
-    const sandbox = await Sandbox.create({
-      ...this.connection(),
-      template: conv.template,
-      ...(conv.vcpu === null ? {} : { vcpu: conv.vcpu }),
-      ...(conv.memory_mib === null ? {} : { memoryMib: conv.memory_mib }),
-    });
-    this.store.setSandbox(conversationId, sandbox.sandboxId);
-    this.options.log("info", "conversation_sandbox", {
-      conversation_id: conversationId,
-      sandbox_id: sandbox.sandboxId,
-      replaced: conv.sandbox_id,
-    });
-    return { sandbox, fresh: true, replaced: conv.sandbox_id !== null };
+    return this.leases.get(conversationId);
   }
 
   /** Deletes the conversation's sandbox; its turns, exports and attachments stay readable. */
   async deleteConversation(id: string): Promise<ConversationRow> {
     const conv = this.conversation(id);
-    await this.leasing.get(id)?.catch(() => undefined);
+    await this.leases.settled(id);
     const sandboxId = this.store.conversation(id)?.sandbox_id;
     try {
       if (sandboxId) await Sandbox.kill(sandboxId, this.connection());
@@ -401,88 +346,28 @@ export class AgentTools {
   // ---- exports ------------------------------------------------------------------------------
 
   exportPath(id: string): string {
-    return join(this.exportsDir, id);
+    return this.exports.exportPath(id);
   }
 
   /** Copies a sandbox file into the export store, streaming and hashing it on the way. */
-  async exportFile(
+  exportFile(
     conversationId: string,
     turnId: string,
     sandbox: Sandbox,
     path: string,
     name?: string,
   ): Promise<ExportView> {
-    const id = newId("exp");
-    const tmp = `${this.exportPath(id)}.tmp`;
-    const hash = createHash("sha256");
-    let size = 0;
-    const counter = new Transform({
-      transform(chunk: Buffer, _enc, done) {
-        hash.update(chunk);
-        size += chunk.length;
-        done(null, chunk);
-      },
-    });
-    try {
-      const source = (await sandbox.files.read(path, { format: "stream" })) as NodeReadableStream<Uint8Array>;
-      await pipeline(Readable.fromWeb(source), counter, createWriteStream(tmp, { mode: 0o600 }));
-      await rename(tmp, this.exportPath(id));
-    } catch (err) {
-      await rm(tmp, { force: true });
-      throw err;
-    }
-    const head = Buffer.alloc(16);
-    const fh = await open(this.exportPath(id));
-    try {
-      await fh.read(head, 0, 16, 0);
-    } finally {
-      await fh.close();
-    }
-    const fileName = name ?? basename(path);
-    const row: ExportRow = {
-      id,
-      conversation_id: conversationId,
-      turn_id: turnId,
-      source_path: path,
-      name: fileName,
-      size,
-      media_type: mediaTypeOf(fileName, head.subarray(0, Math.min(size, 16))),
-      sha256: hash.digest("hex"),
-      created_at: new Date().toISOString(),
-    };
-    this.store.addExport(row);
-    this.options.log("info", "file_exported", {
-      conversation_id: conversationId,
-      turn_id: turnId,
-      export_id: id,
-      size,
-      media_type: row.media_type,
-    });
-    return exportView(row);
+    return this.exports.exportFile(conversationId, turnId, sandbox, path, name);
   }
 
   /** Attaches an export of this conversation to the turn's reply. */
   send(conversationId: string, turnId: string, exportId: string): ExportView {
-    const row = this.store.export(exportId);
-    if (!row || row.conversation_id !== conversationId)
-      throw new BothyError(
-        "export_not_found",
-        `No export ${exportId.slice(0, 64)} in this conversation; export the file with computer_export_file and use the export_id it returns.`,
-      );
-    this.store.attach(conversationId, turnId, exportId);
-    this.options.log("info", "file_sent", { conversation_id: conversationId, turn_id: turnId, export_id: exportId });
-    return exportView(row);
+    return this.exports.send(conversationId, turnId, exportId);
   }
 
   /** An attachment of a turn, for serving its bytes. */
   attachment(conversationId: string, turnId: string, exportId: string): ExportView {
     this.turnRow(conversationId, turnId);
-    const found = this.store.attachments(conversationId, turnId).find((a) => a.id === exportId);
-    if (!found)
-      throw new BothyError(
-        "export_not_found",
-        `Turn ${turnId} of conversation ${conversationId} has no attachment ${exportId.slice(0, 64)}.`,
-      );
-    return exportView(found);
+    return this.exports.attachment(conversationId, turnId, exportId);
   }
 }

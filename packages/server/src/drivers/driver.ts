@@ -1,4 +1,5 @@
 import type { Readable, Writable } from "node:stream";
+import type { CleanupStack } from "../util/cleanup-stack.ts";
 
 /** What a driver needs to make one sandbox. */
 export interface SandboxSpec {
@@ -89,20 +90,12 @@ export interface ExitInfo {
 }
 
 /**
- * Where a start or a resume records, right after making each host object (directory, mount,
- * process, cgroup, socket, link), how to remove it again. The boot pipeline owns it
- * (util/cleanup-stack.ts): when any later step fails it runs the undos once, newest first; when
- * the boot succeeds it forgets them and the handle's `stop`/`destroy` answer for the sandbox.
- */
-export interface UndoStack {
-  push(name: string, undo: () => Promise<void> | void): void;
-}
-
-/**
- * One sandbox on the host. `start` runs once and never cleans up after itself: what it made is
- * on the `UndoStack` it was given; `wait` is shared by every caller; `shutdown` asks
- * the guest to stop, `kill` does not ask; `stop` ends it and removes every host object but its
- * disk; `destroy` removes every host object the sandbox has. Both are safe to call again.
+ * One sandbox on the host. `start` runs once and never cleans up after itself: right after making
+ * each host object (directory, mount, process, cgroup, socket, link) it pushes how to remove it
+ * onto the boot's `CleanupStack`, which runs those undos on a failure and forgets them on success;
+ * `wait` is shared by every caller; `shutdown` asks the guest to stop, `kill` does not ask; `stop`
+ * ends it and removes every host object but its disk; `destroy` removes every host object the
+ * sandbox has. Both are safe to call again.
  */
 export interface SandboxHandle {
   readonly id: string;
@@ -111,7 +104,7 @@ export interface SandboxHandle {
    * plumb), which the guest's runtime needs: the driver awaits it right before it spawns runsc or
    * QEMU, and a rejection fails the start with that error. Whoever passes it pushed its undo first.
    */
-  start(undo: UndoStack, signal?: AbortSignal, hostReady?: Promise<void>): Promise<GuestStream>;
+  start(undo: CleanupStack, signal?: AbortSignal, hostReady?: Promise<void>): Promise<GuestStream>;
   wait(): Promise<ExitInfo>;
   shutdown(timeoutMs: number): Promise<void>;
   kill(): Promise<void>;
@@ -127,7 +120,7 @@ export interface SandboxHandle {
    * Brings a paused sandbox back, pushing what it makes onto `undo` like `start`; a failed resume
    * leaves it paused. Its agent then needs a resync handshake.
    */
-  resume?(undo: UndoStack, signal?: AbortSignal): Promise<GuestStream>;
+  resume?(undo: CleanupStack, signal?: AbortSignal): Promise<GuestStream>;
   /** The guest's network, when the guest configures it itself over the channel after identity (VMs). */
   readonly guestNetwork?: GuestNetwork;
   /** VMs: the size the host made the guest's disk; the guest grows its root file system to it. */

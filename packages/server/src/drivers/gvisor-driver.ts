@@ -7,7 +7,8 @@ import { z } from "zod";
 import { BothyError, resyncPreamble, SANDBOX_ID_RE } from "@bothy/protocol";
 import { HostCommandError, run } from "../util/host-command.ts";
 import { cgroupPath } from "../util/host-names.ts";
-import type { Driver, ExitInfo, GuestStream, HostObject, SandboxHandle, SandboxSpec, UndoStack } from "./driver.ts";
+import type { Driver, ExitInfo, GuestStream, HostObject, SandboxHandle, SandboxSpec } from "./driver.ts";
+import type { CleanupStack } from "../util/cleanup-stack.ts";
 import { hostCgroupLayout, limitsProblem, requireHostLimits, restoreSandboxCpuWeight } from "./host-cgroups.ts";
 import { agentSnapshot } from "./agent-snapshot.ts";
 import { AGENT_SNAPSHOT_SCRIPT, buildOciSpec, GVISOR_COMPAT_FILES } from "./oci-spec.ts";
@@ -420,7 +421,7 @@ class GvisorSandbox implements SandboxHandle {
     return this.spec.id;
   }
 
-  async start(undo: UndoStack, signal?: AbortSignal, hostReady?: Promise<void>): Promise<GuestStream> {
+  async start(undo: CleanupStack, signal?: AbortSignal, hostReady?: Promise<void>): Promise<GuestStream> {
     if (this.started || this.destroying) throw new BothyError("internal", `Sandbox ${this.id} was already started.`);
     this.started = true;
     if (this.spec.attach) return this.attach(undo);
@@ -489,7 +490,7 @@ class GvisorSandbox implements SandboxHandle {
   private async mountRoot(
     rootfs: string,
     files: { toGuest: string; fromGuest: string },
-    undo: UndoStack,
+    undo: CleanupStack,
   ): Promise<void> {
     const { dir, diskMib } = this.spec;
     const image = join(dir, DISK_IMAGE);
@@ -528,7 +529,7 @@ class GvisorSandbox implements SandboxHandle {
    * Takes over a container an earlier server started: `runsc wait` tells when it ends. A take-over
    * that fails stops the sandbox (its disk stays).
    */
-  private async attach(undo: UndoStack): Promise<GuestStream> {
+  private async attach(undo: CleanupStack): Promise<GuestStream> {
     if (!(await this.driver.containerRunning(this.id)))
       throw new BootError("attach", `Sandbox ${this.id} has no running container to attach to.`);
     this.watch(spawn(this.driver.runscPath, this.driver.runscArgs("wait", this.id), { stdio: "ignore" }), false);

@@ -3,7 +3,8 @@ import { mkdir, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { BothyError } from "@bothy/protocol";
 import { ensureExt4Image } from "../images/ext4-image.ts";
-import type { ExitInfo, GuestStream, SandboxHandle, SandboxSpec, UndoStack } from "./driver.ts";
+import type { ExitInfo, GuestStream, SandboxHandle, SandboxSpec } from "./driver.ts";
+import type { CleanupStack } from "../util/cleanup-stack.ts";
 import type { QemuDriver } from "./qemu-driver.ts";
 import { resumeIncoming, saveVm, VmProcess, vmFiles } from "./qemu-process.ts";
 import type { QmpClient } from "./qmp-client.ts";
@@ -52,7 +53,7 @@ export class QemuSandbox implements SandboxHandle {
     return join(this.spec.dir, MEMORY_STATE);
   }
 
-  async start(undo: UndoStack, signal?: AbortSignal, hostReady?: Promise<void>): Promise<GuestStream> {
+  async start(undo: CleanupStack, signal?: AbortSignal, hostReady?: Promise<void>): Promise<GuestStream> {
     if (this.started || this.destroying) throw new BothyError("internal", `Sandbox ${this.id} was already started.`);
     this.started = true;
     if (this.spec.attach) return this.attach(undo, signal);
@@ -82,7 +83,7 @@ export class QemuSandbox implements SandboxHandle {
    * pipeline says so (`fromMemory`, its `wake`), else a cold boot that drops any saved memory.
    * The disk is never this start's to remove.
    */
-  private async restart(undo: UndoStack, signal?: AbortSignal, hostReady?: Promise<void>): Promise<GuestStream> {
+  private async restart(undo: CleanupStack, signal?: AbortSignal, hostReady?: Promise<void>): Promise<GuestStream> {
     if (!existsSync(this.disk)) throw new BootError("prepare", `Sandbox ${this.id} has no disk left to start from.`);
     if (!this.spec.fromMemory) {
       await rm(this.memoryState, { force: true });
@@ -101,7 +102,7 @@ export class QemuSandbox implements SandboxHandle {
    * A VM that is not running (stopped in the middle of a pause) is not taken over: the undo stops
    * it and keeps its disk.
    */
-  private async attach(undo: UndoStack, signal?: AbortSignal): Promise<GuestStream> {
+  private async attach(undo: CleanupStack, signal?: AbortSignal): Promise<GuestStream> {
     const pid = await this.driver.sandboxPid(this.id);
     if (pid === undefined) throw new BootError("attach", `Sandbox ${this.id} has no running VM to attach to.`);
     const vm = VmProcess.adopt(pid, this.driver.vmConfig(this.spec, this.spec.dir, this.disk));
@@ -123,7 +124,7 @@ export class QemuSandbox implements SandboxHandle {
    * process with its sockets and pid file, and its QMP connection each go onto `undo` once made.
    */
   private async launch(
-    undo: UndoStack,
+    undo: CleanupStack,
     incoming: string | undefined,
     signal?: AbortSignal,
     hostReady?: Promise<void>,
@@ -228,7 +229,7 @@ export class QemuSandbox implements SandboxHandle {
    * file goes. Until then a failure leaves it paused with its state file (the undos end the new QEMU).
    */
   private async launchFromMemory(
-    undo: UndoStack,
+    undo: CleanupStack,
     signal?: AbortSignal,
     hostReady?: Promise<void>,
   ): Promise<GuestStream> {
@@ -239,7 +240,7 @@ export class QemuSandbox implements SandboxHandle {
   }
 
   /** Restores a paused sandbox from its memory state; the state file goes once QEMU runs it. */
-  async resume(undo: UndoStack, signal?: AbortSignal): Promise<GuestStream> {
+  async resume(undo: CleanupStack, signal?: AbortSignal): Promise<GuestStream> {
     if (this.destroying) throw new BothyError("sandbox_not_running", `Sandbox ${this.id} is being deleted.`);
     if (!this.paused) throw new BothyError("internal", `Sandbox ${this.id} is not paused.`);
     return this.launchFromMemory(undo, signal);

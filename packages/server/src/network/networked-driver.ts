@@ -6,8 +6,8 @@ import type {
   HostObject,
   SandboxHandle,
   SandboxSpec,
-  UndoStack,
 } from "../drivers/driver.ts";
+import type { CleanupStack } from "../util/cleanup-stack.ts";
 import { DEFAULT_POLICY, type HostNetwork, type LinkKind, type PlannedNetwork } from "./host-network.ts";
 import { NetworkSetupError } from "../errors/internal-errors.ts";
 
@@ -124,7 +124,7 @@ class NetworkedHandle implements SandboxHandle {
     return this.inner?.pause?.bind(this.inner);
   }
 
-  get resume(): ((undo: UndoStack, signal?: AbortSignal) => Promise<GuestStream>) | undefined {
+  get resume(): ((undo: CleanupStack, signal?: AbortSignal) => Promise<GuestStream>) | undefined {
     return this.inner?.resume?.bind(this.inner);
   }
 
@@ -149,7 +149,7 @@ class NetworkedHandle implements SandboxHandle {
    * so the boot's undos never run while either is still making something: a failed mount does not
    * leave a namespace plumbed after its teardown, and a failed plumb is undone with the mounts.
    */
-  async start(undo: UndoStack, signal?: AbortSignal): Promise<GuestStream> {
+  async start(undo: CleanupStack, signal?: AbortSignal): Promise<GuestStream> {
     const t0 = performance.now();
     const plan = await this.planNetwork();
     this.plan = plan;

@@ -11,7 +11,7 @@ import { Resolver } from "node:dns/promises";
 import { isIPv4 } from "node:net";
 import { decide, hostMatches } from "../gateway/host-policy.ts";
 import type { GatewaySandbox } from "../gateway/contracts.ts";
-import type { SandboxLookup } from "../gateway/egress-proxy.ts";
+import type { SandboxLookup } from "../gateway/gateway-lookup.ts";
 import { answer, formatError, isInternetClass, parseQuery, QTYPE_A, RCODE, type DnsQuery } from "./dns-message.ts";
 
 const RESOLVE_TIMEOUT_MS = 3_000;

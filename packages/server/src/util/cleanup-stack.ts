@@ -1,6 +1,7 @@
 /**
  * Undo steps collected while building something; on failure they run once, newest first, and
- * every step runs even when an earlier one fails.
+ * every step runs even when an earlier one fails. A boot owns one (`sandboxes/boot.ts`) and hands
+ * it to the driver's `start`/`resume`, which only push onto it; the boot alone runs or releases it.
  */
 export class CleanupStack {
   private readonly steps: Array<{ name: string; undo: () => Promise<void> | void }> = [];

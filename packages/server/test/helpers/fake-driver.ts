@@ -8,8 +8,8 @@ import type {
   HostObject,
   SandboxHandle,
   SandboxSpec,
-  UndoStack,
 } from "../../src/drivers/driver.ts";
+import type { CleanupStack } from "../../src/util/cleanup-stack.ts";
 
 /**
  * What exists on the fake host for one sandbox: its disk (files, and a paused VM's saved memory
@@ -191,7 +191,7 @@ class FakeHandle implements SandboxHandle {
   private resolveEnd!: (exit: ExitInfo) => void;
   private readonly epoch: number;
   readonly pause?: () => Promise<void>;
-  readonly resume?: (undo: UndoStack, signal?: AbortSignal) => Promise<GuestStream>;
+  readonly resume?: (undo: CleanupStack, signal?: AbortSignal) => Promise<GuestStream>;
 
   constructor(
     private readonly driver: FakeDriver,
@@ -225,7 +225,7 @@ class FakeHandle implements SandboxHandle {
   }
 
   /** Like the real drivers, it leaves the cleanup of a failed start to the undos it pushes. */
-  async start(undo: UndoStack, _signal?: AbortSignal, hostReady?: Promise<void>): Promise<GuestStream> {
+  async start(undo: CleanupStack, _signal?: AbortSignal, hostReady?: Promise<void>): Promise<GuestStream> {
     if (this.started) throw new BothyError("internal", `Sandbox ${this.id} was already started.`);
     this.started = true;
     await tick();
@@ -317,7 +317,7 @@ class FakeHandle implements SandboxHandle {
     this.endGuest();
   }
 
-  private async doResume(undo: UndoStack): Promise<GuestStream> {
+  private async doResume(undo: CleanupStack): Promise<GuestStream> {
     if (this.dead) throw new BothyError("internal", "The server's process is gone.");
     if (!this.paused) throw new BothyError("internal", `Sandbox ${this.id} is not paused.`);
     await tick();
