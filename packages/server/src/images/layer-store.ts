@@ -70,7 +70,7 @@ export class LayerStore {
   /** `id` and its ancestors, top first: the order of overlayfs's `lowerdir=`. */
   async chain(id: string): Promise<Layer[]> {
     const out: Layer[] = [];
-    for (let next: string | null = id; next !== null; ) {
+    for (let next: string | null = id; next !== null;) {
       if (out.length >= MAX_CHAIN_LENGTH)
         throw new Error(`layer ${id} has more than ${MAX_CHAIN_LENGTH} ancestors; overlayfs cannot mount it`);
       const layer = await this.read(next);
@@ -90,7 +90,8 @@ export class LayerStore {
   async publish(tree: string, parent: string | null, prefix: string): Promise<Layer> {
     const id = `${prefix}-${randomBytes(8).toString("hex")}`;
     checkId(id);
-    if (parent !== null && (await this.read(parent)) === undefined) throw new Error(`parent layer ${parent} is missing`);
+    if (parent !== null && (await this.read(parent)) === undefined)
+      throw new Error(`parent layer ${parent} is missing`);
     await mkdir(this.dir, { recursive: true });
     // Assembled in a temp dir beside the final one and renamed: a layer dir is always whole.
     const staging = path.join(this.dir, `.new-${id}`);
@@ -134,7 +135,7 @@ export class LayerStore {
         if (LAYER_ID_RE.test(entry) && mounted.has(this.treeOf(entry))) keep.add(entry);
       }
       for (const root of [...(await roots()), ...keep]) {
-        for (let next: string | null = root; next !== null && LAYER_ID_RE.test(next); ) {
+        for (let next: string | null = root; next !== null && LAYER_ID_RE.test(next);) {
           keep.add(next);
           next = (await this.read(next))?.parent ?? null;
         }

@@ -5,7 +5,19 @@
  * store's temporary area; the store decides what becomes a layer and when it counts as built.
  */
 import { spawn } from "node:child_process";
-import { chmod, copyFile, constants, lstat, mkdir, readFile, readdir, rename, rm, unlink, writeFile } from "node:fs/promises";
+import {
+  chmod,
+  copyFile,
+  constants,
+  lstat,
+  mkdir,
+  readFile,
+  readdir,
+  rename,
+  rm,
+  unlink,
+  writeFile,
+} from "node:fs/promises";
 import path from "node:path";
 import type { Readable } from "node:stream";
 import { BothyError } from "@bothy/protocol";

@@ -358,9 +358,7 @@ export class TemplateStore {
     // A layer removed by hand leaves a build that is not there: built again on demand.
     if (meta.layer !== undefined && (await this.layers.read(meta.layer)) === undefined) return undefined;
     const layers =
-      meta.layer === undefined
-        ? [path.join(dir, "rootfs")]
-        : (await this.layers.chain(meta.layer)).map((l) => l.tree);
+      meta.layer === undefined ? [path.join(dir, "rootfs")] : (await this.layers.chain(meta.layer)).map((l) => l.tree);
     const rootfs = layers[0] ?? path.join(dir, "rootfs");
     return { name: t.name, hash: t.hash, rootfs, layers, env: meta.env, builtAt: meta.builtAt };
   }
@@ -407,7 +405,8 @@ async function readdirOrEmpty(dir: string): Promise<string[]> {
   try {
     return await readdir(dir);
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT" || (err as NodeJS.ErrnoException).code === "ENOTDIR") return [];
+    if ((err as NodeJS.ErrnoException).code === "ENOENT" || (err as NodeJS.ErrnoException).code === "ENOTDIR")
+      return [];
     throw err;
   }
 }
