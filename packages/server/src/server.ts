@@ -186,7 +186,14 @@ export async function startServer(
       }),
     });
   await manager.reconcile();
+  // After reconcile: the sandboxes taken over have their layers mounted, which keeps them.
+  const removeOrphanLayers = async (by: "startup" | "sweeper"): Promise<void> => {
+    const layers = await store.removeOrphanLayers();
+    if (layers.length > 0) log("layers_removed", { layers, by });
+  };
+  await removeOrphanLayers("startup").catch((err: unknown) => log("sweep_failed", { error: (err as Error).message }));
   const sweeper = new Sweeper(manager, ledger, drivers, config.lifecycle.sweepIntervalMs, log);
+  sweeper.addStep(() => removeOrphanLayers("sweeper"));
   const watch = new DisconnectWatch(manager, ledger, log);
   const idle = new IdleSleep(manager, registry, watch, config.lifecycle.idleTimeoutMs, log);
   sweeper.addStep(() => idle.pass());

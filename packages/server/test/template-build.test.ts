@@ -36,6 +36,18 @@ async function inChroot(rootfs: string, ...cmd: string[]): Promise<string> {
   return stdout.trim();
 }
 
+/** Runs `fn` on a read-only overlay of a child template's layers: its whole tree. */
+async function withMerged<T>(layers: string[], fn: (tree: string) => Promise<T>): Promise<T> {
+  const dir = await mkdtemp(path.join(tmpdir(), "bothy-merged-"));
+  await exec("mount", ["-t", "overlay", "overlay", "-o", `ro,lowerdir=${layers.join(":")}`, dir]);
+  try {
+    return await fn(dir);
+  } finally {
+    await exec("umount", [dir]);
+    await rm(dir, { recursive: true });
+  }
+}
+
 describe.skipIf(missing !== undefined)(`template builds (${missing ?? "root, debootstrap, network"})`, () => {
   const storeDir = testTemplatesDir();
   let sourceDir: string;
@@ -69,6 +81,8 @@ describe.skipIf(missing !== undefined)(`template builds (${missing ?? "root, deb
   afterAll(async () => {
     await rm(sourceDir, { recursive: true, force: true });
     await removeTree(path.join(storeDir, "test-shared"));
+    // test-shared's layers, which no build names any more.
+    await store.removeOrphanLayers();
   });
 
   it("builds seed with node, bash, /workspace and /opt/bothy", { timeout: 600_000 }, async () => {
@@ -84,7 +98,9 @@ describe.skipIf(missing !== undefined)(`template builds (${missing ?? "root, deb
     );
     expect((await readdir(path.join(seed.rootfs, "var/lib/apt/lists"))).filter((f) => f !== "partial")).toEqual([]);
     expect(seed.env).toMatchObject({ LANG: "C.UTF-8" });
-    expect(seed.rootfs).toBe(path.join(storeDir, "seed", seed.hash, "rootfs"));
+    // A base template is one layer: its whole tree.
+    expect(seed.layers).toEqual([seed.rootfs]);
+    expect(path.dirname(path.dirname(seed.rootfs))).toBe(path.join(storeDir, "layers"));
     expect(await store.resolve("seed")).toEqual(seed);
   });
 
@@ -107,11 +123,15 @@ describe.skipIf(missing !== undefined)(`template builds (${missing ?? "root, deb
     console.info(
       `build of code-runtime: ${((performance.now() - started) / 1000).toFixed(1)} s (${titles.size > 0 ? "built" : "cached"})`,
     );
-    expect(await inChroot(runtime.rootfs, "python3", "--version")).toMatch(/^Python 3\./);
-    expect(await inChroot(runtime.rootfs, "git", "--version")).toMatch(/^git version/);
-    expect(await inChroot(runtime.rootfs, "curl", "--version")).toMatch(/^curl /);
-    expect(await inChroot(runtime.rootfs, "npm", "--version")).toMatch(/^\d+\.\d+/);
-    expect(await inChroot(runtime.rootfs, "node", "-e", "console.log(1)")).toBe("1");
+    // Its layer over seed's: the whole tree is the two mounted together.
+    expect(runtime.layers.slice(1)).toEqual((await store.resolve("seed"))?.layers);
+    await withMerged(runtime.layers, async (tree) => {
+      expect(await inChroot(tree, "python3", "--version")).toMatch(/^Python 3\./);
+      expect(await inChroot(tree, "git", "--version")).toMatch(/^git version/);
+      expect(await inChroot(tree, "curl", "--version")).toMatch(/^curl /);
+      expect(await inChroot(tree, "npm", "--version")).toMatch(/^\d+\.\d+/);
+      expect(await inChroot(tree, "node", "-e", "console.log(1)")).toBe("1");
+    });
     expect(runtime.env["PIP_BREAK_SYSTEM_PACKAGES"]).toBe("1");
   });
 

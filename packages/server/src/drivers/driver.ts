@@ -4,7 +4,10 @@ import type { CleanupStack } from "../util/cleanup-stack.ts";
 /** What a driver needs to make one sandbox. */
 export interface SandboxSpec {
   id: string;
-  /** The template's root tree, shared read-only by every sandbox of that template. */
+  /**
+   * The template's root, shared read-only by every sandbox of that template: its top layer,
+   * which stands for its whole chain (`lowerDirsOf` in images/layer-store.ts reads the chain).
+   */
   templateRoot: string;
   templateEnv: Record<string, string>;
   /**

@@ -14,6 +14,7 @@ import { agentSnapshot } from "./agent-snapshot.ts";
 import { AGENT_SNAPSHOT_SCRIPT, buildOciSpec, GVISOR_COMPAT_FILES } from "./oci-spec.ts";
 import type { Logger } from "../events/server-events.ts";
 import { BootError, describeCauses, HostSetupError } from "../errors/internal-errors.ts";
+import { lowerDirsOf } from "../images/layer-store.ts";
 
 export interface GvisorOptions {
   /** Where runsc keeps its container state. */
@@ -505,6 +506,8 @@ class GvisorSandbox implements SandboxHandle {
     undo.push("root overlay", () => this.driver.unmount(rootfs));
     const upper = join(base, "upper");
     const work = join(base, "work");
+    // The template's whole chain of layers, top first, under the sandbox's own upper.
+    const lower = (await lowerDirsOf(this.spec.templateRoot)).join(":");
     await run(
       "sh",
       [
@@ -516,7 +519,7 @@ class GvisorSandbox implements SandboxHandle {
         base,
         upper,
         work,
-        `lowerdir=${this.spec.templateRoot},upperdir=${upper},workdir=${work}`,
+        `lowerdir=${lower},upperdir=${upper},workdir=${work}`,
         rootfs,
         files.toGuest,
         files.fromGuest,

@@ -115,6 +115,8 @@ export interface ServerEventMap {
   sandbox_delete_failed: Failure;
   orphan_removed: { sandbox_id: string; kind: string; description: string; by: string; disk_kept?: true };
   orphan_remove_failed: Failure;
+  /** Template layers no build names and nothing mounts (images/layer-store.ts), removed. */
+  layers_removed: { layers: string[]; by: "startup" | "sweeper" };
   sweep_failed: { error: string };
   sweep_delete_failed: Failure;
   disconnect_grace_started: { sandbox_id: string; close_code: number | undefined; grace_s: number };
@@ -212,6 +214,7 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   sandbox_delete_failed: "warn",
   orphan_removed: "info",
   orphan_remove_failed: "warn",
+  layers_removed: "info",
   sweep_failed: "error",
   sweep_delete_failed: "warn",
   disconnect_grace_started: "info",

@@ -4,12 +4,17 @@
  * so it shares the build's content hash and goes away with it. Trees are immutable once built,
  * so an image that exists is never stale. The image is fitted to its tree (a little room for
  * metadata and slack); each sandbox's disk is that image grown by the sandbox's `disk_mib`.
+ *
+ * A child template's tree is a chain of layers: its image is made from a read-only overlay of
+ * the chain, so it is the whole tree (one raw image per template, the size of the whole tree:
+ * QEMU does not yet share its parent's image the way gVisor shares its layers).
  */
 import { existsSync } from "node:fs";
-import { chmod, mkdtemp, rename, rm } from "node:fs/promises";
+import { chmod, mkdir, mkdtemp, rename, rm } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { run } from "../util/host-command.ts";
 import { TemplateError } from "../errors/internal-errors.ts";
+import { lowerDirsOf } from "./layer-store.ts";
 
 const MIB = 1024 * 1024;
 /** Beyond the tree's blocks: the journal, group descriptors, bitmaps and a little free space. */
@@ -38,8 +43,19 @@ async function build(rootfs: string, image: string): Promise<string> {
   // two servers building at once both end with a good one.
   const work = await mkdtemp(join(dirname(image), ".ext4-"));
   const tmp = join(work, "image.ext4");
+  const merged = join(work, "merged");
+  let mounted = false;
   try {
-    await run("truncate", ["-s", String(await fittedBytes(rootfs)), tmp], { timeoutMs: 10_000 });
+    const lowers = await lowerDirsOf(rootfs);
+    let source = rootfs;
+    if (lowers.length > 1) {
+      // Lower directories only, no upper: a read-only mount of the merged tree.
+      await mkdir(merged);
+      await run("mount", ["-t", "overlay", "overlay", "-o", `ro,lowerdir=${lowers.join(":")}`, merged]);
+      mounted = true;
+      source = merged;
+    }
+    await run("truncate", ["-s", String(await fittedBytes(source)), tmp], { timeoutMs: 10_000 });
     // Inode tables and journal are left to be zero (the file is sparse) instead of written, so
     // the image holds just the tree; the guest mounts with noinit_itable for the same reason.
     // 4 KiB blocks and the default inode ratio whatever the size, so a grown disk is laid out
@@ -58,7 +74,7 @@ async function build(rootfs: string, image: string): Promise<string> {
       "-E",
       "lazy_itable_init=1,lazy_journal_init=1",
       "-d",
-      rootfs,
+      source,
       tmp,
     ];
     await run("mkfs.ext4", args, { timeoutMs: 300_000 });
@@ -67,15 +83,17 @@ async function build(rootfs: string, image: string): Promise<string> {
   } catch (err) {
     throw new TemplateError(`Making the ext4 image of ${rootfs} failed: is e2fsprogs installed?`, { cause: err });
   } finally {
+    // Unmounted before anything deletes the work dir, or the delete would reach the layers.
+    if (mounted) await run("umount", [merged]);
     await rm(work, { recursive: true, force: true });
   }
   return image;
 }
 
 /** An image size that holds the tree's blocks and, at the inode ratio, its files, with room to spare. */
-async function fittedBytes(rootfs: string): Promise<number> {
+async function fittedBytes(tree: string): Promise<number> {
   const du = async (args: string[]): Promise<number> =>
-    Number((await run("du", ["-s", "-x", ...args, rootfs], { timeoutMs: 300_000 })).stdout.split(/\s/)[0]);
+    Number((await run("du", ["-s", "-x", ...args, tree], { timeoutMs: 300_000 })).stdout.split(/\s/)[0]);
   const used = await du(["-B1"]);
   const inodes = await du(["--inodes"]);
   const bytes = Math.max(used * 1.1, inodes * BYTES_PER_INODE * 1.25) + IMAGE_ROOM_BYTES;

@@ -1,11 +1,23 @@
 /**
- * The steps that turn a template definition into a root tree: debootstrap or a copy of the
- * parent, apt, files, commands, cleanup. Everything here runs as root against a tree that is
- * still in the store's temporary area; the store decides where the tree goes and when it counts
- * as built.
+ * The steps that turn a template definition into a root tree: debootstrap, or an overlay over
+ * the parent's layers whose upper directory collects what this template changes; then apt,
+ * files, commands, cleanup. Everything here runs as root against a tree that is still in the
+ * store's temporary area; the store decides what becomes a layer and when it counts as built.
  */
 import { spawn } from "node:child_process";
-import { chmod, copyFile, constants, lstat, readFile, readdir, rename, rm, unlink, writeFile } from "node:fs/promises";
+import {
+  chmod,
+  copyFile,
+  constants,
+  lstat,
+  mkdir,
+  readFile,
+  readdir,
+  rename,
+  rm,
+  unlink,
+  writeFile,
+} from "node:fs/promises";
 import path from "node:path";
 import type { Readable } from "node:stream";
 import { BothyError } from "@bothy/protocol";
@@ -28,10 +40,13 @@ export interface BuildStep {
 
 export interface BuildInputs {
   template: LoadedTemplate;
-  /** Where the tree is built; must not exist yet. */
+  /** Where the steps see the whole tree; must not exist yet. */
   tree: string;
-  /** The parent's built rootfs, for `from:`. */
-  parentRootfs: string | undefined;
+  /**
+   * For `from:`: the parent's layers (overlayfs lower directories, top first) and where this
+   * build's own layer (the overlay's upper directory) and overlayfs's work directory go.
+   */
+  overParent: { lowerDirs: readonly string[]; upper: string; work: string } | undefined;
   mirror: string;
   signal: AbortSignal;
 }
@@ -108,28 +123,29 @@ function decodeMountPath(field: string): string {
   return field.replace(/\\([0-7]{3})/g, (_, oct: string) => String.fromCharCode(parseInt(oct, 8)));
 }
 
-/** Mount points at or below `dir` (which must be a real path), deepest first. */
-export async function mountsUnder(dir: string): Promise<string[]> {
+/** Mount points at or below `dir` (which must be a real path), deepest first; `below`: not `dir` itself. */
+export async function mountsUnder(dir: string, below = false): Promise<string[]> {
   const info = await readFile("/proc/self/mountinfo", "utf8");
   const points = info
     .split("\n")
     .map((line) => line.split(" ")[4])
     .filter((p): p is string => p !== undefined)
     .map(decodeMountPath)
-    .filter((p) => p === dir || p.startsWith(dir + "/"));
+    .filter((p) => (p === dir && !below) || p.startsWith(dir + "/"));
   return [...new Set(points)].sort((a, b) => b.length - a.length);
 }
 
 /**
- * Unmounts everything below `dir`: what a chroot step mounted, and what a killed debootstrap left
- * behind. A busy mount is detached lazily, so it is gone from the tree before anything deletes it.
+ * Unmounts everything at or below `dir` (with `below`, keeps a mount at `dir` itself: a child
+ * template's overlay): what a chroot step mounted, and what a killed debootstrap left behind. A
+ * busy mount is detached lazily, so it is gone from the tree before anything deletes it.
  */
-export async function unmountUnder(dir: string): Promise<void> {
-  for (const point of await mountsUnder(dir)) {
+export async function unmountUnder(dir: string, below = false): Promise<void> {
+  for (const point of await mountsUnder(dir, below)) {
     // A lazy unmount only when the plain one fails (busy): if that fails too, its error stands.
     await run("umount", [point]).catch(() => run("umount", ["--lazy", point]));
   }
-  const left = await mountsUnder(dir);
+  const left = await mountsUnder(dir, below);
   if (left.length > 0)
     throw new BothyError("template_build_failed", `Could not unmount ${left.join(", ")}; remove them by hand.`);
 }
@@ -182,7 +198,7 @@ async function inChrootSession(tree: string, fn: () => Promise<void>): Promise<v
     }
     await fn();
   } finally {
-    await unmountUnder(tree);
+    await unmountUnder(tree, true);
     if (wrotePolicy) await rm(policy, { force: true });
     if (savedOwn || !hadResolv) await rm(resolv, { force: true });
     if (savedOwn) await rename(savedResolv, resolv);
@@ -221,13 +237,17 @@ export function planBuild(inputs: BuildInputs): BuildStep[] {
       },
     });
   } else {
-    const parentRootfs = inputs.parentRootfs;
-    if (parentRootfs === undefined) throw new Error(`planBuild: "${t.name}" needs its parent's rootfs`);
+    const over = inputs.overParent;
+    if (over === undefined) throw new Error(`planBuild: "${t.name}" needs its parent's layers`);
     steps.push({
-      title: "copy parent",
+      title: "layer over parent",
       run: async (onLine) => {
-        onLine(`cp -a ${parentRootfs}`);
-        await run("cp", ["-a", "--reflink=auto", "--", parentRootfs, tree], { timeoutMs: 30 * 60_000 });
+        // The steps below write through the overlay: new and changed files land in `upper`, a
+        // removed one becomes a whiteout there. Nothing of the parent is copied.
+        await Promise.all([tree, over.upper, over.work].map((d) => mkdir(d, { mode: 0o755 })));
+        const options = `lowerdir=${over.lowerDirs.join(":")},upperdir=${over.upper},workdir=${over.work}`;
+        onLine(`overlay over ${over.lowerDirs.length} layer(s)`);
+        await run("mount", ["-t", "overlay", "overlay", "-o", options, tree]);
       },
     });
   }

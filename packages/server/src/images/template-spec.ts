@@ -13,7 +13,7 @@ import { z } from "zod";
  * Part of every hash: bump it when the builder changes what it produces from the same definition
  * (new cleanup, other debootstrap flags), so existing builds are no longer taken as current.
  */
-export const TEMPLATE_FORMAT_VERSION = 1;
+export const TEMPLATE_FORMAT_VERSION = 2;
 
 export const TEMPLATE_FILE = "template.yaml";
 

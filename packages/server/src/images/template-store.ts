@@ -1,15 +1,18 @@
 /**
- * Built templates on disk, keyed by content hash: `<storeDir>/<name>/<hash>/{rootfs,meta.json}`.
- * A build happens under `<storeDir>/.tmp/` and is renamed into place only once complete, so a
- * directory at the final path is always a whole tree. One build per template at a time: shared
- * within a process, serialized across processes by a lock file.
+ * Built templates on disk, keyed by content hash: `<storeDir>/<name>/<hash>/meta.json`, naming
+ * the build's layer in the layer store (`<storeDir>/layers/`, layer-store.ts). A base template's
+ * layer is its whole tree; a child's holds only what its steps changed over its parent's chain.
+ * A build happens under `<storeDir>/.tmp/`; its layer is published and its meta.json renamed into
+ * place only once complete, so a meta.json always names a whole chain. One build per template at
+ * a time: shared within a process, serialized across processes by a lock file.
  */
 import { randomBytes } from "node:crypto";
 import { chmod, mkdir, mkdtemp, readFile, readdir, realpath, rename, stat, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { BothyError } from "@bothy/protocol";
 import { z } from "zod";
-import { planBuild, removeTree, type BuildProgress } from "./template-builder.ts";
+import { LayerStore } from "./layer-store.ts";
+import { planBuild, removeTree, unmountUnder, type BuildProgress } from "./template-builder.ts";
 import { acquireLock } from "./template-lock.ts";
 import { loadTemplate, TEMPLATE_FILE, TEMPLATE_FORMAT_VERSION, type LoadedTemplate } from "./template-spec.ts";
 
@@ -18,8 +21,13 @@ export type { BuildProgress } from "./template-builder.ts";
 export interface BuiltTemplate {
   name: string;
   hash: string;
-  /** Absolute path of the root tree; treat it as read-only (sandboxes use it as an overlay's lower layer). */
+  /**
+   * The build's own layer tree, which stands for the whole chain (drivers read the chain with
+   * `lowerDirsOf`); read-only. For a base template, and a build from before layers, the whole tree.
+   */
   rootfs: string;
+  /** The overlayfs lower directories of the whole tree, top first (`rootfs` is the first). */
+  layers: string[];
   /** Environment every command in a sandbox of this template gets. */
   env: Record<string, string>;
   builtAt: string;
@@ -54,6 +62,8 @@ const metaSchema = z.object({
   base: z.string().nullable(),
   packages: z.array(z.string()),
   buildSeconds: z.number(),
+  /** The build's layer; absent in builds from before layers, whose whole tree is `rootfs/` beside. */
+  layer: z.string().optional(),
 });
 type TemplateMeta = z.infer<typeof metaSchema>;
 
@@ -68,12 +78,14 @@ export class TemplateStore {
   readonly sourceDir: string;
   readonly storeDir: string;
   readonly mirror: string;
+  readonly layers: LayerStore;
   private readonly flights = new Map<string, Flight>();
 
   constructor(opts: TemplateStoreOptions) {
     this.sourceDir = path.resolve(opts.sourceDir);
     this.storeDir = path.resolve(opts.storeDir);
     this.mirror = opts.mirror ?? process.env["BOTHY_DEBIAN_MIRROR"] ?? DEFAULT_MIRROR;
+    this.layers = new LayerStore(this.storeDir);
   }
 
   /** The built template for the current definition, or undefined when it must be built. */
@@ -222,28 +234,45 @@ export class TemplateStore {
     // realpath: mount points in /proc/self/mountinfo are real paths, and cleanup matches on them.
     const work = await realpath(await mkdtemp(path.join(this.storeDir, ".tmp", `${t.name}.`)));
     const tree = path.join(work, "rootfs");
+    const upper = path.join(work, "upper");
     const finalDir = this.buildDir(t.name, t.hash);
     try {
-      const steps = planBuild({ template: t, tree, parentRootfs: parent?.rootfs, mirror: this.mirror, signal });
+      const overParent = parent && { lowerDirs: parent.layers, upper, work: path.join(work, "work") };
+      const steps = planBuild({ template: t, tree, overParent, mirror: this.mirror, signal });
       steps.push({
         title: "finalize",
         run: async () => {
-          const meta: TemplateMeta = {
-            formatVersion: TEMPLATE_FORMAT_VERSION,
-            name: t.name,
-            hash: t.hash,
-            env: t.env,
-            builtAt: new Date().toISOString(),
-            parent: t.parent === undefined ? null : { name: t.parent.name, hash: t.parent.hash },
-            base: t.def.base ?? null,
-            packages: t.def.packages,
-            buildSeconds: Math.round((Date.now() - started) / 100) / 10,
-          };
-          await writeFile(path.join(work, "meta.json"), `${JSON.stringify(meta, null, 2)}\n`);
-          await chmod(work, 0o755);
+          // A child's layer is the overlay's upper directory: unmounted first, so nothing
+          // writes it any more; a base template's layer is its whole tree.
+          if (overParent !== undefined) await unmountUnder(tree);
           signal.throwIfAborted();
           await mkdir(path.dirname(finalDir), { recursive: true });
-          await this.moveIntoPlace(t.name, work, finalDir);
+          await this.layers.locked(signal, async () => {
+            const layer = await this.layers.publish(
+              overParent === undefined ? tree : upper,
+              parent === undefined ? null : layerIdOf(parent),
+              t.name,
+            );
+            const meta: TemplateMeta = {
+              formatVersion: TEMPLATE_FORMAT_VERSION,
+              name: t.name,
+              hash: t.hash,
+              env: t.env,
+              builtAt: new Date().toISOString(),
+              parent: t.parent === undefined ? null : { name: t.parent.name, hash: t.parent.hash },
+              base: t.def.base ?? null,
+              packages: t.def.packages,
+              buildSeconds: Math.round((Date.now() - started) / 100) / 10,
+              layer: layer.id,
+            };
+            await writeFile(path.join(work, "meta.json"), `${JSON.stringify(meta, null, 2)}\n`);
+            await chmod(work, 0o755);
+            // What is left of the build (overlayfs's work dir) goes; only meta.json moves in.
+            for (const entry of await readdir(work)) {
+              if (entry !== "meta.json") await removeTree(path.join(work, entry));
+            }
+            await this.moveIntoPlace(t.name, work, finalDir);
+          });
         },
       });
       for (const [i, step] of steps.entries()) {
@@ -326,7 +355,59 @@ export class TemplateStore {
       throw err;
     }
     const meta = metaSchema.parse(JSON.parse(text));
-    return { name: t.name, hash: t.hash, rootfs: path.join(dir, "rootfs"), env: meta.env, builtAt: meta.builtAt };
+    // A layer removed by hand leaves a build that is not there: built again on demand.
+    if (meta.layer !== undefined && (await this.layers.read(meta.layer)) === undefined) return undefined;
+    const layers =
+      meta.layer === undefined ? [path.join(dir, "rootfs")] : (await this.layers.chain(meta.layer)).map((l) => l.tree);
+    const rootfs = layers[0] ?? path.join(dir, "rootfs");
+    return { name: t.name, hash: t.hash, rootfs, layers, env: meta.env, builtAt: meta.builtAt };
+  }
+
+  /**
+   * Removes layers no build on disk names (directly or as an ancestor) and none mounted now:
+   * what a forced rebuild replaced, or a build that crashed between publishing its layer and its
+   * meta.json. Returns the ids removed.
+   */
+  async removeOrphanLayers(signal: AbortSignal = new AbortController().signal): Promise<string[]> {
+    return this.layers.removeOrphans(() => this.namedLayers(), signal);
+  }
+
+  /** The layer each build's meta.json names. */
+  private async namedLayers(): Promise<string[]> {
+    const out: string[] = [];
+    for (const name of await readdirOrEmpty(this.storeDir)) {
+      if (name.startsWith(".") || name === "layers") continue;
+      for (const hash of await readdirOrEmpty(path.join(this.storeDir, name))) {
+        let text: string;
+        try {
+          text = await readFile(path.join(this.storeDir, name, hash, "meta.json"), "utf8");
+        } catch (err) {
+          if ((err as NodeJS.ErrnoException).code === "ENOENT" || (err as NodeJS.ErrnoException).code === "ENOTDIR")
+            continue;
+          throw err;
+        }
+        const layer = metaSchema.parse(JSON.parse(text)).layer;
+        if (layer !== undefined) out.push(layer);
+      }
+    }
+    return out;
+  }
+}
+
+/** The layer id of a build, read from its tree's path (`<store>/layers/<id>/tree`). */
+function layerIdOf(built: BuiltTemplate): string {
+  if (path.basename(built.rootfs) !== "tree")
+    throw new Error(`template "${built.name}" was built before layers: rebuild it (bothy template build --force)`);
+  return path.basename(path.dirname(built.rootfs));
+}
+
+async function readdirOrEmpty(dir: string): Promise<string[]> {
+  try {
+    return await readdir(dir);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT" || (err as NodeJS.ErrnoException).code === "ENOTDIR")
+      return [];
+    throw err;
   }
 }
 

@@ -1,0 +1,60 @@
+import { mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { LayerStore, lowerDirsOf, MAX_CHAIN_LENGTH } from "../src/images/layer-store.ts";
+
+describe("layer store", () => {
+  let dir: string;
+  let store: LayerStore;
+  const signal = new AbortController().signal;
+  let n = 0;
+
+  /** A tree in the store's own temp area (publish renames, so it must be on the same file system). */
+  const tree = async (file: string): Promise<string> => {
+    const t = path.join(dir, ".tmp", `t${n++}`);
+    await mkdir(t, { recursive: true });
+    await writeFile(path.join(t, file), file);
+    return t;
+  };
+  const publish = async (parent: string | null, prefix = "test"): Promise<string> =>
+    (await store.locked(signal, async () => store.publish(await tree(prefix), parent, prefix))).id;
+
+  beforeEach(async () => {
+    dir = await mkdtemp(path.join(tmpdir(), "bothy-layers-"));
+    store = new LayerStore(dir);
+  });
+  afterEach(() => rm(dir, { recursive: true, force: true }));
+
+  it("reads a chain top first, as overlayfs's lowerdir wants it, from any layer's tree", async () => {
+    const base = await publish(null, "seed");
+    const mid = await publish(base, "code-runtime");
+    const top = await publish(mid, "fullstack");
+    expect(top).toMatch(/^fullstack-[0-9a-f]{16}$/);
+    expect((await store.chain(top)).map((l) => l.id)).toEqual([top, mid, base]);
+    expect(await lowerDirsOf(store.treeOf(top))).toEqual([top, mid, base].map((id) => store.treeOf(id)));
+    // A directory that is not a layer is a whole tree by itself.
+    expect(await lowerDirsOf(path.join(dir, "old", "rootfs"))).toEqual([path.join(dir, "old", "rootfs")]);
+  });
+
+  it("refuses a parent that is missing and a chain longer than overlayfs can mount", async () => {
+    await expect(publish("gone-0123456789abcdef")).rejects.toThrow("parent layer gone-0123456789abcdef is missing");
+    let id = await publish(null);
+    for (let i = 0; i < MAX_CHAIN_LENGTH; i++) id = await publish(id);
+    await expect(store.chain(id)).rejects.toThrow(`more than ${MAX_CHAIN_LENGTH} ancestors`);
+  });
+
+  it("removes layers outside the roots' chains and staging left by a crash, keeping every ancestor", async () => {
+    const base = await publish(null, "seed");
+    const kept = await publish(base, "child");
+    const orphan = await publish(base, "replaced");
+    const orphanChild = await publish(orphan, "snap");
+    await mkdir(path.join(store.dir, ".new-crashed-0123456789abcdef"));
+    // Not a layer's name: left alone.
+    await mkdir(path.join(store.dir, "README"));
+    const removed = await store.removeOrphans(async () => [kept], signal);
+    expect(removed.sort()).toEqual([orphan, orphanChild].sort());
+    expect((await readdir(store.dir)).sort()).toEqual(["README", base, kept].sort());
+    expect(await store.removeOrphans(async () => [kept], signal)).toEqual([]);
+  });
+});
