@@ -46,7 +46,8 @@ async function eventually<T>(what: string, check: () => Promise<T | undefined>, 
     } catch (err) {
       last = err;
     }
-    if (Date.now() > deadline) throw new Error(`${what}: never happened${last ? ` (last error: ${String(last)})` : ""}`);
+    if (Date.now() > deadline)
+      throw new Error(`${what}: never happened${last ? ` (last error: ${String(last)})` : ""}`);
     await new Promise((r) => setTimeout(r, 250));
   }
 }
@@ -121,8 +122,11 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "E2B desktop S
       background: true,
     });
     await eventually("the sandbox's web server", async () =>
-      (await desktop.commands.run("python3 -c \"import urllib.request as u; u.urlopen('http://127.0.0.1:8765/page.html')\""))
-        .exitCode === 0
+      (
+        await desktop.commands.run(
+          "python3 -c \"import urllib.request as u; u.urlopen('http://127.0.0.1:8765/page.html')\"",
+        )
+      ).exitCode === 0
         ? true
         : undefined,
     );

@@ -43,13 +43,18 @@ export function openInChromium(tunnel: TcpStream, cdpPort: number, url: string):
         });
         res.on("end", () => {
           if (res.statusCode === 200) resolve();
-          else reject(new BothyError("desktop_failed", `Chromium did not open the URL (DevTools answered ${res.statusCode}).`));
+          else
+            reject(
+              new BothyError("desktop_failed", `Chromium did not open the URL (DevTools answered ${res.statusCode}).`),
+            );
         });
         res.on("error", reject);
       },
     );
     req.on("error", (err) =>
-      reject(new BothyError("desktop_failed", `Chromium's DevTools port did not answer: ${err.message}`, { cause: err })),
+      reject(
+        new BothyError("desktop_failed", `Chromium's DevTools port did not answer: ${err.message}`, { cause: err }),
+      ),
     );
     req.on("close", () => tunnel.destroy());
     req.end();

@@ -32,8 +32,7 @@ const BOTHY_DISPLAY = 1;
 
 const XVFB =
   /^Xvfb :([0-9]{1,3}) -ac -screen 0 ([0-9]{1,5})x([0-9]{1,5})x24 -retro -dpi [0-9]{1,4} -nolisten tcp -nolisten unix$/;
-const XFCE_RUNNING =
-  "pgrep -x xfce4-session >/dev/null && pgrep -x xfwm4 >/dev/null && pgrep -x xfdesktop >/dev/null";
+const XFCE_RUNNING = "pgrep -x xfce4-session >/dev/null && pgrep -x xfwm4 >/dev/null && pgrep -x xfdesktop >/dev/null";
 const SCROT = /^scrot --pointer (\/tmp\/screenshot-[A-Za-z0-9]{16}\.png)$/;
 const XDG_OPEN = /^xdg-open (\S+)$/;
 const STOREPASSWD = /^x11vnc -storepasswd ([A-Za-z0-9]{8,64}) ~\/\.vnc\/passwd$/;
@@ -120,7 +119,9 @@ export function mapDesktopCommand(line: string, ctx: DesktopCommandContext): Map
     return {
       before: async () => {
         if (ctx.binding === undefined || !streams.start(id, port, ctx.binding))
-          unsupported("Start the stream with stream.start({ requireAuth: true }): bothy serves it only with a password.");
+          unsupported(
+            "Start the stream with stream.start({ requireAuth: true }): bothy serves it only with a password.",
+          );
       },
       line: "true",
     };
