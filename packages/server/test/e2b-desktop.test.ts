@@ -4,6 +4,7 @@ import { Sandbox } from "@e2b/desktop";
 import { PNG } from "pngjs";
 import WebSocket from "ws";
 import { ANONYMOUS } from "../../../test/auth.ts";
+import { api } from "./helpers/client.ts";
 import { driverTitle, testDriver } from "./helpers/drivers.ts";
 import { noLeaks } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
@@ -213,6 +214,24 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "E2B desktop S
     });
     ws.terminate();
     expect(status).toBe(401);
+  });
+
+  it("a stream started under a key ends when that key is revoked", async () => {
+    const made = await api(ts.url, "POST", "/keys", { scopes: ["sandboxes:read", "sandboxes:write"] });
+    expect(made.status, JSON.stringify(made.json)).toBe(201);
+    const { key, key_id } = made.json as { key: string; key_id: string };
+    const theirs = await Sandbox.connect(desktop.sandboxId, { apiKey: key });
+    await theirs.stream.stop();
+    await theirs.stream.start({ requireAuth: true });
+    const url = theirs.stream.getUrl({ authKey: theirs.stream.getAuthKey() });
+    expect((await getByHost(ts.url, url)).status).toBe(200);
+    expect((await api(ts.url, "DELETE", `/keys/${key_id}`)).status).toBe(200);
+    const after = await getByHost(ts.url, url);
+    expect(after.status).toBe(401);
+    expect(after.body).not.toContain("const token");
+    // The admin's own desktop object takes the stream back for the next test.
+    await desktop.stream.stop();
+    await desktop.stream.start({ requireAuth: true });
   });
 
   it("stream.stop() ends the URL: its host is no longer served as the viewer", async () => {

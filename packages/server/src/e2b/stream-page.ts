@@ -27,14 +27,16 @@ export function streamPageRoutes(e2b: FastifyInstance, streams: DesktopStreams, 
     const { id } = request.params;
     const query = parseE2b(pageQuery, request.query, "GET /vnc.html");
     const binding = SANDBOX_ID_RE.test(id) ? streams.verify(id, query.password) : undefined;
-    if (binding === undefined)
-      throw new E2bHttpError(
-        401,
-        "This desktop stream needs its password: open the URL stream.getUrl({ authKey: stream.getAuthKey() }) gives after stream.start({ requireAuth: true }).",
-      );
     const control = query.view_only !== "true";
     const exp = Math.floor(Date.now() / 1000) + PAGE_LINK_TTL_S;
-    const token = links.signAs({ sid: id, what: "desktop", ...(control ? { control: true } : {}), exp }, binding);
+    const link = { sid: id, what: "desktop" as const, ...(control ? { control: true } : {}), exp };
+    const token = binding === undefined ? undefined : links.signAs(link, binding);
+    // The link holds only while the key that started the stream is current and may still do it.
+    if (token === undefined || links.verify(token) === undefined)
+      throw new E2bHttpError(
+        401,
+        "This desktop stream needs its password, and the key that started it must still be current: open the URL stream.getUrl({ authKey: stream.getAuthKey() }) gives after stream.start({ requireAuth: true }).",
+      );
     return reply
       .type("text/html; charset=utf-8")
       .header("cache-control", "no-store")
