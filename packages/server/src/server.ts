@@ -32,6 +32,7 @@ import { portRoutes, previewHostRewrite } from "./api/port-routes.ts";
 import { desktopRoutes } from "./api/desktop-routes.ts";
 import { tunnelRoutes } from "./api/tunnel-routes.ts";
 import { DesktopService } from "./desktop/desktop-service.ts";
+import { DesktopStreams } from "./e2b/desktop-stream.ts";
 import { answerClientError, answerExpectation, sendProblem } from "./api/problem.ts";
 import { sandboxRoutes } from "./api/sandbox-routes.ts";
 import { checkWebSocketHandshakes } from "./api/websocket-handshake.ts";
@@ -113,10 +114,11 @@ export function createLogger(config: Config, destination?: NodeJS.WritableStream
   return pino({ level: config.logLevel, base: { service: "bothy" } }, destination ?? process.stdout);
 }
 
-/** URL rewrites before routing: E2B's port header, then preview host names (when configured). */
-function rewriteUrl(previewDomain: string | undefined): (req: IncomingMessage) => string {
+/** URL rewrites before routing: E2B's port header, then E2B desktop streams and preview host names (when configured). */
+function rewriteUrl(previewDomain: string | undefined, streams: DesktopStreams): (req: IncomingMessage) => string {
   const preview = previewDomain === undefined ? undefined : previewHostRewrite(previewDomain);
-  return (req) => e2bPortRewrite(req) ?? preview?.(req) ?? req.url ?? "/";
+  const stream = previewDomain === undefined ? undefined : streams.rewrite(previewDomain);
+  return (req) => e2bPortRewrite(req) ?? stream?.(req) ?? preview?.(req) ?? req.url ?? "/";
 }
 
 /** Builds and starts the server: ledger, driver preflight, reconcile, routes, listen. */
@@ -229,6 +231,8 @@ export async function startServer(
       "route_not_found",
       `No route ${request.method} ${request.url.split("?")[0]}; see the README or /openapi.json for the API.`,
     );
+  // @e2b/desktop's live views, which the URL rewrite serves on their preview hosts.
+  const streams = new DesktopStreams();
   // Every answer is problem+json, also those Fastify and Node's HTTP parser give before a route runs.
   const app = Fastify({
     // A link's token in a URL never reaches the log (Fastify logs request URLs at info).
@@ -249,7 +253,7 @@ export async function startServer(
     clientErrorHandler: (err, socket) => answerClientError(err, socket, logProblem),
     // Node answers a missing Host with a bare 400; the hook below answers it as problem+json.
     http: { requireHostHeader: false },
-    rewriteUrl: rewriteUrl(config.previewDomain),
+    rewriteUrl: rewriteUrl(config.previewDomain, streams),
     ...(tls ? { https: tls } : {}),
   }) as unknown as FastifyInstance;
   app.server.on("checkExpectation", (req, res) => answerExpectation(req, res, logProblem));
@@ -342,7 +346,8 @@ export async function startServer(
     relays,
     dialer,
   );
-  await desktopRoutes(app, manager, new DesktopService(manager), links, relays);
+  const desktop = new DesktopService(manager);
+  await desktopRoutes(app, manager, desktop, links, relays);
   tunnelRoutes(app, manager, relays, dialer);
   await agentToolRoutes(app, config, logger, ring, { approvals, policies: manager.policies });
   usageRoutes(app, meter, ledger);
@@ -357,6 +362,9 @@ export async function startServer(
     ledger,
     quotas,
     vault,
+    desktop,
+    streams,
+    links,
   });
   uiSessionRoutes(app, { ring, sessions, previewDomain: config.previewDomain, secureCookies });
   uiRoutes(app);

@@ -100,8 +100,9 @@ export function absoluteUrl(request: FastifyRequest, path: string, host = reques
 /**
  * The page a person opens to watch (and, with ?control=1, use) the sandbox's screen. A link's
  * token goes on to the WebSocket; the relay itself drops input when the principal may only read.
+ * `embedded`: a token minted for this page (E2B's stream URL), written into it instead.
  */
-function viewerPage(id: string, control: boolean, token: string | undefined): string {
+export function viewerPage(id: string, control: boolean, token: string | undefined, embedded?: string): string {
   return `<!doctype html>
 <html lang="en">
 <head>
@@ -115,9 +116,10 @@ function viewerPage(id: string, control: boolean, token: string | undefined): st
 <script type="module">
 import RFB from "/desktop/novnc/core/rfb.js";
 const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-const token = new URLSearchParams(location.search).get("token");
+const token = ${embedded === undefined ? 'new URLSearchParams(location.search).get("token")' : JSON.stringify(embedded)};
 const url = scheme + "//" + location.host + "/sandboxes/${id}/desktop/vnc" + (token ? "?token=" + encodeURIComponent(token) : "");
 ${token === undefined ? "" : 'history.replaceState(null, "", location.pathname + (location.search.includes("control=1") ? "?control=1" : ""));'}
+${embedded === undefined ? "" : 'history.replaceState(null, "", location.pathname);'}
 const status = document.getElementById("status");
 const show = (state, text) => { document.body.dataset.state = state; status.textContent = text; };
 // A dropped or refused connection (the desktop still starting, the sandbox waking) is retried, as a person would.

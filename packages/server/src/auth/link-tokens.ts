@@ -107,7 +107,12 @@ export class LinkTokens {
 
   /** A link made by `principal` (the route has checked it may do what the link does). */
   sign(link: Omit<LinkPayload, "by">, principal: Principal): string {
-    const payload: LinkPayload = { ...link, by: this.bindings.of(principal) };
+    return this.signAs(link, this.bindings.of(principal));
+  }
+
+  /** A link made under a key binding a token of another kind carried (an E2B envd token's). */
+  signAs(link: Omit<LinkPayload, "by">, by: string): string {
+    const payload: LinkPayload = { ...link, by };
     const body = Buffer.from(JSON.stringify(payload)).toString("base64url");
     return `${body}.${this.mac(body).toString("base64url")}`;
   }

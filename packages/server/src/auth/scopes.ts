@@ -42,6 +42,8 @@ export function requirementOf(method: string, url: string | undefined, websocket
   if (url === "/sandboxes/:id/desktop/vnc" || url === "/sandboxes/:id/desktop/link") return "sandboxes:read";
   // The noVNC library's own files, which the live view loads before any token is checked.
   if (url === "/desktop/novnc/*") return "public";
+  // @e2b/desktop's stream page: its password is the credential (e2b/stream-page.ts checks it).
+  if (url === "/e2b/desktop-stream/:id/vnc.html") return "public";
   // Proxied connections and WebSockets act on the sandbox (a re-attached command takes input).
   if (url.startsWith("/sandboxes/:id/ports/") || websocket) return "sandboxes:write";
   return method === "GET" || method === "HEAD" ? "sandboxes:read" : "sandboxes:write";

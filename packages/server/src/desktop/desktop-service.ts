@@ -18,6 +18,7 @@ import {
 } from "@bothy/protocol";
 import type { AgentClient } from "../agent/agent-client.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
+import { openableUrl, openInChromium } from "./open-url.ts";
 
 const HELPER_PATH = "/tmp/bothy-desktop.mjs";
 const SHOT_DIR = "/tmp/.bothy-desktop";
@@ -244,5 +245,12 @@ export class DesktopService {
         `xdotool failed in sandbox ${id} (exit ${result.code}): ${result.stderr.slice(-300)}`,
       );
     }
+  }
+
+  /** Opens a URL (or an absolute path in the sandbox) in a new tab of the desktop's Chromium. */
+  async openUrl(id: string, target: string): Promise<void> {
+    const url = openableUrl(target);
+    const screen = await this.start(id);
+    await openInChromium(await this.manager.agent(id).openTcp(screen.cdp_port), screen.cdp_port, url);
   }
 }

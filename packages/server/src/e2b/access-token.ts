@@ -68,6 +68,11 @@ export class AccessTokens {
     return binding !== undefined && this.bindings.holds(binding, sandboxId, RUN, now);
   }
 
+  /** The key binding of this sandbox's envd token, when it is one this server made. */
+  envdBinding(sandboxId: string, token: string | undefined): string | undefined {
+    return this.bindingOf("envd", sandboxId, token);
+  }
+
   /** The token E2B's SDKs send to the sandbox's other ports (`E2B-Traffic-Access-Token`). */
   trafficTokenFor(sandboxId: string, principal: Principal): string {
     return this.make("traffic", sandboxId, this.bindings.of(principal));

@@ -20,6 +20,11 @@ import { E2bHttpError, sendE2bError } from "./e2b-errors.ts";
 import { E2bState, vaultSealer } from "./e2b-state.ts";
 import type { Vault } from "../gateway/vault.ts";
 import { signedFileRoutes } from "./signed-files.ts";
+import type { DesktopService } from "../desktop/desktop-service.ts";
+import type { LinkTokens } from "../auth/link-tokens.ts";
+import { mapDesktopCommand } from "./desktop-commands.ts";
+import type { DesktopStreams } from "./desktop-stream.ts";
+import { streamPageRoutes } from "./stream-page.ts";
 
 export interface E2bDeps {
   config: Config;
@@ -34,6 +39,10 @@ export interface E2bDeps {
   quotas: Quotas;
   /** Seals the create's envVars the ledger keeps. */
   vault: Vault;
+  /** The desktop `@e2b/desktop`'s commands are answered by, and its live view's state and links. */
+  desktop: DesktopService;
+  streams: DesktopStreams;
+  links: LinkTokens;
 }
 
 /**
@@ -49,7 +58,10 @@ export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<vo
     deps.serverEvents.emit("e2b_envs_unreadable", { sandbox_id: sandboxId, error: err.message }),
   );
   // A sandbox that ended for good (deleted, or failed and never coming back) needs none of it.
-  onSandboxFinal(deps.serverEvents, (id) => state.forget(id));
+  onSandboxFinal(deps.serverEvents, (id) => {
+    state.forget(id);
+    deps.streams.forget(id);
+  });
   await app.register(
     async (e2b) => {
       e2b.setErrorHandler((err, _request, reply) => sendE2bError(reply, err, deps.logProblem));
@@ -61,6 +73,7 @@ export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<vo
         ),
       );
       controlPlaneRoutes(e2b, deps, tokens, state, deps.config.previewDomain ?? null);
+      streamPageRoutes(e2b, deps.streams, deps.links);
       await e2b.register(
         (envd) =>
           envdRoutes(envd, deps.manager, tokens, async (scope) => {
@@ -68,7 +81,18 @@ export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<vo
               // envd's clients may be newer than its protos.
               jsonOptions: { ignoreUnknownFields: true },
               routes: (router) => {
-                router.service(Process, processService(deps.manager, deps.registry, state));
+                router.service(
+                  Process,
+                  processService(deps.manager, deps.registry, state, (ctx, sandboxId, line) =>
+                    mapDesktopCommand(line, {
+                      sandboxId,
+                      binding: tokens.envdBinding(sandboxId, ctx.requestHeader.get("x-access-token") ?? undefined),
+                      desktop: deps.desktop,
+                      streams: deps.streams,
+                      agent: () => deps.manager.agent(sandboxId),
+                    }),
+                  ),
+                );
                 router.service(Filesystem, filesystemService(deps.manager));
               },
             });

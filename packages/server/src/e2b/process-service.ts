@@ -15,6 +15,7 @@ import {
 } from "./gen/process_pb.ts";
 import { Wakeup } from "../util/wakeup.ts";
 import { execQuiet } from "../agent/quiet-exec.ts";
+import type { MappedCommand } from "./desktop-commands.ts";
 
 type StartResponseInit = MessageInitShape<typeof StartResponseSchema>;
 type ProcessEventInit = MessageInitShape<typeof ProcessEventSchema>;
@@ -172,6 +173,9 @@ const SIGNALS: Partial<Record<Signal, "SIGKILL" | "SIGTERM">> = {
   [Signal.SIGTERM]: "SIGTERM",
 };
 
+/** The command bothy runs for a line an SDK sends to `/bin/bash -l -c` (e2b/desktop-commands.ts). */
+export type LineMapper = (ctx: HandlerContext, sandboxId: string, line: string) => MappedCommand | undefined;
+
 /**
  * envd's `process.Process` on bothy's command registry. Every command runs as a bothy background
  * command: closing the stream leaves it running (as in envd), and the deadline
@@ -182,6 +186,7 @@ export function processService(
   manager: SandboxManager,
   registry: CommandRegistry,
   state: E2bState,
+  mapLine: LineMapper = () => undefined,
 ): Partial<ServiceImpl<typeof Process>> {
   /** The running command a selector names; a finished or unknown one is `not_found`, as in envd. */
   const selected = (
@@ -263,9 +268,19 @@ export function processService(
           if (where?.type !== "dir")
             throw new ConnectError(`cwd ${proc.cwd} is not a directory in the sandbox`, Code.InvalidArgument);
         }
+        let args = proc.args;
+        const [login, dashC, line, ...more] = args;
+        const mapped =
+          proc.cmd === "/bin/bash" && login === "-l" && dashC === "-c" && line !== undefined && more.length === 0
+            ? mapLine(ctx, sandboxId, line)
+            : undefined;
+        if (mapped) {
+          await mapped.before();
+          args = ["-l", "-c", mapped.line];
+        }
         const deadline = ctx.timeoutMs();
         const parsed = commandRequest.safeParse({
-          cmd: `exec ${[proc.cmd, ...proc.args].map(shellQuote).join(" ")}`,
+          cmd: `exec ${[proc.cmd, ...args].map(shellQuote).join(" ")}`,
           ...(proc.cwd ? { cwd: proc.cwd } : {}),
           env: { ...state.env(sandboxId), ...proc.envs },
           // A terminal always takes input, as in envd.
