@@ -115,6 +115,11 @@ export interface ServerEventMap {
   sandbox_delete_failed: Failure;
   orphan_removed: { sandbox_id: string; kind: string; description: string; by: string; disk_kept?: true };
   orphan_remove_failed: Failure;
+  volume_created: { volume_id: string; tenant: string; name: string; size_mib: number };
+  volume_deleted: { volume_id: string; tenant: string; name: string };
+  volume_unmount_failed: { volume_id: string; error: string };
+  volume_orphan_removed: { volume_id: string; description: string; by: string };
+  volume_orphan_remove_failed: { volume_id: string; error: string };
   sweep_failed: { error: string };
   sweep_delete_failed: Failure;
   disconnect_grace_started: { sandbox_id: string; close_code: number | undefined; grace_s: number };
@@ -212,6 +217,11 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   sandbox_delete_failed: "warn",
   orphan_removed: "info",
   orphan_remove_failed: "warn",
+  volume_created: "info",
+  volume_deleted: "info",
+  volume_unmount_failed: "warn",
+  volume_orphan_removed: "info",
+  volume_orphan_remove_failed: "warn",
   sweep_failed: "error",
   sweep_delete_failed: "warn",
   disconnect_grace_started: "info",
