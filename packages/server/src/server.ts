@@ -364,6 +364,7 @@ export async function startServer(
     ledger,
     quotas,
     vault,
+    volumes,
   });
   uiSessionRoutes(app, { ring, sessions, previewDomain: config.previewDomain, secureCookies });
   uiRoutes(app);

@@ -10,7 +10,10 @@ import { statfs } from "node:fs/promises";
 import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { api, deleteSandbox, runCommand } from "./helpers/client.ts";
+import { ConflictError, NotFoundError, Sandbox, Volume } from "@bothy/sdk";
+import { Sandbox as E2bSandbox, Volume as E2bVolume } from "e2b";
+import { api, deleteSandbox, runCommand, waitDeleted } from "./helpers/client.ts";
+import { useE2bEnv } from "./helpers/e2b-env.ts";
 import { hostLeaks, noLeaks } from "./helpers/host-state.ts";
 import { spawnTestServe, type ServeProcess } from "./helpers/serve-process.ts";
 import { useTestServer } from "./helpers/suite.ts";
@@ -206,6 +209,60 @@ describe("volumes (gVisor)", () => {
     for (const name of ["first", "data"])
       expect((await api(ts.url, "DELETE", `/volumes/${name}`, undefined, asB())).status).toBe(200);
   });
+
+  it("refuses volumes on QEMU, which cannot mount them yet, before anything boots", async () => {
+    const res = await api(ts.url, "POST", "/sandboxes", {
+      ...withVolumes([{ name: "data", path: "/data", read_only: true }]),
+      driver: "qemu",
+    });
+    expect([res.status, res.json["code"]]).toEqual([501, "not_supported"]);
+  });
+
+  it(
+    "is driven by @bothy/sdk's Volume and by the e2b SDK's Volume and volumeMounts",
+    { timeout: 120_000 },
+    async () => {
+      // bothy's SDK.
+      const conn = { baseUrl: ts.url };
+      expect((await Volume.create("sdk", 16, conn)).size_mib).toBe(16);
+      await expect(Volume.create("sdk", 16, conn)).rejects.toBeInstanceOf(ConflictError);
+      const sbx = await Sandbox.create({ ...conn, volumes: [{ name: "sdk", path: "/v", readOnly: true }] });
+      expect((await Volume.get("sdk", conn)).mounted_by).toEqual([
+        { sandbox_id: sbx.sandboxId, path: "/v", read_only: true },
+      ]);
+      await expect(Volume.delete("sdk", conn)).rejects.toBeInstanceOf(ConflictError);
+      await sbx.kill({ wait: true });
+      await Volume.delete("sdk", conn);
+      await expect(Volume.get("sdk", conn)).rejects.toBeInstanceOf(NotFoundError);
+
+      // The unmodified e2b SDK: its control plane's volume calls and a create's volumeMounts.
+      const restore = useE2bEnv(ts.url);
+      try {
+        const vol = await E2bVolume.create("from-e2b");
+        expect((await E2bVolume.list()).map((v) => v.name)).toContain("from-e2b");
+        expect((await E2bVolume.getInfo(vol.volumeId)).name).toBe("from-e2b");
+        const e2bSbx = await E2bSandbox.create("base", { volumeMounts: { "/vol": vol } });
+        const out = await e2bSbx.commands.run("echo via-e2b > /vol/f && cat /vol/f");
+        expect(out.stdout).toBe("via-e2b\n");
+        await e2bSbx.kill();
+        expect(await waitDeleted(ts.url, e2bSbx.sandboxId)).toBe("deleted");
+        expect(await E2bVolume.destroy(vol.volumeId)).toBe(true);
+        expect(await E2bVolume.destroy(vol.volumeId)).toBe(false);
+        // Another tenant's key sees none of it: b's id is a's 404. (E2B's volumes are 1024 MiB,
+        // past the quota b got above.)
+        expect((await api(ts.url, "PATCH", "/tenants/b/quota", { max_storage_mib: null })).status).toBe(200);
+        const bVol = await api(ts.url, "POST", "/e2b/volumes", { name: "b-e2b" }, asB());
+        expect(bVol.status).toBe(201);
+        const theirs = await api(ts.url, "GET", `/e2b/volumes/${String(bVol.json["volumeID"])}`);
+        expect(theirs.status).toBe(404);
+        expect(
+          (await api(ts.url, "DELETE", `/e2b/volumes/${String(bVol.json["volumeID"])}`, undefined, asB())).status,
+        ).toBe(204);
+      } finally {
+        restore();
+      }
+    },
+  );
 
   it("leaves no host file or mount once its sandboxes and the volume are deleted", async () => {
     expect(await volumeMounts(ts.home)).toHaveLength(1);

@@ -11,6 +11,8 @@ import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import type { AccessTokens } from "./access-token.ts";
 import { codeInterpreterStarter } from "./code-interpreter.ts";
 import { controlPlaneRoutes } from "./control-plane.ts";
+import { e2bVolumeRoutes } from "./e2b-volumes.ts";
+import type { VolumeService } from "../volumes/volume-service.ts";
 import { envdRoutes } from "./envd-routes.ts";
 import { filesystemService } from "./filesystem-service.ts";
 import { Filesystem } from "./gen/filesystem_pb.ts";
@@ -34,6 +36,7 @@ export interface E2bDeps {
   quotas: Quotas;
   /** Seals the create's envVars the ledger keeps. */
   vault: Vault;
+  volumes: VolumeService;
 }
 
 /**
@@ -61,6 +64,7 @@ export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<vo
         ),
       );
       controlPlaneRoutes(e2b, deps, tokens, state, deps.config.previewDomain ?? null);
+      e2bVolumeRoutes(e2b, deps.volumes);
       await e2b.register(
         (envd) =>
           envdRoutes(envd, deps.manager, tokens, async (scope) => {
