@@ -216,6 +216,7 @@ describe("volumes (gVisor)", () => {
       driver: "qemu",
     });
     expect([res.status, res.json["code"]]).toEqual([501, "not_supported"]);
+    expect(String(res.json["detail"])).toMatch(/qemu driver cannot mount volumes yet/);
   });
 
   it(
