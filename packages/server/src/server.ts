@@ -198,12 +198,12 @@ export async function startServer(
     });
   await manager.reconcile();
   // After the take-overs re-held their volumes' mounts: the rest are leftovers.
-  await volumes.removeOrphans("start-up");
+  await volumes.removeOrphans("start-up", () => manager.ownedIds());
   const sweeper = new Sweeper(manager, ledger, drivers, config.lifecycle.sweepIntervalMs, log);
   const watch = new DisconnectWatch(manager, ledger, log);
   const idle = new IdleSleep(manager, registry, watch, config.lifecycle.idleTimeoutMs, log);
   sweeper.addStep(() => idle.pass());
-  sweeper.addStep(() => volumes.removeOrphans("sweeper"));
+  sweeper.addStep(() => volumes.removeOrphans("sweeper", () => manager.ownedIds()));
   sweeper.addStep(async () => {
     await pruneEvents(ledger.events, config.eventRetention, log);
   });

@@ -140,13 +140,17 @@ export class VolumeService {
 
   /**
    * Removes volume directories no row names (a create cut short by a crash, a delete whose file
-   * removal failed) and unmounts mounts no sandbox holds. Creates in flight are skipped.
+   * removal failed) and unmounts mounts no sandbox holds. Creates in flight are skipped. `owned`:
+   * the sandboxes the manager holds or works on now.
    */
-  async removeOrphans(by: string): Promise<void> {
+  async removeOrphans(by: string, owned: () => ReadonlySet<string>): Promise<void> {
     // A holder whose sandbox no longer runs (it died without its handle saying so) holds nothing.
+    // One the manager is working on (a wake of a stopped sandbox mounts before its row says
+    // running) keeps its hold.
+    const working = owned();
     for (const [volumeId, holders] of this.mounts.held())
       for (const sandboxId of holders)
-        if (!HOLDING_STATES.includes(this.ledger.getSandbox(sandboxId)?.state ?? "deleted"))
+        if (!working.has(sandboxId) && !HOLDING_STATES.includes(this.ledger.getSandbox(sandboxId)?.state ?? "deleted"))
           await this.mounts
             .releaseOne(sandboxId, volumeId)
             .catch((err: unknown) =>
