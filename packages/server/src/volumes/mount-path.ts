@@ -16,7 +16,7 @@ function refuse(path: string, why: string): BothyError {
 
 /**
  * Checks a create's volume mounts: each path absolute and normal, not `/`, not under a reserved
- * directory, not inside another mount of the same create; each volume once. Returns the paths as given.
+ * directory, not inside another mount of the same create; each volume once.
  */
 export function checkMounts(mounts: readonly VolumeMount[]): void {
   const names = new Set<string>();
