@@ -530,7 +530,7 @@ class GvisorSandbox implements SandboxHandle {
    * The host mounts of the sandbox's volumes, made (or, on a take-over, found still there) before
    * runsc binds them; released when the sandbox stops or is destroyed.
    */
-  private async acquireVolumes(undo: UndoStack): Promise<void> {
+  private async acquireVolumes(undo: CleanupStack): Promise<void> {
     const { volumes, volumeHost } = this.spec;
     if (!volumes?.length || !volumeHost) return;
     await this.phase("volumes", () =>
