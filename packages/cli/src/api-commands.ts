@@ -21,6 +21,7 @@ import { shellCommand } from "./commands/shell.ts";
 import { tenantsCommand } from "./commands/tenants.ts";
 import { secretsCommand } from "./commands/secrets.ts";
 import { approvalsCommand } from "./commands/approvals.ts";
+import { volumeCommand } from "./commands/volume.ts";
 
 export const API_COMMANDS: Command[] = [
   createCommand,
@@ -37,6 +38,7 @@ export const API_COMMANDS: Command[] = [
   keysCommand,
   tenantsCommand,
   secretsCommand,
+  volumeCommand,
   approvalsCommand,
   policyCommand,
   doctorCommand,

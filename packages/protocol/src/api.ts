@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { ptySize, signalName } from "./guest-frames.ts";
+import { MAX_SANDBOX_VOLUMES, volumeMount } from "./volumes-api.ts";
 import {
   AUDIT_EVENT_TYPES,
   effectiveHostPolicy,
@@ -92,6 +93,8 @@ export const createSandboxRequest = z
     policy: hostPolicyRequest.optional(),
     /** Vault secrets it may use: each becomes a placeholder variable (`github` → `GITHUB=bothy_ph_…`). */
     secrets: z.array(secretName).max(MAX_SANDBOX_SECRETS).optional(),
+    /** Volumes of its tenant mounted at `path` (volumes-api.ts); the server checks paths and who else mounts them. */
+    volumes: z.array(volumeMount).max(MAX_SANDBOX_VOLUMES).optional(),
   })
   .strict();
 export type CreateSandboxRequest = z.input<typeof createSandboxRequest>;

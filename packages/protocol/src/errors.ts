@@ -68,6 +68,10 @@ export const ERROR_CODES = [
   "egress_denied",
   "egress_unreachable",
   "allow_out_not_permitted",
+  "volume_not_found",
+  "volume_exists",
+  "volume_in_use",
+  "invalid_volume_mount",
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -138,6 +142,10 @@ export const ERROR_STATUS: Record<ErrorCode, number> = {
   egress_denied: 403,
   egress_unreachable: 502,
   allow_out_not_permitted: 403,
+  volume_not_found: 404,
+  volume_exists: 409,
+  volume_in_use: 409,
+  invalid_volume_mount: 400,
 };
 
 const TITLES: Record<ErrorCode, string> = {
@@ -206,6 +214,10 @@ const TITLES: Record<ErrorCode, string> = {
   egress_denied: "Egress denied by policy",
   egress_unreachable: "Egress destination unreachable",
   allow_out_not_permitted: "allow_out names an address this server does not open",
+  volume_not_found: "Volume not found",
+  volume_exists: "Volume already exists",
+  volume_in_use: "Volume in use",
+  invalid_volume_mount: "Invalid volume mount",
 };
 
 export function errorTitle(code: ErrorCode): string {

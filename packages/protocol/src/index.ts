@@ -7,3 +7,4 @@ export * from "./api-responses.ts";
 export * from "./desktop-api.ts";
 export * from "./auth-api.ts";
 export * from "./egress-api.ts";
+export * from "./volumes-api.ts";

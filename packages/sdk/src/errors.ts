@@ -79,6 +79,10 @@ const BY_CODE: Partial<Record<ErrorCode, ErrorClass>> = {
   scope_missing: AuthenticationError,
   csrf_token_invalid: AuthenticationError,
   not_supported: NotSupportedError,
+  volume_not_found: NotFoundError,
+  volume_exists: ConflictError,
+  volume_in_use: ConflictError,
+  invalid_volume_mount: InvalidArgumentError,
 };
 
 const BY_STATUS: Record<number, ErrorClass> = {

@@ -79,3 +79,4 @@ export {
   type DenyOptions,
 } from "./approvals.ts";
 export { TenantPolicy, type PolicyOptions, type HostPolicyRequest, type TenantPolicyInfo } from "./policy.ts";
+export { Volume, type VolumeInfo, type VolumeOptions } from "./volume.ts";

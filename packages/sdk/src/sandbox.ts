@@ -66,6 +66,11 @@ export interface SandboxCreateOptions extends SandboxOptions {
   policy?: HostPolicyRequest;
   /** Vault secrets it may use; each becomes a placeholder variable (`github` → `GITHUB`). */
   secrets?: string[];
+  /**
+   * Volumes of the tenant to mount (`Volume.create`): each at its absolute `path`, read-write by
+   * one sandbox at a time or `readOnly` by any number (gVisor sandboxes only, for now).
+   */
+  volumes?: Array<{ name: string; path: string; readOnly?: boolean }>;
 }
 
 export class Sandbox {
@@ -109,6 +114,15 @@ export class Sandbox {
       ...(options.network?.denyOut === undefined ? {} : { deny_out: options.network.denyOut }),
       ...(options.policy === undefined ? {} : { policy: options.policy }),
       ...(options.secrets === undefined ? {} : { secrets: options.secrets }),
+      ...(options.volumes === undefined
+        ? {}
+        : {
+            volumes: options.volumes.map((v) => ({
+              name: v.name,
+              path: v.path,
+              ...(v.readOnly === undefined ? {} : { read_only: v.readOnly }),
+            })),
+          }),
     };
     const info = await http.json("POST", "/sandboxes", sandboxInfo, {
       body,

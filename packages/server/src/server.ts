@@ -35,6 +35,9 @@ import { DesktopService } from "./desktop/desktop-service.ts";
 import { DesktopStreams } from "./e2b/desktop-stream.ts";
 import { answerClientError, answerExpectation, sendProblem } from "./api/problem.ts";
 import { sandboxRoutes } from "./api/sandbox-routes.ts";
+import { volumeRoutes } from "./api/volume-routes.ts";
+import { VolumeMounts } from "./volumes/volume-mounts.ts";
+import { VolumeService } from "./volumes/volume-service.ts";
 import { checkWebSocketHandshakes } from "./api/websocket-handshake.ts";
 import { uiRoutes } from "./api/ui-routes.ts";
 import { uiSessionRoutes } from "./api/ui-session-routes.ts";
@@ -171,10 +174,18 @@ export async function startServer(
   // The secrets vault and the CA guests trust for the egress gateway; both keys stay in $BOTHY_HOME/secrets.
   const vault = await Vault.open(config.home, ledger.secrets);
   const egressCa = await EgressCa.open(config.home);
-  const manager = new SandboxManager(config, ledger, drivers, options.templates ?? store, log, {
-    vault,
-    caPem: egressCa.caPem,
-  });
+  const quotas = new Quotas(ledger, config);
+  const volumes = new VolumeService(ledger, quotas, new VolumeMounts(join(config.home, "volumes"), log), log);
+  await mkdir(volumes.mounts.dir, { recursive: true, mode: 0o700 });
+  const manager = new SandboxManager(
+    config,
+    ledger,
+    drivers,
+    options.templates ?? store,
+    log,
+    { vault, caPem: egressCa.caPem },
+    volumes,
+  );
   const approvals = new ApprovalBroker({ rows: ledger.approvals, timeoutMs: config.approvals.timeoutMs, log });
   approvals.recover();
   if (resolver && drivers.network) resolver.attach(gatewayLookup(drivers.network, ledger, manager.policies));
@@ -194,15 +205,17 @@ export async function startServer(
     if (layers.length > 0) log("layers_removed", { layers, by });
   };
   await removeOrphanLayers("startup").catch((err: unknown) => log("sweep_failed", { error: (err as Error).message }));
+  // After the take-overs re-held their volumes' mounts: the rest are leftovers.
+  await volumes.removeOrphans("start-up", () => manager.ownedIds());
   const sweeper = new Sweeper(manager, ledger, drivers, config.lifecycle.sweepIntervalMs, log);
   sweeper.addStep(() => removeOrphanLayers("sweeper"));
   const watch = new DisconnectWatch(manager, ledger, log);
   const idle = new IdleSleep(manager, registry, watch, config.lifecycle.idleTimeoutMs, log);
   sweeper.addStep(() => idle.pass());
+  sweeper.addStep(() => volumes.removeOrphans("sweeper", () => manager.ownedIds()));
   sweeper.addStep(async () => {
     await pruneEvents(ledger.events, config.eventRetention, log);
   });
-  const quotas = new Quotas(ledger, config);
   const meter = new UsageMeter(ledger, events, { ...config.metering, budgetOf: (t) => quotas.budgetOf(t) }, log);
   const ring = await KeyRing.open(config.home, ledger);
   const bootstrapKey = await ring.bootstrap(config.home, config.auth.adminKey);
@@ -316,6 +329,7 @@ export async function startServer(
   app.setNotFoundHandler((request, reply) => sendProblem(reply, request, routeNotFound(request), logProblem));
 
   sandboxRoutes(app, { manager, ledger, quotas }, startedAt);
+  volumeRoutes(app, volumes);
   authRoutes(app, { ring, ledger, quotas, connections });
   policyRoutes(app, { policies: manager.policies, ledger });
   secretRoutes(app, { vault, ledger });
@@ -365,6 +379,7 @@ export async function startServer(
     desktop,
     streams,
     links,
+    volumes,
   });
   uiSessionRoutes(app, { ring, sessions, previewDomain: config.previewDomain, secureCookies });
   uiRoutes(app);

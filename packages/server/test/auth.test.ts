@@ -153,6 +153,8 @@ describe("API keys, scopes and tenants", () => {
     });
     const secret = { value: "a-secret-value", hosts: ["api.example.com"] };
     expect((await call(ts.url, admin, "PUT", `/secrets/${a.secret}?tenant=a`, secret)).status).toBe(201);
+    // A volume of a's under the secret's name: `{name}` in the battery below names both.
+    expect((await call(ts.url, a.key, "POST", "/volumes", { name: a.secret, size_mib: 16 })).status).toBe(201);
     expect((await call(ts.url, a.key, "POST", "/conversations", { conversation_id: a.conversation })).status).toBe(201);
     expect(
       (await call(ts.url, a.key, "POST", `/conversations/${a.conversation}/turns`, { turn_id: a.turn })).status,
@@ -243,6 +245,7 @@ describe("API keys, scopes and tenants", () => {
     expect((await call(ts.url, a.key, "GET", `/sandboxes/${a.sandbox}`)).status).toBe(200);
     expect((await call(ts.url, a.key, "GET", `/conversations/${a.conversation}`)).status).toBe(200);
     expect((await call(ts.url, a.key, "GET", `/corpus/${a.document}`)).status).toBe(200);
+    expect((await call(ts.url, a.key, "GET", `/volumes/${a.secret}`)).status).toBe(200);
   });
 
   it("keeps lists, events, usage, the E2B surface and MCP tools to the caller's tenant", async () => {

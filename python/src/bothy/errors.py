@@ -175,6 +175,10 @@ ERROR_CLASSES: Dict[str, Type[SandboxError]] = {
     "internal": ServerError,
     "egress_denied": EgressError,
     "egress_unreachable": EgressError,
+    "volume_not_found": NotFoundError,
+    "volume_exists": ConflictError,
+    "volume_in_use": ConflictError,
+    "invalid_volume_mount": InvalidArgumentError,
 }
 
 _BY_STATUS: Dict[int, Type[SandboxError]] = {

@@ -3,7 +3,7 @@ import { CONNECTION_FLAGS, connection, intFlag, JSON_FLAG, parse, UsageError } f
 import type { Command } from "../command.ts";
 import { printJson } from "../output.ts";
 
-const USAGE = `usage: bothy create [--template NAME] [--vcpu N] [--memory MIB] [--timeout S] [--driver gvisor|qemu] [--meta K=V]... [--no-internet] [--allow-out CIDR]... [--deny-out CIDR]... [--secret NAME]... [--idempotency-key KEY] [--json]
+const USAGE = `usage: bothy create [--template NAME] [--vcpu N] [--memory MIB] [--timeout S] [--driver gvisor|qemu] [--meta K=V]... [--no-internet] [--allow-out CIDR]... [--deny-out CIDR]... [--secret NAME]... [--volume NAME:PATH[:ro]]... [--idempotency-key KEY] [--json]
 
 Boots a sandbox and prints its id (with --json: the whole sandbox).
 
@@ -17,6 +17,7 @@ Boots a sandbox and prints its id (with --json: the whole sandbox).
   --allow-out CIDR  open this destination (repeatable); a private one needs a network:private key and BOTHY_ALLOW_OUT_PERMIT
   --deny-out CIDR   block this destination too (repeatable)
   --secret NAME     a vault secret it may use: $NAME (upper-cased) holds its placeholder (repeatable)
+  --volume NAME:PATH[:ro]  mount the volume NAME at PATH, read-only with :ro (repeatable; bothy volume)
   --idempotency-key KEY   the same key again answers the same sandbox
 `;
 
@@ -41,6 +42,7 @@ export const createCommand: Command = {
         "allow-out": { type: "string", multiple: true },
         "deny-out": { type: "string", multiple: true },
         secret: { type: "string", multiple: true },
+        volume: { type: "string", multiple: true },
       },
       { min: 0, max: 0, names: "" },
     );
@@ -67,6 +69,7 @@ export const createCommand: Command = {
       ...(metadata === undefined ? {} : { metadata }),
       ...(Object.keys(network).length === 0 ? {} : { network }),
       ...(values.secret === undefined ? {} : { secrets: values.secret }),
+      ...(values.volume === undefined ? {} : { volumes: values.volume.map(volumeArg) }),
     });
     if (values.json) printJson(sandbox.info);
     else process.stdout.write(`${sandbox.sandboxId}\n`);
@@ -89,4 +92,11 @@ function labels(pairs: string[]): Record<string, string> | undefined {
     out[pair.slice(0, eq)] = pair.slice(eq + 1);
   }
   return out;
+}
+
+/** `--volume name:/path[:ro]` as a mount; anything else is a usage error. */
+function volumeArg(arg: string): { name: string; path: string; readOnly?: boolean } {
+  const m = /^([^:]+):(\/[^:]*)(?::(ro|rw))?$/.exec(arg);
+  if (!m?.[1] || !m[2]) throw new UsageError(`--volume takes NAME:/PATH or NAME:/PATH:ro, got "${arg}"`);
+  return { name: m[1], path: m[2], ...(m[3] === "ro" ? { readOnly: true } : {}) };
 }

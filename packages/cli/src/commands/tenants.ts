@@ -10,6 +10,7 @@ const QUOTAS = [
   "creates_per_minute",
   "monthly_vcpu_hours",
   "monthly_gib_hours",
+  "max_storage_mib",
 ] as const;
 
 const USAGE = `usage: bothy tenants create ID [NAME=VALUE]... [--json]

@@ -12,6 +12,9 @@ import { z } from "zod";
 import {
   apiKeyInfo,
   beginTurnRequest,
+  createVolumeRequest,
+  volumeInfo,
+  volumeList,
   createdKey,
   createKeyRequest,
   createTenantRequest,
@@ -121,6 +124,9 @@ const COMPONENTS = {
   SecretList: secretList,
   UiSignInRequest: uiSignInRequest,
   UiSession: uiSessionInfo,
+  CreateVolumeRequest: createVolumeRequest,
+  Volume: volumeInfo,
+  VolumeList: volumeList,
 } satisfies Record<string, z.ZodType>;
 
 /** A registry of its own (not zod's global one): each server builds its document from it alone. */

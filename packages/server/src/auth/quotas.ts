@@ -1,6 +1,7 @@
 /**
  * Per-tenant quotas, checked when a sandbox is made: live sandboxes, their total vCPU and
- * memory, creates per minute, and (with BOTHY_BUDGET_ACTION=block) the monthly budget.
+ * memory, creates per minute, and (with BOTHY_BUDGET_ACTION=block) the monthly budget; and when
+ * a volume is made, the total size of the tenant's volumes.
  */
 import { BothyError, tenantQuota, type TenantQuota } from "@bothy/protocol";
 import type { Config } from "../config.ts";
@@ -37,6 +38,17 @@ export class Quotas {
       vcpuHours: q.monthly_vcpu_hours ?? this.config.metering.budget.vcpuHours,
       gibHours: q.monthly_gib_hours ?? this.config.metering.budget.gibHours,
     };
+  }
+
+  /** Throws quota_exceeded if `mib` more of volumes would take the tenant, at `usedMib` now, past max_storage_mib. */
+  admitStorage(tenant: string, usedMib: number, mib: number): void {
+    const limit = this.quotaOf(tenant).max_storage_mib;
+    if (limit != null && usedMib + mib > limit)
+      throw new BothyError(
+        "quota_exceeded",
+        `Tenant ${tenant} is at its max_storage_mib quota of ${limit} (${usedMib} MiB of volumes, ${mib} asked); delete volumes or ask an admin to raise it (bothy tenants quota).`,
+        { details: { quota: "max_storage_mib", limit } },
+      );
   }
 
   /** Throws quota_exceeded if a sandbox of this size would take the tenant past a quota. */

@@ -53,6 +53,24 @@ export interface SandboxSpec {
    * (drivers with `attaches`); its agent is asked to say hello again.
    */
   attach?: boolean;
+  /** Volumes mounted in the guest (volumes/); the driver has `volumeHost` make them ready first. */
+  volumes?: readonly VolumeAttachment[];
+  volumeHost?: VolumeHost;
+}
+
+/** One volume of a sandbox: the host directory its file system is mounted at, shown at `guestPath`. */
+export interface VolumeAttachment {
+  volumeId: string;
+  hostDir: string;
+  guestPath: string;
+  readOnly: boolean;
+}
+
+/** Mounts volumes on the host while sandboxes use them (volumes/volume-mounts.ts). */
+export interface VolumeHost {
+  acquire(sandboxId: string, volumeIds: readonly string[]): Promise<void>;
+  /** Safe to call again, and for a sandbox that holds nothing. */
+  release(sandboxId: string): Promise<void>;
 }
 
 /** Per-sandbox egress options of a create; see network/nft-ruleset.ts for how they apply. */

@@ -425,6 +425,7 @@ class GvisorSandbox implements SandboxHandle {
   async start(undo: CleanupStack, signal?: AbortSignal, hostReady?: Promise<void>): Promise<GuestStream> {
     if (this.started || this.destroying) throw new BothyError("internal", `Sandbox ${this.id} was already started.`);
     this.started = true;
+    await this.acquireVolumes(undo);
     if (this.spec.attach) return this.attach(undo);
     const hostLimits = await this.phase("limits", () => this.driver.hostLimits());
     this.lowWeight = hostLimits && this.spec.background === true;
@@ -529,6 +530,26 @@ class GvisorSandbox implements SandboxHandle {
   }
 
   /**
+   * The host mounts of the sandbox's volumes, made (or, on a take-over, found still there) before
+   * runsc binds them; released when the sandbox stops or is destroyed.
+   */
+  private async acquireVolumes(undo: CleanupStack): Promise<void> {
+    const { volumes, volumeHost } = this.spec;
+    if (!volumes?.length || !volumeHost) return;
+    await this.phase("volumes", () =>
+      volumeHost.acquire(
+        this.id,
+        volumes.map((v) => v.volumeId),
+      ),
+    );
+    undo.push("volumes", () => volumeHost.release(this.id));
+  }
+
+  private async releaseVolumes(): Promise<void> {
+    await this.spec.volumeHost?.release(this.id);
+  }
+
+  /**
    * Takes over a container an earlier server started: `runsc wait` tells when it ends. A take-over
    * that fails stops the sandbox (its disk stays).
    */
@@ -610,7 +631,11 @@ class GvisorSandbox implements SandboxHandle {
     try {
       await this.shutdown(SHUTDOWN_GRACE_MS);
     } finally {
-      await this.driver.release(this.id);
+      try {
+        await this.driver.release(this.id);
+      } finally {
+        await this.releaseVolumes();
+      }
     }
   }
 
@@ -625,7 +650,11 @@ class GvisorSandbox implements SandboxHandle {
           if (!(await this.exitsWithin(SENTRY_EXIT_MS))) await this.kill();
         } else await this.shutdown(SHUTDOWN_GRACE_MS);
       } finally {
-        await this.driver.removeOrphan(this.id);
+        try {
+          await this.driver.removeOrphan(this.id);
+        } finally {
+          await this.releaseVolumes();
+        }
       }
     })().catch((err: unknown) => {
       this.destroying = undefined; // a failed destroy may be tried again

@@ -127,6 +127,13 @@ export function buildOciSpec(
       ...(spec.resolvConf === undefined
         ? []
         : [{ destination: "/etc/resolv.conf", type: "bind", source: spec.resolvConf, options: ["rbind", "ro"] }]),
+      // Volumes: the host mount of each (volumes/volume-mounts.ts), read-only for a reader.
+      ...(spec.volumes ?? []).map((v) => ({
+        destination: v.guestPath,
+        type: "bind",
+        source: v.hostDir,
+        options: ["rbind", "nosuid", "nodev", v.readOnly ? "ro" : "rw"],
+      })),
     ],
     linux: {
       ...(spec.hostLimits

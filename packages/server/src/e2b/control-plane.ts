@@ -38,6 +38,8 @@ const createBody = z.object({
   // Accepted because every bothy sandbox is secured with an access token.
   secure: z.boolean().optional(),
   autoPause: z.literal(false, "autoPause is not supported by bothy yet").optional(),
+  // E2B mounts are read-write; bothy's one-writer rule applies (a second is refused).
+  volumeMounts: z.array(z.object({ name: z.string(), path: z.string() })).optional(),
 });
 
 const timeoutBody = z.object({ timeout: z.number().int() });
@@ -158,6 +160,9 @@ export function controlPlaneRoutes(
         timeout_s: body.timeout ?? E2B_DEFAULT_TIMEOUT_S,
         ...(body.metadata ? { metadata: body.metadata } : {}),
         ...(body.allow_internet_access === false ? { internet: false } : {}),
+        ...(body.volumeMounts?.length
+          ? { volumes: body.volumeMounts.map((m) => ({ name: m.name, path: m.path })) }
+          : {}),
       },
       undefined,
       { tenant, admit: (size) => quotas.admit(tenant, size) },

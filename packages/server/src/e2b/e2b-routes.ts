@@ -11,6 +11,8 @@ import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import type { AccessTokens } from "./access-token.ts";
 import { codeInterpreterStarter } from "./code-interpreter.ts";
 import { controlPlaneRoutes } from "./control-plane.ts";
+import { e2bVolumeRoutes } from "./e2b-volumes.ts";
+import type { VolumeService } from "../volumes/volume-service.ts";
 import { envdRoutes } from "./envd-routes.ts";
 import { filesystemService } from "./filesystem-service.ts";
 import { Filesystem } from "./gen/filesystem_pb.ts";
@@ -43,6 +45,7 @@ export interface E2bDeps {
   desktop: DesktopService;
   streams: DesktopStreams;
   links: LinkTokens;
+  volumes: VolumeService;
 }
 
 /**
@@ -74,6 +77,7 @@ export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<vo
       );
       controlPlaneRoutes(e2b, deps, tokens, state, deps.config.previewDomain ?? null);
       streamPageRoutes(e2b, deps.streams, deps.links);
+      e2bVolumeRoutes(e2b, deps.volumes);
       await e2b.register(
         (envd) =>
           envdRoutes(envd, deps.manager, tokens, async (scope) => {

@@ -117,6 +117,11 @@ export interface ServerEventMap {
   orphan_remove_failed: Failure;
   /** Template layers no build names and nothing mounts (images/layer-store.ts), removed. */
   layers_removed: { layers: string[]; by: "startup" | "sweeper" };
+  volume_created: { volume_id: string; tenant: string; name: string; size_mib: number };
+  volume_deleted: { volume_id: string; tenant: string; name: string };
+  volume_unmount_failed: { volume_id: string; error: string };
+  volume_orphan_removed: { volume_id: string; description: string; by: string };
+  volume_orphan_remove_failed: { volume_id: string; error: string };
   sweep_failed: { error: string };
   sweep_delete_failed: Failure;
   disconnect_grace_started: { sandbox_id: string; close_code: number | undefined; grace_s: number };
@@ -215,6 +220,11 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   orphan_removed: "info",
   orphan_remove_failed: "warn",
   layers_removed: "info",
+  volume_created: "info",
+  volume_deleted: "info",
+  volume_unmount_failed: "warn",
+  volume_orphan_removed: "info",
+  volume_orphan_remove_failed: "warn",
   sweep_failed: "error",
   sweep_delete_failed: "warn",
   disconnect_grace_started: "info",

@@ -7,6 +7,7 @@ import { EventRows } from "./event-rows.ts";
 import { SecretRows } from "./secret-rows.ts";
 import { SessionRows } from "./session-rows.ts";
 import { StatementCache } from "./statement-cache.ts";
+import { VolumeRows } from "./volume-rows.ts";
 import { canTransition, INITIAL_STATES, sqlStates, TransitionError } from "../sandboxes/lifecycle.ts";
 
 /** Schema steps in order; `PRAGMA user_version` records how many have run. */
@@ -189,6 +190,24 @@ export const MIGRATIONS = [
      expires_at TEXT NOT NULL
    );
    CREATE INDEX ui_sessions_key ON ui_sessions(key_id);`,
+  // 15: volumes (an ext4 image each, under $BOTHY_HOME/volumes/<id>/) and which sandbox mounts which
+  // where, so a restarted server mounts them again; a claim counts while its sandbox's row is live.
+  `CREATE TABLE volumes (
+     id TEXT PRIMARY KEY,
+     tenant TEXT NOT NULL,
+     name TEXT NOT NULL,
+     size_mib INTEGER NOT NULL,
+     created_at TEXT NOT NULL,
+     UNIQUE (tenant, name)
+   );
+   CREATE TABLE sandbox_volumes (
+     sandbox_id TEXT NOT NULL REFERENCES sandboxes(id),
+     volume_id TEXT NOT NULL REFERENCES volumes(id),
+     path TEXT NOT NULL,
+     read_only INTEGER NOT NULL,
+     PRIMARY KEY (sandbox_id, volume_id)
+   );
+   CREATE INDEX sandbox_volumes_volume ON sandbox_volumes(volume_id);`,
 ];
 
 /** The tenant every row made before tenants existed belongs to, and the bootstrap key's. */
@@ -278,6 +297,8 @@ export class Ledger {
   readonly events: EventRows;
   /** The dashboard's sign-in sessions. */
   readonly sessions: SessionRows;
+  /** Volumes and the sandboxes' claims on them. */
+  readonly volumes: VolumeRows;
 
   constructor(path: string) {
     this.db = new Database(path);
@@ -293,6 +314,7 @@ export class Ledger {
     this.approvals = new ApprovalRows(this.db);
     this.events = new EventRows(this.db);
     this.sessions = new SessionRows(this.db);
+    this.volumes = new VolumeRows(this.db);
   }
 
   private migrate(): void {

@@ -8,6 +8,7 @@ import { trustEnv } from "../gateway/guest-trust.ts";
 import { GatewayPolicies } from "../gateway/policies.ts";
 import type { Vault } from "../gateway/vault.ts";
 import { toSandboxInfo, type Ledger, type SandboxRow } from "../ledger/ledger.ts";
+import type { VolumeService } from "../volumes/volume-service.ts";
 import { SandboxActor } from "./sandbox-actor.ts";
 import { SandboxRecords } from "./sandbox-records.ts";
 import { WarmPool } from "./warm-pool.ts";
@@ -53,6 +54,8 @@ export class ManagerContext {
     readonly log: Logger,
     /** The vault that binds secrets to sandboxes, and the CA guests trust; absent: creates naming secrets are refused. */
     readonly gateway?: { vault: Vault; caPem: string },
+    /** Volumes; absent: creates naming volumes are refused. */
+    readonly volumes?: VolumeService,
   ) {
     this.ledger = ledger;
     this.actor = new SandboxActor(this.records, ledger, log);
@@ -150,6 +153,23 @@ export class ManagerContext {
       egress,
       ...this.trust(),
       commandEnv: this.commandEnv(id),
+      ...this.volumesOf(id),
+    };
+  }
+
+  /** The volumes a sandbox's row claims, as its driver mounts them. */
+  private volumesOf(id: string): Pick<SandboxSpec, "volumes" | "volumeHost"> {
+    const claims = this.ledger.volumes.claimsOf(id);
+    if (claims.length === 0 || !this.volumes) return {};
+    const { mounts } = this.volumes;
+    return {
+      volumeHost: mounts,
+      volumes: claims.map((c) => ({
+        volumeId: c.volume_id,
+        hostDir: mounts.mountDir(c.volume_id),
+        guestPath: c.path,
+        readOnly: c.read_only === 1,
+      })),
     };
   }
 

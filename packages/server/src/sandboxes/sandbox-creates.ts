@@ -142,8 +142,11 @@ export class SandboxCreates {
     const maxProcesses = req.max_processes ?? this.ctx.config.limits.defaultProcesses;
     const shape = this.shape(template, { vcpu: req.vcpu, memoryMib: req.memory_mib, diskMib, maxProcesses }, driver);
     const network = networkPolicy(req, owner.tenant, this.ctx.config.network, this.ctx.policies);
-    // Pool sandboxes were made with the default posture; any other policy boots its own.
-    const poolable = isDefaultPolicy(network.egress) && !network.egress.gateway;
+    const mounts = req.volumes ?? [];
+    if (mounts.length > 0 && !this.ctx.volumes)
+      throw new BothyError("not_supported", "This server has no volumes; create the sandbox without `volumes`.");
+    // Pool sandboxes were made with the default posture and no volumes; any other create boots its own.
+    const poolable = isDefaultPolicy(network.egress) && !network.egress.gateway && mounts.length === 0;
     // A claim from the pool takes no more of the host; any other create needs room, a pool
     // sandbox giving up its own when the host is full. From here to the row's insert below all
     // runs synchronously, so two creates cannot both pass these checks.
@@ -159,6 +162,8 @@ export class SandboxCreates {
     if (secrets.length > 0) this.ctx.gateway?.vault.requireAll(owner.tenant, secrets);
     const warm = poolable ? this.ctx.pool.claim(shape) : undefined;
     const id = warm?.spec.id ?? newSandboxId();
+    // Checked before the row, claimed right after it in the same turn: no other create interleaves.
+    const claims = this.ctx.volumes?.claimsFor(owner.tenant, id, driver.name, mounts) ?? [];
     this.ctx.ledger.insertSandbox(
       {
         id,
@@ -181,6 +186,7 @@ export class SandboxCreates {
       },
       idem,
     );
+    this.ctx.volumes?.commitClaims(claims);
     if (secrets.length > 0) this.ctx.gateway?.vault.bindSandbox(owner.tenant, id, secrets);
     // Queued first on the new sandbox's actor, so it starts in this turn: the host's limit counts it at once.
     return this.ctx.actor.run(id, "create", async (move): Promise<CreateResult> => {

@@ -10,6 +10,7 @@ import type { Ledger } from "../ledger/ledger.ts";
 import { HeldSandboxes } from "./held-sandboxes.ts";
 import { isIn } from "./lifecycle.ts";
 import { expiryFrom, parseSetTimeout } from "./lifetime.ts";
+import type { VolumeService } from "../volumes/volume-service.ts";
 import { ManagerContext, type TemplateSource } from "./manager-context.ts";
 import { SandboxCreates, type CreateOwner, type CreateResult } from "./sandbox-creates.ts";
 import { SandboxDeletes } from "./sandbox-deletes.ts";
@@ -47,8 +48,9 @@ export class SandboxManager {
     log: Logger,
     /** The vault that binds secrets to sandboxes, and the CA guests trust; absent: creates naming secrets are refused. */
     gateway?: { vault: Vault; caPem: string },
+    volumes?: VolumeService,
   ) {
-    this.ctx = new ManagerContext(config, ledger, drivers, templates, log, gateway);
+    this.ctx = new ManagerContext(config, ledger, drivers, templates, log, gateway, volumes);
     this.policies = this.ctx.policies;
     this.held = new HeldSandboxes(this.ctx);
     this.pool = this.ctx.pool;

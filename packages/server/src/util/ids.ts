@@ -15,3 +15,4 @@ export const newKeyId = (): string => `key_${base32(20)}`;
 /** What a sandbox sees in place of a vault secret (PLACEHOLDER_PREFIX + 32 random base32 characters). */
 export const newPlaceholder = (): string => `bothy_ph_${base32(32)}`;
 export const newApprovalId = (): string => `apr_${base32(20)}`;
+export const newVolumeId = (): string => `vol_${base32(20)}`;

@@ -1,0 +1,329 @@
+/**
+ * Volumes on a real server (gVisor): data that outlives sandboxes, a full volume that gives the
+ * guest ENOSPC without filling the host, one writer and any readers, paths a volume may not
+ * cover, tenant isolation and the storage quota, seen from the attacker's side (a sandbox's code,
+ * another tenant's key); and, on a `bothy serve` killed and restarted, a mounted volume that keeps
+ * working and leaves nothing behind. The driver does not matter to the API's checks; only gVisor
+ * mounts volumes (QEMU is refused, see docs/architecture.md), so it runs on gVisor alone.
+ */
+import { statfs } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ConflictError, NotFoundError, Sandbox, Volume } from "@bothy/sdk";
+import { Sandbox as E2bSandbox, Volume as E2bVolume } from "e2b";
+import { api, deleteSandbox, runCommand, waitDeleted } from "./helpers/client.ts";
+import { useE2bEnv } from "./helpers/e2b-env.ts";
+import { hostLeaks, noLeaks } from "./helpers/host-state.ts";
+import { spawnTestServe, type ServeProcess } from "./helpers/serve-process.ts";
+import { useTestServer } from "./helpers/suite.ts";
+import type { TestServer } from "./helpers/test-server.ts";
+
+const MIB = 1024 * 1024;
+const VOLUME_MIB = 64;
+
+/** A create's body mounting `volumes`. */
+const withVolumes = (volumes: unknown[]): Record<string, unknown> => ({
+  template: "seed",
+  vcpu: 1,
+  memory_mib: 512,
+  volumes,
+});
+
+async function hostFreeBytes(path: string): Promise<number> {
+  const s = await statfs(path);
+  return s.bavail * s.bsize;
+}
+
+/** Volume mounts of a home on the host (volumes/<id>/mnt). */
+async function volumeMounts(home: string): Promise<string[]> {
+  return (await readFile("/proc/self/mounts", "utf8"))
+    .split("\n")
+    .filter((l) => l.split(" ")[1]?.startsWith(join(home, "volumes") + "/"));
+}
+
+describe("volumes (gVisor)", () => {
+  let ts: TestServer;
+  let bKey = "";
+  const asB = (): Record<string, string> => ({ authorization: `Bearer ${bKey}` });
+  /** The sandbox that mounts `data` read-write from the second test on. */
+  let writer = "";
+  let reader = "";
+
+  useTestServer({ BOTHY_DRIVER: "gvisor" }, (s) => (ts = s));
+
+  beforeAll(async () => {
+    expect((await api(ts.url, "POST", "/tenants", { tenant: "b" })).status).toBe(201);
+    const key = await api(ts.url, "POST", "/keys", { tenant: "b", name: "b" });
+    expect(key.status).toBe(201);
+    bKey = String(key.json["key"]);
+    const made = await api(ts.url, "POST", "/volumes", { name: "data", size_mib: VOLUME_MIB });
+    expect(made.status, JSON.stringify(made.json)).toBe(201);
+    expect(made.json).toMatchObject({ name: "data", size_mib: VOLUME_MIB, mounted_by: [] });
+  });
+
+  it("keeps what one sandbox wrote for the next, after the first is deleted", { timeout: 120_000 }, async () => {
+    const a = await api(ts.url, "POST", "/sandboxes", withVolumes([{ name: "data", path: "/data" }]));
+    expect(a.status, JSON.stringify(a.json)).toBe(201);
+    const first = String(a.json["sandbox_id"]);
+    const wrote = await runCommand(ts.wsUrl, first, { cmd: "echo kept-across > /data/note && sync && echo ok" });
+    expect(wrote.stdout, wrote.stderr).toBe("ok\n");
+    expect((await api(ts.url, "GET", "/volumes/data")).json["mounted_by"]).toEqual([
+      { sandbox_id: first, path: "/data", read_only: false },
+    ]);
+    expect(await deleteSandbox(ts.url, first)).toBe("deleted");
+    // The last sandbox using it is gone: so is its host mount.
+    expect(await volumeMounts(ts.home)).toEqual([]);
+
+    const b = await api(ts.url, "POST", "/sandboxes", withVolumes([{ name: "data", path: "/mnt/shared" }]));
+    expect(b.status, JSON.stringify(b.json)).toBe(201);
+    writer = String(b.json["sandbox_id"]);
+    expect((await runCommand(ts.wsUrl, writer, { cmd: "cat /mnt/shared/note" })).stdout).toBe("kept-across\n");
+  });
+
+  it("gives a sandbox that fills its volume ENOSPC, and the host's disk at most the volume's size", async () => {
+    const before = await hostFreeBytes(ts.home);
+    const fill = await runCommand(ts.wsUrl, writer, {
+      cmd: `dd if=/dev/zero of=/mnt/shared/fill bs=1M count=${VOLUME_MIB * 4} conv=fsync; echo "exit=$?"`,
+    });
+    expect(fill.stderr).toMatch(/No space left on device/);
+    expect(fill.stdout).toMatch(/exit=1/);
+    const after = await hostFreeBytes(ts.home);
+    // Other tests of the machine write too: the margin is the volume's whole size, not a timing.
+    expect(before - after).toBeLessThan(VOLUME_MIB * 2 * MIB);
+    expect((await runCommand(ts.wsUrl, writer, { cmd: "rm /mnt/shared/fill && echo freed" })).stdout).toBe("freed\n");
+  });
+
+  it("refuses a second read-write mount, naming the writer; a reader cannot write (EROFS)", async () => {
+    const second = await api(ts.url, "POST", "/sandboxes", withVolumes([{ name: "data", path: "/data" }]));
+    expect(second.status).toBe(409);
+    expect(second.type).toMatch(/problem\+json/);
+    expect(second.json["code"]).toBe("volume_in_use");
+    expect(String(second.json["detail"])).toContain(writer);
+
+    const r = await api(ts.url, "POST", "/sandboxes", withVolumes([{ name: "data", path: "/data", read_only: true }]));
+    expect(r.status, JSON.stringify(r.json)).toBe(201);
+    reader = String(r.json["sandbox_id"]);
+    const read = await runCommand(ts.wsUrl, reader, { cmd: "cat /data/note" });
+    expect(read.stdout).toBe("kept-across\n");
+    const write = await runCommand(ts.wsUrl, reader, { cmd: "echo x > /data/note; echo x > /data/new" });
+    expect(write.stderr).toMatch(/Read-only file system/);
+    expect((await runCommand(ts.wsUrl, writer, { cmd: "cat /mnt/shared/note; ls /mnt/shared" })).stdout).toBe(
+      "kept-across\nlost+found\nnote\n",
+    );
+  });
+
+  it("refuses to delete a volume a live sandbox mounts, naming them", async () => {
+    const del = await api(ts.url, "DELETE", "/volumes/data");
+    expect(del.status).toBe(409);
+    expect(del.json["code"]).toBe("volume_in_use");
+    expect(String(del.json["detail"])).toContain(writer);
+    expect(String(del.json["detail"])).toContain(reader);
+    expect((await api(ts.url, "GET", "/volumes/data")).status).toBe(200);
+  });
+
+  it("answers another tenant's volume as one that does not exist: GET, DELETE, mount at create", async () => {
+    const sandboxesBefore = (await api(ts.url, "GET", "/sandboxes")).json["sandboxes"] as unknown[];
+    const mount = (name: string): Record<string, unknown> => withVolumes([{ name, path: "/data", read_only: true }]);
+    for (const [method, path, body, unknownBody] of [
+      ["GET", "/volumes/data", undefined, undefined],
+      ["DELETE", "/volumes/data", undefined, undefined],
+      ["POST", "/sandboxes", mount("data"), mount("nothing")],
+    ] as const) {
+      const theirs = await api(ts.url, method, path, body, asB());
+      const unknown = await api(ts.url, method, path.replace("data", "nothing"), unknownBody, asB());
+      expect(theirs.status, `${method} ${path}`).toBe(404);
+      expect(theirs.json["code"]).toBe("volume_not_found");
+      // Byte for byte what an unknown name gets: nothing tells that the name exists elsewhere.
+      expect(JSON.stringify(theirs.json).replaceAll("data", "NAME")).toBe(
+        JSON.stringify(unknown.json).replaceAll("nothing", "NAME"),
+      );
+    }
+    expect((await api(ts.url, "GET", "/volumes", undefined, asB())).json["volumes"]).toEqual([]);
+    // Nothing was made by the refused create, and a's volume is untouched.
+    expect(((await api(ts.url, "GET", "/sandboxes")).json["sandboxes"] as unknown[]).length).toBe(
+      sandboxesBefore.length,
+    );
+    expect((await api(ts.url, "GET", "/volumes/data")).json["mounted_by"]).toHaveLength(2);
+  });
+
+  it("refuses mount paths that would cover the guest's own directories, with a 400 code", async () => {
+    const bad = [
+      "data",
+      "/",
+      "/proc/x",
+      "/sys",
+      "/dev/shm",
+      "/run/bothy",
+      "/opt/bothy/agent.mjs",
+      "/opt",
+      "/data/../etc",
+      "/data/",
+      "//data",
+    ];
+    for (const path of bad) {
+      const res = await api(ts.url, "POST", "/sandboxes", withVolumes([{ name: "data", path, read_only: true }]));
+      expect([path, res.status, res.json["code"]]).toEqual([path, 400, "invalid_volume_mount"]);
+    }
+    const twice = await api(
+      ts.url,
+      "POST",
+      "/sandboxes",
+      withVolumes([
+        { name: "data", path: "/a", read_only: true },
+        { name: "data", path: "/b", read_only: true },
+      ]),
+    );
+    expect([twice.status, twice.json["code"]]).toEqual([400, "invalid_volume_mount"]);
+  });
+
+  it("checks volume bodies: names, sizes, a name taken (409)", async () => {
+    for (const body of [
+      { name: "Bad Name", size_mib: 64 },
+      { name: "ok", size_mib: 1 },
+      { name: "ok", size_mib: "64" },
+      { name: "ok" },
+      { name: "ok", size_mib: 64, extra: 1 },
+    ]) {
+      const res = await api(ts.url, "POST", "/volumes", body);
+      expect([res.status, res.json["code"]]).toEqual([400, "invalid_request"]);
+    }
+    const taken = await api(ts.url, "POST", "/volumes", { name: "data", size_mib: 64 });
+    expect([taken.status, taken.json["code"]]).toEqual([409, "volume_exists"]);
+  });
+
+  it("refuses a volume past the tenant's storage quota with 429, and makes nothing", async () => {
+    const quota = await api(ts.url, "PATCH", "/tenants/b/quota", { max_storage_mib: 100 });
+    expect(quota.status, JSON.stringify(quota.json)).toBe(200);
+    expect((await api(ts.url, "POST", "/volumes", { name: "first", size_mib: 64 }, asB())).status).toBe(201);
+    const dirsBefore = await readdir(join(ts.home, "volumes"));
+    const over = await api(ts.url, "POST", "/volumes", { name: "second", size_mib: 64 }, asB());
+    expect(over.status).toBe(429);
+    expect(over.json["code"]).toBe("quota_exceeded");
+    expect(String(over.json["detail"])).toMatch(/max_storage_mib/);
+    expect(await readdir(join(ts.home, "volumes"))).toEqual(dirsBefore);
+    const list = (await api(ts.url, "GET", "/volumes", undefined, asB())).json["volumes"] as Array<{ name: string }>;
+    expect(list.map((v) => v.name)).toEqual(["first"]);
+    // b's volume named like a's is b's own.
+    expect((await api(ts.url, "POST", "/volumes", { name: "data", size_mib: 16 }, asB())).status).toBe(201);
+    for (const name of ["first", "data"])
+      expect((await api(ts.url, "DELETE", `/volumes/${name}`, undefined, asB())).status).toBe(200);
+  });
+
+  it("refuses volumes on QEMU, which cannot mount them yet, before anything boots", async () => {
+    const res = await api(ts.url, "POST", "/sandboxes", {
+      ...withVolumes([{ name: "data", path: "/data", read_only: true }]),
+      driver: "qemu",
+    });
+    expect([res.status, res.json["code"]]).toEqual([501, "not_supported"]);
+    expect(String(res.json["detail"])).toMatch(/qemu driver cannot mount volumes yet/);
+  });
+
+  it(
+    "is driven by @bothy/sdk's Volume and by the e2b SDK's Volume and volumeMounts",
+    { timeout: 120_000 },
+    async () => {
+      // bothy's SDK.
+      const conn = { baseUrl: ts.url };
+      expect((await Volume.create("sdk", 16, conn)).size_mib).toBe(16);
+      await expect(Volume.create("sdk", 16, conn)).rejects.toBeInstanceOf(ConflictError);
+      const sbx = await Sandbox.create({ ...conn, volumes: [{ name: "sdk", path: "/v", readOnly: true }] });
+      expect((await Volume.get("sdk", conn)).mounted_by).toEqual([
+        { sandbox_id: sbx.sandboxId, path: "/v", read_only: true },
+      ]);
+      await expect(Volume.delete("sdk", conn)).rejects.toBeInstanceOf(ConflictError);
+      await sbx.kill({ wait: true });
+      await Volume.delete("sdk", conn);
+      await expect(Volume.get("sdk", conn)).rejects.toBeInstanceOf(NotFoundError);
+
+      // The unmodified e2b SDK: its control plane's volume calls and a create's volumeMounts.
+      const restore = useE2bEnv(ts.url);
+      try {
+        const vol = await E2bVolume.create("from-e2b");
+        expect((await E2bVolume.list()).map((v) => v.name)).toContain("from-e2b");
+        expect((await E2bVolume.getInfo(vol.volumeId)).name).toBe("from-e2b");
+        const e2bSbx = await E2bSandbox.create("base", { volumeMounts: { "/vol": vol } });
+        const out = await e2bSbx.commands.run("echo via-e2b > /vol/f && cat /vol/f");
+        expect(out.stdout).toBe("via-e2b\n");
+        await e2bSbx.kill();
+        expect(await waitDeleted(ts.url, e2bSbx.sandboxId)).toBe("deleted");
+        expect(await E2bVolume.destroy(vol.volumeId)).toBe(true);
+        expect(await E2bVolume.destroy(vol.volumeId)).toBe(false);
+        // Another tenant's key sees none of it: b's id is a's 404. (E2B's volumes are 1024 MiB,
+        // past the quota b got above.)
+        expect((await api(ts.url, "PATCH", "/tenants/b/quota", { max_storage_mib: null })).status).toBe(200);
+        const bVol = await api(ts.url, "POST", "/e2b/volumes", { name: "b-e2b" }, asB());
+        expect(bVol.status).toBe(201);
+        const theirs = await api(ts.url, "GET", `/e2b/volumes/${String(bVol.json["volumeID"])}`);
+        expect(theirs.status).toBe(404);
+        expect(
+          (await api(ts.url, "DELETE", `/e2b/volumes/${String(bVol.json["volumeID"])}`, undefined, asB())).status,
+        ).toBe(204);
+      } finally {
+        restore();
+      }
+    },
+  );
+
+  it("leaves no host file or mount once its sandboxes and the volume are deleted", async () => {
+    expect(await volumeMounts(ts.home)).toHaveLength(1);
+    for (const id of [writer, reader]) expect(await deleteSandbox(ts.url, id)).toBe("deleted");
+    expect(await volumeMounts(ts.home)).toEqual([]);
+    const del = await api(ts.url, "DELETE", "/volumes/data");
+    expect([del.status, del.json]).toEqual([200, { deleted: "data" }]);
+    expect(await readdir(join(ts.home, "volumes"))).toEqual([]);
+    expect((await api(ts.url, "GET", "/volumes/data")).status).toBe(404);
+  });
+});
+
+describe("volumes across a server crash and a clean restart (gVisor)", () => {
+  let home = "";
+  let serve: ServeProcess | undefined;
+
+  afterAll(async () => {
+    await serve?.stop();
+    if (home) await rm(home, { recursive: true, force: true });
+  });
+
+  const start = (): Promise<string> => {
+    serve = spawnTestServe(home, { BOTHY_DRIVER: "gvisor" });
+    return serve.url;
+  };
+
+  it(
+    "keeps a mounted volume working after kill -9 and after a clean restart, and leaves nothing behind",
+    { timeout: 180_000 },
+    async () => {
+      home = await mkdtemp("/tmp/bothy-test-volumes-");
+      let base = await start();
+      const ws = (): string => base.replace(/^http/, "ws");
+      expect((await api(base, "POST", "/volumes", { name: "keep", size_mib: 32 })).status).toBe(201);
+      const made = await api(base, "POST", "/sandboxes", withVolumes([{ name: "keep", path: "/keep" }]));
+      expect(made.status, JSON.stringify(made.json)).toBe(201);
+      const id = String(made.json["sandbox_id"]);
+      expect((await runCommand(ws(), id, { cmd: "echo one > /keep/f && sync && echo ok" })).stdout).toBe("ok\n");
+
+      // A crash: the sandbox outlives the server, which takes it over with its volume's mount.
+      await serve?.kill();
+      base = await start();
+      expect((await runCommand(ws(), id, { cmd: "cat /keep/f; echo two >> /keep/f && echo ok" })).stdout).toBe(
+        "one\nok\n",
+      );
+      expect(await volumeMounts(home)).toHaveLength(1);
+
+      // A clean stop ends the sandbox (its disk kept) and unmounts the volume; the next call boots
+      // it again on its disk, with its volume mounted again.
+      await serve?.stop();
+      expect(await volumeMounts(home)).toEqual([]);
+      base = await start();
+      expect((await runCommand(ws(), id, { cmd: "cat /keep/f" })).stdout).toBe("one\ntwo\n");
+
+      expect(await deleteSandbox(base, id)).toBe("deleted");
+      expect((await api(base, "DELETE", "/volumes/keep")).status).toBe(200);
+      await serve?.stop();
+      serve = undefined;
+      expect(await hostLeaks(home)).toEqual(noLeaks());
+      expect(await readdir(join(home, "volumes"))).toEqual([]);
+    },
+  );
+});
