@@ -43,6 +43,7 @@ export const LIFECYCLE = {
   paused: {
     to: {
       running: ["resume", "wake"],
+      stopped: ["wake: its saved memory failed to restore and the cold boot on its disk failed too"],
       deleting: ["delete begins"],
       failed: ["resume failed"],
     },

@@ -134,8 +134,12 @@ export class SleepWake {
         );
       }
       const started = Date.now();
-      const booted = await this.bootFromDisk(row).catch((err: unknown) => {
+      let memoryFailed = false;
+      const booted = await this.bootFromDisk(row, {}, () => (memoryFailed = true)).catch((err: unknown) => {
         this.ctx.log("sandbox_wake_failed", { sandbox_id: id, error: describeCauses(err) });
+        // Its saved memory would not restore (a restore that ran may have used it up) and the cold
+        // boot failed too: what is left is its disk, and the row says so, as for any sandbox that stopped.
+        if (memoryFailed && row.state === "paused") move("paused", "stopped");
         throw toWakeFailure(id, err);
       });
       try {
@@ -153,7 +157,11 @@ export class SleepWake {
    * Boots a sandbox of the ledger again on its kept disk (with its saved memory where a pause left
    * some), or takes it over (`attach`), with the template build, shape and network policy of its row.
    */
-  async bootFromDisk(row: SandboxRow, how: { attach?: boolean } = {}): Promise<BootedSandbox> {
+  async bootFromDisk(
+    row: SandboxRow,
+    how: { attach?: boolean } = {},
+    onRestoreFailed?: () => void,
+  ): Promise<BootedSandbox> {
     const lookup = this.ctx.templates.resolveBuild
       ? this.ctx.templates.resolveBuild(row.template, row.template_hash)
       : this.ctx.templates.resolve(row.template);
@@ -188,7 +196,10 @@ export class SleepWake {
     // A wake from saved memory that fails (an agent from an older bothy that does not know a frame, a
     // guest that broke its own cgroups) boots cold on the same disk: files kept, processes lost.
     return bootSandbox(this.ctx.drivers.get(row.driver), spec, this.ctx.config.bootTimeoutMs, {
-      onWakeFailed: (err) => this.ctx.log("sandbox_restore_failed", { sandbox_id: row.id, error: describeCauses(err) }),
+      onWakeFailed: (err) => {
+        onRestoreFailed?.();
+        this.ctx.log("sandbox_restore_failed", { sandbox_id: row.id, error: describeCauses(err) });
+      },
     });
   }
 
