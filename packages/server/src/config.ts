@@ -41,7 +41,7 @@ const envSchema = z.object({
   BOTHY_HOST_LIMITS: z.enum(["required", "off"]).default("required"),
   /** The gVisor runtime binary (a path, or a name on PATH): e.g. a newer runsc unpacked beside the system's. */
   BOTHY_RUNSC: z.string().min(1).default("runsc"),
-  /** gVisor's platform: `ptrace` works everywhere; `systrap` needs runsc 2023 or later (docs/architecture.md). */
+  /** gVisor's platform: `ptrace` works everywhere; `systrap` needs runsc 2023 or later (docs/performance.md). */
   BOTHY_RUNSC_PLATFORM: z.enum(["ptrace", "systrap"]).default("ptrace"),
   /**
    * gVisor: the Node that runs the guest agent. `host`: the server's own Node, bind-mounted

@@ -146,7 +146,7 @@ const SECURITY_SCHEMES = {
 } as const;
 
 /**
- * The E2B-compatible surface follows E2B's own API (docs/architecture.md), not this document: its
+ * The E2B-compatible surface follows E2B's own API (docs/e2b.md), not this document: its
  * prefix, and `/files` at the root for the e2b SDK's signed URLs.
  */
 const E2B_PREFIX = "/e2b";
