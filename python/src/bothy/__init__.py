@@ -2,15 +2,15 @@
 
 ``Sandbox`` (sync) and ``AsyncSandbox`` (async) create, connect, list and kill sandboxes and run
 commands, terminals, files, ports and the desktop inside them; ``Approvals``, ``Secrets``,
-``TenantPolicy``, ``ApiKeys`` and ``Tenants`` (and their ``Async`` twins) are the tenant's and the
+``TenantPolicy``, ``Volumes``, ``ApiKeys`` and ``Tenants`` (and their ``Async`` twins) are the tenant's and the
 admin's side. The server's address and key come from arguments or BOTHY_URL / BOTHY_API_KEY.
 """
 
-from ._admin_async import AsyncApiKeys, AsyncApprovals, AsyncSecrets, AsyncTenantPolicy, AsyncTenants
+from ._admin_async import AsyncApiKeys, AsyncApprovals, AsyncSecrets, AsyncTenantPolicy, AsyncTenants, AsyncVolumes
 from ._commands_async import AsyncCommandHandle, AsyncCommands, AsyncPty, CommandResult
 from ._files_async import AsyncFiles
 from ._sandbox_async import AsyncDesktop, AsyncPorts, AsyncSandbox
-from .admin import ApiKeys, Approvals, Secrets, TenantPolicy, Tenants
+from .admin import ApiKeys, Approvals, Secrets, TenantPolicy, Tenants, Volumes
 from .errors import (
     AuthenticationError,
     CommandExitError,
@@ -27,7 +27,7 @@ from .errors import (
     TimeoutError,
 )
 from .sandbox import CommandHandle, Commands, Desktop, Files, Ports, Pty, Sandbox
-from .types import EntryInfo, Screenshot, WriteInfo
+from .types import EntryInfo, Screenshot, VolumeInfo, WriteInfo
 
 __version__ = "0.1.0"
 
@@ -46,6 +46,7 @@ __all__ = [
     "AsyncSecrets",
     "AsyncTenantPolicy",
     "AsyncTenants",
+    "AsyncVolumes",
     "AuthenticationError",
     "CommandExitError",
     "CommandHandle",
@@ -72,5 +73,7 @@ __all__ = [
     "TenantPolicy",
     "Tenants",
     "TimeoutError",
+    "VolumeInfo",
+    "Volumes",
     "WriteInfo",
 ]

@@ -1,5 +1,5 @@
-"""The tenant's side of the API (async): approvals, the secrets vault, the tenant's host policy,
-and API keys and tenants for admins. Each class is made with the server's address and a key
+"""The tenant's side of the API (async): approvals, the secrets vault, volumes, the tenant's host
+policy, and API keys and tenants for admins. Each class is made with the server's address and a key
 (arguments, else BOTHY_URL / BOTHY_API_KEY) and closed with ``close()`` or ``async with``."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any, AsyncIterator, Dict, List, Optional, Set
 
 from ._events import open_events, read_events
 from ._http import AsyncHttp, ConnectionConfig
-from .types import ApiKeyInfo, ApprovalInfo, CreatedKey, SecretInfo, TenantInfo, TenantPolicyInfo
+from .types import ApiKeyInfo, ApprovalInfo, CreatedKey, SecretInfo, TenantInfo, TenantPolicyInfo, VolumeInfo
 
 
 def _quote(part: str) -> str:
@@ -177,3 +177,28 @@ class AsyncTenants(_AsyncAdminBase):
     async def set_quota(self, tenant: str, quota: Dict[str, Any]) -> TenantInfo:
         """Sets the quotas named; None lifts one."""
         return await self._http.json("PATCH", f"/tenants/{_quote(tenant)}/quota", json_body=quota)  # type: ignore[no-any-return]
+
+
+class AsyncVolumes(_AsyncAdminBase):
+    """The tenant's volumes (scopes ``sandboxes:read`` / ``sandboxes:write``): ext4 disks that outlive
+    every sandbox, mounted at create with ``volumes=[{"name", "path", "read_only"}]``. One sandbox
+    writes a volume at a time, any number read it."""
+
+    async def create(self, name: str, *, size_mib: int) -> VolumeInfo:
+        """Makes an empty volume of ``size_mib`` (16 at least; ConflictError if the name is taken, RateLimitError
+        past the tenant's storage quota). A full volume gives the guest ENOSPC."""
+        body = {"name": name, "size_mib": size_mib}
+        return await self._http.json("POST", "/volumes", json_body=body)  # type: ignore[no-any-return]
+
+    async def list(self) -> List[VolumeInfo]:
+        """The tenant's volumes, each with the live sandboxes that mount it."""
+        return (await self._http.json("GET", "/volumes"))["volumes"]  # type: ignore[no-any-return]
+
+    async def get(self, name: str) -> VolumeInfo:
+        """One volume by name (NotFoundError when the tenant has none of that name)."""
+        return await self._http.json("GET", f"/volumes/{_quote(name)}")  # type: ignore[no-any-return]
+
+    async def delete(self, name: str) -> None:
+        """Removes the volume and its data; ConflictError (``volume_in_use``) while a live sandbox
+        mounts it."""
+        await self._http.json("DELETE", f"/volumes/{_quote(name)}")

@@ -178,6 +178,7 @@ class AsyncSandbox:
         deny_out: Optional[List[str]] = None,
         policy: Optional[Dict[str, Any]] = None,
         secrets: Optional[List[str]] = None,
+        volumes: Optional[List[Dict[str, Any]]] = None,
         delete_on_disconnect: Optional[bool] = None,
         idempotency_key: Optional[str] = None,
         base_url: Optional[str] = None,
@@ -188,7 +189,8 @@ class AsyncSandbox:
 
         ``template`` (default "seed"); ``timeout``: seconds until the server deletes it (default the
         server's, 1 h); ``policy``: host rules (wire names: ``allow_hosts``, ``rules``, ...);
-        ``secrets``: vault secrets it may use (each a placeholder variable inside)."""
+        ``secrets``: vault secrets it may use (each a placeholder variable inside); ``volumes``: volumes
+        of the tenant to mount, ``[{"name": ..., "path": ..., "read_only": False}]``."""
         http = AsyncHttp(ConnectionConfig(base_url, api_key, request_timeout))
         fields: Dict[str, Any] = {
                 "template": template,
@@ -204,6 +206,7 @@ class AsyncSandbox:
                 "deny_out": deny_out,
                 "policy": policy,
                 "secrets": secrets,
+                "volumes": volumes,
                 "delete_on_disconnect": delete_on_disconnect,
         }
         body = {k: v for k, v in fields.items() if v is not None}

@@ -1,4 +1,4 @@
-"""The tenant's side of the API, sync: approvals, secrets, the tenant policy, keys and tenants.
+"""The tenant's side of the API, sync: approvals, secrets, volumes, the tenant policy, keys and tenants.
 Thin wrappers over the async classes, run on the SDK's event loop thread."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any, Dict, Iterator, List, Optional
 
 from . import _portal
-from ._admin_async import AsyncApiKeys, AsyncApprovals, AsyncSecrets, AsyncTenantPolicy, AsyncTenants
-from .types import ApiKeyInfo, ApprovalInfo, CreatedKey, SecretInfo, TenantInfo, TenantPolicyInfo
+from ._admin_async import AsyncApiKeys, AsyncApprovals, AsyncSecrets, AsyncTenantPolicy, AsyncTenants, AsyncVolumes
+from .types import ApiKeyInfo, ApprovalInfo, CreatedKey, SecretInfo, TenantInfo, TenantPolicyInfo, VolumeInfo
 
 
 class _Sync:
@@ -149,3 +149,26 @@ class Tenants(_Sync):
     def set_quota(self, tenant: str, quota: Dict[str, Any]) -> TenantInfo:
         """Sets the quotas named; None lifts one."""
         return _portal.call(self._a.set_quota(tenant, quota))
+
+
+class Volumes(_Sync):
+    """The tenant's volumes: disks that outlive every sandbox, mounted at create with
+    ``volumes=[{"name", "path", "read_only"}]``. One writer at a time, any number of readers."""
+
+    _async_cls = AsyncVolumes
+
+    def create(self, name: str, *, size_mib: int) -> VolumeInfo:
+        """Makes an empty volume of ``size_mib``; a full one gives the guest ENOSPC."""
+        return _portal.call(self._a.create(name, size_mib=size_mib))
+
+    def list(self) -> List[VolumeInfo]:
+        """The tenant's volumes, each with the live sandboxes that mount it."""
+        return _portal.call(self._a.list())
+
+    def get(self, name: str) -> VolumeInfo:
+        """One volume by name."""
+        return _portal.call(self._a.get(name))
+
+    def delete(self, name: str) -> None:
+        """Removes it and its data; ConflictError while a live sandbox mounts it."""
+        _portal.call(self._a.delete(name))

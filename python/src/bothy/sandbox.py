@@ -387,6 +387,7 @@ class Sandbox:
         deny_out: Optional[List[str]] = None,
         policy: Optional[Dict[str, Any]] = None,
         secrets: Optional[List[str]] = None,
+        volumes: Optional[List[Dict[str, Any]]] = None,
         delete_on_disconnect: Optional[bool] = None,
         idempotency_key: Optional[str] = None,
         base_url: Optional[str] = None,
@@ -397,7 +398,8 @@ class Sandbox:
 
         ``template`` (default "seed"); ``timeout``: seconds until the server deletes it (default the
         server's, 1 h); ``policy``: host rules (wire names: ``allow_hosts``, ``rules``, ...);
-        ``secrets``: vault secrets it may use (each a placeholder variable inside)."""
+        ``secrets``: vault secrets it may use (each a placeholder variable inside); ``volumes``: volumes
+        of the tenant to mount, ``[{"name": ..., "path": ..., "read_only": False}]``."""
         return cls(
             _portal.call(
                 AsyncSandbox.create(
@@ -414,6 +416,7 @@ class Sandbox:
                     deny_out=deny_out,
                     policy=policy,
                     secrets=secrets,
+                    volumes=volumes,
                     delete_on_disconnect=delete_on_disconnect,
                     idempotency_key=idempotency_key,
                     base_url=base_url,

@@ -121,6 +121,24 @@ class CreatedKey(ApiKeyInfo, total=False):
     key: str
 
 
+class VolumeMountInfo(TypedDict, total=False):
+    """A live sandbox that mounts a volume, where, and whether read-only."""
+
+    sandbox_id: str
+    path: str
+    read_only: bool
+
+
+class VolumeInfo(TypedDict, total=False):
+    """A volume: data that outlives every sandbox, mounted at create (``volumes=``)."""
+
+    volume_id: str
+    name: str
+    size_mib: int
+    created_at: str
+    mounted_by: List[VolumeMountInfo]
+
+
 class TenantInfo(TypedDict, total=False):
     """A tenant and its quotas."""
 
