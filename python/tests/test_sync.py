@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import threading
 from typing import Iterator, List
 
@@ -252,6 +253,30 @@ def test_ports_url_and_signed_link(sandbox: Sandbox) -> None:
             assert page.status_code == 200 and page.text == "served from the sandbox"
         with pytest.raises(ValueError):
             sandbox.ports.url(70000)
+    finally:
+        server.kill()
+
+
+def test_a_forwarded_local_port_carries_any_tcp_to_the_sandbox(sandbox: Sandbox) -> None:
+    serve = "require('net').createServer((s) => s.on('data', (d) => s.write('echo:' + d))).listen(8001)"
+    server = sandbox.commands.run(f'exec node -e "{serve}"', background=True)
+    try:
+        poll(lambda: any(p["port"] == 8001 for p in sandbox.ports.list()), "port 8001 to listen")
+        with pytest.raises(ValueError):
+            sandbox.ports.forward(8001, host="0.0.0.0")
+        with sandbox.ports.forward(8001) as fwd:
+            assert fwd.host == "127.0.0.1" and fwd.local_port > 0
+            for word in (b"one", b"two"):  # two connections, each its own tunnel
+                with socket.create_connection((fwd.host, fwd.local_port), timeout=30) as conn:
+                    conn.sendall(word)
+                    got = b""
+                    while len(got) < len(b"echo:") + len(word):
+                        chunk = conn.recv(1024)
+                        assert chunk, "the forward closed before the answer"
+                        got += chunk
+                    assert got == b"echo:" + word
+        with pytest.raises(OSError):
+            socket.create_connection((fwd.host, fwd.local_port), timeout=5)
     finally:
         server.kill()
 

@@ -26,7 +26,8 @@ from .errors import (
     ServerError,
     TimeoutError,
 )
-from .sandbox import CommandHandle, Commands, Desktop, Files, Ports, Pty, Sandbox
+from ._forward import AsyncPortForward
+from .sandbox import CommandHandle, Commands, Desktop, Files, PortForward, Ports, Pty, Sandbox
 from .types import EntryInfo, Screenshot, VolumeInfo, WriteInfo
 
 __version__ = "0.1.0"
@@ -40,6 +41,7 @@ __all__ = [
     "AsyncCommands",
     "AsyncDesktop",
     "AsyncFiles",
+    "AsyncPortForward",
     "AsyncPorts",
     "AsyncPty",
     "AsyncSandbox",
@@ -62,6 +64,7 @@ __all__ = [
     "InvalidArgumentError",
     "NotFoundError",
     "NotSupportedError",
+    "PortForward",
     "Ports",
     "Pty",
     "RateLimitError",

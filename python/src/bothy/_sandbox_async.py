@@ -10,6 +10,7 @@ from typing import Any, AsyncIterator, Dict, List, Optional, Type, TypeVar
 from ._commands_async import AsyncCommands, AsyncPty
 from ._events import stream_events
 from ._files_async import AsyncFiles
+from ._forward import AsyncPortForward, forward_port
 from ._http import AsyncHttp, ConnectionConfig
 from .errors import NotFoundError
 from .types import (
@@ -59,6 +60,12 @@ class AsyncPorts:
         _check_port(port)
         body = {} if ttl is None else {"ttl_s": ttl}
         return await self._http.json("POST", f"/sandboxes/{self._id}/port-links/{port}", json_body=body)  # type: ignore[no-any-return]
+
+    async def forward(self, port: int, *, local_port: int = 0, host: str = "127.0.0.1") -> AsyncPortForward:
+        """A local TCP port (``local_port``, 0: a free one) on loopback that reaches ``port`` inside the
+        sandbox, for any TCP protocol; ``close()`` it when done."""
+        _check_port(port)
+        return await forward_port(self._http, self._id, port, local_port=local_port, host=host)
 
 
 class AsyncDesktop:

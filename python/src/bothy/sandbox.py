@@ -9,6 +9,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Unio
 from . import _portal
 from ._commands_async import AsyncCommandHandle, AsyncCommands, AsyncPty, CommandResult
 from ._files_async import AsyncFiles
+from ._forward import AsyncPortForward
 from ._sandbox_async import AsyncDesktop, AsyncPorts, AsyncSandbox
 from .types import (
     BothyEvent,
@@ -286,6 +287,31 @@ class Ports:
     def link(self, port: int, *, ttl: Optional[int] = None) -> LinkInfo:
         """A signed link that opens ``port`` without an API key until it expires; share it like a key."""
         return _portal.call(self._p.link(port, ttl=ttl))
+
+    def forward(self, port: int, *, local_port: int = 0, host: str = "127.0.0.1") -> "PortForward":
+        """A local TCP port on loopback that reaches ``port`` inside the sandbox, for any TCP protocol
+        (a database, SSH, VNC); use it in a ``with`` block or ``close()`` it."""
+        return PortForward(_portal.call(self._p.forward(port, local_port=local_port, host=host)))
+
+
+class PortForward:
+    """A local port carried to a port inside a sandbox: ``host``, ``local_port``, ``close()``."""
+
+    def __init__(self, forward: AsyncPortForward) -> None:
+        """Made by ``Ports.forward``."""
+        self._f = forward
+        self.host = forward.host
+        self.local_port = forward.local_port
+
+    def close(self) -> None:
+        """Stops listening and ends the connections it carries."""
+        _portal.call(self._f.close())
+
+    def __enter__(self) -> "PortForward":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 class Desktop:
