@@ -13,6 +13,7 @@ import {
 import type { CommandRegistry } from "../commands/command-registry.ts";
 import type { ServerEvents } from "../events/server-events.ts";
 import type { DisconnectWatch } from "../sandboxes/disconnect-watch.ts";
+import { onSandboxFinal } from "../sandboxes/sandbox-final.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { CommandSession, type KeptHooks } from "./command-session.ts";
 import { collectCommand, parseHttpCommand } from "./command-http.ts";
@@ -54,11 +55,11 @@ export function commandRoutes(
   watch: DisconnectWatch,
   serverEvents: ServerEvents,
 ): void {
-  // Kept command sockets by sandbox: a deleted sandbox's are told, so an idle one closes.
+  // Kept command sockets by sandbox: a sandbox that is over (deleted or failed) tells its own, so
+  // an idle one closes.
   const kept = new Map<string, Set<CommandSession>>();
-  serverEvents.subscribe((ev) => {
-    if (ev.event !== "sandbox_deleted") return;
-    for (const session of kept.get(ev.sandbox_id) ?? []) session.sandboxGone();
+  onSandboxFinal(serverEvents, (id) => {
+    for (const session of kept.get(id) ?? []) session.sandboxGone();
   });
   const remember = (id: string, session: CommandSession): void => {
     kept.set(id, (kept.get(id) ?? new Set()).add(session));
