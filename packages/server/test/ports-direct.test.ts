@@ -17,6 +17,7 @@ import { driverTitle, testDrivers } from "./helpers/drivers.ts";
 import { useNetLab } from "./helpers/net-lab.ts";
 import { ipv4Of, probe, type Outcome } from "./helpers/net-probe.ts";
 import { HOST_LAN_ADDR, HOST_PORT } from "./helpers/net-topology.ts";
+import { readUntil } from "./helpers/read-until.ts";
 
 const PORT_SERVER = readFileSync(new URL("./fixtures/port-server.mjs", import.meta.url), "utf8");
 const OPEN_PORT = 8000;
@@ -55,17 +56,6 @@ async function startPortServer(base: string, id: string, port: number, host: str
   await putSandboxFile(base, id, "/workspace/port-server.mjs", PORT_SERVER);
   await startBackgroundCommand(base, id, `node /workspace/port-server.mjs ${port} ${host} > /tmp/srv-${port}.log 2>&1`);
   await waitListening(base, id, port);
-}
-
-/** Reads a streamed body up to and including `text`. */
-async function readUntil(reader: ReadableStreamDefaultReader<Uint8Array>, text: string): Promise<string> {
-  let seen = "";
-  while (!seen.includes(text)) {
-    const { value, done } = await reader.read();
-    if (done) throw new Error(`stream ended before "${text}"; got ${JSON.stringify(seen)}`);
-    seen += Buffer.from(value).toString("utf8");
-  }
-  return seen;
 }
 
 function wsEcho(url: string, messages: string[]): Promise<string[]> {

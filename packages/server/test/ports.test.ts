@@ -15,6 +15,7 @@ import { homeFilesHolding, SANDBOX_TREES } from "./helpers/host-state.ts";
 import { linkSigner } from "./helpers/link-signer.ts";
 import { useServerWithSandbox } from "./helpers/suite.ts";
 import type { TestServer } from "./helpers/test-server.ts";
+import { readUntil } from "./helpers/read-until.ts";
 
 const PORT_SERVER = readFileSync(new URL("./fixtures/port-server.mjs", import.meta.url));
 const NODE_PORT = 8000;
@@ -64,17 +65,6 @@ async function startPortServer(ts: TestServer, id: string, port = NODE_PORT, hos
     `node /workspace/port-server.mjs ${port} ${host} > /tmp/srv-${port}.log 2>&1`,
   );
   await waitListening(ts, id, port);
-}
-
-/** Reads a streamed body up to and including `text`, leaving the rest unread. */
-async function readUntil(reader: ReadableStreamDefaultReader<Uint8Array>, text: string): Promise<string> {
-  let seen = "";
-  while (!seen.includes(text)) {
-    const { value, done } = await reader.read();
-    if (done) throw new Error(`stream ended before "${text}"; got ${JSON.stringify(seen)}`);
-    seen += Buffer.from(value).toString("utf8");
-  }
-  return seen;
 }
 
 /** How many TCP connections to `port` inside the sandbox are established (from its /proc/net/tcp). */
