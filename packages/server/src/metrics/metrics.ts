@@ -36,12 +36,10 @@ export class Metrics {
   readonly registry = new Registry();
   private readonly registers = [this.registry];
 
-  private readonly sandboxes = new Gauge({
-    name: "bothy_sandboxes",
-    help: "Sandboxes in the ledger, by state and driver.",
-    labelNames: ["state", "driver"],
-    registers: this.registers,
-  });
+  private readonly sandboxes = this.gauge("bothy_sandboxes", "Sandboxes in the ledger, by state and driver.", [
+    "state",
+    "driver",
+  ]);
   private readonly createSeconds = new Histogram({
     name: "bothy_sandbox_create_seconds",
     help: "Time from create request to a running sandbox, by driver and whether the warm pool served it.",
@@ -103,43 +101,41 @@ export class Metrics {
     "bothy_disconnect_grace_started_total",
     "Times the last client socket of a delete_on_disconnect sandbox dropped and its grace period began.",
   );
-  private readonly eventStreams = new Gauge({
-    name: "bothy_event_streams",
-    help: "Open GET /events streams: live, replaying (paging through the ledger), or behind (waiting for a client that stopped reading).",
-    labelNames: ["state"],
-    registers: this.registers,
-  });
-  private readonly eventBuffered = new Gauge({
-    name: "bothy_event_stream_buffered_bytes",
-    help: "Bytes written to event streams that their clients have not taken yet.",
-    registers: this.registers,
-  });
+  private readonly eventStreams = this.gauge(
+    "bothy_event_streams",
+    "Open GET /events streams: live, replaying (paging through the ledger), or behind (waiting for a client that stopped reading).",
+    ["state"],
+  );
+  private readonly eventBuffered = this.gauge(
+    "bothy_event_stream_buffered_bytes",
+    "Bytes written to event streams that their clients have not taken yet.",
+  );
   // The streams keep the running total; it is read at scrape time.
-  private readonly replayRows = new Counter({
-    name: "bothy_event_replay_rows_total",
-    help: "Ledger rows read by event stream replays (Last-Event-ID, since).",
-    registers: this.registers,
-  });
-  private readonly relays = new Gauge({
-    name: "bothy_relays",
-    help: "Open byte relays into sandboxes (tunnel, VNC, port WebSockets): flowing, or paused (the sandbox is not reading).",
-    labelNames: ["state"],
-    registers: this.registers,
-  });
-  private readonly relayHeld = new Gauge({
-    name: "bothy_relay_held_bytes",
-    help: "Bytes clients sent into relays that the host holds until the sandbox takes them.",
-    registers: this.registers,
-  });
+  private readonly replayRows = this.counter(
+    "bothy_event_replay_rows_total",
+    "Ledger rows read by event stream replays (Last-Event-ID, since).",
+  );
+  private readonly relays = this.gauge(
+    "bothy_relays",
+    "Open byte relays into sandboxes (tunnel, VNC, port WebSockets): flowing, or paused (the sandbox is not reading).",
+    ["state"],
+  );
+  private readonly relayHeld = this.gauge(
+    "bothy_relay_held_bytes",
+    "Bytes clients sent into relays that the host holds until the sandbox takes them.",
+  );
 
-  private readonly portConnections = new Counter({
-    name: "bothy_port_connections_total",
-    help: "Connections to ports inside sandboxes (port URLs, tunnels): direct to the sandbox's address, or over the guest channel because it has no network, its server refused the address (listens on 127.0.0.1 only) or the address did not answer.",
-    labelNames: ["path", "why"],
-    registers: this.registers,
-  });
+  private readonly portConnections = this.counter(
+    "bothy_port_connections_total",
+    "Connections to ports inside sandboxes (port URLs, tunnels): direct to the sandbox's address, or over the guest channel because it has no network, its server refused the address (listens on 127.0.0.1 only) or the address did not answer.",
+    ["path", "why"],
+  );
 
   /** A counter; `seed`: values of its one label shown as 0 before anything is counted. */
+  private gauge(name: string, help: string, labelNames: string[] = []): Gauge {
+    return new Gauge({ name, help, labelNames, registers: this.registers });
+  }
+
   private counter(name: string, help: string, labelNames: string[] = [], seed: string[] = []): Counter {
     const c = new Counter({ name, help, labelNames, registers: this.registers });
     const label = labelNames[0];
