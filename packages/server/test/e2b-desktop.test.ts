@@ -6,7 +6,7 @@ import WebSocket from "ws";
 import { ANONYMOUS } from "../../../test/auth.ts";
 import { api } from "./helpers/client.ts";
 import { driverTitle, testDriver } from "./helpers/drivers.ts";
-import { noLeaks } from "./helpers/host-state.ts";
+import { homeFilesHolding, noLeaks, SANDBOX_TREES } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
 
 const PREVIEW_DOMAIN = "desktop-preview.test";
@@ -189,6 +189,14 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "E2B desktop S
     }
     // The SDK sees its stream running; a second start is its own error.
     await expect(desktop.stream.start({ requireAuth: true })).rejects.toThrow(/already running/);
+  });
+
+  it("keeps the stream's password in no file of the server's home, the ledger's process list included", async () => {
+    const password = desktop.stream.getAuthKey();
+    expect(password.length).toBeGreaterThanOrEqual(8);
+    const { read, hits } = await homeFilesHolding(ts.home, [password], SANDBOX_TREES);
+    expect(read.some((p) => p.includes("ledger"))).toBe(true);
+    expect(hits).toEqual([]);
   });
 
   it("a holder of the stream URL without its password (or with a wrong one) gets no viewer", async () => {

@@ -25,6 +25,8 @@ export interface DesktopCommandContext {
 export interface MappedCommand {
   before: () => Promise<void>;
   line: string;
+  /** What the process list keeps (in the ledger) instead of the SDK's line, when that held a credential. */
+  recorded?: string;
 }
 
 /** bothy's X display (packages/guest/src/desktop-main.ts). */
@@ -97,7 +99,11 @@ export function mapDesktopCommand(line: string, ctx: DesktopCommandContext): Map
 
   if ((m = STOREPASSWD.exec(line))) {
     const password = m[1]!;
-    return { before: async () => streams.setPassword(id, password), line: "true" };
+    return {
+      before: async () => streams.setPassword(id, password),
+      line: "true",
+      recorded: "x11vnc -storepasswd ******** ~/.vnc/passwd",
+    };
   }
   if ((m = X11VNC.exec(line))) {
     if (m[1] === "-nopw")

@@ -258,6 +258,8 @@ export function processService(
       const proc = req.process;
       if (!proc?.cmd) throw new ConnectError("process.cmd is required", Code.InvalidArgument);
       let command: RunningCommand;
+      // What the process list keeps: the SDK's own args, unless a mapped line held a credential.
+      let recordedArgs = proc.args;
       try {
         const agent = manager.agent(sandboxId);
         if (proc.cwd !== undefined && proc.cwd !== "") {
@@ -277,6 +279,7 @@ export function processService(
         if (mapped) {
           await mapped.before();
           args = ["-l", "-c", mapped.line];
+          if (mapped.recorded !== undefined) recordedArgs = ["-l", "-c", mapped.recorded];
         }
         const deadline = ctx.timeoutMs();
         const parsed = commandRequest.safeParse({
@@ -295,7 +298,7 @@ export function processService(
       } catch (err) {
         throw toConnectError(err);
       }
-      const config = { cmd: proc.cmd, args: proc.args, envs: proc.envs, ...(proc.cwd ? { cwd: proc.cwd } : {}) };
+      const config = { cmd: proc.cmd, args: recordedArgs, envs: proc.envs, ...(proc.cwd ? { cwd: proc.cwd } : {}) };
       const tag = req.tag === undefined ? {} : { tag: req.tag };
       let pid: number | undefined;
       const onStarted = (started: number): E2bProcess => {
