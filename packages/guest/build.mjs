@@ -38,7 +38,7 @@ await build({
   },
 });
 
-// The desktop's helper (start, screenshot), copied into sandboxes of the desktop template (see desktop-main.ts).
+// The desktop's helper (start, the screenshot server), copied into sandboxes of the desktop template (see desktop-main.ts).
 await build({
   ...bundle,
   entryPoints: [`${here}src/desktop-main.ts`],

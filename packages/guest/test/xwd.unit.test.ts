@@ -1,5 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { xwdToRgba } from "../src/xwd.ts";
+import { PNG } from "pngjs";
+import { encodeRgbPng } from "../src/png.ts";
+import { xwdSize, xwdToRgbRows } from "../src/xwd.ts";
 
 /** An XWD v7 ZPixmap as Xvfb writes it: 25 big-endian header fields, a window name, a colormap, pixels. */
 function xwd(
@@ -33,31 +35,48 @@ function xwd(
   return Buffer.concat([header, name, Buffer.alloc(ncolors * 12), data]);
 }
 
-const rgba = (r: number, g: number, b: number): number[] => [r, g, b, 255];
+/** PNG scanlines (filter byte 0, then RGB) of the given pixels, row by row. */
+const rows = (width: number, pixels: number[][]): number[] =>
+  pixels.flatMap((p, i) => (i % width === 0 ? [0, ...p] : p));
 
-describe("xwdToRgba", () => {
-  it("reads Xvfb's little-endian 32-bit framebuffer through its masks", () => {
-    const out = xwdToRgba(xwd(2, 2, [0xff8000, 0x008080, 0x000000, 0xffffff], { ncolors: 3, pad: 4 }));
+describe("xwdToRgbRows", () => {
+  it("reads Xvfb's little-endian 32-bit framebuffer through its masks, row padding skipped", () => {
+    const out = xwdToRgbRows(xwd(2, 2, [0xff8000, 0x008080, 0x000000, 0xffffff], { ncolors: 3, pad: 4 }));
     expect([out.width, out.height]).toEqual([2, 2]);
-    expect([...out.data]).toEqual([
-      ...rgba(255, 128, 0),
-      ...rgba(0, 128, 128),
-      ...rgba(0, 0, 0),
-      ...rgba(255, 255, 255),
-    ]);
+    expect([...out.rows]).toEqual(
+      rows(2, [
+        [255, 128, 0],
+        [0, 128, 128],
+        [0, 0, 0],
+        [255, 255, 255],
+      ]),
+    );
   });
 
   it("reads big-endian and 24-bit pixels", () => {
-    expect([...xwdToRgba(xwd(1, 1, [0x123456], { byteOrder: 1 })).data]).toEqual(rgba(0x12, 0x34, 0x56));
-    expect([...xwdToRgba(xwd(1, 1, [0x123456], { bpp: 24 })).data]).toEqual(rgba(0x12, 0x34, 0x56));
+    expect([...xwdToRgbRows(xwd(1, 1, [0x123456], { byteOrder: 1 })).rows]).toEqual([0, 0x12, 0x34, 0x56]);
+    expect([...xwdToRgbRows(xwd(1, 1, [0x123456], { bpp: 24 })).rows]).toEqual([0, 0x12, 0x34, 0x56]);
   });
 
   it("refuses what it cannot read instead of reading past the file", () => {
-    expect(() => xwdToRgba(Buffer.alloc(10))).toThrow(/shorter than an XWD header/);
+    expect(() => xwdSize(Buffer.alloc(10))).toThrow(/shorter than an XWD header/);
     const whole = xwd(4, 4, []);
-    expect(() => xwdToRgba(whole.subarray(0, whole.length - 1))).toThrow(/shorter than its header says/);
+    expect(() => xwdToRgbRows(whole.subarray(0, whole.length - 1))).toThrow(/shorter than its header says/);
     const v6 = Buffer.from(whole);
     v6.writeUInt32BE(6, 4);
-    expect(() => xwdToRgba(v6)).toThrow(/not a ZPixmap XWD v7/);
+    expect(() => xwdSize(v6)).toThrow(/not a ZPixmap XWD v7/);
+  });
+});
+
+describe("encodeRgbPng", () => {
+  it("writes a PNG another decoder reads back pixel for pixel", async () => {
+    const width = 37;
+    const height = 11;
+    const pixels = Array.from({ length: width * height }, (_, i) => (i * 2654435761) & 0xffffff);
+    const { rows: scanlines } = xwdToRgbRows(xwd(width, height, pixels));
+    const decoded = PNG.sync.read(await encodeRgbPng(width, height, scanlines));
+    expect([decoded.width, decoded.height]).toEqual([width, height]);
+    const expected = pixels.flatMap((p) => [(p >> 16) & 0xff, (p >> 8) & 0xff, p & 0xff, 255]);
+    expect([...decoded.data]).toEqual(expected);
   });
 });

@@ -1,10 +1,11 @@
 /**
  * A sandbox's desktop (template `desktop`): Xvfb, openbox, x11vnc and Chromium, started on the
  * first call that needs them by bothy's helper (`@bothy/guest/desktop.mjs`), which is copied into
- * the sandbox and run on its Node. Screenshots are encoded to PNG in there; mouse and keyboard go
- * through xdotool. Everything runs inside the sandbox; the server only relays.
+ * the sandbox and run on its Node. The helper's server lives with the desktop and takes one
+ * request a connection over the guest channel: a screenshot, encoded to PNG in there, or input
+ * lines for its long-lived xdotool (mouse and keys); typing text runs its own xdotool. Everything
+ * runs inside the sandbox; the server only relays, and checks what comes back (helper-answer.ts).
  */
-import { randomBytes } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { z } from "zod";
@@ -19,9 +20,9 @@ import {
 import type { AgentClient } from "../agent/agent-client.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { openableUrl, openInChromium } from "./open-url.ts";
+import { callHelper, checkedInput, checkedShot, type HelperRequest } from "./helper-answer.ts";
 
 const HELPER_PATH = "/tmp/bothy-desktop.mjs";
-const SHOT_DIR = "/tmp/.bothy-desktop";
 /** Chromium's first start under gVisor takes a few seconds; under emulated QEMU, minutes. */
 const START_TIMEOUT_MS = 180_000;
 const CALL_TIMEOUT_MS = 60_000;
@@ -34,11 +35,16 @@ const helperFailure = z.object({
   what: z.string().optional(),
   message: z.string().optional(),
 });
-const startReport = z.union([desktopInfo.extend({ ok: z.literal(true) }), helperFailure]);
-const shotReport = z.union([
-  z.object({ ok: z.literal(true), width: z.number().int(), height: z.number().int(), bytes: z.number().int() }),
+const startReport = z.union([
+  desktopInfo.extend({ ok: z.literal(true), helper_port: z.number().int().min(1).max(65535) }),
   helperFailure,
 ]);
+
+/** A started desktop: what the API shows, and the port of the helper's server (not shown). */
+interface Started {
+  info: DesktopInfo;
+  helperPort: number;
+}
 
 let bundle: Promise<Buffer> | undefined;
 function helper(): Promise<Buffer> {
@@ -100,34 +106,44 @@ function notAvailable(id: string, missing: string | undefined): BothyError {
   );
 }
 
-/** xdotool's arguments for an action; text and keys travel in the environment, never in the command line. */
-function xdotool(action: z.output<typeof desktopAction>): { cmd: string; env: Record<string, string> } {
+/**
+ * An action as lines for the helper's `xdotool -` (script mode splits each line on spaces and has
+ * no quoting): coordinates are integers and keys match DESKTOP_KEYS_RE, so no line can carry
+ * another command. Text to type has any characters: it runs as its own xdotool with the text in
+ * the environment, never in a command line (`typing`).
+ */
+function xdotoolLines(action: z.output<typeof desktopAction>): string[] | undefined {
   const button = { left: 1, middle: 2, right: 3 } as const;
   const wheel = { up: 4, down: 5, left: 6, right: 7 } as const;
   switch (action.action) {
     case "move":
-      return { cmd: `xdotool mousemove ${action.x} ${action.y}`, env: {} };
+      return [`mousemove ${action.x} ${action.y}`];
     case "click":
-      return {
-        cmd: `xdotool mousemove ${action.x} ${action.y} click --repeat ${action.count} ${button[action.button]}`,
-        env: {},
-      };
+      // --delay is the pause after each click: a double click needs one between its two, a single none.
+      return [
+        `mousemove ${action.x} ${action.y}`,
+        `click --repeat ${action.count} --delay ${action.count > 1 ? 80 : 0} ${button[action.button]}`,
+      ];
     case "scroll":
-      return {
-        cmd: `xdotool mousemove ${action.x} ${action.y} click --repeat ${action.amount} ${wheel[action.direction]}`,
-        env: {},
-      };
-    case "type":
-      return { cmd: 'xdotool type --delay 8 -- "$BOTHY_TEXT"', env: { BOTHY_TEXT: action.text } };
+      return [
+        `mousemove ${action.x} ${action.y}`,
+        `click --repeat ${action.amount} --delay 10 ${wheel[action.direction]}`,
+      ];
     case "key":
-      // DESKTOP_KEYS_RE allows letters, digits, _, + and single spaces: the unquoted split is safe.
-      return { cmd: "xdotool key --delay 30 -- $BOTHY_KEYS", env: { BOTHY_KEYS: action.keys } };
+      return action.keys.split(" ").map((chord) => `key --delay 30 ${chord}`);
+    case "type":
+      return undefined;
   }
 }
 
+const typing = (text: string): { cmd: string; env: Record<string, string> } => ({
+  cmd: 'xdotool type --delay 8 -- "$BOTHY_TEXT"',
+  env: { BOTHY_TEXT: text },
+});
+
 export class DesktopService {
   /** Per agent connection: a new agent (restart, wake from disk) checks the desktop again. */
-  private readonly started = new WeakMap<AgentClient, Promise<DesktopInfo>>();
+  private readonly started = new WeakMap<AgentClient, Promise<Started>>();
 
   constructor(private readonly manager: SandboxManager) {}
 
@@ -135,11 +151,19 @@ export class DesktopService {
    * Starts what is not running yet; `size` applies only when the screen starts. `recheck` asks
    * the sandbox again (an explicit start) instead of trusting an earlier answer on this connection.
    */
-  start(
+  async start(
     id: string,
     size = { width: DESKTOP_DEFAULT_WIDTH, height: DESKTOP_DEFAULT_HEIGHT },
     recheck = false,
   ): Promise<DesktopInfo> {
+    return (await this.ensure(id, size, recheck)).info;
+  }
+
+  private ensure(
+    id: string,
+    size = { width: DESKTOP_DEFAULT_WIDTH, height: DESKTOP_DEFAULT_HEIGHT },
+    recheck = false,
+  ): Promise<Started> {
     const agent = this.manager.agent(id);
     if (recheck) this.started.delete(agent);
     let known = this.started.get(agent);
@@ -151,7 +175,7 @@ export class DesktopService {
     return known;
   }
 
-  private async launch(agent: AgentClient, id: string, size: { width: number; height: number }): Promise<DesktopInfo> {
+  private async launch(agent: AgentClient, id: string, size: { width: number; height: number }): Promise<Started> {
     let script: Buffer;
     try {
       script = await helper();
@@ -173,8 +197,8 @@ export class DesktopService {
         `The desktop helper in sandbox ${id} gave no report (exit ${result.code}): ${result.stderr.slice(-300)}`,
       );
     if (report.data.ok) {
-      const { ok: _ok, ...info } = report.data;
-      return info;
+      const { ok: _ok, helper_port: helperPort, ...info } = report.data;
+      return { info, helperPort };
     }
     if (report.data.error === "not_desktop") throw notAvailable(id, report.data.missing);
     throw new BothyError(
@@ -188,21 +212,28 @@ export class DesktopService {
     this.started.delete(this.manager.agent(id));
   }
 
+  /** One request to the helper's server; `undefined` when it does not listen (the desktop went away). */
+  private async ask(
+    id: string,
+    port: number,
+    request: HelperRequest,
+  ): Promise<{ report: unknown; body: Buffer } | undefined> {
+    const stream = await this.manager
+      .agent(id)
+      .openTcp(port)
+      .catch((err: unknown) => {
+        if (err instanceof BothyError && err.code === "port_not_listening") return undefined;
+        throw err;
+      });
+    return stream && callHelper(stream, request, MAX_SCREENSHOT_BYTES, CALL_TIMEOUT_MS);
+  }
+
   async screenshot(id: string): Promise<{ png: Buffer; width: number; height: number }> {
     for (let attempt = 0; ; attempt++) {
-      await this.start(id);
-      const agent = this.manager.agent(id);
-      const out = `${SHOT_DIR}/shot-${randomBytes(6).toString("hex")}.png`;
-      const result = await run(agent, `node ${HELPER_PATH} screenshot ${out}`, {}, CALL_TIMEOUT_MS);
-      const report = shotReport.safeParse(lastJsonLine(result.stdout));
-      if (report.success && report.data.ok) {
-        try {
-          const png = await agent.readFile(out, MAX_SCREENSHOT_BYTES);
-          return { png, width: report.data.width, height: report.data.height };
-        } finally {
-          await agent.remove(out).catch(() => undefined);
-        }
-      }
+      const { helperPort } = await this.ensure(id);
+      const answer = await this.ask(id, helperPort, { do: "shot" });
+      const shot = answer && checkedShot(answer);
+      if (shot?.ok) return { png: shot.png, width: shot.width, height: shot.height };
       // The helper or the screen went away inside the sandbox (killed, or the sandbox restarted): start again, once.
       if (attempt === 0) {
         this.forget(id);
@@ -210,7 +241,7 @@ export class DesktopService {
       }
       throw new BothyError(
         "desktop_failed",
-        `The screenshot in sandbox ${id} failed: ${report.success && !report.data.ok ? (report.data.message ?? report.data.error) : result.stderr.slice(-300)}`,
+        `The screenshot in sandbox ${id} failed: ${shot ? (shot.message ?? shot.error) : "the desktop helper does not answer"}.`,
       );
     }
   }
@@ -227,23 +258,36 @@ export class DesktopService {
     }
     const action = parsed.data;
     for (let attempt = 0; ; attempt++) {
-      const screen = await this.start(id);
+      const { info: screen, helperPort } = await this.ensure(id);
       if ("x" in action && (action.x >= screen.width || action.y >= screen.height))
         throw new BothyError(
           "invalid_request",
           `(${action.x}, ${action.y}) is off the screen: it is ${screen.width}x${screen.height} pixels, the size of a screenshot.`,
         );
-      const { cmd, env } = xdotool(action);
-      const result = await run(this.manager.agent(id), cmd, env, CALL_TIMEOUT_MS);
-      if (result.code === 0) return { action: action.action, width: screen.width, height: screen.height };
-      if (attempt === 0 && /open display/i.test(result.stderr)) {
+      const done = { action: action.action, width: screen.width, height: screen.height };
+      // Start again, once, only where nothing ran: the helper's server is gone, or xdotool found no
+      // display (the desktop's processes went away: killed, or the sandbox restarted).
+      let failure: string;
+      let nothingRan: boolean;
+      const lines = xdotoolLines(action);
+      if (lines) {
+        const answer = await this.ask(id, helperPort, { do: "input", lines });
+        const result = answer && checkedInput(answer);
+        if (result?.ok) return done;
+        failure = result ? (result.message ?? result.error) : "the desktop helper does not answer";
+        nothingRan = result === undefined;
+      } else {
+        const { cmd, env } = typing(action.action === "type" ? action.text : "");
+        const result = await run(this.manager.agent(id), cmd, env, CALL_TIMEOUT_MS);
+        if (result.code === 0) return done;
+        failure = `exit ${result.code}: ${result.stderr.slice(-300)}`;
+        nothingRan = /open display/i.test(result.stderr);
+      }
+      if (attempt === 0 && nothingRan) {
         this.forget(id);
         continue;
       }
-      throw new BothyError(
-        "desktop_failed",
-        `xdotool failed in sandbox ${id} (exit ${result.code}): ${result.stderr.slice(-300)}`,
-      );
+      throw new BothyError("desktop_failed", `xdotool failed in sandbox ${id}: ${failure}`);
     }
   }
 
