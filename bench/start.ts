@@ -40,7 +40,7 @@ import {
   type RunTimes,
 } from "./bench-util.ts";
 
-/** The same flags the gVisor driver passes (gvisor-driver.ts runscArgs). */
+/** The same flags the gVisor driver passes (runsc.ts Runsc.args). */
 const RUNSC_FLAGS = [`--platform=${RUNSC_PLATFORM}`, "--network=none", "--overlay2=none"];
 /** Quiet time before each timed run, so the previous run's teardown does not bleed into it. */
 const SETTLE_MS = 250;
