@@ -1,4 +1,4 @@
-import type Database from "better-sqlite3";
+import { all, get, run, type Step, type Synced } from "./sql-step.ts";
 import type { ApprovalInfo, ApprovalState } from "@bothy/protocol";
 
 /** One row of the `approvals` table (migration 11). */
@@ -61,68 +61,76 @@ export function toApprovalInfo(row: ApprovalRow): ApprovalInfo {
  * synchronous=FULL), and a pending row leaves `pending` only by a compare-and-set, so a decision
  * lands once: a second one finds the row decided and changes nothing.
  */
-export class ApprovalRows {
-  private readonly byId: Database.Statement;
-  private readonly hostGrant: Database.Statement;
-  private readonly settleOne: Database.Statement;
-
-  constructor(private readonly db: Database.Database) {
-    this.byId = db.prepare(`SELECT * FROM approvals WHERE id = ?`);
-    this.hostGrant = db.prepare(
-      `SELECT 1 FROM approvals WHERE sandbox_id = ? AND host = ? AND state = 'approved' AND grant_kind = 'host' AND grant_until > ? LIMIT 1`,
-    );
-    this.settleOne = db.prepare(
-      `UPDATE approvals SET state = @state, decided_at = @at, decided_by = @decidedBy, grant_kind = @grantKind,
-         grant_until = @grantUntil, reason = @reason
-       WHERE id = @id AND state = 'pending' RETURNING *`,
-    );
-  }
-
-  insert(
+export class ApprovalQueries {
+  *insert(
     row: Omit<ApprovalRow, "state" | "decided_at" | "decided_by" | "grant_kind" | "grant_until" | "reason">,
-  ): void {
-    this.db
-      .prepare(
-        `INSERT INTO approvals (id, tenant, sandbox_id, conversation_id, kind, method, host, path, tool, excerpt, rule, state, created_at, expires_at)
-         VALUES (@id, @tenant, @sandbox_id, @conversation_id, @kind, @method, @host, @path, @tool, @excerpt, @rule, 'pending', @created_at, @expires_at)`,
-      )
-      .run(row);
+  ): Step<void> {
+    yield* run(
+      `INSERT INTO approvals (id, tenant, sandbox_id, conversation_id, kind, method, host, path, tool, excerpt, rule, state, created_at, expires_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)`,
+      [
+        row.id,
+        row.tenant,
+        row.sandbox_id,
+        row.conversation_id,
+        row.kind,
+        row.method,
+        row.host,
+        row.path,
+        row.tool,
+        row.excerpt,
+        row.rule,
+        row.created_at,
+        row.expires_at,
+      ],
+    );
   }
 
-  get(id: string): ApprovalRow | undefined {
-    return this.byId.get(id) as ApprovalRow | undefined;
+  *get(id: string): Step<ApprovalRow | undefined> {
+    return yield* get<ApprovalRow>(`SELECT * FROM approvals WHERE id = ?`, [id]);
   }
 
   /** Newest first; `tenant` undefined: every tenant's. */
-  list(filter: { tenant?: string; state?: ApprovalState; sandboxId?: string; limit: number }): ApprovalRow[] {
-    const all: Array<[string, string | undefined]> = [
+  *list(filter: { tenant?: string; state?: ApprovalState; sandboxId?: string; limit: number }): Step<ApprovalRow[]> {
+    const filters: Array<[string, string | undefined]> = [
       ["tenant", filter.tenant],
       ["state", filter.state],
       ["sandbox_id", filter.sandboxId],
     ];
-    const conditions = all.filter(([, value]) => value !== undefined);
+    const conditions = filters.filter((c): c is [string, string] => c[1] !== undefined);
     const where = conditions.map(([column]) => `${column} = ?`);
     const args = conditions.map(([, value]) => value);
     const sql = `SELECT * FROM approvals ${where.length ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY created_at DESC, rowid DESC LIMIT ?`;
-    return this.db.prepare(sql).all(...args, filter.limit) as ApprovalRow[];
+    return yield* all<ApprovalRow>(sql, [...args, filter.limit]);
   }
 
   /** Ends a pending approval; undefined (and nothing changed) when it is not pending. */
-  settle(id: string, how: Settlement, at: string = new Date().toISOString()): ApprovalRow | undefined {
-    return this.settleOne.get({ id, at, ...how }) as ApprovalRow | undefined;
+  *settle(id: string, how: Settlement, at: string = new Date().toISOString()): Step<ApprovalRow | undefined> {
+    return yield* get<ApprovalRow>(
+      `UPDATE approvals SET state = ?, decided_at = ?, decided_by = ?, grant_kind = ?, grant_until = ?, reason = ?
+         WHERE id = ? AND state = 'pending' RETURNING *`,
+      [how.state, at, how.decidedBy, how.grantKind, how.grantUntil, how.reason, id],
+    );
   }
 
   /** Cancels every pending approval at once (start-up: nothing held before survives a restart). */
-  cancelAllPending(reason: string, at: string = new Date().toISOString()): ApprovalRow[] {
-    return this.db
-      .prepare(
-        `UPDATE approvals SET state = 'cancelled', decided_at = ?, reason = ? WHERE state = 'pending' RETURNING *`,
-      )
-      .all(at, reason) as ApprovalRow[];
+  *cancelAllPending(reason: string, at: string = new Date().toISOString()): Step<ApprovalRow[]> {
+    return yield* all<ApprovalRow>(
+      `UPDATE approvals SET state = 'cancelled', decided_at = ?, reason = ? WHERE state = 'pending' RETURNING *`,
+      [at, reason],
+    );
   }
 
   /** Whether an approval granted `host` to this sandbox until after `at`. */
-  hostGranted(sandboxId: string, host: string, at: string): boolean {
-    return this.hostGrant.get(sandboxId, host, at) !== undefined;
+  *hostGranted(sandboxId: string, host: string, at: string): Step<boolean> {
+    return (
+      (yield* get(
+        `SELECT 1 FROM approvals WHERE sandbox_id = ? AND host = ? AND state = 'approved' AND grant_kind = 'host' AND grant_until > ? LIMIT 1`,
+        [sandboxId, host, at],
+      )) !== undefined
+    );
   }
 }
+
+/** Approvals as the server's synchronous callers see them. */
+export type ApprovalRows = Synced<ApprovalQueries>;

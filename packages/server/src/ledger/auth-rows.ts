@@ -1,4 +1,4 @@
-import type Database from "better-sqlite3";
+import { all, get, relaxed, run, type Step, type Synced } from "./sql-step.ts";
 import { sqlStates } from "../sandboxes/lifecycle.ts";
 
 export interface TenantRow {
@@ -25,125 +25,110 @@ export interface ApiKeyRow {
 }
 
 /** The ledger's tenants and API keys (tables of migration 10). */
-export class AuthRows {
-  /** Statements of every request, prepared once. */
-  private readonly byDigest: Database.Statement;
-  private readonly tenantOf: Database.Statement;
-  private readonly policyOfTenant: Database.Statement;
-
-  constructor(private readonly db: Database.Database) {
-    this.byDigest = db.prepare(`SELECT * FROM api_keys WHERE digest = ?`);
-    this.tenantOf = db.prepare(`SELECT tenant FROM sandboxes WHERE id = ?`);
-    this.policyOfTenant = db.prepare(`SELECT policy FROM tenants WHERE id = ?`);
+export class AuthQueries {
+  *tenant(id: string): Step<TenantRow | undefined> {
+    return yield* get<TenantRow>(`SELECT * FROM tenants WHERE id = ?`, [id]);
   }
 
-  tenant(id: string): TenantRow | undefined {
-    return this.db.prepare(`SELECT * FROM tenants WHERE id = ?`).get(id) as TenantRow | undefined;
-  }
-
-  tenants(): TenantRow[] {
-    return this.db.prepare(`SELECT * FROM tenants ORDER BY created_at, id`).all() as TenantRow[];
+  *tenants(): Step<TenantRow[]> {
+    return yield* all<TenantRow>(`SELECT * FROM tenants ORDER BY created_at, id`);
   }
 
   /** False when a tenant of that id exists already. */
-  insertTenant(id: string, quota: string): boolean {
+  *insertTenant(id: string, quota: string): Step<boolean> {
     return (
-      this.db
-        .prepare(`INSERT INTO tenants (id, quota, created_at) VALUES (?, ?, ?) ON CONFLICT(id) DO NOTHING`)
-        .run(id, quota, new Date().toISOString()).changes === 1
+      (yield* run(`INSERT INTO tenants (id, quota, created_at) VALUES (?, ?, ?) ON CONFLICT(id) DO NOTHING`, [
+        id,
+        quota,
+        new Date().toISOString(),
+      ])) === 1
     );
   }
 
   /** The tenant's default host policy (JSON), null when it has none, undefined for no such tenant. */
-  tenantPolicy(id: string): string | null | undefined {
-    const row = this.policyOfTenant.get(id) as { policy: string | null } | undefined;
-    return row?.policy;
+  *tenantPolicy(id: string): Step<string | null | undefined> {
+    return (yield* get<{ policy: string | null }>(`SELECT policy FROM tenants WHERE id = ?`, [id]))?.policy;
   }
 
-  setTenantPolicy(id: string, policy: string | null): void {
-    this.db.prepare(`UPDATE tenants SET policy = ? WHERE id = ?`).run(policy, id);
+  *setTenantPolicy(id: string, policy: string | null): Step<void> {
+    yield* run(`UPDATE tenants SET policy = ? WHERE id = ?`, [policy, id]);
   }
 
-  setQuota(id: string, quota: string): void {
-    this.db.prepare(`UPDATE tenants SET quota = ? WHERE id = ?`).run(quota, id);
+  *setQuota(id: string, quota: string): Step<void> {
+    yield* run(`UPDATE tenants SET quota = ? WHERE id = ?`, [quota, id]);
   }
 
-  insertKey(row: Omit<ApiKeyRow, "revoked_at" | "last_used_at">): void {
-    this.db
-      .prepare(
-        `INSERT INTO api_keys (id, tenant, name, digest, prefix, last4, scopes, created_at, expires_at)
-         VALUES (@id, @tenant, @name, @digest, @prefix, @last4, @scopes, @created_at, @expires_at)`,
-      )
-      .run(row);
+  *insertKey(row: Omit<ApiKeyRow, "revoked_at" | "last_used_at">): Step<void> {
+    yield* run(
+      `INSERT INTO api_keys (id, tenant, name, digest, prefix, last4, scopes, created_at, expires_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      [row.id, row.tenant, row.name, row.digest, row.prefix, row.last4, row.scopes, row.created_at, row.expires_at],
+    );
   }
 
-  keyByDigest(digest: string): ApiKeyRow | undefined {
-    return this.byDigest.get(digest) as ApiKeyRow | undefined;
+  *keyByDigest(digest: string): Step<ApiKeyRow | undefined> {
+    return yield* get<ApiKeyRow>(`SELECT * FROM api_keys WHERE digest = ?`, [digest]);
   }
 
-  key(id: string): ApiKeyRow | undefined {
-    return this.db.prepare(`SELECT * FROM api_keys WHERE id = ?`).get(id) as ApiKeyRow | undefined;
+  *key(id: string): Step<ApiKeyRow | undefined> {
+    return yield* get<ApiKeyRow>(`SELECT * FROM api_keys WHERE id = ?`, [id]);
   }
 
   /** A tenant's keys, or every key (tenant undefined). */
-  keys(tenant?: string): ApiKeyRow[] {
-    return (
-      tenant === undefined
-        ? this.db.prepare(`SELECT * FROM api_keys ORDER BY created_at, id`).all()
-        : this.db.prepare(`SELECT * FROM api_keys WHERE tenant = ? ORDER BY created_at, id`).all(tenant)
-    ) as ApiKeyRow[];
+  *keys(tenant?: string): Step<ApiKeyRow[]> {
+    return tenant === undefined
+      ? yield* all<ApiKeyRow>(`SELECT * FROM api_keys ORDER BY created_at, id`)
+      : yield* all<ApiKeyRow>(`SELECT * FROM api_keys WHERE tenant = ? ORDER BY created_at, id`, [tenant]);
   }
 
-  countKeys(): number {
-    return (this.db.prepare(`SELECT COUNT(*) AS n FROM api_keys`).get() as { n: number }).n;
+  *countKeys(): Step<number> {
+    return (yield* get<{ n: number }>(`SELECT COUNT(*) AS n FROM api_keys`))?.n ?? 0;
   }
 
   /** False when it was revoked already. */
-  revokeKey(id: string): boolean {
+  *revokeKey(id: string): Step<boolean> {
     return (
-      this.db
-        .prepare(`UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`)
-        .run(new Date().toISOString(), id).changes === 1
+      (yield* run(`UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`, [
+        new Date().toISOString(),
+        id,
+      ])) === 1
     );
   }
 
   /** Written without waiting for the disk: losing the last few in a power cut costs nothing. */
-  touchKey(id: string, at: string): void {
-    this.db.pragma("synchronous = NORMAL");
-    try {
-      this.db.prepare(`UPDATE api_keys SET last_used_at = ? WHERE id = ?`).run(at, id);
-    } finally {
-      this.db.pragma("synchronous = FULL");
-    }
+  *touchKey(id: string, at: string): Step<void> {
+    yield* relaxed(() => run(`UPDATE api_keys SET last_used_at = ? WHERE id = ?`, [at, id]));
   }
 
   /** Live sandboxes of a tenant, with their size, for its quotas. */
-  liveUsage(tenant: string): { sandboxes: number; vcpu: number; memory_mib: number } {
-    return this.db
-      .prepare(
-        `SELECT COUNT(*) AS sandboxes, COALESCE(SUM(vcpu), 0) AS vcpu, COALESCE(SUM(memory_mib), 0) AS memory_mib
+  *liveUsage(tenant: string): Step<{ sandboxes: number; vcpu: number; memory_mib: number }> {
+    const row = yield* get<{ sandboxes: number; vcpu: number; memory_mib: number }>(
+      `SELECT COUNT(*) AS sandboxes, COALESCE(SUM(vcpu), 0) AS vcpu, COALESCE(SUM(memory_mib), 0) AS memory_mib
          FROM sandboxes WHERE tenant = ? AND state IN (${sqlStates("active")})`,
-      )
-      .get(tenant) as { sandboxes: number; vcpu: number; memory_mib: number };
+      [tenant],
+    );
+    return row ?? { sandboxes: 0, vcpu: 0, memory_mib: 0 };
   }
 
   /** Creates of a tenant since `since` (ISO time), failed ones included. */
-  createsSince(tenant: string, since: string): number {
+  *createsSince(tenant: string, since: string): Step<number> {
     return (
-      this.db
-        .prepare(`SELECT COUNT(*) AS n FROM sandboxes WHERE tenant = ? AND created_at >= ?`)
-        .get(tenant, since) as {
-        n: number;
-      }
-    ).n;
+      (yield* get<{ n: number }>(`SELECT COUNT(*) AS n FROM sandboxes WHERE tenant = ? AND created_at >= ?`, [
+        tenant,
+        since,
+      ]))?.n ?? 0
+    );
   }
 
-  sandboxIdsOf(tenant: string): Set<string> {
-    const rows = this.db.prepare(`SELECT id FROM sandboxes WHERE tenant = ?`).all(tenant) as Array<{ id: string }>;
+  *sandboxIdsOf(tenant: string): Step<Set<string>> {
+    const rows = yield* all<{ id: string }>(`SELECT id FROM sandboxes WHERE tenant = ?`, [tenant]);
     return new Set(rows.map((r) => r.id));
   }
 
-  sandboxTenant(id: string): string | undefined {
-    return (this.tenantOf.get(id) as { tenant: string } | undefined)?.tenant;
+  *sandboxTenant(id: string): Step<string | undefined> {
+    return (yield* get<{ tenant: string }>(`SELECT tenant FROM sandboxes WHERE id = ?`, [id]))?.tenant;
   }
 }
+
+/** Tenants and API keys as the server's synchronous callers see them. */
+export type AuthRows = Synced<AuthQueries>;

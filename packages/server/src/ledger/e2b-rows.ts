@@ -1,4 +1,4 @@
-import type Database from "better-sqlite3";
+import { all, get, run, transaction, type Step, type Synced } from "./sql-step.ts";
 
 /** A guest process started through envd, as the ledger keeps it (migration 12). */
 export interface E2bProcessRow {
@@ -17,63 +17,47 @@ export interface E2bProcessRow {
  * guest pid → bothy command map. Written through at each change, so a restarted server still
  * gives commands the envVars and knows the pids of the processes that run on in the guests.
  */
-export class E2bRows {
-  private readonly statements: {
-    putEnv: Database.Statement;
-    env: Database.Statement;
-    putProcess: Database.Statement;
-    processes: Database.Statement;
-    signalled: Database.Statement;
-    dropProcess: Database.Statement;
-    forgetEnv: Database.Statement;
-    forgetProcesses: Database.Statement;
-  };
-
-  constructor(private readonly db: Database.Database) {
-    this.statements = {
-      putEnv: db.prepare(`INSERT OR REPLACE INTO e2b_envs (sandbox_id, sealed) VALUES (?, ?)`),
-      env: db.prepare(`SELECT sealed FROM e2b_envs WHERE sandbox_id = ?`),
-      putProcess: db.prepare(
-        `INSERT OR REPLACE INTO e2b_processes (sandbox_id, pid, command_id, config, pty, tag, signalled)
-         VALUES (@sandbox_id, @pid, @command_id, @config, @pty, @tag, @signalled)`,
-      ),
-      processes: db.prepare(`SELECT * FROM e2b_processes WHERE sandbox_id = ? ORDER BY pid`),
-      signalled: db.prepare(`UPDATE e2b_processes SET signalled = ? WHERE sandbox_id = ? AND pid = ?`),
-      dropProcess: db.prepare(`DELETE FROM e2b_processes WHERE sandbox_id = ? AND pid = ?`),
-      forgetEnv: db.prepare(`DELETE FROM e2b_envs WHERE sandbox_id = ?`),
-      forgetProcesses: db.prepare(`DELETE FROM e2b_processes WHERE sandbox_id = ?`),
-    };
+export class E2bQueries {
+  *putEnv(sandboxId: string, sealed: Buffer): Step<void> {
+    yield* run(
+      `INSERT INTO e2b_envs (sandbox_id, sealed) VALUES (?, ?) ON CONFLICT(sandbox_id) DO UPDATE SET sealed = excluded.sealed`,
+      [sandboxId, sealed],
+    );
   }
 
-  putEnv(sandboxId: string, sealed: Buffer): void {
-    this.statements.putEnv.run(sandboxId, sealed);
+  *env(sandboxId: string): Step<Buffer | undefined> {
+    return (yield* get<{ sealed: Buffer }>(`SELECT sealed FROM e2b_envs WHERE sandbox_id = ?`, [sandboxId]))?.sealed;
   }
 
-  env(sandboxId: string): Buffer | undefined {
-    return (this.statements.env.get(sandboxId) as { sealed: Buffer } | undefined)?.sealed;
+  *putProcess(row: E2bProcessRow): Step<void> {
+    yield* run(
+      `INSERT INTO e2b_processes (sandbox_id, pid, command_id, config, pty, tag, signalled) VALUES (?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT(sandbox_id, pid) DO UPDATE SET command_id = excluded.command_id, config = excluded.config,
+           pty = excluded.pty, tag = excluded.tag, signalled = excluded.signalled`,
+      [row.sandbox_id, row.pid, row.command_id, row.config, row.pty, row.tag, row.signalled],
+    );
   }
 
-  putProcess(row: E2bProcessRow): void {
-    this.statements.putProcess.run(row);
+  *processes(sandboxId: string): Step<E2bProcessRow[]> {
+    return yield* all<E2bProcessRow>(`SELECT * FROM e2b_processes WHERE sandbox_id = ? ORDER BY pid`, [sandboxId]);
   }
 
-  processes(sandboxId: string): E2bProcessRow[] {
-    return this.statements.processes.all(sandboxId) as E2bProcessRow[];
+  *setSignalled(sandboxId: string, pid: number, signal: string): Step<void> {
+    yield* run(`UPDATE e2b_processes SET signalled = ? WHERE sandbox_id = ? AND pid = ?`, [signal, sandboxId, pid]);
   }
 
-  setSignalled(sandboxId: string, pid: number, signal: string): void {
-    this.statements.signalled.run(signal, sandboxId, pid);
-  }
-
-  dropProcess(sandboxId: string, pid: number): void {
-    this.statements.dropProcess.run(sandboxId, pid);
+  *dropProcess(sandboxId: string, pid: number): Step<void> {
+    yield* run(`DELETE FROM e2b_processes WHERE sandbox_id = ? AND pid = ?`, [sandboxId, pid]);
   }
 
   /** Everything of a sandbox that has ended for good. */
-  forget(sandboxId: string): void {
-    this.db.transaction(() => {
-      this.statements.forgetEnv.run(sandboxId);
-      this.statements.forgetProcesses.run(sandboxId);
-    })();
+  *forget(sandboxId: string): Step<void> {
+    yield* transaction(function* () {
+      yield* run(`DELETE FROM e2b_envs WHERE sandbox_id = ?`, [sandboxId]);
+      yield* run(`DELETE FROM e2b_processes WHERE sandbox_id = ?`, [sandboxId]);
+    });
   }
 }
+
+/** The E2B surface's rows as the server's synchronous callers see them. */
+export type E2bRows = Synced<E2bQueries>;

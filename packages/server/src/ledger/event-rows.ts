@@ -1,6 +1,14 @@
-import type Database from "better-sqlite3";
-import type { EventRow } from "./ledger.ts";
-import { StatementCache } from "./statement-cache.ts";
+import { all, get, relaxed, run, type Step, type Synced } from "./sql-step.ts";
+
+export interface EventRow {
+  seq: number;
+  type: string;
+  sandbox_id: string | null;
+  /** Null: a host-wide event, seen by admin keys only. */
+  tenant: string | null;
+  data: string;
+  created_at: string;
+}
 
 /** Which rows one reader may see: a tenant's own (with `tenant`), or every row (an admin's, `null`). */
 export interface EventScope {
@@ -20,44 +28,70 @@ export interface EventRetention {
  * of the reader's own rows (`events_tenant` or `events_sandbox`), so a tenant's replay reads no
  * row of another tenant and each query reads at most a page.
  */
-export class EventRows {
-  private readonly statements: StatementCache;
-
-  constructor(private readonly db: Database.Database) {
-    this.statements = new StatementCache(db);
+export class EventQueries {
+  /**
+   * Appends an event and returns its sequence number (the SSE event id). Its tenant is its
+   * sandbox's, or `tenant` for one about a tenant as a whole; else it is host-wide. Written relaxed,
+   * like a command's record.
+   */
+  *insertEvent(type: string, sandboxId: string | null, data: object, tenant?: string): Step<EventRow> {
+    const created_at = new Date().toISOString();
+    const json = JSON.stringify(data);
+    // The sandbox's tenant is looked up in the insert itself (no row read and copied for one field).
+    const row = yield* relaxed(() =>
+      get<{ seq: number; tenant: string | null }>(
+        `INSERT INTO events (type, sandbox_id, data, created_at, tenant)
+           VALUES (?, ?, ?, ?, COALESCE(?, (SELECT tenant FROM sandboxes WHERE id = ?))) RETURNING seq, tenant`,
+        [type, sandboxId, json, created_at, tenant ?? null, sandboxId],
+      ),
+    );
+    if (!row) throw new Error("the events insert returned no row");
+    return { seq: row.seq, type, sandbox_id: sandboxId, tenant: row.tenant, data: json, created_at };
   }
 
-  private cached(sql: string): Database.Statement {
-    return this.statements.get(sql);
+  *eventsSince(seq: number, sandboxId?: string, limit = 1000): Step<EventRow[]> {
+    return sandboxId === undefined
+      ? yield* all<EventRow>(`SELECT * FROM events WHERE seq > ? ORDER BY seq LIMIT ?`, [seq, limit])
+      : yield* all<EventRow>(`SELECT * FROM events WHERE seq > ? AND sandbox_id = ? ORDER BY seq LIMIT ?`, [
+          seq,
+          sandboxId,
+          limit,
+        ]);
+  }
+
+  /** A sandbox's events of these types after `seq`, oldest first (its audit: GET /sandboxes/{id}/audit). */
+  *sandboxEvents(sandboxId: string, types: readonly string[], seq: number, limit: number): Step<EventRow[]> {
+    return yield* all<EventRow>(
+      `SELECT * FROM events WHERE sandbox_id = ? AND seq > ? AND type IN (${types.map(() => "?").join(",")}) ORDER BY seq LIMIT ?`,
+      [sandboxId, seq, ...types, limit],
+    );
   }
 
   /** The scope's rows after `after`, oldest first, at most `limit`. */
-  page(after: number, scope: EventScope, limit: number): EventRow[] {
+  *page(after: number, scope: EventScope, limit: number): Step<EventRow[]> {
     const { tenant, sandboxId } = scope;
     if (sandboxId !== undefined)
-      return (
-        tenant === null
-          ? this.cached(`SELECT * FROM events WHERE sandbox_id = ? AND seq > ? ORDER BY seq LIMIT ?`).all(
-              sandboxId,
-              after,
-              limit,
-            )
-          : this.cached(
-              `SELECT * FROM events INDEXED BY events_sandbox WHERE sandbox_id = ? AND seq > ? AND tenant = ? ORDER BY seq LIMIT ?`,
-            ).all(sandboxId, after, tenant, limit)
-      ) as EventRow[];
-    return (
-      tenant === null
-        ? this.cached(`SELECT * FROM events WHERE seq > ? ORDER BY seq LIMIT ?`).all(after, limit)
-        : this.cached(
-            `SELECT * FROM events INDEXED BY events_tenant WHERE tenant = ? AND seq > ? ORDER BY seq LIMIT ?`,
-          ).all(tenant, after, limit)
-    ) as EventRow[];
+      return tenant === null
+        ? yield* all<EventRow>(`SELECT * FROM events WHERE sandbox_id = ? AND seq > ? ORDER BY seq LIMIT ?`, [
+            sandboxId,
+            after,
+            limit,
+          ])
+        : yield* all<EventRow>(
+            `SELECT * FROM events INDEXED BY events_sandbox WHERE sandbox_id = ? AND seq > ? AND tenant = ? ORDER BY seq LIMIT ?`,
+            [sandboxId, after, tenant, limit],
+          );
+    return tenant === null
+      ? yield* all<EventRow>(`SELECT * FROM events WHERE seq > ? ORDER BY seq LIMIT ?`, [after, limit])
+      : yield* all<EventRow>(
+          `SELECT * FROM events INDEXED BY events_tenant WHERE tenant = ? AND seq > ? ORDER BY seq LIMIT ?`,
+          [tenant, after, limit],
+        );
   }
 
   /** The newest row's sequence number (0 for none). */
-  lastSeq(): number {
-    return (this.cached(`SELECT COALESCE(MAX(seq), 0) AS seq FROM events`).get() as { seq: number }).seq;
+  *lastSeq(): Step<number> {
+    return (yield* get<{ seq: number }>(`SELECT COALESCE(MAX(seq), 0) AS seq FROM events`))?.seq ?? 0;
   }
 
   /**
@@ -66,14 +100,15 @@ export class EventRows {
    * `maxRows` are those from `MAX(seq) - maxRows + 1`, and the oldest young row is found by walking
    * from the oldest end, only as far as there are rows to delete.
    */
-  keptFrom(retention: EventRetention, now: number): number {
+  *keptFrom(retention: EventRetention, now: number): Step<number> {
     let from = 0;
-    if (retention.maxRows !== undefined) from = Math.max(from, this.lastSeq() - retention.maxRows + 1);
+    if (retention.maxRows !== undefined) from = Math.max(from, (yield* this.lastSeq()) - retention.maxRows + 1);
     if (retention.maxAgeMs !== undefined) {
       const cutoff = new Date(now - retention.maxAgeMs).toISOString();
-      const young = this.cached(`SELECT seq FROM events WHERE created_at >= ? ORDER BY seq LIMIT 1`).get(cutoff) as
-        { seq: number } | undefined;
-      from = Math.max(from, young?.seq ?? this.lastSeq() + 1);
+      const young = yield* get<{ seq: number }>(`SELECT seq FROM events WHERE created_at >= ? ORDER BY seq LIMIT 1`, [
+        cutoff,
+      ]);
+      from = Math.max(from, young?.seq ?? (yield* this.lastSeq()) + 1);
     }
     return from;
   }
@@ -82,9 +117,13 @@ export class EventRows {
    * Deletes up to `batch` of the oldest rows below `seq`; answers how many. The caller repeats
    * while a whole batch went, yielding between, so a large backlog never holds the event loop long.
    */
-  deleteBelow(seq: number, batch: number): number {
-    return this.cached(
-      `DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE seq < ? ORDER BY seq LIMIT ?)`,
-    ).run(seq, batch).changes;
+  *deleteBelow(seq: number, batch: number): Step<number> {
+    return yield* run(`DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE seq < ? ORDER BY seq LIMIT ?)`, [
+      seq,
+      batch,
+    ]);
   }
 }
+
+/** The events table as the server's synchronous callers see it. */
+export type EventRows = Synced<EventQueries>;

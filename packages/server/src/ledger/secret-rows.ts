@@ -1,4 +1,4 @@
-import type Database from "better-sqlite3";
+import { all, get, run, transaction, type Step, type Synced } from "./sql-step.ts";
 import { sqlStates } from "../sandboxes/lifecycle.ts";
 
 /** A vault secret as the ledger keeps it: the value only sealed (gateway/vault.ts). */
@@ -26,78 +26,77 @@ export interface SandboxSecretRow {
  * The vault's secrets and each sandbox's placeholders (tables of migration 11). A deleted or
  * failed sandbox keeps its placeholder rows for the record, but `bindings` no longer returns them.
  */
-export class SecretRows {
-  private readonly bindingsOf: Database.Statement;
-
-  constructor(private readonly db: Database.Database) {
-    this.bindingsOf = db.prepare(
-      `SELECT b.sandbox_id, b.name, b.env, b.placeholder, s.tenant AS tenant, x.hosts, x.inject
-         FROM sandbox_secrets b
-         JOIN sandboxes s ON s.id = b.sandbox_id
-         LEFT JOIN secrets x ON x.tenant = s.tenant AND x.name = b.name
-        WHERE b.sandbox_id = ? AND s.state NOT IN (${sqlStates("final")})
-        ORDER BY b.name`,
-    );
-  }
-
-  get(tenant: string, name: string): SecretRow | undefined {
-    return this.db.prepare(`SELECT * FROM secrets WHERE tenant = ? AND name = ?`).get(tenant, name) as
-      SecretRow | undefined;
+export class SecretQueries {
+  *get(tenant: string, name: string): Step<SecretRow | undefined> {
+    return yield* get<SecretRow>(`SELECT * FROM secrets WHERE tenant = ? AND name = ?`, [tenant, name]);
   }
 
   /** Every tenant's when `tenant` is undefined. */
-  list(tenant?: string): SecretRow[] {
-    return (
-      tenant === undefined
-        ? this.db.prepare(`SELECT * FROM secrets ORDER BY tenant, name`).all()
-        : this.db.prepare(`SELECT * FROM secrets WHERE tenant = ? ORDER BY name`).all(tenant)
-    ) as SecretRow[];
+  *list(tenant?: string): Step<SecretRow[]> {
+    return tenant === undefined
+      ? yield* all<SecretRow>(`SELECT * FROM secrets ORDER BY tenant, name`)
+      : yield* all<SecretRow>(`SELECT * FROM secrets WHERE tenant = ? ORDER BY name`, [tenant]);
   }
 
   /** Inserts or replaces; true when the secret is new. */
-  put(row: Omit<SecretRow, "created_at" | "updated_at">): boolean {
+  *put(row: Omit<SecretRow, "created_at" | "updated_at">): Step<boolean> {
     const now = new Date().toISOString();
-    return this.db.transaction(() => {
-      const existed = this.get(row.tenant, row.name) !== undefined;
-      this.db
-        .prepare(
-          `INSERT INTO secrets (tenant, name, sealed, hosts, inject, created_at, updated_at)
-           VALUES (@tenant, @name, @sealed, @hosts, @inject, @now, @now)
-           ON CONFLICT(tenant, name) DO UPDATE SET sealed = @sealed, hosts = @hosts, inject = @inject, updated_at = @now`,
-        )
-        .run({ ...row, now });
+    return yield* transaction(function* () {
+      const existed =
+        (yield* get(`SELECT 1 FROM secrets WHERE tenant = ? AND name = ? FOR UPDATE`, [row.tenant, row.name])) !==
+        undefined;
+      yield* run(
+        `INSERT INTO secrets (tenant, name, sealed, hosts, inject, created_at, updated_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?)
+           ON CONFLICT(tenant, name) DO UPDATE SET sealed = excluded.sealed, hosts = excluded.hosts, inject = excluded.inject, updated_at = excluded.updated_at`,
+        [row.tenant, row.name, row.sealed, row.hosts, row.inject, now, now],
+      );
       return !existed;
-    })();
+    });
   }
 
-  delete(tenant: string, name: string): boolean {
-    return this.db.prepare(`DELETE FROM secrets WHERE tenant = ? AND name = ?`).run(tenant, name).changes === 1;
+  *delete(tenant: string, name: string): Step<boolean> {
+    return (yield* run(`DELETE FROM secrets WHERE tenant = ? AND name = ?`, [tenant, name])) === 1;
   }
 
   /** Names of `names` the tenant's vault lacks. */
-  missing(tenant: string, names: string[]): string[] {
-    return names.filter((n) => this.get(tenant, n) === undefined);
+  *missing(tenant: string, names: string[]): Step<string[]> {
+    const missing: string[] = [];
+    for (const n of names) if ((yield* this.get(tenant, n)) === undefined) missing.push(n);
+    return missing;
   }
 
   /** A sandbox's placeholders, written together or not at all. */
-  bind(rows: SandboxSecretRow[]): void {
-    const insert = this.db.prepare(
-      `INSERT INTO sandbox_secrets (sandbox_id, name, env, placeholder) VALUES (@sandbox_id, @name, @env, @placeholder)`,
-    );
-    this.db.transaction(() => {
-      for (const row of rows) insert.run(row);
-    })();
+  *bind(rows: SandboxSecretRow[]): Step<void> {
+    yield* transaction(function* () {
+      for (const row of rows)
+        yield* run(`INSERT INTO sandbox_secrets (sandbox_id, name, env, placeholder) VALUES (?, ?, ?, ?)`, [
+          row.sandbox_id,
+          row.name,
+          row.env,
+          row.placeholder,
+        ]);
+    });
   }
 
   /**
    * The live sandbox's placeholders with their secret's hosts and inject; `hosts` is null where
    * the secret was deleted from the vault since.
    */
-  bindings(
+  *bindings(
     sandboxId: string,
-  ): Array<SandboxSecretRow & { tenant: string; hosts: string | null; inject: string | null }> {
-    return this.bindingsOf.all(sandboxId) as Array<
-      SandboxSecretRow & { tenant: string; hosts: string | null; inject: string | null }
-    >;
+  ): Step<Array<SandboxSecretRow & { tenant: string; hosts: string | null; inject: string | null }>> {
+    return yield* all<SandboxSecretRow & { tenant: string; hosts: string | null; inject: string | null }>(
+      `SELECT b.sandbox_id, b.name, b.env, b.placeholder, s.tenant AS tenant, x.hosts, x.inject
+         FROM sandbox_secrets b
+         JOIN sandboxes s ON s.id = b.sandbox_id
+         LEFT JOIN secrets x ON x.tenant = s.tenant AND x.name = b.name
+        WHERE b.sandbox_id = ? AND s.state NOT IN (${sqlStates("final")})
+        ORDER BY b.name`,
+      [sandboxId],
+    );
   }
 }
+
+/** The vault's rows as the server's synchronous callers see them. */
+export type SecretRows = Synced<SecretQueries>;

@@ -1,4 +1,4 @@
-import type Database from "better-sqlite3";
+import { get, run, type Step, type Synced } from "./sql-step.ts";
 
 /** A dashboard session as the ledger keeps it: a digest of its id, never the id itself. */
 export interface SessionRow {
@@ -10,35 +10,32 @@ export interface SessionRow {
 }
 
 /** The dashboard's sessions (table of migration 14); every request reads its row, so a sign-out ends it at once. */
-export class SessionRows {
-  private readonly byDigest: Database.Statement;
-
-  constructor(private readonly db: Database.Database) {
-    this.byDigest = db.prepare(`SELECT * FROM ui_sessions WHERE digest = ?`);
+export class SessionQueries {
+  *insert(row: SessionRow): Step<void> {
+    yield* run(`INSERT INTO ui_sessions (digest, key_id, created_at, expires_at) VALUES (?, ?, ?, ?)`, [
+      row.digest,
+      row.key_id,
+      row.created_at,
+      row.expires_at,
+    ]);
   }
 
-  insert(row: SessionRow): void {
-    this.db
-      .prepare(
-        `INSERT INTO ui_sessions (digest, key_id, created_at, expires_at) VALUES (@digest, @key_id, @created_at, @expires_at)`,
-      )
-      .run(row);
+  *get(digest: string): Step<SessionRow | undefined> {
+    return yield* get<SessionRow>(`SELECT * FROM ui_sessions WHERE digest = ?`, [digest]);
   }
 
-  get(digest: string): SessionRow | undefined {
-    return this.byDigest.get(digest) as SessionRow | undefined;
-  }
-
-  remove(digest: string): boolean {
-    return this.db.prepare(`DELETE FROM ui_sessions WHERE digest = ?`).run(digest).changes > 0;
+  *remove(digest: string): Step<boolean> {
+    return (yield* run(`DELETE FROM ui_sessions WHERE digest = ?`, [digest])) > 0;
   }
 
   /** Drops sessions past their expiry or of keys that are revoked; returns how many. */
-  prune(nowIso: string): number {
-    return this.db
-      .prepare(
-        `DELETE FROM ui_sessions WHERE expires_at <= ? OR key_id IN (SELECT id FROM api_keys WHERE revoked_at IS NOT NULL)`,
-      )
-      .run(nowIso).changes;
+  *prune(nowIso: string): Step<number> {
+    return yield* run(
+      `DELETE FROM ui_sessions WHERE expires_at <= ? OR key_id IN (SELECT id FROM api_keys WHERE revoked_at IS NOT NULL)`,
+      [nowIso],
+    );
   }
 }
+
+/** The dashboard's sessions as the server's synchronous callers see them. */
+export type SessionRows = Synced<SessionQueries>;

@@ -1,0 +1,83 @@
+/**
+ * The ledger's rows are written once, as generator functions that yield the SQL they need and get
+ * its result back (`yield* get(...)`), and run by either store: the SQLite runner answers each step
+ * at once, synchronously (the server's `Ledger` today, and the async SQLite store, which wraps it);
+ * the PostgreSQL runner awaits each on its pool. So both stores share one copy of every query and of
+ * the logic around it (Babel's `gensync` runs one function sync or async the same way).
+ *
+ * SQL is written in the SQLite spelling with `?` placeholders; `dialect.ts` turns it into each
+ * store's own.
+ */
+
+/** A value a query may bind: what both drivers accept and return. */
+export type SqlValue = string | number | bigint | Buffer | null;
+export type SqlParams = readonly SqlValue[];
+
+export type Op =
+  | { readonly kind: "all" | "get" | "run"; readonly sql: string; readonly params: SqlParams }
+  | { readonly kind: "transaction" | "relaxed"; readonly body: () => Step<unknown> };
+
+/** A piece of ledger work: yields operations, is resumed with their results, returns `T`. */
+export type Step<T> = Generator<Op, T, unknown>;
+
+/** Every row the query returns. */
+export function* all<R>(sql: string, params: SqlParams = []): Step<R[]> {
+  return (yield { kind: "all", sql, params }) as R[];
+}
+
+/** The first row the query returns, or undefined. */
+export function* get<R>(sql: string, params: SqlParams = []): Step<R | undefined> {
+  return (yield { kind: "get", sql, params }) as R | undefined;
+}
+
+/** Runs a write; answers how many rows it changed. */
+export function* run(sql: string, params: SqlParams = []): Step<number> {
+  return (yield { kind: "run", sql, params }) as number;
+}
+
+/**
+ * Runs `body` as one transaction: all of it or none. Inside one, a read that the body writes back
+ * after says `FOR UPDATE` (PostgreSQL locks the row; SQLite, whose writes one process serializes,
+ * drops the words).
+ */
+export function* transaction<T>(body: () => Step<T>): Step<T> {
+  return (yield { kind: "transaction", body }) as T;
+}
+
+/**
+ * Runs `body` committed without waiting for the disk, where the store can (SQLite's
+ * synchronous=NORMAL): for rows written several times per command, whose loss in a power cut
+ * costs little (see `Ledger`).
+ */
+export function* relaxed<T>(body: () => Step<T>): Step<T> {
+  return (yield { kind: "relaxed", body }) as T;
+}
+
+type StepMethodKeys<T> = {
+  [K in keyof T]: T[K] extends (...args: never[]) => Step<unknown> ? K : never;
+}[keyof T];
+
+/** A rows class as its synchronous callers see it: each step method returns its result. */
+export type Synced<T> = {
+  [K in StepMethodKeys<T>]: T[K] extends (...args: infer A) => Step<infer R> ? (...args: A) => R : never;
+};
+
+/** A rows class as asynchronous callers see it: each step method returns a Promise of its result. */
+export type Asynced<T> = {
+  [K in StepMethodKeys<T>]: T[K] extends (...args: infer A) => Step<infer R> ? (...args: A) => Promise<R> : never;
+};
+
+/**
+ * An object with each generator method of `rows` (the class's own prototype) run by `runner`:
+ * `Synced<T>` for a synchronous runner, `Asynced<T>` for an asynchronous one.
+ */
+export function bindSteps<V>(rows: object, runner: (step: Step<unknown>) => unknown): V {
+  const view: Record<string, (...args: unknown[]) => unknown> = {};
+  const proto = Object.getPrototypeOf(rows) as Record<string, unknown>;
+  for (const name of Object.getOwnPropertyNames(proto)) {
+    const method = proto[name];
+    if (name === "constructor" || typeof method !== "function") continue;
+    view[name] = (...args: unknown[]) => runner((method as (...a: unknown[]) => Step<unknown>).apply(rows, args));
+  }
+  return view as V;
+}

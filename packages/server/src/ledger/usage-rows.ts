@@ -1,0 +1,69 @@
+import { all, get, run, transaction, type Step } from "./sql-step.ts";
+
+export interface OwnerUsageRow {
+  owner: string;
+  month: string;
+  vcpu_seconds: number;
+  gib_seconds: number;
+  /** Comma-separated kinds of budget warning already given this month. */
+  warned: string;
+}
+
+export interface UsageEntry {
+  sandboxId: string;
+  owner: string;
+  month: string;
+  vcpuSeconds: number;
+  gibSeconds: number;
+}
+
+/** Metered usage: per sandbox, and per owner and month (tables of migration 7). */
+export class UsageQueries {
+  /** Adds metered usage: per sandbox, and per owner and month, in one transaction. */
+  *addUsage(entries: readonly UsageEntry[]): Step<void> {
+    yield* transaction(function* () {
+      for (const e of entries) {
+        yield* run(
+          `INSERT INTO usage_sandbox (sandbox_id, owner, vcpu_seconds, gib_seconds) VALUES (?, ?, ?, ?)
+           ON CONFLICT(sandbox_id) DO UPDATE SET vcpu_seconds = usage_sandbox.vcpu_seconds + excluded.vcpu_seconds, gib_seconds = usage_sandbox.gib_seconds + excluded.gib_seconds`,
+          [e.sandboxId, e.owner, e.vcpuSeconds, e.gibSeconds],
+        );
+        yield* run(
+          `INSERT INTO usage_owner (owner, month, vcpu_seconds, gib_seconds) VALUES (?, ?, ?, ?)
+           ON CONFLICT(owner, month) DO UPDATE SET vcpu_seconds = usage_owner.vcpu_seconds + excluded.vcpu_seconds, gib_seconds = usage_owner.gib_seconds + excluded.gib_seconds`,
+          [e.owner, e.month, e.vcpuSeconds, e.gibSeconds],
+        );
+      }
+    });
+  }
+
+  *ownerUsage(month: string): Step<OwnerUsageRow[]> {
+    return yield* all<OwnerUsageRow>(`SELECT * FROM usage_owner WHERE month = ? ORDER BY owner`, [month]);
+  }
+
+  *sandboxUsage(sandboxId: string): Step<{ vcpu_seconds: number; gib_seconds: number } | undefined> {
+    return yield* get<{ vcpu_seconds: number; gib_seconds: number }>(
+      `SELECT vcpu_seconds, gib_seconds FROM usage_sandbox WHERE sandbox_id = ?`,
+      [sandboxId],
+    );
+  }
+
+  /** Records that an owner was warned about `kind` this month; false when it already was. */
+  *markWarned(owner: string, month: string, kind: string): Step<boolean> {
+    return yield* transaction(function* () {
+      const row = yield* get<{ warned: string }>(
+        `SELECT warned FROM usage_owner WHERE owner = ? AND month = ? FOR UPDATE`,
+        [owner, month],
+      );
+      const warned = new Set((row?.warned ?? "").split(",").filter(Boolean));
+      if (warned.has(kind)) return false;
+      warned.add(kind);
+      yield* run(`UPDATE usage_owner SET warned = ? WHERE owner = ? AND month = ?`, [
+        [...warned].join(","),
+        owner,
+        month,
+      ]);
+      return true;
+    });
+  }
+}
