@@ -10,9 +10,12 @@
  * layer, file or mount. Snapshots are taken on gVisor alone (QEMU answers 501: its layers are
  * qcow2 chains, not built yet), so the file runs on gVisor.
  */
+import { spawn } from "node:child_process";
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ConflictError, NotFoundError, NotSupportedError, Sandbox, Snapshot } from "@bothy/sdk";
 import { api, deleteSandbox, runCommand } from "./helpers/client.ts";
 import { hostLeaks, noLeaks } from "./helpers/host-state.ts";
 import { spawnTestServe, type ServeProcess } from "./helpers/serve-process.ts";
@@ -22,6 +25,26 @@ import type { TestServer } from "./helpers/test-server.ts";
 const MIB = 1024 * 1024;
 const SANDBOX = { template: "seed", vcpu: 1, memory_mib: 512 };
 const CHILDREN = 5;
+
+const BOTHY = fileURLToPath(new URL("../../cli/bin/bothy.js", import.meta.url));
+
+/** Runs the bothy CLI as a user would, against `url`. */
+function bothy(url: string, args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [BOTHY, ...args], {
+      env: { ...process.env, BOTHY_URL: url },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    child.stdout.on("data", (c: Buffer) => out.push(c));
+    child.stderr.on("data", (c: Buffer) => err.push(c));
+    child.on("error", reject);
+    child.on("close", (code) =>
+      resolve({ code, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() }),
+    );
+  });
+}
 
 /** The layers of a home's snapshot store (staging copies included: `.staging` is beside, not in it). */
 async function snapshotFiles(home: string): Promise<{ layers: string[]; staging: string[] }> {
@@ -234,6 +257,43 @@ describe("snapshots and fork (gVisor)", () => {
         sandboxesBefore,
       );
       expect(await deleteSandbox(ts.url, bSandbox)).toBe("deleted");
+    },
+  );
+
+  it(
+    "is driven by @bothy/sdk (snapshot, fork, create from, Snapshot) and the CLI (snapshot, fork)",
+    { timeout: 120_000 },
+    async () => {
+      const conn = { baseUrl: ts.url };
+      const source = await Sandbox.connect(children[1] ?? "", conn);
+      const snap = await source.snapshot({ name: "sdk" });
+      expect(snap.name).toBe("sdk");
+      await expect(source.snapshot({ memory: true })).rejects.toBeInstanceOf(NotSupportedError);
+      const fromSdk = await Sandbox.create({ ...conn, snapshot: "sdk" });
+      expect((await fromSdk.commands.run("cat /root/who")).stdout).toBe("child-1\n");
+      const { snapshot: forked, sandboxes } = await source.fork(1, { name: "sdk-fork" });
+      expect(forked.used_by).toEqual([sandboxes[0]?.sandboxId]);
+      expect((await sandboxes[0]?.commands.run("cat /root/who"))?.stdout).toBe("child-1\n");
+      expect((await Snapshot.list(conn)).map((s) => s.name)).toEqual(expect.arrayContaining(["sdk", "sdk-fork"]));
+      await expect(Snapshot.delete("sdk", conn)).rejects.toBeInstanceOf(ConflictError);
+      for (const sbx of [fromSdk, ...sandboxes]) await sbx.kill({ wait: true });
+      for (const name of ["sdk", "sdk-fork"]) await Snapshot.delete(name, conn);
+      await expect(Snapshot.get("sdk", conn)).rejects.toBeInstanceOf(NotFoundError);
+
+      const cli = await bothy(ts.url, ["fork", children[1] ?? "", "--count", "1", "--name", "cli", "--json"]);
+      expect(cli.code, cli.stderr).toBe(0);
+      const out = JSON.parse(cli.stdout) as {
+        snapshot: { snapshot_id: string };
+        sandboxes: Array<{ sandbox_id: string }>;
+      };
+      const listed = await bothy(ts.url, ["snapshot", "ls"]);
+      expect(listed.stdout).toContain(out.snapshot.snapshot_id);
+      const refused = await bothy(ts.url, ["snapshot", "rm", "cli"]);
+      expect(refused.code).not.toBe(0);
+      expect(refused.stderr).toMatch(/in use/);
+      expect(await deleteSandbox(ts.url, out.sandboxes[0]?.sandbox_id ?? "")).toBe("deleted");
+      const removed = await bothy(ts.url, ["snapshot", "rm", "cli"]);
+      expect([removed.code, removed.stdout]).toEqual([0, "cli\n"]);
     },
   );
 
