@@ -8,7 +8,7 @@
  * nothing; `memory: true` is 501 on gVisor. On a `bothy serve` killed with -9 and restarted
  * cleanly, snapshots survive and an asleep sandbox is snapshotted. Deleting everything leaves no
  * layer, file or mount. Snapshots are taken on gVisor alone (QEMU answers 501: its layers are
- * qcow2 chains, not built yet), so the file runs on gVisor.
+ * qcow2 chains, not built yet), so the file runs on gVisor; one test checks QEMU's 501.
  */
 import { spawn } from "node:child_process";
 import { mkdtemp, readdir, rm } from "node:fs/promises";
@@ -17,11 +17,14 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConflictError, NotFoundError, NotSupportedError, Sandbox, Snapshot } from "@bothy/sdk";
 import { api, deleteSandbox, runCommand } from "./helpers/client.ts";
+import { testDrivers } from "./helpers/drivers.ts";
 import { hostLeaks, noLeaks } from "./helpers/host-state.ts";
 import { spawnTestServe, type ServeProcess } from "./helpers/serve-process.ts";
 import { useTestServer } from "./helpers/suite.ts";
 import type { TestServer } from "./helpers/test-server.ts";
 
+const qemuDriver = testDrivers().find((d) => d.name === "qemu");
+const qemuMissing = qemuDriver ? qemuDriver.missing : "BOTHY_TEST_DRIVERS to include qemu";
 const MIB = 1024 * 1024;
 const SANDBOX = { template: "seed", vcpu: 1, memory_mib: 512 };
 const CHILDREN = 5;
@@ -294,6 +297,29 @@ describe("snapshots and fork (gVisor)", () => {
       expect(await deleteSandbox(ts.url, out.sandboxes[0]?.sandbox_id ?? "")).toBe("deleted");
       const removed = await bothy(ts.url, ["snapshot", "rm", "cli"]);
       expect([removed.code, removed.stdout]).toEqual([0, "cli\n"]);
+    },
+  );
+
+  it.skipIf(qemuMissing !== undefined)(
+    "answers 501 on QEMU, whose snapshots are not built yet, and makes nothing",
+    { timeout: 300_000 },
+    async () => {
+      const made = await api(ts.url, "POST", "/sandboxes", { ...SANDBOX, driver: "qemu" });
+      expect(made.status, JSON.stringify(made.json)).toBe(201);
+      const vm = String(made.json["sandbox_id"]);
+      const before = await snapshotFiles(ts.home);
+      for (const [path, body] of [
+        [`/sandboxes/${vm}/snapshots`, {}],
+        [`/sandboxes/${vm}/fork`, { count: 2 }],
+      ] as const) {
+        const res = await api(ts.url, "POST", path, body);
+        expect([path, res.status, res.json["code"]]).toEqual([path, 501, "not_supported"]);
+        expect(String(res.json["detail"])).toMatch(/qemu driver cannot take snapshots yet/);
+      }
+      expect(await snapshotFiles(ts.home)).toEqual(before);
+      const onQemu = await api(ts.url, "POST", "/sandboxes", { snapshot: base, driver: "qemu" });
+      expect([onQemu.status, onQemu.json["code"]]).toEqual([400, "invalid_request"]);
+      expect(await deleteSandbox(ts.url, vm)).toBe("deleted");
     },
   );
 
