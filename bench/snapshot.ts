@@ -73,9 +73,9 @@ try {
     const ms = performance.now() - t0;
     if (r.status !== 201) throw new Error(`snapshot: ${r.status} ${JSON.stringify(r.json)}`);
     const snap = String(r.json["snapshot_id"]);
-    const frozen = ts.events.findLast((e) => e.event === "snapshot_created" && e["snapshot_id"] === snap);
+    const created = ts.events.flatMap((e) => (e.event === "snapshot_created" && e.snapshot_id === snap ? [e] : []));
     await api(ts.url, "DELETE", `/snapshots/${snap}`);
-    return { ms, bytes: Number(r.json["bytes"]), frozen: Number(frozen?.["frozen_ms"] ?? NaN) };
+    return { ms, bytes: Number(r.json["bytes"]), frozen: created[0]?.frozen_ms ?? NaN };
   };
   const waitPool = async (): Promise<void> => {
     const deadline = Date.now() + 300_000;

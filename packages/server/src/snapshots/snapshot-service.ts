@@ -25,7 +25,7 @@ import type { Quotas } from "../auth/quotas.ts";
 import { execQuiet } from "../agent/quiet-exec.ts";
 import { describeCauses } from "../errors/internal-errors.ts";
 import type { Logger } from "../events/server-events.ts";
-import { LAYER_ID_RE, LayerStore } from "../images/layer-store.ts";
+import { LAYER_ID_RE, LayerStore, MAX_CHAIN_LENGTH } from "../images/layer-store.ts";
 import type { Ledger } from "../ledger/ledger.ts";
 import type { SnapshotRow } from "../ledger/snapshot-rows.ts";
 import type { NetworkPolicy } from "@bothy/protocol";
@@ -258,7 +258,15 @@ export class SnapshotService {
     subject: SnapshotSubject,
   ): Promise<{ parent: string; parentStore: LayerStore; templateLayer: string }> {
     const own = this.deps.ledger.snapshots.ofSandbox(subject.row.id);
-    if (own) return { parent: own.layer_id, parentStore: this.layers, templateLayer: own.template_layer };
+    if (own) {
+      // Overlayfs mounts at most MAX_CHAIN_LENGTH lower dirs: a snapshot that could not be started from is refused.
+      if ((await this.layers.chain(own.layer_id)).length >= MAX_CHAIN_LENGTH)
+        throw new BothyError(
+          "invalid_request",
+          `Sandbox ${subject.row.id} already mounts ${MAX_CHAIN_LENGTH} layers (snapshots over its template), the most a sandbox can; snapshot a sandbox started from an earlier snapshot.`,
+        );
+      return { parent: own.layer_id, parentStore: this.layers, templateLayer: own.template_layer };
+    }
     const { template, template_hash: hash } = subject.row;
     const built = await this.deps.templates.resolveBuild?.(template, hash);
     const layerDir = built && path.dirname(built.rootfs);
