@@ -80,14 +80,16 @@ export class LayerStore {
   /** `id` and its ancestors, top first: the order of overlayfs's `lowerdir=`. */
   async chain(id: string): Promise<Layer[]> {
     const out: Layer[] = [];
-    let store: LayerStore = this;
+    // The store the next layer is in: this one, until a layer names its parent's elsewhere.
+    let elsewhere: LayerStore | undefined;
     for (let next: string | null = id; next !== null;) {
       if (out.length >= MAX_CHAIN_LENGTH)
         throw new Error(`layer ${id} has more than ${MAX_CHAIN_LENGTH} ancestors; overlayfs cannot mount it`);
+      const store = elsewhere ?? this;
       const layer = await store.read(next);
       if (layer === undefined) throw new Error(`layer ${next} (in the chain of ${id}) is missing from ${store.dir}`);
       out.push(layer);
-      if (layer.parentDir !== undefined) store = new LayerStore(path.dirname(layer.parentDir));
+      if (layer.parentDir !== undefined) elsewhere = new LayerStore(path.dirname(layer.parentDir));
       next = layer.parent;
     }
     return out;
