@@ -232,8 +232,13 @@ export class SnapshotService {
             this.deps.ledger.snapshots.insert(snapshot);
           } catch (err) {
             await rm(path.join(this.layers.dir, layer.id), { recursive: true, force: true });
-            if ((err as { code?: string }).code === "SQLITE_CONSTRAINT_UNIQUE" && name !== null) throw taken(name);
-            throw err;
+            if ((err as { code?: string }).code !== "SQLITE_CONSTRAINT_UNIQUE") throw err;
+            if (name !== null && this.deps.ledger.snapshots.byName(tenant, name)) throw taken(name);
+            // The other unique key: a fork with the same Idempotency-Key finished its capture first.
+            throw new BothyError(
+              "idempotency_key_in_flight",
+              "A fork with this Idempotency-Key is under way; retry once it has answered, and get its snapshot and sandboxes.",
+            );
           }
           return snapshot;
         });
