@@ -7,11 +7,11 @@
  * caller, which holds the agent. A stopped sandbox's disk is mounted read-only for the copy.
  *
  * What runsc and the agent put in the upper themselves is left out: the mount points runsc made
- * for bothy's bind mounts (`/opt/bothy/*`, `/etc/ld.so.preload`, `/etc/machine-id`) and the agent's runtime
- * directory (`/run/bothy`). A sandbox started from the snapshot gets them again.
+ * for bothy's bind mounts (`/opt/bothy/*`, `/etc/ld.so.preload`, `/etc/machine-id`) and the
+ * agent's runtime directory (`/run/bothy`). A sandbox started from the snapshot gets them again.
  */
 import { existsSync } from "node:fs";
-import { mkdir, rm, rmdir } from "node:fs/promises";
+import { mkdir, readFile, rm, rmdir } from "node:fs/promises";
 import { join } from "node:path";
 import { run } from "../util/host-command.ts";
 import { RUNSC_TIMEOUT_MS, type Runsc } from "./runsc.ts";
@@ -50,8 +50,9 @@ export async function captureUpper(
       frozenMs = Math.round(performance.now() - t0);
       await run(runsc.path, runsc.args("resume", sandbox.id), { timeoutMs: RUNSC_TIMEOUT_MS });
     }
-  } else if (image !== undefined) {
-    // Beside the sandbox's own mount point, so the driver's sweep of its mounts would see it.
+  } else if (image !== undefined && !(await mounted(base))) {
+    // Beside the sandbox's own mount point, so the driver's sweep of its mounts would see it. Never
+    // a second mount of an image still mounted (a release that failed): that one is read in place.
     const mnt = join(sandbox.dir, "snapshot-mnt");
     await mkdir(mnt, { recursive: true });
     try {
@@ -69,6 +70,13 @@ export async function captureUpper(
   }
   await Promise.all(NOT_SNAPSHOTTED.map((p) => rm(join(dest, p), { recursive: true, force: true })));
   return { frozenMs };
+}
+
+/** Whether `target` is a mount point now. */
+async function mounted(target: string): Promise<boolean> {
+  return (await readFile("/proc/self/mounts", "utf8"))
+    .split("\n")
+    .some((line) => line.split(" ")[1]?.replace(/\\040/g, " ") === target);
 }
 
 async function copyTree(from: string, to: string): Promise<void> {
