@@ -22,6 +22,8 @@ import { tenantsCommand } from "./commands/tenants.ts";
 import { secretsCommand } from "./commands/secrets.ts";
 import { approvalsCommand } from "./commands/approvals.ts";
 import { volumeCommand } from "./commands/volume.ts";
+import { snapshotCommand } from "./commands/snapshot.ts";
+import { forkCommand } from "./commands/fork.ts";
 
 export const API_COMMANDS: Command[] = [
   createCommand,
@@ -39,6 +41,8 @@ export const API_COMMANDS: Command[] = [
   tenantsCommand,
   secretsCommand,
   volumeCommand,
+  snapshotCommand,
+  forkCommand,
   approvalsCommand,
   policyCommand,
   doctorCommand,

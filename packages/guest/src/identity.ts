@@ -1,4 +1,5 @@
 import { execFile } from "node:child_process";
+import { createHash } from "node:crypto";
 import { closeSync, openSync, readSync, writeFileSync } from "node:fs";
 import type { ParsedHostFrame } from "@bothy/protocol";
 import { agentEnv } from "./agent-env.ts";
@@ -67,6 +68,22 @@ export async function applyIdentity(frame: IdentityFrame, entropy: Buffer): Prom
     entropy,
   );
   writeFileSync("/proc/sys/kernel/hostname", frame.hostname);
+  writeMachineId(frame.sandbox_id);
   reseedMathRandom();
   return { ...BASE_ENV, ...frame.env, HOSTNAME: frame.hostname, BOTHY_SANDBOX_ID: frame.sandbox_id };
+}
+
+/**
+ * `/etc/machine-id`, 32 hex digits of the sandbox's own: stable across its wakes, different in
+ * each sandbox, so sandboxes started from one snapshot (which holds its source's) differ; derived
+ * as the host derives a gVisor sandbox's (server drivers/oci-spec.ts `machineIdOf`). A root file
+ * system the guest cannot write keeps the template's.
+ */
+function writeMachineId(sandboxId: string): void {
+  const id = createHash("sha256").update(`bothy-machine-id:${sandboxId}`).digest("hex").slice(0, 32);
+  try {
+    writeFileSync("/etc/machine-id", `${id}\n`, { mode: 0o444 });
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "EROFS") throw err;
+  }
 }

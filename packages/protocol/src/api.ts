@@ -95,6 +95,11 @@ export const createSandboxRequest = z
     secrets: z.array(secretName).max(MAX_SANDBOX_SECRETS).optional(),
     /** Volumes of its tenant mounted at `path` (volumes-api.ts); the server checks paths and who else mounts them. */
     volumes: z.array(volumeMount).max(MAX_SANDBOX_VOLUMES).optional(),
+    /**
+     * Start from this snapshot of the tenant (its id, or its name): its files over its template's,
+     * with a new identity. The template and driver are the snapshot's.
+     */
+    snapshot: z.string().min(1).max(80).optional(),
   })
   .strict();
 export type CreateSandboxRequest = z.input<typeof createSandboxRequest>;

@@ -69,7 +69,7 @@ export const tenantQuota = z.strictObject({
   creates_per_minute: z.number().int().positive().nullable().optional(),
   monthly_vcpu_hours: limit,
   monthly_gib_hours: limit,
-  /** Total MiB of the tenant's volumes (later its snapshots too): a create past it is refused. */
+  /** Total MiB of the tenant's volumes and snapshots: a volume or snapshot past it is refused. */
   max_storage_mib: z.number().int().positive().nullable().optional(),
 });
 export type TenantQuota = z.infer<typeof tenantQuota>;

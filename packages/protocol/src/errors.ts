@@ -72,6 +72,10 @@ export const ERROR_CODES = [
   "volume_exists",
   "volume_in_use",
   "invalid_volume_mount",
+  "snapshot_not_found",
+  "snapshot_exists",
+  "snapshot_in_use",
+  "snapshot_memory_unsupported",
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -146,6 +150,10 @@ export const ERROR_STATUS: Record<ErrorCode, number> = {
   volume_exists: 409,
   volume_in_use: 409,
   invalid_volume_mount: 400,
+  snapshot_not_found: 404,
+  snapshot_exists: 409,
+  snapshot_in_use: 409,
+  snapshot_memory_unsupported: 501,
 };
 
 const TITLES: Record<ErrorCode, string> = {
@@ -218,6 +226,10 @@ const TITLES: Record<ErrorCode, string> = {
   volume_exists: "Volume already exists",
   volume_in_use: "Volume in use",
   invalid_volume_mount: "Invalid volume mount",
+  snapshot_not_found: "Snapshot not found",
+  snapshot_exists: "Snapshot already exists",
+  snapshot_in_use: "Snapshot in use",
+  snapshot_memory_unsupported: "Memory snapshots not supported by this driver",
 };
 
 export function errorTitle(code: ErrorCode): string {

@@ -8,3 +8,4 @@ export * from "./desktop-api.ts";
 export * from "./auth-api.ts";
 export * from "./egress-api.ts";
 export * from "./volumes-api.ts";
+export * from "./snapshots-api.ts";

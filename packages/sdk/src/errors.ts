@@ -83,6 +83,10 @@ const BY_CODE: Partial<Record<ErrorCode, ErrorClass>> = {
   volume_exists: ConflictError,
   volume_in_use: ConflictError,
   invalid_volume_mount: InvalidArgumentError,
+  snapshot_not_found: NotFoundError,
+  snapshot_exists: ConflictError,
+  snapshot_in_use: ConflictError,
+  snapshot_memory_unsupported: NotSupportedError,
 };
 
 const BY_STATUS: Record<number, ErrorClass> = {

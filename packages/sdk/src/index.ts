@@ -1,6 +1,7 @@
 export {
   Sandbox,
   type SandboxCreateOptions,
+  type ForkOptions,
   type SandboxOptions,
   type KillOptions,
   type SandboxInfo,
@@ -80,3 +81,4 @@ export {
 } from "./approvals.ts";
 export { TenantPolicy, type PolicyOptions, type HostPolicyRequest, type TenantPolicyInfo } from "./policy.ts";
 export { Volume, type VolumeInfo, type VolumeOptions } from "./volume.ts";
+export { Snapshot, type SnapshotInfo, type SnapshotOptions } from "./snapshot.ts";

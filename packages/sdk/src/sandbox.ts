@@ -1,16 +1,20 @@
 /**
- * A sandbox: create, connect, list, kill, pause/resume and its lifetime, with `commands`,
+ * A sandbox: create (also from a snapshot), connect, list, kill, pause/resume, snapshot and fork
+ * and its lifetime, with `commands`,
  * `pty` and `files` for what runs inside. Everything goes over bothy's public API.
  */
 import {
   auditList,
+  forkResult,
   sandboxInfo,
   sandboxList,
+  snapshotInfo,
   type AUDIT_EVENT_TYPES,
   type DriverName,
   type HostPolicyRequest,
   type SandboxInfo,
   type SandboxState,
+  type SnapshotInfo,
 } from "@bothy/protocol";
 import { Commands } from "./commands.ts";
 
@@ -71,6 +75,23 @@ export interface SandboxCreateOptions extends SandboxOptions {
    * one sandbox at a time or `readOnly` by any number (gVisor sandboxes only, for now).
    */
   volumes?: Array<{ name: string; path: string; readOnly?: boolean }>;
+  /**
+   * Start from this snapshot of the tenant (id or name; `sandbox.snapshot()`): its files, a new
+   * identity. Its template and driver are the snapshot's: leave `template` out.
+   */
+  snapshot?: string;
+}
+
+/** `sandbox.fork(n, options)`. */
+export interface ForkOptions extends CallOptions {
+  /** A name for the fork's snapshot. */
+  name?: string;
+  /** Each child's timeout (default: the server's). */
+  timeoutS?: number;
+  /** Labels every child gets. */
+  metadata?: Record<string, string>;
+  /** The same key answers the same snapshot and children instead of making more. */
+  idempotencyKey?: string;
 }
 
 export class Sandbox {
@@ -123,6 +144,7 @@ export class Sandbox {
               ...(v.readOnly === undefined ? {} : { read_only: v.readOnly }),
             })),
           }),
+      ...(options.snapshot === undefined ? {} : { snapshot: options.snapshot }),
     };
     const info = await http.json("POST", "/sandboxes", sandboxInfo, {
       body,
@@ -208,6 +230,39 @@ export class Sandbox {
   /** Saves memory to disk and stops the VM (QEMU driver; gVisor throws NotSupportedError). */
   async pause(options: CallOptions = {}): Promise<SandboxInfo> {
     return this.update(this.http.json("POST", `/sandboxes/${this.sandboxId}/pause`, sandboxInfo, signalOf(options)));
+  }
+
+  /**
+   * Keeps the sandbox's files (what it wrote over its template) as a snapshot, frozen only for the
+   * copy; `Sandbox.create({ snapshot })` starts sandboxes from it. `memory: true` throws a
+   * NotSupportedError on gVisor.
+   */
+  async snapshot(options: CallOptions & { name?: string; memory?: boolean } = {}): Promise<SnapshotInfo> {
+    return this.http.json("POST", `/sandboxes/${this.sandboxId}/snapshots`, snapshotInfo, {
+      body: {
+        ...(options.name === undefined ? {} : { name: options.name }),
+        ...(options.memory === undefined ? {} : { memory: options.memory }),
+      },
+      ...signalOf(options),
+    });
+  }
+
+  /**
+   * A snapshot of this sandbox and `count` new sandboxes started from it, each with its own
+   * identity; all or none are made.
+   */
+  async fork(count: number, options: ForkOptions = {}): Promise<{ snapshot: SnapshotInfo; sandboxes: Sandbox[] }> {
+    const result = await this.http.json("POST", `/sandboxes/${this.sandboxId}/fork`, forkResult, {
+      body: {
+        count,
+        ...(options.name === undefined ? {} : { name: options.name }),
+        ...(options.timeoutS === undefined ? {} : { timeout_s: options.timeoutS }),
+        ...(options.metadata === undefined ? {} : { metadata: options.metadata }),
+      },
+      ...(options.idempotencyKey === undefined ? {} : { headers: { "idempotency-key": options.idempotencyKey } }),
+      ...signalOf(options),
+    });
+    return { snapshot: result.snapshot, sandboxes: result.sandboxes.map((info) => new Sandbox(this.http, info)) };
   }
 
   /** Resumes a paused sandbox (commands and file calls also resume it on their own). */

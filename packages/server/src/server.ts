@@ -36,6 +36,8 @@ import { DesktopStreams } from "./e2b/desktop-stream.ts";
 import { answerClientError, answerExpectation, sendProblem } from "./api/problem.ts";
 import { sandboxRoutes } from "./api/sandbox-routes.ts";
 import { volumeRoutes } from "./api/volume-routes.ts";
+import { snapshotRoutes } from "./api/snapshot-routes.ts";
+import { SnapshotService } from "./snapshots/snapshot-service.ts";
 import { VolumeMounts } from "./volumes/volume-mounts.ts";
 import { VolumeService } from "./volumes/volume-service.ts";
 import { checkWebSocketHandshakes } from "./api/websocket-handshake.ts";
@@ -198,11 +200,21 @@ export async function startServer(
         report: (sandboxId, { kind, ...use }) => log(kind, { sandbox_id: sandboxId, ...use }),
       }),
     });
+  const snapshots = new SnapshotService({
+    ledger,
+    manager,
+    quotas,
+    templates: options.templates ?? store,
+    home: config.home,
+    log,
+  });
   await manager.reconcile();
-  // After reconcile: the sandboxes taken over have their layers mounted, which keeps them.
+  // After reconcile: the sandboxes taken over have their layers mounted, which keeps them. The
+  // template layers snapshots lie over are kept too (a forced rebuild replaces a build's layer).
   const removeOrphanLayers = async (by: "startup" | "sweeper"): Promise<void> => {
-    const layers = await store.removeOrphanLayers();
+    const layers = await store.removeOrphanLayers(undefined, () => snapshots.templateLayers());
     if (layers.length > 0) log("layers_removed", { layers, by });
+    await snapshots.removeOrphans(by);
   };
   await removeOrphanLayers("startup").catch((err: unknown) => log("sweep_failed", { error: (err as Error).message }));
   // After the take-overs re-held their volumes' mounts: the rest are leftovers.
@@ -330,6 +342,7 @@ export async function startServer(
 
   sandboxRoutes(app, { manager, ledger, quotas }, startedAt);
   volumeRoutes(app, volumes);
+  snapshotRoutes(app, snapshots);
   authRoutes(app, { ring, ledger, quotas, connections });
   policyRoutes(app, { policies: manager.policies, ledger });
   secretRoutes(app, { vault, ledger });

@@ -99,6 +99,7 @@ const BOTHY = fileURLToPath(new URL("../../cli/bin/bothy.js", import.meta.url));
 const pexec = promisify(execFile);
 const UNKNOWN_SBX = "sbx_aaaaaaaaaaaaaaaaaaaa";
 const UNKNOWN_CMD = "cmd_aaaaaaaaaaaaaaaaaaaa";
+const UNKNOWN_SNAP = "snap_aaaaaaaaaaaaaaaaaaaa";
 
 describe("API keys, scopes and tenants", () => {
   let ts: TestServer;
@@ -113,6 +114,7 @@ describe("API keys, scopes and tenants", () => {
     turn: "turn-a",
     document: "",
     secret: "a_secret",
+    snapshot: "",
   };
   let bKey = "";
   /** Tenant b's key for its vault (the default scopes lack `secrets`). */
@@ -153,6 +155,9 @@ describe("API keys, scopes and tenants", () => {
     });
     const secret = { value: "a-secret-value", hosts: ["api.example.com"] };
     expect((await call(ts.url, admin, "PUT", `/secrets/${a.secret}?tenant=a`, secret)).status).toBe(201);
+    const snap = await call(ts.url, a.key, "POST", `/sandboxes/${a.sandbox}/snapshots`, {});
+    expect(snap.status, snap.text).toBe(201);
+    a.snapshot = String(snap.json["snapshot_id"]);
     // A volume of a's under the secret's name: `{name}` in the battery below names both.
     expect((await call(ts.url, a.key, "POST", "/volumes", { name: a.secret, size_mib: 16 })).status).toBe(201);
     expect((await call(ts.url, a.key, "POST", "/conversations", { conversation_id: a.conversation })).status).toBe(201);
@@ -183,13 +188,17 @@ describe("API keys, scopes and tenants", () => {
         ? known
           ? a.document
           : "doc_aaaaaaaaaaaaaaaaaaaa"
-        : path.startsWith("/keys") || path.startsWith("/tenants")
+        : path.startsWith("/snapshots")
           ? known
-            ? "a"
-            : "nobody"
-          : known
-            ? a.sandbox
-            : UNKNOWN_SBX;
+            ? a.snapshot
+            : UNKNOWN_SNAP
+          : path.startsWith("/keys") || path.startsWith("/tenants")
+            ? known
+              ? "a"
+              : "nobody"
+            : known
+              ? a.sandbox
+              : UNKNOWN_SBX;
     return path
       .replace("{id}", id)
       .replace("{commandId}", known ? a.command : UNKNOWN_CMD)
@@ -205,6 +214,8 @@ describe("API keys, scopes and tenants", () => {
     `${r.status} ${r.body
       .replaceAll(a.sandbox, "ID")
       .replaceAll(UNKNOWN_SBX, "ID")
+      .replaceAll(a.snapshot, "SNAP")
+      .replaceAll(UNKNOWN_SNAP, "SNAP")
       .replaceAll(a.command, "CMD")
       .replaceAll(UNKNOWN_CMD, "CMD")
       .replaceAll(a.conversation, "CONV")
@@ -246,6 +257,7 @@ describe("API keys, scopes and tenants", () => {
     expect((await call(ts.url, a.key, "GET", `/conversations/${a.conversation}`)).status).toBe(200);
     expect((await call(ts.url, a.key, "GET", `/corpus/${a.document}`)).status).toBe(200);
     expect((await call(ts.url, a.key, "GET", `/volumes/${a.secret}`)).status).toBe(200);
+    expect((await call(ts.url, a.key, "GET", `/snapshots/${a.snapshot}`)).status).toBe(200);
   });
 
   it("keeps lists, events, usage, the E2B surface and MCP tools to the caller's tenant", async () => {

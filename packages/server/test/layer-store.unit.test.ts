@@ -57,4 +57,31 @@ describe("layer store", () => {
     expect((await readdir(store.dir)).sort()).toEqual(["README", base, kept].sort());
     expect(await store.removeOrphans(async () => [kept], signal)).toEqual([]);
   });
+
+  it("chains a layer over a parent in another store (a snapshot over a template), each store sweeping its own", async () => {
+    const base = await publish(null, "seed");
+    const snaps = new LayerStore(path.join(dir, "home", "snapshots"));
+    const snapTree = async (): Promise<string> => {
+      const t = path.join(dir, "home", "snapshots", ".staging", `s${n++}`);
+      await mkdir(t, { recursive: true });
+      return t;
+    };
+    const snap = await snaps.locked(signal, async () => snaps.publish(await snapTree(), base, "snap", store));
+    const over = await snaps.locked(signal, async () => snaps.publish(await snapTree(), snap.id, "snap", snaps));
+    expect(snap.parentDir).toBe(store.dir);
+    // A parent in the same store is named without a store.
+    expect(over.parentDir).toBeUndefined();
+    expect(await lowerDirsOf(snaps.treeOf(over.id))).toEqual([
+      snaps.treeOf(over.id),
+      snaps.treeOf(snap.id),
+      store.treeOf(base),
+    ]);
+    await expect(
+      snaps.locked(signal, async () => snaps.publish(await snapTree(), "gone-0123456789abcdef", "snap", store)),
+    ).rejects.toThrow("parent layer gone-0123456789abcdef is missing");
+    // The snapshot store keeps the chain of its roots within itself and never touches the template's.
+    expect(await snaps.removeOrphans(async () => [over.id], signal)).toEqual([]);
+    expect((await snaps.removeOrphans(async () => [], signal)).sort()).toEqual([snap.id, over.id].sort());
+    expect(await readdir(store.dir)).toEqual([base]);
+  });
 });

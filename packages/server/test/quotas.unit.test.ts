@@ -74,6 +74,23 @@ describe("tenant quotas", () => {
     expect(refusal(() => quotas.admit("t", size, Date.now() + 61_000))).toBe("admitted");
   });
 
+  it("admits a fork's children all together or none: count multiplies the sandbox, its vCPU and memory", () => {
+    const quotas = new Quotas(ledger, loadConfig({}));
+    ledger.auth.insertTenant("t", JSON.stringify({ max_sandboxes: 4, max_memory_mib: 4096 }));
+    sandbox("t");
+    expect(refusal(() => quotas.admit("t", { vcpu: 1, memoryMib: 512, count: 3 }))).toBe("admitted");
+    expect(refusal(() => quotas.admit("t", { vcpu: 1, memoryMib: 512, count: 4 }))).toEqual({
+      code: "quota_exceeded",
+      quota: "max_sandboxes",
+      limit: 4,
+    });
+    expect(refusal(() => quotas.admit("t", { vcpu: 1, memoryMib: 1536, count: 3 }))).toEqual({
+      code: "quota_exceeded",
+      quota: "max_memory_mib",
+      limit: 4096,
+    });
+  });
+
   it("blocks creates over the monthly budget only with BOTHY_BUDGET_ACTION=block", () => {
     const month = new Date().toISOString().slice(0, 7);
     ledger.auth.insertTenant("t", JSON.stringify({ monthly_vcpu_hours: 1 }));

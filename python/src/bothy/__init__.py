@@ -2,15 +2,23 @@
 
 ``Sandbox`` (sync) and ``AsyncSandbox`` (async) create, connect, list and kill sandboxes and run
 commands, terminals, files, ports and the desktop inside them; ``Approvals``, ``Secrets``,
-``TenantPolicy``, ``Volumes``, ``ApiKeys`` and ``Tenants`` (and their ``Async`` twins) are the tenant's and the
+``TenantPolicy``, ``Volumes``, ``Snapshots``, ``ApiKeys`` and ``Tenants`` (and their ``Async`` twins) are the tenant's and the
 admin's side. The server's address and key come from arguments or BOTHY_URL / BOTHY_API_KEY.
 """
 
-from ._admin_async import AsyncApiKeys, AsyncApprovals, AsyncSecrets, AsyncTenantPolicy, AsyncTenants, AsyncVolumes
+from ._admin_async import (
+    AsyncApiKeys,
+    AsyncApprovals,
+    AsyncSecrets,
+    AsyncSnapshots,
+    AsyncTenantPolicy,
+    AsyncTenants,
+    AsyncVolumes,
+)
 from ._commands_async import AsyncCommandHandle, AsyncCommands, AsyncPty, CommandResult
 from ._files_async import AsyncFiles
 from ._sandbox_async import AsyncDesktop, AsyncPorts, AsyncSandbox
-from .admin import ApiKeys, Approvals, Secrets, TenantPolicy, Tenants, Volumes
+from .admin import ApiKeys, Approvals, Secrets, Snapshots, TenantPolicy, Tenants, Volumes
 from .errors import (
     AuthenticationError,
     CommandExitError,
@@ -28,7 +36,7 @@ from .errors import (
 )
 from ._forward import AsyncPortForward
 from .sandbox import CommandHandle, Commands, Desktop, Files, PortForward, Ports, Pty, Sandbox
-from .types import EntryInfo, Screenshot, VolumeInfo, WriteInfo
+from .types import EntryInfo, Screenshot, SnapshotInfo, VolumeInfo, WriteInfo
 
 __version__ = "0.1.0"
 
@@ -46,6 +54,7 @@ __all__ = [
     "AsyncPty",
     "AsyncSandbox",
     "AsyncSecrets",
+    "AsyncSnapshots",
     "AsyncTenantPolicy",
     "AsyncTenants",
     "AsyncVolumes",
@@ -73,6 +82,8 @@ __all__ = [
     "Screenshot",
     "Secrets",
     "ServerError",
+    "SnapshotInfo",
+    "Snapshots",
     "TenantPolicy",
     "Tenants",
     "TimeoutError",

@@ -8,7 +8,16 @@ from typing import Any, AsyncIterator, Dict, List, Optional, Set
 
 from ._events import open_events, read_events
 from ._http import AsyncHttp, ConnectionConfig
-from .types import ApiKeyInfo, ApprovalInfo, CreatedKey, SecretInfo, TenantInfo, TenantPolicyInfo, VolumeInfo
+from .types import (
+    ApiKeyInfo,
+    ApprovalInfo,
+    CreatedKey,
+    SecretInfo,
+    SnapshotInfo,
+    TenantInfo,
+    TenantPolicyInfo,
+    VolumeInfo,
+)
 
 
 def _quote(part: str) -> str:
@@ -202,3 +211,21 @@ class AsyncVolumes(_AsyncAdminBase):
         """Removes the volume and its data; ConflictError (``volume_in_use``) while a live sandbox
         mounts it."""
         await self._http.json("DELETE", f"/volumes/{_quote(name)}")
+
+
+class AsyncSnapshots(_AsyncAdminBase):
+    """The tenant's snapshots (scopes ``sandboxes:read`` / ``sandboxes:write``): a sandbox's files kept
+    as a layer over its template's, taken with ``sandbox.snapshot()`` or ``sandbox.fork(n)`` and
+    started from with ``Sandbox.create(snapshot=...)``. ``ref`` is an id (``snap_...``) or a name."""
+
+    async def list(self) -> List[SnapshotInfo]:
+        """The tenant's snapshots, each with the live sandboxes started from it."""
+        return (await self._http.json("GET", "/snapshots"))["snapshots"]  # type: ignore[no-any-return]
+
+    async def get(self, ref: str) -> SnapshotInfo:
+        """One snapshot (NotFoundError when the tenant has none of that id or name)."""
+        return await self._http.json("GET", f"/snapshots/{_quote(ref)}")  # type: ignore[no-any-return]
+
+    async def delete(self, ref: str) -> None:
+        """Removes it and its files; ConflictError (``snapshot_in_use``) while a live sandbox started from it."""
+        await self._http.json("DELETE", f"/snapshots/{_quote(ref)}")

@@ -5,7 +5,7 @@ kills the sandbox)."""
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Dict, List, Optional, Type, TypeVar
+from typing import Any, AsyncIterator, Dict, List, Optional, Tuple, Type, TypeVar
 
 from ._commands_async import AsyncCommands, AsyncPty
 from ._events import stream_events
@@ -21,6 +21,7 @@ from .types import (
     ListeningPort,
     SandboxInfo,
     Screenshot,
+    SnapshotInfo,
 )
 
 T = TypeVar("T", bound="AsyncSandbox")
@@ -186,6 +187,7 @@ class AsyncSandbox:
         policy: Optional[Dict[str, Any]] = None,
         secrets: Optional[List[str]] = None,
         volumes: Optional[List[Dict[str, Any]]] = None,
+        snapshot: Optional[str] = None,
         delete_on_disconnect: Optional[bool] = None,
         idempotency_key: Optional[str] = None,
         base_url: Optional[str] = None,
@@ -197,7 +199,8 @@ class AsyncSandbox:
         ``template`` (default "seed"); ``timeout``: seconds until the server deletes it (default the
         server's, 1 h); ``policy``: host rules (wire names: ``allow_hosts``, ``rules``, ...);
         ``secrets``: vault secrets it may use (each a placeholder variable inside); ``volumes``: volumes
-        of the tenant to mount, ``[{"name": ..., "path": ..., "read_only": False}]``."""
+        of the tenant to mount, ``[{"name": ..., "path": ..., "read_only": False}]``; ``snapshot``: start
+        from this snapshot of the tenant (id or name), on its template (leave ``template`` out)."""
         http = AsyncHttp(ConnectionConfig(base_url, api_key, request_timeout))
         fields: Dict[str, Any] = {
                 "template": template,
@@ -214,6 +217,7 @@ class AsyncSandbox:
                 "policy": policy,
                 "secrets": secrets,
                 "volumes": volumes,
+                "snapshot": snapshot,
                 "delete_on_disconnect": delete_on_disconnect,
         }
         body = {k: v for k, v in fields.items() if v is not None}
@@ -338,6 +342,24 @@ class AsyncSandbox:
         """Saves memory to disk and stops the VM (QEMU; gVisor raises NotSupportedError)."""
         self._info = await self._http.json("POST", f"/sandboxes/{self.sandbox_id}/pause")
         return self._info
+
+    async def snapshot(self, *, name: Optional[str] = None, memory: Optional[bool] = None) -> SnapshotInfo:
+        """Keeps the sandbox's files (what it wrote over its template) as a snapshot, frozen only for
+        the copy; ``memory=True`` raises NotSupportedError on gVisor."""
+        body = {k: v for k, v in {"name": name, "memory": memory}.items() if v is not None}
+        return await self._http.json(  # type: ignore[no-any-return]
+            "POST", f"/sandboxes/{self.sandbox_id}/snapshots", json_body=body
+        )
+
+    async def fork(
+        self, count: int, *, name: Optional[str] = None, timeout: Optional[int] = None
+    ) -> Tuple[SnapshotInfo, List["AsyncSandbox"]]:
+        """A snapshot of this sandbox and ``count`` new sandboxes from it, each with its own identity;
+        all or none are made. Answers the snapshot and the new sandboxes."""
+        body = {k: v for k, v in {"count": count, "name": name, "timeout_s": timeout}.items() if v is not None}
+        result = await self._http.json("POST", f"/sandboxes/{self.sandbox_id}/fork", json_body=body)
+        # Each child its own connection pool (same server and key): closing one leaves the others.
+        return result["snapshot"], [AsyncSandbox(AsyncHttp(self._http.config), info) for info in result["sandboxes"]]
 
     async def resume(self) -> SandboxInfo:
         """Resumes a paused sandbox (commands and file calls also resume it on their own)."""

@@ -6,8 +6,25 @@ from __future__ import annotations
 from typing import Any, Dict, Iterator, List, Optional
 
 from . import _portal
-from ._admin_async import AsyncApiKeys, AsyncApprovals, AsyncSecrets, AsyncTenantPolicy, AsyncTenants, AsyncVolumes
-from .types import ApiKeyInfo, ApprovalInfo, CreatedKey, SecretInfo, TenantInfo, TenantPolicyInfo, VolumeInfo
+from ._admin_async import (
+    AsyncApiKeys,
+    AsyncApprovals,
+    AsyncSecrets,
+    AsyncSnapshots,
+    AsyncTenantPolicy,
+    AsyncTenants,
+    AsyncVolumes,
+)
+from .types import (
+    ApiKeyInfo,
+    ApprovalInfo,
+    CreatedKey,
+    SecretInfo,
+    SnapshotInfo,
+    TenantInfo,
+    TenantPolicyInfo,
+    VolumeInfo,
+)
 
 
 class _Sync:
@@ -172,3 +189,22 @@ class Volumes(_Sync):
     def delete(self, name: str) -> None:
         """Removes it and its data; ConflictError while a live sandbox mounts it."""
         _portal.call(self._a.delete(name))
+
+
+class Snapshots(_Sync):
+    """The tenant's snapshots: a sandbox's files kept as a layer over its template's, taken with
+    ``sandbox.snapshot()`` or ``sandbox.fork(n)``, started from with ``Sandbox.create(snapshot=...)``."""
+
+    _async_cls = AsyncSnapshots
+
+    def list(self) -> List[SnapshotInfo]:
+        """The tenant's snapshots, each with the live sandboxes started from it."""
+        return _portal.call(self._a.list())
+
+    def get(self, ref: str) -> SnapshotInfo:
+        """One snapshot by id or name."""
+        return _portal.call(self._a.get(ref))
+
+    def delete(self, ref: str) -> None:
+        """Removes it and its files; ConflictError while a live sandbox started from it."""
+        _portal.call(self._a.delete(ref))

@@ -178,6 +178,10 @@ ERROR_CLASSES: Dict[str, Type[SandboxError]] = {
     "volume_not_found": NotFoundError,
     "volume_exists": ConflictError,
     "volume_in_use": ConflictError,
+    "snapshot_not_found": NotFoundError,
+    "snapshot_exists": ConflictError,
+    "snapshot_in_use": ConflictError,
+    "snapshot_memory_unsupported": NotSupportedError,
     "invalid_volume_mount": InvalidArgumentError,
 }
 

@@ -4,7 +4,7 @@ call at a time per command, in order."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from . import _portal
 from ._commands_async import AsyncCommandHandle, AsyncCommands, AsyncPty, CommandResult
@@ -20,6 +20,7 @@ from .types import (
     LinkInfo,
     ListeningPort,
     SandboxInfo,
+    SnapshotInfo,
     Screenshot,
     WriteInfo,
 )
@@ -414,6 +415,7 @@ class Sandbox:
         policy: Optional[Dict[str, Any]] = None,
         secrets: Optional[List[str]] = None,
         volumes: Optional[List[Dict[str, Any]]] = None,
+        snapshot: Optional[str] = None,
         delete_on_disconnect: Optional[bool] = None,
         idempotency_key: Optional[str] = None,
         base_url: Optional[str] = None,
@@ -443,6 +445,7 @@ class Sandbox:
                     policy=policy,
                     secrets=secrets,
                     volumes=volumes,
+                    snapshot=snapshot,
                     delete_on_disconnect=delete_on_disconnect,
                     idempotency_key=idempotency_key,
                     base_url=base_url,
@@ -534,6 +537,17 @@ class Sandbox:
     def pause(self) -> SandboxInfo:
         """Saves memory and stops the VM (QEMU only)."""
         return _portal.call(self._s.pause())
+
+    def snapshot(self, *, name: Optional[str] = None, memory: Optional[bool] = None) -> SnapshotInfo:
+        """Keeps the sandbox's files as a snapshot (frozen only for the copy); ``Sandbox.create(snapshot=...)`` starts from it."""
+        return _portal.call(self._s.snapshot(name=name, memory=memory))
+
+    def fork(
+        self, count: int, *, name: Optional[str] = None, timeout: Optional[int] = None
+    ) -> Tuple[SnapshotInfo, List["Sandbox"]]:
+        """A snapshot of this sandbox and ``count`` new sandboxes from it, each with its own identity; all or none."""
+        snap, children = _portal.call(self._s.fork(count, name=name, timeout=timeout))
+        return snap, [Sandbox(child) for child in children]
 
     def resume(self) -> SandboxInfo:
         """Resumes a paused sandbox."""

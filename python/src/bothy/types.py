@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Dict, List, Optional, TypedDict
+from typing import Optional, Any, Dict, List, Optional, TypedDict
 
 
 class SandboxInfo(TypedDict, total=False):
@@ -137,6 +137,19 @@ class VolumeInfo(TypedDict, total=False):
     size_mib: int
     created_at: str
     mounted_by: List[VolumeMountInfo]
+
+
+class SnapshotInfo(TypedDict, total=False):
+    """A snapshot: what a sandbox wrote over its template, that new sandboxes start from (``snapshot=``)."""
+
+    snapshot_id: str
+    name: Optional[str]
+    source_sandbox_id: str
+    template: str
+    driver: str
+    bytes: int
+    created_at: str
+    used_by: List[str]
 
 
 class TenantInfo(TypedDict, total=False):

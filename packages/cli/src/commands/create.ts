@@ -3,7 +3,7 @@ import { CONNECTION_FLAGS, connection, intFlag, JSON_FLAG, parse, UsageError } f
 import type { Command } from "../command.ts";
 import { printJson } from "../output.ts";
 
-const USAGE = `usage: bothy create [--template NAME] [--vcpu N] [--memory MIB] [--timeout S] [--driver gvisor|qemu] [--meta K=V]... [--no-internet] [--allow-out CIDR]... [--deny-out CIDR]... [--secret NAME]... [--volume NAME:PATH[:ro]]... [--idempotency-key KEY] [--json]
+const USAGE = `usage: bothy create [--template NAME] [--vcpu N] [--memory MIB] [--timeout S] [--driver gvisor|qemu] [--meta K=V]... [--no-internet] [--allow-out CIDR]... [--deny-out CIDR]... [--secret NAME]... [--volume NAME:PATH[:ro]]... [--snapshot REF] [--idempotency-key KEY] [--json]
 
 Boots a sandbox and prints its id (with --json: the whole sandbox).
 
@@ -18,6 +18,7 @@ Boots a sandbox and prints its id (with --json: the whole sandbox).
   --deny-out CIDR   block this destination too (repeatable)
   --secret NAME     a vault secret it may use: $NAME (upper-cased) holds its placeholder (repeatable)
   --volume NAME:PATH[:ro]  mount the volume NAME at PATH, read-only with :ro (repeatable; bothy volume)
+  --snapshot REF    start from this snapshot (id or name; bothy snapshot), on its template
   --idempotency-key KEY   the same key again answers the same sandbox
 `;
 
@@ -43,6 +44,7 @@ export const createCommand: Command = {
         "deny-out": { type: "string", multiple: true },
         secret: { type: "string", multiple: true },
         volume: { type: "string", multiple: true },
+        snapshot: { type: "string" },
       },
       { min: 0, max: 0, names: "" },
     );
@@ -70,6 +72,7 @@ export const createCommand: Command = {
       ...(Object.keys(network).length === 0 ? {} : { network }),
       ...(values.secret === undefined ? {} : { secrets: values.secret }),
       ...(values.volume === undefined ? {} : { volumes: values.volume.map(volumeArg) }),
+      ...(values.snapshot === undefined ? {} : { snapshot: values.snapshot }),
     });
     if (values.json) printJson(sandbox.info);
     else process.stdout.write(`${sandbox.sandboxId}\n`);

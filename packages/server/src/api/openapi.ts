@@ -15,6 +15,11 @@ import {
   createVolumeRequest,
   volumeInfo,
   volumeList,
+  createSnapshotRequest,
+  forkRequest,
+  forkResult,
+  snapshotInfo,
+  snapshotList,
   createdKey,
   createKeyRequest,
   createTenantRequest,
@@ -127,6 +132,11 @@ const COMPONENTS = {
   CreateVolumeRequest: createVolumeRequest,
   Volume: volumeInfo,
   VolumeList: volumeList,
+  CreateSnapshotRequest: createSnapshotRequest,
+  Snapshot: snapshotInfo,
+  SnapshotList: snapshotList,
+  ForkRequest: forkRequest,
+  ForkResult: forkResult,
 } satisfies Record<string, z.ZodType>;
 
 /** A registry of its own (not zod's global one): each server builds its document from it alone. */

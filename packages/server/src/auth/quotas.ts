@@ -1,7 +1,7 @@
 /**
  * Per-tenant quotas, checked when a sandbox is made: live sandboxes, their total vCPU and
  * memory, creates per minute, and (with BOTHY_BUDGET_ACTION=block) the monthly budget; and when
- * a volume is made, the total size of the tenant's volumes.
+ * a volume or snapshot is made, the total size of the tenant's volumes and snapshots.
  */
 import { BothyError, tenantQuota, type TenantQuota } from "@bothy/protocol";
 import type { Config } from "../config.ts";
@@ -40,35 +40,39 @@ export class Quotas {
     };
   }
 
-  /** Throws quota_exceeded if `mib` more of volumes would take the tenant, at `usedMib` now, past max_storage_mib. */
-  admitStorage(tenant: string, usedMib: number, mib: number): void {
+  /**
+   * Throws quota_exceeded if `mib` more (a volume's size, a snapshot's bytes) would take the
+   * tenant, at `usedMib` of volumes and snapshots now, past max_storage_mib.
+   */
+  admitStorage(tenant: string, usedMib: number, mib: number, what: "volume" | "snapshot" = "volume"): void {
     const limit = this.quotaOf(tenant).max_storage_mib;
     if (limit != null && usedMib + mib > limit)
       throw new BothyError(
         "quota_exceeded",
-        `Tenant ${tenant} is at its max_storage_mib quota of ${limit} (${usedMib} MiB of volumes, ${mib} asked); delete volumes or ask an admin to raise it (bothy tenants quota).`,
+        `Tenant ${tenant} is at its max_storage_mib quota of ${limit} (${usedMib} MiB of volumes and snapshots, ${mib} asked for a ${what}); delete volumes or snapshots, or ask an admin to raise it (bothy tenants quota).`,
         { details: { quota: "max_storage_mib", limit } },
       );
   }
 
-  /** Throws quota_exceeded if a sandbox of this size would take the tenant past a quota. */
-  admit(tenant: string, size: { vcpu: number; memoryMib: number }, now = Date.now()): void {
+  /**
+   * Throws quota_exceeded if a sandbox of this size (`count` of them: a fork's children, all
+   * admitted or none) would take the tenant past a quota.
+   */
+  admit(tenant: string, size: { vcpu: number; memoryMib: number; count?: number }, now = Date.now()): void {
     const q = this.quotaOf(tenant);
     const live = this.ledger.auth.liveUsage(tenant);
-    if (q.max_sandboxes != null && live.sandboxes + 1 > q.max_sandboxes)
-      throw exceeded(tenant, "max_sandboxes", q.max_sandboxes, `${live.sandboxes} live`);
-    if (q.max_vcpu != null && live.vcpu + size.vcpu > q.max_vcpu)
-      throw exceeded(tenant, "max_vcpu", q.max_vcpu, `${live.vcpu} in use, ${size.vcpu} asked`);
-    if (q.max_memory_mib != null && live.memory_mib + size.memoryMib > q.max_memory_mib)
-      throw exceeded(
-        tenant,
-        "max_memory_mib",
-        q.max_memory_mib,
-        `${live.memory_mib} MiB in use, ${size.memoryMib} asked`,
-      );
+    const n = size.count ?? 1;
+    const vcpu = size.vcpu * n;
+    const memoryMib = size.memoryMib * n;
+    if (q.max_sandboxes != null && live.sandboxes + n > q.max_sandboxes)
+      throw exceeded(tenant, "max_sandboxes", q.max_sandboxes, `${live.sandboxes} live, ${n} asked`);
+    if (q.max_vcpu != null && live.vcpu + vcpu > q.max_vcpu)
+      throw exceeded(tenant, "max_vcpu", q.max_vcpu, `${live.vcpu} in use, ${vcpu} asked`);
+    if (q.max_memory_mib != null && live.memory_mib + memoryMib > q.max_memory_mib)
+      throw exceeded(tenant, "max_memory_mib", q.max_memory_mib, `${live.memory_mib} MiB in use, ${memoryMib} asked`);
     if (q.creates_per_minute != null) {
       const recent = this.ledger.auth.createsSince(tenant, new Date(now - MINUTE_MS).toISOString());
-      if (recent + 1 > q.creates_per_minute)
+      if (recent + n > q.creates_per_minute)
         throw exceeded(tenant, "creates_per_minute", q.creates_per_minute, `${recent} in the last minute`);
     }
     if (this.config.metering.budgetAction === "block") {

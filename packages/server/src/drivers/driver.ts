@@ -186,4 +186,10 @@ export interface Driver {
   removeOrphan(sandboxId: string): Promise<void>;
   /** Removes every host object of a sandbox that has no live handle except its disk. */
   release(sandboxId: string): Promise<void>;
+  /**
+   * Copies what the sandbox wrote over its template (an overlayfs upper directory, whiteouts
+   * included) to `dest`, a path that must not exist yet: a running sandbox is frozen for the copy
+   * only, a stopped one's disk is read in place. Absent where the driver cannot (snapshots: 501).
+   */
+  captureFiles?(sandbox: { id: string; dir: string; running: boolean }, dest: string): Promise<{ frozenMs: number }>;
 }

@@ -11,6 +11,7 @@ import type { Logger } from "../events/server-events.ts";
 import { describeCauses, HostSetupError } from "../errors/internal-errors.ts";
 import { Runsc } from "./runsc.ts";
 import { DISK_MOUNT, GvisorSandbox, MOUNT_TIMEOUT_MS } from "./gvisor-sandbox.ts";
+import { captureUpper } from "./gvisor-snapshot.ts";
 
 export interface GvisorOptions {
   /** Where runsc keeps its container state. */
@@ -89,6 +90,10 @@ export class GvisorDriver implements Driver {
         dir: join(dirname(this.opts.sandboxesDir), "agent-snapshot"),
         log: this.opts.log,
       });
+  }
+
+  captureFiles(sandbox: { id: string; dir: string; running: boolean }, dest: string): Promise<{ frozenMs: number }> {
+    return captureUpper(this.runsc, sandbox, dest);
   }
 
   create(spec: SandboxSpec): SandboxHandle {

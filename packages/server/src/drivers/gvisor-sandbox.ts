@@ -10,7 +10,7 @@ import type { ExitInfo, GuestStream, SandboxHandle, SandboxSpec } from "./driver
 import type { CleanupStack } from "../util/cleanup-stack.ts";
 import type { GvisorDriver } from "./gvisor-driver.ts";
 import { hostCgroupLayout, restoreSandboxCpuWeight } from "./host-cgroups.ts";
-import { buildOciSpec } from "./oci-spec.ts";
+import { buildOciSpec, machineIdOf } from "./oci-spec.ts";
 import { BootError } from "../errors/internal-errors.ts";
 import { lowerDirsOf } from "../images/layer-store.ts";
 
@@ -107,6 +107,8 @@ export class GvisorSandbox implements SandboxHandle {
     const resolvConf = network ? join(dir, "bundle", "resolv.conf") : undefined;
     if (network && resolvConf)
       await writeFile(resolvConf, network.dns.map((d) => `nameserver ${d}\n`).join(""), { mode: 0o644 });
+    const machineIdFile = join(dir, "bundle", "machine-id");
+    await writeFile(machineIdFile, `${machineIdOf(this.id)}\n`, { mode: 0o444 });
     const oci = buildOciSpec({
       ...this.spec,
       rootfs,
@@ -116,6 +118,7 @@ export class GvisorSandbox implements SandboxHandle {
       cgroupsPath: cgroupPath(this.driver.options.hostTag, this.id),
       hostLimits,
       ...(resolvConf ? { resolvConf } : {}),
+      machineIdFile,
     });
     await writeFile(join(dir, "bundle", "config.json"), JSON.stringify(oci));
     this.startSteps["bundle"] = Math.round(performance.now() - t0);

@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { dirname, join } from "node:path";
 import type { SandboxSpec } from "./driver.ts";
 import { HOST_PIDS_BACKSTOP } from "./host-cgroups.ts";
@@ -69,6 +70,8 @@ export function buildOciSpec(
     agentSnapshot?: string;
     cgroupsPath: string;
     resolvConf?: string;
+    /** The sandbox's own /etc/machine-id (`machineIdOf`), bound read-only over the template's. */
+    machineIdFile?: string;
     hostLimits: boolean;
   },
 ): object {
@@ -127,6 +130,9 @@ export function buildOciSpec(
       ...(spec.resolvConf === undefined
         ? []
         : [{ destination: "/etc/resolv.conf", type: "bind", source: spec.resolvConf, options: ["rbind", "ro"] }]),
+      ...(spec.machineIdFile === undefined
+        ? []
+        : [{ destination: "/etc/machine-id", type: "bind", source: spec.machineIdFile, options: ["rbind", "ro"] }]),
       // Volumes: the host mount of each (volumes/volume-mounts.ts), read-only for a reader.
       ...(spec.volumes ?? []).map((v) => ({
         destination: v.guestPath,
@@ -174,4 +180,13 @@ function agentCommand(spec: { agentNode?: string; agentSnapshot?: string }): str
       ? [GUEST_AGENT_NODE_PATH, GUEST_AGENT_PATH]
       : [GUEST_AGENT_NODE_PATH, "--snapshot-blob", GUEST_AGENT_SNAPSHOT_PATH];
   return ["--fallback", ...onTemplateNode, "--", ...onHostNode];
+}
+
+/**
+ * A sandbox's machine id, 32 hex digits derived from its id: stable across its restarts, different
+ * in every sandbox, sandboxes started from one snapshot included (the guest agent derives a VM's
+ * the same way, packages/guest/src/identity.ts).
+ */
+export function machineIdOf(sandboxId: string): string {
+  return createHash("sha256").update(`bothy-machine-id:${sandboxId}`).digest("hex").slice(0, 32);
 }

@@ -122,6 +122,19 @@ export interface ServerEventMap {
   volume_unmount_failed: { volume_id: string; error: string };
   volume_orphan_removed: { volume_id: string; description: string; by: string };
   volume_orphan_remove_failed: { volume_id: string; error: string };
+  snapshot_created: {
+    snapshot_id: string;
+    sandbox_id: string;
+    tenant: string;
+    bytes: number;
+    frozen_ms: number;
+    ms: number;
+  };
+  snapshot_deleted: { snapshot_id: string; tenant: string; layer: string };
+  snapshot_orphan_remove_failed: { snapshot_id: string; error: string };
+  /** Snapshot layers no snapshot row names and nothing mounts, removed. */
+  snapshot_layers_removed: { layers: string[]; by: string };
+  sandbox_forked: { sandbox_id: string; snapshot_id: string; count: number };
   sweep_failed: { error: string };
   sweep_delete_failed: Failure;
   disconnect_grace_started: { sandbox_id: string; close_code: number | undefined; grace_s: number };
@@ -225,6 +238,11 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   volume_unmount_failed: "warn",
   volume_orphan_removed: "info",
   volume_orphan_remove_failed: "warn",
+  snapshot_created: "info",
+  snapshot_deleted: "info",
+  snapshot_orphan_remove_failed: "warn",
+  snapshot_layers_removed: "info",
+  sandbox_forked: "info",
   sweep_failed: "error",
   sweep_delete_failed: "warn",
   disconnect_grace_started: "info",

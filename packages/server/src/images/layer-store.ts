@@ -3,11 +3,13 @@
  * overlayfs upper directory (the files it adds or changes, a 0/0 character device for each file
  * it removes, `trusted.overlay.opaque` on each directory it replaces) and names its parent, so a
  * chain of layers mounted as overlayfs lower directories (top first) is the whole tree. A base
- * layer (parent null) is a whole tree by itself.
+ * layer (parent null) is a whole tree by itself. A layer's parent may lie in another store
+ * (`parentDir`): snapshots keep their layers in the server's home, over templates' layers that may
+ * live in a directory other servers share.
  *
  * Layers are immutable once published and never rewritten: a rebuild publishes a new layer (a
  * new id), so a layer mounted under a running sandbox never changes beneath it. What names
- * layers (a template's build, later a snapshot) is the owner's business; the store only keeps
+ * layers (a template's build, a snapshot) is the owner's business; the store only keeps
  * the chains of the roots it is given, and the ones mounted right now, when it removes orphans.
  */
 import { randomBytes } from "node:crypto";
@@ -21,6 +23,8 @@ export interface Layer {
   id: string;
   /** The layer this one lies over; null for a base layer (a whole tree). */
   parent: string | null;
+  /** The `layers` directory of the store holding `parent`, when that is another store (a snapshot over a template). */
+  parentDir?: string;
   /** The layer's own tree (not the merged view); read-only. */
   tree: string;
 }
@@ -37,6 +41,7 @@ export const MAX_CHAIN_LENGTH = 32;
 const layerMeta = z.object({
   id: z.string().regex(LAYER_ID_RE),
   parent: z.string().regex(LAYER_ID_RE).nullable(),
+  parentDir: z.string().startsWith("/").optional(),
   createdAt: z.string(),
 });
 
@@ -64,18 +69,27 @@ export class LayerStore {
       throw err;
     }
     const meta = layerMeta.parse(JSON.parse(text));
-    return { id: meta.id, parent: meta.parent, tree: this.treeOf(meta.id) };
+    return {
+      id: meta.id,
+      parent: meta.parent,
+      ...(meta.parentDir === undefined ? {} : { parentDir: meta.parentDir }),
+      tree: this.treeOf(meta.id),
+    };
   }
 
   /** `id` and its ancestors, top first: the order of overlayfs's `lowerdir=`. */
   async chain(id: string): Promise<Layer[]> {
     const out: Layer[] = [];
+    // The store the next layer is in: this one, until a layer names its parent's elsewhere.
+    let elsewhere: LayerStore | undefined;
     for (let next: string | null = id; next !== null;) {
       if (out.length >= MAX_CHAIN_LENGTH)
         throw new Error(`layer ${id} has more than ${MAX_CHAIN_LENGTH} ancestors; overlayfs cannot mount it`);
-      const layer = await this.read(next);
-      if (layer === undefined) throw new Error(`layer ${next} (in the chain of ${id}) is missing from ${this.dir}`);
+      const store = elsewhere ?? this;
+      const layer = await store.read(next);
+      if (layer === undefined) throw new Error(`layer ${next} (in the chain of ${id}) is missing from ${store.dir}`);
       out.push(layer);
+      if (layer.parentDir !== undefined) elsewhere = new LayerStore(path.dirname(layer.parentDir));
       next = layer.parent;
     }
     return out;
@@ -85,22 +99,35 @@ export class LayerStore {
    * Makes `tree` (a directory on the store's file system, which nothing writes any more) a new
    * layer over `parent`: renamed into place, never copied. Whiteouts and xattrs stay as they are.
    * Call it inside `locked`, with whatever names the layer written before the lock is released,
-   * or a concurrent orphan sweep may take it.
+   * or a concurrent orphan sweep may take it. `parentStore`: where `parent` lies when it is not in
+   * this store (a snapshot's layer over its template's); that store's own sweep must then be told
+   * to keep it.
    */
-  async publish(tree: string, parent: string | null, prefix: string): Promise<Layer> {
+  async publish(tree: string, parent: string | null, prefix: string, parentStore?: LayerStore): Promise<Layer> {
     const id = `${prefix}-${randomBytes(8).toString("hex")}`;
     checkId(id);
-    if (parent !== null && (await this.read(parent)) === undefined)
+    const elsewhere = parentStore !== undefined && parentStore.dir !== this.dir ? parentStore.dir : undefined;
+    if (parent !== null && (await (parentStore ?? this).read(parent)) === undefined)
       throw new Error(`parent layer ${parent} is missing`);
     await mkdir(this.dir, { recursive: true });
     // Assembled in a temp dir beside the final one and renamed: a layer dir is always whole.
     const staging = path.join(this.dir, `.new-${id}`);
     await mkdir(staging, { mode: 0o755 });
     await rename(tree, path.join(staging, "tree"));
-    const meta: z.infer<typeof layerMeta> = { id, parent, createdAt: new Date().toISOString() };
+    const meta: z.infer<typeof layerMeta> = {
+      id,
+      parent,
+      ...(elsewhere === undefined || parent === null ? {} : { parentDir: elsewhere }),
+      createdAt: new Date().toISOString(),
+    };
     await writeFile(path.join(staging, "layer.json"), `${JSON.stringify(meta, null, 2)}\n`);
     await rename(staging, path.join(this.dir, id));
-    return { id, parent, tree: this.treeOf(id) };
+    return {
+      id,
+      parent,
+      ...(meta.parentDir === undefined ? {} : { parentDir: meta.parentDir }),
+      tree: this.treeOf(id),
+    };
   }
 
   /** Runs `fn` holding the store's lock, which publishing and the orphan sweep share across processes. */
@@ -137,7 +164,9 @@ export class LayerStore {
       for (const root of [...(await roots()), ...keep]) {
         for (let next: string | null = root; next !== null && LAYER_ID_RE.test(next);) {
           keep.add(next);
-          next = (await this.read(next))?.parent ?? null;
+          const layer = await this.read(next);
+          // A parent in another store is that store's to keep.
+          next = layer?.parentDir === undefined ? (layer?.parent ?? null) : null;
         }
       }
       const removed: string[] = [];

@@ -366,10 +366,13 @@ export class TemplateStore {
   /**
    * Removes layers no build on disk names (directly or as an ancestor) and none mounted now:
    * what a forced rebuild replaced, or a build that crashed between publishing its layer and its
-   * meta.json. Returns the ids removed.
+   * meta.json. `alsoKeep`: layers named elsewhere (those snapshots lie over). Returns the ids removed.
    */
-  async removeOrphanLayers(signal: AbortSignal = new AbortController().signal): Promise<string[]> {
-    return this.layers.removeOrphans(() => this.namedLayers(), signal);
+  async removeOrphanLayers(
+    signal: AbortSignal = new AbortController().signal,
+    alsoKeep: () => Iterable<string> = () => [],
+  ): Promise<string[]> {
+    return this.layers.removeOrphans(async () => [...(await this.namedLayers()), ...alsoKeep()], signal);
   }
 
   /** The layer each build's meta.json names. */

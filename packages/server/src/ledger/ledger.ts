@@ -14,6 +14,7 @@ import { bindSteps, type Step, type Synced } from "./sql-step.ts";
 import { SqliteRunner } from "./sqlite-runner.ts";
 import { UsageQueries } from "./usage-rows.ts";
 import { VolumeQueries, type VolumeRows } from "./volume-rows.ts";
+import { SnapshotQueries, type SnapshotRows } from "./snapshot-rows.ts";
 
 export { MIGRATIONS } from "./migrations.ts";
 export { DEFAULT_TENANT, type SandboxRow } from "./sandbox-rows.ts";
@@ -57,6 +58,8 @@ export class Ledger extends TopLevel {
   readonly sessions: SessionRows;
   /** Volumes and the sandboxes' claims on them. */
   readonly volumes: VolumeRows;
+  /** Snapshots and the sandboxes started from them. */
+  readonly snapshots: SnapshotRows;
 
   constructor(path: string) {
     super();
@@ -84,6 +87,7 @@ export class Ledger extends TopLevel {
     this.approvals = sync<ApprovalQueries>(new ApprovalQueries());
     this.sessions = sync<SessionQueries>(new SessionQueries());
     this.volumes = sync<VolumeQueries>(new VolumeQueries());
+    this.snapshots = sync<SnapshotQueries>(new SnapshotQueries());
   }
 
   close(): void {

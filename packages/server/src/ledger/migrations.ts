@@ -199,4 +199,27 @@ export const MIGRATIONS = [
      PRIMARY KEY (sandbox_id, volume_id)
    );
    CREATE INDEX sandbox_volumes_volume ON sandbox_volumes(volume_id);`,
+  // 16: snapshots (a read-only layer each, under $BOTHY_HOME/snapshots/layers/) and which sandbox
+  // started from which; a use counts while its sandbox's row is live.
+  `CREATE TABLE snapshots (
+     id TEXT PRIMARY KEY,
+     tenant TEXT NOT NULL,
+     name TEXT,
+     source_sandbox_id TEXT NOT NULL,
+     template TEXT NOT NULL,
+     template_hash TEXT NOT NULL,
+     driver TEXT NOT NULL,
+     layer_id TEXT NOT NULL,
+     template_layer TEXT NOT NULL,
+     bytes BIGINT NOT NULL,
+     created_at TEXT NOT NULL,
+     idempotency_key TEXT,
+     UNIQUE (tenant, name),
+     UNIQUE (tenant, idempotency_key)
+   );
+   CREATE TABLE sandbox_snapshots (
+     sandbox_id TEXT PRIMARY KEY REFERENCES sandboxes(id),
+     snapshot_id TEXT NOT NULL REFERENCES snapshots(id)
+   );
+   CREATE INDEX sandbox_snapshots_snapshot ON sandbox_snapshots(snapshot_id);`,
 ];

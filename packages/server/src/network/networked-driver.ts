@@ -17,11 +17,17 @@ import { NetworkSetupError } from "../errors/internal-errors.ts";
  * objects beside the driver's own, so the manager and sweeper remove orphans of both alike.
  */
 export class NetworkedDriver implements Driver {
+  /** Forwarded where the inner driver has it: one that cannot take snapshots stays without (501). */
+  readonly captureFiles?: Driver["captureFiles"];
+
   constructor(
     private readonly inner: Driver,
     private readonly net: HostNetwork,
     private readonly kind: LinkKind,
-  ) {}
+  ) {
+    const capture = inner.captureFiles?.bind(inner);
+    if (capture) this.captureFiles = capture;
+  }
 
   get name(): string {
     return this.inner.name;

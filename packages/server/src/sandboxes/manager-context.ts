@@ -9,6 +9,8 @@ import { GatewayPolicies } from "../gateway/policies.ts";
 import type { Vault } from "../gateway/vault.ts";
 import { toSandboxInfo, type Ledger, type SandboxRow } from "../ledger/ledger.ts";
 import type { VolumeService } from "../volumes/volume-service.ts";
+import type { LayerStore } from "../images/layer-store.ts";
+import { snapshotLayerStore } from "../snapshots/snapshot-layers.ts";
 import { SandboxActor } from "./sandbox-actor.ts";
 import { SandboxRecords } from "./sandbox-records.ts";
 import { WarmPool } from "./warm-pool.ts";
@@ -44,6 +46,8 @@ export class ManagerContext {
   readonly pool: WarmPool;
   /** Host policies of tenants and sandboxes, as the gateway applies them. */
   readonly policies: GatewayPolicies;
+  /** Where snapshots' layers live (snapshots/snapshot-layers.ts). */
+  readonly snapshotLayers: LayerStore;
   stopping = false;
 
   constructor(
@@ -81,6 +85,7 @@ export class ManagerContext {
       hasRoom: () => this.inUse() < config.limits.maxSandboxes,
     });
     this.policies = new GatewayPolicies(ledger);
+    this.snapshotLayers = snapshotLayerStore(config.home);
   }
 
   dirFor(id: string): string {
@@ -146,7 +151,7 @@ export class ManagerContext {
   ): SandboxSpec {
     return {
       id,
-      templateRoot: template.rootfs,
+      templateRoot: this.snapshotRootOf(id) ?? template.rootfs,
       templateEnv: template.env,
       ...size,
       dir: this.dirFor(id),
@@ -155,6 +160,15 @@ export class ManagerContext {
       commandEnv: this.commandEnv(id),
       ...this.volumesOf(id),
     };
+  }
+
+  /**
+   * The layer of the snapshot a sandbox started from, if any: it stands for the snapshot's whole
+   * chain, its template's layers included, and the sandbox gets its own upper over it.
+   */
+  private snapshotRootOf(id: string): string | undefined {
+    const snapshot = this.ledger.snapshots.ofSandbox(id);
+    return snapshot && this.snapshotLayers.treeOf(snapshot.layer_id);
   }
 
   /** The volumes a sandbox's row claims, as its driver mounts them. */

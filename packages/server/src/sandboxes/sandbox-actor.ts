@@ -11,7 +11,8 @@ import type { SandboxRecord, SandboxRecords } from "./sandbox-records.ts";
  * at once, even while a queued one is in flight: that one's next move then finds the row changed
  * (compare-and-set) and fails, as it must.
  */
-export type QueuedOp = "create" | "pause" | "resume" | "sleep" | "wake" | "delete" | "stop" | "reconcile" | "takeover";
+export type QueuedOp =
+  "create" | "pause" | "resume" | "sleep" | "wake" | "delete" | "stop" | "reconcile" | "takeover" | "snapshot";
 export type PreemptingOp = "death" | "sweep";
 export type SandboxOp = QueuedOp | PreemptingOp;
 

@@ -1,8 +1,9 @@
 import { createHash } from "node:crypto";
-import { BothyError, IDEMPOTENCY_KEY_RE, type SandboxInfo } from "@bothy/protocol";
+import { BothyError, IDEMPOTENCY_KEY_RE, SNAPSHOT_ID_RE, SNAPSHOT_NAME_RE, type SandboxInfo } from "@bothy/protocol";
 import type { Driver } from "../drivers/driver.ts";
 import { describeCauses, toCreateFailure } from "../errors/internal-errors.ts";
 import { DEFAULT_TENANT } from "../ledger/ledger.ts";
+import type { SnapshotRow } from "../ledger/snapshot-rows.ts";
 import { isDefaultPolicy } from "../network/host-network.ts";
 import { newSandboxId } from "../util/ids.ts";
 import { bootSandbox } from "./boot.ts";
@@ -71,6 +72,7 @@ export class SandboxCreates {
       this.ctx.gateway !== undefined,
       owner.mayOpenPrivate ?? false,
     );
+    if (req.snapshot !== undefined) refuseOtherTemplate(body);
     if (idempotencyKey === undefined) return this.createNew(req, undefined, owner);
     if (!IDEMPOTENCY_KEY_RE.test(idempotencyKey)) {
       throw new BothyError(
@@ -107,6 +109,41 @@ export class SandboxCreates {
     }
   }
 
+  /**
+   * The tenant's snapshot by id or name; another tenant's is answered as one that does not exist.
+   * A sandbox from a snapshot runs on the snapshot's driver: naming another is refused.
+   */
+  private snapshotOf(ref: string, tenant: string, driver: string | undefined): SnapshotRow {
+    const rows = this.ctx.ledger.snapshots;
+    const row = SNAPSHOT_ID_RE.test(ref)
+      ? rows.byId(ref)
+      : SNAPSHOT_NAME_RE.test(ref)
+        ? rows.byName(tenant, ref)
+        : undefined;
+    if (!row || row.tenant !== tenant)
+      throw new BothyError(
+        "snapshot_not_found",
+        `No snapshot ${ref.slice(0, 80)}; GET /snapshots lists this tenant's.`,
+      );
+    if (driver !== undefined && driver !== row.driver)
+      throw new BothyError(
+        "invalid_request",
+        `Snapshot ${row.id} was taken on ${row.driver}; a sandbox from it runs there too: leave out "driver" or give "${row.driver}".`,
+      );
+    return row;
+  }
+
+  /** The template build a snapshot lies over (its environment and name; its files come from the snapshot's chain). */
+  private async snapshotTemplate(snapshot: SnapshotRow): Promise<BuiltTemplateRef> {
+    const t = await this.ctx.templates.resolveBuild?.(snapshot.template, snapshot.template_hash);
+    if (t?.hash !== snapshot.template_hash)
+      throw new BothyError(
+        "template_not_built",
+        `Snapshot ${snapshot.id} lies over template build ${snapshot.template}@${snapshot.template_hash.slice(0, 12)}, which is no longer on this host; take a new snapshot.`,
+      );
+    return t;
+  }
+
   private shape(
     t: BuiltTemplateRef,
     size: { vcpu: number; memoryMib: number; diskMib: number; maxProcesses: number },
@@ -128,14 +165,15 @@ export class SandboxCreates {
     idem: { key: string; fingerprint: string } | undefined,
     owner: CreateOwner,
   ): Promise<CreateResult> {
-    const template = await this.ctx.templates.resolve(req.template);
+    const snapshot = req.snapshot === undefined ? undefined : this.snapshotOf(req.snapshot, owner.tenant, req.driver);
+    const template = snapshot ? await this.snapshotTemplate(snapshot) : await this.ctx.templates.resolve(req.template);
     if (!template) {
       throw new BothyError(
         "template_not_built",
         `Template "${req.template}" is defined but not built yet: run \`bothy template build ${req.template}\`.`,
       );
     }
-    const driver = this.ctx.drivers.get(req.driver);
+    const driver = this.ctx.drivers.get(snapshot?.driver ?? req.driver);
     const lifetime = lifetimeOf(req, this.ctx.config.lifecycle);
     const started = Date.now();
     const diskMib = req.disk_mib ?? this.ctx.config.limits.defaultDiskMib;
@@ -146,7 +184,8 @@ export class SandboxCreates {
     if (mounts.length > 0 && !this.ctx.volumes)
       throw new BothyError("not_supported", "This server has no volumes; create the sandbox without `volumes`.");
     // Pool sandboxes were made with the default posture and no volumes; any other create boots its own.
-    const poolable = isDefaultPolicy(network.egress) && !network.egress.gateway && mounts.length === 0;
+    const poolable =
+      isDefaultPolicy(network.egress) && !network.egress.gateway && mounts.length === 0 && snapshot === undefined;
     // A claim from the pool takes no more of the host; any other create needs room, a pool
     // sandbox giving up its own when the host is full. From here to the row's insert below all
     // runs synchronously, so two creates cannot both pass these checks.
@@ -164,6 +203,8 @@ export class SandboxCreates {
     const id = warm?.spec.id ?? newSandboxId();
     // Checked before the row, claimed right after it in the same turn: no other create interleaves.
     const claims = this.ctx.volumes?.claimsFor(owner.tenant, id, driver.name, mounts) ?? [];
+    // Looked up again in the turn of the insert: a delete of the snapshot since cannot slip between.
+    if (snapshot) this.snapshotOf(snapshot.id, owner.tenant, undefined);
     this.ctx.ledger.insertSandbox(
       {
         id,
@@ -187,6 +228,7 @@ export class SandboxCreates {
       idem,
     );
     this.ctx.volumes?.commitClaims(claims);
+    if (snapshot) this.ctx.ledger.snapshots.addUse(id, snapshot.id);
     if (secrets.length > 0) this.ctx.gateway?.vault.bindSandbox(owner.tenant, id, secrets);
     // Queued first on the new sandbox's actor, so it starts in this turn: the host's limit counts it at once.
     return this.ctx.actor.run(id, "create", async (move): Promise<CreateResult> => {
@@ -240,4 +282,13 @@ export class SandboxCreates {
       return { sandbox: this.ctx.info(id), created: true };
     });
   }
+}
+
+/** A create from a snapshot runs its snapshot's template: naming a template in the same body is refused, never ignored. */
+function refuseOtherTemplate(body: unknown): void {
+  if (typeof body === "object" && body !== null && "template" in body)
+    throw new BothyError(
+      "invalid_request",
+      `A sandbox from a snapshot runs the snapshot's template: leave out "template" when you give "snapshot".`,
+    );
 }

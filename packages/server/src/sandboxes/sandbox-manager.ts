@@ -1,12 +1,12 @@
 import { BothyError, type SandboxInfo } from "@bothy/protocol";
 import type { AgentClient } from "../agent/agent-client.ts";
 import type { Config } from "../config.ts";
-import type { HostObject } from "../drivers/driver.ts";
+import type { Driver, HostObject } from "../drivers/driver.ts";
 import type { DriverRegistry } from "../drivers/driver-registry.ts";
 import type { Logger } from "../events/server-events.ts";
 import type { GatewayPolicies } from "../gateway/policies.ts";
 import type { Vault } from "../gateway/vault.ts";
-import type { Ledger } from "../ledger/ledger.ts";
+import type { Ledger, SandboxRow } from "../ledger/ledger.ts";
 import { HeldSandboxes } from "./held-sandboxes.ts";
 import { isIn } from "./lifecycle.ts";
 import { expiryFrom, parseSetTimeout } from "./lifetime.ts";
@@ -19,6 +19,15 @@ import { SleepWake } from "./sleep-wake.ts";
 import type { WarmPool } from "./warm-pool.ts";
 
 export type { Logger } from "../events/server-events.ts";
+
+/** A sandbox as a snapshot operation sees it (`forSnapshot`). */
+export interface SnapshotSubject {
+  row: SandboxRow;
+  dir: string;
+  driver: Driver;
+  /** Present when it runs: the guest's writes are flushed through it before the capture. */
+  agent?: AgentClient;
+}
 export type { BuiltTemplateRef, TemplateSource } from "./manager-context.ts";
 export type { CreateOwner, CreateResult } from "./sandbox-creates.ts";
 
@@ -83,6 +92,32 @@ export class SandboxManager {
       );
     }
     return booted.agent;
+  }
+
+  /**
+   * Runs `body` as the sandbox's `snapshot` operation on its actor, so no delete, sleep, wake or
+   * stop runs meanwhile (and it changes no state). A running sandbox comes with its agent; a
+   * stopped one (gVisor's sleep) with none, its disk at rest; any other state is refused.
+   */
+  forSnapshot<T>(id: string, body: (subject: SnapshotSubject) => Promise<T>): Promise<T> {
+    this.info(id);
+    return this.ctx.actor.run(id, "snapshot", async (_move, rec) => {
+      const row = this.ctx.ledger.getSandbox(id);
+      if (!row) throw new BothyError("sandbox_not_found", `No sandbox ${id}; list them with GET /sandboxes.`);
+      const booted = rec.booted;
+      const running = row.state === "running" && booted !== undefined && !booted.agent.isClosed;
+      if (!running && row.state !== "stopped")
+        throw new BothyError(
+          "sandbox_not_running",
+          `Sandbox ${id} is ${row.state}; a snapshot is taken of a running or asleep sandbox.`,
+        );
+      return body({
+        row,
+        dir: this.ctx.dirFor(id),
+        driver: this.ctx.drivers.get(row.driver),
+        ...(running ? { agent: booted.agent } : {}),
+      });
+    });
   }
 
   /** Starts filling the warm pool for its configured shapes (BOTHY_POOL_SHAPES), or those of one template. */

@@ -16,3 +16,4 @@ export const newKeyId = (): string => `key_${base32(20)}`;
 export const newPlaceholder = (): string => `bothy_ph_${base32(32)}`;
 export const newApprovalId = (): string => `apr_${base32(20)}`;
 export const newVolumeId = (): string => `vol_${base32(20)}`;
+export const newSnapshotId = (): string => `snap_${base32(20)}`;

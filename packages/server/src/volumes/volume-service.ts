@@ -51,7 +51,10 @@ export class VolumeService {
         "volume_exists",
         `Volume ${req.name} already exists; pick another name or delete it first (DELETE /volumes/${req.name}).`,
       );
-    const used = this.ledger.volumes.totalMib(tenant) + inFlight.reduce((n, m) => n + m.mib, 0);
+    const used =
+      this.ledger.volumes.totalMib(tenant) +
+      Math.ceil(this.ledger.snapshots.totalBytes(tenant) / (1024 * 1024)) +
+      inFlight.reduce((n, m) => n + m.mib, 0);
     this.quotas.admitStorage(tenant, used, req.size_mib);
     const id = newVolumeId();
     this.making.set(id, { tenant, name: req.name, mib: req.size_mib });

@@ -1,0 +1,400 @@
+/**
+ * Snapshots and fork on a real server (gVisor, real runsc, real overlayfs): a snapshot keeps what
+ * a sandbox wrote (files, a directory, a file removed from the template) as a layer the size of
+ * those writes; children started from it see that and nothing written after it, nor each other's
+ * writes, and each has its own identity; the parent's deletion leaves them working; a snapshot in
+ * use cannot be deleted; another tenant cannot see, start from or delete one (seen from the
+ * attacker's side, a key of tenant b); the storage and sandbox quotas refuse with 429 and make
+ * nothing; `memory: true` is 501 on gVisor. On a `bothy serve` killed with -9 and restarted
+ * cleanly, snapshots survive and an asleep sandbox is snapshotted. Deleting everything leaves no
+ * layer, file or mount. Snapshots are taken on gVisor alone (QEMU answers 501: its layers are
+ * qcow2 chains, not built yet), so the file runs on gVisor; one test checks QEMU's 501.
+ */
+import { spawn } from "node:child_process";
+import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ConflictError, NotFoundError, NotSupportedError, Sandbox, Snapshot } from "@bothy/sdk";
+import { api, deleteSandbox, runCommand } from "./helpers/client.ts";
+import { testDrivers } from "./helpers/drivers.ts";
+import { hostLeaks, noLeaks } from "./helpers/host-state.ts";
+import { spawnTestServe, type ServeProcess } from "./helpers/serve-process.ts";
+import { useTestServer } from "./helpers/suite.ts";
+import type { TestServer } from "./helpers/test-server.ts";
+
+const qemuDriver = testDrivers().find((d) => d.name === "qemu");
+const qemuMissing = qemuDriver ? qemuDriver.missing : "BOTHY_TEST_DRIVERS to include qemu";
+const MIB = 1024 * 1024;
+const SANDBOX = { template: "seed", vcpu: 1, memory_mib: 512 };
+const CHILDREN = 5;
+
+const BOTHY = fileURLToPath(new URL("../../cli/bin/bothy.js", import.meta.url));
+
+/** Runs the bothy CLI as a user would, against `url`. */
+function bothy(url: string, args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [BOTHY, ...args], {
+      env: { ...process.env, BOTHY_URL: url },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    child.stdout.on("data", (c: Buffer) => out.push(c));
+    child.stderr.on("data", (c: Buffer) => err.push(c));
+    child.on("error", reject);
+    child.on("close", (code) =>
+      resolve({ code, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() }),
+    );
+  });
+}
+
+/** The layers of a home's snapshot store (staging copies included: `.staging` is beside, not in it). */
+async function snapshotFiles(home: string): Promise<{ layers: string[]; staging: string[] }> {
+  return {
+    layers: await readdir(join(home, "snapshots", "layers")).catch(() => []),
+    staging: await readdir(join(home, "snapshots", ".staging")).catch(() => []),
+  };
+}
+
+describe("snapshots and fork (gVisor)", () => {
+  let ts: TestServer;
+  let bKey = "";
+  const asB = (): Record<string, string> => ({ authorization: `Bearer ${bKey}` });
+  let parent = "";
+  let base = ""; // the named snapshot of the parent
+  let forkSnap = "";
+  let children: string[] = [];
+  const sh = async (id: string, cmd: string): Promise<string> => {
+    const out = await runCommand(ts.wsUrl, id, { cmd });
+    expect(out.exit?.exit_code, `${id}: ${cmd}: ${out.stderr}`).toBe(0);
+    return out.stdout;
+  };
+
+  useTestServer({ BOTHY_DRIVER: "gvisor" }, (s) => (ts = s));
+
+  beforeAll(async () => {
+    expect((await api(ts.url, "POST", "/tenants", { tenant: "b" })).status).toBe(201);
+    const key = await api(ts.url, "POST", "/keys", { tenant: "b", name: "b" });
+    bKey = String(key.json["key"]);
+    const made = await api(ts.url, "POST", "/sandboxes", SANDBOX);
+    expect(made.status, JSON.stringify(made.json)).toBe(201);
+    parent = String(made.json["sandbox_id"]);
+  });
+
+  it(
+    "keeps what the sandbox wrote (files, a dir, a removed template file) in a layer of that size",
+    { timeout: 120_000 },
+    async () => {
+      await sh(
+        parent,
+        [
+          "echo pre > /root/pre.txt",
+          "mkdir -p /home/agent/work && echo inside > /home/agent/work/file",
+          "rm /etc/debian_version",
+          "head -c 20971520 /dev/urandom > /root/blob",
+        ].join(" && "),
+      );
+      const snap = await api(ts.url, "POST", `/sandboxes/${parent}/snapshots`, { name: "base" });
+      expect(snap.status, JSON.stringify(snap.json)).toBe(201);
+      expect(snap.json).toMatchObject({
+        name: "base",
+        source_sandbox_id: parent,
+        template: "seed",
+        driver: "gvisor",
+        used_by: [],
+      });
+      base = String(snap.json["snapshot_id"]);
+      expect(base).toMatch(/^snap_[a-z2-7]{20}$/);
+      // What the sandbox wrote (20 MiB and a few small files), not the template's ~260 MB.
+      const bytes = Number(snap.json["bytes"]);
+      expect(bytes).toBeGreaterThanOrEqual(20 * MIB);
+      expect(bytes).toBeLessThan(22 * MIB);
+      expect((await snapshotFiles(ts.home)).layers).toHaveLength(1);
+      // The sandbox ran on, thawed, and what it writes now is not in the snapshot.
+      await sh(parent, "echo post > /root/post.txt");
+      expect((await api(ts.url, "GET", "/snapshots")).json["snapshots"]).toMatchObject([{ snapshot_id: base }]);
+      expect((await api(ts.url, "GET", "/snapshots/base")).json["snapshot_id"]).toBe(base);
+    },
+  );
+
+  it("starts a sandbox from a snapshot with the snapshot's files only", { timeout: 120_000 }, async () => {
+    const made = await api(ts.url, "POST", "/sandboxes", { snapshot: base });
+    expect(made.status, JSON.stringify(made.json)).toBe(201);
+    const id = String(made.json["sandbox_id"]);
+    expect(made.json["template"]).toBe("seed");
+    expect(
+      await sh(
+        id,
+        "cat /root/pre.txt /home/agent/work/file; test -e /etc/debian_version || echo removed; test -e /root/post.txt || echo no-post; stat -c %s /root/blob",
+      ),
+    ).toBe(`pre\ninside\nremoved\nno-post\n${20 * MIB}\n`);
+    // A create naming another template beside the snapshot is refused, not silently changed.
+    const both = await api(ts.url, "POST", "/sandboxes", { snapshot: base, template: "seed" });
+    expect([both.status, both.json["code"]]).toEqual([400, "invalid_request"]);
+    expect(await deleteSandbox(ts.url, id)).toBe("deleted");
+  });
+
+  it(
+    "forks children that diverge: each sees its own and the parent's pre-fork files only, with its own identity",
+    { timeout: 180_000 },
+    async () => {
+      const fork = await api(ts.url, "POST", `/sandboxes/${parent}/fork`, { count: CHILDREN });
+      expect(fork.status, JSON.stringify(fork.json)).toBe(201);
+      forkSnap = String((fork.json["snapshot"] as Record<string, unknown>)["snapshot_id"]);
+      children = (fork.json["sandboxes"] as Array<{ sandbox_id: string; state: string }>).map((s) => s.sandbox_id);
+      expect(children).toHaveLength(CHILDREN);
+      expect(new Set(children).size).toBe(CHILDREN);
+      // The parent writes after the fork; each child writes its own file.
+      await sh(parent, "echo after-fork > /root/after.txt && echo parent > /root/who");
+      await Promise.all(children.map((id, i) => sh(id, `echo child-${i} > /root/who && echo ${i} > /root/mine-${i}`)));
+      const seen = await Promise.all(
+        children.map((id) =>
+          sh(
+            id,
+            "cat /root/who /root/pre.txt /root/post.txt; ls /root | grep -c '^mine-'; test -e /root/after.txt || echo no-after; hostname; cat /etc/machine-id; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo",
+          ),
+        ),
+      );
+      const identities = seen.map((out, i) => {
+        const lines = out.trim().split("\n");
+        // Its own write, the parent's before the fork (post.txt included), nothing of its siblings or after.
+        expect(lines.slice(0, 6)).toEqual([`child-${i}`, "pre", "post", "1", "no-after", children[i]]);
+        return { hostname: lines[5], machineId: lines[6], random: lines[7] };
+      });
+      for (const key of ["hostname", "machineId", "random"] as const)
+        expect(new Set(identities.map((x) => x[key])).size, key).toBe(CHILDREN);
+      expect(identities[0]?.machineId).toMatch(/^[0-9a-f]{32}$/);
+      // The parent saw none of the children's writes.
+      expect(await sh(parent, "cat /root/who; ls /root | grep -c '^mine-' || true")).toBe("parent\n0\n");
+      expect((await api(ts.url, "GET", `/snapshots/${forkSnap}`)).json["used_by"]).toEqual([...children].sort());
+    },
+  );
+
+  it("refuses to delete a snapshot in use, naming the sandboxes", async () => {
+    const del = await api(ts.url, "DELETE", `/snapshots/${forkSnap}`);
+    expect(del.status).toBe(409);
+    expect(del.type).toMatch(/problem\+json/);
+    expect(del.json["code"]).toBe("snapshot_in_use");
+    for (const id of children) expect(String(del.json["detail"])).toContain(id);
+    expect((await api(ts.url, "GET", `/snapshots/${forkSnap}`)).status).toBe(200);
+  });
+
+  it("leaves the children working after their parent is deleted", { timeout: 60_000 }, async () => {
+    expect(await deleteSandbox(ts.url, parent)).toBe("deleted");
+    expect(await sh(children[0] ?? "", "cat /root/pre.txt /root/who")).toBe("pre\nchild-0\n");
+  });
+
+  it("answers another tenant's snapshot as one that does not exist: GET, DELETE, start from, by id and name", async () => {
+    const before = (await snapshotFiles(ts.home)).layers;
+    for (const [method, path, body, unknownPath, unknownBody] of [
+      ["GET", `/snapshots/${base}`, undefined, "/snapshots/snap_aaaaaaaaaaaaaaaaaaaa", undefined],
+      ["GET", "/snapshots/base", undefined, "/snapshots/nothing", undefined],
+      ["DELETE", `/snapshots/${base}`, undefined, "/snapshots/snap_aaaaaaaaaaaaaaaaaaaa", undefined],
+      ["DELETE", "/snapshots/base", undefined, "/snapshots/nothing", undefined],
+      ["POST", "/sandboxes", { snapshot: base }, "/sandboxes", { snapshot: "snap_aaaaaaaaaaaaaaaaaaaa" }],
+      ["POST", "/sandboxes", { snapshot: "base" }, "/sandboxes", { snapshot: "nothing" }],
+    ] as const) {
+      const theirs = await api(ts.url, method, path, body, asB());
+      const unknown = await api(ts.url, method, unknownPath, unknownBody, asB());
+      expect([method, path, theirs.status, theirs.json["code"]]).toEqual([method, path, 404, "snapshot_not_found"]);
+      // Byte for byte what an unknown one gets: nothing tells that it exists in another tenant.
+      const blank = (j: Record<string, unknown>): string =>
+        JSON.stringify(j)
+          .replaceAll(base, "REF")
+          .replaceAll("snap_aaaaaaaaaaaaaaaaaaaa", "REF")
+          .replaceAll("nothing", "REF")
+          .replaceAll("base", "REF");
+      expect(blank(theirs.json)).toBe(blank(unknown.json));
+    }
+    expect((await api(ts.url, "GET", "/snapshots", undefined, asB())).json["snapshots"]).toEqual([]);
+    // Nor can b snapshot or fork a's sandbox: it is an unknown sandbox to b.
+    for (const path of [`/sandboxes/${children[0] ?? ""}/snapshots`, `/sandboxes/${children[0] ?? ""}/fork`]) {
+      const res = await api(ts.url, "POST", path, path.endsWith("fork") ? { count: 1 } : {}, asB());
+      expect([path, res.status, res.json["code"]]).toEqual([path, 404, "sandbox_not_found"]);
+    }
+    expect((await api(ts.url, "GET", `/snapshots/${base}`)).status).toBe(200);
+    expect((await snapshotFiles(ts.home)).layers).toEqual(before);
+  });
+
+  it("answers memory: true with 501 on gVisor and makes nothing; a filesystem snapshot still works", async () => {
+    const before = await snapshotFiles(ts.home);
+    const res = await api(ts.url, "POST", `/sandboxes/${children[1] ?? ""}/snapshots`, { memory: true });
+    expect([res.status, res.json["code"]]).toEqual([501, "snapshot_memory_unsupported"]);
+    expect(String(res.json["detail"])).toMatch(/"memory": false/);
+    expect(await snapshotFiles(ts.home)).toEqual(before);
+    const bad = await api(ts.url, "POST", `/sandboxes/${children[1] ?? ""}/snapshots`, { name: "Not A Name" });
+    expect([bad.status, bad.json["code"]]).toEqual([400, "invalid_request"]);
+    const taken = await api(ts.url, "POST", `/sandboxes/${children[1] ?? ""}/snapshots`, { name: "base" });
+    expect([taken.status, taken.json["code"]]).toEqual([409, "snapshot_exists"]);
+  });
+
+  it(
+    "refuses past the storage and sandbox quotas with 429, making no row, layer or sandbox",
+    { timeout: 120_000 },
+    async () => {
+      const made = await api(ts.url, "POST", "/sandboxes", SANDBOX, asB());
+      expect(made.status, JSON.stringify(made.json)).toBe(201);
+      const bSandbox = String(made.json["sandbox_id"]);
+      await sh(bSandbox, "head -c 3145728 /dev/urandom > /root/three-mib");
+      expect((await api(ts.url, "PATCH", "/tenants/b/quota", { max_storage_mib: 2, max_sandboxes: 3 })).status).toBe(
+        200,
+      );
+      const before = await snapshotFiles(ts.home);
+      const over = await api(ts.url, "POST", `/sandboxes/${bSandbox}/snapshots`, {}, asB());
+      expect([over.status, over.json["code"]]).toEqual([429, "quota_exceeded"]);
+      expect(String(over.json["detail"])).toMatch(/max_storage_mib/);
+      expect(await snapshotFiles(ts.home)).toEqual(before);
+      expect((await api(ts.url, "GET", "/snapshots", undefined, asB())).json["snapshots"]).toEqual([]);
+      // Three children would take b past max_sandboxes: refused before any snapshot or sandbox is made.
+      expect((await api(ts.url, "PATCH", "/tenants/b/quota", { max_storage_mib: null })).status).toBe(200);
+      const sandboxesBefore = (
+        (await api(ts.url, "GET", "/sandboxes", undefined, asB())).json["sandboxes"] as unknown[]
+      ).length;
+      const fork = await api(ts.url, "POST", `/sandboxes/${bSandbox}/fork`, { count: 3 }, asB());
+      expect([fork.status, fork.json["code"]]).toEqual([429, "quota_exceeded"]);
+      expect(String(fork.json["detail"])).toMatch(/max_sandboxes/);
+      expect(await snapshotFiles(ts.home)).toEqual(before);
+      expect((await api(ts.url, "GET", "/snapshots", undefined, asB())).json["snapshots"]).toEqual([]);
+      expect(((await api(ts.url, "GET", "/sandboxes", undefined, asB())).json["sandboxes"] as unknown[]).length).toBe(
+        sandboxesBefore,
+      );
+      expect(await deleteSandbox(ts.url, bSandbox)).toBe("deleted");
+    },
+  );
+
+  it(
+    "is driven by @bothy/sdk (snapshot, fork, create from, Snapshot) and the CLI (snapshot, fork)",
+    { timeout: 120_000 },
+    async () => {
+      const conn = { baseUrl: ts.url };
+      const source = await Sandbox.connect(children[1] ?? "", conn);
+      const snap = await source.snapshot({ name: "sdk" });
+      expect(snap.name).toBe("sdk");
+      await expect(source.snapshot({ memory: true })).rejects.toBeInstanceOf(NotSupportedError);
+      const fromSdk = await Sandbox.create({ ...conn, snapshot: "sdk" });
+      expect((await fromSdk.commands.run("cat /root/who")).stdout).toBe("child-1\n");
+      const { snapshot: forked, sandboxes } = await source.fork(1, { name: "sdk-fork" });
+      expect(forked.used_by).toEqual([sandboxes[0]?.sandboxId]);
+      expect((await sandboxes[0]?.commands.run("cat /root/who"))?.stdout).toBe("child-1\n");
+      expect((await Snapshot.list(conn)).map((s) => s.name)).toEqual(expect.arrayContaining(["sdk", "sdk-fork"]));
+      await expect(Snapshot.delete("sdk", conn)).rejects.toBeInstanceOf(ConflictError);
+      for (const sbx of [fromSdk, ...sandboxes]) await sbx.kill({ wait: true });
+      for (const name of ["sdk", "sdk-fork"]) await Snapshot.delete(name, conn);
+      await expect(Snapshot.get("sdk", conn)).rejects.toBeInstanceOf(NotFoundError);
+
+      const cli = await bothy(ts.url, ["fork", children[1] ?? "", "--count", "1", "--name", "cli", "--json"]);
+      expect(cli.code, cli.stderr).toBe(0);
+      const out = JSON.parse(cli.stdout) as {
+        snapshot: { snapshot_id: string };
+        sandboxes: Array<{ sandbox_id: string }>;
+      };
+      const listed = await bothy(ts.url, ["snapshot", "ls"]);
+      expect(listed.stdout).toContain(out.snapshot.snapshot_id);
+      const refused = await bothy(ts.url, ["snapshot", "rm", "cli"]);
+      expect(refused.code).not.toBe(0);
+      expect(refused.stderr).toMatch(/in use/);
+      expect(await deleteSandbox(ts.url, out.sandboxes[0]?.sandbox_id ?? "")).toBe("deleted");
+      const removed = await bothy(ts.url, ["snapshot", "rm", "cli"]);
+      expect([removed.code, removed.stdout]).toEqual([0, "cli\n"]);
+    },
+  );
+
+  it.skipIf(qemuMissing !== undefined)(
+    "answers 501 on QEMU, whose snapshots are not built yet, and makes nothing",
+    { timeout: 300_000 },
+    async () => {
+      const made = await api(ts.url, "POST", "/sandboxes", { ...SANDBOX, driver: "qemu" });
+      expect(made.status, JSON.stringify(made.json)).toBe(201);
+      const vm = String(made.json["sandbox_id"]);
+      const before = await snapshotFiles(ts.home);
+      for (const [path, body] of [
+        [`/sandboxes/${vm}/snapshots`, {}],
+        [`/sandboxes/${vm}/fork`, { count: 2 }],
+      ] as const) {
+        const res = await api(ts.url, "POST", path, body);
+        expect([path, res.status, res.json["code"]]).toEqual([path, 501, "not_supported"]);
+        expect(String(res.json["detail"])).toMatch(/qemu driver cannot take snapshots yet/);
+      }
+      expect(await snapshotFiles(ts.home)).toEqual(before);
+      const onQemu = await api(ts.url, "POST", "/sandboxes", { snapshot: base, driver: "qemu" });
+      expect([onQemu.status, onQemu.json["code"]]).toEqual([400, "invalid_request"]);
+      expect(await deleteSandbox(ts.url, vm)).toBe("deleted");
+    },
+  );
+
+  it(
+    "leaves no layer, staging copy or mount once every sandbox and snapshot is deleted",
+    { timeout: 60_000 },
+    async () => {
+      for (const id of children) expect(await deleteSandbox(ts.url, id)).toBe("deleted");
+      for (const id of [forkSnap, base]) {
+        const del = await api(ts.url, "DELETE", `/snapshots/${id}`);
+        expect([del.status, del.json]).toEqual([200, { deleted: id }]);
+      }
+      expect(await snapshotFiles(ts.home)).toEqual({ layers: [], staging: [] });
+      expect((await api(ts.url, "GET", `/snapshots/${base}`)).status).toBe(404);
+    },
+  );
+});
+
+describe("snapshots across a server crash and a clean restart (gVisor)", () => {
+  let home = "";
+  let serve: ServeProcess | undefined;
+
+  afterAll(async () => {
+    await serve?.stop();
+    if (home) await rm(home, { recursive: true, force: true });
+  });
+
+  const start = (): Promise<string> => {
+    serve = spawnTestServe(home, { BOTHY_DRIVER: "gvisor" });
+    return serve.url;
+  };
+
+  it(
+    "keeps snapshots through kill -9 and a clean restart, snapshots an asleep sandbox, and leaves nothing behind",
+    { timeout: 240_000 },
+    async () => {
+      home = await mkdtemp("/tmp/bothy-test-snapshots-");
+      let url = await start();
+      const ws = (): string => url.replace(/^http/, "ws");
+      const sh = async (id: string, cmd: string): Promise<string> => (await runCommand(ws(), id, { cmd })).stdout;
+      const made = await api(url, "POST", "/sandboxes", SANDBOX);
+      expect(made.status, JSON.stringify(made.json)).toBe(201);
+      const id = String(made.json["sandbox_id"]);
+      expect(await sh(id, "echo one > /root/one && echo ok")).toBe("ok\n");
+      const first = await api(url, "POST", `/sandboxes/${id}/snapshots`, { name: "first" });
+      expect(first.status, JSON.stringify(first.json)).toBe(201);
+
+      await serve?.kill();
+      url = await start();
+      expect((await api(url, "GET", "/snapshots/first")).json["snapshot_id"]).toBe(first.json["snapshot_id"]);
+      // The sandbox was taken over: it runs on, and writes after the snapshot.
+      expect(await sh(id, "echo two > /root/two && echo ok")).toBe("ok\n");
+
+      // A clean stop leaves the sandbox asleep (stopped, its disk kept): it is snapshotted as it lies.
+      await serve?.stop();
+      url = await start();
+      expect((await api(url, "GET", `/sandboxes/${id}`)).json["state"]).toBe("stopped");
+      const asleep = await api(url, "POST", `/sandboxes/${id}/snapshots`, { name: "asleep" });
+      expect(asleep.status, JSON.stringify(asleep.json)).toBe(201);
+      expect((await api(url, "GET", `/sandboxes/${id}`)).json["state"]).toBe("stopped");
+
+      const fromFirst = await api(url, "POST", "/sandboxes", { snapshot: "first" });
+      const fromAsleep = await api(url, "POST", "/sandboxes", { snapshot: "asleep" });
+      expect([fromFirst.status, fromAsleep.status]).toEqual([201, 201]);
+      const a = String(fromFirst.json["sandbox_id"]);
+      const b = String(fromAsleep.json["sandbox_id"]);
+      expect(await sh(a, "cat /root/one; test -e /root/two || echo no-two")).toBe("one\nno-two\n");
+      expect(await sh(b, "cat /root/one /root/two")).toBe("one\ntwo\n");
+
+      for (const sandbox of [a, b, id]) expect(await deleteSandbox(url, sandbox)).toBe("deleted");
+      for (const name of ["first", "asleep"]) expect((await api(url, "DELETE", `/snapshots/${name}`)).status).toBe(200);
+      expect(await snapshotFiles(home)).toEqual({ layers: [], staging: [] });
+      await serve?.stop();
+      serve = undefined;
+      expect(await hostLeaks(home)).toEqual(noLeaks());
+    },
+  );
+});
