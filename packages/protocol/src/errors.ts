@@ -72,6 +72,7 @@ export const ERROR_CODES = [
   "volume_exists",
   "volume_in_use",
   "invalid_volume_mount",
+  "volume_share_unsafe",
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -146,6 +147,7 @@ export const ERROR_STATUS: Record<ErrorCode, number> = {
   volume_exists: 409,
   volume_in_use: 409,
   invalid_volume_mount: 400,
+  volume_share_unsafe: 409,
 };
 
 const TITLES: Record<ErrorCode, string> = {
@@ -218,6 +220,7 @@ const TITLES: Record<ErrorCode, string> = {
   volume_exists: "Volume already exists",
   volume_in_use: "Volume in use",
   invalid_volume_mount: "Invalid volume mount",
+  volume_share_unsafe: "Volume cannot be shared this way",
 };
 
 export function errorTitle(code: ErrorCode): string {

@@ -178,6 +178,7 @@ ERROR_CLASSES: Dict[str, Type[SandboxError]] = {
     "volume_not_found": NotFoundError,
     "volume_exists": ConflictError,
     "volume_in_use": ConflictError,
+    "volume_share_unsafe": ConflictError,
     "invalid_volume_mount": InvalidArgumentError,
 }
 
