@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { mkdir, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { BothyError } from "@bothy/protocol";
-import { ensureExt4Image } from "../images/ext4-image.ts";
+import { ensureDiskImage } from "../images/disk-chain.ts";
 import { volumeSerial } from "../images/guest-init.ts";
 import type { ExitInfo, GuestStream, GuestVolume, SandboxHandle, SandboxSpec } from "./driver.ts";
 import type { CleanupStack } from "../util/cleanup-stack.ts";
@@ -72,10 +72,11 @@ export class QemuSandbox implements SandboxHandle {
       await this.driver.createOverlay(this.disk, base.disk, "qcow2");
       return this.launch(undo, base.memory, signal, hostReady);
     }
+    const image = await ensureDiskImage(this.spec.templateRoot);
     await this.driver.createOverlay(
       this.disk,
-      await ensureExt4Image(this.spec.templateRoot),
-      "raw",
+      image.path,
+      image.format,
       await this.driver.diskBytes(this.spec.templateRoot, this.spec.diskMib),
     );
     return this.launch(undo, undefined, signal, hostReady);
