@@ -16,6 +16,7 @@ import {
 import { runBootHooks } from "./boot-hooks.ts";
 import { applyIdentity } from "./identity.ts";
 import { applyLimits } from "./limits.ts";
+import { mountVolumes } from "./volumes.ts";
 import { listeningPorts, TcpTunnel } from "./ports.ts";
 import { Spawner } from "./spawner.ts";
 import { VirtioPort } from "./virtio-port.ts";
@@ -151,6 +152,12 @@ function onFrame(raw: RawFrame): void {
       Promise.all([applyLimits(frame), spawner?.settled]).then(
         () => channel.send({ t: "done", id: frame.id }),
         (err: Error) => sendError(frame.id, "io_error", `limits: ${err.message}`),
+      );
+      return;
+    case "volumes":
+      mountVolumes(frame).then(
+        () => channel.send({ t: "done", id: frame.id }),
+        (err: Error) => sendError(frame.id, "io_error", `volumes: ${err.message}`),
       );
       return;
     case "stat":

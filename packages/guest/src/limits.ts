@@ -1,12 +1,11 @@
 import { writeFileSync } from "node:fs";
 import type { ParsedHostFrame } from "@bothy/protocol";
 import { agentEnv } from "./agent-env.ts";
+import { diskBySerial, ROOT_SERIAL } from "./block-devices.ts";
 import { runHelper } from "./identity.ts";
 
 type LimitsFrame = Extract<ParsedHostFrame, { t: "limits" }>;
 
-/** A VM guest's root disk, as its initramfs mounted it. */
-const ROOT_DEVICE = "/dev/vda";
 /** The guest sees a grown disk a moment after the host grew it; growing the file system is quick. */
 const GROW_TIMEOUT_MS = 60_000;
 
@@ -18,6 +17,10 @@ export async function applyLimits(frame: LimitsFrame): Promise<void> {
   // Synchronous, a few bytes to a cgroup file: an asynchronous write would start libuv's thread
   // pool (four threads, each dear under gVisor's ptrace) on the sandbox's start path.
   writeFileSync(`${commandsCgroup}/pids.max`, String(frame.max_processes));
-  if (frame.root_bytes !== undefined)
-    await runHelper(["growroot", ROOT_DEVICE, String(frame.root_bytes)], undefined, GROW_TIMEOUT_MS);
+  if (frame.root_bytes !== undefined) {
+    // The disk its initramfs mounted as the root (found the same way, by serial).
+    const root = diskBySerial(ROOT_SERIAL);
+    if (root === undefined) throw new Error(`no disk with serial ${ROOT_SERIAL}: cannot grow the root file system`);
+    await runHelper(["growroot", root, String(frame.root_bytes)], undefined, GROW_TIMEOUT_MS);
+  }
 }

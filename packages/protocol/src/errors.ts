@@ -76,6 +76,7 @@ export const ERROR_CODES = [
   "snapshot_exists",
   "snapshot_in_use",
   "snapshot_memory_unsupported",
+  "volume_share_unsafe",
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -154,6 +155,7 @@ export const ERROR_STATUS: Record<ErrorCode, number> = {
   snapshot_exists: 409,
   snapshot_in_use: 409,
   snapshot_memory_unsupported: 501,
+  volume_share_unsafe: 409,
 };
 
 const TITLES: Record<ErrorCode, string> = {
@@ -230,6 +232,7 @@ const TITLES: Record<ErrorCode, string> = {
   snapshot_exists: "Snapshot already exists",
   snapshot_in_use: "Snapshot in use",
   snapshot_memory_unsupported: "Memory snapshots not supported by this driver",
+  volume_share_unsafe: "Volume cannot be shared this way",
 };
 
 export function errorTitle(code: ErrorCode): string {

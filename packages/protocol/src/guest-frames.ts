@@ -123,6 +123,28 @@ export const hostFrame = z.discriminatedUnion("t", [
     })
     .strict(),
   /**
+   * The volumes a VM guest mounts (answered with `done`): each the virtio disk whose serial the
+   * host gave it, mounted at `path` (read-only for a reader). The host chose the disks; the guest
+   * only finds them by serial. A volume already mounted there (a restored guest) is left as it is.
+   */
+  z
+    .object({
+      t: z.literal("volumes"),
+      id: requestId,
+      mounts: z
+        .array(
+          z
+            .object({
+              serial: z.string().regex(/^[a-z0-9-]{1,20}$/),
+              path: z.string().regex(/^\/[^\0\n]{1,1023}$/),
+              read_only: z.boolean(),
+            })
+            .strict(),
+        )
+        .max(16),
+    })
+    .strict(),
+  /**
    * Who the sandbox is, sent after the handshake by drivers whose guests share a boot (QEMU
    * snapshots): hostname, the environment commands get, the host's clock, and fresh entropy in
    * the payload (at least 32 bytes) that the guest credits to its kernel RNG before answering.

@@ -334,6 +334,14 @@ describe("protocol surface", () => {
           },
           {
             "fields": [
+              "id",
+              "mounts",
+              "t",
+            ],
+            "t": "volumes",
+          },
+          {
+            "fields": [
               "env",
               "hostname",
               "id",

@@ -82,6 +82,7 @@ const BY_CODE: Partial<Record<ErrorCode, ErrorClass>> = {
   volume_not_found: NotFoundError,
   volume_exists: ConflictError,
   volume_in_use: ConflictError,
+  volume_share_unsafe: ConflictError,
   invalid_volume_mount: InvalidArgumentError,
   snapshot_not_found: NotFoundError,
   snapshot_exists: ConflictError,

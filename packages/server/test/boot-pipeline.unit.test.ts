@@ -30,8 +30,8 @@ describe("boot pipeline", () => {
     expect(bootMode(spec("a", { reuseDisk: true }), driver)).toBe("wake");
     expect(bootMode(spec("a", { reuseDisk: true, fromMemory: false }), driver)).toBe("kept disk");
     expect(BOOT_STEPS["take-over"]).toEqual(["attach", "handshake"]);
-    expect(BOOT_STEPS.new).toEqual(["start", "handshake", "identify", "network", "limits", "trust"]);
-    expect(BOOT_STEPS.wake).toEqual(["restore", "handshake", "identify", "network", "limits", "trust"]);
+    expect(BOOT_STEPS.new).toEqual(["start", "handshake", "identify", "network", "limits", "volumes", "trust"]);
+    expect(BOOT_STEPS.wake).toEqual(["restore", "handshake", "identify", "network", "limits", "volumes", "trust"]);
     expect(BOOT_STEPS.resume).toEqual(["restore", "handshake", "identify"]);
   });
 

@@ -84,4 +84,17 @@ describe("layer store", () => {
     expect((await snaps.removeOrphans(async () => [], signal)).sort()).toEqual([snap.id, over.id].sort());
     expect(await readdir(store.dir)).toEqual([base]);
   });
+
+  it("removes a layer's QEMU disk image with the layer, and keeps a kept layer's", async () => {
+    const base = await publish(null, "seed");
+    const kept = await publish(base, "child");
+    const orphan = await publish(base, "replaced");
+    // Each image lives in its layer's folder, beside the tree (images/disk-chain.ts).
+    await writeFile(path.join(store.dir, base, "tree.fit.ext4"), "raw");
+    await writeFile(path.join(store.dir, kept, "tree.qcow2"), "qcow2 over ../seed-…/tree.fit.ext4");
+    await writeFile(path.join(store.dir, orphan, "tree.qcow2"), "qcow2 over ../seed-…/tree.fit.ext4");
+    expect(await store.removeOrphans(async () => [kept], signal)).toEqual([orphan]);
+    expect((await readdir(path.join(store.dir, kept))).sort()).toEqual(["layer.json", "tree", "tree.qcow2"]);
+    expect((await readdir(path.join(store.dir, base))).sort()).toEqual(["layer.json", "tree", "tree.fit.ext4"]);
+  });
 });

@@ -4,7 +4,8 @@
  * one and replaces a directory. The child's layer holds only that (whiteouts for what it
  * removed), sandboxes of each see their own tree, a sandbox's writes never reach a layer, and a
  * layer no build names is removed when a server starts. One server and one sandbox per template
- * and driver; the driver matters (gVisor mounts the chain, QEMU makes an image of it).
+ * and driver; the driver matters (gVisor mounts the chain; QEMU's disks are a qcow2 chain that
+ * follows it, each child's image holding only the clusters its layer changed).
  */
 import { execFile, execFileSync } from "node:child_process";
 import { cp, lstat, mkdir, mkdtemp, readFile, readdir, rm, writeFile } from "node:fs/promises";
@@ -15,7 +16,8 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Sandbox } from "@bothy/sdk";
 import { TemplateStore, type BuiltTemplate } from "../src/images/template-store.ts";
-import { driverTitle, testDrivers } from "./helpers/drivers.ts";
+import { ensureDiskImage } from "../src/images/disk-chain.ts";
+import { driverTitle, testDriver, testDrivers } from "./helpers/drivers.ts";
 import { noLeaks } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
 import { testTemplatesDir } from "../../../test/paths.ts";
@@ -23,6 +25,7 @@ import { testTemplatesDir } from "../../../test/paths.ts";
 const exec = promisify(execFile);
 const repoTemplates = fileURLToPath(new URL("../../../templates/", import.meta.url));
 const drivers = testDrivers();
+const qemu = testDriver("qemu");
 
 function missingRequirement(): string | undefined {
   if (process.getuid?.() !== 0) return "needs root (debootstrap, mount, chroot)";
@@ -133,6 +136,40 @@ describe.skipIf(missing !== undefined)(`templates as layers (${missing ?? "root,
       ...child.layers.map(async (tree) => expect((await lstat(tree)).isDirectory()).toBe(true)),
     ]);
   });
+
+  it.skipIf(qemu.missing !== undefined)(
+    driverTitle(qemu, "stores a child's QEMU disk as a qcow2 over its parent's, holding only what its layer changed"),
+    { timeout: 600_000 },
+    async () => {
+      const info = async (file: string): Promise<{ "actual-size": number; "backing-filename"?: string }> =>
+        JSON.parse((await exec("qemu-img", ["info", "--output=json", "-U", file])).stdout) as {
+          "actual-size": number;
+          "backing-filename"?: string;
+        };
+      const childDisk = await ensureDiskImage(child.rootfs);
+      const parentDisk = await ensureDiskImage(parent.rootfs);
+      const seedDisk = await ensureDiskImage(parent.layers.at(-1) ?? "");
+      expect([seedDisk.format, parentDisk.format, childDisk.format]).toEqual(["raw", "qcow2", "qcow2"]);
+      // Each image is its layer's, in its layer's folder (swept with it), read-only, backed by its parent's.
+      for (const [disk, tree] of [
+        [childDisk, child.rootfs],
+        [parentDisk, parent.rootfs],
+      ] as const)
+        expect(path.dirname(disk.path)).toBe(path.dirname(tree));
+      const childInfo = await info(childDisk.path);
+      const parentInfo = await info(parentDisk.path);
+      const seedInfo = await info(seedDisk.path);
+      expect(path.resolve(path.dirname(childDisk.path), childInfo["backing-filename"] ?? "")).toBe(parentDisk.path);
+      expect(path.resolve(path.dirname(parentDisk.path), parentInfo["backing-filename"] ?? "")).toBe(seedDisk.path);
+      expect((await lstat(childDisk.path)).mode & 0o222).toBe(0);
+      // The child's own image against the whole tree's: a few clusters against hundreds of MB.
+      console.info(
+        `QEMU disks: child ${childInfo["actual-size"]} B, parent ${parentInfo["actual-size"]} B, seed ${seedInfo["actual-size"]} B`,
+      );
+      expect(childInfo["actual-size"] * 20).toBeLessThan(seedInfo["actual-size"]);
+      expect(childDisk.bytes).toBeGreaterThanOrEqual(parentDisk.bytes);
+    },
+  );
 
   describe.each(drivers)("$name", (d) => {
     it.skipIf(d.missing !== undefined)(

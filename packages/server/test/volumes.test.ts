@@ -3,17 +3,22 @@
  * guest ENOSPC without filling the host, one writer and any readers, paths a volume may not
  * cover, tenant isolation and the storage quota, seen from the attacker's side (a sandbox's code,
  * another tenant's key); and, on a `bothy serve` killed and restarted, a mounted volume that keeps
- * working and leaves nothing behind. The driver does not matter to the API's checks; only gVisor
- * mounts volumes (QEMU is refused, see docs/architecture.md), so it runs on gVisor alone.
+ * working and leaves nothing behind. The driver does not matter to the API's checks, which run on
+ * gVisor alone. The QEMU part (one VM doing most of it) checks what differs there: a volume is a
+ * virtio disk the guest mounts, read-only for a reader at the device, and the combinations that
+ * would put two file systems' caches on one image are refused (docs/architecture.md, Volumes).
  */
-import { statfs } from "node:fs/promises";
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { stat, statfs } from "node:fs/promises";
 import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConflictError, NotFoundError, Sandbox, Volume } from "@bothy/sdk";
 import { Sandbox as E2bSandbox, Volume as E2bVolume } from "e2b";
-import { api, deleteSandbox, runCommand, waitDeleted } from "./helpers/client.ts";
+import { api, deleteSandbox, runCommand, waitDeleted, waitForState } from "./helpers/client.ts";
 import { useE2bEnv } from "./helpers/e2b-env.ts";
+import { testDriver } from "./helpers/drivers.ts";
 import { hostLeaks, noLeaks } from "./helpers/host-state.ts";
 import { spawnTestServe, type ServeProcess } from "./helpers/serve-process.ts";
 import { useTestServer } from "./helpers/suite.ts";
@@ -210,15 +215,6 @@ describe("volumes (gVisor)", () => {
       expect((await api(ts.url, "DELETE", `/volumes/${name}`, undefined, asB())).status).toBe(200);
   });
 
-  it("refuses volumes on QEMU, which cannot mount them yet, before anything boots", async () => {
-    const res = await api(ts.url, "POST", "/sandboxes", {
-      ...withVolumes([{ name: "data", path: "/data", read_only: true }]),
-      driver: "qemu",
-    });
-    expect([res.status, res.json["code"]]).toEqual([501, "not_supported"]);
-    expect(String(res.json["detail"])).toMatch(/qemu driver cannot mount volumes yet/);
-  });
-
   it(
     "is driven by @bothy/sdk's Volume and by the e2b SDK's Volume and volumeMounts",
     { timeout: 120_000 },
@@ -275,6 +271,170 @@ describe("volumes (gVisor)", () => {
     expect((await api(ts.url, "GET", "/volumes/data")).status).toBe(404);
   });
 });
+
+const qemu = testDriver("qemu");
+
+/** Loop devices the host has on images under `home` (a gVisor mount, or one not yet let go). */
+async function loopDevices(home: string): Promise<string> {
+  const { stdout } = await promisify(execFile)("losetup", ["-a"]);
+  return stdout
+    .split("\n")
+    .filter((l) => l.includes(join(home, "volumes")))
+    .join("\n");
+}
+
+describe.skipIf(qemu.missing !== undefined)(
+  `volumes on QEMU${qemu.missing ? ` [qemu: skipped, needs ${qemu.missing}]` : ""}`,
+  () => {
+    let ts: TestServer;
+    /** The VM that reads `shared` and writes `scratch`, from the first test on. */
+    let vm = "";
+    const SCRATCH_MIB = 16;
+    const onQemu = (volumes: unknown[]): Record<string, unknown> => ({ ...withVolumes(volumes), driver: "qemu" });
+    const sandboxCount = async (): Promise<number> =>
+      ((await api(ts.url, "GET", "/sandboxes")).json["sandboxes"] as unknown[]).length;
+
+    useTestServer({ BOTHY_DRIVER: "gvisor" }, (s) => (ts = s));
+
+    beforeAll(async () => {
+      for (const [name, size_mib] of [
+        ["shared", 32],
+        ["scratch", SCRATCH_MIB],
+      ] as const)
+        expect((await api(ts.url, "POST", "/volumes", { name, size_mib })).status).toBe(201);
+    });
+
+    it(
+      "reads in two QEMU readers side by side what a gVisor sandbox wrote, once the writer is gone",
+      { timeout: 300_000 },
+      async () => {
+        const g = await api(ts.url, "POST", "/sandboxes", withVolumes([{ name: "shared", path: "/shared" }]));
+        expect(g.status, JSON.stringify(g.json)).toBe(201);
+        const gid = String(g.json["sandbox_id"]);
+        const wrote = await runCommand(ts.wsUrl, gid, { cmd: "echo from-gvisor > /shared/note && sync && echo ok" });
+        expect(wrote.stdout, wrote.stderr).toBe("ok\n");
+        expect(await deleteSandbox(ts.url, gid)).toBe("deleted");
+
+        // A second QEMU reader of the same image runs beside the first: readers alone are safe.
+        // One boot after the other: two cold boots at once under emulation on a loaded host can
+        // outlast the boot timeout.
+        const v = await api(
+          ts.url,
+          "POST",
+          "/sandboxes",
+          onQemu([
+            { name: "shared", path: "/shared", read_only: true },
+            { name: "scratch", path: "/scratch" },
+          ]),
+        );
+        expect(v.status, JSON.stringify(v.json)).toBe(201);
+        const r = await api(ts.url, "POST", "/sandboxes", onQemu([{ name: "shared", path: "/ro", read_only: true }]));
+        expect(r.status, JSON.stringify(r.json)).toBe(201);
+        vm = String(v.json["sandbox_id"]);
+        const read = await runCommand(ts.wsUrl, vm, {
+          cmd: "cat /shared/note; echo kept > /scratch/f && sync && echo ok",
+        });
+        expect(read.stdout, read.stderr).toBe("from-gvisor\nok\n");
+        const second = String(r.json["sandbox_id"]);
+        expect((await runCommand(ts.wsUrl, second, { cmd: "cat /ro/note" })).stdout).toBe("from-gvisor\n");
+        expect(await deleteSandbox(ts.url, second)).toBe("deleted");
+        // A VM opens the image itself: the host has it neither mounted nor on a loop device.
+        expect(await volumeMounts(ts.home)).toEqual([]);
+        expect(await loopDevices(ts.home)).toBe("");
+      },
+    );
+
+    it("gives the reader EROFS even as root at the device, and the writer ENOSPC at the volume's size", async () => {
+      // The guest is root in its VM: it may try to remount or write the reader's disk directly.
+      const write = await runCommand(ts.wsUrl, vm, {
+        cmd: [
+          "echo x > /shared/note; echo x > /shared/new",
+          "mount -o remount,rw /shared && echo remounted",
+          "dev=$(awk '$2 == \"/shared\" {print $1}' /proc/mounts); dd if=/dev/zero of=$dev bs=4096 count=1 conv=fsync 2>&1",
+          "cat /shared/note",
+        ].join("; "),
+      });
+      expect(write.stderr).toMatch(/Read-only file system/);
+      expect(write.stdout).not.toMatch(/remounted/);
+      expect(write.stdout).toMatch(/Operation not permitted|Read-only file system/);
+      expect(write.stdout).toMatch(/from-gvisor\n$/);
+
+      const fill = await runCommand(ts.wsUrl, vm, {
+        cmd: `dd if=/dev/zero of=/scratch/fill bs=1M count=${SCRATCH_MIB * 4} conv=fsync; echo "exit=$?"`,
+      });
+      expect(fill.stderr).toMatch(/No space left on device/);
+      expect(fill.stdout).toMatch(/exit=1/);
+      // The host gives it at most its size: the image (the VM's disk itself) never grows past it.
+      const scratchId = String((await api(ts.url, "GET", "/volumes/scratch")).json["volume_id"]);
+      const image = await stat(join(ts.home, "volumes", scratchId, "volume.ext4"));
+      expect(image.size).toBe(SCRATCH_MIB * MIB);
+      expect(image.blocks * 512).toBeLessThanOrEqual(SCRATCH_MIB * MIB);
+      expect((await runCommand(ts.wsUrl, vm, { cmd: "rm /scratch/fill && echo freed" })).stdout).toBe("freed\n");
+    });
+
+    it("refuses every combination that would share an image unsafely, with 409 volume_share_unsafe", async () => {
+      const before = await sandboxCount();
+      for (const [label, body] of [
+        // The host's mount of an image a VM has as its disk.
+        [
+          "gVisor reader of the VM's read-write volume",
+          withVolumes([{ name: "scratch", path: "/s", read_only: true }]),
+        ],
+        ["gVisor reader of the VM's read-only volume", withVolumes([{ name: "shared", path: "/s", read_only: true }])],
+        ["QEMU writer beside a QEMU reader", onQemu([{ name: "shared", path: "/s" }])],
+        ["QEMU reader beside a QEMU writer", onQemu([{ name: "scratch", path: "/s", read_only: true }])],
+      ] as const) {
+        const res = await api(ts.url, "POST", "/sandboxes", body);
+        expect([label, res.status, res.json["code"]]).toEqual([label, 409, "volume_share_unsafe"]);
+        expect(res.type).toMatch(/problem\+json/);
+        expect(String(res.json["detail"])).toContain(vm);
+      }
+      expect(await sandboxCount()).toBe(before);
+    });
+
+    it("keeps its volumes mounted across a pause and a resume", { timeout: 300_000 }, async () => {
+      expect((await api(ts.url, "POST", `/sandboxes/${vm}/pause`)).status).toBe(200);
+      expect(await waitForState(ts.url, vm, "paused", 60)).toBe("paused");
+      const after = await runCommand(ts.wsUrl, vm, {
+        cmd: "cat /shared/note /scratch/f; echo again >> /scratch/f && sync && cat /scratch/f",
+      });
+      expect(after.stdout, after.stderr).toBe("from-gvisor\nkept\nkept\nagain\n");
+    });
+
+    it("never lets the host's kernel mount a volume a VM had read-write, even after the VM is gone", async () => {
+      expect(await deleteSandbox(ts.url, vm)).toBe("deleted");
+      // Its guest could have written any bytes to that disk: a crafted ext4 for the host to parse.
+      const g = await api(
+        ts.url,
+        "POST",
+        "/sandboxes",
+        withVolumes([{ name: "scratch", path: "/s", read_only: true }]),
+      );
+      expect([g.status, g.json["code"]]).toEqual([409, "volume_share_unsafe"]);
+      expect(String(g.json["detail"])).toMatch(/QEMU sandboxes only/);
+      // The volume it only read is the host's again.
+      const ok = await api(
+        ts.url,
+        "POST",
+        "/sandboxes",
+        withVolumes([{ name: "shared", path: "/s", read_only: true }]),
+      );
+      expect(ok.status, JSON.stringify(ok.json)).toBe(201);
+      expect((await runCommand(ts.wsUrl, String(ok.json["sandbox_id"]), { cmd: "cat /s/note" })).stdout).toBe(
+        "from-gvisor\n",
+      );
+      expect(await deleteSandbox(ts.url, String(ok.json["sandbox_id"]))).toBe("deleted");
+    });
+
+    it("leaves no host file, mount or loop device once the sandboxes and volumes are deleted", async () => {
+      for (const name of ["shared", "scratch"])
+        expect((await api(ts.url, "DELETE", `/volumes/${name}`)).status).toBe(200);
+      expect(await readdir(join(ts.home, "volumes"))).toEqual([]);
+      expect(await volumeMounts(ts.home)).toEqual([]);
+      expect(await loopDevices(ts.home)).toBe("");
+    });
+  },
+);
 
 describe("volumes across a server crash and a clean restart (gVisor)", () => {
   let home = "";

@@ -182,6 +182,7 @@ ERROR_CLASSES: Dict[str, Type[SandboxError]] = {
     "snapshot_exists": ConflictError,
     "snapshot_in_use": ConflictError,
     "snapshot_memory_unsupported": NotSupportedError,
+    "volume_share_unsafe": ConflictError,
     "invalid_volume_mount": InvalidArgumentError,
 }
 

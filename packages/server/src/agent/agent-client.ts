@@ -5,6 +5,7 @@
  * requests handles its own frames.
  */
 import type { Readable, Writable } from "node:stream";
+import type { GuestVolume } from "../drivers/driver.ts";
 import type { BothyError, DirEntry, FileStat } from "@bothy/protocol";
 import { AgentChannel } from "./agent-channel.ts";
 import { CommandClient, type ExecEvents, type ExecHandle, type ExecOptions } from "./command-client.ts";
@@ -146,5 +147,10 @@ export class AgentClient {
   /** Gives the guest its limits (see the `limits` frame); resolves once it has applied them. */
   applyLimits(limits: { maxProcesses: number; rootBytes?: number }): Promise<void> {
     return this.setup.applyLimits(limits);
+  }
+
+  /** Has a VM guest mount its volumes (see the `volumes` frame); resolves once they are mounted. */
+  mountVolumes(volumes: readonly GuestVolume[]): Promise<void> {
+    return this.setup.mountVolumes(volumes);
   }
 }

@@ -2,6 +2,7 @@
  * What the host tells a guest on each boot over the agent channel: who it is (id, hostname, env,
  * clock, entropy) and its limits; each resolves once the guest has applied it.
  */
+import type { GuestVolume } from "../drivers/driver.ts";
 import type { AgentChannel } from "./agent-channel.ts";
 
 export interface GuestIdentity {
@@ -38,6 +39,20 @@ export class GuestSetupClient {
     return this.channel.request(
       "limits",
       (id) => ({ t: "limits", id, max_processes: limits.maxProcesses, root_bytes: limits.rootBytes }),
+      "done",
+      () => undefined,
+    );
+  }
+
+  /** Has a VM guest mount its volumes (see the `volumes` frame); resolves once they are mounted. */
+  mountVolumes(volumes: readonly GuestVolume[]): Promise<void> {
+    return this.channel.request(
+      "volumes",
+      (id) => ({
+        t: "volumes",
+        id,
+        mounts: volumes.map((v) => ({ serial: v.serial, path: v.path, read_only: v.readOnly })),
+      }),
       "done",
       () => undefined,
     );

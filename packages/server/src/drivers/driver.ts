@@ -58,10 +58,14 @@ export interface SandboxSpec {
   volumeHost?: VolumeHost;
 }
 
-/** One volume of a sandbox: the host directory its file system is mounted at, shown at `guestPath`. */
+/**
+ * One volume of a sandbox, shown at `guestPath`: gVisor binds `hostDir`, where the host mounts the
+ * volume's file system; a VM gets `image` itself as a disk.
+ */
 export interface VolumeAttachment {
   volumeId: string;
   hostDir: string;
+  image: string;
   guestPath: string;
   readOnly: boolean;
 }
@@ -71,6 +75,18 @@ export interface VolumeHost {
   acquire(sandboxId: string, volumeIds: readonly string[]): Promise<void>;
   /** Safe to call again, and for a sandbox that holds nothing. */
   release(sandboxId: string): Promise<void>;
+  /**
+   * Makes sure the host's kernel has none of these volumes mounted, before a VM opens their images
+   * itself (two file systems on one image would corrupt it); refuses one a sandbox still holds.
+   */
+  unmountForVm(volumeIds: readonly string[]): Promise<void>;
+}
+
+/** A volume as a VM guest mounts it: the disk with `serial`, at `path`. */
+export interface GuestVolume {
+  serial: string;
+  path: string;
+  readOnly: boolean;
 }
 
 /** Per-sandbox egress options of a create; see network/nft-ruleset.ts for how they apply. */
@@ -144,6 +160,8 @@ export interface SandboxHandle {
   resume?(undo: CleanupStack, signal?: AbortSignal): Promise<GuestStream>;
   /** The guest's network, when the guest configures it itself over the channel after identity (VMs). */
   readonly guestNetwork?: GuestNetwork;
+  /** VMs: the volumes the guest mounts itself over the channel after its limits (gVisor's runsc binds them). */
+  readonly guestVolumes?: readonly GuestVolume[];
   /** VMs: the size the host made the guest's disk; the guest grows its root file system to it. */
   readonly guestRootBytes?: number;
   /** What the driver saw of the guest (runsc's log, the console's last lines), for the log when a boot fails. */

@@ -1,10 +1,10 @@
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
-import { access, constants, mkdir, mkdtemp, readdir, readFile, rename, rm, stat } from "node:fs/promises";
+import { access, constants, mkdir, mkdtemp, readdir, readFile, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { BothyError, SANDBOX_ID_RE } from "@bothy/protocol";
 import { AgentClient } from "../agent/agent-client.ts";
-import { ensureExt4Image } from "../images/ext4-image.ts";
+import { ensureDiskImage, type DiskImage } from "../images/disk-chain.ts";
 import { GUEST_MAX_PROCESSES } from "../images/guest-init.ts";
 import { ensureInitramfs } from "../images/initramfs.ts";
 import { ensureKernel, type GuestKernel } from "../images/kernel.ts";
@@ -206,8 +206,8 @@ export class QemuDriver implements Driver {
   }
 
   /**
-   * A qcow2 overlay at `path` over `backing` (raw template image or a snapshot's qcow2), of the
-   * backing file's size or, given `bytes`, that size.
+   * A qcow2 overlay at `path` over `backing` (the top of a template's disk chain, raw or qcow2, or
+   * a warm-start snapshot's qcow2), of the backing file's size or, given `bytes`, that size.
    */
   async createOverlay(path: string, backing: string, backingFormat: "raw" | "qcow2", bytes?: number): Promise<void> {
     await run(
@@ -233,7 +233,7 @@ export class QemuDriver implements Driver {
    * sandboxes made before disk sizes (no `diskMib`) have the image's size.
    */
   async diskBytes(templateRoot: string, diskMib: number | undefined): Promise<number> {
-    return (await stat(await ensureExt4Image(templateRoot))).size + (diskMib ?? 0) * MIB;
+    return (await ensureDiskImage(templateRoot)).bytes + (diskMib ?? 0) * MIB;
   }
 
   /**
@@ -246,12 +246,12 @@ export class QemuDriver implements Driver {
     templateRoot: string,
     shape: { vcpu: number; memoryMib: number; diskMib?: number },
   ): Promise<BaseSnapshot> {
-    const keyed = async (): Promise<{ key: string; image: string; diskBytes: number }> => {
-      const image = await ensureExt4Image(templateRoot);
+    const keyed = async (): Promise<{ key: string; image: DiskImage; diskBytes: number }> => {
+      const image = await ensureDiskImage(templateRoot);
       const diskBytes = await this.diskBytes(templateRoot, shape.diskMib);
       const cfg = this.vmConfig(shape, "", "");
       const key = createHash("sha256")
-        .update(JSON.stringify({ image, ...cfg, diskBytes, network: this.opts.network === true, v: 2 }))
+        .update(JSON.stringify({ image: image.path, ...cfg, diskBytes, network: this.opts.network === true, v: 2 }))
         .digest("hex")
         .slice(0, 24);
       return { key, image, diskBytes };
@@ -269,7 +269,7 @@ export class QemuDriver implements Driver {
 
   private async makeBase(
     key: string,
-    image: string,
+    image: DiskImage,
     diskBytes: number,
     shape: { vcpu: number; memoryMib: number; diskMib?: number },
   ): Promise<BaseSnapshot> {
@@ -282,7 +282,7 @@ export class QemuDriver implements Driver {
     let vm: VmProcess | undefined;
     try {
       work = await mkdtemp(join(this.snapshotsDir, `.tmp-${key}-`));
-      await this.createOverlay(join(work, "disk.qcow2"), image, "raw", diskBytes);
+      await this.createOverlay(join(work, "disk.qcow2"), image.path, image.format, diskBytes);
       // A restore needs the snapshot's devices: with networking the snapshot VM has a NIC too, on a
       // transient tap QEMU makes itself, down and without an address, gone when QEMU ends.
       const network = this.opts.network ? { tap: snapshotTapName(this.opts.hostTag, key) } : undefined;
@@ -304,7 +304,7 @@ export class QemuDriver implements Driver {
       qmp.close();
       for (const f of Object.values(vmFiles(work))) await rm(f, { force: true });
       await rename(work, dir);
-      this.opts.log("qemu_base_snapshot", { key, image, ms: Date.now() - started });
+      this.opts.log("qemu_base_snapshot", { key, image: image.path, ms: Date.now() - started });
       return done;
     } catch (err) {
       const diagnostics = vm ? await vm.diagnostics() : "";

@@ -12,7 +12,7 @@ import { connect, type Socket } from "node:net";
 import { basename, join } from "node:path";
 import type { Readable } from "node:stream";
 import { BothyError } from "@bothy/protocol";
-import { AGENT_PORT_NAME } from "../images/guest-init.ts";
+import { AGENT_PORT_NAME, ROOT_SERIAL, volumeSerial } from "../images/guest-init.ts";
 import type { ExitInfo } from "./driver.ts";
 import { QmpClient } from "./qmp-client.ts";
 import { BootError, HostSetupError } from "../errors/internal-errors.ts";
@@ -36,6 +36,11 @@ export interface VmConfig {
   incoming?: string;
   /** The tap device behind the VM's virtio-net (QEMU makes a transient one when it does not exist). */
   tap?: string;
+  /**
+   * Volume images (raw ext4), each a virtio disk after the root with serial `volumeSerial(i)`, in
+   * this order: a VM restored from memory must get the same list as the one saved.
+   */
+  volumes?: ReadonlyArray<{ image: string; readOnly: boolean }>;
 }
 
 const SOCKET_WAIT_MS = 10_000;
@@ -92,7 +97,14 @@ export async function qemuArgs(c: VmConfig): Promise<string[]> {
     "-drive",
     `id=root,file=${c.disk},format=qcow2,if=none,cache=writeback,discard=unmap`,
     "-device",
-    "virtio-blk-device,drive=root",
+    `virtio-blk-device,drive=root,serial=${ROOT_SERIAL}`,
+    // Always raw: a format QEMU probed could be a qcow2 header the guest wrote, naming a host file.
+    ...(c.volumes ?? []).flatMap((v, i) => [
+      "-drive",
+      `id=vol${i},file=${driveSafe(v.image)},format=raw,if=none,cache=writeback,readonly=${v.readOnly ? "on" : "off"}`,
+      "-device",
+      `virtio-blk-device,drive=vol${i},serial=${volumeSerial(i)}`,
+    ]),
     "-device",
     "virtio-serial-device",
     "-chardev",
@@ -113,6 +125,15 @@ export async function qemuArgs(c: VmConfig): Promise<string[]> {
     );
   if (c.incoming !== undefined) args.push("-incoming", `exec:cat ${shellSafe(c.incoming)}`);
   return args;
+}
+
+/** A path for a `-drive` option, where a comma would start another option. */
+function driveSafe(path: string): string {
+  if (!SHELL_SAFE_PATH.test(path))
+    throw new HostSetupError(
+      `The path ${path} has characters a QEMU drive option cannot take; use a plain BOTHY_HOME.`,
+    );
+  return path;
 }
 
 function shellSafe(path: string): string {

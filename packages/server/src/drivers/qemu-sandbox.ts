@@ -2,8 +2,9 @@ import { existsSync, readFileSync } from "node:fs";
 import { mkdir, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { BothyError } from "@bothy/protocol";
-import { ensureExt4Image } from "../images/ext4-image.ts";
-import type { ExitInfo, GuestStream, SandboxHandle, SandboxSpec } from "./driver.ts";
+import { ensureDiskImage } from "../images/disk-chain.ts";
+import { volumeSerial } from "../images/guest-init.ts";
+import type { ExitInfo, GuestStream, GuestVolume, SandboxHandle, SandboxSpec } from "./driver.ts";
 import type { CleanupStack } from "../util/cleanup-stack.ts";
 import type { QemuDriver } from "./qemu-driver.ts";
 import { resumeIncoming, saveVm, VmProcess, vmFiles } from "./qemu-process.ts";
@@ -63,16 +64,19 @@ export class QemuSandbox implements SandboxHandle {
     undo.push("sandbox directory", () => rm(this.spec.dir, { recursive: true, force: true }));
     await writeFile(join(this.spec.dir, VM_MARKER), JSON.stringify({ driver: "qemu", id: this.id }));
     signal?.throwIfAborted();
-    if (this.driver.warmStart) {
+    // The warm-start snapshot's VM had no volume disks, and a restore needs the devices it saved:
+    // a sandbox with volumes boots.
+    if (this.driver.warmStart && !this.spec.volumes?.length) {
       const base = await this.driver.baseSnapshot(this.spec.templateRoot, this.spec);
       signal?.throwIfAborted();
       await this.driver.createOverlay(this.disk, base.disk, "qcow2");
       return this.launch(undo, base.memory, signal, hostReady);
     }
+    const image = await ensureDiskImage(this.spec.templateRoot);
     await this.driver.createOverlay(
       this.disk,
-      await ensureExt4Image(this.spec.templateRoot),
-      "raw",
+      image.path,
+      image.format,
       await this.driver.diskBytes(this.spec.templateRoot, this.spec.diskMib),
     );
     return this.launch(undo, undefined, signal, hostReady);
@@ -140,7 +144,17 @@ export class QemuSandbox implements SandboxHandle {
     // The tap, made meanwhile, must exist before QEMU opens it.
     await hostReady;
     signal?.throwIfAborted();
-    const vm = await VmProcess.spawn(this.driver.vmConfig(this.spec, this.spec.dir, this.disk, incoming), cgroupProcs);
+    const volumes = this.spec.volumes ?? [];
+    if (volumes.length > 0) {
+      if (!this.spec.volumeHost)
+        throw new BootError("start", `Sandbox ${this.id} has volumes but no host to ask about them.`);
+      await this.spec.volumeHost.unmountForVm(volumes.map((v) => v.volumeId));
+    }
+    const config = {
+      ...this.driver.vmConfig(this.spec, this.spec.dir, this.disk, incoming),
+      volumes: volumes.map((v) => ({ image: v.image, readOnly: v.readOnly })),
+    };
+    const vm = await VmProcess.spawn(config, cgroupProcs);
     this.vm = vm;
     undo.push("vm", () => vm.stop(undefined, 0));
     void vm.exited.then((exit) => {
@@ -174,6 +188,15 @@ export class QemuSandbox implements SandboxHandle {
     if (current >= bytes) return { bytes, grown: false };
     await qmp.command("block_resize", { device: ROOT_DRIVE, size: bytes });
     return { bytes, grown: true };
+  }
+
+  /** Each volume is the disk with its index's serial (qemu-process.ts), in the spec's order. */
+  get guestVolumes(): GuestVolume[] {
+    return (this.spec.volumes ?? []).map((v, i) => ({
+      serial: volumeSerial(i),
+      path: v.guestPath,
+      readOnly: v.readOnly,
+    }));
   }
 
   get guestRootBytes(): number | undefined {

@@ -21,7 +21,7 @@ export class InternalError extends Error {
 
 /** The part of a boot that failed. */
 export type BootStep =
-  "prepare" | "start" | "attach" | "restore" | "handshake" | "identify" | "network" | "limits" | "trust";
+  "prepare" | "start" | "attach" | "restore" | "handshake" | "identify" | "network" | "limits" | "volumes" | "trust";
 
 /** A sandbox could not start; `step` names the part of the boot that failed. */
 export class BootError extends InternalError {

@@ -1,13 +1,13 @@
 /**
- * A template's root tree as a read-only ext4 image, the backing file of every QEMU sandbox's
- * qcow2 overlay. It sits beside the tree it was made from (`<store>/<name>/<hash>/rootfs.fit.ext4`),
+ * A template's root tree as a read-only ext4 image, the bottom of every QEMU sandbox's disk
+ * chain. It sits beside the tree it was made from (`<store>/<name>/<hash>/rootfs.fit.ext4`),
  * so it shares the build's content hash and goes away with it. Trees are immutable once built,
  * so an image that exists is never stale. The image is fitted to its tree (a little room for
  * metadata and slack); each sandbox's disk is that image grown by the sandbox's `disk_mib`.
  *
- * A child template's tree is a chain of layers: its image is made from a read-only overlay of
- * the chain, so it is the whole tree (one raw image per template, the size of the whole tree:
- * QEMU does not yet share its parent's image the way gVisor shares its layers).
+ * QEMU sandboxes use it for base layers (and builds from before layers): a child layer's disk is
+ * a qcow2 of its own changes over its parent's (disk-chain.ts). Given a child's tree, it makes the
+ * whole tree's image from a read-only overlay of the chain (bench/disk-chain.ts compares the two).
  */
 import { existsSync } from "node:fs";
 import { chmod, mkdir, mkdtemp, rename, rm } from "node:fs/promises";

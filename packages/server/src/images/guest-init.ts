@@ -1,13 +1,19 @@
 /**
  * The shell scripts that boot a QEMU guest. `/init` runs from the initramfs: it loads the virtio
- * modules (the cloud kernel builds them as modules), mounts the sandbox's disk as the root, puts
- * the agent on a read-only tmpfs at /opt/bothy (the template never holds the agent, as with
- * gVisor's bind mount) and switches root. PID 1 after that is a small busybox shell that starts
+ * modules (the cloud kernel builds them as modules), mounts the sandbox's disk (found by its
+ * serial) as the root, puts the agent on a read-only tmpfs at /opt/bothy (the template never
+ * holds the agent, as with gVisor's bind mount) and switches root. PID 1 after that is a small busybox shell that starts
  * the agent, reaps orphans, and powers the VM off when the agent ends.
  */
 
 /** The virtio-serial port name the host gives the agent's channel. */
 export const AGENT_PORT_NAME = "bothy.agent";
+
+/** The serial of a VM's root disk (the guest agent's block-devices.ts has the same). */
+export const ROOT_SERIAL = "bothy-root";
+
+/** The serial of a VM's `index`th volume disk (at most 20 characters: virtio-blk's limit). */
+export const volumeSerial = (index: number): string => `bothy-vol-${index}`;
 
 /** Module files under `lib/modules/<release>/kernel`, in load order (each needs the ones before). */
 export const GUEST_MODULES = [
@@ -46,12 +52,18 @@ mount -t sysfs sysfs /sys
 for m in ${GUEST_MODULES.map((m) => m.split("/").pop()).join(" ")}; do
   insmod /lib/modules/$m || fail "insmod $m failed"
 done
+# The root is the disk with the host's root serial: a VM with volumes has more disks, in the
+# kernel's order, not the command line's.
+root=
 i=0
-while [ ! -b /dev/vda ]; do
-  i=$((i + 1)); [ $i -gt 400 ] && fail "the root disk /dev/vda never appeared"
-  sleep 0.05
+while [ -z "$root" ]; do
+  for b in /sys/block/vd*; do
+    [ "$(cat "$b/serial" 2>/dev/null)" = "${ROOT_SERIAL}" ] && root="/dev/\${b##*/}"
+  done
+  i=$((i + 1)); [ $i -gt 400 ] && fail "the root disk (serial ${ROOT_SERIAL}) never appeared"
+  [ -z "$root" ] && sleep 0.05
 done
-mount -t ext4 -o rw,noatime,noinit_itable /dev/vda /newroot || fail "cannot mount /dev/vda"
+mount -t ext4 -o rw,noatime,noinit_itable "$root" /newroot || fail "cannot mount $root"
 mkdir -p /newroot/opt/bothy /newroot/dev /newroot/proc /newroot/sys
 mount -t tmpfs -o mode=0755,size=8m bothy-agent /newroot/opt/bothy || fail "cannot mount /opt/bothy"
 cp /bothy/agent.mjs /bothy/bothy-helper /bothy/pid1.sh /newroot/opt/bothy/ && cp /bin/busybox /newroot/opt/bothy/busybox || fail "cannot copy the agent"

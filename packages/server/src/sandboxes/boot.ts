@@ -37,16 +37,17 @@ export type BootMode = "new" | "kept disk" | "wake" | "take-over" | "resume";
 
 type StepName = Extract<
   BootStep,
-  "start" | "attach" | "restore" | "handshake" | "identify" | "network" | "limits" | "trust"
+  "start" | "attach" | "restore" | "handshake" | "identify" | "network" | "limits" | "volumes" | "trust"
 >;
 
 /** The named steps of each mode, in order. */
 export const BOOT_STEPS: Record<BootMode, readonly StepName[]> = {
-  new: ["start", "handshake", "identify", "network", "limits", "trust"],
-  "kept disk": ["start", "handshake", "identify", "network", "limits", "trust"],
+  new: ["start", "handshake", "identify", "network", "limits", "volumes", "trust"],
+  "kept disk": ["start", "handshake", "identify", "network", "limits", "volumes", "trust"],
   // The restored guest gets its identity (clock, entropy), network and limits again: it runs on a
-  // new link and cgroup. The egress CA is installed again too: a template's snapshot lacks it.
-  wake: ["restore", "handshake", "identify", "network", "limits", "trust"],
+  // new link and cgroup. The egress CA is installed again too: a template's snapshot lacks it. Its
+  // volumes are still mounted (the guest leaves them so).
+  wake: ["restore", "handshake", "identify", "network", "limits", "volumes", "trust"],
   // It already has its identity, network and limits.
   "take-over": ["attach", "handshake"],
   // The same VM on the same link: only its clock and entropy are new.
@@ -121,6 +122,15 @@ const STEPS: Record<StepName, (b: Boot) => Promise<void>> = {
   },
   async limits(b) {
     await race(b, applyLimits(agentOf(b), b.spec, b.handle));
+  },
+  async volumes(b) {
+    const volumes = b.handle.guestVolumes;
+    if (!volumes?.length) return;
+    try {
+      await race(b, agentOf(b).mountVolumes(volumes));
+    } catch (err) {
+      throw new BootError("volumes", "The guest could not mount its volumes.", { cause: err });
+    }
   },
   async trust(b) {
     const ca = b.spec.egressCa;
@@ -242,6 +252,7 @@ const STEP_FAILED: Record<StepName, string> = {
   identify: "its guest agent did not take its identity",
   network: "its guest network could not be configured",
   limits: "the guest could not apply the sandbox's limits",
+  volumes: "the guest could not mount its volumes",
   trust: "the guest could not install the egress gateway's CA certificate",
 };
 

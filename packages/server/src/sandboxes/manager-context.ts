@@ -181,6 +181,7 @@ export class ManagerContext {
       volumes: claims.map((c) => ({
         volumeId: c.volume_id,
         hostDir: mounts.mountDir(c.volume_id),
+        image: mounts.imagePath(c.volume_id),
         guestPath: c.path,
         readOnly: c.read_only === 1,
       })),

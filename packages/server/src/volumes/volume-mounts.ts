@@ -8,7 +8,9 @@
  * restarts finds the mounts of the sandboxes it takes over still in place and adds them as holders
  * again; `prune` unmounts every mount nobody holds (start-up, after recovery, and each sweep).
  */
+import { existsSync } from "node:fs";
 import { mkdir, readFile } from "node:fs/promises";
+import { BothyError } from "@bothy/protocol";
 import { join } from "node:path";
 import { describeCauses } from "../errors/internal-errors.ts";
 import type { Logger } from "../events/server-events.ts";
@@ -17,6 +19,11 @@ import { run } from "../util/host-command.ts";
 const MOUNT_TIMEOUT_MS = 30_000;
 export const VOLUME_IMAGE = "volume.ext4";
 export const VOLUME_MOUNT = "mnt";
+/**
+ * Beside a volume's image once a VM has had it read-write: the guest, root on its own disk, may
+ * have written any bytes, so the host's kernel never mounts that image again (gVisor is refused).
+ */
+export const VM_WRITTEN = "vm-written";
 
 export class VolumeMounts {
   private readonly holders = new Map<string, Set<string>>();
@@ -37,6 +44,10 @@ export class VolumeMounts {
     return join(this.dir, volumeId, VOLUME_IMAGE);
   }
 
+  vmWrittenPath(volumeId: string): string {
+    return join(this.dir, volumeId, VM_WRITTEN);
+  }
+
   private serial<T>(volumeId: string, work: () => Promise<T>): Promise<T> {
     const next = (this.chains.get(volumeId) ?? Promise.resolve()).then(work, work);
     const tail = next.catch(() => undefined);
@@ -53,6 +64,11 @@ export class VolumeMounts {
       for (const id of volumeIds) {
         await this.serial(id, async () => {
           if (!(await this.isMounted(id))) {
+            if (existsSync(this.vmWrittenPath(id)))
+              throw new BothyError(
+                "volume_share_unsafe",
+                `Volume ${id} was written by a VM; this host's kernel does not mount it (use it from QEMU sandboxes).`,
+              );
             const target = this.mountDir(id);
             await mkdir(target, { recursive: true, mode: 0o700 });
             await run("mount", ["-o", "loop,nosuid,nodev,noinit_itable", this.imagePath(id), target], {
@@ -67,6 +83,32 @@ export class VolumeMounts {
     } catch (err) {
       await this.release(sandboxId);
       throw err;
+    }
+  }
+
+  /**
+   * Before a VM opens these volumes' images as its disks: unmounts a host mount nobody holds (one
+   * a sweep has not reached yet), and refuses a volume a sandbox still holds or whose image a
+   * loop device still has (a lazy unmount not yet finished): two file systems on one image would
+   * corrupt it. The claims (volume-service.ts) already keep a VM off a volume another driver uses.
+   */
+  async unmountForVm(volumeIds: readonly string[]): Promise<void> {
+    for (const id of volumeIds) {
+      await this.serial(id, async () => {
+        const holders = [...(this.holders.get(id) ?? [])];
+        if (holders.length > 0)
+          throw new BothyError(
+            "volume_share_unsafe",
+            `Volume ${id} is still mounted on the host for ${holders.join(", ")}; try again once that sandbox has ended.`,
+          );
+        await this.unmountIfUnheld(id);
+        const loops = (await run("losetup", ["-j", this.imagePath(id)], { timeoutMs: MOUNT_TIMEOUT_MS })).stdout.trim();
+        if (loops !== "")
+          throw new BothyError(
+            "volume_share_unsafe",
+            `Volume ${id} is still attached to a loop device on the host (an unmount finishing); try again in a moment.`,
+          );
+      });
     }
   }
 

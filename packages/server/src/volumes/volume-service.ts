@@ -5,6 +5,7 @@
  * (start-up and every sweep) deletes. A full volume gives the guest ENOSPC: the image never
  * grows past its size, so the host's disk gives at most `size_mib` to each.
  */
+import { existsSync, writeFileSync } from "node:fs";
 import { chmod, mkdir, readdir, rm } from "node:fs/promises";
 import {
   BothyError,
@@ -29,8 +30,8 @@ const MKFS_TIMEOUT_MS = 120_000;
 /** The states in which a sandbox may hold a volume's host mount: its container may run. */
 const HOLDING_STATES: readonly SandboxState[] = ["creating", "running", "deleting"];
 const VOLUME_ID_RE = /^vol_[a-z2-7]{20}$/;
-/** Drivers that can mount volumes (QEMU's virtio-blk path is not built yet). */
-export const VOLUME_DRIVERS: readonly string[] = ["gvisor"];
+/** Drivers that can mount volumes: gVisor through the host's mount, QEMU as a virtio disk. */
+export const VOLUME_DRIVERS: readonly string[] = ["gvisor", "qemu"];
 
 export class VolumeService {
   /** Creates in flight: their directories exist before their rows, so the orphan sweep skips them. */
@@ -112,33 +113,39 @@ export class VolumeService {
 
   /**
    * A create's mounts as claims of sandbox `sandboxId`, checked against the tenant's volumes and who
-   * mounts them now: one writer at a time, any number of readers. Synchronous, so a create's check
-   * and its claim (`commitClaims`, in the same turn) cannot interleave with another create's.
+   * mounts them now (`shareRefusal`). Synchronous, so a create's check and its claim
+   * (`commitClaims`, in the same turn) cannot interleave with another create's.
    */
   claimsFor(tenant: string, sandboxId: string, driver: string, mounts: readonly VolumeMount[]): VolumeClaim[] {
     if (mounts.length === 0) return [];
     if (!VOLUME_DRIVERS.includes(driver))
       throw new BothyError(
         "not_supported",
-        `The ${driver} driver cannot mount volumes yet; create the sandbox with driver "gvisor" or without volumes.`,
+        `The ${driver} driver cannot mount volumes; create the sandbox with driver "gvisor" or "qemu", or without volumes.`,
       );
     checkMounts(mounts);
     return mounts.map((m) => {
       const row = this.find(tenant, m.name);
       const readOnly = m.read_only === true;
-      const writer = this.ledger.volumes.liveClaims(row.id).find((c) => c.read_only === 0);
-      if (!readOnly && writer)
-        throw new BothyError(
-          "volume_in_use",
-          `Volume ${m.name} is mounted read-write by ${writer.sandbox_id}; mount it with "read_only": true, or delete that sandbox first.`,
-          { details: { sandboxes: [writer.sandbox_id] } },
-        );
+      const live = this.ledger.volumes
+        .liveClaims(row.id)
+        .map((c) => ({ ...c, driver: this.ledger.getSandbox(c.sandbox_id)?.driver ?? "unknown" }));
+      const refusal = shareRefusal(m.name, driver, readOnly, live, existsSync(this.mounts.vmWrittenPath(row.id)));
+      if (refusal) throw refusal;
       return { sandbox_id: sandboxId, volume_id: row.id, path: m.path, read_only: readOnly ? 1 : 0 };
     });
   }
 
+  /**
+   * Records the claims; a VM's read-write claim first marks the volume as VM-written (the host's
+   * kernel never mounts it after: `VM_WRITTEN`), before the VM can have written a byte.
+   */
   commitClaims(claims: readonly VolumeClaim[]): void {
-    if (claims.length > 0) this.ledger.volumes.addClaims(claims);
+    if (claims.length === 0) return;
+    for (const c of claims)
+      if (c.read_only === 0 && this.ledger.getSandbox(c.sandbox_id)?.driver === "qemu")
+        writeFileSync(this.mounts.vmWrittenPath(c.volume_id), `${c.sandbox_id}\n`, { mode: 0o600 });
+    this.ledger.volumes.addClaims(claims);
   }
 
   /**
@@ -201,6 +208,64 @@ export class VolumeService {
         .map((c) => ({ sandbox_id: c.sandbox_id, path: c.path, read_only: c.read_only === 1 })),
     };
   }
+}
+
+/**
+ * Why a `driver` sandbox may not mount volume `name` (read-only or not) beside its `live` claims,
+ * or undefined when it may. gVisor sandboxes share one host mount, so one writer and any readers
+ * are safe among them. A VM's disk is the image itself, cached by the guest's own ext4, which is
+ * not a cluster file system: a VM reader beside any writer, or beside the host's mount, would read
+ * blocks changing under its cache, and a VM writer must be alone. VM readers together are safe.
+ * And an image a VM had read-write (`vmWritten`) is never mounted by the host's kernel again.
+ */
+export function shareRefusal(
+  name: string,
+  driver: string,
+  readOnly: boolean,
+  live: ReadonlyArray<VolumeClaim & { driver: string }>,
+  vmWritten: boolean,
+): BothyError | undefined {
+  const ids = (claims: ReadonlyArray<VolumeClaim>): string[] => claims.map((c) => c.sandbox_id);
+  const unsafe = (claims: ReadonlyArray<VolumeClaim>, why: string): BothyError =>
+    new BothyError("volume_share_unsafe", `Volume ${name} ${why}`, { details: { sandboxes: ids(claims) } });
+  const writer = live.find((c) => c.read_only === 0);
+  if (driver !== "qemu") {
+    const vms = live.filter((c) => c.driver === "qemu");
+    if (vms.length > 0)
+      return unsafe(
+        vms,
+        `is a disk of the QEMU sandboxes ${ids(vms).join(", ")}; delete them first, or mount it from QEMU read-only beside other QEMU readers.`,
+      );
+    if (vmWritten)
+      return unsafe(
+        [],
+        "was mounted read-write by a QEMU sandbox, so this host's kernel does not mount its file system; mount it in QEMU sandboxes only.",
+      );
+  }
+  if (!readOnly && writer)
+    return new BothyError(
+      "volume_in_use",
+      `Volume ${name} is mounted read-write by ${writer.sandbox_id}; mount it with "read_only": true, or delete that sandbox first.`,
+      { details: { sandboxes: [writer.sandbox_id] } },
+    );
+  if (driver !== "qemu") return undefined;
+  if (!readOnly && live.length > 0)
+    return unsafe(
+      live,
+      `is mounted by ${ids(live).join(", ")}; a QEMU sandbox mounts a volume read-write only when no other sandbox has it (ext4 is not a cluster file system). Mount it read-only, or delete those sandboxes first.`,
+    );
+  if (writer)
+    return unsafe(
+      [writer],
+      `is mounted read-write by ${writer.sandbox_id}; a QEMU reader would see its disk change under its own cache. Delete the writer first.`,
+    );
+  const hosted = live.filter((c) => c.driver !== "qemu");
+  if (hosted.length > 0)
+    return unsafe(
+      hosted,
+      `is mounted on this host for the gVisor sandboxes ${ids(hosted).join(", ")}; a QEMU reader needs the image unmounted. Delete them first.`,
+    );
+  return undefined;
 }
 
 /**

@@ -1,0 +1,67 @@
+/**
+ * Writes a layer's changes into a mounted file system that holds its parent's tree, so it then
+ * holds the layer's whole tree. `upper` is the layer's own tree (an overlayfs upper directory:
+ * what it adds or changes, whiteouts, opaque directories); `merged` a read-only overlay mount of
+ * the layer's whole chain, the truth each change is read from (overlayfs hides its own xattrs
+ * there, so none reach the image).
+ *
+ * Only what the layer touches is visited: each directory the upper has, where an entry the merged
+ * view no longer shows is removed (a whiteout, or hidden by an opaque directory), and each file,
+ * link or node the upper has, copied whole with `cp -a` (owner, mode, times, xattrs such as file
+ * capabilities, and hard links within one batch). Directories the upper has get the merged view's
+ * owner, mode and times after their contents are written (xattrs on directories are not copied).
+ */
+import { lchown, lstat, mkdir, readdir, rm, utimes, chmod } from "node:fs/promises";
+import { join } from "node:path";
+import { run } from "../util/host-command.ts";
+
+/** Paths per `cp` call: far below the kernel's argument limit for paths of ordinary length. */
+const COPY_BATCH = 2000;
+const COPY_TIMEOUT_MS = 30 * 60_000;
+
+export async function applyLayer(upper: string, merged: string, target: string): Promise<void> {
+  const copies: string[] = [];
+  const dirs: string[] = [];
+
+  const walk = async (rel: string): Promise<void> => {
+    const shown = new Set(await readdir(join(merged, rel)));
+    for (const name of await readdir(join(target, rel)))
+      if (!shown.has(name)) await rm(join(target, rel, name), { recursive: true, force: true });
+    for (const entry of await readdir(join(upper, rel), { withFileTypes: true })) {
+      const r = rel === "" ? entry.name : `${rel}/${entry.name}`;
+      // A whiteout (a 0/0 character device): its name is gone from the merged view, removed above.
+      if (!shown.has(entry.name)) continue;
+      const dst = join(target, r);
+      const have = await lstat(dst).catch((err: NodeJS.ErrnoException) => {
+        if (err.code === "ENOENT") return undefined;
+        throw err;
+      });
+      if (entry.isDirectory()) {
+        if (have !== undefined && !have.isDirectory()) await rm(dst, { recursive: true, force: true });
+        if (have === undefined || !have.isDirectory()) await mkdir(dst);
+        dirs.push(r);
+        await walk(r);
+      } else {
+        if (have?.isDirectory()) await rm(dst, { recursive: true, force: true });
+        copies.push(r);
+      }
+    }
+  };
+  await walk("");
+
+  for (let i = 0; i < copies.length; i += COPY_BATCH)
+    await run(
+      "cp",
+      ["-a", "--parents", "--remove-destination", "-t", target, "--", ...copies.slice(i, i + COPY_BATCH)],
+      { cwd: merged, timeoutMs: COPY_TIMEOUT_MS },
+    );
+
+  // Deepest first: writing into a directory changes its times, so each is set after its contents.
+  for (const r of dirs.reverse()) {
+    const st = await lstat(join(merged, r));
+    const dst = join(target, r);
+    await lchown(dst, st.uid, st.gid);
+    await chmod(dst, st.mode & 0o7777);
+    await utimes(dst, st.atime, st.mtime);
+  }
+}
