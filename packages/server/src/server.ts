@@ -344,6 +344,7 @@ export async function startServer(
     eventStreams: eventStreams.gauges(),
     relays: relays.gauges(),
     portRoutes: dialer.routes(),
+    portPoolSockets: dialer.pooledSockets(),
   }));
   commandRoutes(app, manager, registry, watch, serverEvents);
   eventRoutes(app, events, eventStreams);
@@ -410,6 +411,7 @@ export async function startServer(
         await proxy?.close();
         await resolver?.close();
         relays.closeAll();
+        dialer.closeAll();
         await app.close();
         await manager.close();
         await drivers.close();
