@@ -295,6 +295,12 @@ async function proxyHttp(request: FastifyRequest<PortParams>, reply: FastifyRepl
   // A kept-alive socket the app closed while it was idle fails before any answer: such a request
   // is sent once more on a new connection when that is safe (retriable); any other gets the 502.
   const send = (via: Upstream, again: boolean): void => {
+    if (res.destroyed) {
+      // The client went away while a retry dialed: nothing is asked of the sandbox.
+      if ("tunnel" in via) via.tunnel.destroy();
+      else via.dialed?.destroy();
+      return;
+    }
     const to = "tunnel" in via ? undefined : via.pool.requestOptions(via.dialed);
     const outgoing = httpRequest({
       method: request.method,
