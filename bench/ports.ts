@@ -1,5 +1,5 @@
 /**
- * bench/ports [--runs R=50] [--mb M=100] [--driver gvisor|qemu] [--no-desktop]: what the port
+ * bench/ports [--runs R=50] [--mb M=100] [--driver gvisor|qemu] [--no-desktop] [--cpu-prof DIR]: what the port
  * proxy adds, each figure against the same request made inside the sandbox over its loopback, on
  * both of its paths (api/port-dialer.ts), in one run:
  *  - direct: sandbox networking on, the server dials the sandbox's own address;
@@ -12,10 +12,14 @@
  * `bothy_port_connections_total` that its connections took the path it names.
  * Then the desktop template's memory per idle sandbox (gVisor): the sandbox's memory cgroup on the
  * host and `free` inside, with the desktop started and idle, against a seed sandbox of the same
- * size. Prints figures and ratios; no pass/fail.
+ * size. Prints figures and ratios; no pass/fail. `--cpu-prof DIR`: each round's server writes a V8
+ * CPU profile there (open it in Chrome's DevTools; it slows the server, so its figures are not the
+ * bench's).
  */
+import { execFile } from "node:child_process";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
-import { dirname, join } from "node:path";
+import { promisify } from "node:util";
+import { dirname, join, resolve } from "node:path";
 import { Sandbox } from "@bothy/sdk";
 import type { DriverName } from "@bothy/protocol";
 import { NetTopology } from "../packages/server/test/helpers/net-topology.ts";
@@ -33,9 +37,10 @@ import {
   stopAndInspect,
 } from "./bench-util.ts";
 
-const usage = "usage: bench/ports [--runs R=50] [--mb M=100] [--driver gvisor|qemu] [--no-desktop]";
+const usage = "usage: bench/ports [--runs R=50] [--mb M=100] [--driver gvisor|qemu] [--no-desktop] [--cpu-prof DIR]";
 const argv = process.argv.slice(2).filter((a) => a !== "--no-desktop");
-const { flags } = parseArgs(argv, ["runs", "mb", "driver"], usage);
+const { flags } = parseArgs(argv, ["runs", "mb", "driver", "cpu-prof"], usage);
+const cpuProf = flags.get("cpu-prof");
 const runs = intArg(flags.get("runs"), 50, "--runs", 1, 10_000, usage);
 const mb = intArg(flags.get("mb"), 100, "--mb", 1, 10_000, usage);
 const driverArg = flags.get("driver") ?? "gvisor";
@@ -43,45 +48,80 @@ if (driverArg !== "gvisor" && driverArg !== "qemu") throw new Error(usage);
 const driver: DriverName = driverArg;
 const desktop = !process.argv.includes("--no-desktop") && driver === "gvisor";
 const PORT = 8000;
+const execFileP = promisify(execFile);
 
 /**
- * A client run on Node, inside the sandbox (host 127.0.0.1) or in the server's namespace (the
- * sandbox's address: the direct path's floor, no proxy): prints one JSON line of figures.
+ * One client for every figure, run on Node: inside the sandbox (base http://127.0.0.1:PORT/), in
+ * the server's namespace straight to the sandbox's address (the direct path's floor, no proxy), and
+ * here through the proxy (the port's URL). `latency`: a new connection per GET, as a page's first
+ * request makes; `latency-ka`: one kept-alive connection for all, as a page's later ones. Prints
+ * one JSON line of figures.
  */
 const CLIENT = `
 const http = require("node:http");
-const [what, n, host = "127.0.0.1"] = process.argv.slice(2);
+const [what, n, base] = process.argv.slice(2);
+const key = process.env.BENCH_API_KEY;
+const headers = key ? { authorization: "Bearer " + key } : {};
+const agent = what === "latency-ka" ? new http.Agent({ keepAlive: true, maxSockets: 1 }) : false;
 const get = (path) => new Promise((resolve, reject) => {
   const t = process.hrtime.bigint();
-  http.get({ host, port: ${PORT}, path, agent: false }, (res) => {
+  http.get(new URL(path, base), { agent, headers }, (res) => {
     let bytes = 0;
-    res.on("data", (c) => (bytes += c.length));
-    res.on("end", () => resolve({ ms: Number(process.hrtime.bigint() - t) / 1e6, bytes }));
+    let head = "";
+    res.on("data", (c) => {
+      if (res.statusCode !== 200 && head.length < 500) head += c;
+      bytes += c.length;
+    });
+    res.on("end", () => {
+      if (res.statusCode !== 200) console.error(res.statusCode + " " + head);
+      resolve({ ms: Number(process.hrtime.bigint() - t) / 1e6, bytes });
+    });
   }).on("error", reject);
 });
 (async () => {
-  if (what === "latency") {
+  if (what.startsWith("latency")) {
     const xs = [];
-    await get("/hello");
-    for (let i = 0; i < Number(n); i++) xs.push((await get("/hello")).ms);
+    await get("hello");
+    for (let i = 0; i < Number(n); i++) xs.push((await get("hello")).ms);
     xs.sort((a, b) => a - b);
     console.log(JSON.stringify({ median_ms: xs[Math.floor(xs.length / 2)] }));
+    process.exit(0);
   } else {
-    const r = await get("/bytes?n=" + n);
+    const r = await get("bytes?n=" + n);
     console.log(JSON.stringify({ ms: r.ms, bytes: r.bytes }));
   }
 })();
 `;
 
+const lastLine = (out: string): Record<string, number> =>
+  JSON.parse(out.trim().split("\n").at(-1) ?? "{}") as Record<string, number>;
+
+/** The client in this process's namespace, where the proxy's URL is reached. */
+async function here(script: string, args: string[]): Promise<Record<string, number>> {
+  const { stdout, stderr } = await execFileP(process.execPath, [script, ...args], {
+    maxBuffer: 1 << 20,
+    env: { ...process.env, BENCH_API_KEY: process.env["BOTHY_API_KEY"] ?? "" },
+  });
+  if (stderr.trim() !== "") console.log(`  client: ${stderr.trim()}`);
+  return lastLine(stdout);
+}
+
 async function inside(sandbox: Sandbox, args: string): Promise<Record<string, number>> {
-  const r = await sandbox.commands.run(`node /tmp/client.cjs ${args}`, { timeoutS: 600 });
-  return JSON.parse(r.stdout.trim().split("\n").at(-1) ?? "{}") as Record<string, number>;
+  const r = await sandbox.commands.run(`node /tmp/client.cjs ${args} http://127.0.0.1:${PORT}/`, { timeoutS: 600 });
+  return lastLine(r.stdout);
 }
 
 interface Figures {
+  /** Through the proxy with the client the inside figures use (a new connection per GET). */
   proxyMs: number;
-  insideMs: number;
   proxyMBs: number;
+  /** The same GETs on one kept-alive connection: through the proxy, and inside. */
+  proxyKaMs: number;
+  insideKaMs: number;
+  /** Through the proxy with fetch (undici: one kept-alive connection, a WHATWG stream body). */
+  fetchMs: number;
+  fetchMBs: number;
+  insideMs: number;
   insideMBs: number;
   /** Connections by route (bothy_port_connections_total) the round added. */
   routes: Record<string, number>;
@@ -97,13 +137,33 @@ async function routes(base: string): Promise<Record<string, number>> {
   return out;
 }
 
+async function fetchFigures(url: string, bytes: number): Promise<{ ms: number; MBs: number }> {
+  await (await fetch(`${url}hello`)).text();
+  const times: number[] = [];
+  for (let i = 0; i < runs; i++) {
+    const t = performance.now();
+    await (await fetch(`${url}hello`)).text();
+    times.push(performance.now() - t);
+  }
+  const t = performance.now();
+  const res = await fetch(`${url}bytes?n=${bytes}`);
+  let received = 0;
+  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) received += chunk.length;
+  const secs = (performance.now() - t) / 1000;
+  if (received !== bytes) console.log(`WARNING: fetch received ${received} of ${bytes} bytes`);
+  return { ms: median(times), MBs: mb / secs };
+}
+
 /** One sandbox with the port server; latency and throughput through the proxy and inside. */
 async function measure(base: string, floorIn?: NetTopology): Promise<Figures> {
   const sandbox = await Sandbox.create({ baseUrl: base, template: "seed", vcpu: 1, memoryMib: 512 });
+  // Only the network namespace is entered for the floor: the script's file is seen there as here.
+  const script = join(await mkdtemp("/tmp/bothy-bench-client-"), "client.cjs");
   try {
     const server = await readFile(`${repoRoot}packages/server/test/fixtures/port-server.mjs`);
     await sandbox.files.write("/tmp/port-server.mjs", server);
     await sandbox.files.write("/tmp/client.cjs", CLIENT);
+    await writeFile(script, CLIENT);
     const bg = await sandbox.commands.run(`node /tmp/port-server.mjs ${PORT} > /tmp/srv.log 2>&1`, {
       background: true,
     });
@@ -114,27 +174,17 @@ async function measure(base: string, floorIn?: NetTopology): Promise<Figures> {
     }
     const url = sandbox.ports.url(PORT);
     const before = await routes(base);
-
-    await (await fetch(`${url}hello`)).text();
-    const viaProxy: number[] = [];
-    for (let i = 0; i < runs; i++) {
-      const t = performance.now();
-      await (await fetch(`${url}hello`)).text();
-      viaProxy.push(performance.now() - t);
-    }
-    const proxyMs = median(viaProxy);
-    const insideMs = (await inside(sandbox, `latency ${runs}`))["median_ms"] ?? NaN;
-
     const bytes = mb * 1_000_000;
-    const t = performance.now();
-    const res = await fetch(`${url}bytes?n=${bytes}`);
-    let received = 0;
-    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) received += chunk.length;
-    const proxySecs = (performance.now() - t) / 1000;
+
+    const proxyMs = (await here(script, ["latency", String(runs), url]))["median_ms"] ?? NaN;
+    const insideMs = (await inside(sandbox, `latency ${runs}`))["median_ms"] ?? NaN;
+    const proxyKaMs = (await here(script, ["latency-ka", String(runs), url]))["median_ms"] ?? NaN;
+    const insideKaMs = (await inside(sandbox, `latency-ka ${runs}`))["median_ms"] ?? NaN;
+    const viaProxy = await here(script, ["bytes", String(bytes), url]);
     const inner = await inside(sandbox, `bytes ${bytes}`);
-    const insideSecs = (inner["ms"] ?? NaN) / 1000;
-    if (received !== bytes || inner["bytes"] !== bytes)
-      console.log(`WARNING: received ${received} (proxy), ${inner["bytes"]} (inside) of ${bytes} bytes`);
+    if (viaProxy["bytes"] !== bytes || inner["bytes"] !== bytes)
+      console.log(`WARNING: received ${viaProxy["bytes"]} (proxy), ${inner["bytes"]} (inside) of ${bytes} bytes`);
+    const viaFetch = await fetchFigures(url, bytes);
     const after = await routes(base);
     const added = Object.fromEntries(
       Object.entries(after)
@@ -145,44 +195,50 @@ async function measure(base: string, floorIn?: NetTopology): Promise<Figures> {
     if (floorIn) {
       // The sandbox's address: one above the host's end of its link, which its app sees as the peer.
       const peer = (await fetch(`${url}hello`)).headers.get("x-seen-peer") ?? "";
-      const addr = peer.replace(/\d+$/, (x) => String(Number(x) + 1));
-      // Only the network namespace is entered: the script's file is seen there as here.
-      const script = join(await mkdtemp("/tmp/bothy-bench-client-"), "client.cjs");
-      await writeFile(script, CLIENT);
+      const addr = `http://${peer.replace(/\d+$/, (x) => String(Number(x) + 1))}:${PORT}/`;
       const onHost = async (args: string[]): Promise<Record<string, number>> =>
-        JSON.parse(
-          (await floorIn.inHost(process.execPath, [script, ...args, addr])).trim().split("\n").at(-1) ?? "{}",
-        ) as Record<string, number>;
+        lastLine(await floorIn.inHost(process.execPath, [script, ...args, addr]));
       const ms = (await onHost(["latency", String(runs)]))["median_ms"] ?? NaN;
       const secs = ((await onHost(["bytes", String(bytes)]))["ms"] ?? NaN) / 1000;
       floor = { ms, MBs: mb / secs };
-      await rm(dirname(script), { recursive: true, force: true });
     }
     return {
       proxyMs,
+      proxyKaMs,
+      insideKaMs,
+      proxyMBs: mb / ((viaProxy["ms"] ?? NaN) / 1000),
+      fetchMs: viaFetch.ms,
+      fetchMBs: viaFetch.MBs,
       insideMs,
-      proxyMBs: mb / proxySecs,
-      insideMBs: mb / insideSecs,
+      insideMBs: mb / ((inner["ms"] ?? NaN) / 1000),
       routes: added,
       ...(floor ? { floor } : {}),
     };
   } finally {
+    await rm(dirname(script), { recursive: true, force: true });
     await sandbox.kill();
   }
 }
 
 function report(path: string, f: Figures): void {
+  const pad = "".padEnd(8);
   console.log(
-    `  ${path.padEnd(8)} GET /hello (${runs} runs, medians): proxy ${f.proxyMs.toFixed(2)} ms, inside ${f.insideMs.toFixed(2)} ms, ratio ${(f.proxyMs / f.insideMs).toFixed(2)}x (goal <= 1.5x)`,
+    `  ${path.padEnd(8)} GET /hello (${runs} runs, medians, a new connection each): proxy ${f.proxyMs.toFixed(2)} ms, inside ${f.insideMs.toFixed(2)} ms, ratio ${(f.proxyMs / f.insideMs).toFixed(2)}x (goal <= 1.5x)`,
   );
   console.log(
-    `  ${"".padEnd(8)} ${mb} MB download: proxy ${f.proxyMBs.toFixed(1)} MB/s, inside ${f.insideMBs.toFixed(1)} MB/s, ratio ${(f.proxyMBs / f.insideMBs).toFixed(2)} (goal >= 0.8)`,
+    `  ${pad} GET /hello on one kept-alive connection: proxy ${f.proxyKaMs.toFixed(2)} ms, inside ${f.insideKaMs.toFixed(2)} ms, ratio ${(f.proxyKaMs / f.insideKaMs).toFixed(2)}x (goal <= 1.5x)`,
+  );
+  console.log(
+    `  ${pad} ${mb} MB download: proxy ${f.proxyMBs.toFixed(1)} MB/s, inside ${f.insideMBs.toFixed(1)} MB/s, ratio ${(f.proxyMBs / f.insideMBs).toFixed(2)} (goal >= 0.8)`,
+  );
+  console.log(
+    `  ${pad} through the proxy with fetch (one kept-alive connection): GET ${f.fetchMs.toFixed(2)} ms (${(f.fetchMs / f.insideMs).toFixed(2)}x), download ${f.fetchMBs.toFixed(1)} MB/s (${(f.fetchMBs / f.insideMBs).toFixed(2)})`,
   );
   if (f.floor)
     console.log(
-      `  ${"".padEnd(8)} floor, the same client on the host straight to the sandbox's address (no proxy): ${f.floor.ms.toFixed(2)} ms (${(f.floor.ms / f.insideMs).toFixed(2)}x inside), ${f.floor.MBs.toFixed(1)} MB/s (${(f.floor.MBs / f.insideMBs).toFixed(2)} of inside)`,
+      `  ${pad} floor, the same client on the host straight to the sandbox's address (no proxy): ${f.floor.ms.toFixed(2)} ms (${(f.floor.ms / f.insideMs).toFixed(2)}x inside), ${f.floor.MBs.toFixed(1)} MB/s (${(f.floor.MBs / f.insideMBs).toFixed(2)} of inside)`,
     );
-  console.log(`  ${"".padEnd(8)} connections by route: ${JSON.stringify(f.routes)}`);
+  console.log(`  ${pad} connections by route: ${JSON.stringify(f.routes)}`);
 }
 
 console.log(await header());
@@ -194,7 +250,11 @@ try {
   console.log(`bench/ports (${driver}): through the port proxy vs a client inside the sandbox over its loopback`);
   for (const network of [true, false]) {
     const home = await mkdtemp("/tmp/bothy-bench-ports-");
-    const server = topo.serveInHost(home, { BOTHY_NETWORK: network ? "on" : "off", BOTHY_DRIVER: driver });
+    const server = topo.serveInHost(
+      home,
+      { BOTHY_NETWORK: network ? "on" : "off", BOTHY_DRIVER: driver },
+      cpuProf === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${resolve(cpuProf)}`],
+    );
     try {
       const figures = await measure(await server.url, network ? topo : undefined);
       const path = network ? "direct" : "channel";

@@ -357,6 +357,7 @@ export async function startServer(
     eventStreams: eventStreams.gauges(),
     relays: relays.gauges(),
     portRoutes: dialer.routes(),
+    portPoolSockets: dialer.pooledSockets(),
   }));
   commandRoutes(app, manager, registry, watch, serverEvents);
   eventRoutes(app, events, eventStreams);
@@ -423,6 +424,7 @@ export async function startServer(
         await proxy?.close();
         await resolver?.close();
         relays.closeAll();
+        dialer.closeAll();
         await app.close();
         await manager.close();
         await drivers.close();

@@ -7,13 +7,18 @@
  * goes over the guest channel (`AgentClient.openTcp`) to 127.0.0.1 inside, as before: every port
  * that worked over the channel still works.
  *
+ * Plain HTTP requests keep their direct connections alive per sandbox run and port (port-pool.ts):
+ * `upstream` hands out an idle one when it can, else dials as `open` does.
+ *
  * The host's own connection is the only one the network rules let through (nft-ruleset.ts: replies
  * to the host's connections, from the interface's own address); a sandbox still reaches neither the
  * host nor another sandbox.
  */
 import { connect, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
+import { BothyError } from "@bothy/protocol";
 import type { AgentClient } from "../agent/agent-client.ts";
+import { type PortPool, PortPools } from "./port-pool.ts";
 
 /** Why a connection took the path it did: the direct path, or the channel and the reason for it. */
 export const PORT_ROUTES = ["direct", "no_network", "refused", "unreachable"] as const;
@@ -30,6 +35,12 @@ export interface GuestAddresses {
 }
 
 /**
+ * Where one HTTP request goes: through a sandbox's pool (an idle kept-alive socket, or `dialed`, a
+ * new direct one the pool keeps after the response), or over a channel stream of its own.
+ */
+export type Upstream = { pool: PortPool; dialed?: Socket } | { tunnel: Duplex };
+
+/**
  * How long a direct connect may take before the channel is used instead: a guest that drops the
  * connect (its own firewall) is not refused, and would otherwise hold the request for minutes.
  */
@@ -37,6 +48,7 @@ const DIRECT_CONNECT_MS = 5_000;
 
 export class PortDialer {
   private readonly counts = new Map<PortRoute, number>(PORT_ROUTES.map((r) => [r, 0]));
+  private readonly pools = new PortPools();
 
   constructor(
     private readonly agents: AgentSource,
@@ -66,6 +78,44 @@ export class PortDialer {
     const off = agent.onClose(() => dialed.destroy());
     dialed.once("close", off);
     return dialed;
+  }
+
+  /**
+   * For one HTTP request to `port` in running sandbox `id`: an idle pooled connection where the
+   * sandbox has a network and one waits; else a new connection as `open` makes (a direct one joins
+   * the pool after its response). `fresh`: never an idle one (a retry after a reused socket failed).
+   */
+  async upstream(id: string, port: number, fresh = false): Promise<Upstream> {
+    const agent = this.agents.agent(id);
+    const address = this.network?.guestAddress(id);
+    if (address === undefined) {
+      this.count("no_network");
+      return { tunnel: await agent.openTcp(port) };
+    }
+    const pool = this.pools.get(agent, address, port);
+    if (!fresh && pool.hasIdle()) return { pool };
+    const dialed = await dial(address, port);
+    if (typeof dialed === "string") {
+      this.count(dialed);
+      return { tunnel: await agent.openTcp(port) };
+    }
+    if (pool.isClosed) {
+      // The sandbox stopped during the connect: its run's pool is gone, and so is this socket.
+      dialed.destroy();
+      throw new BothyError("sandbox_not_running", `Sandbox ${id} stopped while its port ${port} was being opened.`);
+    }
+    this.count("direct");
+    return { pool, dialed };
+  }
+
+  /** Sockets the pools hold open (metrics: bothy_port_pool_sockets). */
+  pooledSockets(): number {
+    return this.pools.size();
+  }
+
+  /** Ends every pooled connection (the server is stopping). */
+  closeAll(): void {
+    this.pools.closeAll();
   }
 
   /** Connections opened so far, by route (metrics: bothy_port_connections_total). */

@@ -16,7 +16,7 @@ import { parseInput } from "./parse-input.ts";
 import { type PortForm, toClient, toGuest } from "./port-headers.ts";
 import { refuseCrossOrigin } from "./port-origin.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
-import type { PortDialer } from "./port-dialer.ts";
+import type { PortDialer, Upstream } from "./port-dialer.ts";
 import type { RelayMeter } from "./relay-meter.ts";
 import { json, media } from "./route-schema.ts";
 
@@ -205,15 +205,15 @@ export async function portRoutes(
             return linkLanding(request, reply, links.secureCookies);
           if (request.ws) await relayUpgrade(request, reply, await connect(dialer, request), relays);
         },
-        handler: async (request, reply) => proxyHttp(request, reply, await connect(dialer, request)),
+        handler: async (request, reply) => proxyHttp(request, reply, dialer),
       });
   });
 }
 
-async function connect(dialer: PortDialer, request: FastifyRequest<PortParams>): Promise<Duplex> {
+/** The answer when nothing listens on the port (either path's refusal). */
+function notListening(request: FastifyRequest<PortParams>, port: number): (err: unknown) => never {
   const { id } = request.params;
-  const port = parsePort(request.params.port);
-  return dialer.open(id, port).catch((err: unknown) => {
+  return (err) => {
     if (err instanceof BothyError && err.code === "port_not_listening")
       throw new BothyError(
         "port_not_listening",
@@ -221,7 +221,12 @@ async function connect(dialer: PortDialer, request: FastifyRequest<PortParams>):
         { cause: err },
       );
     throw err;
-  });
+  };
+}
+
+async function connect(dialer: PortDialer, request: FastifyRequest<PortParams>): Promise<Duplex> {
+  const port = parsePort(request.params.port);
+  return dialer.open(request.params.id, port).catch(notListening(request, port));
 }
 
 /** The first GET of a port link: the token moves from the URL into a cookie for this port, and the browser comes back without it. */
@@ -264,34 +269,89 @@ function forwardedHeaders(request: FastifyRequest<PortParams>): OutgoingHttpHead
   };
 }
 
-/** One HTTP exchange over its own connection into the sandbox, streamed both ways. */
-function proxyHttp(request: FastifyRequest<PortParams>, reply: FastifyReply, tunnel: Duplex): void {
+/**
+ * Requests that carry no body and may be sent twice (RFC 9110 9.2.2): the only ones sent again when
+ * a kept-alive connection turns out closed before any answer came.
+ */
+function retriable(request: FastifyRequest): boolean {
+  return (
+    ["GET", "HEAD", "OPTIONS"].includes(request.method) &&
+    request.headers["content-length"] === undefined &&
+    request.headers["transfer-encoding"] === undefined
+  );
+}
+
+/**
+ * One HTTP exchange, streamed both ways: over a pooled connection where the sandbox has a network
+ * (port-pool.ts), else over a channel stream of its own.
+ */
+async function proxyHttp(request: FastifyRequest<PortParams>, reply: FastifyReply, dialer: PortDialer): Promise<void> {
+  const port = parsePort(request.params.port);
+  const upstream = await dialer.upstream(request.params.id, port).catch(notListening(request, port));
   reply.hijack();
   const res = reply.raw;
-  const upstream = httpRequest({
-    method: request.method,
-    path: target(request),
-    headers: { ...toGuest(endToEnd(request.headers)), ...forwardedHeaders(request) },
-    createConnection: () => tunnel as unknown as Socket,
-  });
-  const teardown = (): void => {
-    upstream.destroy();
-    tunnel.destroy();
+  const headers = { ...toGuest(endToEnd(request.headers)), ...forwardedHeaders(request) };
+  const path = target(request);
+  // A kept-alive socket the app closed while it was idle fails before any answer: such a request
+  // is sent once more on a new connection when that is safe (retriable); any other gets the 502.
+  const send = (via: Upstream, again: boolean): void => {
+    if (res.destroyed) {
+      // The client went away while a retry dialed: nothing is asked of the sandbox.
+      if ("tunnel" in via) via.tunnel.destroy();
+      else via.dialed?.destroy();
+      return;
+    }
+    const to = "tunnel" in via ? undefined : via.pool.requestOptions(via.dialed);
+    const outgoing = httpRequest({
+      method: request.method,
+      path,
+      headers,
+      ...(to === undefined
+        ? { createConnection: () => (via as { tunnel: Duplex }).tunnel as unknown as Socket }
+        : to.options),
+    });
+    // The agent took an idle socket after all: the one dialed for this request is not needed.
+    if (to?.unused() === true && "dialed" in via) via.dialed?.destroy();
+    let answer: IncomingMessage | undefined;
+    const teardown = (): void => {
+      // A response read whole has given its socket back to the pool; anything less closes it.
+      if (answer?.complete !== true) outgoing.destroy();
+      if ("tunnel" in via) via.tunnel.destroy();
+    };
+    // The response is over (sent, or its client gone): nothing may stay open inside the sandbox
+    // but an idle connection of the pool.
+    res.once("close", teardown);
+    outgoing.on("response", (got) => {
+      answer = got;
+      res.writeHead(
+        answer.statusCode ?? 502,
+        answer.statusMessage,
+        toClient(endToEnd(answer.headers), formOf(request.raw)),
+      );
+      // Each chunk goes out as it comes, so a streamed response arrives as it is made.
+      got.pipe(res);
+      got.once("error", () => res.destroy());
+    });
+    outgoing.on("error", (err) => {
+      if (res.headersSent) {
+        res.destroy();
+        return;
+      }
+      if (answer === undefined && !again && outgoing.reusedSocket && retriable(request)) {
+        res.removeListener("close", teardown);
+        dialer.upstream(request.params.id, port, true).then(
+          (fresh) => send(fresh, true),
+          (why: unknown) => fail(why instanceof Error ? why : new Error(String(why))),
+        );
+        return;
+      }
+      fail(err);
+    });
+    if (retriable(request)) outgoing.end();
+    else request.raw.pipe(outgoing);
   };
-  // The response is over (sent, or its client gone): nothing may stay open inside the sandbox.
-  res.once("close", teardown);
-  upstream.on("response", (answer) => {
-    res.writeHead(
-      answer.statusCode ?? 502,
-      answer.statusMessage,
-      toClient(endToEnd(answer.headers), formOf(request.raw)),
-    );
-    // Each chunk goes out as it comes, so a streamed response arrives as it is made.
-    answer.pipe(res);
-    answer.once("error", () => res.destroy());
-  });
-  upstream.on("error", (err) => {
-    if (res.headersSent) {
+  const fail = (err: Error): void => {
+    if (res.headersSent || res.destroyed) {
       res.destroy();
       return;
     }
@@ -301,8 +361,8 @@ function proxyHttp(request: FastifyRequest<PortParams>, reply: FastifyReply, tun
     );
     res.writeHead(problem.status, { "content-type": "application/problem+json" });
     res.end(JSON.stringify(toProblem(problem, request.url.split("?")[0])));
-  });
-  request.raw.pipe(upstream);
+  };
+  send(upstream, false);
 }
 
 /**

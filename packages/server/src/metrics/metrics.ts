@@ -30,6 +30,8 @@ export interface Gauges {
   relays?: RelayGauges;
   /** Port connections opened so far (port-dialer.ts), by the route they took. */
   portRoutes?: Record<PortRoute, number>;
+  /** Sockets the port proxy keeps to sandboxes' ports (port-pool.ts), idle and busy. */
+  portPoolSockets?: number;
 }
 
 export class Metrics {
@@ -130,6 +132,10 @@ export class Metrics {
     "Connections to ports inside sandboxes (port URLs, tunnels): direct to the sandbox's address, or over the guest channel because it has no network, its server refused the address (listens on 127.0.0.1 only) or the address did not answer.",
     ["path", "why"],
   );
+  private readonly portPool = this.gauge(
+    "bothy_port_pool_sockets",
+    "Kept-alive connections from the port proxy to sandboxes' ports (idle and busy); each sandbox's close with it.",
+  );
 
   /** A counter; `seed`: values of its one label shown as 0 before anything is counted. */
   private gauge(name: string, help: string, labelNames: string[] = []): Gauge {
@@ -221,6 +227,7 @@ export class Metrics {
       for (const [route, n] of Object.entries(gauges.portRoutes))
         this.portConnections.inc(route === "direct" ? { path: "direct" } : { path: "channel", why: route }, n);
     }
+    if (gauges.portPoolSockets !== undefined) this.portPool.set(gauges.portPoolSockets);
     return this.registry.metrics();
   }
 

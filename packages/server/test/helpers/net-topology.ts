@@ -245,10 +245,11 @@ export class NetTopology {
 
   /**
    * Starts the real `bothy serve` in the `host` namespace with the shared test caches, listening
-   * on the control link; `env` adds to or overrides that (networking is on unless it says off).
+   * on the control link; `env` adds to or overrides that (networking is on unless it says off);
+   * `nodeArgs` go to Node before the CLI (bench/ports' `--cpu-prof`).
    */
-  serveInHost(home: string, env: Record<string, string> = {}): ServeProcess {
-    return watchServe(this.spawnInHost(process.execPath, [BOTHY, "serve"], this.serveEnv(home, env)));
+  serveInHost(home: string, env: Record<string, string> = {}, nodeArgs: string[] = []): ServeProcess {
+    return watchServe(this.spawnInHost(process.execPath, [...nodeArgs, BOTHY, "serve"], this.serveEnv(home, env)));
   }
 
   /** Starts `bothy serve` as `serveInHost` does, for a start that must fail: its exit code and what it printed. */
