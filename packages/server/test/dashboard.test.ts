@@ -1,52 +1,39 @@
 /**
  * The dashboard at /ui in the host's Chromium, against a real server and one gVisor sandbox:
  * signing in (a bad key and a revoked key refused), the live list, the create form, the terminal,
- * files up and down, the approvals inbox, and no serious accessibility violation on any page.
+ * files up and down, and no serious accessibility violation on any page (the approvals inbox,
+ * which needs the real gateway, is dashboard-approvals.test.ts).
  * Then the attacker's side: a page served from that sandbox's port, opened by a signed-in viewer,
  * by path on the API's own host and by a preview host of the same site, can neither read nor use
  * the session; a request with the cookie but without the CSRF token is refused.
  */
 import { randomBytes } from "node:crypto";
-import { existsSync, readFileSync } from "node:fs";
-import { mkdir, readFile } from "node:fs/promises";
-import { fileURLToPath } from "node:url";
-import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import { readFileSync } from "node:fs";
+import { readFile } from "node:fs/promises";
+import type { Browser, BrowserContext, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Sandbox } from "@bothy/sdk";
 import { ANONYMOUS } from "../../../test/auth.ts";
-import { UI_DIST } from "../src/api/ui-routes.ts";
 import { startBackgroundCommand } from "./helpers/background.ts";
 import { api, pollUntil, putSandboxFile, runCommand, waitDeleted } from "./helpers/client.ts";
+import {
+  accessibilityViolations,
+  API_HOST,
+  ARTIFACTS,
+  dashboardMissing,
+  launchDashboardBrowser,
+  recordErrors,
+} from "./helpers/dashboard-browser.ts";
 import { driverTitle, testDriver } from "./helpers/drivers.ts";
 import { useServerWithSandbox } from "./helpers/suite.ts";
 import type { TestServer } from "./helpers/test-server.ts";
 
-const CHROMIUM = "/usr/bin/chromium";
-const AXE = fileURLToPath(new URL("../../../node_modules/axe-core/axe.min.js", import.meta.url));
 const ATTACK_SERVER = readFileSync(new URL("./fixtures/dashboard-attack-server.mjs", import.meta.url), "utf8");
-/** Screenshots of each page, kept as test artifacts (gitignored). */
-const ARTIFACTS = fileURLToPath(new URL("../../../test-artifacts/dashboard/", import.meta.url));
-/** The API by a name of its own, and preview hosts under it: the same site, as a real deployment would have. */
-const API_HOST = "bothy.test";
+/** Preview hosts under the API's name: the same site, as a real deployment would have. */
 const DOMAIN = `preview.${API_HOST}`;
 const PORT = 8000;
 const gvisor = testDriver("gvisor");
-const missing =
-  gvisor.missing ??
-  (existsSync(CHROMIUM) ? undefined : `Chromium at ${CHROMIUM}`) ??
-  (existsSync(`${UI_DIST}index.html`) ? undefined : "the built dashboard (npm run build)");
-
-/** axe-core's serious and critical violations on the page as it is now. */
-async function accessibilityViolations(page: Page): Promise<string[]> {
-  // Evaluated through the DevTools protocol, which the page's CSP does not govern.
-  await page.evaluate(await readFile(AXE, "utf8"));
-  const found = await page.evaluate<Array<{ id: string; impact: string | null; help: string; nodes: unknown[] }>>(
-    `axe.run(document, { resultTypes: ["violations"] }).then((r) => r.violations)`,
-  );
-  return found
-    .filter((v) => v.impact === "serious" || v.impact === "critical")
-    .map((v) => `${v.id} (${v.impact}): ${v.help} x${v.nodes.length}`);
-}
+const missing = gvisor.missing ?? dashboardMissing();
 
 describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, "the dashboard at /ui"), () => {
   let ts: TestServer;
@@ -69,27 +56,10 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
   );
 
   beforeAll(async () => {
-    await mkdir(ARTIFACTS, { recursive: true });
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-sync",
-        `--host-resolver-rules=MAP ${API_HOST} 127.0.0.1, MAP *.${API_HOST} 127.0.0.1`,
-      ],
-    });
+    browser = await launchDashboardBrowser("127.0.0.1");
     context = await browser.newContext({ acceptDownloads: true, viewport: { width: 1280, height: 800 } });
     page = await context.newPage();
-    page.on("pageerror", (err) => errors.push(String(err)));
-    // The refused keys' 401s are reported by Chromium as failed loads; anything else is a bug.
-    page.on("console", (msg) => {
-      if (msg.type() === "error" && !msg.text().startsWith("Failed to load resource")) errors.push(msg.text());
-    });
+    recordErrors(page, errors);
   });
 
   afterAll(async () => {
@@ -184,42 +154,6 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
       page.getByRole("button", { name: "blob.bin" }).click(),
     ]);
     expect((await readFile(await download.path())).equals(bytes)).toBe(true);
-  });
-
-  it("shows a held request in the approvals inbox as it arrives; approve and deny decide it", async () => {
-    await page.goto(`${ui}/ui/#/approvals`);
-    await page.getByText("Nothing is waiting for a decision.").waitFor();
-    const ask = (path: string) =>
-      ts.server.approvals.ask(
-        {
-          tenant: "default",
-          sandboxId: id,
-          conversationId: null,
-          kind: "http",
-          method: "POST",
-          host: "api.example.com",
-          path,
-          tool: null,
-          excerpt: '{"amount":42,"token":"[masked]"}',
-          rule: "sandbox#0",
-        },
-        new AbortController().signal,
-      );
-    const approved = ask("/v1/orders");
-    const card = page.locator("li.approval", { hasText: "POST api.example.com/v1/orders" });
-    await card.waitFor({ timeout: 30_000 });
-    await expect.poll(() => card.textContent()).toContain('"token":"[masked]"');
-    expect(await accessibilityViolations(page)).toEqual([]);
-    await shot("approvals");
-    await card.getByRole("button", { name: "Approve once" }).click();
-    expect((await approved).state).toBe("approved");
-    await card.waitFor({ state: "detached" });
-
-    const denied = ask("/v1/refunds");
-    const second = page.locator("li.approval", { hasText: "POST api.example.com/v1/refunds" });
-    await second.getByLabel("Reason").fill("not today");
-    await second.getByRole("button", { name: "Deny" }).click();
-    expect(await denied).toMatchObject({ state: "denied", reason: "not today" });
   });
 
   it("a read-only key sees no buttons that would fail; its revocation ends the session", async () => {

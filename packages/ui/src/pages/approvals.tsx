@@ -75,7 +75,7 @@ function ApprovalCard({ approval: a, now, onDecided }: { approval: ApprovalInfo;
     <li class="approval" data-approval={a.approval_id}>
       <h2>{what}</h2>
       <p class="meta">
-        {a.sandbox_id} · rule {a.rule} · {span(Date.parse(a.expires_at) - now)} left
+        {a.sandbox_id} · rule {a.rule} · <span class="time-left">{span(Date.parse(a.expires_at) - now)} left</span>
       </p>
       {a.excerpt !== "" && <pre class="excerpt">{a.excerpt}</pre>}
       <div class="actions">

@@ -1,0 +1,139 @@
+/**
+ * The approvals inbox against the real gateway, in the network lab (helpers/net-lab.ts): a
+ * sandbox under `ask` host rules makes requests through the egress gateway to the lab's own
+ * `wan` server; the inbox in the host's Chromium shows each as it is held, and deciding there
+ * decides the request inside the sandbox: approved goes out, denied gets 403. Nothing here
+ * leaves the machine.
+ */
+import type { Browser, BrowserContext, Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { testAdminKey } from "../../../test/auth.ts";
+import { api, createSandbox } from "./helpers/client.ts";
+import {
+  accessibilityViolations,
+  API_HOST,
+  ARTIFACTS,
+  dashboardMissing,
+  launchDashboardBrowser,
+  recordErrors,
+  signIn,
+} from "./helpers/dashboard-browser.ts";
+import { driverTitle, testDriver } from "./helpers/drivers.ts";
+import { bodyOf, egressProbe, type EgressCheck } from "./helpers/egress-probe.ts";
+import { useNetLab } from "./helpers/net-lab.ts";
+import { NAMES, PUBLIC_HTTP } from "./helpers/net-topology.ts";
+import { startTlsFront, type TlsFront } from "./helpers/tls-front.ts";
+
+const root = process.getuid?.() === 0;
+const gvisor = testDriver("gvisor");
+const missing = gvisor.missing ?? (root ? undefined : "root (network namespaces)") ?? dashboardMissing();
+
+const post = (host: string, path: string, body: string): EgressCheck => ({
+  kind: "http",
+  address: PUBLIC_HTTP,
+  host,
+  method: "POST",
+  path,
+  body,
+});
+
+/**
+ * Wraps the page's Notification so the test sees what the page asked for and showed; the real
+ * one still runs (the browser context grants the permission, as a person's click on the prompt
+ * would).
+ */
+const RECORD_NOTIFICATIONS = `(() => {
+  const Real = window.Notification;
+  window.__asked = 0;
+  window.__shown = [];
+  class Recorded extends Real {
+    constructor(title, options) {
+      super(title, options);
+      window.__shown.push({ title, body: (options && options.body) || "" });
+    }
+  }
+  Object.defineProperty(Recorded, "permission", { get: () => Real.permission });
+  Recorded.requestPermission = (...args) => {
+    window.__asked += 1;
+    return Real.requestPermission(...args);
+  };
+  window.Notification = Recorded;
+})();`;
+
+describe.skipIf(missing !== undefined)(
+  driverTitle({ name: "gvisor", missing }, "the approvals inbox, through the real gateway"),
+  () => {
+    const lab = useNetLab("dashboard");
+    let id: string;
+    let browser: Browser;
+    let context: BrowserContext;
+    let page: Page;
+    let ui: string;
+    let front: TlsFront | undefined;
+    const errors: string[] = [];
+
+    beforeAll(async () => {
+      id = await createSandbox(lab.base, {
+        driver: "gvisor",
+        policy: {
+          rules: [
+            { host: NAMES.api, action: "ask" },
+            { host: NAMES.other, action: "ask" },
+          ],
+        },
+      });
+      lab.made.push(id);
+      // The lab's server speaks plain HTTP for a TLS proxy in front (its cookie is Secure): this is that proxy.
+      front = await startTlsFront({ host: lab.topo.ctlHostAddr, port: Number(new URL(lab.base).port) }, [API_HOST]);
+      ui = `https://${API_HOST}:${front.port}`;
+      browser = await launchDashboardBrowser("127.0.0.1");
+      // The proxy's certificate is self-signed for the test; the origin is still a secure context.
+      context = await browser.newContext({ viewport: { width: 1280, height: 800 }, ignoreHTTPSErrors: true });
+      await context.grantPermissions(["notifications"], { origin: ui });
+      await context.addInitScript(RECORD_NOTIFICATIONS);
+      page = await context.newPage();
+      recordErrors(page, errors);
+      await signIn(page, ui, testAdminKey());
+    }, 300_000);
+
+    afterAll(async () => {
+      await browser?.close();
+      await front?.close();
+    });
+
+    it("a sandbox's held requests appear in the inbox; approved there it completes, denied it gets 403 inside", async () => {
+      await page.goto(`${ui}/ui/#/approvals`);
+      await page.getByText("Nothing is waiting for a decision.").waitFor();
+      const probe = egressProbe(
+        lab.base,
+        id,
+        {
+          approved: post(NAMES.api, "/echo/orders", '{"amount":42}'),
+          denied: post(NAMES.other, "/echo/refunds", '{"amount":7}'),
+        },
+        lab.topo.caPem,
+        120_000,
+      );
+      const first = page.locator("li.approval", { hasText: `POST ${NAMES.api}/echo/orders` });
+      const second = page.locator("li.approval", { hasText: `POST ${NAMES.other}/echo/refunds` });
+      await first.waitFor({ timeout: 60_000 });
+      await second.waitFor({ timeout: 60_000 });
+      await expect.poll(() => first.textContent()).toContain('{"amount":42}');
+      expect(await first.locator(".time-left").textContent()).toMatch(/^\d+[sm].* left$/);
+      expect(await accessibilityViolations(page)).toEqual([]);
+      await page.screenshot({ path: `${ARTIFACTS}approvals.png` });
+
+      await first.getByRole("button", { name: "Approve once" }).click();
+      await second.getByLabel("Reason").fill("not today");
+      await second.getByRole("button", { name: "Deny" }).click();
+      const r = await probe;
+      expect(r["approved"]?.status, JSON.stringify(r)).toBe(200);
+      expect(bodyOf(r["approved"])).toMatchObject({ method: "POST", body: '{"amount":42}' });
+      expect(r["denied"]?.status, JSON.stringify(r)).toBe(403);
+      await first.waitFor({ state: "detached" });
+      await second.waitFor({ state: "detached" });
+      const denied = (await api(lab.base, "GET", `/approvals?state=denied&sandbox_id=${id}`)).json["approvals"];
+      expect(denied).toMatchObject([{ host: NAMES.other, reason: "not today" }]);
+    }, 300_000);
+  },
+);
