@@ -2,8 +2,9 @@
  * The approvals inbox against the real gateway, in the network lab (helpers/net-lab.ts): a
  * sandbox under `ask` host rules makes requests through the egress gateway to the lab's own
  * `wan` server; the inbox in the host's Chromium shows each as it is held, and deciding there
- * decides the request inside the sandbox: approved goes out, denied gets 403. Nothing here
- * leaves the machine.
+ * decides the request inside the sandbox: approved goes out, denied gets 403, approved for N
+ * minutes lets the next request to that host pass without asking. The browser's notification is
+ * offered on a click, never asked for on load. Nothing here leaves the machine.
  */
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -101,6 +102,10 @@ describe.skipIf(missing !== undefined)(
       await front?.close();
     });
 
+    /** The pending approvals of the sandbox, by the API. */
+    const pendingCount = async (): Promise<number> =>
+      ((await api(lab.base, "GET", `/approvals?state=pending&sandbox_id=${id}`)).json["approvals"] as unknown[]).length;
+
     it("a sandbox's held requests appear in the inbox; approved there it completes, denied it gets 403 inside", async () => {
       await page.goto(`${ui}/ui/#/approvals`);
       await page.getByText("Nothing is waiting for a decision.").waitFor();
@@ -134,6 +139,42 @@ describe.skipIf(missing !== undefined)(
       await second.waitFor({ state: "detached" });
       const denied = (await api(lab.base, "GET", `/approvals?state=denied&sandbox_id=${id}`)).json["approvals"];
       expect(denied).toMatchObject([{ host: NAMES.other, reason: "not today" }]);
+    }, 300_000);
+
+    it("notifies of a new request once asked on a click; approve for N minutes lets the next request pass unasked", async () => {
+      await page.goto(`${ui}/ui/#/approvals`);
+      await page.getByText("Nothing is waiting for a decision.").waitFor();
+      // Nothing asks for the permission on load.
+      expect(await page.evaluate("window.__asked")).toBe(0);
+      await page.getByRole("button", { name: "Notify me of new requests" }).click();
+      await page.getByRole("button", { name: "Notifications on" }).waitFor();
+      expect(await page.evaluate("window.__asked")).toBe(1);
+
+      const probe = egressProbe(lab.base, id, { held: post(NAMES.api, "/echo/deploy", "v2") }, lab.topo.caPem, 120_000);
+      const card = page.locator("li.approval", { hasText: `POST ${NAMES.api}/echo/deploy` });
+      await card.waitFor({ timeout: 60_000 });
+      await expect
+        .poll(() => page.evaluate("window.__shown"))
+        .toEqual([{ title: "bothy: a request waits for you", body: `POST ${NAMES.api}/echo/deploy from ${id}` }]);
+      await card.getByLabel("Minutes").selectOption("5");
+      await card.getByRole("button", { name: `Approve ${NAMES.api} for 5 min` }).click();
+      expect((await probe)["held"]?.status).toBe(200);
+      // The grant is listed with its time left.
+      const grant = page.locator("ul.grants li", { hasText: NAMES.api });
+      await grant.waitFor();
+      expect(await grant.textContent()).toMatch(/[45]m left$/);
+
+      // The next request to that host is not held: it completes with nothing pending.
+      const next = await egressProbe(lab.base, id, { again: post(NAMES.api, "/echo/deploy", "v3") }, lab.topo.caPem);
+      expect(next["again"]?.status, JSON.stringify(next)).toBe(200);
+      expect(await pendingCount()).toBe(0);
+      // Another host under `ask` is still held.
+      const other = egressProbe(lab.base, id, { held: post(NAMES.other, "/echo/x", "y") }, lab.topo.caPem, 120_000);
+      const held = page.locator("li.approval", { hasText: `POST ${NAMES.other}/echo/x` });
+      await held.waitFor({ timeout: 60_000 });
+      await held.getByRole("button", { name: "Deny" }).click();
+      expect((await other)["held"]?.status).toBe(403);
+      expect(errors).toEqual([]);
     }, 300_000);
   },
 );
