@@ -7,9 +7,12 @@
  * by path on the API's own host and by a preview host of the same site, can neither read nor use
  * the session; a request with the cookie but without the CSRF token is refused.
  */
+import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Sandbox } from "@bothy/sdk";
@@ -28,6 +31,8 @@ import { driverTitle, testDriver } from "./helpers/drivers.ts";
 import { useServerWithSandbox } from "./helpers/suite.ts";
 import type { TestServer } from "./helpers/test-server.ts";
 
+const pexec = promisify(execFile);
+const BOTHY = fileURLToPath(new URL("../../cli/bin/bothy.js", import.meta.url));
 const ATTACK_SERVER = readFileSync(new URL("./fixtures/dashboard-attack-server.mjs", import.meta.url), "utf8");
 /** Preview hosts under the API's name: the same site, as a real deployment would have. */
 const DOMAIN = `preview.${API_HOST}`;
@@ -154,6 +159,67 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
       page.getByRole("button", { name: "blob.bin" }).click(),
     ]);
     expect((await readFile(await download.path())).equals(bytes)).toBe(true);
+  });
+
+  it("a link from `bothy ui-link` signs a browser in once with no key in a URL or log; used, revoked or minted by a session: refused", async () => {
+    const minted = await api(ts.url, "POST", "/keys", { name: "linked", scopes: ["sandboxes:read"] });
+    const { key, key_id: keyId } = minted.json as { key: string; key_id: string };
+    const uiLink = async (): Promise<string> => {
+      const { stdout } = await pexec(process.execPath, [BOTHY, "ui-link", "--url", ts.url, "--api-key", key]);
+      const printed = stdout.trim();
+      expect(printed).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/ui\/#link=[A-Za-z0-9_-]{43}$/);
+      // The viewer's browser knows the server by its name.
+      return printed.replace(ts.url, ui);
+    };
+    const link = await uiLink();
+    const viewer = await browser.newContext();
+    try {
+      const open = async (url: string): Promise<Page> => {
+        const view = await viewer.newPage();
+        recordErrors(view, errors);
+        await view.goto(url);
+        return view;
+      };
+      const first = await open(link);
+      await first.locator(`tr[data-sandbox="${id}"]`).waitFor();
+      // The token left the address bar and the history at once.
+      expect(first.url()).toBe(`${ui}/ui/#/sandboxes`);
+      expect((await viewer.cookies(ui)).map((c) => c.name)).toEqual(["bothy_session"]);
+      await viewer.clearCookies();
+
+      // Used once: the same link signs nobody in again.
+      const again = await open(link);
+      await expect.poll(() => again.getByRole("alert").textContent()).toContain("sign-in link is not valid");
+      await again.getByLabel("API key").waitFor();
+      expect(await viewer.cookies(ui)).toEqual([]);
+
+      // Made before its key was revoked: refused.
+      const second = await uiLink();
+      expect((await api(ts.url, "DELETE", `/keys/${keyId}`)).status).toBe(200);
+      const revoked = await open(second);
+      await expect.poll(() => revoked.getByRole("alert").textContent()).toContain("sign-in link is not valid");
+      expect(await viewer.cookies(ui)).toEqual([]);
+
+      // A page running with the admin's dashboard session cannot mint a link (one would outlive the session).
+      await page.goto(`${ui}/ui/#/sandboxes`);
+      await page.getByRole("heading", { name: "Sandboxes" }).waitFor();
+      const asked = await page.evaluate(async () => {
+        const who = await (await fetch("/ui/session", { headers: { "x-csrf-token": "fetch" } })).json();
+        const res = await fetch("/ui/links", {
+          method: "POST",
+          headers: { "content-type": "application/json", "x-csrf-token": (who as { csrf_token: string }).csrf_token },
+          body: "{}",
+        });
+        return { status: res.status, code: ((await res.json()) as { code: string }).code };
+      });
+      expect(asked).toEqual({ status: 403, code: "scope_missing" });
+      // Neither the key nor a link's token reached the server's log.
+      const log = await readFile(ts.logPath, "utf8");
+      for (const secret of [key, link.split("#link=")[1]!, second.split("#link=")[1]!])
+        expect(log).not.toContain(secret);
+    } finally {
+      await viewer.close();
+    }
   });
 
   it("a read-only key sees no buttons that would fail; its revocation ends the session", async () => {

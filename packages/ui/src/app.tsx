@@ -12,6 +12,7 @@ import { SandboxPage } from "./pages/sandbox.tsx";
 import { SandboxesPage } from "./pages/sandboxes.tsx";
 import { SignInPage } from "./pages/sign-in.tsx";
 import { href, useRoute, type Route } from "./router.ts";
+import { signIn, takeLinkToken } from "./sign-in-flow.ts";
 import { canOf, type Can } from "./scopes.ts";
 
 export interface PageProps {
@@ -27,19 +28,25 @@ const PAGES: Record<string, { title: string; page: ComponentType<PageProps>; nav
 };
 
 export function App() {
+  // Taken before the route is read, so the link's token is never a route nor left in the address bar.
+  const [token] = useState(takeLinkToken);
   const route = useRoute();
   const [session, setSession] = useState<UiSessionInfo | null | undefined>(undefined);
+  const [linkError, setLinkError] = useState<string | null>(null);
   useEffect(() => {
-    getJson<UiSessionInfo>("/ui/session")
+    // Opened from a sign-in link: its token becomes the session (once); else the cookie's session, if any.
+    const start = token === undefined ? getJson<UiSessionInfo>("/ui/session") : signIn({ link: token });
+    start
       .then((s) => {
         useSession(s);
         setSession(s);
       })
       .catch((err: unknown) => {
-        if (!(err instanceof ApiError) || err.status !== 401) console.warn(err);
+        if (token !== undefined) setLinkError(err instanceof ApiError ? err.message : String(err));
+        else if (!(err instanceof ApiError) || err.status !== 401) console.warn(err);
         setSession(null);
       });
-  }, []);
+  }, [token]);
 
   const entry = PAGES[route.page] ?? PAGES["sandboxes"]!;
   useTitle(session ? entry.title : "Sign in");
@@ -47,6 +54,7 @@ export function App() {
   if (session === null)
     return (
       <SignInPage
+        initialError={linkError}
         onSignedIn={(s) => {
           useSession(s);
           setSession(s);
