@@ -176,5 +176,23 @@ describe.skipIf(missing !== undefined)(
       expect((await other)["held"]?.status).toBe(403);
       expect(errors).toEqual([]);
     }, 300_000);
+
+    it("the sandbox page shows its effective policy and its audit: each egress decision", async () => {
+      await page.goto(`${ui}/ui/#/sandbox/${id}`);
+      await page.getByRole("heading", { name: "Policy" }).waitFor();
+      const rules = page.locator("table.rules tbody tr");
+      await expect
+        .poll(() => rules.allInnerTexts())
+        .toEqual([`${NAMES.api}\tany\task\tsandbox#0`, `${NAMES.other}\tany\task\tsandbox#1`]);
+      const audit = page.locator("ol.audit li");
+      await expect.poll(() => audit.count()).toBeGreaterThan(0);
+      const types = new Set(await audit.evaluateAll((items) => items.map((li) => li.dataset["type"])));
+      for (const t of ["egress.asked", "egress.allowed", "egress.denied"]) expect(types).toContain(t);
+      const denied = page.locator('ol.audit li[data-type="egress.denied"]', { hasText: "/echo/refunds" });
+      expect(await denied.count()).toBe(1);
+      expect(await accessibilityViolations(page)).toEqual([]);
+      await page.screenshot({ path: `${ARTIFACTS}sandbox-audit.png`, fullPage: true });
+      expect(errors).toEqual([]);
+    });
   },
 );

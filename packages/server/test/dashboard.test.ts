@@ -161,6 +161,47 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
     expect((await readFile(await download.path())).equals(bytes)).toBe(true);
   });
 
+  it("sets the expiry from the sandbox page, opens its ports as signed links, shows its policy and audit", async () => {
+    await startBackgroundCommand(
+      ts.url,
+      id,
+      `node -e "require('http').createServer((q, s) => s.end('port-${PORT + 1}-ok')).listen(${PORT + 1})"`,
+    );
+    await pollUntil(
+      `port ${PORT + 1} listening in ${id}`,
+      async () =>
+        ((await api(ts.url, "GET", `/sandboxes/${id}/ports`)).json["ports"] as Array<{ port: number }>).some(
+          (p) => p.port === PORT + 1,
+        ),
+      60_000,
+    );
+    await page.goto(`${ui}/ui/#/sandbox/${id}`);
+    await page.getByRole("button", { name: "Refresh" }).click();
+    const [tab] = await Promise.all([
+      context.waitForEvent("page"),
+      page.getByRole("button", { name: `Open port ${PORT + 1}` }).click(),
+    ]);
+    // The new tab carries the link's token on the sandbox's preview host, not the session.
+    await expect.poll(() => tab.locator("body").textContent(), { timeout: 30_000 }).toBe(`port-${PORT + 1}-ok`);
+    expect(new URL(tab.url()).host).toBe(`${PORT + 1}-${id}.${DOMAIN}:${new URL(ui).port}`);
+    await tab.close();
+
+    await page.getByLabel("Expire in (hours)").selectOption("4");
+    const asked = Date.now();
+    await page.getByRole("button", { name: "Set expiry" }).click();
+    await expect
+      .poll(async () => Date.parse(String((await api(ts.url, "GET", `/sandboxes/${id}`)).json["expires_at"])) - asked)
+      .toBeGreaterThan(4 * 3600_000 - 60_000);
+    const shown = await page.locator('[data-fact="expires"]').textContent();
+    expect(shown).toBe((await api(ts.url, "GET", `/sandboxes/${id}`)).json["expires_at"]);
+    // This server runs without networking: no host policy, no egress decisions.
+    await page.getByText("No host policy: its HTTP(S) goes out directly.").waitFor();
+    await page.getByText("No egress decisions yet.").waitFor();
+    // gVisor sleeps by itself when idle: no pause button that would fail.
+    expect(await page.getByRole("button", { name: "Pause" }).count()).toBe(0);
+    expect(await accessibilityViolations(page)).toEqual([]);
+  });
+
   it("a link from `bothy ui-link` signs a browser in once with no key in a URL or log; used, revoked or minted by a session: refused", async () => {
     const minted = await api(ts.url, "POST", "/keys", { name: "linked", scopes: ["sandboxes:read"] });
     const { key, key_id: keyId } = minted.json as { key: string; key_id: string };
@@ -234,6 +275,11 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
       await view.locator(`tr[data-sandbox="${id}"]`).waitFor();
       expect(await view.getByRole("button", { name: "Create sandbox" }).count()).toBe(0);
       expect(await view.getByRole("button", { name: /^Delete / }).count()).toBe(0);
+      await view.goto(`${ui}/ui/#/sandbox/${id}`);
+      await view.getByRole("heading", { name: "Audit" }).waitFor();
+      await view.getByText(`Port ${PORT + 1}`).waitFor();
+      for (const name of ["Set expiry", "Pause", "Resume", `Open port ${PORT + 1}`])
+        expect(await view.getByRole("button", { name }).count()).toBe(0);
 
       expect((await api(ts.url, "DELETE", `/keys/${keyId}`)).status).toBe(200);
       await view.reload();
