@@ -177,6 +177,39 @@ describe.skipIf(missing !== undefined)(
       expect(errors).toEqual([]);
     }, 300_000);
 
+    it("creates a sandbox from the form with host rules, a vault secret by name and metadata", async () => {
+      const secret = await api(lab.base, "PUT", "/secrets/github", {
+        value: "test-value-not-real",
+        hosts: [NAMES.api],
+      });
+      expect(secret.status, JSON.stringify(secret.json)).toBeLessThan(300);
+      await page.goto(`${ui}/ui/#/sandboxes`);
+      const ids = () => page.locator("tr[data-sandbox]").evaluateAll((rows) => rows.map((r) => r.dataset["sandbox"]));
+      await page.locator(`tr[data-sandbox="${id}"]`).waitFor();
+      const before = await ids();
+      await page.getByText("Host policy, secrets, metadata").click();
+      await page.getByLabel("Ask about hosts").fill(NAMES.api);
+      await page.getByLabel("Deny hosts").fill(NAMES.other);
+      await page.getByLabel("Secrets (names)").fill("github");
+      await page.getByLabel("Metadata").fill("team=web");
+      expect(await accessibilityViolations(page)).toEqual([]);
+      await page.getByRole("button", { name: "Create sandbox" }).click();
+      await expect.poll(async () => (await ids()).length, { timeout: 60_000 }).toBe(before.length + 1);
+      const made = (await ids()).find((s) => !before.includes(s))!;
+      lab.made.push(made);
+      const info = (await api(lab.base, "GET", `/sandboxes/${made}`)).json;
+      expect(info["metadata"]).toEqual({ team: "web" });
+      expect(info["policy"]).toMatchObject({
+        rules: [
+          { host: NAMES.api, action: "ask", source: "sandbox" },
+          { host: NAMES.other, action: "deny", source: "sandbox" },
+        ],
+        secrets: ["github"],
+      });
+      expect(await page.locator(`tr[data-sandbox="${made}"] .meta-cell`).textContent()).toBe("team=web");
+      expect(await api(lab.base, "DELETE", `/sandboxes/${made}`)).toMatchObject({ status: 200 });
+    }, 300_000);
+
     it("the sandbox page shows its effective policy and its audit: each egress decision", async () => {
       await page.goto(`${ui}/ui/#/sandbox/${id}`);
       await page.getByRole("heading", { name: "Policy" }).waitFor();
