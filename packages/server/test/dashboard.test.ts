@@ -263,6 +263,31 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
     }
   });
 
+  it("the Keys page creates a key shown once, lists it and revokes it", async () => {
+    await page.goto(`${ui}/ui/#/keys`);
+    await page.getByRole("heading", { name: "Keys" }).waitFor();
+    await page.getByLabel("Name").fill("from-the-page");
+    await page.getByRole("checkbox", { name: "sandboxes:read" }).check();
+    await page.getByRole("button", { name: "Create key" }).click();
+    const shown = (await page.getByRole("status").locator("output").textContent()) ?? "";
+    expect(shown).toMatch(/^bothy_/);
+    const as = { authorization: `Bearer ${shown}` };
+    expect((await api(ts.url, "GET", "/sandboxes", undefined, as)).status).toBe(200);
+    expect(await accessibilityViolations(page)).toEqual([]);
+    await shot("keys");
+    await page.getByRole("button", { name: "Done" }).click();
+    // Shown once: gone from the page, and no answer of the list holds it.
+    expect(await page.content()).not.toContain(shown);
+    await page.getByRole("button", { name: "Revoke from-the-page" }).click();
+    await expect.poll(async () => (await api(ts.url, "GET", "/sandboxes", undefined, as)).status).toBe(401);
+    const listed = (await api(ts.url, "GET", "/keys")).json["keys"] as Array<{
+      name: string;
+      revoked_at: string | null;
+    }>;
+    expect(listed.find((k) => k.name === "from-the-page")?.revoked_at).not.toBeNull();
+    expect(JSON.stringify(listed)).not.toContain(shown);
+  });
+
   it("a read-only key sees no buttons that would fail; its revocation ends the session", async () => {
     const minted = await api(ts.url, "POST", "/keys", { name: "viewer", scopes: ["sandboxes:read"] });
     const { key, key_id: keyId } = minted.json as { key: string; key_id: string };
@@ -275,6 +300,11 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
       await view.locator(`tr[data-sandbox="${id}"]`).waitFor();
       expect(await view.getByRole("button", { name: "Create sandbox" }).count()).toBe(0);
       expect(await view.getByRole("button", { name: /^Delete / }).count()).toBe(0);
+      // No Keys page for a key without keys:manage: not in the navigation, and its address shows the list.
+      expect(await view.getByRole("link", { name: "Keys" }).count()).toBe(0);
+      await view.goto(`${ui}/ui/#/keys`);
+      await view.getByRole("heading", { name: "Sandboxes" }).waitFor();
+      expect(await view.getByRole("button", { name: /^Revoke / }).count()).toBe(0);
       await view.goto(`${ui}/ui/#/sandbox/${id}`);
       await view.getByRole("heading", { name: "Audit" }).waitFor();
       await view.getByText(`Port ${PORT + 1}`).waitFor();

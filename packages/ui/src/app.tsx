@@ -8,6 +8,7 @@ import { useEffect, useState } from "preact/hooks";
 import { ApiError, getJson, sendJson, useSession } from "./api.ts";
 import { closeEvents } from "./events.ts";
 import { ApprovalsPage } from "./pages/approvals.tsx";
+import { KeysPage } from "./pages/keys.tsx";
 import { SandboxPage } from "./pages/sandbox.tsx";
 import { SandboxesPage } from "./pages/sandboxes.tsx";
 import { SignInPage } from "./pages/sign-in.tsx";
@@ -21,10 +22,15 @@ export interface PageProps {
   can: Can;
 }
 
-const PAGES: Record<string, { title: string; page: ComponentType<PageProps>; nav?: boolean }> = {
+/** `needs`: the scope without which the page is neither in the navigation nor shown (its calls would fail). */
+const PAGES: Record<
+  string,
+  { title: string; page: ComponentType<PageProps>; nav?: boolean; needs?: UiSessionInfo["scopes"][number] }
+> = {
   sandboxes: { title: "Sandboxes", page: SandboxesPage, nav: true },
   sandbox: { title: "Sandbox", page: SandboxPage },
   approvals: { title: "Approvals", page: ApprovalsPage, nav: true },
+  keys: { title: "Keys", page: KeysPage, nav: true, needs: "keys:manage" },
 };
 
 export function App() {
@@ -48,7 +54,10 @@ export function App() {
       });
   }, [token]);
 
-  const entry = PAGES[route.page] ?? PAGES["sandboxes"]!;
+  const can = session ? canOf(session) : () => false;
+  const allowed = (p: (typeof PAGES)[string]): boolean => p.needs === undefined || can(p.needs);
+  const named = PAGES[route.page];
+  const entry = named && allowed(named) ? named : PAGES["sandboxes"]!;
   useTitle(session ? entry.title : "Sign in");
   if (session === undefined) return <main class="loading">Loading…</main>;
   if (session === null)
@@ -77,7 +86,7 @@ export function App() {
         </a>
         <nav aria-label="Main">
           {Object.entries(PAGES)
-            .filter(([, p]) => p.nav)
+            .filter(([, p]) => p.nav && allowed(p))
             .map(([name, p]) => (
               <a key={name} href={href(name)} aria-current={route.page === name ? "page" : undefined}>
                 {p.title}
@@ -94,7 +103,7 @@ export function App() {
         )}
       </header>
       <main>
-        <Page route={route} session={session} can={canOf(session)} />
+        <Page route={route} session={session} can={can} />
       </main>
     </>
   );
