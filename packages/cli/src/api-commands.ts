@@ -21,6 +21,7 @@ import { shellCommand } from "./commands/shell.ts";
 import { tenantsCommand } from "./commands/tenants.ts";
 import { secretsCommand } from "./commands/secrets.ts";
 import { approvalsCommand } from "./commands/approvals.ts";
+import { uiLinkCommand } from "./commands/ui-link.ts";
 import { volumeCommand } from "./commands/volume.ts";
 import { snapshotCommand } from "./commands/snapshot.ts";
 import { forkCommand } from "./commands/fork.ts";
@@ -45,6 +46,7 @@ export const API_COMMANDS: Command[] = [
   forkCommand,
   approvalsCommand,
   policyCommand,
+  uiLinkCommand,
   doctorCommand,
 ];
 

@@ -87,8 +87,28 @@ export const tenantInfo = z.object({
 });
 export const tenantList = z.object({ tenants: z.array(tenantInfo) });
 
-/** `POST /ui/session`: the dashboard's sign-in, with the key in the body (never in a URL). */
-export const uiSignInRequest = z.object({ key: z.string().min(1, "key must not be empty").max(256) }).strict();
+/** A sign-in link's one-time token (`bothy ui-link`): 32 random bytes, base64url. */
+export const UI_LINK_TOKEN_RE = /^[A-Za-z0-9_-]{43}$/;
+
+/**
+ * `POST /ui/session`: the dashboard's sign-in, with the key in the body (never in a URL), or with
+ * the one-time token of a sign-in link (`bothy ui-link`), which dies on this use.
+ */
+export const uiSignInRequest = z.union([
+  z.object({ key: z.string().min(1, "key must not be empty").max(256) }).strict(),
+  z.object({ link: z.string().regex(UI_LINK_TOKEN_RE, "a sign-in link's token (43 base64url characters)") }).strict(),
+]);
+
+/** `POST /ui/links`: a one-time sign-in link for the calling key, valid `ttl_s` seconds. */
+export const uiLinkRequest = z.strictObject({ ttl_s: z.number().int().min(30).max(3600).default(300) });
+export type UiLinkRequest = z.input<typeof uiLinkRequest>;
+
+/**
+ * A sign-in link: `path` (`/ui/#link=TOKEN`) joined to the dashboard's origin. The token rides in
+ * the fragment, which browsers send to no server and put in no Referer.
+ */
+export const uiLinkInfo = z.object({ path: z.string(), expires_at: z.string() });
+export type UiLinkInfo = z.infer<typeof uiLinkInfo>;
 
 /**
  * What a dashboard session is: its key's tenant and scopes (the page shows only what they allow)

@@ -70,6 +70,7 @@ export {
   type TenantInfo,
   type TenantQuota,
 } from "./admin.ts";
+export { UiLinks, type UiLink, type UiLinkOptions } from "./ui-links.ts";
 export { Secrets, type SecretInfo, type SecretOptions, type SecretPutOptions } from "./secrets.ts";
 export {
   Approvals,

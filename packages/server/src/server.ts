@@ -43,6 +43,7 @@ import { VolumeService } from "./volumes/volume-service.ts";
 import { checkWebSocketHandshakes } from "./api/websocket-handshake.ts";
 import { uiRoutes } from "./api/ui-routes.ts";
 import { uiSessionRoutes } from "./api/ui-session-routes.ts";
+import { UiLinks } from "./auth/ui-links.ts";
 import { sessionAuth } from "./auth/session-auth.ts";
 import { UiSessions } from "./auth/ui-sessions.ts";
 import { CommandRegistry } from "./commands/command-registry.ts";
@@ -312,6 +313,7 @@ export async function startServer(
   const links = await LinkTokens.load(config.home, bindings);
   const viaLink = linkGrant(links);
   const sessions = new UiSessions(ledger, ring);
+  const uiLinks = new UiLinks(ledger, ring);
   const secureCookies = config.tls !== undefined || config.insecureHttp;
   authHooks(app, {
     ring,
@@ -395,7 +397,7 @@ export async function startServer(
     links,
     volumes,
   });
-  uiSessionRoutes(app, { ring, sessions, previewDomain: config.previewDomain, secureCookies });
+  uiSessionRoutes(app, { ring, sessions, links: uiLinks, previewDomain: config.previewDomain, secureCookies });
   uiRoutes(app);
   openapiRoutes(app);
 

@@ -1,52 +1,44 @@
 /**
  * The dashboard at /ui in the host's Chromium, against a real server and one gVisor sandbox:
  * signing in (a bad key and a revoked key refused), the live list, the create form, the terminal,
- * files up and down, the approvals inbox, and no serious accessibility violation on any page.
+ * files up and down, and no serious accessibility violation on any page (the approvals inbox,
+ * which needs the real gateway, is dashboard-approvals.test.ts).
  * Then the attacker's side: a page served from that sandbox's port, opened by a signed-in viewer,
  * by path on the API's own host and by a preview host of the same site, can neither read nor use
  * the session; a request with the cookie but without the CSRF token is refused.
  */
+import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, readFileSync } from "node:fs";
-import { mkdir, readFile } from "node:fs/promises";
+import { readFileSync } from "node:fs";
+import { readFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
-import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import { promisify } from "node:util";
+import type { Browser, BrowserContext, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Sandbox } from "@bothy/sdk";
 import { ANONYMOUS } from "../../../test/auth.ts";
-import { UI_DIST } from "../src/api/ui-routes.ts";
 import { startBackgroundCommand } from "./helpers/background.ts";
 import { api, pollUntil, putSandboxFile, runCommand, waitDeleted } from "./helpers/client.ts";
+import {
+  accessibilityViolations,
+  API_HOST,
+  ARTIFACTS,
+  dashboardMissing,
+  launchDashboardBrowser,
+  recordErrors,
+} from "./helpers/dashboard-browser.ts";
 import { driverTitle, testDriver } from "./helpers/drivers.ts";
 import { useServerWithSandbox } from "./helpers/suite.ts";
 import type { TestServer } from "./helpers/test-server.ts";
 
-const CHROMIUM = "/usr/bin/chromium";
-const AXE = fileURLToPath(new URL("../../../node_modules/axe-core/axe.min.js", import.meta.url));
+const pexec = promisify(execFile);
+const BOTHY = fileURLToPath(new URL("../../cli/bin/bothy.js", import.meta.url));
 const ATTACK_SERVER = readFileSync(new URL("./fixtures/dashboard-attack-server.mjs", import.meta.url), "utf8");
-/** Screenshots of each page, kept as test artifacts (gitignored). */
-const ARTIFACTS = fileURLToPath(new URL("../../../test-artifacts/dashboard/", import.meta.url));
-/** The API by a name of its own, and preview hosts under it: the same site, as a real deployment would have. */
-const API_HOST = "bothy.test";
+/** Preview hosts under the API's name: the same site, as a real deployment would have. */
 const DOMAIN = `preview.${API_HOST}`;
 const PORT = 8000;
 const gvisor = testDriver("gvisor");
-const missing =
-  gvisor.missing ??
-  (existsSync(CHROMIUM) ? undefined : `Chromium at ${CHROMIUM}`) ??
-  (existsSync(`${UI_DIST}index.html`) ? undefined : "the built dashboard (npm run build)");
-
-/** axe-core's serious and critical violations on the page as it is now. */
-async function accessibilityViolations(page: Page): Promise<string[]> {
-  // Evaluated through the DevTools protocol, which the page's CSP does not govern.
-  await page.evaluate(await readFile(AXE, "utf8"));
-  const found = await page.evaluate<Array<{ id: string; impact: string | null; help: string; nodes: unknown[] }>>(
-    `axe.run(document, { resultTypes: ["violations"] }).then((r) => r.violations)`,
-  );
-  return found
-    .filter((v) => v.impact === "serious" || v.impact === "critical")
-    .map((v) => `${v.id} (${v.impact}): ${v.help} x${v.nodes.length}`);
-}
+const missing = gvisor.missing ?? dashboardMissing();
 
 describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, "the dashboard at /ui"), () => {
   let ts: TestServer;
@@ -69,27 +61,10 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
   );
 
   beforeAll(async () => {
-    await mkdir(ARTIFACTS, { recursive: true });
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-sync",
-        `--host-resolver-rules=MAP ${API_HOST} 127.0.0.1, MAP *.${API_HOST} 127.0.0.1`,
-      ],
-    });
+    browser = await launchDashboardBrowser("127.0.0.1");
     context = await browser.newContext({ acceptDownloads: true, viewport: { width: 1280, height: 800 } });
     page = await context.newPage();
-    page.on("pageerror", (err) => errors.push(String(err)));
-    // The refused keys' 401s are reported by Chromium as failed loads; anything else is a bug.
-    page.on("console", (msg) => {
-      if (msg.type() === "error" && !msg.text().startsWith("Failed to load resource")) errors.push(msg.text());
-    });
+    recordErrors(page, errors);
   });
 
   afterAll(async () => {
@@ -186,40 +161,131 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
     expect((await readFile(await download.path())).equals(bytes)).toBe(true);
   });
 
-  it("shows a held request in the approvals inbox as it arrives; approve and deny decide it", async () => {
-    await page.goto(`${ui}/ui/#/approvals`);
-    await page.getByText("Nothing is waiting for a decision.").waitFor();
-    const ask = (path: string) =>
-      ts.server.approvals.ask(
-        {
-          tenant: "default",
-          sandboxId: id,
-          conversationId: null,
-          kind: "http",
-          method: "POST",
-          host: "api.example.com",
-          path,
-          tool: null,
-          excerpt: '{"amount":42,"token":"[masked]"}',
-          rule: "sandbox#0",
-        },
-        new AbortController().signal,
-      );
-    const approved = ask("/v1/orders");
-    const card = page.locator("li.approval", { hasText: "POST api.example.com/v1/orders" });
-    await card.waitFor({ timeout: 30_000 });
-    await expect.poll(() => card.textContent()).toContain('"token":"[masked]"');
-    expect(await accessibilityViolations(page)).toEqual([]);
-    await shot("approvals");
-    await card.getByRole("button", { name: "Approve once" }).click();
-    expect((await approved).state).toBe("approved");
-    await card.waitFor({ state: "detached" });
+  it("sets the expiry from the sandbox page, opens its ports as signed links, shows its policy and audit", async () => {
+    await startBackgroundCommand(
+      ts.url,
+      id,
+      `node -e "require('http').createServer((q, s) => s.end('port-${PORT + 1}-ok')).listen(${PORT + 1})"`,
+    );
+    await pollUntil(
+      `port ${PORT + 1} listening in ${id}`,
+      async () =>
+        ((await api(ts.url, "GET", `/sandboxes/${id}/ports`)).json["ports"] as Array<{ port: number }>).some(
+          (p) => p.port === PORT + 1,
+        ),
+      60_000,
+    );
+    await page.goto(`${ui}/ui/#/sandbox/${id}`);
+    await page.getByRole("button", { name: "Refresh" }).click();
+    const [tab] = await Promise.all([
+      context.waitForEvent("page"),
+      page.getByRole("button", { name: `Open port ${PORT + 1}` }).click(),
+    ]);
+    // The new tab carries the link's token on the sandbox's preview host, not the session.
+    await expect.poll(() => tab.locator("body").textContent(), { timeout: 30_000 }).toBe(`port-${PORT + 1}-ok`);
+    expect(new URL(tab.url()).host).toBe(`${PORT + 1}-${id}.${DOMAIN}:${new URL(ui).port}`);
+    await tab.close();
 
-    const denied = ask("/v1/refunds");
-    const second = page.locator("li.approval", { hasText: "POST api.example.com/v1/refunds" });
-    await second.getByLabel("Reason").fill("not today");
-    await second.getByRole("button", { name: "Deny" }).click();
-    expect(await denied).toMatchObject({ state: "denied", reason: "not today" });
+    await page.getByLabel("Expire in (hours)").selectOption("4");
+    const asked = Date.now();
+    await page.getByRole("button", { name: "Set expiry" }).click();
+    await expect
+      .poll(async () => Date.parse(String((await api(ts.url, "GET", `/sandboxes/${id}`)).json["expires_at"])) - asked)
+      .toBeGreaterThan(4 * 3600_000 - 60_000);
+    const shown = await page.locator('[data-fact="expires"]').textContent();
+    expect(shown).toBe((await api(ts.url, "GET", `/sandboxes/${id}`)).json["expires_at"]);
+    // This server runs without networking: no host policy, no egress decisions.
+    await page.getByText("No host policy: its HTTP(S) goes out directly.").waitFor();
+    await page.getByText("No egress decisions yet.").waitFor();
+    // gVisor sleeps by itself when idle: no pause button that would fail.
+    expect(await page.getByRole("button", { name: "Pause" }).count()).toBe(0);
+    expect(await accessibilityViolations(page)).toEqual([]);
+  });
+
+  it("a link from `bothy ui-link` signs a browser in once with no key in a URL or log; used, revoked or minted by a session: refused", async () => {
+    const minted = await api(ts.url, "POST", "/keys", { name: "linked", scopes: ["sandboxes:read"] });
+    const { key, key_id: keyId } = minted.json as { key: string; key_id: string };
+    const uiLink = async (): Promise<string> => {
+      const { stdout } = await pexec(process.execPath, [BOTHY, "ui-link", "--url", ts.url, "--api-key", key]);
+      const printed = stdout.trim();
+      expect(printed).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/ui\/#link=[A-Za-z0-9_-]{43}$/);
+      // The viewer's browser knows the server by its name.
+      return printed.replace(ts.url, ui);
+    };
+    const link = await uiLink();
+    const viewer = await browser.newContext();
+    try {
+      const open = async (url: string): Promise<Page> => {
+        const view = await viewer.newPage();
+        recordErrors(view, errors);
+        await view.goto(url);
+        return view;
+      };
+      const first = await open(link);
+      await first.locator(`tr[data-sandbox="${id}"]`).waitFor();
+      // The token left the address bar and the history at once.
+      expect(first.url()).toBe(`${ui}/ui/#/sandboxes`);
+      expect((await viewer.cookies(ui)).map((c) => c.name)).toEqual(["bothy_session"]);
+      await viewer.clearCookies();
+
+      // Used once: the same link signs nobody in again.
+      const again = await open(link);
+      await expect.poll(() => again.getByRole("alert").textContent()).toContain("sign-in link is not valid");
+      await again.getByLabel("API key").waitFor();
+      expect(await viewer.cookies(ui)).toEqual([]);
+
+      // Made before its key was revoked: refused.
+      const second = await uiLink();
+      expect((await api(ts.url, "DELETE", `/keys/${keyId}`)).status).toBe(200);
+      const revoked = await open(second);
+      await expect.poll(() => revoked.getByRole("alert").textContent()).toContain("sign-in link is not valid");
+      expect(await viewer.cookies(ui)).toEqual([]);
+
+      // A page running with the admin's dashboard session cannot mint a link (one would outlive the session).
+      await page.goto(`${ui}/ui/#/sandboxes`);
+      await page.getByRole("heading", { name: "Sandboxes" }).waitFor();
+      const asked = await page.evaluate(async () => {
+        const who = await (await fetch("/ui/session", { headers: { "x-csrf-token": "fetch" } })).json();
+        const res = await fetch("/ui/links", {
+          method: "POST",
+          headers: { "content-type": "application/json", "x-csrf-token": (who as { csrf_token: string }).csrf_token },
+          body: "{}",
+        });
+        return { status: res.status, code: ((await res.json()) as { code: string }).code };
+      });
+      expect(asked).toEqual({ status: 403, code: "scope_missing" });
+      // Neither the key nor a link's token reached the server's log.
+      const log = await readFile(ts.logPath, "utf8");
+      for (const secret of [key, link.split("#link=")[1]!, second.split("#link=")[1]!])
+        expect(log).not.toContain(secret);
+    } finally {
+      await viewer.close();
+    }
+  });
+
+  it("the Keys page creates a key shown once, lists it and revokes it", async () => {
+    await page.goto(`${ui}/ui/#/keys`);
+    await page.getByRole("heading", { name: "Keys" }).waitFor();
+    await page.getByLabel("Name").fill("from-the-page");
+    await page.getByRole("checkbox", { name: "sandboxes:read" }).check();
+    await page.getByRole("button", { name: "Create key" }).click();
+    const shown = (await page.getByRole("status").locator("output").textContent()) ?? "";
+    expect(shown).toMatch(/^bothy_/);
+    const as = { authorization: `Bearer ${shown}` };
+    expect((await api(ts.url, "GET", "/sandboxes", undefined, as)).status).toBe(200);
+    expect(await accessibilityViolations(page)).toEqual([]);
+    await shot("keys");
+    await page.getByRole("button", { name: "Done" }).click();
+    // Shown once: gone from the page, and no answer of the list holds it.
+    expect(await page.content()).not.toContain(shown);
+    await page.getByRole("button", { name: "Revoke from-the-page" }).click();
+    await expect.poll(async () => (await api(ts.url, "GET", "/sandboxes", undefined, as)).status).toBe(401);
+    const listed = (await api(ts.url, "GET", "/keys")).json["keys"] as Array<{
+      name: string;
+      revoked_at: string | null;
+    }>;
+    expect(listed.find((k) => k.name === "from-the-page")?.revoked_at).not.toBeNull();
+    expect(JSON.stringify(listed)).not.toContain(shown);
   });
 
   it("a read-only key sees no buttons that would fail; its revocation ends the session", async () => {
@@ -234,6 +300,16 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
       await view.locator(`tr[data-sandbox="${id}"]`).waitFor();
       expect(await view.getByRole("button", { name: "Create sandbox" }).count()).toBe(0);
       expect(await view.getByRole("button", { name: /^Delete / }).count()).toBe(0);
+      // No Keys page for a key without keys:manage: not in the navigation, and its address shows the list.
+      expect(await view.getByRole("link", { name: "Keys" }).count()).toBe(0);
+      await view.goto(`${ui}/ui/#/keys`);
+      await view.getByRole("heading", { name: "Sandboxes" }).waitFor();
+      expect(await view.getByRole("button", { name: /^Revoke / }).count()).toBe(0);
+      await view.goto(`${ui}/ui/#/sandbox/${id}`);
+      await view.getByRole("heading", { name: "Audit" }).waitFor();
+      await view.getByText(`Port ${PORT + 1}`).waitFor();
+      for (const name of ["Set expiry", "Pause", "Resume", `Open port ${PORT + 1}`])
+        expect(await view.getByRole("button", { name }).count()).toBe(0);
 
       expect((await api(ts.url, "DELETE", `/keys/${keyId}`)).status).toBe(200);
       await view.reload();

@@ -8,10 +8,12 @@ import { useEffect, useState } from "preact/hooks";
 import { ApiError, getJson, sendJson, useSession } from "./api.ts";
 import { closeEvents } from "./events.ts";
 import { ApprovalsPage } from "./pages/approvals.tsx";
+import { KeysPage } from "./pages/keys.tsx";
 import { SandboxPage } from "./pages/sandbox.tsx";
 import { SandboxesPage } from "./pages/sandboxes.tsx";
 import { SignInPage } from "./pages/sign-in.tsx";
 import { href, useRoute, type Route } from "./router.ts";
+import { signIn, takeLinkToken } from "./sign-in-flow.ts";
 import { canOf, type Can } from "./scopes.ts";
 
 export interface PageProps {
@@ -20,33 +22,48 @@ export interface PageProps {
   can: Can;
 }
 
-const PAGES: Record<string, { title: string; page: ComponentType<PageProps>; nav?: boolean }> = {
+/** `needs`: the scope without which the page is neither in the navigation nor shown (its calls would fail). */
+const PAGES: Record<
+  string,
+  { title: string; page: ComponentType<PageProps>; nav?: boolean; needs?: UiSessionInfo["scopes"][number] }
+> = {
   sandboxes: { title: "Sandboxes", page: SandboxesPage, nav: true },
   sandbox: { title: "Sandbox", page: SandboxPage },
   approvals: { title: "Approvals", page: ApprovalsPage, nav: true },
+  keys: { title: "Keys", page: KeysPage, nav: true, needs: "keys:manage" },
 };
 
 export function App() {
+  // Taken before the route is read, so the link's token is never a route nor left in the address bar.
+  const [token] = useState(takeLinkToken);
   const route = useRoute();
   const [session, setSession] = useState<UiSessionInfo | null | undefined>(undefined);
+  const [linkError, setLinkError] = useState<string | null>(null);
   useEffect(() => {
-    getJson<UiSessionInfo>("/ui/session")
+    // Opened from a sign-in link: its token becomes the session (once); else the cookie's session, if any.
+    const start = token === undefined ? getJson<UiSessionInfo>("/ui/session") : signIn({ link: token });
+    start
       .then((s) => {
         useSession(s);
         setSession(s);
       })
       .catch((err: unknown) => {
-        if (!(err instanceof ApiError) || err.status !== 401) console.warn(err);
+        if (token !== undefined) setLinkError(err instanceof ApiError ? err.message : String(err));
+        else if (!(err instanceof ApiError) || err.status !== 401) console.warn(err);
         setSession(null);
       });
-  }, []);
+  }, [token]);
 
-  const entry = PAGES[route.page] ?? PAGES["sandboxes"]!;
+  const can = session ? canOf(session) : () => false;
+  const allowed = (p: (typeof PAGES)[string]): boolean => p.needs === undefined || can(p.needs);
+  const named = PAGES[route.page];
+  const entry = named && allowed(named) ? named : PAGES["sandboxes"]!;
   useTitle(session ? entry.title : "Sign in");
   if (session === undefined) return <main class="loading">Loading…</main>;
   if (session === null)
     return (
       <SignInPage
+        initialError={linkError}
         onSignedIn={(s) => {
           useSession(s);
           setSession(s);
@@ -69,7 +86,7 @@ export function App() {
         </a>
         <nav aria-label="Main">
           {Object.entries(PAGES)
-            .filter(([, p]) => p.nav)
+            .filter(([, p]) => p.nav && allowed(p))
             .map(([name, p]) => (
               <a key={name} href={href(name)} aria-current={route.page === name ? "page" : undefined}>
                 {p.title}
@@ -86,7 +103,7 @@ export function App() {
         )}
       </header>
       <main>
-        <Page route={route} session={session} can={canOf(session)} />
+        <Page route={route} session={session} can={can} />
       </main>
     </>
   );

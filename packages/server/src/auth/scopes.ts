@@ -23,6 +23,8 @@ export function requirementOf(method: string, url: string | undefined, websocket
   if (url === "/healthz" || url === "/openapi.json") return "public";
   // The dashboard's files, and its sign-in, which takes the key in its body.
   if (url === "/ui/session") return method === "POST" ? "public" : "key";
+  // A sign-in link is minted by any key, for itself (api/ui-session-routes.ts).
+  if (url === "/ui/links") return "key";
   if (url === "/ui" || url.startsWith("/ui/")) return "public";
   // envd calls carry the sandbox's own access token instead (checked by the envd routes), and
   // the e2b SDK's signed file URLs a signature made with it.

@@ -1,9 +1,16 @@
-/** One sandbox: its facts, a live terminal and its files. */
+/**
+ * One sandbox: its facts and lifecycle buttons, a live terminal, its files, its ports as links, its
+ * effective policy and its audit.
+ */
 import type { SandboxInfo } from "@bothy/protocol";
 import { useEffect, useState } from "preact/hooks";
 import { ApiError, getJson } from "../api.ts";
 import type { PageProps } from "../app.tsx";
+import { AuditLog } from "../components/audit-log.tsx";
 import { FileBrowser } from "../components/file-browser.tsx";
+import { PolicyView } from "../components/policy-view.tsx";
+import { PortLinks } from "../components/port-links.tsx";
+import { SandboxControls } from "../components/sandbox-controls.tsx";
 import { TerminalView } from "../components/terminal.tsx";
 import { onEvents } from "../events.ts";
 import { href } from "../router.ts";
@@ -45,10 +52,14 @@ export function SandboxPage({ route, can }: PageProps) {
           {info.vcpu} vCPU · {info.memory_mib} MiB
         </dd>
         <dt>Expires</dt>
-        <dd>{info.expires_at ?? "never"}</dd>
+        <dd data-fact="expires">{info.expires_at ?? "never"}</dd>
       </dl>
+      {can("sandboxes:write") && <SandboxControls info={info} onChanged={setInfo} />}
       {info.state === "running" && can("sandboxes:write") && <TerminalView sandboxId={id} writable />}
       {info.state === "running" && can("files") && <FileBrowser sandboxId={id} writable={can("files")} />}
+      {info.state === "running" && <PortLinks sandboxId={id} writable={can("sandboxes:write")} />}
+      <PolicyView info={info} />
+      <AuditLog sandboxId={id} />
     </>
   );
 }

@@ -83,6 +83,7 @@ export function SandboxesPage({ can }: PageProps) {
             <th scope="col">Template</th>
             <th scope="col">Driver</th>
             <th scope="col">Size</th>
+            <th scope="col">Metadata</th>
             <th scope="col">Age</th>
             <th scope="col">Expires in</th>
             {writable && <th scope="col">Actions</th>}
@@ -101,6 +102,11 @@ export function SandboxesPage({ can }: PageProps) {
               <td>{s.driver}</td>
               <td>
                 {s.vcpu} vCPU · {s.memory_mib} MiB
+              </td>
+              <td class="meta-cell">
+                {Object.entries(s.metadata)
+                  .map(([k, v]) => (v === "" ? k : `${k}=${v}`))
+                  .join(" ")}
               </td>
               <td>{span(now - Date.parse(s.created_at))}</td>
               <td>{s.expires_at === null ? "never" : span(Date.parse(s.expires_at) - now)}</td>

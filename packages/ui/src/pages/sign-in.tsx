@@ -1,18 +1,28 @@
-/** Sign-in: an API key pasted once becomes a session cookie the page cannot read (POST /ui/session). */
+/**
+ * Sign-in: an API key pasted once becomes a session cookie the page cannot read (POST /ui/session).
+ * A refused sign-in link (`bothy ui-link`) arrives here with the server's words in `initialError`.
+ */
 import type { UiSessionInfo } from "@bothy/protocol";
 import { useState } from "preact/hooks";
-import { ApiError, sendJson } from "../api.ts";
+import { ApiError } from "../api.ts";
+import { signIn } from "../sign-in-flow.ts";
 
-export function SignInPage({ onSignedIn }: { onSignedIn: (session: UiSessionInfo) => void }) {
+export function SignInPage({
+  onSignedIn,
+  initialError = null,
+}: {
+  onSignedIn: (session: UiSessionInfo) => void;
+  initialError?: string | null;
+}) {
   const [key, setKey] = useState("");
-  const [error, setError] = useState<string | null>(null);
+  const [error, setError] = useState<string | null>(initialError);
   const [busy, setBusy] = useState(false);
   const submit = async (ev: Event): Promise<void> => {
     ev.preventDefault();
     setBusy(true);
     setError(null);
     try {
-      onSignedIn(await sendJson<UiSessionInfo>("POST", "/ui/session", { key: key.trim() }));
+      onSignedIn(await signIn({ key: key.trim() }));
     } catch (err) {
       setError(err instanceof ApiError ? err.message : String(err));
     } finally {
