@@ -37,7 +37,12 @@ const createBody = z.object({
   allow_internet_access: z.boolean().optional(),
   // Accepted because every bothy sandbox is secured with an access token.
   secure: z.boolean().optional(),
-  autoPause: z.literal(false, "autoPause is not supported by bothy yet").optional(),
+  // lifecycle.onTimeout "pause": asleep at the timeout instead of killed (bothy's on_timeout sleep).
+  autoPause: z.boolean().optional(),
+  // Accepted: bothy's sleep keeps memory where the driver can (QEMU) and never can on gVisor.
+  autoPauseMemory: z.boolean().optional(),
+  // lifecycle.autoResume: traffic wakes a sandbox paused by its timeout or by pause (else only connect).
+  autoResume: z.object({ enabled: z.boolean() }).optional(),
   // E2B mounts are read-write; bothy's one-writer rule applies (a second is refused).
   volumeMounts: z.array(z.object({ name: z.string(), path: z.string() })).optional(),
 });
@@ -64,7 +69,7 @@ const listQuery = z.object({
 
 type Params = { Params: { id: string } };
 
-/** bothy's states as E2B's two: dormant sandboxes read as paused (any envd call wakes them). */
+/** bothy's states as E2B's two: dormant sandboxes read as paused (an envd call wakes them unless only connect may). */
 function e2bState(info: SandboxInfo): "running" | "paused" | undefined {
   if (info.state === "running") return "running";
   if (isIn("dormant", info.state)) return "paused";
@@ -158,6 +163,9 @@ export function controlPlaneRoutes(
       {
         template: TEMPLATE_ALIASES[templateID] ?? templateID,
         timeout_s: body.timeout ?? E2B_DEFAULT_TIMEOUT_S,
+        on_timeout: body.autoPause === true ? "sleep" : "delete",
+        // E2B's default: a paused sandbox waits for Sandbox.connect.
+        auto_wake: body.autoResume?.enabled ?? false,
         ...(body.metadata ? { metadata: body.metadata } : {}),
         ...(body.allow_internet_access === false ? { internet: false } : {}),
         ...(body.volumeMounts?.length
@@ -175,7 +183,7 @@ export function controlPlaneRoutes(
   app.post<Params>("/v2/sandboxes/:id/connect", async (request, reply) => {
     const body = parse(connectBody, request.body, "POST /v2/sandboxes/{id}/connect");
     const info = visible(request.params.id);
-    if (info.e2bState !== "running") await manager.ensureRunning(info.sandbox_id);
+    if (info.e2bState !== "running") await manager.ensureRunning(info.sandbox_id, "resume");
     if (body.timeout !== undefined) {
       const current = manager.info(info.sandbox_id).expires_at;
       if (current === null || Date.parse(current) < Date.now() + body.timeout * 1000)
@@ -226,7 +234,7 @@ export function controlPlaneRoutes(
         : {}),
       domain,
       allowInternetAccess: info.network?.internet ?? false,
-      lifecycle: { onTimeout: "kill", autoResume: false },
+      lifecycle: { onTimeout: info.on_timeout === "sleep" ? "pause" : "kill", autoResume: info.auto_wake ?? true },
     };
   });
 
