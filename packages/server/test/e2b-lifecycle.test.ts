@@ -10,6 +10,7 @@
  * a clock; the sweeper (every second here) then acts on it, and tests poll for the result.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ConflictError, Sandbox as BothySandbox } from "@bothy/sdk";
 import { Sandbox, SandboxError } from "e2b";
 import { ANONYMOUS } from "../../../test/auth.ts";
 import { api, pollUntil, runCommand } from "./helpers/client.ts";
@@ -212,6 +213,23 @@ describe("sleep at the timeout and wake on the next call (e2b SDK 2.51 and bothy
         expect((await runCommand(ts.wsUrl, id, { cmd: "cat /workspace/f" })).stdout).toBe("data\n");
       } finally {
         await api(ts.url, "DELETE", `/sandboxes/${id}`);
+      }
+    });
+
+    it("@bothy/sdk: onTimeout and autoWake; a refused call is a ConflictError sandbox_asleep, resume wakes it", async () => {
+      const sbx = await BothySandbox.create({ baseUrl: ts.url, timeoutS: 600, onTimeout: "sleep", autoWake: false });
+      try {
+        expect(sbx.info).toMatchObject({ on_timeout: "sleep", auto_wake: false });
+        await sbx.files.write("/workspace/n", "sdk");
+        expireNow(sbx.sandboxId);
+        await waitAsleep(sbx.sandboxId);
+        const err = await sbx.commands.run("true").catch((e: unknown) => e);
+        expect(err).toBeInstanceOf(ConflictError);
+        expect((err as ConflictError).code).toBe("sandbox_asleep");
+        expect((await sbx.resume()).state).toBe("running");
+        expect(await sbx.files.read("/workspace/n")).toBe("sdk");
+      } finally {
+        await sbx.kill();
       }
     });
 
