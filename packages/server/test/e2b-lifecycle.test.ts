@@ -157,6 +157,24 @@ describe("sleep at the timeout and wake on the next call (e2b SDK 2.51 and bothy
     }
   });
 
+  it("pause({keepMemory: false}) on gVisor keeps the files; calls wait for connect; pause() with memory is 501", async () => {
+    const sbx = await Sandbox.create("base", { timeoutMs: 600_000 });
+    try {
+      await sbx.files.write("kept.txt", "files only");
+      const withMemory = await sbx.pause().catch((e: unknown) => e);
+      expect((withMemory as Error).message).toMatch(/^501: .*keepMemory: false/);
+      expect(await sbx.pause({ keepMemory: false })).toBe(true);
+      expect(await sbx.pause({ keepMemory: false })).toBe(false);
+      expect((await sbx.getInfo()).state).toBe("paused");
+      await expect(sbx.commands.run("true")).rejects.toBeInstanceOf(SandboxError);
+      expect(row(sbx.sandboxId).state).toBe("stopped");
+      const resumed = await Sandbox.connect(sbx.sandboxId);
+      expect(await resumed.files.read("kept.txt")).toBe("files only");
+    } finally {
+      await sbx.kill();
+    }
+  });
+
   it("a sandbox without onTimeout pause is still deleted at its timeout", async () => {
     const sbx = await Sandbox.create("base", { timeoutMs: 600_000 });
     expect((await sbx.getInfo()).lifecycle).toEqual({ onTimeout: "kill", autoResume: false });

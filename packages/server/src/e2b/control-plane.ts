@@ -49,7 +49,7 @@ const createBody = z.object({
 
 const timeoutBody = z.object({ timeout: z.number().int() });
 const connectBody = z.object({ timeout: z.number().int().optional(), memory: z.boolean().optional() });
-// bothy's pause always keeps memory (QEMU saves it); `memory` is accepted for E2B's clients.
+// QEMU always keeps memory; `memory: false` lets gVisor, which cannot, pause with its files only.
 const pauseBody = z.object({ memory: z.boolean().optional() });
 const metricsQuery = z.object({
   start: z.coerce.number().int().optional(),
@@ -238,12 +238,15 @@ export function controlPlaneRoutes(
     };
   });
 
-  /** QEMU saves the VM's memory; gVisor cannot (bothy's 501 not_supported, as E2B's error body). */
+  /**
+   * QEMU saves the VM's memory; gVisor cannot (bothy's 501 not_supported, as E2B's error body),
+   * but pauses with its files only for `pause({keepMemory: false})`.
+   */
   app.post<Params>("/sandboxes/:id/pause", async (request, reply) => {
-    parse(pauseBody, request.body, "POST /sandboxes/{id}/pause");
+    const body = parse(pauseBody, request.body, "POST /sandboxes/{id}/pause");
     const info = visible(request.params.id);
     if (info.e2bState === "paused") throw new E2bHttpError(409, `Sandbox ${info.sandbox_id} is already paused`);
-    await manager.pause(info.sandbox_id);
+    await manager.pause(info.sandbox_id, body.memory === undefined ? {} : { memory: body.memory });
     return reply.code(204).send();
   });
 

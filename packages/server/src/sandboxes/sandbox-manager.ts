@@ -158,10 +158,11 @@ export class SandboxManager {
 
   /**
    * Saves a sandbox's memory to disk and stops its VM (QEMU only). Its files and background
-   * processes come back with `resume`; commands attached at the time end.
+   * processes come back with `resume`; commands attached at the time end. `memory: false` lets a
+   * driver that cannot keep memory (gVisor) stop it with its files kept instead.
    */
-  pause(id: string): Promise<SandboxInfo> {
-    return this.sleepWake.pause(id);
+  pause(id: string, how: { memory?: boolean } = {}): Promise<SandboxInfo> {
+    return this.sleepWake.pause(id, how);
   }
 
   /**

@@ -33,17 +33,29 @@ export class SleepWake {
 
   /**
    * Saves a sandbox's memory to disk and stops its VM (QEMU only). Its files and background
-   * processes come back with `resume`; commands attached at the time end.
+   * processes come back with `resume`; commands attached at the time end. `memory: false` (E2B's
+   * `pause({keepMemory: false})`) on a driver that cannot keep memory (gVisor) stops it with its
+   * disk kept instead, as its sleep does: files come back, processes do not.
    */
-  pause(id: string): Promise<SandboxInfo> {
+  pause(id: string, how: { memory?: boolean } = {}): Promise<SandboxInfo> {
     const step = async (booted: BootedSandbox, move: Move): Promise<void> => {
       if (this.ctx.info(id).state === "paused") return;
-      if (!booted.handle.pause)
+      if (booted.handle.pause) await this.pauseHeld(id, booted, move);
+      else if (how.memory === false) {
+        const stopped = await this.held.stopOnPurpose(
+          id,
+          booted,
+          move,
+          "Paused with its files only; a resume (or a call, unless auto_wake is false) starts it again.",
+          new BothyError("sandbox_not_running", "The sandbox was paused."),
+        );
+        if (!stopped) return;
+        this.ctx.log("sandbox_paused", { sandbox_id: id });
+      } else
         throw new BothyError(
           "not_supported",
-          `The ${this.ctx.info(id).driver} driver cannot pause sandboxes; create the sandbox with "driver": "qemu" to use pause.`,
+          `The ${this.ctx.info(id).driver} driver cannot keep a sandbox's memory; pause it with its files only (E2B: pause({keepMemory: false})), or create it with "driver": "qemu".`,
         );
-      await this.pauseHeld(id, booted, move);
       this.ctx.ledger.lifecycle.setAsleepBy(id, "pause");
     };
     // Paused with no VM (a restart came between the pause and now): nothing to pause, unless a
