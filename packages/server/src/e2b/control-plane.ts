@@ -45,6 +45,15 @@ const createBody = z.object({
   autoResume: z.object({ enabled: z.boolean() }).optional(),
   // E2B mounts are read-write; bothy's one-writer rule applies (a second is refused).
   volumeMounts: z.array(z.object({ name: z.string(), path: z.string() })).optional(),
+  // Not served, and refused rather than dropped: a sandbox made without the egress rules or the
+  // identity its caller asked for would run with more reach than the caller meant it to have.
+  network: z
+    .undefined(
+      "network is not served by bothy's E2B surface yet: use allow_internet_access (false: no egress), or bothy's own API (allow_out, deny_out, host policies)",
+    )
+    .optional(),
+  mcp: z.undefined("mcp is not served by bothy").optional(),
+  iam: z.undefined("iam is not served by bothy").optional(),
 });
 
 const timeoutBody = z.object({ timeout: z.number().int() });
