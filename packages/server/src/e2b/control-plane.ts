@@ -1,6 +1,6 @@
 import type { FastifyInstance } from "fastify";
 import { z } from "zod";
-import { BothyError, type SandboxInfo } from "@bothy/protocol";
+import { BothyError, SNAPSHOT_ID_RE, type SandboxInfo } from "@bothy/protocol";
 import { principalOf } from "../auth/auth-hooks.ts";
 import type { Principal } from "../auth/key-ring.ts";
 import { hasScope } from "../auth/scopes.ts";
@@ -131,6 +131,25 @@ function decodeToken(token: string): [string, string] {
   return parsed.data;
 }
 
+/**
+ * What create, connect and fork answer: how to reach the sandbox's envd, with tokens bound to the
+ * calling key (those routes need sandboxes:write, which is what the tokens let one do).
+ */
+export function connectionShape(
+  tokens: AccessTokens,
+  domain: string | null,
+): (info: SandboxInfo, principal: Principal) => Record<string, unknown> {
+  return (info, principal) => ({
+    sandboxID: info.sandbox_id,
+    templateID: info.template,
+    clientID: "bothy",
+    envdVersion: ENVD_VERSION,
+    envdAccessToken: tokens.tokenFor(info.sandbox_id, principal),
+    trafficAccessToken: tokens.trafficTokenFor(info.sandbox_id, principal),
+    domain,
+  });
+}
+
 /** E2B's control plane (`/e2b/...`): each call maps onto bothy's SandboxManager. */
 export function controlPlaneRoutes(
   app: FastifyInstance,
@@ -141,19 +160,7 @@ export function controlPlaneRoutes(
   domain: string | null,
 ): void {
   const { manager, ledger, quotas } = deps;
-  /**
-   * What create and connect answer: how to reach the sandbox's envd, with tokens bound to the
-   * calling key (both routes need sandboxes:write, which is what the tokens let one do).
-   */
-  const connection = (info: SandboxInfo, principal: Principal): Record<string, unknown> => ({
-    sandboxID: info.sandbox_id,
-    templateID: info.template,
-    clientID: "bothy",
-    envdVersion: ENVD_VERSION,
-    envdAccessToken: tokens.tokenFor(info.sandbox_id, principal),
-    trafficAccessToken: tokens.trafficTokenFor(info.sandbox_id, principal),
-    domain,
-  });
+  const connection = connectionShape(tokens, domain);
 
   /** A sandbox E2B can see: gone (deleted, failed) or still being made is E2B's 404. */
   const visible = (id: string): SandboxInfo & { e2bState: "running" | "paused" } => {
@@ -170,7 +177,10 @@ export function controlPlaneRoutes(
     const templateID = body.templateID ?? "base";
     const { sandbox } = await manager.create(
       {
-        template: TEMPLATE_ALIASES[templateID] ?? templateID,
+        // Sandbox.create(snapshotId): a snapshot of the tenant, on its own template.
+        ...(SNAPSHOT_ID_RE.test(templateID)
+          ? { snapshot: templateID }
+          : { template: TEMPLATE_ALIASES[templateID] ?? templateID }),
         timeout_s: body.timeout ?? E2B_DEFAULT_TIMEOUT_S,
         on_timeout: body.autoPause === true ? "sleep" : "delete",
         // E2B's default: a paused sandbox waits for Sandbox.connect.
