@@ -60,6 +60,10 @@ export const sandboxMetadata = z
   )
   .refine((m) => Object.keys(m).length <= MAX_METADATA_KEYS, `at most ${MAX_METADATA_KEYS} metadata keys`);
 
+/** What a sandbox's timeout does to it. */
+export const onTimeout = z.enum(["delete", "sleep"]);
+export type OnTimeout = z.infer<typeof onTimeout>;
+
 export const createSandboxRequest = z
   .object({
     template: z.string().default("seed"),
@@ -73,6 +77,17 @@ export const createSandboxRequest = z
     driver: z.enum(DRIVER_NAMES).optional(),
     /** Seconds from when it runs until the sweeper deletes it; omitted: BOTHY_DEFAULT_TIMEOUT_S. Range checked by the server. */
     timeout_s: z.number().int().optional(),
+    /**
+     * What its timeout does: `delete` (the default), or `sleep`: stopped with its disk kept (gVisor)
+     * or paused with its memory (QEMU), then deleted once BOTHY_SLEEP_RETENTION_S more have passed.
+     */
+    on_timeout: onTimeout.optional(),
+    /**
+     * Whether a call (a command, a file call, a port request, an E2B envd call) wakes it after its
+     * timeout or a pause put it to sleep; default true. With false such a call is refused with 409
+     * `sandbox_asleep` until `POST /sandboxes/{id}/resume` wakes it.
+     */
+    auto_wake: z.boolean().optional(),
     /** Delete it when its last WebSocket drops without a clean close and none comes back in time. */
     delete_on_disconnect: z.boolean().optional(),
     /** That grace period in seconds; omitted: BOTHY_DISCONNECT_GRACE_S. */
@@ -126,6 +141,10 @@ export const sandboxInfo = z.object({
   /** When the sweeper deletes it (ISO time); null for sandboxes made before timeouts existed. */
   expires_at: z.string().nullable(),
   delete_on_disconnect: z.boolean(),
+  /** What its timeout does (`sleep`: expires_at is then, once asleep, its final deadline). */
+  on_timeout: onTimeout.optional(),
+  /** Whether a call wakes it from a sleep its timeout or a pause began (else only resume does). */
+  auto_wake: z.boolean().optional(),
   /** Null for sandboxes made before network policies existed. */
   network: networkPolicy.nullable().optional(),
   /** The host and tool policy in force (its tenant's rules, then its own); null: none, its HTTP(S) goes out directly. */

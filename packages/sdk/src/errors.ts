@@ -67,6 +67,7 @@ const BY_CODE: Partial<Record<ErrorCode, ErrorClass>> = {
   route_not_found: NotFoundError,
   template_not_built: ConflictError,
   sandbox_not_running: ConflictError,
+  sandbox_asleep: ConflictError,
   idempotency_key_reused: ConflictError,
   idempotency_key_in_flight: ConflictError,
   file_exists: ConflictError,

@@ -12,6 +12,7 @@ import {
   type AUDIT_EVENT_TYPES,
   type DriverName,
   type HostPolicyRequest,
+  type OnTimeout,
   type SandboxInfo,
   type SandboxState,
   type SnapshotInfo,
@@ -47,6 +48,17 @@ export interface SandboxCreateOptions extends SandboxOptions {
   maxProcesses?: number;
   /** Seconds from when it runs until the server deletes it (default: the server's, 1 h). */
   timeoutS?: number;
+  /**
+   * What its timeout does: `delete` (default) or `sleep`: asleep (gVisor: files kept, processes
+   * ended; QEMU: memory kept) until a call or `resume` wakes it with its timeout again, and
+   * deleted after the server's BOTHY_SLEEP_RETENTION_S (30 days) asleep.
+   */
+  onTimeout?: OnTimeout;
+  /**
+   * Whether a call (command, file, port) wakes it after its timeout or `pause` put it to sleep
+   * (default true). With false such calls throw ConflictError (`sandbox_asleep`) until `resume`.
+   */
+  autoWake?: boolean;
   /** gvisor or qemu (default: the server's BOTHY_DRIVER). */
   driver?: DriverName;
   /** The same key with the same options answers the same sandbox instead of booting another. */
@@ -126,6 +138,8 @@ export class Sandbox {
       ...(options.diskMib === undefined ? {} : { disk_mib: options.diskMib }),
       ...(options.maxProcesses === undefined ? {} : { max_processes: options.maxProcesses }),
       ...(options.timeoutS === undefined ? {} : { timeout_s: options.timeoutS }),
+      ...(options.onTimeout === undefined ? {} : { on_timeout: options.onTimeout }),
+      ...(options.autoWake === undefined ? {} : { auto_wake: options.autoWake }),
       ...(options.driver === undefined ? {} : { driver: options.driver }),
       ...(options.deleteOnDisconnect === undefined ? {} : { delete_on_disconnect: options.deleteOnDisconnect }),
       ...(options.disconnectGraceS === undefined ? {} : { disconnect_grace_s: options.disconnectGraceS }),
@@ -265,7 +279,7 @@ export class Sandbox {
     return { snapshot: result.snapshot, sandboxes: result.sandboxes.map((info) => new Sandbox(this.http, info)) };
   }
 
-  /** Resumes a paused sandbox (commands and file calls also resume it on their own). */
+  /** Resumes a paused or sleeping sandbox (calls also wake it on their own, unless it was made with `autoWake: false`). */
   async resume(options: CallOptions = {}): Promise<SandboxInfo> {
     return this.update(this.http.json("POST", `/sandboxes/${this.sandboxId}/resume`, sandboxInfo, signalOf(options)));
   }

@@ -91,6 +91,11 @@ const envSchema = z.object({
   /** Sandbox lifetime when a create names none, and the most a create or POST /timeout may ask. */
   BOTHY_DEFAULT_TIMEOUT_S: int(3600),
   BOTHY_MAX_TIMEOUT_S: int(86400),
+  /**
+   * How long a sandbox its timeout put to sleep (`on_timeout: "sleep"`) is kept asleep before it
+   * is deleted; 30 days, E2B's retention of paused sandboxes.
+   */
+  BOTHY_SLEEP_RETENTION_S: int(2_592_000),
   /** How long a delete_on_disconnect sandbox waits for its client to come back. */
   BOTHY_DISCONNECT_GRACE_S: z.coerce.number().int().min(0).max(3600).default(10),
   /** How often the sweeper deletes expired sandboxes, checks deaths and removes orphans. */
@@ -201,6 +206,8 @@ export interface Config {
   lifecycle: {
     defaultTimeoutS: number;
     maxTimeoutS: number;
+    /** BOTHY_SLEEP_RETENTION_S: a sandbox asleep after its timeout is deleted this long after. */
+    sleepRetentionS: number;
     disconnectGraceS: number;
     sweepIntervalMs: number;
     idleTimeoutMs: number;
@@ -289,6 +296,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     lifecycle: {
       defaultTimeoutS: e.BOTHY_DEFAULT_TIMEOUT_S,
       maxTimeoutS: e.BOTHY_MAX_TIMEOUT_S,
+      sleepRetentionS: e.BOTHY_SLEEP_RETENTION_S,
       disconnectGraceS: e.BOTHY_DISCONNECT_GRACE_S,
       sweepIntervalMs: e.BOTHY_SWEEP_INTERVAL_S * 1000,
       idleTimeoutMs: e.BOTHY_IDLE_TIMEOUT_S * 1000,

@@ -396,6 +396,7 @@ export async function startServer(
     streams,
     links,
     volumes,
+    snapshots,
   });
   uiSessionRoutes(app, { ring, sessions, links: uiLinks, previewDomain: config.previewDomain, secureCookies });
   uiRoutes(app);

@@ -77,6 +77,14 @@ describe("E2B compatibility (e2b SDK 2.51, gVisor)", () => {
   }
 
   describe("control plane", () => {
+    it("refuses network rules it cannot apply instead of making a sandbox without them", async () => {
+      const before = await Sandbox.list().nextItems();
+      const refused = await Sandbox.create("base", { network: { denyOut: ["10.0.0.0/8"] } }).catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(SandboxError);
+      expect((refused as Error).message).toMatch(/^400: .*network is not served.*allow_internet_access/);
+      expect((await Sandbox.list().nextItems()).length).toBe(before.length);
+    });
+
     it("creates with timeout and metadata; getInfo shows them", async () => {
       await withSandbox({ timeoutMs: 120_000, metadata: { suite: "e2b", case: "info" } }, async (sbx) => {
         expect(sbx.sandboxId).toMatch(/^sbx_/);

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Sandbox } from "e2b";
+import { Sandbox, SandboxError } from "e2b";
+import { pollUntil } from "./helpers/client.ts";
 import { useE2bEnv } from "./helpers/e2b-env.ts";
 import { driverTitle, testDriver } from "./helpers/drivers.ts";
 import { noLeaks } from "./helpers/host-state.ts";
@@ -13,7 +14,8 @@ describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "E2B pause and con
   let restoreEnv: (() => void) | undefined;
 
   beforeAll(async () => {
-    ts = await startTestServer({ BOTHY_DRIVER: "qemu" });
+    // Swept each second: a timeout made to pass (below) is acted on at once.
+    ts = await startTestServer({ BOTHY_DRIVER: "qemu", BOTHY_SWEEP_INTERVAL_S: "1" });
     restoreEnv = useE2bEnv(ts.url);
   });
 
@@ -36,6 +38,9 @@ describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "E2B pause and con
       const paused = await Sandbox.list({ query: { metadata: { case: "pause" }, state: ["paused"] } }).nextItems();
       expect(paused.map((s) => s.sandboxId)).toEqual([sbx.sandboxId]);
       expect(await sbx.getMetrics()).toEqual([]);
+      // Created without lifecycle.autoResume: other calls wait for connect, as on E2B.
+      await expect(sbx.commands.run("true")).rejects.toBeInstanceOf(SandboxError);
+      expect((await sbx.getInfo()).state).toBe("paused");
 
       const resumed = await Sandbox.connect(sbx.sandboxId);
       expect((await resumed.getInfo()).state).toBe("running");
@@ -48,6 +53,41 @@ describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "E2B pause and con
       expect(later.stdout).toBe("moved\n");
       // It runs on, but bothy lets go of commands across a pause: it can no longer be attached to.
       await expect(resumed.commands.connect(counter.pid)).rejects.toThrow();
+    } catch (err) {
+      console.error(`failed with sandbox ${sbx.sandboxId}`);
+      throw err;
+    } finally {
+      await sbx.kill();
+    }
+  });
+
+  it("onTimeout pause keeps memory: the loop started before the timeout runs on after auto-resume", async () => {
+    const sbx = await Sandbox.create("base", {
+      timeoutMs: 600_000,
+      lifecycle: { onTimeout: "pause", autoResume: true },
+    });
+    try {
+      await sbx.commands.run("i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done", {
+        background: true,
+        timeoutMs: 0,
+      });
+      // Its timeout passes now; the sweeper pauses it (memory saved) instead of killing it.
+      ts.server.ledger.setExpiresAt(sbx.sandboxId, new Date(Date.now() - 1000).toISOString());
+      await pollUntil(
+        "paused after its timeout",
+        () =>
+          ts.server.ledger.getSandbox(sbx.sandboxId)?.state === "paused" &&
+          ts.server.ledger.lifecycle.of(sbx.sandboxId)?.asleep_by === "timeout",
+        120_000,
+      );
+      // The next call resumes it; the loop from before the timeout still counts.
+      const first = Number((await sbx.commands.run("cat /tmp/count")).stdout);
+      expect(first).toBeGreaterThan(0);
+      const later = await sbx.commands.run(
+        `while [ "$(cat /tmp/count)" -le ${first} ]; do sleep 0.1; done; echo moved`,
+      );
+      expect(later.stdout).toBe("moved\n");
+      expect((await sbx.getInfo()).endAt.getTime()).toBeGreaterThan(Date.now() + 500_000);
     } catch (err) {
       console.error(`failed with sandbox ${sbx.sandboxId}`);
       throw err;

@@ -5,18 +5,26 @@ describe("sandbox lifetime", () => {
   const limits = {
     defaultTimeoutS: 3600,
     maxTimeoutS: 86400,
+    sleepRetentionS: 2_592_000,
     disconnectGraceS: 10,
     sweepIntervalMs: 30_000,
     idleTimeoutMs: 900_000,
   };
 
   it("applies the defaults", () => {
-    expect(lifetimeOf({}, limits)).toEqual({ timeoutS: 3600, deleteOnDisconnect: false, disconnectGraceS: 10 });
-    expect(lifetimeOf({ timeout_s: 5, delete_on_disconnect: true, disconnect_grace_s: 0 }, limits)).toEqual({
-      timeoutS: 5,
-      deleteOnDisconnect: true,
-      disconnectGraceS: 0,
+    expect(lifetimeOf({}, limits)).toEqual({
+      timeoutS: 3600,
+      deleteOnDisconnect: false,
+      disconnectGraceS: 10,
+      onTimeout: "delete",
+      autoWake: true,
     });
+    expect(
+      lifetimeOf(
+        { timeout_s: 5, delete_on_disconnect: true, disconnect_grace_s: 0, on_timeout: "sleep", auto_wake: false },
+        limits,
+      ),
+    ).toEqual({ timeoutS: 5, deleteOnDisconnect: true, disconnectGraceS: 0, onTimeout: "sleep", autoWake: false });
   });
 
   it("refuses out-of-range values with the range in the message", () => {

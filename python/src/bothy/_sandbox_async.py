@@ -189,6 +189,8 @@ class AsyncSandbox:
         volumes: Optional[List[Dict[str, Any]]] = None,
         snapshot: Optional[str] = None,
         delete_on_disconnect: Optional[bool] = None,
+        on_timeout: Optional[str] = None,
+        auto_wake: Optional[bool] = None,
         idempotency_key: Optional[str] = None,
         base_url: Optional[str] = None,
         api_key: Optional[str] = None,
@@ -200,7 +202,11 @@ class AsyncSandbox:
         server's, 1 h); ``policy``: host rules (wire names: ``allow_hosts``, ``rules``, ...);
         ``secrets``: vault secrets it may use (each a placeholder variable inside); ``volumes``: volumes
         of the tenant to mount, ``[{"name": ..., "path": ..., "read_only": False}]``; ``snapshot``: start
-        from this snapshot of the tenant (id or name), on its template (leave ``template`` out)."""
+        from this snapshot of the tenant (id or name), on its template (leave ``template`` out);
+        ``on_timeout``: ``"delete"`` (default) or ``"sleep"`` (asleep at its timeout until a call or
+        ``resume`` wakes it, deleted after the server's BOTHY_SLEEP_RETENTION_S); ``auto_wake=False``:
+        after its timeout or a pause only ``resume`` wakes it (calls raise ConflictError
+        ``sandbox_asleep``)."""
         http = AsyncHttp(ConnectionConfig(base_url, api_key, request_timeout))
         fields: Dict[str, Any] = {
                 "template": template,
@@ -219,6 +225,8 @@ class AsyncSandbox:
                 "volumes": volumes,
                 "snapshot": snapshot,
                 "delete_on_disconnect": delete_on_disconnect,
+                "on_timeout": on_timeout,
+                "auto_wake": auto_wake,
         }
         body = {k: v for k, v in fields.items() if v is not None}
         headers = {} if idempotency_key is None else {"idempotency-key": idempotency_key}

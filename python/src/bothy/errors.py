@@ -128,6 +128,7 @@ ERROR_CLASSES: Dict[str, Type[SandboxError]] = {
     "invalid_sandbox_id": InvalidArgumentError,
     "sandbox_not_found": NotFoundError,
     "sandbox_not_running": ConflictError,
+    "sandbox_asleep": ConflictError,
     "idempotency_key_invalid": InvalidArgumentError,
     "idempotency_key_reused": ConflictError,
     "idempotency_key_in_flight": ConflictError,

@@ -417,6 +417,8 @@ class Sandbox:
         volumes: Optional[List[Dict[str, Any]]] = None,
         snapshot: Optional[str] = None,
         delete_on_disconnect: Optional[bool] = None,
+        on_timeout: Optional[str] = None,
+        auto_wake: Optional[bool] = None,
         idempotency_key: Optional[str] = None,
         base_url: Optional[str] = None,
         api_key: Optional[str] = None,
@@ -427,7 +429,10 @@ class Sandbox:
         ``template`` (default "seed"); ``timeout``: seconds until the server deletes it (default the
         server's, 1 h); ``policy``: host rules (wire names: ``allow_hosts``, ``rules``, ...);
         ``secrets``: vault secrets it may use (each a placeholder variable inside); ``volumes``: volumes
-        of the tenant to mount, ``[{"name": ..., "path": ..., "read_only": False}]``."""
+        of the tenant to mount, ``[{"name": ..., "path": ..., "read_only": False}]``; ``on_timeout``:
+        ``"delete"`` (default) or ``"sleep"`` (asleep at its timeout until a call or ``resume`` wakes it,
+        deleted after the server's BOTHY_SLEEP_RETENTION_S); ``auto_wake=False``: after its timeout or a
+        pause only ``resume`` wakes it (calls raise ConflictError ``sandbox_asleep``)."""
         return cls(
             _portal.call(
                 AsyncSandbox.create(
@@ -447,6 +452,8 @@ class Sandbox:
                     volumes=volumes,
                     snapshot=snapshot,
                     delete_on_disconnect=delete_on_disconnect,
+                    on_timeout=on_timeout,
+                    auto_wake=auto_wake,
                     idempotency_key=idempotency_key,
                     base_url=base_url,
                     api_key=api_key,

@@ -25,6 +25,8 @@ class SandboxInfo(TypedDict, total=False):
     deleted_at: Optional[str]
     expires_at: Optional[str]
     delete_on_disconnect: bool
+    on_timeout: str
+    auto_wake: bool
     network: Optional[Dict[str, Any]]
     policy: Optional[Dict[str, Any]]
     error: Optional[str]

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from "fastify";
 import { z } from "zod";
-import { BothyError, type SandboxInfo } from "@bothy/protocol";
+import { BothyError, SNAPSHOT_ID_RE, type SandboxInfo } from "@bothy/protocol";
 import { principalOf } from "../auth/auth-hooks.ts";
 import type { Principal } from "../auth/key-ring.ts";
 import { hasScope } from "../auth/scopes.ts";
@@ -37,14 +37,28 @@ const createBody = z.object({
   allow_internet_access: z.boolean().optional(),
   // Accepted because every bothy sandbox is secured with an access token.
   secure: z.boolean().optional(),
-  autoPause: z.literal(false, "autoPause is not supported by bothy yet").optional(),
+  // lifecycle.onTimeout "pause": asleep at the timeout instead of killed (bothy's on_timeout sleep).
+  autoPause: z.boolean().optional(),
+  // Accepted: bothy's sleep keeps memory where the driver can (QEMU) and never can on gVisor.
+  autoPauseMemory: z.boolean().optional(),
+  // lifecycle.autoResume: traffic wakes a sandbox paused by its timeout or by pause (else only connect).
+  autoResume: z.object({ enabled: z.boolean() }).optional(),
   // E2B mounts are read-write; bothy's one-writer rule applies (a second is refused).
   volumeMounts: z.array(z.object({ name: z.string(), path: z.string() })).optional(),
+  // Not served, and refused rather than dropped: a sandbox made without the egress rules or the
+  // identity its caller asked for would run with more reach than the caller meant it to have.
+  network: z
+    .undefined(
+      "network is not served by bothy's E2B surface yet: use allow_internet_access (false: no egress), or bothy's own API (allow_out, deny_out, host policies)",
+    )
+    .optional(),
+  mcp: z.undefined("mcp is not served by bothy").optional(),
+  iam: z.undefined("iam is not served by bothy").optional(),
 });
 
 const timeoutBody = z.object({ timeout: z.number().int() });
 const connectBody = z.object({ timeout: z.number().int().optional(), memory: z.boolean().optional() });
-// bothy's pause always keeps memory (QEMU saves it); `memory` is accepted for E2B's clients.
+// QEMU always keeps memory; `memory: false` lets gVisor, which cannot, pause with its files only.
 const pauseBody = z.object({ memory: z.boolean().optional() });
 const metricsQuery = z.object({
   start: z.coerce.number().int().optional(),
@@ -64,7 +78,7 @@ const listQuery = z.object({
 
 type Params = { Params: { id: string } };
 
-/** bothy's states as E2B's two: dormant sandboxes read as paused (any envd call wakes them). */
+/** bothy's states as E2B's two: dormant sandboxes read as paused (an envd call wakes them unless only connect may). */
 function e2bState(info: SandboxInfo): "running" | "paused" | undefined {
   if (info.state === "running") return "running";
   if (isIn("dormant", info.state)) return "paused";
@@ -117,6 +131,25 @@ function decodeToken(token: string): [string, string] {
   return parsed.data;
 }
 
+/**
+ * What create, connect and fork answer: how to reach the sandbox's envd, with tokens bound to the
+ * calling key (those routes need sandboxes:write, which is what the tokens let one do).
+ */
+export function connectionShape(
+  tokens: AccessTokens,
+  domain: string | null,
+): (info: SandboxInfo, principal: Principal) => Record<string, unknown> {
+  return (info, principal) => ({
+    sandboxID: info.sandbox_id,
+    templateID: info.template,
+    clientID: "bothy",
+    envdVersion: ENVD_VERSION,
+    envdAccessToken: tokens.tokenFor(info.sandbox_id, principal),
+    trafficAccessToken: tokens.trafficTokenFor(info.sandbox_id, principal),
+    domain,
+  });
+}
+
 /** E2B's control plane (`/e2b/...`): each call maps onto bothy's SandboxManager. */
 export function controlPlaneRoutes(
   app: FastifyInstance,
@@ -127,19 +160,7 @@ export function controlPlaneRoutes(
   domain: string | null,
 ): void {
   const { manager, ledger, quotas } = deps;
-  /**
-   * What create and connect answer: how to reach the sandbox's envd, with tokens bound to the
-   * calling key (both routes need sandboxes:write, which is what the tokens let one do).
-   */
-  const connection = (info: SandboxInfo, principal: Principal): Record<string, unknown> => ({
-    sandboxID: info.sandbox_id,
-    templateID: info.template,
-    clientID: "bothy",
-    envdVersion: ENVD_VERSION,
-    envdAccessToken: tokens.tokenFor(info.sandbox_id, principal),
-    trafficAccessToken: tokens.trafficTokenFor(info.sandbox_id, principal),
-    domain,
-  });
+  const connection = connectionShape(tokens, domain);
 
   /** A sandbox E2B can see: gone (deleted, failed) or still being made is E2B's 404. */
   const visible = (id: string): SandboxInfo & { e2bState: "running" | "paused" } => {
@@ -156,8 +177,14 @@ export function controlPlaneRoutes(
     const templateID = body.templateID ?? "base";
     const { sandbox } = await manager.create(
       {
-        template: TEMPLATE_ALIASES[templateID] ?? templateID,
+        // Sandbox.create(snapshotId): a snapshot of the tenant, on its own template.
+        ...(SNAPSHOT_ID_RE.test(templateID)
+          ? { snapshot: templateID }
+          : { template: TEMPLATE_ALIASES[templateID] ?? templateID }),
         timeout_s: body.timeout ?? E2B_DEFAULT_TIMEOUT_S,
+        on_timeout: body.autoPause === true ? "sleep" : "delete",
+        // E2B's default: a paused sandbox waits for Sandbox.connect.
+        auto_wake: body.autoResume?.enabled ?? false,
         ...(body.metadata ? { metadata: body.metadata } : {}),
         ...(body.allow_internet_access === false ? { internet: false } : {}),
         ...(body.volumeMounts?.length
@@ -175,7 +202,7 @@ export function controlPlaneRoutes(
   app.post<Params>("/v2/sandboxes/:id/connect", async (request, reply) => {
     const body = parse(connectBody, request.body, "POST /v2/sandboxes/{id}/connect");
     const info = visible(request.params.id);
-    if (info.e2bState !== "running") await manager.ensureRunning(info.sandbox_id);
+    if (info.e2bState !== "running") await manager.ensureRunning(info.sandbox_id, "resume");
     if (body.timeout !== undefined) {
       const current = manager.info(info.sandbox_id).expires_at;
       if (current === null || Date.parse(current) < Date.now() + body.timeout * 1000)
@@ -226,16 +253,19 @@ export function controlPlaneRoutes(
         : {}),
       domain,
       allowInternetAccess: info.network?.internet ?? false,
-      lifecycle: { onTimeout: "kill", autoResume: false },
+      lifecycle: { onTimeout: info.on_timeout === "sleep" ? "pause" : "kill", autoResume: info.auto_wake ?? true },
     };
   });
 
-  /** QEMU saves the VM's memory; gVisor cannot (bothy's 501 not_supported, as E2B's error body). */
+  /**
+   * QEMU saves the VM's memory; gVisor cannot (bothy's 501 not_supported, as E2B's error body),
+   * but pauses with its files only for `pause({keepMemory: false})`.
+   */
   app.post<Params>("/sandboxes/:id/pause", async (request, reply) => {
-    parse(pauseBody, request.body, "POST /sandboxes/{id}/pause");
+    const body = parse(pauseBody, request.body, "POST /sandboxes/{id}/pause");
     const info = visible(request.params.id);
     if (info.e2bState === "paused") throw new E2bHttpError(409, `Sandbox ${info.sandbox_id} is already paused`);
-    await manager.pause(info.sandbox_id);
+    await manager.pause(info.sandbox_id, body.memory === undefined ? {} : { memory: body.memory });
     return reply.code(204).send();
   });
 

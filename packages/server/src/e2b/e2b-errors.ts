@@ -23,6 +23,8 @@ export class E2bHttpError extends Error {
   constructor(
     readonly status: number,
     message: string,
+    /** Fields E2B's answer carries beside `code` and `message` (its proxy's `sandboxId`, `canAutoResume`). */
+    readonly extra: Record<string, string | boolean> = {},
   ) {
     super(message);
     this.name = new.target.name;
@@ -30,7 +32,8 @@ export class E2bHttpError extends Error {
 }
 
 export function toE2bError(err: unknown): { status: number; body: E2bErrorBody; bothy?: BothyError } {
-  if (err instanceof E2bHttpError) return { status: err.status, body: { code: err.status, message: err.message } };
+  if (err instanceof E2bHttpError)
+    return { status: err.status, body: { ...err.extra, code: err.status, message: err.message } };
   const fastifyErr = err as FastifyError;
   if (
     !(err instanceof BothyError) &&
@@ -73,6 +76,8 @@ function connectCode(code: ErrorCode): Code {
       return Code.InvalidArgument;
     case "capacity_exhausted":
       return Code.ResourceExhausted;
+    case "sandbox_asleep":
+      return Code.FailedPrecondition;
     case "sandbox_not_running":
     case "agent_unavailable":
     case "shutting_down":

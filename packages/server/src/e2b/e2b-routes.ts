@@ -10,7 +10,9 @@ import { onSandboxFinal } from "../sandboxes/sandbox-final.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import type { AccessTokens } from "./access-token.ts";
 import { codeInterpreterStarter } from "./code-interpreter.ts";
-import { controlPlaneRoutes } from "./control-plane.ts";
+import { connectionShape, controlPlaneRoutes } from "./control-plane.ts";
+import { e2bSnapshotRoutes } from "./e2b-snapshots.ts";
+import type { SnapshotService } from "../snapshots/snapshot-service.ts";
 import { e2bVolumeRoutes } from "./e2b-volumes.ts";
 import type { VolumeService } from "../volumes/volume-service.ts";
 import { envdRoutes } from "./envd-routes.ts";
@@ -46,6 +48,7 @@ export interface E2bDeps {
   streams: DesktopStreams;
   links: LinkTokens;
   volumes: VolumeService;
+  snapshots: SnapshotService;
 }
 
 /**
@@ -78,6 +81,7 @@ export async function e2bRoutes(app: FastifyInstance, deps: E2bDeps): Promise<vo
       controlPlaneRoutes(e2b, deps, tokens, state, deps.config.previewDomain ?? null);
       streamPageRoutes(e2b, deps.streams, deps.links);
       e2bVolumeRoutes(e2b, deps.volumes);
+      e2bSnapshotRoutes(e2b, deps.snapshots, state, connectionShape(tokens, deps.config.previewDomain ?? null));
       await e2b.register(
         (envd) =>
           envdRoutes(envd, deps.manager, tokens, async (scope) => {

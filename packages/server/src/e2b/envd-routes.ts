@@ -85,7 +85,16 @@ export async function envdRoutes(
 ): Promise<void> {
   envd.addHook("onRequest", async (request, reply) => {
     const info = admit(manager, tokens, request);
-    await manager.ensureRunning(info.sandbox_id);
+    await manager.ensureRunning(info.sandbox_id).catch((err: unknown) => {
+      // E2B's proxy answers traffic to a paused sandbox without auto-resume so.
+      if (err instanceof BothyError && err.code === "sandbox_asleep")
+        throw new E2bHttpError(
+          409,
+          "The sandbox is paused and was created without lifecycle.autoResume: resume it with Sandbox.connect(sandboxId), then call again.",
+          { sandboxId: info.sandbox_id, canAutoResume: false },
+        );
+      throw err;
+    });
     reply.raw.once("close", manager.hold(info.sandbox_id));
   });
 

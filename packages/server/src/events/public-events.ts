@@ -21,6 +21,7 @@ export function toPublicEvent(ev: ServerEvent): PublicEvent | undefined {
       return { type: "sandbox.failed", sandboxId: ev.sandbox_id, data: { ...data, reason: event } };
     case "sandbox_died":
     case "sandbox_slept":
+    case "sandbox_timed_out":
       return { type: "sandbox.stopped", sandboxId: ev.sandbox_id, data: { ...data, reason: event } };
     case "sandbox_woken":
       return { type: "sandbox.woken", sandboxId: ev.sandbox_id, data };

@@ -79,6 +79,8 @@ export interface ServerEventMap {
   sandbox_resume_failed: Failure;
   sandbox_idle: { sandbox_id: string; idle_ms: number };
   sandbox_slept: { sandbox_id: string };
+  /** Its timeout passed and its create asked for sleep: asleep (`state`) until a wake, deleted after `deleted_after`. */
+  sandbox_timed_out: { sandbox_id: string; state: SandboxState; deleted_after: string };
   sandbox_sleep_failed: Failure;
   sandbox_woken: { sandbox_id: string; from: SandboxState; driver: string; ms: number };
   sandbox_wake_failed: Failure;
@@ -211,6 +213,7 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   sandbox_resume_failed: "error",
   sandbox_idle: "info",
   sandbox_slept: "info",
+  sandbox_timed_out: "info",
   sandbox_sleep_failed: "warn",
   sandbox_woken: "info",
   sandbox_wake_failed: "warn",

@@ -6,6 +6,7 @@ import { CommandQueries } from "./command-rows.ts";
 import { translateMigration } from "./dialect.ts";
 import { E2bQueries, type E2bRows } from "./e2b-rows.ts";
 import { EventQueries, type EventRows } from "./event-rows.ts";
+import { LifecycleQueries, type LifecycleRows } from "./lifecycle-rows.ts";
 import { MIGRATIONS } from "./migrations.ts";
 import { SandboxQueries, type SandboxRow } from "./sandbox-rows.ts";
 import { SecretQueries, type SecretRows } from "./secret-rows.ts";
@@ -60,6 +61,8 @@ export class Ledger extends TopLevel {
   readonly volumes: VolumeRows;
   /** Snapshots and the sandboxes started from them. */
   readonly snapshots: SnapshotRows;
+  /** Lifecycles beyond the defaults: sleep at the timeout, wake only on resume. */
+  readonly lifecycle: LifecycleRows;
 
   constructor(path: string) {
     super();
@@ -88,6 +91,7 @@ export class Ledger extends TopLevel {
     this.sessions = sync<SessionQueries>(new SessionQueries());
     this.volumes = sync<VolumeQueries>(new VolumeQueries());
     this.snapshots = sync<SnapshotQueries>(new SnapshotQueries());
+    this.lifecycle = sync<LifecycleQueries>(new LifecycleQueries());
   }
 
   close(): void {

@@ -222,4 +222,13 @@ export const MIGRATIONS = [
      snapshot_id TEXT NOT NULL REFERENCES snapshots(id)
    );
    CREATE INDEX sandbox_snapshots_snapshot ON sandbox_snapshots(snapshot_id);`,
+  // 17: a sandbox's lifecycle beyond the defaults (lifecycle-rows.ts): sleep instead of delete at its
+  // timeout, whether a call wakes it, and why it sleeps now.
+  `CREATE TABLE sandbox_lifecycle (
+     sandbox_id TEXT PRIMARY KEY REFERENCES sandboxes(id),
+     on_timeout TEXT NOT NULL,
+     auto_wake INTEGER NOT NULL,
+     timeout_s INTEGER NOT NULL,
+     asleep_by TEXT
+   );`,
 ];

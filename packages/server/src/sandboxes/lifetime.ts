@@ -1,4 +1,4 @@
-import { BothyError, setTimeoutRequest } from "@bothy/protocol";
+import { BothyError, setTimeoutRequest, type OnTimeout } from "@bothy/protocol";
 import type { Config } from "../config.ts";
 
 /** The lifetime fields of a create request, checked against this host's limits, with defaults applied. */
@@ -6,6 +6,8 @@ export interface Lifetime {
   timeoutS: number;
   deleteOnDisconnect: boolean;
   disconnectGraceS: number;
+  onTimeout: OnTimeout;
+  autoWake: boolean;
 }
 
 /** The most a sandbox may wait for its client to come back, in seconds. */
@@ -26,6 +28,8 @@ export function lifetimeOf(
     timeout_s?: number | undefined;
     delete_on_disconnect?: boolean | undefined;
     disconnect_grace_s?: number | undefined;
+    on_timeout?: OnTimeout | undefined;
+    auto_wake?: boolean | undefined;
   },
   limits: Config["lifecycle"],
 ): Lifetime {
@@ -40,6 +44,8 @@ export function lifetimeOf(
     timeoutS: checkTimeout(req.timeout_s ?? limits.defaultTimeoutS, limits.maxTimeoutS),
     deleteOnDisconnect: req.delete_on_disconnect ?? false,
     disconnectGraceS: grace,
+    onTimeout: req.on_timeout ?? "delete",
+    autoWake: req.auto_wake ?? true,
   };
 }
 

@@ -101,7 +101,13 @@ export class ManagerContext {
 
   /** A row as the API shows it, with the host policy in force now (its tenant's may have changed). */
   view(row: SandboxRow): SandboxInfo {
-    return { ...toSandboxInfo(row), policy: this.policies.ofRow(row) ?? null };
+    const lifecycle = this.ledger.lifecycle.of(row.id);
+    return {
+      ...toSandboxInfo(row),
+      on_timeout: lifecycle?.on_timeout ?? "delete",
+      auto_wake: lifecycle === undefined || lifecycle.auto_wake === 1,
+      policy: this.policies.ofRow(row) ?? null,
+    };
   }
 
   /**

@@ -227,6 +227,15 @@ export class SandboxCreates {
       },
       idem,
     );
+    // In the same turn as the row: no sweep can find the sandbox expired without its lifecycle.
+    if (lifetime.onTimeout !== "delete" || !lifetime.autoWake)
+      this.ctx.ledger.lifecycle.put({
+        sandbox_id: id,
+        on_timeout: lifetime.onTimeout,
+        auto_wake: lifetime.autoWake ? 1 : 0,
+        timeout_s: lifetime.timeoutS,
+        asleep_by: null,
+      });
     this.ctx.volumes?.commitClaims(claims);
     if (snapshot) this.ctx.ledger.snapshots.addUse(id, snapshot.id);
     if (secrets.length > 0) this.ctx.gateway?.vault.bindSandbox(owner.tenant, id, secrets);

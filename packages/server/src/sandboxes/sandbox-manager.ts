@@ -15,7 +15,7 @@ import { ManagerContext, type TemplateSource } from "./manager-context.ts";
 import { SandboxCreates, type CreateOwner, type CreateResult } from "./sandbox-creates.ts";
 import { SandboxDeletes } from "./sandbox-deletes.ts";
 import { SandboxRecovery } from "./sandbox-recovery.ts";
-import { SleepWake } from "./sleep-wake.ts";
+import { SleepWake, type WakeBy } from "./sleep-wake.ts";
 import type { WarmPool } from "./warm-pool.ts";
 
 export type { Logger } from "../events/server-events.ts";
@@ -141,18 +141,28 @@ export class SandboxManager {
     if (!isIn("active", info.state)) {
       throw new BothyError("sandbox_not_running", `Sandbox ${id} is ${info.state}; only a live sandbox has a timeout.`);
     }
+    // Its expires_at is now the end of its retention, which a timeout must not move on for ever.
+    if (isIn("dormant", info.state) && this.ctx.ledger.lifecycle.of(id)?.asleep_by === "timeout") {
+      throw new BothyError(
+        "sandbox_asleep",
+        `Sandbox ${id} is asleep since its timeout passed; wake it (POST /sandboxes/${id}/resume, or any call unless it has auto_wake false) to give it a new timeout.`,
+      );
+    }
     const expiresAt = expiryFrom(timeoutS);
     this.ctx.ledger.setExpiresAt(id, expiresAt);
+    // Also what a wake after its timeout gives it again.
+    this.ctx.ledger.lifecycle.setTimeoutS(id, timeoutS);
     this.ctx.log("sandbox_timeout_set", { sandbox_id: id, timeout_s: timeoutS, expires_at: expiresAt });
     return this.info(id);
   }
 
   /**
    * Saves a sandbox's memory to disk and stops its VM (QEMU only). Its files and background
-   * processes come back with `resume`; commands attached at the time end.
+   * processes come back with `resume`; commands attached at the time end. `memory: false` lets a
+   * driver that cannot keep memory (gVisor) stop it with its files kept instead.
    */
-  pause(id: string): Promise<SandboxInfo> {
-    return this.sleepWake.pause(id);
+  pause(id: string, how: { memory?: boolean } = {}): Promise<SandboxInfo> {
+    return this.sleepWake.pause(id, how);
   }
 
   /**
@@ -169,9 +179,19 @@ export class SandboxManager {
     return this.sleepWake.resume(id);
   }
 
-  /** Wakes a paused or stopped sandbox first, so commands and file calls need not know about sleep. */
-  ensureRunning(id: string): Promise<SandboxInfo> {
-    return this.sleepWake.ensureRunning(id);
+  /**
+   * Wakes a paused or stopped sandbox first, so commands and file calls need not know about sleep.
+   * `by`: `implicit` (the default) for a call that needs it running, which is refused (409
+   * `sandbox_asleep`) when the sandbox was made with `auto_wake: false` and sleeps since its timeout
+   * or a pause; `resume` for an explicit wake (E2B's connect).
+   */
+  ensureRunning(id: string, by: WakeBy = "implicit"): Promise<SandboxInfo> {
+    return this.sleepWake.ensureRunning(id, by);
+  }
+
+  /** Its timeout passed and its create asked for `on_timeout: "sleep"`: asleep until a wake, deleted at its final deadline. */
+  sleepOnTimeout(id: string): Promise<SandboxInfo> {
+    return this.sleepWake.sleepOnTimeout(id);
   }
 
   /**

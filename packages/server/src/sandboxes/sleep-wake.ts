@@ -6,14 +6,24 @@ import { egressFromRequest } from "../network/host-network.ts";
 import { bootSandbox, resumeSandbox, type BootedSandbox } from "./boot.ts";
 import type { HeldSandboxes } from "./held-sandboxes.ts";
 import { isIn } from "./lifecycle.ts";
+import { expiryFrom } from "./lifetime.ts";
 import type { ManagerContext } from "./manager-context.ts";
 import type { Move } from "./sandbox-actor.ts";
 import type { SandboxRecord } from "./sandbox-records.ts";
+
+/** How a wake was asked for: `implicit` by a call that needs the sandbox running, else by a resume (E2B: connect). */
+export type WakeBy = "implicit" | "resume";
 
 /**
  * Pause and sleep, resume and wake: queued operations of the sandbox's actor, each checking that
  * the sandbox it was asked about is still the one held. A wake boots a dormant sandbox again
  * from its row (`bootFromDisk`), which start-up reconcile also uses to take one over.
+ *
+ * A sandbox whose create asked for `on_timeout: "sleep"` goes to sleep at its timeout instead of
+ * being deleted (`sleepOnTimeout`), and its `expires_at` becomes its final deadline. One made with
+ * `auto_wake: false` that sleeps since its timeout or a pause is woken only by a resume: an
+ * implicit wake is refused with `sandbox_asleep`, checked before the wake is queued and again in
+ * its turn (a timeout's sleep may have been queued ahead of it).
  */
 export class SleepWake {
   constructor(
@@ -23,17 +33,30 @@ export class SleepWake {
 
   /**
    * Saves a sandbox's memory to disk and stops its VM (QEMU only). Its files and background
-   * processes come back with `resume`; commands attached at the time end.
+   * processes come back with `resume`; commands attached at the time end. `memory: false` (E2B's
+   * `pause({keepMemory: false})`) on a driver that cannot keep memory (gVisor) stops it with its
+   * disk kept instead, as its sleep does: files come back, processes do not.
    */
-  pause(id: string): Promise<SandboxInfo> {
+  pause(id: string, how: { memory?: boolean } = {}): Promise<SandboxInfo> {
     const step = async (booted: BootedSandbox, move: Move): Promise<void> => {
       if (this.ctx.info(id).state === "paused") return;
-      if (!booted.handle.pause)
+      if (booted.handle.pause) await this.pauseHeld(id, booted, move);
+      else if (how.memory === false) {
+        const stopped = await this.held.stopOnPurpose(
+          id,
+          booted,
+          move,
+          "Paused with its files only; a resume (or a call, unless auto_wake is false) starts it again.",
+          new BothyError("sandbox_not_running", "The sandbox was paused."),
+        );
+        if (!stopped) return;
+        this.ctx.log("sandbox_paused", { sandbox_id: id });
+      } else
         throw new BothyError(
           "not_supported",
-          `The ${this.ctx.info(id).driver} driver cannot pause sandboxes; create the sandbox with "driver": "qemu" to use pause.`,
+          `The ${this.ctx.info(id).driver} driver cannot keep a sandbox's memory; pause it with its files only (E2B: pause({keepMemory: false})), or create it with "driver": "qemu".`,
         );
-      await this.pauseHeld(id, booted, move);
+      this.ctx.ledger.lifecycle.setAsleepBy(id, "pause");
     };
     // Paused with no VM (a restart came between the pause and now): nothing to pause, unless a
     // wake already under way has it running by this pause's turn.
@@ -73,14 +96,73 @@ export class SleepWake {
     });
   }
 
-  resume(id: string): Promise<SandboxInfo> {
+  /**
+   * Puts a sandbox whose timeout has passed to sleep instead of deleting it (`on_timeout: "sleep"`):
+   * as an idle sleep does, but whatever runs in it (its time is up, as a delete would end it too).
+   * One that sleeps already stays asleep. Either way it is then deleted
+   * `BOTHY_SLEEP_RETENTION_S` later unless a wake comes first; a wake gives it its timeout again.
+   */
+  sleepOnTimeout(id: string): Promise<SandboxInfo> {
+    return this.serialized(id, "sleep", async (move, rec) => {
+      const row = this.ctx.ledger.getSandbox(id);
+      // Its timeout was moved on (a connect, a set-timeout) while this waited for its turn.
+      if (!row || row.expires_at === null || Date.parse(row.expires_at) > Date.now()) return;
+      if (rec.deleting || !isIn("expirable", row.state)) return;
+      if (row.state === "running") {
+        const booted = rec.booted;
+        if (!booted) return; // nothing held behind the row: the sweeper's death checks close it
+        if (booted.handle.pause) await this.pauseHeld(id, booted, move);
+        else {
+          const stopped = await this.held.stopOnPurpose(
+            id,
+            booted,
+            move,
+            "Asleep after its timeout; a call (or a resume, with auto_wake false) starts it again.",
+            new BothyError("sandbox_not_running", "The sandbox's timeout passed: it went to sleep."),
+          );
+          if (!stopped) return;
+        }
+      }
+      const finalAt = expiryFrom(this.ctx.config.lifecycle.sleepRetentionS);
+      this.ctx.ledger.lifecycle.setAsleepBy(id, "timeout");
+      this.ctx.ledger.setExpiresAt(id, finalAt);
+      this.ctx.log("sandbox_timed_out", { sandbox_id: id, state: this.ctx.info(id).state, deleted_after: finalAt });
+    });
+  }
+
+  /**
+   * The refusal of an implicit wake of a sandbox only a resume may wake: made with `auto_wake:
+   * false`, asleep since its timeout or a pause. Undefined when a call may wake it.
+   */
+  wakeRefusal(id: string): BothyError | undefined {
+    const lifecycle = this.ctx.ledger.lifecycle.of(id);
+    if (!lifecycle || lifecycle.auto_wake === 1 || lifecycle.asleep_by === null) return undefined;
+    const since = lifecycle.asleep_by === "timeout" ? "its timeout passed" : "it was paused";
+    return new BothyError(
+      "sandbox_asleep",
+      `Sandbox ${id} is asleep since ${since}, and it was created with auto_wake false: calls do not wake it. Wake it with POST /sandboxes/${id}/resume (E2B: Sandbox.connect), then call again.`,
+      { details: { sandbox_id: id, asleep_by: lifecycle.asleep_by } },
+    );
+  }
+
+  /** A wake happened: what put it to sleep is over, and one asleep since its timeout gets its timeout again. */
+  private woke(id: string): void {
+    const lifecycle = this.ctx.ledger.lifecycle.of(id);
+    if (!lifecycle?.asleep_by) return;
+    this.ctx.ledger.lifecycle.setAsleepBy(id, null);
+    if (lifecycle.asleep_by === "timeout") this.ctx.ledger.setExpiresAt(id, expiryFrom(lifecycle.timeout_s));
+  }
+
+  resume(id: string, by: WakeBy = "resume"): Promise<SandboxInfo> {
     if (
       this.ctx.info(id).state === "stopped" ||
       (this.ctx.info(id).state === "paused" && !this.ctx.records.get(id)?.booted)
     )
-      return this.revive(id);
+      return this.revive(id, by);
     return this.onHeld(id, "resume", async (booted, move, rec) => {
       if (this.ctx.info(id).state !== "paused") return;
+      const refusal = by === "implicit" ? this.wakeRefusal(id) : undefined;
+      if (refusal) throw refusal;
       try {
         await resumeSandbox(this.ctx.drivers.get(this.ctx.info(id).driver), booted, this.ctx.config.bootTimeoutMs);
       } catch (err) {
@@ -100,16 +182,22 @@ export class SleepWake {
         throw e;
       }
       move("paused", "running");
+      this.woke(id);
       this.ctx.log("sandbox_resumed", { sandbox_id: id });
     });
   }
 
-  /** Wakes a paused or stopped sandbox first, so commands and file calls need not know about sleep. */
-  async ensureRunning(id: string): Promise<SandboxInfo> {
+  /**
+   * Wakes a paused or stopped sandbox first, so commands and file calls need not know about sleep;
+   * `by: "implicit"` (a call that needs it running) is refused for a sandbox only a resume may wake.
+   */
+  async ensureRunning(id: string, by: WakeBy): Promise<SandboxInfo> {
     const info = this.ctx.info(id);
     this.ctx.touch(id);
     if (!isIn("dormant", info.state)) return info;
-    const woken = await this.resume(id);
+    const refusal = by === "implicit" ? this.wakeRefusal(id) : undefined;
+    if (refusal) throw refusal;
+    const woken = await this.resume(id, by);
     // A slow wake (a VM under emulation) must not count as idle time.
     this.ctx.touch(id);
     return woken;
@@ -120,10 +208,12 @@ export class SleepWake {
    * network policy (a QEMU one paused before a restart comes back from its saved memory). A
    * failed start leaves it stopped with its files, and says why.
    */
-  private revive(id: string): Promise<SandboxInfo> {
+  private revive(id: string, by: WakeBy): Promise<SandboxInfo> {
     return this.serialized(id, "wake", async (move, rec) => {
       const row = this.ctx.ledger.getSandbox(id);
       if (!row || !isIn("dormant", row.state) || rec.booted) return;
+      const refusal = by === "implicit" ? this.wakeRefusal(id) : undefined;
+      if (refusal) throw refusal;
       await rec.reaping;
       if (this.ctx.stopping || rec.deleting)
         throw new BothyError("sandbox_not_running", `Sandbox ${id} is being deleted or the server is stopping.`);
@@ -149,6 +239,7 @@ export class SleepWake {
         throw err;
       }
       this.held.adopt(booted);
+      this.woke(id);
       this.ctx.log("sandbox_woken", { sandbox_id: id, from: row.state, driver: row.driver, ms: Date.now() - started });
     });
   }

@@ -4,7 +4,8 @@ import type { Ledger } from "../ledger/ledger.ts";
 import type { Logger, SandboxManager } from "./sandbox-manager.ts";
 
 /**
- * The periodic pass that keeps the host honest: it deletes sandboxes whose time ran out, marks
+ * The periodic pass that keeps the host honest: it deletes sandboxes whose time ran out (or puts
+ * them to sleep, when their create asked for `on_timeout: "sleep"`), marks
  * the ones that died without the driver saying so, and removes every host object no sandbox of
  * this server owns. One pass runs at start and then every `intervalMs`; passes never overlap.
  *
@@ -73,6 +74,16 @@ export class Sweeper {
   private async deleteExpired(): Promise<void> {
     for (const row of this.ledger.expiredSandboxes(new Date().toISOString())) {
       if (this.stopped) return;
+      // Asleep past its timeout, it is deleted at the end of its retention (sleep-wake.ts).
+      const lifecycle = this.ledger.lifecycle.of(row.id);
+      if (lifecycle?.on_timeout === "sleep" && lifecycle.asleep_by !== "timeout") {
+        try {
+          await this.manager.sleepOnTimeout(row.id);
+        } catch (err) {
+          this.log("sandbox_sleep_failed", { sandbox_id: row.id, error: (err as Error).message });
+        }
+        continue;
+      }
       this.log("sandbox_expired", { sandbox_id: row.id, expires_at: row.expires_at });
       try {
         await this.manager.delete(row.id, "expired");
