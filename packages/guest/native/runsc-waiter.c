@@ -1,7 +1,7 @@
 /*
- * runsc-waiter: runs on the HOST, not in a sandbox. It stands in for the `runsc run` process
- * that waits on a gVisor container for its whole life: that process is a Go program holding
- * ~5 MB of memory per sandbox only to wait and clean up. This one holds ~0.2 MB.
+ * runsc-waiter: runs on the HOST, not in a sandbox. It waits on a gVisor container for its whole
+ * life and removes it when it ends, which a resident `runsc run` would do too: but that is a Go
+ * program holding ~5 MB of memory per sandbox only to wait; this one holds ~0.2 MB.
  *
  *   runsc-waiter START... -- END...
  *

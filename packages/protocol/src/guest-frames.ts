@@ -1,7 +1,7 @@
 // zod's mini build, not its classic one: this file is the whole of the protocol the guest agent
-// loads, and each classic schema carries dozens of methods of its own. The agent's heap (and the
-// startup snapshot that holds it) shrank by ~3 MB per sandbox with it (docs/performance.md). The
-// schemas' meaning is the same; the surface test in protocol/test pins it.
+// loads, and the classic build (every locale, dozens of methods on each schema) would be most of
+// the agent's code and ~3 MB more of its memory in every sandbox (docs/performance.md, "Density").
+// The schemas mean the same as in the classic build; the surface test in protocol/test pins them.
 import * as z from "zod/mini";
 import en from "zod/v4/locales/en.js";
 

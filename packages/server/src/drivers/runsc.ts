@@ -1,8 +1,9 @@
 /**
  * The runsc command line and the container verbs the gVisor driver needs: the flags every call
  * shares (state root, platform, no runsc networking or overlay of its own), the commands to
- * spawn that start a container and wait for it (`run` through the waiter, `wait`), and state, kill, delete and list as finished host commands. It knows
- * nothing of sandboxes' directories or mounts (gvisor-driver.ts, gvisor-sandbox.ts).
+ * spawn that start a container and wait for it (`run` through the waiter, `wait`), and state,
+ * kill, delete and list as finished host commands. It knows nothing of sandboxes' directories or
+ * mounts (gvisor-driver.ts, gvisor-sandbox.ts).
  */
 import { existsSync } from "node:fs";
 import { readdir, readFile } from "node:fs/promises";
@@ -59,7 +60,7 @@ export class Runsc {
    * The command that starts a container and stays until it ends: the waiter (runsc-waiter, a
    * small static program, see its C file) runs `runsc run --detach`, takes the sandbox's
    * processes as their subreaper, and once they are gone deletes the container and exits with
-   * their status. A resident `runsc run` did the same at ~5 MB of memory per sandbox.
+   * their status (a resident `runsc run` would hold ~5 MB of memory per sandbox only to wait).
    * With a network, runsc runs with `--network=sandbox` under a private mount namespace where a
    * read-only tmpfs hides /proc/sys/net: this runsc decides "root network namespace" by a file
    * every namespace has on this kernel and refuses to start (shared/traps.md, gVisor).
