@@ -58,6 +58,9 @@ static int run_and_wait(char **argv) {
   pid_t pid = fork();
   if (pid < 0) return perror("runsc-waiter: fork"), -1;
   if (pid == 0) {
+    /* runsc and the sandbox it leaves keep the default dispositions; ignoring is this process's own. */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
     execvp(argv[0], argv);
     fprintf(stderr, "runsc-waiter: exec %s: %s\n", argv[0], strerror(errno));
     _exit(127);
