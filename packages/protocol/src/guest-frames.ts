@@ -116,23 +116,19 @@ export const hostFrame = z.discriminatedUnion("t", [
    * host gave it, mounted at `path` (read-only for a reader). The host chose the disks; the guest
    * only finds them by serial. A volume already mounted there (a restored guest) is left as it is.
    */
-  z
-    .object({
-      t: z.literal("volumes"),
-      id: requestId,
-      mounts: z
-        .array(
-          z
-            .object({
-              serial: z.string().regex(/^[a-z0-9-]{1,20}$/),
-              path: z.string().regex(/^\/[^\0\n]{1,1023}$/),
-              read_only: z.boolean(),
-            })
-            .strict(),
-        )
-        .max(16),
-    })
-    .strict(),
+  z.strictObject({
+    t: z.literal("volumes"),
+    id: requestId,
+    mounts: z
+      .array(
+        z.strictObject({
+          serial: z.string().check(z.regex(/^[a-z0-9-]{1,20}$/)),
+          path: z.string().check(z.regex(/^\/[^\0\n]{1,1023}$/)),
+          read_only: z.boolean(),
+        }),
+      )
+      .check(z.maxLength(16)),
+  }),
   /**
    * Who the sandbox is, sent after the handshake by drivers whose guests share a boot (QEMU
    * snapshots): hostname, the environment commands get, the host's clock, and fresh entropy in
