@@ -77,6 +77,7 @@ async function memAvailableKb(): Promise<number> {
 function kind(p: Proc): string {
   const argv = p.cmdline.split(" ");
   const prog = (argv[0] ?? "?").split("/").pop() ?? "?";
+  if (prog === "runsc-waiter") return prog;
   if (prog.startsWith("runsc")) {
     const verb = argv.find((a) => ["boot", "gofer", "run", "create", "start", "wait", "exec"].includes(a));
     return `${prog}${verb ? ` ${verb}` : ""}`;

@@ -78,3 +78,10 @@ execFileSync(
   ],
   { stdio: "inherit" },
 );
+// The host's waiter on a gVisor container in place of a resident `runsc run` (see the C file):
+// it runs on the host, beside the server, and is built here with the other native programs.
+execFileSync(
+  "gcc",
+  ["-static", "-O2", "-Wall", "-Werror", "-o", `${here}dist/runsc-waiter`, `${here}native/runsc-waiter.c`],
+  { stdio: "inherit" },
+);

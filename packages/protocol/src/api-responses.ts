@@ -8,7 +8,7 @@ import { ERROR_CODES } from "./errors.ts";
 import { dirEntry, fileStat } from "./guest-frames.ts";
 
 export const fileWriteResult = z.object({ path: z.string(), size: z.number().int(), sha256: z.string() });
-export const fileStatResult = fileStat.extend({ path: z.string() });
+export const fileStatResult = z.object({ ...fileStat.shape, path: z.string() });
 export const dirListing = z.object({ path: z.string(), entries: z.array(dirEntry), truncated: z.boolean() });
 export const fileDeleteResult = z.object({ path: z.string(), deleted: z.literal(true) });
 export const mkdirResult = z.object({ path: z.string(), created: z.literal(true) });

@@ -19,8 +19,8 @@ describe("protocol surface", () => {
   it("matches the snapshot", () => {
     const surface = {
       generation: PROTOCOL_GENERATION,
-      host: hostFrame.options.map((o) => ({ t: o.shape.t.value, fields: Object.keys(o.shape).sort() })),
-      guest: guestFrame.options.map((o) => ({ t: o.shape.t.value, fields: Object.keys(o.shape).sort() })),
+      host: hostFrame.def.options.map((o) => ({ t: o.shape.t.def.values[0], fields: Object.keys(o.shape).sort() })),
+      guest: guestFrame.def.options.map((o) => ({ t: o.shape.t.def.values[0], fields: Object.keys(o.shape).sort() })),
     };
     expect(surface).toMatchInlineSnapshot(`
       {

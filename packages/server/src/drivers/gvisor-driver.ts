@@ -13,6 +13,9 @@ import { Runsc } from "./runsc.ts";
 import { DISK_MOUNT, GvisorSandbox, MOUNT_TIMEOUT_MS } from "./gvisor-sandbox.ts";
 import { captureUpper } from "./gvisor-snapshot.ts";
 
+/** The host's waiter on each container, in the guest package's dist/ beside the agent (runsc.ts runCommand). */
+const RUNSC_WAITER = "runsc-waiter";
+
 export interface GvisorOptions {
   /** Where runsc keeps its container state. */
   runscRoot: string;
@@ -56,6 +59,7 @@ export class GvisorDriver implements Driver {
       ...(opts.runscPath === undefined ? {} : { path: opts.runscPath }),
       root: opts.runscRoot,
       platform: this.acceleration,
+      waiter: join(dirname(opts.agentPath), RUNSC_WAITER),
       log: opts.log,
     });
   }
@@ -73,6 +77,7 @@ export class GvisorDriver implements Driver {
     }
     for (const file of [
       this.opts.agentPath,
+      this.runsc.waiter,
       ...GVISOR_COMPAT_FILES.map((f) => join(dirname(this.opts.agentPath), f.name)),
     ]) {
       if (!existsSync(file)) throw new HostSetupError(`${file} is missing: run \`npm run build\`.`);

@@ -34,7 +34,7 @@ const MOUNT_ROOT_SCRIPT = [
   'exec mkfifo -m 600 "$8" "$9"',
 ].join("\n");
 const SHUTDOWN_GRACE_MS = 3_000;
-/** How long `runsc run` is given to end after its sentry was killed (by us or by `runsc delete`) before the next, harder step. */
+/** How long the container's waiter is given to end after its sentry was killed (by us or by `runsc delete`) before the next, harder step. */
 const SENTRY_EXIT_MS = 5_000;
 
 /** The agent's channel: two FIFOs in the sandbox's directory, and where runsc writes its own messages. */
@@ -52,7 +52,7 @@ export class GvisorSandbox implements SandboxHandle {
   private started = false;
   private ended = false;
   private exit: Promise<ExitInfo> | undefined;
-  /** The runsc process this server started, or `runsc wait` for one it attached to. */
+  /** The container's waiter this server started (runsc.ts runCommand), or `runsc wait` for one it attached to. */
   private watcher: ChildProcess | undefined;
   private destroying: Promise<void> | undefined;
   /** ms of each phase of `start` (SandboxHandle.startSteps). */
@@ -277,7 +277,7 @@ export class GvisorSandbox implements SandboxHandle {
     if (!(await this.exitsWithin(timeoutMs))) await this.kill();
   }
 
-  /** Whether `runsc run` ends within `ms`. */
+  /** Whether the container's waiter ends within `ms`. */
   private async exitsWithin(ms: number): Promise<boolean> {
     const timer = new Promise<"timeout">((r) => setTimeout(() => r("timeout"), ms).unref());
     return (await Promise.race([this.wait(), timer])) !== "timeout";

@@ -1,8 +1,9 @@
 /**
  * The runsc command line and the container verbs the gVisor driver needs: the flags every call
- * shares (state root, platform, no runsc networking or overlay of its own), `run` and `wait`
- * commands to spawn, and state, kill, delete and list as finished host commands. It knows
- * nothing of sandboxes' directories or mounts (gvisor-driver.ts, gvisor-sandbox.ts).
+ * shares (state root, platform, no runsc networking or overlay of its own), the commands to
+ * spawn that start a container and wait for it (`run` through the waiter, `wait`), and state,
+ * kill, delete and list as finished host commands. It knows nothing of sandboxes' directories or
+ * mounts (gvisor-driver.ts, gvisor-sandbox.ts).
  */
 import { existsSync } from "node:fs";
 import { readdir, readFile } from "node:fs/promises";
@@ -20,6 +21,8 @@ export interface RunscOptions {
   /** Where runsc keeps its container state. */
   root: string;
   platform: RunscPlatform;
+  /** The host's waiter on each container (runsc-waiter, built with the guest's native helpers; see runCommand). */
+  waiter: string;
   log: Logger;
 }
 
@@ -32,12 +35,14 @@ export class Runsc {
   readonly path: string;
   readonly root: string;
   readonly platform: RunscPlatform;
+  readonly waiter: string;
   private readonly log: Logger;
 
   constructor(opts: RunscOptions) {
     this.path = opts.path ?? "runsc";
     this.root = opts.root;
     this.platform = opts.platform;
+    this.waiter = opts.waiter;
     this.log = opts.log;
   }
 
@@ -52,29 +57,32 @@ export class Runsc {
   }
 
   /**
-   * The `runsc run` command line. With a network, runsc runs with `--network=sandbox` under a
-   * private mount namespace where a read-only tmpfs hides /proc/sys/net: this runsc decides "root
-   * network namespace" by a file every namespace has on this kernel and refuses to start
-   * (shared/traps.md, gVisor).
+   * The command that starts a container and stays until it ends: the waiter (runsc-waiter, a
+   * small static program, see its C file) runs `runsc run --detach`, takes the sandbox's
+   * processes as their subreaper, and once they are gone deletes the container and exits with
+   * their status (a resident `runsc run` would hold ~5 MB of memory per sandbox only to wait).
+   * With a network, runsc runs with `--network=sandbox` under a private mount namespace where a
+   * read-only tmpfs hides /proc/sys/net: this runsc decides "root network namespace" by a file
+   * every namespace has on this kernel and refuses to start (shared/traps.md, gVisor).
    */
   runCommand(bundle: string, id: string, networked: boolean): [string, string[]] {
-    const args = this.args("run", "--bundle", bundle, id);
-    if (!networked) return [this.path, args];
+    const args = this.args("run", "--detach", "--bundle", bundle, id);
+    const end = [this.path, ...this.args("delete", "--force", id)];
+    if (!networked) return [this.waiter, [this.path, ...args, "--", ...end]];
     const withNetwork = args.map((a) => (a === "--network=none" ? "--network=sandbox" : a));
-    return [
+    const start = [
       "unshare",
-      [
-        "--mount",
-        "--propagation",
-        "private",
-        "sh",
-        "-c",
-        'mount -t tmpfs -o ro,size=4k bothy-nonet /proc/sys/net && exec "$@"',
-        "bothy-runsc",
-        this.path,
-        ...withNetwork,
-      ],
+      "--mount",
+      "--propagation",
+      "private",
+      "sh",
+      "-c",
+      'mount -t tmpfs -o ro,size=4k bothy-nonet /proc/sys/net && exec "$@"',
+      "bothy-runsc",
+      this.path,
+      ...withNetwork,
     ];
+    return [this.waiter, [...start, "--", ...end]];
   }
 
   /** The `runsc wait` command line: it ends when the container does. */
@@ -127,8 +135,8 @@ export class Runsc {
 
   /**
    * SIGKILLs the sandbox's sentry, named by runsc's state file and checked by its command line
-   * (a pid runsc recorded may since have been reused): the container ends, and the `runsc run`
-   * that started it removes its state and cgroup, as after any sandbox death. No runsc command
+   * (a pid runsc recorded may since have been reused): the container ends, and the waiter that
+   * started it removes its state and cgroup, as after any sandbox death. No runsc command
    * is spawned, where `runsc kill` is a Go program's start and the sentry's control server's
    * work. Whether it found one to kill.
    */
