@@ -31,7 +31,8 @@ type Queryable = Pick<pg.Pool, "query"> | pg.PoolClient;
  * any error), and a transaction inside one runs in it.
  */
 export class PgRunner {
-  private readonly texts = new Map<string, string>();
+  /** Each statement's PostgreSQL text and its name: a named statement is parsed once per connection. */
+  private readonly statements = new Map<string, { name: string | undefined; text: string }>();
 
   constructor(private readonly pool: pg.Pool) {}
 
@@ -42,13 +43,16 @@ export class PgRunner {
     return pool;
   }
 
-  private text(sql: string): string {
-    let text = this.texts.get(sql);
-    if (text === undefined) {
-      text = translateQuery(sql, "postgres");
-      if (this.texts.size < MAX_STATEMENTS) this.texts.set(sql, text);
+  private statement(sql: string): { name: string | undefined; text: string } {
+    let statement = this.statements.get(sql);
+    if (statement === undefined) {
+      const text = translateQuery(sql, "postgres");
+      if (this.statements.size < MAX_STATEMENTS) {
+        statement = { name: `bothy_${this.statements.size}`, text };
+        this.statements.set(sql, statement);
+      } else statement = { name: undefined, text };
     }
-    return text;
+    return statement;
   }
 
   /** Runs `step` to its end and resolves to its result (or rejects with what it threw). */
@@ -68,7 +72,8 @@ export class PgRunner {
   }
 
   private async query(op: Op & { kind: "all" | "get" | "run" }, on: Queryable): Promise<pg.QueryResult> {
-    return on.query(this.text(op.sql), op.params as unknown[]);
+    const { name, text } = this.statement(op.sql);
+    return on.query({ name, text, values: op.params as unknown[] });
   }
 
   private async op(op: Op, client: pg.PoolClient | undefined): Promise<unknown> {

@@ -21,7 +21,7 @@ export function useStores(): { open(kind: DialectName): Promise<LedgerStore>; po
   afterAll(async () => {
     await Promise.all(opened.map((s) => s.close().catch(() => undefined)));
     await server?.stop();
-  });
+  }, 60_000);
   return {
     async open(kind) {
       let store: LedgerStore;
