@@ -1,5 +1,5 @@
 import { execFile, spawn, type ChildProcess } from "node:child_process";
-import { chown, mkdtemp, rm } from "node:fs/promises";
+import { chown, mkdtemp, readdir, readFile, rm, stat } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -27,8 +27,39 @@ export interface TestPostgres {
   stop(): Promise<void>;
 }
 
+/**
+ * As the postgres user; and should the test's process die without stopping it (a worker killed at a
+ * timeout), the kernel asks postgres for a fast shutdown (`--pdeathsig`, set after the user change,
+ * which would clear it).
+ */
 function asPostgres(args: string[]): [string, string[]] {
-  return ["setpriv", ["--reuid", USER, "--regid", USER, "--init-groups", "--", ...args]];
+  return ["setpriv", ["--reuid", USER, "--regid", USER, "--init-groups", "--pdeathsig", "INT", "--", ...args]];
+}
+
+/**
+ * Removes the directories of earlier runs whose server is gone (a test process killed before its
+ * `stop`): those with no live postmaster and untouched for ten minutes, so a server another test
+ * file is starting right now is never one of them.
+ */
+async function removeStale(): Promise<void> {
+  const cutoff = Date.now() - 10 * 60_000;
+  for (const name of await readdir(tmpdir())) {
+    if (!name.startsWith("bothy-pg-")) continue;
+    const dir = join(tmpdir(), name);
+    const pid = Number((await readFile(join(dir, "data", "postmaster.pid"), "utf8").catch(() => "")).split("\n")[0]);
+    if (pid > 0 && alive(pid)) continue;
+    const { mtimeMs } = await stat(dir).catch(() => ({ mtimeMs: Date.now() }));
+    if (mtimeMs < cutoff) await rm(dir, { recursive: true, force: true });
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
+  }
 }
 
 async function freePort(): Promise<number> {
@@ -54,6 +85,7 @@ function exited(child: ChildProcess): Promise<void> {
  * survive a power cut). Collation C, as bothy's text columns compare bytes in both stores.
  */
 export async function startPostgres(): Promise<TestPostgres> {
+  await removeStale();
   const dir = await mkdtemp(join(tmpdir(), "bothy-pg-"));
   const data = join(dir, "data");
   let child: ChildProcess | undefined;
