@@ -1,4 +1,5 @@
 import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { existsSync } from "node:fs";
 import { chown, mkdtemp, readdir, readFile, rm, stat } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -85,6 +86,8 @@ function exited(child: ChildProcess): Promise<void> {
  * survive a power cut). Collation C, as bothy's text columns compare bytes in both stores.
  */
 export async function startPostgres(): Promise<TestPostgres> {
+  if (!existsSync(join(BIN, "postgres")))
+    throw new Error(`PostgreSQL 15 is not installed (no ${BIN}/postgres): run scripts/install-deps as root.`);
   await removeStale();
   const dir = await mkdtemp(join(tmpdir(), "bothy-pg-"));
   const data = join(dir, "data");
