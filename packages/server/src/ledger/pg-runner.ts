@@ -1,5 +1,5 @@
 import pg from "pg";
-import { ROWID_TABLES, translateMigration, translateQuery } from "./dialect.ts";
+import { translateMigration, translateQuery } from "./dialect.ts";
 import { MIGRATIONS } from "./migrations.ts";
 import type { Op, Step } from "./sql-step.ts";
 
@@ -142,8 +142,3 @@ function withoutRowid(row: Record<string, unknown>): Record<string, unknown> {
   if ("rowid" in row) delete row.rowid;
   return row;
 }
-
-/** The tables whose PostgreSQL form has the extra `rowid` column. */
-export const PG_ONLY_COLUMNS: Readonly<Record<string, readonly string[]>> = Object.fromEntries(
-  ROWID_TABLES.map((t) => [t, ["rowid"]]),
-);
