@@ -46,9 +46,11 @@ async function columns(store: LedgerStore): Promise<string[]> {
                 AND NOT (column_name = 'rowid' AND table_name IN ('commands', 'approvals'))`,
           ),
         );
+  // SQLite's declared types by their affinity (BIGINT is an INTEGER there), PostgreSQL's by the spelling they came from.
   const asSqlite: Record<string, string> = {
     integer: "INTEGER",
     bigint: "INTEGER",
+    BIGINT: "INTEGER",
     text: "TEXT",
     "double precision": "REAL",
     bytea: "BLOB",
@@ -166,7 +168,7 @@ describe.each(STORES)("the %s store's rows", (kind) => {
     ]);
   });
 
-  it("tenants, keys, secrets, sessions, approvals, E2B rows and volumes read back alike", async () => {
+  it("tenants, keys, secrets, sessions, approvals, E2B rows, volumes and snapshots read back alike", async () => {
     const store = await stores.open(kind);
     const t = "2026-12-03T10:00:00.000Z";
     expect(await store.auth.insertTenant("alpha", "{}")).toBe(true);
@@ -280,9 +282,31 @@ describe.each(STORES)("the %s store's rows", (kind) => {
     ]);
     expect(await store.volumes.totalMib("alpha")).toBe(64);
     expect(await store.volumes.remove("vol_1")).toHaveLength(1);
+
+    const snapshot = {
+      id: "snp_1",
+      tenant: "alpha",
+      name: "base",
+      source_sandbox_id: "sbx_aaaaaaaaaaaaaaaaaaaa",
+      template: "seed",
+      template_hash: "h",
+      driver: "gvisor",
+      layer_id: "l1",
+      template_layer: "t1",
+      bytes: 5_000_000_000, // past 2^32: a BIGINT, read back as a number
+      created_at: t,
+      idempotency_key: null,
+    };
+    await store.snapshots.insert(snapshot);
+    await store.snapshots.addUse("sbx_aaaaaaaaaaaaaaaaaaaa", "snp_1");
+    expect(await store.snapshots.byId("snp_1")).toEqual(snapshot);
+    expect(await store.snapshots.totalBytes("alpha")).toBe(5_000_000_000);
+    expect(await store.snapshots.remove("snp_1")).toEqual(["sbx_aaaaaaaaaaaaaaaaaaaa"]);
+
     await store.transition("sbx_aaaaaaaaaaaaaaaaaaaa", "running", "failed");
     expect(await store.volumes.remove("vol_1")).toEqual([]);
     expect(await store.volumes.allIds()).toEqual(new Set());
+    expect(await store.snapshots.remove("snp_1")).toEqual([]);
   });
 
   it("text sorts and compares by bytes, as ISO times and ids need", async () => {

@@ -9,6 +9,7 @@ import { PgRunner } from "./pg-runner.ts";
 import { SandboxQueries } from "./sandbox-rows.ts";
 import { SecretQueries } from "./secret-rows.ts";
 import { SessionQueries } from "./session-rows.ts";
+import { SnapshotQueries } from "./snapshot-rows.ts";
 import { bindSteps, transaction, type Asynced, type Step } from "./sql-step.ts";
 import { SqliteRunner } from "./sqlite-runner.ts";
 import { UsageQueries } from "./usage-rows.ts";
@@ -31,6 +32,7 @@ export type LedgerStore = Asynced<SandboxQueries> &
     readonly events: Asynced<EventQueries>;
     readonly sessions: Asynced<SessionQueries>;
     readonly volumes: Asynced<VolumeQueries>;
+    readonly snapshots: Asynced<SnapshotQueries>;
     /** Runs a piece of work made of the rows' steps as one transaction (all of it or none). */
     transaction<T>(body: () => Step<T>): Promise<T>;
     close(): Promise<void>;
@@ -104,6 +106,7 @@ function build(
     events,
     sessions: bind<SessionQueries>(new SessionQueries()),
     volumes: bind<VolumeQueries>(new VolumeQueries()),
+    snapshots: bind<SnapshotQueries>(new SnapshotQueries()),
     transaction: <T>(body: () => Step<T>) => runner(transaction(body)) as Promise<T>,
     close,
   };
