@@ -1,12 +1,14 @@
 import { DORMANT_STATES, LIVE_STATES, SANDBOX_STATES, type SandboxState } from "@bothy/protocol";
-import { afterEach, describe, expect, it } from "vitest";
-import { Ledger } from "../src/ledger/ledger.ts";
+import { describe, expect, it } from "vitest";
+import type { LedgerStore } from "../src/ledger/store.ts";
 import { canTransition, isIn, LIFECYCLE, sqlStates, statesIn, TransitionError } from "../src/sandboxes/lifecycle.ts";
-import { insertTestSandbox } from "./helpers/ledger-rows.ts";
+import { insertStoreSandbox, STORES, useStores } from "./helpers/stores.ts";
 
-function insert(ledger: Ledger, id: string, state: SandboxState = "creating"): void {
-  insertTestSandbox(ledger, { id, state });
+async function insert(ledger: LedgerStore, id: string, state: SandboxState = "creating"): Promise<void> {
+  await insertStoreSandbox(ledger, { id, state });
 }
+
+const stores = useStores();
 
 /** Drives a new row along allowed moves to `state`. */
 const PATH_TO: Record<SandboxState, SandboxState[]> = {
@@ -20,9 +22,6 @@ const PATH_TO: Record<SandboxState, SandboxState[]> = {
 };
 
 describe("lifecycle table", () => {
-  let ledger: Ledger | undefined;
-  afterEach(() => ledger?.close());
-
   it("has a row for every state, only known targets, and final states with no way out", () => {
     expect(Object.keys(LIFECYCLE).sort()).toEqual([...SANDBOX_STATES].sort());
     for (const from of SANDBOX_STATES)
@@ -44,59 +43,6 @@ describe("lifecycle table", () => {
     expect([...seen].sort()).toEqual([...SANDBOX_STATES].sort());
   });
 
-  it("the ledger makes every allowed move and refuses every other with the row unchanged", () => {
-    ledger = new Ledger(":memory:");
-    let n = 0;
-    for (const from of SANDBOX_STATES) {
-      for (const to of SANDBOX_STATES) {
-        const id = `sbx_${String(n++).padStart(20, "0")}`;
-        insert(ledger, id);
-        let at: SandboxState = "creating";
-        for (const step of PATH_TO[from]) {
-          ledger.transition(id, at, step);
-          at = step;
-        }
-        expect(ledger.getSandbox(id)?.state).toBe(from);
-        if (canTransition(from, to)) {
-          ledger.transition(id, from, to, "why");
-          expect(ledger.getSandbox(id)?.state).toBe(to);
-        } else {
-          const err = catchError(() => ledger?.transition(id, from, to));
-          expect(err).toBeInstanceOf(TransitionError);
-          expect(err).toMatchObject({ kind: "illegal", code: "internal", sandboxId: id, from, to, actual: from });
-          expect(ledger.getSandbox(id)?.state).toBe(from);
-        }
-      }
-    }
-  });
-
-  it("compare-and-set: a move from a state the row is no longer in is refused, and changes nothing", () => {
-    ledger = new Ledger(":memory:");
-    const id = "sbx_aaaaaaaaaaaaaaaaaaaa";
-    insert(ledger, id);
-    ledger.transition(id, "creating", "running");
-    ledger.transition(id, "running", "stopped", "it died");
-    // A decision taken when the row said running: pausing it now would resurrect a dead sandbox.
-    const err = catchError(() => ledger?.transition(id, "running", "paused"));
-    expect(err).toBeInstanceOf(TransitionError);
-    expect(err).toMatchObject({ kind: "stale", code: "sandbox_not_running", from: "running", actual: "stopped" });
-    expect(ledger.getSandbox(id)).toMatchObject({ state: "stopped", error: "it died" });
-
-    const missing = catchError(() => ledger?.transition("sbx_bbbbbbbbbbbbbbbbbbbb", "running", "stopped"));
-    expect(missing).toMatchObject({ kind: "stale", code: "sandbox_not_found", actual: undefined });
-  });
-
-  it("records deleted_at on delete and keeps the first reason given", () => {
-    ledger = new Ledger(":memory:");
-    const id = "sbx_cccccccccccccccccccc";
-    insert(ledger, id, "running");
-    ledger.transition(id, "running", "stopped", "asleep");
-    ledger.transition(id, "stopped", "deleting");
-    expect(ledger.getSandbox(id)).toMatchObject({ deleted_at: null, error: "asleep" });
-    ledger.transition(id, "deleting", "deleted");
-    expect(ledger.getSandbox(id)?.deleted_at).toEqual(expect.any(String));
-  });
-
   it("the state sets are columns of the table, consistent with its moves and with the protocol's lists", () => {
     // Final states have no way out, and only they; a dormant or expirable sandbox is active and live.
     for (const s of SANDBOX_STATES) {
@@ -110,43 +56,118 @@ describe("lifecycle table", () => {
     expect(sqlStates("final")).toBe("'deleted', 'failed'");
     expect(sqlStates("expirable")).toBe("'running', 'paused', 'stopped'");
   });
+});
 
-  it("the ledger's queries select by the table's sets", () => {
-    ledger = new Ledger(":memory:");
+describe.each(STORES)("lifecycle table in the %s ledger", (kind) => {
+  it("the ledger makes every allowed move and refuses every other with the row unchanged", async () => {
+    const ledger = await stores.open(kind);
+    let n = 0;
+    for (const from of SANDBOX_STATES) {
+      for (const to of SANDBOX_STATES) {
+        const id = `sbx_${String(n++).padStart(20, "0")}`;
+        await insert(ledger, id);
+        let at: SandboxState = "creating";
+        for (const step of PATH_TO[from]) {
+          await ledger.transition(id, at, step);
+          at = step;
+        }
+        expect((await ledger.getSandbox(id))?.state).toBe(from);
+        if (canTransition(from, to)) {
+          await ledger.transition(id, from, to, "why");
+          expect((await ledger.getSandbox(id))?.state).toBe(to);
+        } else {
+          const err = await catchError(() => ledger.transition(id, from, to));
+          expect(err).toBeInstanceOf(TransitionError);
+          expect(err).toMatchObject({ kind: "illegal", code: "internal", sandboxId: id, from, to, actual: from });
+          expect((await ledger.getSandbox(id))?.state).toBe(from);
+        }
+      }
+    }
+  });
+
+  it("compare-and-set: a move from a state the row is no longer in is refused, and changes nothing", async () => {
+    const ledger = await stores.open(kind);
+    const id = "sbx_aaaaaaaaaaaaaaaaaaaa";
+    await insert(ledger, id);
+    await ledger.transition(id, "creating", "running");
+    await ledger.transition(id, "running", "stopped", "it died");
+    // A decision taken when the row said running: pausing it now would resurrect a dead sandbox.
+    const err = await catchError(() => ledger.transition(id, "running", "paused"));
+    expect(err).toBeInstanceOf(TransitionError);
+    expect(err).toMatchObject({ kind: "stale", code: "sandbox_not_running", from: "running", actual: "stopped" });
+    expect(await ledger.getSandbox(id)).toMatchObject({ state: "stopped", error: "it died" });
+
+    const missing = await catchError(() => ledger.transition("sbx_bbbbbbbbbbbbbbbbbbbb", "running", "stopped"));
+    expect(missing).toMatchObject({ kind: "stale", code: "sandbox_not_found", actual: undefined });
+  });
+
+  it("compare-and-set under contention: of moves from one state sent at once, exactly one lands", async () => {
+    const ledger = await stores.open(kind);
+    const id = "sbx_ffffffffffffffffffff";
+    await insert(ledger, id, "running");
+    const targets: SandboxState[] = [
+      "paused",
+      "stopped",
+      "deleting",
+      "failed",
+      "paused",
+      "stopped",
+      "deleting",
+      "failed",
+    ];
+    const results = await Promise.allSettled(targets.map((to) => ledger.transition(id, "running", to, to)));
+    const won = results.flatMap((r, i) => (r.status === "fulfilled" ? [targets[i]] : []));
+    expect(won).toHaveLength(1);
+    for (const r of results)
+      if (r.status === "rejected") expect(r.reason).toMatchObject({ kind: "stale", from: "running", actual: won[0] });
+    expect(await ledger.getSandbox(id)).toMatchObject({ state: won[0], error: won[0] });
+  });
+
+  it("records deleted_at on delete and keeps the first reason given", async () => {
+    const ledger = await stores.open(kind);
+    const id = "sbx_cccccccccccccccccccc";
+    await insert(ledger, id, "running");
+    await ledger.transition(id, "running", "stopped", "asleep");
+    await ledger.transition(id, "stopped", "deleting");
+    expect(await ledger.getSandbox(id)).toMatchObject({ deleted_at: null, error: "asleep" });
+    await ledger.transition(id, "deleting", "deleted");
+    expect((await ledger.getSandbox(id))?.deleted_at).toEqual(expect.any(String));
+  });
+
+  it("the ledger's queries select by the table's sets", async () => {
+    const ledger = await stores.open(kind);
     const ids = new Map<SandboxState, string>();
-    SANDBOX_STATES.forEach((s, n) => {
+    for (const [n, s] of SANDBOX_STATES.entries()) {
       const id = `sbx_${String(n).padStart(20, "e")}`;
       ids.set(s, id);
-      insert(ledger!, id);
+      await insert(ledger, id);
       let at: SandboxState = "creating";
       for (const step of PATH_TO[s]) {
-        ledger!.transition(id, at, step);
+        await ledger.transition(id, at, step);
         at = step;
       }
-      ledger!.setExpiresAt(id, "2000-01-01T00:00:00.000Z");
-    });
+      await ledger.setExpiresAt(id, "2000-01-01T00:00:00.000Z");
+    }
     const of = (rows: Array<{ id: string }>): string[] => rows.map((r) => r.id).sort();
     const idsIn = (set: Parameters<typeof statesIn>[0]): string[] =>
       statesIn(set)
         .map((s) => ids.get(s) ?? "")
         .sort();
-    expect(of(ledger.liveSandboxes())).toEqual(idsIn("live"));
-    expect(of(ledger.expiredSandboxes(new Date().toISOString()))).toEqual(idsIn("expirable"));
-    expect(of(ledger.listSandboxes())).toEqual(idsIn("live"));
-    expect(ledger.auth.liveUsage("default").sandboxes).toBe(statesIn("active").length);
+    expect(of(await ledger.liveSandboxes())).toEqual(idsIn("live"));
+    expect(of(await ledger.expiredSandboxes(new Date().toISOString()))).toEqual(idsIn("expirable"));
+    expect(of(await ledger.listSandboxes())).toEqual(idsIn("live"));
+    expect((await ledger.auth.liveUsage("default")).sandboxes).toBe(statesIn("active").length);
   });
 
-  it("a row starts as creating or running only", () => {
-    ledger = new Ledger(":memory:");
-    expect(() => ledger && insert(ledger, "sbx_dddddddddddddddddddd", "paused")).toThrow(
-      /starts as creating or running/,
-    );
+  it("a row starts as creating or running only", async () => {
+    const ledger = await stores.open(kind);
+    await expect(insert(ledger, "sbx_dddddddddddddddddddd", "paused")).rejects.toThrow(/starts as creating or running/);
   });
 });
 
-function catchError(fn: () => void): unknown {
+async function catchError(fn: () => Promise<unknown>): Promise<unknown> {
   try {
-    fn();
+    await fn();
   } catch (err) {
     return err;
   }

@@ -1,5 +1,6 @@
 import { setImmediate as nextTurn } from "node:timers/promises";
-import type { EventRetention, EventRows } from "../ledger/event-rows.ts";
+import type { EventQueries, EventRetention, EventRows } from "../ledger/event-rows.ts";
+import type { Asynced } from "../ledger/sql-step.ts";
 import type { Logger } from "./server-events.ts";
 
 /** Rows one delete removes; the pass yields between batches. */
@@ -37,17 +38,18 @@ export function parseRetention(text: string): EventRetention | string {
  * the pass are judged by the next one.
  */
 export async function pruneEvents(
-  rows: EventRows,
+  rows: Pick<EventRows | Asynced<EventQueries>, "keptFrom" | "deleteBelow">,
   retention: EventRetention,
   log: Logger,
   now = Date.now(),
+  batch = BATCH_ROWS,
 ): Promise<number> {
-  const keptFrom = rows.keptFrom(retention, now);
+  const keptFrom = await rows.keptFrom(retention, now);
   let deleted = 0;
   for (;;) {
-    const n = rows.deleteBelow(keptFrom, BATCH_ROWS);
+    const n = await rows.deleteBelow(keptFrom, batch);
     deleted += n;
-    if (n < BATCH_ROWS) break;
+    if (n < batch) break;
     await nextTurn();
   }
   if (deleted > 0) log("events_pruned", { rows: deleted, kept_from: keptFrom });

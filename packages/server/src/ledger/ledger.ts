@@ -66,11 +66,7 @@ export class Ledger extends TopLevel {
 
   constructor(path: string) {
     super();
-    this.db = new Database(path);
-    this.db.pragma("journal_mode = WAL");
-    this.db.pragma("synchronous = FULL");
-    this.db.pragma("foreign_keys = ON");
-    this.db.pragma("busy_timeout = 5000");
+    this.db = openSqlite(path);
     migrateSqlite(this.db);
     this.runner = new SqliteRunner(this.db);
     const sync = <T>(rows: object): Synced<T> =>
@@ -97,6 +93,16 @@ export class Ledger extends TopLevel {
   close(): void {
     this.db.close();
   }
+}
+
+/** A SQLite ledger file as both SQLite stores use it: WAL, durable writes, foreign keys enforced. */
+export function openSqlite(path: string): Database.Database {
+  const db = new Database(path);
+  db.pragma("journal_mode = WAL");
+  db.pragma("synchronous = FULL");
+  db.pragma("foreign_keys = ON");
+  db.pragma("busy_timeout = 5000");
+  return db;
 }
 
 /** Runs the migrations a SQLite ledger lacks, each in its own transaction; `PRAGMA user_version` counts them. */

@@ -56,6 +56,8 @@ export class SqliteRunner {
       case "transaction":
         return this.db.transaction(() => this.run(op.body()))();
       case "relaxed":
+        // Inside a transaction the commit is the transaction's, durable as it is.
+        if (this.db.inTransaction) return this.run(op.body());
         this.statement("PRAGMA synchronous = NORMAL").run();
         try {
           return this.run(op.body());

@@ -1,5 +1,6 @@
 import { execFile, spawn, type ChildProcess } from "node:child_process";
-import { chown, mkdtemp, rm } from "node:fs/promises";
+import { existsSync } from "node:fs";
+import { chown, mkdtemp, readdir, readFile, rm, stat } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -18,14 +19,48 @@ export interface TestPostgres {
   readonly url: string;
   /** The postmaster's pid (the process this helper started, and the only one it signals). */
   readonly pid: number;
-  /** A fresh, empty database of this server, named `name`; its URL. */
+  /**
+   * A fresh, empty database of this server, named `name`; its URL. Its collation is ICU's en-US, as
+   * a database made with a usual locale sorts text: linguistically, not by bytes.
+   */
   createDatabase(name: string): Promise<string>;
   /** Stops the server (fast shutdown), waits for it to exit and removes its directory. */
   stop(): Promise<void>;
 }
 
+/**
+ * As the postgres user; and should the test's process die without stopping it (a worker killed at a
+ * timeout), the kernel asks postgres for a fast shutdown (`--pdeathsig`, set after the user change,
+ * which would clear it).
+ */
 function asPostgres(args: string[]): [string, string[]] {
-  return ["setpriv", ["--reuid", USER, "--regid", USER, "--init-groups", "--", ...args]];
+  return ["setpriv", ["--reuid", USER, "--regid", USER, "--init-groups", "--pdeathsig", "INT", "--", ...args]];
+}
+
+/**
+ * Removes the directories of earlier runs whose server is gone (a test process killed before its
+ * `stop`): those with no live postmaster and untouched for ten minutes, so a server another test
+ * file is starting right now is never one of them.
+ */
+async function removeStale(): Promise<void> {
+  const cutoff = Date.now() - 10 * 60_000;
+  for (const name of await readdir(tmpdir())) {
+    if (!name.startsWith("bothy-pg-")) continue;
+    const dir = join(tmpdir(), name);
+    const pid = Number((await readFile(join(dir, "data", "postmaster.pid"), "utf8").catch(() => "")).split("\n")[0]);
+    if (pid > 0 && alive(pid)) continue;
+    const { mtimeMs } = await stat(dir).catch(() => ({ mtimeMs: Date.now() }));
+    if (mtimeMs < cutoff) await rm(dir, { recursive: true, force: true });
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
+  }
 }
 
 async function freePort(): Promise<number> {
@@ -51,6 +86,9 @@ function exited(child: ChildProcess): Promise<void> {
  * survive a power cut). Collation C, as bothy's text columns compare bytes in both stores.
  */
 export async function startPostgres(): Promise<TestPostgres> {
+  if (!existsSync(join(BIN, "postgres")))
+    throw new Error(`PostgreSQL 15 is not installed (no ${BIN}/postgres): run scripts/install-deps as root.`);
+  await removeStale();
   const dir = await mkdtemp(join(tmpdir(), "bothy-pg-"));
   const data = join(dir, "data");
   let child: ChildProcess | undefined;
@@ -115,7 +153,9 @@ export async function startPostgres(): Promise<TestPostgres> {
             const client = new pg.Client({ connectionString: url });
             await client.connect();
             try {
-              await client.query(`CREATE DATABASE ${pg.escapeIdentifier(name)}`);
+              await client.query(
+                `CREATE DATABASE ${pg.escapeIdentifier(name)} TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'`,
+              );
             } finally {
               await client.end();
             }

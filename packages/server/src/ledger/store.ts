@@ -1,0 +1,113 @@
+import { ApprovalQueries } from "./approval-rows.ts";
+import { AuthQueries } from "./auth-rows.ts";
+import { CommandQueries } from "./command-rows.ts";
+import type { DialectName } from "./dialect.ts";
+import { E2bQueries } from "./e2b-rows.ts";
+import { EventQueries } from "./event-rows.ts";
+import { migrateSqlite, openSqlite } from "./ledger.ts";
+import { PgRunner } from "./pg-runner.ts";
+import { SandboxQueries } from "./sandbox-rows.ts";
+import { SecretQueries } from "./secret-rows.ts";
+import { SessionQueries } from "./session-rows.ts";
+import { SnapshotQueries } from "./snapshot-rows.ts";
+import { bindSteps, transaction, type Asynced, type Step } from "./sql-step.ts";
+import { SqliteRunner } from "./sqlite-runner.ts";
+import { UsageQueries } from "./usage-rows.ts";
+import { VolumeQueries } from "./volume-rows.ts";
+
+/**
+ * The ledger as an asynchronous interface, one for both stores: every method returns a Promise.
+ * The same rows classes answer on either (sql-step.ts), so the stores share every query, the
+ * migrations and the compare-and-set `transition`; what differs is written in dialect.ts.
+ */
+export type LedgerStore = Asynced<SandboxQueries> &
+  Asynced<CommandQueries> &
+  Asynced<UsageQueries> &
+  Pick<Asynced<EventQueries>, "insertEvent" | "eventsSince" | "sandboxEvents"> & {
+    readonly dialect: DialectName;
+    readonly auth: Asynced<AuthQueries>;
+    readonly secrets: Asynced<SecretQueries>;
+    readonly e2b: Asynced<E2bQueries>;
+    readonly approvals: Asynced<ApprovalQueries>;
+    readonly events: Asynced<EventQueries>;
+    readonly sessions: Asynced<SessionQueries>;
+    readonly volumes: Asynced<VolumeQueries>;
+    readonly snapshots: Asynced<SnapshotQueries>;
+    /** Runs a piece of work made of the rows' steps as one transaction (all of it or none). */
+    transaction<T>(body: () => Step<T>): Promise<T>;
+    close(): Promise<void>;
+  };
+
+/** Where the ledger lives: PostgreSQL when `databaseUrl` is set (BOTHY_DATABASE_URL), else SQLite at `sqlitePath`. */
+export interface StoreOptions {
+  databaseUrl?: string;
+  sqlitePath: string;
+  /** The PostgreSQL pool's most connections. */
+  poolSize?: number;
+}
+
+/** Opens the ledger's store and brings its schema up to date. */
+export async function openStore(options: StoreOptions): Promise<LedgerStore> {
+  if (options.databaseUrl !== undefined && options.databaseUrl !== "") {
+    if (!/^postgres(ql)?:\/\//.test(options.databaseUrl))
+      throw new Error("BOTHY_DATABASE_URL must be a postgres:// or postgresql:// URL (unset: the SQLite ledger).");
+    const pool = PgRunner.pool(options.databaseUrl, options.poolSize);
+    const runner = new PgRunner(pool);
+    try {
+      await runner.migrate();
+    } catch (err) {
+      await pool.end();
+      throw err;
+    }
+    return build(
+      "postgres",
+      (step) => runner.run(step),
+      () => pool.end(),
+    );
+  }
+  const db = openSqlite(options.sqlitePath);
+  try {
+    migrateSqlite(db);
+  } catch (err) {
+    db.close();
+    throw err;
+  }
+  const runner = new SqliteRunner(db);
+  // Each call runs to its end at once (SQLite is in-process and synchronous), so calls keep their
+  // order and a transaction never interleaves with another.
+  return build(
+    "sqlite",
+    (step) => new Promise((resolve) => resolve(runner.run(step))),
+    async () => {
+      db.close();
+    },
+  );
+}
+
+function build(
+  dialect: DialectName,
+  runner: (step: Step<unknown>) => Promise<unknown>,
+  close: () => Promise<void>,
+): LedgerStore {
+  const bind = <T>(rows: object): Asynced<T> => bindSteps<Asynced<T>>(rows, runner);
+  const events = bind<EventQueries>(new EventQueries());
+  return {
+    ...bind<SandboxQueries>(new SandboxQueries()),
+    ...bind<CommandQueries>(new CommandQueries()),
+    ...bind<UsageQueries>(new UsageQueries()),
+    insertEvent: events.insertEvent,
+    eventsSince: events.eventsSince,
+    sandboxEvents: events.sandboxEvents,
+    dialect,
+    auth: bind<AuthQueries>(new AuthQueries()),
+    secrets: bind<SecretQueries>(new SecretQueries()),
+    e2b: bind<E2bQueries>(new E2bQueries()),
+    approvals: bind<ApprovalQueries>(new ApprovalQueries()),
+    events,
+    sessions: bind<SessionQueries>(new SessionQueries()),
+    volumes: bind<VolumeQueries>(new VolumeQueries()),
+    snapshots: bind<SnapshotQueries>(new SnapshotQueries()),
+    transaction: <T>(body: () => Step<T>) => runner(transaction(body)) as Promise<T>,
+    close,
+  };
+}
