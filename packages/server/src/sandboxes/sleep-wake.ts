@@ -2,7 +2,7 @@ import { BothyError, type NetworkPolicy, type SandboxInfo } from "@bothy/protoco
 import { describeCauses, toResumeFailure, toWakeFailure } from "../errors/internal-errors.ts";
 import { needsGateway } from "../gateway/host-policy.ts";
 import type { SandboxRow } from "../ledger/ledger.ts";
-import { egressFromRequest } from "../network/host-network.ts";
+import { egressFromRequest } from "../network/egress-policy.ts";
 import { bootSandbox, resumeSandbox, type BootedSandbox } from "./boot.ts";
 import type { HeldSandboxes } from "./held-sandboxes.ts";
 import { isIn } from "./lifecycle.ts";
