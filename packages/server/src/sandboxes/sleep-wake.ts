@@ -39,7 +39,7 @@ export class SleepWake {
     // wake already under way has it running by this pause's turn.
     if (this.ctx.info(id).state === "paused" && !this.ctx.records.get(id)?.booted) {
       return this.serialized(id, "pause", async (move, rec) => {
-        if (rec.booted && !rec.deleting) await step(rec.booted, move);
+        if (rec.booted && !rec.phase.deleting) await step(rec.booted, move);
       });
     }
     return this.onHeld(id, "pause", step);
@@ -124,8 +124,8 @@ export class SleepWake {
     return this.serialized(id, "wake", async (move, rec) => {
       const row = this.ctx.ledger.getSandbox(id);
       if (!row || !isIn("dormant", row.state) || rec.booted) return;
-      await rec.reaping;
-      if (this.ctx.stopping || rec.deleting)
+      await rec.phase.reaping;
+      if (this.ctx.stopping || rec.phase.deleting)
         throw new BothyError("sandbox_not_running", `Sandbox ${id} is being deleted or the server is stopping.`);
       if (!this.ctx.makeRoom()) {
         throw new BothyError(
@@ -220,7 +220,7 @@ export class SleepWake {
     }
     const generation = rec.generation;
     return this.serialized(id, op, async (move) => {
-      if (rec.generation !== generation || rec.deleting)
+      if (rec.generation !== generation || rec.phase.deleting)
         throw new BothyError("sandbox_not_running", `Sandbox ${id} is being deleted or has stopped.`);
       await step(booted, move, rec);
     });
