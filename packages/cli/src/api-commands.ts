@@ -1,6 +1,6 @@
 /**
  * The commands that work through bothy's public API (via @bothy/sdk), one file each under
- * commands/. `main` hands them argv; usage errors print the command's usage with status 2.
+ * commands/. main.ts gives each its commander command; usage errors print its usage with status 2.
  */
 import { UsageError } from "./args/parse.ts";
 import type { Command } from "./command.ts";
@@ -50,18 +50,14 @@ export const API_COMMANDS: Command[] = [
   doctorCommand,
 ];
 
-export const API_USAGE = `${API_COMMANDS.map((c) => `  ${c.name.padEnd(30)}${c.summary}`).join("\n")}
-  (bothy COMMAND --help for its options)
-
-API commands talk to BOTHY_URL (default http://127.0.0.1:8080; or --url) with BOTHY_API_KEY
+/** What `bothy --help` says of the API commands after listing them (main.ts). */
+export const API_FOOTER = `API commands talk to BOTHY_URL (default http://127.0.0.1:8080; or --url) with BOTHY_API_KEY
 (or --api-key; on the server's host, $BOTHY_HOME/admin.key when that is unset).`;
 
-/** Runs an API command; undefined when `argv` names none. Errors other than usage propagate. */
-export async function runApiCommand(argv: string[]): Promise<number | undefined> {
-  const command = API_COMMANDS.find((c) => c.name === argv[0]);
-  if (!command) return undefined;
+/** Runs an API command on the arguments after its name; a usage error prints its usage, status 2. */
+export async function runApiCommand(command: Command, args: string[]): Promise<number> {
   try {
-    return await command.run(argv.slice(1));
+    return await command.run(args);
   } catch (err) {
     if (err instanceof UsageError) {
       process.stderr.write(`bothy ${command.name}: ${err.message}\n\n${command.usage}`);

@@ -1,5 +1,6 @@
 import { readdir, readFile } from "node:fs/promises";
 import { join, relative } from "node:path";
+import ts from "typescript";
 import { describe, expect, it } from "vitest";
 
 const SRC = join(import.meta.dirname, "../src");
@@ -31,4 +32,56 @@ describe("the sandbox actor is the only writer of states", () => {
     }
     expect(offenders).toEqual([]);
   });
+});
+
+/**
+ * The fields of `SandboxRecord`, but its phase, that are a promise (anything with a `then`) or an
+ * object holding one, read with the TypeScript checker so that an alias or an imported type is
+ * seen through. Only the server's own sources are loaded (`types: []`): a record's types are ours.
+ */
+function promiseSlotsOfRecord(): string[] {
+  const file = join(SRC, "sandboxes", "sandbox-records.ts");
+  const program = ts.createProgram([file], {
+    strict: true,
+    noEmit: true,
+    skipLibCheck: true,
+    types: [],
+    allowImportingTsExtensions: true,
+    module: ts.ModuleKind.NodeNext,
+    moduleResolution: ts.ModuleResolutionKind.NodeNext,
+    target: ts.ScriptTarget.ES2022,
+    customConditions: ["@bothy/source"],
+  });
+  const checker = program.getTypeChecker();
+  const record = program
+    .getSourceFile(file)
+    ?.statements.find(
+      (s): s is ts.InterfaceDeclaration => ts.isInterfaceDeclaration(s) && s.name.text === "SandboxRecord",
+    );
+  if (!record) throw new Error("sandbox-records.ts has no SandboxRecord interface");
+  const parts = (type: ts.Type): ts.Type[] => (type.isUnion() ? type.types : [type]);
+  const isPromise = (type: ts.Type): boolean =>
+    parts(type).some(
+      (t) => t.getSymbol()?.getName() === "Promise" || checker.getPropertyOfType(t, "then") !== undefined,
+    );
+  const holdsPromise = (type: ts.Type): boolean =>
+    isPromise(type) ||
+    parts(type).some((t) =>
+      checker.getPropertiesOfType(t).some((p) => isPromise(checker.getTypeOfSymbolAtLocation(p, record))),
+    );
+  return checker
+    .getPropertiesOfType(checker.getTypeAtLocation(record.name))
+    .filter((field) => field.getName() !== "phase" && holdsPromise(checker.getTypeOfSymbolAtLocation(field, record)))
+    .map((field) => field.getName());
+}
+
+/**
+ * What is under way on a sandbox (the operation in flight, the queue, a delete, a stop's teardown)
+ * lives in the record's one typed phase, which only the actor sets: a promise slot beside it would
+ * be a second, unserialized place where a sandbox's fate is decided.
+ */
+describe("a sandbox record holds no promise of its own", () => {
+  it("no field of SandboxRecord is a promise: what is under way is in its phase", () => {
+    expect(promiseSlotsOfRecord()).toEqual([]);
+  }, 60_000);
 });

@@ -2,7 +2,7 @@ import { mkdtemp, rm, symlink } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { egressFromRequest } from "../src/network/host-network.ts";
+import { egressFromRequest } from "../src/network/egress-policy.ts";
 import { normalizeCidr, parseCidr, subnetAt } from "../src/network/ipv4.ts";
 import { mergeCidrs, renderBase, renderSandboxAdd, renderSandboxRemove } from "../src/network/nft-ruleset.ts";
 import { cgroupPath, hostTag, ifaceName, netnsName, nftTable, snapshotTapName } from "../src/util/host-names.ts";

@@ -1,14 +1,23 @@
 /**
- * Argument parsing for every command: node's `util.parseArgs` (strict), plus the flags all API
- * commands share (`--url`, `--api-key`, `--json`, `--help`). Usage errors are thrown as
- * UsageError, which `main` prints with the command's usage and exit status 2.
+ * Argument parsing for every command, with commander: each command declares its options as data
+ * (name, string or boolean, a short letter, repeatable), plus the flags all API commands share
+ * (`--url`, `--api-key`, `--json`, `--help`); unknown options, a missing value and a wrong count
+ * of arguments are refused. Usage errors are thrown as UsageError, which the command's runner
+ * prints with the command's usage and exit status 2.
  */
-import { parseArgs, type ParseArgsConfig } from "node:util";
+import { Command, CommanderError, Option } from "commander";
 import type { ConnectionOptions } from "@bothy/sdk";
 
 export class UsageError extends Error {}
 
-export type Options = NonNullable<ParseArgsConfig["options"]>;
+/** One option: a string (its value follows) or a boolean flag; `multiple` collects every value given. */
+export interface OptionSpec {
+  type: "string" | "boolean";
+  short?: string;
+  multiple?: boolean;
+}
+
+export type Options = Record<string, OptionSpec>;
 
 /** Flags every API command takes. */
 export const CONNECTION_FLAGS = {
@@ -31,20 +40,46 @@ export function parse<O extends Options>(
   options: O,
   positionals: { min: number; max: number; names: string },
 ): Parsed<O> {
-  let parsed;
-  try {
-    parsed = parseArgs({ args, options, allowPositionals: true, strict: true });
-  } catch (err) {
-    throw new UsageError(
-      err instanceof Error ? err.message.replace(/\. To specify a positional.*$/s, "") : String(err),
+  const parser = new Command()
+    .exitOverride()
+    .configureOutput({ writeOut: () => undefined, writeErr: () => undefined, outputError: () => undefined })
+    .helpOption(false)
+    .allowExcessArguments()
+    .argument("[args...]");
+  const attribute = new Map<string, Option>();
+  for (const [name, spec] of Object.entries(options)) {
+    const option = new Option(
+      `${spec.short ? `-${spec.short}, ` : ""}--${name}${spec.type === "string" ? " <value>" : ""}`,
     );
+    if (spec.multiple)
+      option.argParser((value: string, previous: string[] | undefined) => [...(previous ?? []), value]);
+    // `--no-internet` is a flag of its own here, not commander's negation of an `--internet`.
+    if (name.startsWith("no-")) option.default(undefined);
+    parser.addOption(option);
+    attribute.set(name, option);
   }
-  const { positionals: pos } = parsed;
-  if (!(parsed.values as { help?: boolean }).help) {
+  try {
+    parser.parse(args, { from: "user" });
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      const message = err.message.replace(/^error: /, "");
+      throw new UsageError(`${message.charAt(0).toUpperCase()}${message.slice(1)}`);
+    }
+    throw err;
+  }
+  const values: Record<string, unknown> = {};
+  for (const [name, option] of attribute) {
+    const value: unknown = parser.getOptionValue(option.attributeName());
+    if (name.startsWith("no-")) {
+      if (value === false) values[name] = true;
+    } else if (value !== undefined) values[name] = value;
+  }
+  const pos = parser.args;
+  if (!values["help"]) {
     if (pos.length < positionals.min) throw new UsageError(`missing ${positionals.names}`);
     if (pos.length > positionals.max) throw new UsageError(`unexpected argument ${pos[positionals.max] ?? ""}`);
   }
-  return { values: parsed.values as Parsed<O>["values"], positionals: pos };
+  return { values: values as Parsed<O>["values"], positionals: pos };
 }
 
 /** `--url` / `--api-key` over BOTHY_URL / BOTHY_API_KEY (the SDK reads those itself). */

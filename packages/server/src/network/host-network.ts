@@ -12,30 +12,27 @@ import { networkInterfaces } from "node:os";
 import { join } from "node:path";
 import { BothyError, SANDBOX_ID_RE } from "@bothy/protocol";
 import type { EgressPolicy, GuestNetwork, HostObject } from "../drivers/driver.ts";
-import { HostCommandError, run } from "../util/host-command.ts";
+import { run } from "../util/host-command.ts";
 import { ifaceName, LEGACY, netnsName, nftTable, type LinkKind } from "../util/host-names.ts";
-import {
-  cidrContains,
-  cidrsOverlap,
-  formatCidr,
-  normalizeCidr,
-  parseCidr,
-  parseIpv4,
-  poolCapacity,
-  subnetAt,
-  type Cidr,
-} from "./ipv4.ts";
-import {
-  GATEWAY_SET,
-  PRIVATE_RANGES,
-  renderBase,
-  renderSandboxAdd,
-  renderSandboxRemove,
-  type GatewayPorts,
-} from "./nft-ruleset.ts";
+import { cidrContains, cidrsOverlap, formatCidr, parseCidr, parseIpv4 } from "./ipv4.ts";
+import { PRIVATE_RANGES, renderBase, renderSandboxAdd, renderSandboxRemove, type GatewayPorts } from "./nft-ruleset.ts";
 import type { Logger } from "../events/server-events.ts";
 import { neverOpen, permitProblem } from "./allow-out.ts";
 import { HostSetupError, NetworkSetupError } from "../errors/internal-errors.ts";
+import {
+  CMD_TIMEOUT_MS,
+  defaultRouteInterface,
+  existingNamespaces,
+  hostAddresses,
+  ipBatch,
+  linkNames,
+  listLinks,
+  listRules,
+  NETNS_DIR,
+  nft,
+  noSuchObject,
+} from "./host-net-commands.ts";
+import { SubnetPool } from "./subnet-pool.ts";
 
 export type { LinkKind } from "../util/host-names.ts";
 
@@ -65,7 +62,6 @@ export interface PlannedNetwork {
   guest: GuestNetwork;
 }
 
-const NETNS_DIR = "/run/netns";
 /**
  * Run by `sh -c` inside a new namespace before eth0 is up: turns IPv6 off for every interface
  * there, so eth0 never gets a link-local address for gVisor to copy. A line of `ip -batch` ends
@@ -76,28 +72,10 @@ const NS_IPV6_OFF =
   "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6 && echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6";
 /** Then configures the namespace with one `ip -batch`: $1 is eth0's address/prefix, $2 the gateway. */
 const NS_CONFIGURE = `printf "%s\\n" "addr add $1 dev eth0" "link set eth0 up" "link set lo up" "route add default via $2" | ip -batch -`;
-const CMD_TIMEOUT_MS = 15_000;
-
-export const DEFAULT_POLICY: EgressPolicy = { internet: true, allowOut: [], denyOut: [] };
-
-/** The policy a create asks for, normalized (host bits cleared, duplicates gone). */
-export function egressFromRequest(req: {
-  internet?: boolean | undefined;
-  allow_out?: string[] | undefined;
-  deny_out?: string[] | undefined;
-}): EgressPolicy {
-  const norm = (list: string[] | undefined): string[] => [...new Set((list ?? []).map(normalizeCidr))];
-  return { internet: req.internet ?? true, allowOut: norm(req.allow_out), denyOut: norm(req.deny_out) };
-}
-
-export const isDefaultPolicy = (p: EgressPolicy): boolean =>
-  p.internet && p.allowOut.length === 0 && p.denyOut.length === 0;
 
 export class HostNetwork {
-  private readonly pool: Cidr;
-  private readonly capacity: number;
-  /** Subnet index per sandbox; an index is free again only once its sandbox's teardown succeeded. */
-  private readonly used = new Map<string, number>();
+  /** The sandboxes' subnets; one is free again only once its sandbox's teardown succeeded. */
+  private readonly subnets: SubnetPool;
   /** The egress policy of each sandbox with a subnet, for the gateway's lookups by guest address. */
   private readonly policies = new Map<string, EgressPolicy>();
   /** The sandboxes this server plumbed whole, as planned: their teardown needs no listing. */
@@ -114,8 +92,7 @@ export class HostNetwork {
   private readonly ifaceRe: RegExp;
 
   constructor(private readonly opts: HostNetworkOptions) {
-    this.pool = parseCidr(opts.pool);
-    this.capacity = poolCapacity(this.pool);
+    this.subnets = new SubnetPool(opts.pool);
     this.table = nftTable(opts.tag);
     this.tables = [this.table];
     this.netnsRe = new RegExp(`^bothy-${opts.tag}-([a-z2-7]{20})$`);
@@ -174,22 +151,22 @@ export class HostNetwork {
     const shared = await this.poolOfAnotherHome();
     if (shared)
       throw new HostSetupError(
-        `BOTHY_NET_POOL ${formatCidr(this.pool)} overlaps ${shared.pool}, the pool of another bothy home on this host (table inet ${shared.table}); give each server its own block. If no server of that home runs any more, \`nft delete table inet ${shared.table}\` removes its rules.`,
+        `BOTHY_NET_POOL ${formatCidr(this.subnets.cidr)} overlaps ${shared.pool}, the pool of another bothy home on this host (table inet ${shared.table}); give each server its own block. If no server of that home runs any more, \`nft delete table inet ${shared.table}\` removes its rules.`,
       );
-    for (const clash of (await hostAddresses()).filter((a) => cidrContains(this.pool, parseIpv4(a)))) {
+    for (const clash of (await hostAddresses()).filter((a) => cidrContains(this.subnets.cidr, parseIpv4(a)))) {
       if (!(await this.isOurs(clash)))
         throw new HostSetupError(
-          `BOTHY_NET_POOL ${formatCidr(this.pool)} holds ${clash}, an address this host already uses; choose a free block.`,
+          `BOTHY_NET_POOL ${formatCidr(this.subnets.cidr)} holds ${clash}, an address this host already uses; choose a free block.`,
         );
     }
-    if (PRIVATE_RANGES.every((r) => !cidrsOverlap(parseCidr(r), this.pool)))
-      this.opts.log("network_pool_public", { pool: formatCidr(this.pool) });
+    if (PRIVATE_RANGES.every((r) => !cidrsOverlap(parseCidr(r), this.subnets.cidr)))
+      this.opts.log("network_pool_public", { pool: formatCidr(this.subnets.cidr) });
     await this.ensureForwarding();
     this.ipv6 = existsSync("/proc/sys/net/ipv6");
     await nft(
       renderBase({
         tag: this.opts.tag,
-        pool: formatCidr(this.pool),
+        pool: formatCidr(this.subnets.cidr),
         uplink: this.uplinkName,
         extraBlocked: this.opts.extraBlocked,
         ...(this.opts.gatewayPorts ? { gatewayPorts: this.opts.gatewayPorts } : {}),
@@ -197,7 +174,7 @@ export class HostNetwork {
     );
     this.tables = (await listRules(LEGACY.table)) !== undefined ? [this.table, LEGACY.table] : [this.table];
     this.opts.log("network_ready", {
-      pool: formatCidr(this.pool),
+      pool: formatCidr(this.subnets.cidr),
       uplink: this.uplinkName,
       dns: this.opts.dns,
       table: this.table,
@@ -230,7 +207,7 @@ export class HostNetwork {
         const prefix = (match?.right as { prefix?: { addr?: string; len?: number } } | undefined)?.prefix;
         if (match?.left?.payload?.field !== "saddr" || prefix?.addr === undefined || prefix.len === undefined) continue;
         const pool = `${prefix.addr}/${prefix.len}`;
-        if (cidrsOverlap(parseCidr(pool), this.pool)) return { table, pool };
+        if (cidrsOverlap(parseCidr(pool), this.subnets.cidr)) return { table, pool };
       }
     }
     return undefined;
@@ -279,24 +256,7 @@ export class HostNetwork {
 
   /** Reserves the sandbox's subnet and names; nothing exists on the host until `plumb`. */
   allocate(sandboxId: string, kind: LinkKind, policy: EgressPolicy): PlannedNetwork {
-    let index = this.used.get(sandboxId);
-    if (index === undefined) {
-      const taken = new Set(this.used.values());
-      // Index 0 would put the gateway on the pool's first address; leave it out for readability.
-      for (let i = 1; i < this.capacity; i++) {
-        if (!taken.has(i)) {
-          index = i;
-          break;
-        }
-      }
-      if (index === undefined)
-        throw new BothyError(
-          "capacity_exhausted",
-          `The network pool ${formatCidr(this.pool)} has no free /30 left; delete a sandbox or give BOTHY_NET_POOL a larger block.`,
-        );
-      this.used.set(sandboxId, index);
-    }
-    const subnet = subnetAt(this.pool, index);
+    const subnet = this.subnets.allocate(sandboxId);
     const iface = ifaceName(this.opts.tag, sandboxId, kind);
     this.policies.set(sandboxId, policy);
     const guest: GuestNetwork = {
@@ -311,7 +271,7 @@ export class HostNetwork {
 
   /** Every address no sandbox reaches unless its `allow_out` names it: the private ranges, the pool, BOTHY_NET_BLOCK. */
   get blocked(): string[] {
-    return [...PRIVATE_RANGES, formatCidr(this.pool), ...this.opts.extraBlocked];
+    return [...PRIVATE_RANGES, formatCidr(this.subnets.cidr), ...this.opts.extraBlocked];
   }
 
   /**
@@ -331,8 +291,7 @@ export class HostNetwork {
    * anything a client sent); undefined for a sandbox with no network here. The port proxy dials it.
    */
   guestAddress(sandboxId: string): string | undefined {
-    const index = this.used.get(sandboxId);
-    return index === undefined ? undefined : subnetAt(this.pool, index).guest;
+    return this.subnets.of(sandboxId)?.guest;
   }
 
   /**
@@ -340,19 +299,9 @@ export class HostNetwork {
    * is not a live sandbox's guest (the gateway refuses those).
    */
   byGuest(address: string): { sandboxId: string; policy: EgressPolicy } | undefined {
-    let addr: number;
-    try {
-      addr = parseIpv4(address.replace(/^::ffff:/, ""));
-    } catch {
-      return undefined;
-    }
-    const index = (addr - this.pool.base - 2) / 4;
-    if (!Number.isInteger(index)) return undefined;
-    for (const [sandboxId, i] of this.used) {
-      const policy = this.policies.get(sandboxId);
-      if (i === index && policy) return { sandboxId, policy };
-    }
-    return undefined;
+    const sandboxId = this.subnets.byGuest(address);
+    const policy = sandboxId === undefined ? undefined : this.policies.get(sandboxId);
+    return sandboxId !== undefined && policy ? { sandboxId, policy } : undefined;
   }
 
   /**
@@ -370,18 +319,10 @@ export class HostNetwork {
     );
     const local = (JSON.parse(shown?.stdout || "[]") as Array<{ addr_info?: Array<{ local?: string }> }>)[0]
       ?.addr_info?.[0]?.local;
-    if (local === undefined) return undefined;
-    const index = (parseIpv4(local) - this.pool.base - 1) / 4;
-    if (
-      !Number.isInteger(index) ||
-      index < 1 ||
-      index >= this.capacity ||
-      [...this.used].some(([id, i]) => i === index && id !== sandboxId)
-    )
-      return undefined;
+    if (local === undefined || !this.subnets.claimable(sandboxId, local)) return undefined;
     if (kind === "veth" && !existsSync(`${NETNS_DIR}/${netnsName(this.opts.tag, sandboxId)}`)) return undefined;
     if (!(await listRules(this.table))?.chains.includes(sandboxId)) return undefined;
-    this.used.set(sandboxId, index);
+    this.subnets.claim(sandboxId, local);
     const plan = this.allocate(sandboxId, kind, policy);
     await nft(renderSandboxAdd({ table: this.table, sandboxId, iface, guest: plan.guest.guest, policy }));
     return plan;
@@ -452,7 +393,7 @@ export class HostNetwork {
     const removed = made ? await succeeds(this.removeMade(made)) : false;
     if (!removed) await this.removeListed(sandboxId);
     this.made.delete(sandboxId);
-    this.used.delete(sandboxId);
+    this.subnets.free(sandboxId);
     this.policies.delete(sandboxId);
   }
 
@@ -544,95 +485,10 @@ export class HostNetwork {
   }
 }
 
-/** A table's chains and verdict-map elements; undefined when there is no such table. */
-async function listRules(table: string): Promise<
-  | {
-      chains: string[];
-      elements: Array<{ key: string; target: string }>;
-      gateway: Array<{ iface: string; guest: string }>;
-    }
-  | undefined
-> {
-  let text: string;
-  try {
-    text = (await run("nft", ["-j", "list", "table", ...table.split(" ")], { timeoutMs: CMD_TIMEOUT_MS })).stdout;
-  } catch (err) {
-    if (noSuchObject(err)) return undefined;
-    throw err;
-  }
-  const items = (JSON.parse(text) as { nftables?: Array<Record<string, unknown>> }).nftables ?? [];
-  const chains: string[] = [];
-  const elements: Array<{ key: string; target: string }> = [];
-  const gateway: Array<{ iface: string; guest: string }> = [];
-  for (const item of items) {
-    const set = item["set"] as { name?: string; elem?: unknown[] } | undefined;
-    if (set?.name === GATEWAY_SET)
-      for (const el of set.elem ?? []) {
-        const [iface, guest] = (el as { concat?: unknown[] }).concat ?? [];
-        if (typeof iface === "string" && typeof guest === "string") gateway.push({ iface, guest });
-      }
-    const chain = item["chain"] as { name?: string } | undefined;
-    if (chain?.name) chains.push(chain.name);
-    const map = item["map"] as { name?: string; elem?: unknown[] } | undefined;
-    if (map?.name !== "egress") continue;
-    for (const el of map.elem ?? []) {
-      if (!Array.isArray(el) || typeof el[0] !== "string") continue;
-      const verdict = el[1] as { goto?: { target?: string }; jump?: { target?: string } } | undefined;
-      elements.push({ key: el[0], target: verdict?.goto?.target ?? verdict?.jump?.target ?? "" });
-    }
-  }
-  return { chains, elements, gateway };
-}
-
-async function ipBatch(lines: string[], netns?: string): Promise<void> {
-  await run("ip", [...(netns ? ["-n", netns] : []), "-batch", "-"], {
-    timeoutMs: CMD_TIMEOUT_MS,
-    input: lines.join("\n") + "\n",
-  });
-}
-
-async function nft(script: string): Promise<void> {
-  await run("nft", ["-f", "-"], { timeoutMs: CMD_TIMEOUT_MS, input: script });
-}
-
-async function listLinks(): Promise<Array<{ name: string; alias: string | undefined }>> {
-  const { stdout } = await run("ip", ["-j", "link", "show"], { timeoutMs: CMD_TIMEOUT_MS });
-  return (JSON.parse(stdout || "[]") as Array<{ ifname: string; ifalias?: string }>).map((l) => ({
-    name: l.ifname,
-    alias: l.ifalias,
-  }));
-}
-
-async function linkNames(): Promise<string[]> {
-  return (await listLinks()).map((l) => l.name);
-}
-
-async function hostAddresses(): Promise<string[]> {
-  const { stdout } = await run("ip", ["-j", "-4", "addr", "show"], { timeoutMs: CMD_TIMEOUT_MS });
-  return (JSON.parse(stdout || "[]") as Array<{ addr_info?: Array<{ local?: string }> }>)
-    .flatMap((l) => (l.addr_info ?? []).map((a) => a.local ?? ""))
-    .filter(Boolean);
-}
-
-async function defaultRouteInterface(): Promise<string> {
-  const { stdout } = await run("ip", ["-j", "-4", "route", "show", "default"], { timeoutMs: CMD_TIMEOUT_MS });
-  return (JSON.parse(stdout || "[]") as Array<{ dev?: string }>)[0]?.dev ?? "";
-}
-
-/** Those of the named network namespaces that exist. */
-function existingNamespaces(names: string[]): string[] {
-  return names.filter((ns) => existsSync(`${NETNS_DIR}/${ns}`));
-}
-
 /** Whether the promise fulfils; its rejection is the caller's cue to take another way. */
 function succeeds(p: Promise<unknown>): Promise<boolean> {
   return p.then(
     () => true,
     () => false,
   );
-}
-
-/** nft's answer for a table or chain that does not exist. */
-function noSuchObject(err: unknown): boolean {
-  return err instanceof HostCommandError && /No such file or directory/.test(err.stderr);
 }

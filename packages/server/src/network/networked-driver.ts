@@ -8,7 +8,8 @@ import type {
   SandboxSpec,
 } from "../drivers/driver.ts";
 import type { CleanupStack } from "../util/cleanup-stack.ts";
-import { DEFAULT_POLICY, type HostNetwork, type LinkKind, type PlannedNetwork } from "./host-network.ts";
+import { DEFAULT_POLICY } from "./egress-policy.ts";
+import type { HostNetwork, LinkKind, PlannedNetwork } from "./host-network.ts";
 import { NetworkSetupError } from "../errors/internal-errors.ts";
 
 /**

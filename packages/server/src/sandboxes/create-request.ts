@@ -4,7 +4,7 @@ import type { EgressPolicy } from "../drivers/driver.ts";
 import { needsGateway } from "../gateway/host-policy.ts";
 import type { GatewayPolicies, SandboxPolicyRecord } from "../gateway/policies.ts";
 import { checkAllowOut } from "../network/allow-out.ts";
-import { egressFromRequest } from "../network/host-network.ts";
+import { egressFromRequest } from "../network/egress-policy.ts";
 import { lifetimeOf } from "./lifetime.ts";
 
 export type CreateRequest = ReturnType<typeof createSandboxRequest.parse>;

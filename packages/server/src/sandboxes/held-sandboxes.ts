@@ -25,7 +25,7 @@ export class HeldSandboxes {
     const rec = this.ctx.records.of(id);
     const generation = this.ctx.records.hold(rec, booted);
     const died = (reason: string, fields: Omit<ServerEventMap["sandbox_died"], "sandbox_id">): void => {
-      if (rec.generation !== generation || rec.deleting || this.ctx.stopping) return;
+      if (rec.generation !== generation || rec.phase.deleting || this.ctx.stopping) return;
       // Not running: a resume is bringing it back, and its own failure handles the death.
       if (this.ctx.ledger.getSandbox(id)?.state !== "running") return;
       this.lose(id, booted, reason, fields);
@@ -105,14 +105,13 @@ export class HeldSandboxes {
     booted.agent.close(closeWith);
     this.ctx.ledger.loseCommands(id);
     // What is left after a failed stop is for the sweeper's next pass.
-    const job = booted.handle
-      .stop()
-      .catch((err: unknown) => this.ctx.log("sandbox_stop_failed", { sandbox_id: id, error: (err as Error).message }))
-      .finally(() => {
-        if (rec.reaping === job) rec.reaping = undefined;
-        this.ctx.records.tidy(rec);
-      });
-    rec.reaping = job;
-    return job;
+    return this.ctx.actor.reaping(
+      rec,
+      booted.handle
+        .stop()
+        .catch((err: unknown) =>
+          this.ctx.log("sandbox_stop_failed", { sandbox_id: id, error: (err as Error).message }),
+        ),
+    );
   }
 }

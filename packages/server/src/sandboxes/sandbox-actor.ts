@@ -1,4 +1,4 @@
-import { BothyError, type SandboxState } from "@bothy/protocol";
+import { BothyError, type SandboxInfo, type SandboxState } from "@bothy/protocol";
 import type { Logger } from "../events/server-events.ts";
 import { describeCauses } from "../errors/internal-errors.ts";
 import type { Ledger } from "../ledger/ledger.ts";
@@ -16,10 +16,32 @@ export type QueuedOp =
 export type PreemptingOp = "death" | "sweep";
 export type SandboxOp = QueuedOp | PreemptingOp;
 
-/** The operation in flight on one sandbox, or none. */
-export type Phase = { readonly op: "idle" } | { readonly op: QueuedOp; readonly done: Promise<unknown> };
+/** The queued operation in flight on one sandbox, or none. */
+export type InFlight = { readonly op: "idle" } | { readonly op: QueuedOp; readonly done: Promise<unknown> };
 
-export const IDLE: Phase = { op: "idle" };
+/** A sandbox's delete, queued or in flight: `answered` once it is `deleting` and unreachable, `done` once its teardown has ended. */
+export interface DeleteJob {
+  readonly answered: Promise<SandboxInfo>;
+  readonly done: Promise<void>;
+}
+
+/** What goes on around the operation in flight; each is undefined when nothing of the kind is under way. */
+export interface Underway {
+  /** The last operation queued: the next one starts when it ends. */
+  readonly queue: Promise<unknown> | undefined;
+  /** Its delete (sandbox-deletes.ts): a second delete joins it instead of queueing another. */
+  readonly deleting: DeleteJob | undefined;
+  /** Its processes and network being released after it stopped (the disk stays; held-sandboxes.ts). */
+  readonly reaping: Promise<void> | undefined;
+}
+
+/**
+ * Everything under way on one sandbox, in one typed value that only this file sets: the record
+ * beside it holds no promise of its own (test/actor-only.unit.test.ts checks both).
+ */
+export type Phase = InFlight & Underway;
+
+export const IDLE: Phase = { op: "idle", queue: undefined, deleting: undefined, reaping: undefined };
 
 /** An operation's one power over its sandbox's row: a move along the lifecycle table, while it runs. */
 export type Move = (from: SandboxState, to: SandboxState, reason?: string) => void;
@@ -31,11 +53,16 @@ export type FinalListener = (sandboxId: string, state: SandboxState) => void;
 export type StateWriter = Pick<Ledger, "transition">;
 
 /**
- * The per-sandbox actor: every change of a sandbox's state goes through `run` (queued) or `now`
- * (pre-empting), and nowhere else calls `Ledger.transition`. It keeps the phase of each record
- * (the queued operation in flight), and when a move lands in a final state it tells the
- * `sandbox_final` listeners, which drop the side state kept for the sandbox (command records and
- * replay buffers, E2B rows, the warm pool's bookkeeping).
+ * The per-sandbox actor: the one place where a sandbox's state changes. Every move of a row along
+ * the lifecycle table (lifecycle.ts: the states, the moves each allows and the operations that
+ * make them) goes through `run` (queued) or `now` (pre-empting), and nowhere else calls
+ * `Ledger.transition`; every change of a record's phase (the operation in flight, the queue, a
+ * delete or a stop's teardown under way) happens here too. When a move lands in a final state it
+ * tells the `sandbox_final` listeners, which drop the side state kept for the sandbox (command
+ * records and replay buffers, E2B rows, the warm pool's bookkeeping). The operations themselves
+ * live beside it: creates (sandbox-creates.ts), deletes (sandbox-deletes.ts), sleep, wake, pause
+ * and resume (sleep-wake.ts), deaths and stops (held-sandboxes.ts), start-up recovery
+ * (sandbox-recovery.ts).
  */
 export class SandboxActor {
   private readonly finalListeners: FinalListener[] = [];
@@ -65,20 +92,51 @@ export class SandboxActor {
         .then(() => body(scope.move, rec))
         .finally(() => {
           scope.end();
-          if (rec.phase.op !== "idle" && rec.phase.done === done) rec.phase = IDLE;
+          if (rec.phase.op !== "idle" && rec.phase.done === done) rec.phase = { ...underway(rec.phase), op: "idle" };
         });
-      rec.phase = { op, done };
+      rec.phase = { ...underway(rec.phase), op, done };
       return done;
     };
-    const previous = rec.tail;
+    const previous = rec.phase.queue;
     // The first operation on an idle sandbox starts in this turn: a create is counted against the
     // host's limit (and a delete marked) before anything else can run.
     const job = previous === undefined ? start() : previous.catch(() => undefined).then(start);
-    rec.tail = job;
+    this.note(rec, { queue: job });
     return job.finally(() => {
-      if (rec.tail === job) rec.tail = undefined;
+      if (rec.phase.queue === job) this.note(rec, { queue: undefined });
       this.records.tidy(rec);
     });
+  }
+
+  /**
+   * Notes `job` as the sandbox's delete until its teardown has ended (sandbox-deletes.ts queues
+   * the operation itself); returns the job whose `done` ends once the note is gone.
+   */
+  deleting(rec: SandboxRecord, job: DeleteJob): DeleteJob {
+    const done = job.done.finally(() => {
+      if (rec.phase.deleting === noted) this.note(rec, { deleting: undefined });
+      this.records.tidy(rec);
+    });
+    const noted: DeleteJob = { answered: job.answered, done };
+    this.note(rec, { deleting: noted });
+    return noted;
+  }
+
+  /**
+   * Notes a stopped sandbox's teardown (its processes and network; held-sandboxes.ts) while it
+   * runs; `job` must not reject. Returns its end, once the note is gone.
+   */
+  reaping(rec: SandboxRecord, job: Promise<void>): Promise<void> {
+    const noted = job.finally(() => {
+      if (rec.phase.reaping === noted) this.note(rec, { reaping: undefined });
+      this.records.tidy(rec);
+    });
+    this.note(rec, { reaping: noted });
+    return noted;
+  }
+
+  private note(rec: SandboxRecord, change: Partial<Underway>): void {
+    rec.phase = { ...rec.phase, ...change };
   }
 
   /** Runs a pre-empting `op` now, whatever is in flight; its moves are allowed only during the call. */
@@ -113,4 +171,9 @@ export class SandboxActor {
       }
     }
   }
+}
+
+/** The part of a phase that outlives the operation in flight. */
+function underway(p: Phase): Underway {
+  return { queue: p.queue, deleting: p.deleting, reaping: p.reaping };
 }

@@ -4,7 +4,7 @@ import type { Driver } from "../drivers/driver.ts";
 import { describeCauses, toCreateFailure } from "../errors/internal-errors.ts";
 import { DEFAULT_TENANT } from "../ledger/ledger.ts";
 import type { SnapshotRow } from "../ledger/snapshot-rows.ts";
-import { isDefaultPolicy } from "../network/host-network.ts";
+import { isDefaultPolicy } from "../network/egress-policy.ts";
 import { newSandboxId } from "../util/ids.ts";
 import { bootSandbox } from "./boot.ts";
 import { networkPolicy, parseCreateRequest, type CreateRequest } from "./create-request.ts";

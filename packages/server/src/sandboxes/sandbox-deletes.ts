@@ -2,7 +2,7 @@ import { BothyError, type SandboxInfo } from "@bothy/protocol";
 import { describeCauses } from "../errors/internal-errors.ts";
 import { isIn } from "./lifecycle.ts";
 import type { ManagerContext } from "./manager-context.ts";
-import type { SandboxRecord } from "./sandbox-records.ts";
+import type { DeleteJob } from "./sandbox-actor.ts";
 
 /**
  * Deletes, answered as soon as the sandbox is `deleting` and unreachable, its teardown carried on
@@ -37,9 +37,9 @@ export class SandboxDeletes {
    * to the teardown. The operation stays in flight until the teardown has ended, so the sweeper
    * never races it for the sandbox's host objects.
    */
-  private deleteJob(id: string, reason: string): NonNullable<SandboxRecord["deleting"]> {
+  private deleteJob(id: string, reason: string): DeleteJob {
     const rec = this.ctx.records.of(id);
-    if (rec.deleting) return rec.deleting;
+    if (rec.phase.deleting) return rec.phase.deleting;
     let marked!: { resolve: () => void; reject: (err: unknown) => void };
     const answered = new Promise<void>((resolve, reject) => (marked = { resolve, reject }));
     const done = this.ctx.actor
@@ -55,7 +55,7 @@ export class SandboxDeletes {
           // milliseconds that are not the caller's.
           await new Promise((resolve) => setImmediate(resolve));
           // A stop under way (the sandbox had died or gone to sleep) ends before its objects are removed.
-          await rec.reaping;
+          await rec.phase.reaping;
           if (booted) await booted.handle.destroy();
           else await this.ctx.drivers.removeOrphan(id);
           move("deleting", "deleted");
@@ -66,15 +66,10 @@ export class SandboxDeletes {
         }
       })
       // Left `deleting`: the sweeper's next pass (or a restart) finishes it.
-      .catch((err: unknown) => this.ctx.log("sandbox_delete_failed", { sandbox_id: id, error: describeCauses(err) }))
-      .finally(() => {
-        if (rec.deleting === job) rec.deleting = undefined;
-        this.ctx.records.tidy(rec);
-      });
+      .catch((err: unknown) => this.ctx.log("sandbox_delete_failed", { sandbox_id: id, error: describeCauses(err) }));
     const job = { answered: answered.then(() => this.ctx.info(id)), done };
     job.answered.catch(() => undefined); // a caller that waits only for `done` has its failure logged
-    rec.deleting = job;
-    return job;
+    return this.ctx.actor.deleting(rec, job);
   }
 
   /**

@@ -253,8 +253,8 @@ export class SandboxManager {
     return (
       rec?.booted !== undefined &&
       this.info(id).state === "running" &&
-      (rec.tail === undefined || inSleepsTurn) &&
-      !rec.deleting &&
+      (rec.phase.queue === undefined || inSleepsTurn) &&
+      !rec.phase.deleting &&
       rec.holds === 0
     );
   }
@@ -328,7 +328,7 @@ export class SandboxManager {
   async close(): Promise<void> {
     this.ctx.stopping = true;
     // The operations in flight end first (new creates and wakes are refused from here on).
-    await Promise.allSettled(this.ctx.records.all().map((r) => r.tail));
+    await Promise.allSettled(this.ctx.records.all().map((r) => r.phase.queue));
     await this.pool.close();
     await Promise.allSettled(
       this.ctx.records.held().map((rec) =>
@@ -350,6 +350,6 @@ export class SandboxManager {
         }),
       ),
     );
-    await Promise.allSettled(this.ctx.records.all().flatMap((r) => [r.deleting?.done, r.reaping]));
+    await Promise.allSettled(this.ctx.records.all().flatMap((r) => [r.phase.deleting?.done, r.phase.reaping]));
   }
 }

@@ -1,4 +1,3 @@
-import type { SandboxInfo } from "@bothy/protocol";
 import type { BootedSandbox } from "./boot.ts";
 import { IDLE, type Phase } from "./sandbox-actor.ts";
 
@@ -15,14 +14,12 @@ export interface SandboxRecord {
    * checks it before acting, so it never lands on a sandbox that was let go or replaced since.
    */
   generation: number;
-  /** The queued operation in flight (sandbox-actor.ts): create, pause, resume, sleep, wake, delete, stop, takeover. */
+  /**
+   * Everything under way on it (sandbox-actor.ts, the only writer): the queued operation in
+   * flight (create, pause, resume, sleep, wake, delete, stop, takeover), the queue behind it, its
+   * delete, and a stop's teardown.
+   */
   phase: Phase;
-  /** The last operation queued on it; the next one starts when it ends. */
-  tail: Promise<unknown> | undefined;
-  /** Its delete (a queued `delete` op): `answered` once it is `deleting` and unreachable, `done` once its teardown has ended. */
-  deleting: { answered: Promise<SandboxInfo>; done: Promise<void> } | undefined;
-  /** Its processes and network being released after it stopped (the disk stays). */
-  reaping: Promise<void> | undefined;
   /** When it was last used, for idle sleep. */
   lastActive: number | undefined;
   /** API calls using it right now (file transfers): it does not sleep under them. */
@@ -47,9 +44,6 @@ export class SandboxRecords {
         booted: undefined,
         generation: ++this.generations,
         phase: IDLE,
-        tail: undefined,
-        deleting: undefined,
-        reaping: undefined,
         lastActive: undefined,
         holds: 0,
       };
@@ -83,12 +77,13 @@ export class SandboxRecords {
 
   /** Whether the process answers for the sandbox's host objects: it holds it or an operation is under way. */
   owns(rec: SandboxRecord): boolean {
+    const { op, queue, deleting, reaping } = rec.phase;
     return (
       rec.booted !== undefined ||
-      rec.phase.op !== "idle" ||
-      rec.tail !== undefined ||
-      rec.deleting !== undefined ||
-      rec.reaping !== undefined
+      op !== "idle" ||
+      queue !== undefined ||
+      deleting !== undefined ||
+      reaping !== undefined
     );
   }
 

@@ -116,9 +116,9 @@ export class SandboxRecovery {
    */
   checkAlive(before: ReadonlySet<string>, onHost: ReadonlySet<string>): string[] {
     const dead: string[] = [];
-    for (const { id, booted, tail, deleting } of this.ctx.records.held()) {
+    for (const { id, booted, phase } of this.ctx.records.held()) {
       // An operation queued or in flight decides for itself (a resume's own failure handles a death).
-      if (!booted || !before.has(id) || tail !== undefined || deleting) continue;
+      if (!booted || !before.has(id) || phase.queue !== undefined || phase.deleting) continue;
       if (this.ctx.ledger.getSandbox(id)?.state !== "running") continue;
       const why = booted.agent.isClosed
         ? "its agent channel closed"

@@ -2,7 +2,7 @@ import { BothyError, type NetworkPolicy, type SandboxInfo } from "@bothy/protoco
 import { describeCauses, toResumeFailure, toWakeFailure } from "../errors/internal-errors.ts";
 import { needsGateway } from "../gateway/host-policy.ts";
 import type { SandboxRow } from "../ledger/ledger.ts";
-import { egressFromRequest } from "../network/host-network.ts";
+import { egressFromRequest } from "../network/egress-policy.ts";
 import { bootSandbox, resumeSandbox, type BootedSandbox } from "./boot.ts";
 import type { HeldSandboxes } from "./held-sandboxes.ts";
 import { isIn } from "./lifecycle.ts";
@@ -62,7 +62,7 @@ export class SleepWake {
     // wake already under way has it running by this pause's turn.
     if (this.ctx.info(id).state === "paused" && !this.ctx.records.get(id)?.booted) {
       return this.serialized(id, "pause", async (move, rec) => {
-        if (rec.booted && !rec.deleting) await step(rec.booted, move);
+        if (rec.booted && !rec.phase.deleting) await step(rec.booted, move);
       });
     }
     return this.onHeld(id, "pause", step);
@@ -214,8 +214,8 @@ export class SleepWake {
       if (!row || !isIn("dormant", row.state) || rec.booted) return;
       const refusal = by === "implicit" ? this.wakeRefusal(id) : undefined;
       if (refusal) throw refusal;
-      await rec.reaping;
-      if (this.ctx.stopping || rec.deleting)
+      await rec.phase.reaping;
+      if (this.ctx.stopping || rec.phase.deleting)
         throw new BothyError("sandbox_not_running", `Sandbox ${id} is being deleted or the server is stopping.`);
       if (!this.ctx.makeRoom()) {
         throw new BothyError(
@@ -311,7 +311,7 @@ export class SleepWake {
     }
     const generation = rec.generation;
     return this.serialized(id, op, async (move) => {
-      if (rec.generation !== generation || rec.deleting)
+      if (rec.generation !== generation || rec.phase.deleting)
         throw new BothyError("sandbox_not_running", `Sandbox ${id} is being deleted or has stopped.`);
       await step(booted, move, rec);
     });
