@@ -107,7 +107,7 @@ export class SleepWake {
       const row = this.ctx.ledger.getSandbox(id);
       // Its timeout was moved on (a connect, a set-timeout) while this waited for its turn.
       if (!row || row.expires_at === null || Date.parse(row.expires_at) > Date.now()) return;
-      if (rec.deleting || !isIn("expirable", row.state)) return;
+      if (rec.phase.deleting || !isIn("expirable", row.state)) return;
       if (row.state === "running") {
         const booted = rec.booted;
         if (!booted) return; // nothing held behind the row: the sweeper's death checks close it
