@@ -129,8 +129,10 @@ describe.skipIf(missing !== undefined)(`templates as layers (${missing ?? "root,
     expect(childBytes * 1000).toBeLessThan(parentBytes);
   });
 
-  it("removes at start-up a layer that no build names, and keeps every named chain", () => {
-    expect(ts.events).toContainEqual(expect.objectContaining({ event: "layers_removed", layers: [orphan] }));
+  it("a layer no build names is gone once a server has started over the store; every named chain is kept", () => {
+    // The store is the tests' shared template cache: a server of another test file running at the
+    // same time sweeps it too and may remove the orphan before this server's start does, so which
+    // server removed it is not asserted (removeOrphans itself: layer-store.unit.test.ts).
     return Promise.all([
       expect(lstat(path.join(store.layers.dir, orphan))).rejects.toMatchObject({ code: "ENOENT" }),
       ...child.layers.map(async (tree) => expect((await lstat(tree)).isDirectory()).toBe(true)),
