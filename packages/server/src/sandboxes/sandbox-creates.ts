@@ -1,10 +1,11 @@
 import { createHash } from "node:crypto";
-import { BothyError, IDEMPOTENCY_KEY_RE, SNAPSHOT_ID_RE, SNAPSHOT_NAME_RE, type SandboxInfo } from "@bothy/protocol";
+import { BothyError, IDEMPOTENCY_KEY_RE, type SandboxInfo } from "@bothy/protocol";
 import type { Driver } from "../drivers/driver.ts";
 import { describeCauses, toCreateFailure } from "../errors/internal-errors.ts";
 import { DEFAULT_TENANT } from "../ledger/ledger.ts";
 import type { SnapshotRow } from "../ledger/snapshot-rows.ts";
 import { isDefaultPolicy } from "../network/egress-policy.ts";
+import { tenantSnapshot } from "../snapshots/snapshot-lookup.ts";
 import { newSandboxId } from "../util/ids.ts";
 import { bootSandbox } from "./boot.ts";
 import { networkPolicy, parseCreateRequest, type CreateRequest } from "./create-request.ts";
@@ -114,17 +115,7 @@ export class SandboxCreates {
    * A sandbox from a snapshot runs on the snapshot's driver: naming another is refused.
    */
   private snapshotOf(ref: string, tenant: string, driver: string | undefined): SnapshotRow {
-    const rows = this.ctx.ledger.snapshots;
-    const row = SNAPSHOT_ID_RE.test(ref)
-      ? rows.byId(ref)
-      : SNAPSHOT_NAME_RE.test(ref)
-        ? rows.byName(tenant, ref)
-        : undefined;
-    if (!row || row.tenant !== tenant)
-      throw new BothyError(
-        "snapshot_not_found",
-        `No snapshot ${ref.slice(0, 80)}; GET /snapshots lists this tenant's.`,
-      );
+    const row = tenantSnapshot(this.ctx.ledger.snapshots, tenant, ref);
     if (driver !== undefined && driver !== row.driver)
       throw new BothyError(
         "invalid_request",

@@ -14,8 +14,6 @@ import {
   BothyError,
   createSnapshotRequest,
   forkRequest,
-  SNAPSHOT_ID_RE,
-  SNAPSHOT_NAME_RE,
   type ForkResult,
   type SandboxInfo,
   type SnapshotInfo,
@@ -32,6 +30,7 @@ import type { NetworkPolicy } from "@bothy/protocol";
 import type { CreateOwner, SandboxManager, SnapshotSubject, TemplateSource } from "../sandboxes/sandbox-manager.ts";
 import { newSnapshotId } from "../util/ids.ts";
 import { snapshotLayerStore, snapshotStagingDir, treeBytes } from "./snapshot-layers.ts";
+import { tenantSnapshot } from "./snapshot-lookup.ts";
 
 const MIB = 1024 * 1024;
 /** The guest's `sync` before a capture; a guest that cannot flush in this long is refused a snapshot. */
@@ -349,18 +348,7 @@ export class SnapshotService {
 
   /** The tenant's snapshot by id or name; another tenant's is as absent as one that never existed. */
   private find(tenant: string, ref: string): SnapshotRow {
-    const rows = this.deps.ledger.snapshots;
-    const row = SNAPSHOT_ID_RE.test(ref)
-      ? rows.byId(ref)
-      : SNAPSHOT_NAME_RE.test(ref)
-        ? rows.byName(tenant, ref)
-        : undefined;
-    if (!row || row.tenant !== tenant)
-      throw new BothyError(
-        "snapshot_not_found",
-        `No snapshot ${ref.slice(0, 80)}; GET /snapshots lists this tenant's.`,
-      );
-    return row;
+    return tenantSnapshot(this.deps.ledger.snapshots, tenant, ref);
   }
 
   private view(row: SnapshotRow): SnapshotInfo {
