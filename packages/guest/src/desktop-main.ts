@@ -85,6 +85,18 @@ async function until(what: string, check: () => Promise<boolean>, deadline: numb
   }
 }
 
+/** Whether a Chromium window is mapped on the screen (xdotool exits 1 when it finds none). */
+function chromiumWindowShown(): Promise<boolean> {
+  return new Promise((resolve) => {
+    const search = spawn("xdotool", ["search", "--onlyvisible", "--class", "chromium"], {
+      stdio: "ignore",
+      env: { ...process.env, DISPLAY },
+    });
+    search.on("error", () => resolve(false));
+    search.on("exit", (code) => resolve(code === 0));
+  });
+}
+
 function screenSize(): { width: number; height: number } | undefined {
   try {
     return xwdSize(readFileSync(FRAMEBUFFER));
@@ -141,6 +153,9 @@ async function start(width: number, height: number): Promise<void> {
   }
   await until("x11vnc", () => answers(VNC_PORT), deadline);
   await until("Chromium's DevTools port", () => answers(CDP_PORT), deadline);
+  // DevTools answers before the window is on the screen; keys sent before then reach no window
+  // (an agent's first ctrl+l right after the start was lost), so the start waits for the window.
+  await until("Chromium's window", () => chromiumWindowShown(), deadline);
   await until("the desktop helper's server", () => answers(HELPER_PORT), deadline);
   const size = screenSize();
   if (!size) say({ ok: false, error: "failed", what: "Xvfb", message: "no readable framebuffer" }, 1);
