@@ -1,3 +1,4 @@
+import { TEST_SANDBOX_ROW } from "./ledger-rows.ts";
 import { afterAll, beforeAll } from "vitest";
 import type { DialectName } from "../../src/ledger/dialect.ts";
 import { openStore, type LedgerStore } from "../../src/ledger/store.ts";
@@ -45,14 +46,5 @@ export function insertStoreSandbox(
   store: LedgerStore,
   row: Partial<Parameters<LedgerStore["insertSandbox"]>[0]> & { id: string },
 ): ReturnType<LedgerStore["insertSandbox"]> {
-  return store.insertSandbox({
-    template: "seed",
-    template_hash: "h",
-    driver: "fake",
-    acceleration: "none",
-    vcpu: 1,
-    memory_mib: 256,
-    state: "running",
-    ...row,
-  });
+  return store.insertSandbox({ ...TEST_SANDBOX_ROW, ...row });
 }
