@@ -21,8 +21,6 @@ import { run } from "../util/host-command.ts";
 /** Paths per `cp` call: far below the kernel's argument limit for paths of ordinary length. */
 const COPY_BATCH = 2000;
 const COPY_TIMEOUT_MS = 30 * 60_000;
-/** Directories whose attributes are set at once (each is a few syscalls on the thread pool). */
-const DIR_BATCH = 64;
 
 export async function applyLayer(upper: string, merged: string, target: string): Promise<void> {
   const copies: string[] = [];
@@ -63,16 +61,12 @@ export async function applyLayer(upper: string, merged: string, target: string):
       { cwd: merged, timeoutMs: COPY_TIMEOUT_MS },
     );
 
-  // After every copy (writing into a directory changes its times); a directory's own owner, mode
-  // and times change no other directory's, so they are set a batch at a time.
-  for (let i = 0; i < dirs.length; i += DIR_BATCH)
-    await Promise.all(
-      dirs.slice(i, i + DIR_BATCH).map(async (r) => {
-        const st = await lstat(join(merged, r));
-        const dst = join(target, r);
-        await lchown(dst, st.uid, st.gid);
-        await chmod(dst, st.mode & 0o7777);
-        await utimes(dst, st.atime, st.mtime);
-      }),
-    );
+  // Deepest first: writing into a directory changes its times, so each is set after its contents.
+  for (const r of dirs.reverse()) {
+    const st = await lstat(join(merged, r));
+    const dst = join(target, r);
+    await lchown(dst, st.uid, st.gid);
+    await chmod(dst, st.mode & 0o7777);
+    await utimes(dst, st.atime, st.mtime);
+  }
 }
