@@ -16,7 +16,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConflictError, NotFoundError, NotSupportedError, Sandbox, Snapshot } from "@bothy/sdk";
-import { api, deleteSandbox, runCommand } from "./helpers/client.ts";
+import { api, deleteSandbox, pollUntil, runCommand } from "./helpers/client.ts";
 import { testDrivers } from "./helpers/drivers.ts";
 import { hostLeaks, noLeaks } from "./helpers/host-state.ts";
 import { spawnTestServe, type ServeProcess } from "./helpers/serve-process.ts";
@@ -134,6 +134,43 @@ describe("snapshots and fork (gVisor)", () => {
     expect([both.status, both.json["code"]]).toEqual([400, "invalid_request"]);
     expect(await deleteSandbox(ts.url, id)).toBe("deleted");
   });
+
+  it(
+    "boots `warm` sandboxes from a snapshot ahead: creates from it take them, apart; no other tenant can; deleting the snapshot gives the rest up",
+    { timeout: 180_000 },
+    async () => {
+      const snap = await api(ts.url, "POST", `/sandboxes/${parent}/snapshots`, { warm: 3 });
+      expect(snap.status, JSON.stringify(snap.json)).toBe(201);
+      const warmSnap = String(snap.json["snapshot_id"]);
+      const ready = async (): Promise<number> =>
+        Number((await api(ts.url, "GET", `/snapshots/${warmSnap}`)).json["warm_ready"]);
+      await pollUntil("three warm sandboxes of the snapshot", async () => (await ready()) === 3, 150_000);
+      // Tenant b, naming a's snapshot, takes none of them: it is a snapshot b does not have.
+      const theirs = await api(ts.url, "POST", "/sandboxes", { snapshot: warmSnap }, asB());
+      expect([theirs.status, theirs.json["code"]]).toEqual([404, "snapshot_not_found"]);
+      expect(await ready()).toBe(3);
+      const taken: string[] = [];
+      for (let i = 0; i < 2; i++) {
+        const made = await api(ts.url, "POST", "/sandboxes", { snapshot: warmSnap });
+        expect(made.status, JSON.stringify(made.json)).toBe(201);
+        taken.push(String(made.json["sandbox_id"]));
+      }
+      const created = ts.events.filter((e) => e.event === "sandbox_created" && taken.includes(String(e.sandbox_id)));
+      expect(created.map((e) => e.warm)).toEqual([true, true]);
+      expect(await ready()).toBe(1);
+      await Promise.all(taken.map((id, i) => sh(id, `echo warm-${i} > /root/who && touch /root/warm-${i}`)));
+      for (const [i, id] of taken.entries())
+        expect(await sh(id, "cat /root/who /root/pre.txt; hostname; ls /root | grep -c '^warm-'")).toBe(
+          `warm-${i}\npre\n${id}\n1\n`,
+        );
+      for (const id of taken) expect(await deleteSandbox(ts.url, id)).toBe("deleted");
+      // The third, never taken, goes with the snapshot, and with it the last mount of its layer.
+      const layers = (await snapshotFiles(ts.home)).layers.length;
+      expect((await api(ts.url, "DELETE", `/snapshots/${warmSnap}`)).status).toBe(200);
+      expect((await snapshotFiles(ts.home)).layers).toHaveLength(layers - 1);
+      expect(ts.server.manager.poolStats()).toEqual({ ready: 0, booting: 0 });
+    },
+  );
 
   it(
     "forks children that diverge: each sees its own and the parent's pre-fork files only, with its own identity",

@@ -133,6 +133,8 @@ export interface ServerEventMap {
     ms: number;
   };
   snapshot_deleted: { snapshot_id: string; tenant: string; layer: string };
+  /** Sandboxes booting from a snapshot ahead of creates from it (`warm`). */
+  snapshot_warming: { snapshot_id: string; count: number };
   snapshot_orphan_remove_failed: { snapshot_id: string; error: string };
   /** Snapshot layers no snapshot row names and nothing mounts, removed. */
   snapshot_layers_removed: { layers: string[]; by: string };
@@ -243,6 +245,7 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   volume_orphan_remove_failed: "warn",
   snapshot_created: "info",
   snapshot_deleted: "info",
+  snapshot_warming: "info",
   snapshot_orphan_remove_failed: "warn",
   snapshot_layers_removed: "info",
   sandbox_forked: "info",
