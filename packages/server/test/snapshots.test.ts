@@ -11,6 +11,7 @@
  * qcow2 chains, not built yet), so the file runs on gVisor; one test checks QEMU's 501.
  */
 import { spawn } from "node:child_process";
+import { existsSync } from "node:fs";
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -208,6 +209,29 @@ describe("snapshots and fork (gVisor)", () => {
     },
   );
 
+  it("gives each child its own E2B access token, which opens no sibling's envd", async () => {
+    const tokens = await Promise.all(
+      children.map(async (id) => {
+        const info = await api(ts.url, "GET", `/e2b/sandboxes/${id}`);
+        expect(info.status, JSON.stringify(info.json)).toBe(200);
+        return String(info.json["envdAccessToken"]);
+      }),
+    );
+    expect(new Set(tokens).size).toBe(CHILDREN);
+    // A holder of one child's token (say, code in that child that read it) against every child's envd.
+    // Child j wrote /root/mine-j after the fork (the test above).
+    const envd = (j: number, token: string): Promise<Response> =>
+      fetch(`${ts.url}/e2b/envd/files?path=/root/mine-${j}`, {
+        headers: { "e2b-sandbox-id": children[j] ?? "", "x-access-token": token },
+      });
+    for (const [i, token] of tokens.entries())
+      for (const j of children.keys()) {
+        const res = await envd(j, token);
+        if (i === j) expect([i, j, res.status, await res.text()]).toEqual([i, j, 200, `${j}\n`]);
+        else expect([i, j, res.status]).toEqual([i, j, 401]);
+      }
+  });
+
   it("refuses to delete a snapshot in use, naming the sandboxes", async () => {
     const del = await api(ts.url, "DELETE", `/snapshots/${forkSnap}`);
     expect(del.status).toBe(409);
@@ -384,23 +408,41 @@ describe("snapshots across a server crash and a clean restart (gVisor)", () => {
     if (home) await rm(home, { recursive: true, force: true });
   });
 
-  const start = (): Promise<string> => {
-    serve = spawnTestServe(home, { BOTHY_DRIVER: "gvisor" });
+  const start = (env: Record<string, string> = {}): Promise<string> => {
+    serve = spawnTestServe(home, { BOTHY_DRIVER: "gvisor", ...env });
     return serve.url;
   };
 
   it(
-    "keeps snapshots through kill -9 and a clean restart, snapshots an asleep sandbox, and leaves nothing behind",
+    "resumes a sandbox frozen by a capture the server was killed in; keeps snapshots through kill -9 and a clean restart, snapshots an asleep sandbox, and leaves nothing behind",
     { timeout: 240_000 },
     async () => {
       home = await mkdtemp("/tmp/bothy-test-snapshots-");
-      let url = await start();
+      // The first server holds every capture with its sandbox frozen until `hold` exists (never here).
+      const hold = join(home, "capture-hold");
+      let url = await start({ BOTHY_TEST_CAPTURE_HOLD: hold });
       const ws = (): string => url.replace(/^http/, "ws");
       const sh = async (id: string, cmd: string): Promise<string> => (await runCommand(ws(), id, { cmd })).stdout;
       const made = await api(url, "POST", "/sandboxes", SANDBOX);
       expect(made.status, JSON.stringify(made.json)).toBe(201);
       const id = String(made.json["sandbox_id"]);
       expect(await sh(id, "echo one > /root/one && echo ok")).toBe("ok\n");
+
+      // kill -9 while the capture has the sandbox frozen and its copy half made.
+      const held = api(url, "POST", `/sandboxes/${id}/snapshots`, { name: "crashed" }).catch(() => undefined);
+      await pollUntil("the capture to freeze its sandbox", () => existsSync(`${hold}.frozen`), 60_000);
+      expect((await snapshotFiles(home)).staging).toHaveLength(1);
+      await serve?.kill();
+      await held;
+      url = await start();
+      // Taken over and running on (not stopped, as a failed take-over leaves a sandbox).
+      expect((await api(url, "GET", `/sandboxes/${id}`)).json["state"]).toBe("running");
+      expect(await sh(id, "cat /root/one && echo runs")).toBe("one\nruns\n");
+      expect(serve?.logs.some((l) => l["event"] === "snapshot_capture_thawed" && l["sandbox_id"] === id)).toBe(true);
+      expect((await api(url, "GET", "/snapshots")).json["snapshots"]).toEqual([]);
+      // The copy it had made in staging, never published, is gone too.
+      expect(await snapshotFiles(home)).toEqual({ layers: [], staging: [] });
+
       const first = await api(url, "POST", `/sandboxes/${id}/snapshots`, { name: "first" });
       expect(first.status, JSON.stringify(first.json)).toBe(201);
 
