@@ -29,8 +29,9 @@ const MOUNT_TIMEOUT_MS = 10_000;
 const FROZEN_MARKER = "capture-frozen";
 /**
  * Test-only (crash tests): a path; a capture that has frozen its sandbox and copied its upper
- * (not yet published) writes `<path>.frozen` and holds the sandbox frozen until `<path>` exists, so a test can kill the server at exactly
- * that point without a timing window. Unset in production.
+ * (not yet published) writes `<path>.frozen` and holds the sandbox frozen until `<path>` exists,
+ * so a test can kill the server at exactly that point without a timing window. Unset in
+ * production.
  */
 const HOLD_ENV = "BOTHY_TEST_CAPTURE_HOLD";
 /** A copy of many GiB takes minutes on a slow disk; past this the capture fails (and thaws). */

@@ -284,7 +284,10 @@ export class WarmPool {
     this.refill(shape);
   }
 
-  /** Fills the pool of `shape` up to `size` while the host has room, unless its build is no longer the current one. */
+  /**
+   * Fills the pool of `shape` while the host has room: a template's up to `size` unless its build is no
+   * longer the current one, a snapshot's with what its warm asked for while the snapshot is kept.
+   */
   private refill(shape: PoolShape): void {
     const snapshotId = shape.snapshotId;
     if ((this.size === 0 && snapshotId === undefined) || this.closed || !this.accepts(shape)) return;

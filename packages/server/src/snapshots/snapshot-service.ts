@@ -273,20 +273,27 @@ export class SnapshotService {
     });
   }
 
-  /** Boots `count` sandboxes from the snapshot for creates to take, of the source sandbox's size. */
+  /**
+   * Boots `count` sandboxes from the snapshot for creates to take, of the source sandbox's size.
+   * Best effort: the snapshot is made either way, and creates from it boot cold without them.
+   */
   private async warm(row: SnapshotRow, parent: SandboxInfo, count: number): Promise<void> {
     const { limits } = this.deps;
-    await this.deps.manager.warmSnapshot(
-      row,
-      {
-        vcpu: parent.vcpu,
-        memoryMib: parent.memory_mib,
-        diskMib: parent.disk_mib ?? limits.defaultDiskMib,
-        maxProcesses: parent.max_processes ?? limits.defaultProcesses,
-      },
-      count,
-    );
-    this.deps.log("snapshot_warming", { snapshot_id: row.id, count });
+    try {
+      await this.deps.manager.warmSnapshot(
+        row,
+        {
+          vcpu: parent.vcpu,
+          memoryMib: parent.memory_mib,
+          diskMib: parent.disk_mib ?? limits.defaultDiskMib,
+          maxProcesses: parent.max_processes ?? limits.defaultProcesses,
+        },
+        count,
+      );
+      this.deps.log("snapshot_warming", { snapshot_id: row.id, count });
+    } catch (err) {
+      this.deps.log("snapshot_warming", { snapshot_id: row.id, count: 0, error: describeCauses(err) });
+    }
   }
 
   /** The layer a capture of this sandbox lies over: the snapshot it started from, else its template's top layer. */
