@@ -268,7 +268,7 @@ export class AgentTools {
 
   /**
    * Replaces the conversation's computer with a new sandbox started from one of its checkpoints;
-   * the old sandbox is deleted, with whatever it wrote since (its own checkpoints stay).
+   * the old sandbox is deleted, with whatever it wrote since (the conversation's checkpoints stay).
    */
   async restore(conversationId: string, checkpointId: string): Promise<{ sandbox: Sandbox; replaced: string | null }> {
     const conv = this.conversation(conversationId);
