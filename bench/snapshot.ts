@@ -5,7 +5,10 @@
  *   (it should grow with those bytes, not with the template's size), and how long each was frozen;
  * - fork of one child → the child's first output, against a warm create (a booted pool sandbox
  *   claimed) → first output and a cold create → first output;
- * - N children in one fork, each to its first output, against N warm creates at once.
+ * - N children in one fork, each to its first output, against N warm creates at once;
+ * - a snapshot taken with `warm: N`, then N creates from it at once (each taking a sandbox booted
+ *   from the snapshot ahead) to their first outputs, against the same N warm creates, and how
+ *   long the N took to boot in the background.
  */
 import { api, runCommand } from "../packages/server/test/helpers/client.ts";
 import { startTestServer, type TestServer } from "../packages/server/test/helpers/test-server.ts";
@@ -156,6 +159,32 @@ try {
   console.log(`fork ${children} → all first outputs:   ${summary(forkN)}`);
   console.log(`${children} warm creates → all first outputs: ${summary(warmN)}`);
   console.log(`ratio: ${(median(forkN) / median(warmN)).toFixed(2)}x`);
+
+  // 4. A snapshot warmed for N, then N creates from it at once, against the N warm creates above.
+  const fromWarm: number[] = [];
+  const warming: number[] = [];
+  for (let i = 0; i < runs; i++) {
+    const t0 = performance.now();
+    const snap = await api(ts.url, "POST", `/sandboxes/${small}/snapshots`, { warm: children });
+    if (snap.status !== 201) throw new Error(`snapshot: ${snap.status} ${JSON.stringify(snap.json)}`);
+    const id = String(snap.json["snapshot_id"]);
+    const deadline = Date.now() + 300_000;
+    while (Number((await api(ts.url, "GET", `/snapshots/${id}`)).json["warm_ready"]) < children) {
+      if (Date.now() > deadline) throw new Error("the snapshot's sandboxes did not boot in 5 min");
+      await new Promise((r) => setTimeout(r, 100)); // the poll's pace
+    }
+    warming.push(performance.now() - t0);
+    const t1 = performance.now();
+    const ids = await Promise.all(Array.from({ length: children }, () => create({ snapshot: id })));
+    fromWarm.push(Math.max(...(await Promise.all(ids.map((c) => firstOutput(c, t1))))));
+    for (const c of ids) await api(ts.url, "DELETE", `/sandboxes/${c}?wait=true`);
+    await api(ts.url, "DELETE", `/snapshots/${id}`);
+  }
+  console.log(`snapshot {warm: ${children}} → all booted (background): ${summary(warming)}`);
+  console.log(`${children} creates from it → all first outputs: ${summary(fromWarm)}`);
+  console.log(
+    `ratio against ${children} warm creates: ${(median(fromWarm) / median(warmN)).toFixed(2)}x   against fork ${children}: ${(median(fromWarm) / median(forkN)).toFixed(2)}x`,
+  );
 } finally {
   for (const id of made) await api(ts.url, "DELETE", `/sandboxes/${id}?wait=true`).catch(() => undefined);
   const { leaks, log } = await stopAndInspect(ts as TestServer, "bench-snapshot");

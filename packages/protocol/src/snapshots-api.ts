@@ -17,6 +17,13 @@ export const createSnapshotRequest = z.strictObject({
     .optional(),
   /** Keep memory and processes too; only where the driver can (gVisor with this runsc cannot: 501). */
   memory: z.boolean().optional(),
+  /**
+   * Boot this many sandboxes from the snapshot in the background, of the source sandbox's size and
+   * the default network posture, so that as many creates from it (`POST /sandboxes {snapshot}`)
+   * take one each instead of booting; they are given up when the snapshot is deleted or after 10
+   * minutes without a create.
+   */
+  warm: z.number().int().min(0).max(MAX_FORK_COUNT).optional(),
 });
 export type CreateSnapshotRequest = z.infer<typeof createSnapshotRequest>;
 
@@ -32,6 +39,8 @@ export const snapshotInfo = z.object({
   created_at: z.string(),
   /** Live sandboxes started from it (asleep ones included): while there are any it cannot be deleted. */
   used_by: z.array(z.string()),
+  /** Sandboxes booted from it ahead of creates (`warm`), ready to be taken. */
+  warm_ready: z.number().int(),
 });
 export type SnapshotInfo = z.infer<typeof snapshotInfo>;
 export const snapshotList = z.object({ snapshots: z.array(snapshotInfo) });

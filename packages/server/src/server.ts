@@ -207,6 +207,7 @@ export async function startServer(
     quotas,
     templates: options.templates ?? store,
     home: config.home,
+    limits: config.limits,
     log,
   });
   await manager.reconcile();

@@ -11,12 +11,13 @@
  * qcow2 chains, not built yet), so the file runs on gVisor; one test checks QEMU's 501.
  */
 import { spawn } from "node:child_process";
+import { existsSync } from "node:fs";
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConflictError, NotFoundError, NotSupportedError, Sandbox, Snapshot } from "@bothy/sdk";
-import { api, deleteSandbox, runCommand } from "./helpers/client.ts";
+import { api, deleteSandbox, pollUntil, runCommand } from "./helpers/client.ts";
 import { testDrivers } from "./helpers/drivers.ts";
 import { hostLeaks, noLeaks } from "./helpers/host-state.ts";
 import { spawnTestServe, type ServeProcess } from "./helpers/serve-process.ts";
@@ -136,6 +137,45 @@ describe("snapshots and fork (gVisor)", () => {
   });
 
   it(
+    "boots `warm` sandboxes from a snapshot ahead: creates from it take them, apart; no other tenant can; deleting the snapshot gives the rest up",
+    { timeout: 180_000 },
+    async () => {
+      const snap = await api(ts.url, "POST", `/sandboxes/${parent}/snapshots`, { warm: 3 });
+      expect(snap.status, JSON.stringify(snap.json)).toBe(201);
+      const warmSnap = String(snap.json["snapshot_id"]);
+      const ready = async (): Promise<number> =>
+        Number((await api(ts.url, "GET", `/snapshots/${warmSnap}`)).json["warm_ready"]);
+      await pollUntil("three warm sandboxes of the snapshot", async () => (await ready()) === 3, 150_000);
+      // Tenant b, naming a's snapshot, takes none of them: it is a snapshot b does not have.
+      const theirs = await api(ts.url, "POST", "/sandboxes", { snapshot: warmSnap }, asB());
+      expect([theirs.status, theirs.json["code"]]).toEqual([404, "snapshot_not_found"]);
+      expect(await ready()).toBe(3);
+      const taken: string[] = [];
+      for (let i = 0; i < 2; i++) {
+        const made = await api(ts.url, "POST", "/sandboxes", { snapshot: warmSnap });
+        expect(made.status, JSON.stringify(made.json)).toBe(201);
+        taken.push(String(made.json["sandbox_id"]));
+      }
+      const warmFlags = ts.events.flatMap((e) =>
+        e.event === "sandbox_created" && taken.includes(e.sandbox_id) ? [e.warm] : [],
+      );
+      expect(warmFlags).toEqual([true, true]);
+      expect(await ready()).toBe(1);
+      await Promise.all(taken.map((id, i) => sh(id, `echo warm-${i} > /root/who && touch /root/warm-${i}`)));
+      for (const [i, id] of taken.entries())
+        expect(await sh(id, "cat /root/who /root/pre.txt; hostname; ls /root | grep -c '^warm-'")).toBe(
+          `warm-${i}\npre\n${id}\n1\n`,
+        );
+      for (const id of taken) expect(await deleteSandbox(ts.url, id)).toBe("deleted");
+      // The third, never taken, goes with the snapshot, and with it the last mount of its layer.
+      const layers = (await snapshotFiles(ts.home)).layers.length;
+      expect((await api(ts.url, "DELETE", `/snapshots/${warmSnap}`)).status).toBe(200);
+      expect((await snapshotFiles(ts.home)).layers).toHaveLength(layers - 1);
+      expect(ts.server.manager.poolStats()).toEqual({ ready: 0, booting: 0 });
+    },
+  );
+
+  it(
     "forks children that diverge: each sees its own and the parent's pre-fork files only, with its own identity",
     { timeout: 180_000 },
     async () => {
@@ -170,6 +210,29 @@ describe("snapshots and fork (gVisor)", () => {
       expect((await api(ts.url, "GET", `/snapshots/${forkSnap}`)).json["used_by"]).toEqual([...children].sort());
     },
   );
+
+  it("gives each child its own E2B access token, which opens no sibling's envd", async () => {
+    const tokens = await Promise.all(
+      children.map(async (id) => {
+        const info = await api(ts.url, "GET", `/e2b/sandboxes/${id}`);
+        expect(info.status, JSON.stringify(info.json)).toBe(200);
+        return String(info.json["envdAccessToken"]);
+      }),
+    );
+    expect(new Set(tokens).size).toBe(CHILDREN);
+    // A holder of one child's token (say, code in that child that read it) against every child's envd.
+    // Child j wrote /root/mine-j after the fork (the test above).
+    const envd = (j: number, token: string): Promise<Response> =>
+      fetch(`${ts.url}/e2b/envd/files?path=/root/mine-${j}`, {
+        headers: { "e2b-sandbox-id": children[j] ?? "", "x-access-token": token },
+      });
+    for (const [i, token] of tokens.entries())
+      for (const j of children.keys()) {
+        const res = await envd(j, token);
+        if (i === j) expect([i, j, res.status, await res.text()]).toEqual([i, j, 200, `${j}\n`]);
+        else expect([i, j, res.status]).toEqual([i, j, 401]);
+      }
+  });
 
   it("refuses to delete a snapshot in use, naming the sandboxes", async () => {
     const del = await api(ts.url, "DELETE", `/snapshots/${forkSnap}`);
@@ -347,23 +410,41 @@ describe("snapshots across a server crash and a clean restart (gVisor)", () => {
     if (home) await rm(home, { recursive: true, force: true });
   });
 
-  const start = (): Promise<string> => {
-    serve = spawnTestServe(home, { BOTHY_DRIVER: "gvisor" });
+  const start = (env: Record<string, string> = {}): Promise<string> => {
+    serve = spawnTestServe(home, { BOTHY_DRIVER: "gvisor", ...env });
     return serve.url;
   };
 
   it(
-    "keeps snapshots through kill -9 and a clean restart, snapshots an asleep sandbox, and leaves nothing behind",
+    "resumes a sandbox frozen by a capture the server was killed in; keeps snapshots through kill -9 and a clean restart, snapshots an asleep sandbox, and leaves nothing behind",
     { timeout: 240_000 },
     async () => {
       home = await mkdtemp("/tmp/bothy-test-snapshots-");
-      let url = await start();
+      // The first server holds every capture with its sandbox frozen until `hold` exists (never here).
+      const hold = join(home, "capture-hold");
+      let url = await start({ BOTHY_TEST_CAPTURE_HOLD: hold });
       const ws = (): string => url.replace(/^http/, "ws");
       const sh = async (id: string, cmd: string): Promise<string> => (await runCommand(ws(), id, { cmd })).stdout;
       const made = await api(url, "POST", "/sandboxes", SANDBOX);
       expect(made.status, JSON.stringify(made.json)).toBe(201);
       const id = String(made.json["sandbox_id"]);
       expect(await sh(id, "echo one > /root/one && echo ok")).toBe("ok\n");
+
+      // kill -9 while the capture has the sandbox frozen and its copy half made.
+      const held = api(url, "POST", `/sandboxes/${id}/snapshots`, { name: "crashed" }).catch(() => undefined);
+      await pollUntil("the capture to freeze its sandbox", () => existsSync(`${hold}.frozen`), 60_000);
+      expect((await snapshotFiles(home)).staging).toHaveLength(1);
+      await serve?.kill();
+      await held;
+      url = await start();
+      // Taken over and running on (not stopped, as a failed take-over leaves a sandbox).
+      expect((await api(url, "GET", `/sandboxes/${id}`)).json["state"]).toBe("running");
+      expect(await sh(id, "cat /root/one && echo runs")).toBe("one\nruns\n");
+      expect(serve?.logs.some((l) => l["event"] === "snapshot_capture_thawed" && l["sandbox_id"] === id)).toBe(true);
+      expect((await api(url, "GET", "/snapshots")).json["snapshots"]).toEqual([]);
+      // The copy it had made in staging, never published, is gone too.
+      expect(await snapshotFiles(home)).toEqual({ layers: [], staging: [] });
+
       const first = await api(url, "POST", `/sandboxes/${id}/snapshots`, { name: "first" });
       expect(first.status, JSON.stringify(first.json)).toBe(201);
 

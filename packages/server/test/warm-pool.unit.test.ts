@@ -64,3 +64,53 @@ describe("the warm pool's refill after a claim", () => {
     expect(pool.ownedIds().size).toBe(1);
   });
 });
+
+describe("a snapshot's pool (a snapshot taken with warm)", () => {
+  let pool: WarmPool;
+  let shape: PoolShape;
+  beforeEach(() => {
+    shape = {
+      driver: new FakeDriver("gvisor", new FakeHost()),
+      templateName: "seed",
+      templateRoot: "/fake/seed",
+      templateHash: "seed",
+      templateEnv: {},
+      vcpu: 1,
+      memoryMib: 512,
+      diskMib: 1024,
+      maxProcesses: 64,
+    };
+    // No template pools at all: a snapshot's pool needs none.
+    pool = new WarmPool({
+      size: 0,
+      shapes: [],
+      dirFor: (id) => `/fake/${id}`,
+      bootTimeoutMs: 10_000,
+      log: () => undefined,
+      hasRoom: () => true,
+    });
+  });
+  afterEach(async () => {
+    await pool.close();
+  });
+
+  it("boots the count asked, hands them only to claims of that snapshot, never refills, and drops the rest with it", async () => {
+    const ofA = { ...shape, templateRoot: "/fake/snap-a", snapshotId: "snap_a" };
+    pool.warmSnapshot(ofA, 2);
+    const deadline = Date.now() + 10_000;
+    while (pool.snapshotReady("snap_a") < 2) {
+      if (Date.now() > deadline) throw new Error("the snapshot's pool did not fill");
+      await sleep(5); // the poll's pace
+    }
+    // The template's shape and another snapshot's find nothing.
+    expect(pool.claim(shape)).toBeUndefined();
+    expect(pool.claim({ ...ofA, snapshotId: "snap_b" })).toBeUndefined();
+    const got = pool.claim(ofA);
+    expect(got?.spec.templateRoot).toBe("/fake/snap-a");
+    expect(pool.stats()).toEqual({ ready: 1, booting: 0 });
+    await pool.dropSnapshot("snap_a");
+    expect(pool.stats()).toEqual({ ready: 0, booting: 0 });
+    expect(pool.ownedIds().size).toBe(0);
+    expect(pool.claim(ofA)).toBeUndefined();
+  });
+});

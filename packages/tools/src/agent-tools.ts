@@ -6,12 +6,12 @@
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { BothyError, CLIENT_ID_RE, isErrorCode } from "@bothy/protocol";
-import { Sandbox, SandboxError, type ConnectionOptions } from "@bothy/sdk";
+import { NotFoundError, Sandbox, SandboxError, Snapshot, type ConnectionOptions } from "@bothy/sdk";
 import { Corpus } from "./corpus.ts";
 import { ExportStore, exportView, type ExportView } from "./export-store.ts";
 import { SandboxLeases, type SandboxLease } from "./sandbox-leases.ts";
 import { asBothyError, runToEnd } from "./sandbox-calls.ts";
-import { newId, ToolStore, type ConversationRow, type TurnRow } from "./tool-store.ts";
+import { newId, ToolStore, type CheckpointRow, type ConversationRow, type TurnRow } from "./tool-store.ts";
 
 export type { ExportView, SandboxLease };
 
@@ -236,15 +236,96 @@ export class AgentTools {
     return this.leases.get(conversationId);
   }
 
-  /** Deletes the conversation's sandbox; its turns, exports and attachments stay readable. */
+  // ---- checkpoints --------------------------------------------------------------------------
+
+  /**
+   * A snapshot of the conversation's computer (its files; processes are not kept), recorded as
+   * this conversation's: only it can restore it. The snapshot is unnamed in the API (names are
+   * unique per tenant, which conversations share); `label` is the conversation's own.
+   */
+  async checkpoint(
+    conversationId: string,
+    sandbox: Sandbox,
+    label: string | undefined,
+  ): Promise<CheckpointRow & { bytes: number }> {
+    try {
+      const snap = await sandbox.snapshot();
+      const row = this.store.addCheckpoint({
+        snapshot_id: snap.snapshot_id,
+        conversation_id: conversationId,
+        label: label ?? null,
+      });
+      this.options.log("info", "conversation_checkpoint", {
+        conversation_id: conversationId,
+        sandbox_id: sandbox.sandboxId,
+        snapshot_id: snap.snapshot_id,
+      });
+      return { ...row, bytes: snap.bytes };
+    } catch (err) {
+      throw asBothyError(err);
+    }
+  }
+
+  /**
+   * Replaces the conversation's computer with a new sandbox started from one of its checkpoints;
+   * the old sandbox is deleted, with whatever it wrote since (the conversation's checkpoints stay).
+   */
+  async restore(conversationId: string, checkpointId: string): Promise<{ sandbox: Sandbox; replaced: string | null }> {
+    const conv = this.conversation(conversationId);
+    if (!this.store.checkpoint(conversationId, checkpointId))
+      throw new BothyError(
+        "snapshot_not_found",
+        `No checkpoint ${checkpointId.slice(0, 64)} in this conversation; take one with computer_checkpoint and use the checkpoint_id it returns.`,
+      );
+    await this.leases.settled(conversationId);
+    try {
+      const sandbox = await Sandbox.create({
+        ...this.connection(),
+        snapshot: checkpointId,
+        ...(conv.vcpu === null ? {} : { vcpu: conv.vcpu }),
+        ...(conv.memory_mib === null ? {} : { memoryMib: conv.memory_mib }),
+      });
+      const old = this.store.conversation(conversationId)?.sandbox_id ?? null;
+      this.store.setSandbox(conversationId, sandbox.sandboxId);
+      this.options.log("info", "conversation_restored", {
+        conversation_id: conversationId,
+        snapshot_id: checkpointId,
+        sandbox_id: sandbox.sandboxId,
+        replaced: old,
+      });
+      // Waited for: a sandbox being deleted still holds its snapshot, which the conversation's delete removes.
+      if (old) await Sandbox.kill(old, { ...this.connection(), wait: true });
+      return { sandbox, replaced: old };
+    } catch (err) {
+      throw asBothyError(err);
+    }
+  }
+
+  /** Deletes the conversation's sandbox and checkpoints; its turns, exports and attachments stay readable. */
   async deleteConversation(id: string): Promise<ConversationRow> {
     const conv = this.conversation(id);
     await this.leases.settled(id);
     const sandboxId = this.store.conversation(id)?.sandbox_id;
     try {
-      if (sandboxId) await Sandbox.kill(sandboxId, this.connection());
+      if (sandboxId) await Sandbox.kill(sandboxId, { ...this.connection(), wait: true });
     } catch (err) {
       throw asBothyError(err);
+    }
+    // A checkpoint another sandbox still starts from (409) stays, listed in the tenant's snapshots.
+    for (const c of this.store.checkpoints(id)) {
+      const gone = await Snapshot.delete(c.snapshot_id, this.connection()).then(
+        () => true,
+        (err: unknown) => {
+          if (err instanceof NotFoundError) return true;
+          this.options.log("warn", "checkpoint_delete_failed", {
+            conversation_id: id,
+            snapshot_id: c.snapshot_id,
+            error: (err as Error).message,
+          });
+          return false;
+        },
+      );
+      if (gone) this.store.removeCheckpoint(c.snapshot_id);
     }
     if (conv.current_turn) this.endTurn(id, conv.current_turn);
     this.store.markDeleted(id);

@@ -41,6 +41,10 @@ export const DESCRIPTIONS = {
     "Type text as keystrokes into whatever has the keyboard focus (click a field first). For Enter, Tab and shortcuts use computer_key.",
   computer_key:
     "Press keys or chords, xdotool names: Return, Tab, Escape, BackSpace, Delete, Up, Down, Page_Down, ctrl+l (the browser's address bar), ctrl+a, ctrl+shift+Tab; several separated by spaces are pressed in order.",
+  computer_checkpoint:
+    "Keep the computer's files as they are now (a checkpoint: every file; running processes are not kept), before a risky change or to try several approaches from one state. Returns a checkpoint_id for computer_restore.",
+  computer_restore:
+    "Put the computer back to a checkpoint of this conversation (its checkpoint_id from computer_checkpoint): a new sandbox with the files as they were then replaces the current one, which is deleted with everything written since and its running processes. Take a checkpoint first if you may want the current state back.",
   computer_scroll:
     "Scroll the mouse wheel at (x, y), pixels of the latest computer_screenshot: direction up, down, left or right, amount in wheel clicks (default 3).",
 } as const;

@@ -2,6 +2,7 @@
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import type { AgentTools } from "./agent-tools.ts";
 import { GUIDANCE } from "./guidance.ts";
+import { registerCheckpointTools } from "./tools/checkpoint-tools.ts";
 import { registerComputerBash } from "./tools/computer-bash.ts";
 import { registerCorpusTools } from "./tools/corpus-tools.ts";
 import { registerDeliveryTools } from "./tools/delivery-tools.ts";
@@ -24,6 +25,8 @@ export const TOOL_NAMES = [
   "computer_type",
   "computer_key",
   "computer_scroll",
+  "computer_checkpoint",
+  "computer_restore",
 ] as const;
 
 /** One MCP server per session (the SDK binds a server to one transport). */
@@ -41,6 +44,7 @@ export function createMcpServer(tools: AgentTools): McpServer {
   registerDeliveryTools(server, tools);
   registerCorpusTools(server, tools);
   registerDesktopTools(server, tools);
+  registerCheckpointTools(server, tools);
   server.registerPrompt(
     "computer_guidance",
     {

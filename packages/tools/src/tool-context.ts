@@ -175,6 +175,8 @@ export function errorResult(thrown: unknown): CallToolResult {
       return refusal("unknown_export", err.message);
     case "document_not_found":
       return refusal("unknown_document", err.message);
+    case "snapshot_not_found":
+      return refusal("unknown_checkpoint", err.message);
     default:
       return refusal("sandbox_error", `${err.message} (${err.code})`);
   }

@@ -55,6 +55,7 @@ export type RefusalCode =
   | "too_large"
   | "unknown_export"
   | "unknown_document"
+  | "unknown_checkpoint"
   | "turn_ended"
   | "policy_denied"
   | "not_approved"

@@ -73,6 +73,14 @@ const MIGRATIONS: string[] = [
    CREATE VIRTUAL TABLE passages USING fts5(
      text, document_id UNINDEXED, start_line UNINDEXED, end_line UNINDEXED, tokenize = 'porter unicode61'
    );`,
+  // Checkpoints (computer_checkpoint): the snapshots a conversation took, which it alone may restore.
+  `CREATE TABLE checkpoints (
+     snapshot_id TEXT PRIMARY KEY,
+     conversation_id TEXT NOT NULL,
+     label TEXT,
+     created_at TEXT NOT NULL
+   );
+   CREATE INDEX checkpoints_by_conversation ON checkpoints (conversation_id);`,
 ];
 
 export interface ConversationRow {
@@ -84,6 +92,13 @@ export interface ConversationRow {
   current_turn: string | null;
   created_at: string;
   deleted_at: string | null;
+}
+
+export interface CheckpointRow {
+  snapshot_id: string;
+  conversation_id: string;
+  label: string | null;
+  created_at: string;
 }
 
 export interface TurnRow {
@@ -184,6 +199,31 @@ export class ToolStore {
     this.db
       .prepare(`UPDATE conversations SET sandbox_id = NULL, deleted_at = ? WHERE id = ?`)
       .run(now(), conversationId);
+  }
+
+  addCheckpoint(row: Omit<CheckpointRow, "created_at">): CheckpointRow {
+    const created_at = now();
+    this.db
+      .prepare(`INSERT INTO checkpoints (snapshot_id, conversation_id, label, created_at) VALUES (?, ?, ?, ?)`)
+      .run(row.snapshot_id, row.conversation_id, row.label, created_at);
+    return { ...row, created_at };
+  }
+
+  /** The conversation's checkpoint of that id; another conversation's is as absent as none. */
+  checkpoint(conversationId: string, snapshotId: string): CheckpointRow | undefined {
+    return this.db
+      .prepare(`SELECT * FROM checkpoints WHERE conversation_id = ? AND snapshot_id = ?`)
+      .get(conversationId, snapshotId) as CheckpointRow | undefined;
+  }
+
+  checkpoints(conversationId: string): CheckpointRow[] {
+    return this.db
+      .prepare(`SELECT * FROM checkpoints WHERE conversation_id = ? ORDER BY created_at, rowid`)
+      .all(conversationId) as CheckpointRow[];
+  }
+
+  removeCheckpoint(snapshotId: string): void {
+    this.db.prepare(`DELETE FROM checkpoints WHERE snapshot_id = ?`).run(snapshotId);
   }
 
   turn(conversationId: string, turnId: string): TurnRow | undefined {

@@ -472,6 +472,38 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools o
       ]);
       expect(text(await call("computer_bash", { command: "cat bg.txt" }, "t5"))).toContain("done");
     });
+
+    it(
+      "checkpoints the computer and restores it: the files as then, in a new sandbox, the old one deleted; no other conversation can restore it",
+      { timeout: 120_000 },
+      async () => {
+        const call = caller(client, "flow-http");
+        await call("computer_bash", { command: "echo before > ck.txt" }, "t6");
+        const taken = await call("computer_checkpoint", { label: "before the change" }, "t6");
+        expect(taken.isError, text(taken)).toBeFalsy();
+        const checkpointId = taken._meta?.["checkpoint_id"] as string;
+        expect(checkpointId).toMatch(/^snap_/);
+        expect(text(taken)).toContain("computer_restore");
+        await call("computer_bash", { command: "echo after > ck.txt && echo extra > extra.txt" }, "t6");
+
+        // Another conversation (another user's agent, same tools key) names this checkpoint.
+        await conversation("flow-ck-other");
+        const theirs = await caller(client, "flow-ck-other")("computer_restore", { checkpoint_id: checkpointId }, "t1");
+        expect(refusalOf(theirs)).toBe("unknown_checkpoint");
+        expect((await api(ts.url, "GET", "/conversations/flow-ck-other")).json["sandbox_id"]).toBeNull();
+
+        const old = (await api(ts.url, "GET", "/conversations/flow-http")).json["sandbox_id"] as string;
+        const restored = await call("computer_restore", { checkpoint_id: checkpointId }, "t6");
+        expect(restored.isError, text(restored)).toBeFalsy();
+        const fresh = restored._meta?.["sandbox_id"] as string;
+        expect(restored._meta).toMatchObject({ checkpoint_id: checkpointId, replaced: old });
+        expect(fresh).not.toBe(old);
+        expect((await api(ts.url, "GET", "/conversations/flow-http")).json["sandbox_id"]).toBe(fresh);
+        expect(await waitDeleted(ts.url, old)).toBe("deleted");
+        const seen = await call("computer_bash", { command: "cat ck.txt; test -e extra.txt || echo no-extra" }, "t6");
+        expect(text(seen)).toMatch(/before\nno-extra/);
+      },
+    );
   });
 
   it("gives a session that names no conversation its own, deleted with the session", async () => {

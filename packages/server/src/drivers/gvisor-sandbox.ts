@@ -13,6 +13,7 @@ import { hostCgroupLayout, restoreSandboxCpuWeight } from "./host-cgroups.ts";
 import { buildOciSpec, machineIdOf } from "./oci-spec.ts";
 import { BootError } from "../errors/internal-errors.ts";
 import { lowerDirsOf } from "../images/layer-store.ts";
+import { thawAfterCrash } from "./gvisor-snapshot.ts";
 
 /** How long a mount, unmount or mkfs may take. */
 export const MOUNT_TIMEOUT_MS = 10_000;
@@ -220,6 +221,9 @@ export class GvisorSandbox implements SandboxHandle {
    * that fails stops the sandbox (its disk stays).
    */
   private async attach(undo: CleanupStack): Promise<GuestStream> {
+    // A capture the old server died in the middle of left it frozen: it runs on from where it was.
+    if (await thawAfterCrash(this.driver.runsc, this.id, this.spec.dir))
+      this.driver.options.log("snapshot_capture_thawed", { sandbox_id: this.id });
     if (!(await this.driver.runsc.running(this.id)))
       throw new BootError("attach", `Sandbox ${this.id} has no running container to attach to.`);
     const [file, args] = this.driver.runsc.waitCommand(this.id);

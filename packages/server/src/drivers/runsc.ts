@@ -123,13 +123,18 @@ export class Runsc {
 
   /** Whether runsc reports the container as running. */
   async running(id: string): Promise<boolean> {
-    if (!(await this.hasState(id))) return false;
+    return (await this.status(id)) === "running";
+  }
+
+  /** The container's status as `runsc state` reports it (`running`, `paused`, …); undefined when it has none. */
+  async status(id: string): Promise<string | undefined> {
+    if (!(await this.hasState(id))) return undefined;
     const state = await run(this.path, this.args("state", id), { timeoutMs: RUNSC_TIMEOUT_MS }).catch(() => undefined);
-    if (!state) return false;
+    if (!state) return undefined;
     try {
-      return (JSON.parse(state.stdout) as { status?: string }).status === "running";
+      return (JSON.parse(state.stdout) as { status?: string }).status;
     } catch {
-      return false;
+      return undefined;
     }
   }
 

@@ -133,6 +133,10 @@ export interface ServerEventMap {
     ms: number;
   };
   snapshot_deleted: { snapshot_id: string; tenant: string; layer: string };
+  /** A take-over found the sandbox frozen by a capture its old server died in, and resumed it. */
+  snapshot_capture_thawed: { sandbox_id: string };
+  /** Sandboxes booting from a snapshot ahead of creates from it (`warm`); `error`: none could be started. */
+  snapshot_warming: { snapshot_id: string; count: number; error?: string };
   snapshot_orphan_remove_failed: { snapshot_id: string; error: string };
   /** Snapshot layers no snapshot row names and nothing mounts, removed. */
   snapshot_layers_removed: { layers: string[]; by: string };
@@ -243,6 +247,8 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   volume_orphan_remove_failed: "warn",
   snapshot_created: "info",
   snapshot_deleted: "info",
+  snapshot_warming: "info",
+  snapshot_capture_thawed: "warn",
   snapshot_orphan_remove_failed: "warn",
   snapshot_layers_removed: "info",
   sandbox_forked: "info",

@@ -139,16 +139,32 @@ export class SandboxCreates {
     t: BuiltTemplateRef,
     size: { vcpu: number; memoryMib: number; diskMib: number; maxProcesses: number },
     driver: Driver,
+    snapshot?: SnapshotRow,
   ): PoolShape {
     return {
       driver,
       templateName: t.name,
-      templateRoot: t.rootfs,
+      templateRoot: snapshot ? this.ctx.snapshotLayers.treeOf(snapshot.layer_id) : t.rootfs,
       templateHash: t.hash,
       templateEnv: t.env,
       ...size,
       ...this.ctx.trust(),
+      ...(snapshot ? { snapshotId: snapshot.id } : {}),
     };
+  }
+
+  /**
+   * Boots `count` sandboxes from a snapshot ahead of the creates that will start from it, of
+   * `size` (the source sandbox's) and the default posture: what a create must ask for to take one.
+   */
+  async warmSnapshot(
+    snapshot: SnapshotRow,
+    size: { vcpu: number; memoryMib: number; diskMib: number; maxProcesses: number },
+    count: number,
+  ): Promise<void> {
+    const template = await this.snapshotTemplate(snapshot);
+    const shape = this.shape(template, size, this.ctx.drivers.get(snapshot.driver), snapshot);
+    this.ctx.pool.warmSnapshot({ ...shape, snapshotId: snapshot.id }, count);
   }
 
   private async createNew(
@@ -169,14 +185,19 @@ export class SandboxCreates {
     const started = Date.now();
     const diskMib = req.disk_mib ?? this.ctx.config.limits.defaultDiskMib;
     const maxProcesses = req.max_processes ?? this.ctx.config.limits.defaultProcesses;
-    const shape = this.shape(template, { vcpu: req.vcpu, memoryMib: req.memory_mib, diskMib, maxProcesses }, driver);
+    const shape = this.shape(
+      template,
+      { vcpu: req.vcpu, memoryMib: req.memory_mib, diskMib, maxProcesses },
+      driver,
+      snapshot,
+    );
     const network = networkPolicy(req, owner.tenant, this.ctx.config.network, this.ctx.policies);
     const mounts = req.volumes ?? [];
     if (mounts.length > 0 && !this.ctx.volumes)
       throw new BothyError("not_supported", "This server has no volumes; create the sandbox without `volumes`.");
-    // Pool sandboxes were made with the default posture and no volumes; any other create boots its own.
-    const poolable =
-      isDefaultPolicy(network.egress) && !network.egress.gateway && mounts.length === 0 && snapshot === undefined;
+    // Pool sandboxes were made with the default posture and no volumes; any other create boots its
+    // own. One from a snapshot takes only a sandbox booted from that snapshot (the shape names it).
+    const poolable = isDefaultPolicy(network.egress) && !network.egress.gateway && mounts.length === 0;
     // A claim from the pool takes no more of the host; any other create needs room, a pool
     // sandbox giving up its own when the host is full. From here to the row's insert below all
     // runs synchronously, so two creates cannot both pass these checks.
@@ -190,12 +211,12 @@ export class SandboxCreates {
     const secrets = req.secrets ?? [];
     // Before anything is made: a create naming a secret the vault lacks makes nothing.
     if (secrets.length > 0) this.ctx.gateway?.vault.requireAll(owner.tenant, secrets);
+    // Looked up again in the turn of the claim and insert: a delete of the snapshot since cannot slip between.
+    if (snapshot) this.snapshotOf(snapshot.id, owner.tenant, undefined);
     const warm = poolable ? this.ctx.pool.claim(shape) : undefined;
     const id = warm?.spec.id ?? newSandboxId();
     // Checked before the row, claimed right after it in the same turn: no other create interleaves.
     const claims = this.ctx.volumes?.claimsFor(owner.tenant, id, driver.name, mounts) ?? [];
-    // Looked up again in the turn of the insert: a delete of the snapshot since cannot slip between.
-    if (snapshot) this.snapshotOf(snapshot.id, owner.tenant, undefined);
     this.ctx.ledger.insertSandbox(
       {
         id,

@@ -7,6 +7,7 @@ import type { Logger } from "../events/server-events.ts";
 import type { GatewayPolicies } from "../gateway/policies.ts";
 import type { Vault } from "../gateway/vault.ts";
 import type { Ledger, SandboxRow } from "../ledger/ledger.ts";
+import type { SnapshotRow } from "../ledger/snapshot-rows.ts";
 import { HeldSandboxes } from "./held-sandboxes.ts";
 import { isIn } from "./lifecycle.ts";
 import { expiryFrom, parseSetTimeout } from "./lifetime.ts";
@@ -123,6 +124,25 @@ export class SandboxManager {
   /** Starts filling the warm pool for its configured shapes (BOTHY_POOL_SHAPES), or those of one template. */
   warm(templateName?: string): Promise<void> {
     return this.creates.warm(templateName);
+  }
+
+  /** Boots `count` sandboxes from a snapshot ahead of creates from it (SandboxCreates.warmSnapshot). */
+  warmSnapshot(
+    snapshot: SnapshotRow,
+    size: { vcpu: number; memoryMib: number; diskMib: number; maxProcesses: number },
+    count: number,
+  ): Promise<void> {
+    return this.creates.warmSnapshot(snapshot, size, count);
+  }
+
+  /** Gives up a snapshot's pool sandboxes; resolves once they are destroyed (their mounts of its layer gone). */
+  dropSnapshotPool(snapshotId: string): Promise<void> {
+    return this.pool.dropSnapshot(snapshotId);
+  }
+
+  /** Sandboxes booted from a snapshot and ready for a create from it. */
+  snapshotPoolReady(snapshotId: string): number {
+    return this.pool.snapshotReady(snapshotId);
   }
 
   /** The warm pool's sandboxes: booted and waiting for a claim, and booting. */

@@ -53,7 +53,15 @@ export interface PoolShape {
   /** The egress CA its guests trust, and the variables that point at it (SandboxSpec). */
   egressCa?: string;
   commandEnv?: Record<string, string>;
+  /**
+   * A snapshot's pool (`warmSnapshot`): `templateRoot` is then the snapshot's layer. Only a
+   * create from this snapshot, which its tenant alone can name, claims from it.
+   */
+  snapshotId?: string;
 }
+
+/** How long a snapshot's pool keeps its unclaimed sandboxes after the last warm or claim. */
+export const SNAPSHOT_POOL_IDLE_MS = 10 * 60_000;
 
 /** A shape the pool keeps sandboxes of (config's pool shapes with the host's defaults filled in). */
 export interface PoolShapeKey {
@@ -102,6 +110,8 @@ export class WarmPool {
   private readonly builds = new Map<string, string>();
   /** Claimed sandboxes whose shape's refill waits for their first command (`settled`). */
   private readonly deferred = new Map<string, { shape: PoolShape; timer: NodeJS.Timeout }>();
+  /** Snapshots warmed on request (`warmSnapshot`): how many more boots each may have, and its idle timer. */
+  private readonly snapshots = new Map<string, { left: number; timer: NodeJS.Timeout }>();
   private closed = false;
   private readonly size: number;
 
@@ -111,6 +121,7 @@ export class WarmPool {
 
   /** Whether `shape` is one the pool keeps. */
   accepts(shape: PoolShape): boolean {
+    if (shape.snapshotId !== undefined) return this.snapshots.has(shape.snapshotId);
     return this.opts.shapes.some(
       (k) =>
         k.driver === shape.driver.name &&
@@ -124,7 +135,7 @@ export class WarmPool {
 
   /** Whether a claim of `shape` now would hand a sandbox over. */
   hasReady(shape: PoolShape): boolean {
-    if (this.size === 0 || this.closed || !this.accepts(shape)) return false;
+    if (this.closed || !this.accepts(shape)) return false;
     return (this.ready.get(shapeKey(shape)) ?? []).some((b) => !b.agent.isClosed);
   }
 
@@ -146,18 +157,84 @@ export class WarmPool {
    * `settled`. The caller gives it its CPU weight back (`prioritize`).
    */
   claim(shape: PoolShape): BootedSandbox | undefined {
-    if (this.size === 0 || this.closed || !this.accepts(shape)) return undefined;
+    if (this.closed || !this.accepts(shape)) return undefined;
+    if (shape.snapshotId !== undefined) return this.claimSnapshot(shape, shape.snapshotId);
+    if (this.size === 0) return undefined;
     this.noteBuild(shape);
     const key = shapeKey(shape);
     const list = this.ready.get(key) ?? [];
     let found: BootedSandbox | undefined;
     while ((found = list.shift())) {
       if (!found.agent.isClosed) break;
-      this.remove(found);
+      void this.remove(found);
     }
     if (found) this.deferRefill(found.spec.id, shape);
     else this.refill(shape);
     return found;
+  }
+
+  /**
+   * Boots `count` sandboxes of a snapshot's shape ahead of the creates that will start from it
+   * (a snapshot taken with `warm`), at the lowest CPU weight, one at a time while the host has
+   * room. Unlike a template's pool it does not refill: the count is what the caller asked for. A
+   * snapshot's pool is given up when the snapshot is deleted (`dropSnapshot`) or after
+   * SNAPSHOT_POOL_IDLE_MS without a claim.
+   */
+  warmSnapshot(shape: PoolShape & { snapshotId: string }, count: number): void {
+    if (this.closed || count <= 0) return;
+    const id = shape.snapshotId;
+    const known = this.snapshots.get(id);
+    if (known) clearTimeout(known.timer);
+    this.snapshots.set(id, { left: (known?.left ?? 0) + count, timer: this.idleTimer(id) });
+    this.refill(shape);
+  }
+
+  /** Destroys a snapshot's pool sandboxes (booting ones when their boot ends); resolves once they are gone. */
+  async dropSnapshot(snapshotId: string): Promise<void> {
+    const known = this.snapshots.get(snapshotId);
+    if (!known) return;
+    clearTimeout(known.timer);
+    this.snapshots.delete(snapshotId);
+    const jobs: Promise<void>[] = [];
+    for (const [key, list] of this.ready) {
+      if (!key.endsWith(`#${snapshotId}`)) continue;
+      this.ready.delete(key);
+      for (const b of list) {
+        this.opts.log("pool_evicted", { sandbox_id: b.spec.id, reason: "its snapshot was deleted or unused" });
+        jobs.push(this.remove(b));
+      }
+    }
+    for (const [key, job] of this.filling) if (key.endsWith(`#${snapshotId}`)) jobs.push(job);
+    await Promise.allSettled(jobs);
+  }
+
+  /** Sandboxes of a snapshot's pool ready to be claimed. */
+  snapshotReady(snapshotId: string): number {
+    let n = 0;
+    for (const [key, list] of this.ready) if (key.endsWith(`#${snapshotId}`)) n += list.length;
+    return n;
+  }
+
+  /** A snapshot pool's sandbox for a create from it; no refill, the idle timer starts again. */
+  private claimSnapshot(shape: PoolShape, snapshotId: string): BootedSandbox | undefined {
+    const list = this.ready.get(shapeKey(shape)) ?? [];
+    let found: BootedSandbox | undefined;
+    while ((found = list.shift())) {
+      if (!found.agent.isClosed) break;
+      void this.remove(found);
+    }
+    const known = this.snapshots.get(snapshotId);
+    if (known) {
+      clearTimeout(known.timer);
+      known.timer = this.idleTimer(snapshotId);
+    }
+    return found;
+  }
+
+  private idleTimer(snapshotId: string): NodeJS.Timeout {
+    const timer = setTimeout(() => void this.dropSnapshot(snapshotId), SNAPSHOT_POOL_IDLE_MS);
+    timer.unref();
+    return timer;
   }
 
   /**
@@ -169,7 +246,7 @@ export class WarmPool {
       const victim = list.shift();
       if (!victim) continue;
       this.opts.log("pool_evicted", { sandbox_id: victim.spec.id, reason: "the host is full" });
-      this.remove(victim);
+      void this.remove(victim);
       return true;
     }
     return false;
@@ -207,14 +284,29 @@ export class WarmPool {
     this.refill(shape);
   }
 
-  /** Fills the pool of `shape` up to `size` while the host has room, unless its build is no longer the current one. */
+  /**
+   * Fills the pool of `shape` while the host has room: a template's up to `size` unless its build is no
+   * longer the current one, a snapshot's with what its warm asked for while the snapshot is kept.
+   */
   private refill(shape: PoolShape): void {
-    if (this.size === 0 || this.closed || !this.accepts(shape)) return;
+    const snapshotId = shape.snapshotId;
+    if ((this.size === 0 && snapshotId === undefined) || this.closed || !this.accepts(shape)) return;
     const key = shapeKey(shape);
     if (this.filling.has(key)) return;
-    const current = (): boolean => !this.closed && this.builds.get(shape.templateName) === shape.templateHash;
+    const current = (): boolean =>
+      !this.closed &&
+      (snapshotId === undefined
+        ? this.builds.get(shape.templateName) === shape.templateHash
+        : this.snapshots.has(snapshotId));
+    // A template's pool keeps `size` ready; a snapshot's boots what its warm asked for, once.
+    const wanted = (): boolean =>
+      snapshotId === undefined
+        ? (this.ready.get(key)?.length ?? 0) < this.size
+        : (this.snapshots.get(snapshotId)?.left ?? 0) > 0;
     const job = (async () => {
-      while (current() && (this.ready.get(key)?.length ?? 0) < this.size && this.opts.hasRoom()) {
+      while (current() && wanted() && this.opts.hasRoom()) {
+        const budget = snapshotId === undefined ? undefined : this.snapshots.get(snapshotId);
+        if (budget) budget.left -= 1;
         const id = newSandboxId();
         const spec: SandboxSpec = {
           id,
@@ -268,28 +360,32 @@ export class WarmPool {
     this.builds.set(shape.templateName, shape.templateHash);
     if (known === undefined) return;
     for (const [key, list] of this.ready) {
+      // A snapshot's pool lies over the build its snapshot names, whatever the template's current one.
+      if (key.includes("#")) continue;
       const [name, hash] = buildOf(key);
       if (name !== shape.templateName || hash === shape.templateHash) continue;
       this.ready.delete(key);
       for (const b of list) {
         this.opts.log("pool_evicted", { sandbox_id: b.spec.id, reason: "its template was rebuilt" });
-        this.remove(b);
+        void this.remove(b);
       }
     }
   }
 
   /** Destroys a pool sandbox in the background; it stays the pool's (owned) until it is gone. */
-  private remove(b: BootedSandbox): void {
+  private remove(b: BootedSandbox): Promise<void> {
     const id = b.spec.id;
     const job = b.handle
       .destroy()
       .catch((err: unknown) => this.opts.log("pool_boot_failed", { sandbox_id: id, error: describeCauses(err) }))
       .finally(() => this.removing.delete(id));
     this.removing.set(id, job);
+    return job;
   }
 
   async close(): Promise<void> {
     this.closed = true;
+    for (const { timer } of this.snapshots.values()) clearTimeout(timer);
     for (const { timer } of this.deferred.values()) clearTimeout(timer);
     this.deferred.clear();
     await Promise.allSettled([...this.filling.values()]);
@@ -300,7 +396,8 @@ export class WarmPool {
 }
 
 function shapeKey(s: PoolShape): string {
-  return `${s.driver.name}/${s.templateName}@${s.templateHash}/${s.vcpu}/${s.memoryMib}/${s.diskMib}/${s.maxProcesses}`;
+  const key = `${s.driver.name}/${s.templateName}@${s.templateHash}/${s.vcpu}/${s.memoryMib}/${s.diskMib}/${s.maxProcesses}`;
+  return s.snapshotId === undefined ? key : `${key}#${s.snapshotId}`;
 }
 
 /** The template name and build hash of a shape key. */

@@ -43,6 +43,8 @@ export interface SnapshotDeps {
   quotas: Quotas;
   templates: TemplateSource;
   home: string;
+  /** The host's default disk and process limits: a warmed snapshot's sandboxes get the source's or these. */
+  limits: { defaultDiskMib: number; defaultProcesses: number };
   log: Logger;
 }
 
@@ -60,7 +62,19 @@ export class SnapshotService {
   /** Takes a snapshot of sandbox `sandboxId` (running or asleep), in the sandbox's tenant. */
   async create(sandboxId: string, body: unknown, idempotencyKey?: string): Promise<SnapshotInfo> {
     const req = parseInput(createSnapshotRequest, body, "POST /sandboxes/{id}/snapshots");
-    return this.view(await this.capture(sandboxId, req, idempotencyKey ?? null));
+    const warm = req.warm ?? 0;
+    const parent = warm > 0 ? this.deps.manager.info(sandboxId) : undefined;
+    // Sandboxes booted ahead count toward the host's limit, not the tenant's; the tenant must still
+    // have room for the creates that will take them, or warming them is wasted.
+    if (parent)
+      this.deps.quotas.admit(this.tenantOf(sandboxId), {
+        vcpu: parent.vcpu,
+        memoryMib: parent.memory_mib,
+        count: warm,
+      });
+    const row = await this.capture(sandboxId, req, idempotencyKey ?? null);
+    if (parent) await this.warm(row, parent, warm);
+    return this.view(row);
   }
 
   list(tenant: string): SnapshotInfo[] {
@@ -82,6 +96,8 @@ export class SnapshotService {
         { details: { sandboxes: live } },
       );
     this.deps.log("snapshot_deleted", { snapshot_id: row.id, tenant, layer: row.layer_id });
+    // Its pool's sandboxes mount its layer: gone before the sweep, which keeps mounted layers.
+    await this.deps.manager.dropSnapshotPool(row.id);
     // The row is gone: its layer is an orphan now, removed here, or by the next sweep if this fails.
     await this.removeOrphans("delete").catch((err: unknown) =>
       this.deps.log("snapshot_orphan_remove_failed", { snapshot_id: row.id, error: describeCauses(err) }),
@@ -257,6 +273,29 @@ export class SnapshotService {
     });
   }
 
+  /**
+   * Boots `count` sandboxes from the snapshot for creates to take, of the source sandbox's size.
+   * Best effort: the snapshot is made either way, and creates from it boot cold without them.
+   */
+  private async warm(row: SnapshotRow, parent: SandboxInfo, count: number): Promise<void> {
+    const { limits } = this.deps;
+    try {
+      await this.deps.manager.warmSnapshot(
+        row,
+        {
+          vcpu: parent.vcpu,
+          memoryMib: parent.memory_mib,
+          diskMib: parent.disk_mib ?? limits.defaultDiskMib,
+          maxProcesses: parent.max_processes ?? limits.defaultProcesses,
+        },
+        count,
+      );
+      this.deps.log("snapshot_warming", { snapshot_id: row.id, count });
+    } catch (err) {
+      this.deps.log("snapshot_warming", { snapshot_id: row.id, count: 0, error: describeCauses(err) });
+    }
+  }
+
   /** The layer a capture of this sandbox lies over: the snapshot it started from, else its template's top layer. */
   private async baseOf(
     subject: SnapshotSubject,
@@ -334,7 +373,10 @@ export class SnapshotService {
   private async undoFork(snapshot: SnapshotRow, children: string[], ownSnapshot: boolean): Promise<void> {
     await Promise.allSettled(children.map((id) => this.deps.manager.delete(id, "fork failed", { wait: true })));
     if (!ownSnapshot) return;
-    if (this.deps.ledger.snapshots.remove(snapshot.id).length === 0) await this.removeOrphans("fork failed");
+    if (this.deps.ledger.snapshots.remove(snapshot.id).length === 0) {
+      await this.deps.manager.dropSnapshotPool(snapshot.id);
+      await this.removeOrphans("fork failed");
+    }
   }
 
   /** The tenant of a sandbox the caller may see (the auth hook answered any other as unknown). */
@@ -361,6 +403,7 @@ export class SnapshotService {
       bytes: row.bytes,
       created_at: row.created_at,
       used_by: this.deps.ledger.snapshots.liveUsers(row.id),
+      warm_ready: this.deps.manager.snapshotPoolReady(row.id),
     };
   }
 }
