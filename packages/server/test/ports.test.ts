@@ -5,7 +5,7 @@ import { connect } from "node:net";
 import { fileURLToPath } from "node:url";
 import { Sandbox } from "@bothy/sdk";
 import { get as httpGet, type IncomingMessage } from "node:http";
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { ANONYMOUS } from "../../../test/auth.ts";
 import { startBackgroundCommand } from "./helpers/background.ts";
@@ -100,6 +100,12 @@ for (const driver of testDrivers()) {
       { BOTHY_PREVIEW_DOMAIN: PREVIEW_DOMAIN },
     );
     const portUrl = (port: number, rest = ""): string => `${ts.url}/sandboxes/${id}/ports/${port}${rest}`;
+    /** A second sandbox: a link's foreign target, then the one deleted under a stream (one boot for both). */
+    let other = "";
+    const otherSandbox = async (): Promise<string> => (other ||= await createSandbox(ts.url));
+    afterAll(async () => {
+      if (other) await api(ts.url, "DELETE", `/sandboxes/${other}`);
+    });
 
     it("lists the ports servers listen on inside the sandbox", async () => {
       await startPortServer(ts, id);
@@ -276,38 +282,32 @@ for (const driver of testDrivers()) {
       expect(String(preview.headers["set-cookie"])).toContain("Path=/;");
 
       // Nothing else: another port, another sandbox, other API routes, an expired or tampered token.
-      const other = await createSandbox(ts.url);
-      try {
-        expect((await anonymous(portUrl(LOOPBACK_PORT, `/www/index.txt?token=${token}`))).status).toBe(401);
-        expect((await anonymous(`${ts.url}/sandboxes/${other}/ports/${NODE_PORT}/hello?token=${token}`)).status).toBe(
-          401,
-        );
-        expect((await anonymous(`${ts.url}/sandboxes/${id}/ports?token=${token}`)).status).toBe(401);
-        expect((await anonymous(`${ts.url}/sandboxes/${id}/desktop?token=${token}`)).status).toBe(401);
-        const sign = await linkSigner(ts);
-        const expired = sign({ sid: id, what: `port:${NODE_PORT}`, exp: Math.floor(Date.now() / 1000) - 5 });
-        expect((await anonymous(`${ts.url}${base}/hello?token=${expired}`)).status).toBe(401);
-        const [body, sig] = token.split(".");
-        const payload = JSON.parse(Buffer.from(body!, "base64url").toString()) as Record<string, unknown>;
-        const widened = Buffer.from(JSON.stringify({ ...payload, what: `port:${LOOPBACK_PORT}` })).toString(
-          "base64url",
-        );
-        expect((await anonymous(portUrl(LOOPBACK_PORT, `/www/index.txt?token=${widened}.${sig}`))).status).toBe(401);
-        expect(
-          (await anonymous(`${ts.url}${base}/hello`, { cookie: `bothy_link=${token.slice(0, -2)}xx` })).status,
-        ).toBe(401);
-        // A key of another tenant cannot mint one for this sandbox: the sandbox is unknown to it.
-        expect((await api(ts.url, "POST", "/tenants", { tenant: "elsewhere" })).status).toBe(201);
-        const mint = await api(ts.url, "POST", "/keys", { tenant: "elsewhere", scopes: ["sandboxes:write"] });
-        const stranger = await fetch(`${ts.url}/sandboxes/${id}/port-links/${NODE_PORT}`, {
-          method: "POST",
-          headers: { authorization: `Bearer ${String(mint.json["key"])}`, "content-type": "application/json" },
-          body: "{}",
-        });
-        expect(stranger.status).toBe(404);
-      } finally {
-        await api(ts.url, "DELETE", `/sandboxes/${other}`);
-      }
+      const other = await otherSandbox();
+      expect((await anonymous(portUrl(LOOPBACK_PORT, `/www/index.txt?token=${token}`))).status).toBe(401);
+      expect((await anonymous(`${ts.url}/sandboxes/${other}/ports/${NODE_PORT}/hello?token=${token}`)).status).toBe(
+        401,
+      );
+      expect((await anonymous(`${ts.url}/sandboxes/${id}/ports?token=${token}`)).status).toBe(401);
+      expect((await anonymous(`${ts.url}/sandboxes/${id}/desktop?token=${token}`)).status).toBe(401);
+      const sign = await linkSigner(ts);
+      const expired = sign({ sid: id, what: `port:${NODE_PORT}`, exp: Math.floor(Date.now() / 1000) - 5 });
+      expect((await anonymous(`${ts.url}${base}/hello?token=${expired}`)).status).toBe(401);
+      const [body, sig] = token.split(".");
+      const payload = JSON.parse(Buffer.from(body!, "base64url").toString()) as Record<string, unknown>;
+      const widened = Buffer.from(JSON.stringify({ ...payload, what: `port:${LOOPBACK_PORT}` })).toString("base64url");
+      expect((await anonymous(portUrl(LOOPBACK_PORT, `/www/index.txt?token=${widened}.${sig}`))).status).toBe(401);
+      expect((await anonymous(`${ts.url}${base}/hello`, { cookie: `bothy_link=${token.slice(0, -2)}xx` })).status).toBe(
+        401,
+      );
+      // A key of another tenant cannot mint one for this sandbox: the sandbox is unknown to it.
+      expect((await api(ts.url, "POST", "/tenants", { tenant: "elsewhere" })).status).toBe(201);
+      const mint = await api(ts.url, "POST", "/keys", { tenant: "elsewhere", scopes: ["sandboxes:write"] });
+      const stranger = await fetch(`${ts.url}/sandboxes/${id}/port-links/${NODE_PORT}`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${String(mint.json["key"])}`, "content-type": "application/json" },
+        body: "{}",
+      });
+      expect(stranger.status).toBe(404);
       // The CLI prints one too.
       const printed = await new Promise<string>((resolve, reject) =>
         execFile(
@@ -467,7 +467,7 @@ for (const driver of testDrivers()) {
     });
 
     it("ends an open proxied stream when its sandbox is deleted", async () => {
-      const other = await createSandbox(ts.url);
+      const other = await otherSandbox();
       const otherUrl = `${ts.url}/sandboxes/${other}/ports/${NODE_PORT}`;
       await startPortServer(ts, other);
       const res = await fetch(`${otherUrl}/stream`);
