@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs";
+import { OUTPUT_WINDOW_BYTES } from "@bothy/protocol";
 import { describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { startBackgroundCommand } from "./helpers/background.ts";
@@ -33,10 +34,10 @@ for (const driver of testDrivers()) {
       id = sandbox;
     });
 
-    // Software-emulated QEMU moves ~0.3 MB/s of output on this host: its smaller flood still
-    // outlasts the credit window by far and checks pacing end to end through a paused client; the
-    // memory bound is what the gVisor run's 100 MB shows.
-    const TOTAL = driver.name === "qemu" ? 12_000_000 : 100_000_000;
+    // Software-emulated QEMU moves ~0.3 MB/s of output on this host: its smaller flood, four times
+    // the agent's credit window (OUTPUT_WINDOW_BYTES), still checks pacing end to end through a
+    // paused client; the memory bound is what the gVisor run's 100 MB shows.
+    const TOTAL = driver.name === "qemu" ? 4 * OUTPUT_WINDOW_BYTES : 100_000_000;
 
     /** The agent's resident memory, sampled for a while (gVisor has no VmHWM). */
     async function agentRssKb(seconds: number): Promise<number[]> {

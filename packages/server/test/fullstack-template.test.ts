@@ -1,4 +1,4 @@
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { api, createSandbox, runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
 import { IDLE_S, useIdleServer } from "./helpers/suite.ts";
@@ -15,6 +15,16 @@ for (const driver of testDrivers()) {
   describe.skipIf(driver.missing !== undefined)(driverTitle(driver, "fullstack template"), () => {
     let ts: TestServer;
     const { asleep, state, waitForState } = useIdleServer(driver.name, (s) => (ts = s));
+    /**
+     * One sandbox for the file: a fullstack boot is the costly part (under emulation most of all),
+     * and the container tests need nothing the services test left behind but a running guest.
+     */
+    let shared = "";
+    const fullstack = async (): Promise<string> =>
+      (shared ||= await createSandbox(ts.url, { template: "fullstack", vcpu: 1, memoryMib: 1024 }));
+    afterAll(async () => {
+      if (shared) await api(ts.url, "DELETE", `/sandboxes/${shared}`);
+    });
 
     async function sh(id: string, cmd: string): Promise<string> {
       const r = await runCommand(ts.wsUrl, id, { cmd });
@@ -26,37 +36,33 @@ for (const driver of testDrivers()) {
       "starts PostgreSQL and Redis with one command each; data and services survive sleep and wake",
       { timeout: 600_000 },
       async () => {
-        const id = await createSandbox(ts.url, { template: "fullstack", vcpu: 1, memoryMib: 1024 });
-        try {
-          expect(await sh(id, "bothy-service start postgres")).toBe("postgres: running\n");
-          expect(await sh(id, "bothy-service start redis")).toBe("redis: running\n");
-          // A small app script using both through their everyday clients and the template's env.
-          await sh(
-            id,
-            [
-              "set -e",
-              `psql -v ON_ERROR_STOP=1 -q -c "CREATE TABLE notes (body text); INSERT INTO notes VALUES ('kept in postgres')"`,
-              `redis-cli -u "$REDIS_URL" SET note "kept in redis"`,
-            ].join("\n"),
-          );
+        const id = await fullstack();
+        expect(await sh(id, "bothy-service start postgres")).toBe("postgres: running\n");
+        expect(await sh(id, "bothy-service start redis")).toBe("redis: running\n");
+        // A small app script using both through their everyday clients and the template's env.
+        await sh(
+          id,
+          [
+            "set -e",
+            `psql -v ON_ERROR_STOP=1 -q -c "CREATE TABLE notes (body text); INSERT INTO notes VALUES ('kept in postgres')"`,
+            `redis-cli -u "$REDIS_URL" SET note "kept in redis"`,
+          ].join("\n"),
+        );
 
-          expect(await waitForState(id, asleep, IDLE_S + 60)).toBe(asleep);
-          // The first command after wake finds both services up and their data in place.
-          expect(await sh(id, `psql -tA -c "SELECT body FROM notes"`)).toBe("kept in postgres\n");
-          expect(await state(id)).toBe("running");
-          expect(await sh(id, `redis-cli -u "$REDIS_URL" GET note`)).toBe("kept in redis\n");
-          expect(await sh(id, "bothy-service status")).toBe("postgres: running\nredis: running\n");
+        expect(await waitForState(id, asleep, IDLE_S + 60)).toBe(asleep);
+        // The first command after wake finds both services up and their data in place.
+        expect(await sh(id, `psql -tA -c "SELECT body FROM notes"`)).toBe("kept in postgres\n");
+        expect(await state(id)).toBe("running");
+        expect(await sh(id, `redis-cli -u "$REDIS_URL" GET note`)).toBe("kept in redis\n");
+        expect(await sh(id, "bothy-service status")).toBe("postgres: running\nredis: running\n");
 
-          // A stopped service is forgotten: the next wake leaves it stopped.
-          await sh(id, "bothy-service stop redis");
-          expect(await waitForState(id, asleep, IDLE_S + 60)).toBe(asleep);
-          const r = await runCommand(ts.wsUrl, id, { cmd: "bothy-service status" });
-          expect(r.stdout).toBe("postgres: running\nredis: stopped\n");
-          expect(r.exit?.exit_code).toBe(3);
-          expect(await sh(id, `psql -tA -c "SELECT count(*) FROM notes"`)).toBe("1\n");
-        } finally {
-          await api(ts.url, "DELETE", `/sandboxes/${id}`);
-        }
+        // A stopped service is forgotten: the next wake leaves it stopped.
+        await sh(id, "bothy-service stop redis");
+        expect(await waitForState(id, asleep, IDLE_S + 60)).toBe(asleep);
+        const r = await runCommand(ts.wsUrl, id, { cmd: "bothy-service status" });
+        expect(r.stdout).toBe("postgres: running\nredis: stopped\n");
+        expect(r.exit?.exit_code).toBe(3);
+        expect(await sh(id, `psql -tA -c "SELECT count(*) FROM notes"`)).toBe("1\n");
       },
     );
 
@@ -77,27 +83,19 @@ for (const driver of testDrivers()) {
         "runs containers with podman (and docker) from a tarball and a local build",
         { timeout: 600_000 },
         async () => {
-          const id = await createSandbox(ts.url, { template: "fullstack", vcpu: 1, memoryMib: 1024 });
-          try {
-            await sh(id, makeImage);
-            expect(await sh(id, "podman run --rm --network=none localhost/built")).toBe("built\n");
-            expect(await sh(id, "docker run --rm --network=none localhost/bb echo from-docker")).toBe("from-docker\n");
-          } finally {
-            await api(ts.url, "DELETE", `/sandboxes/${id}`);
-          }
+          const id = await fullstack();
+          await sh(id, makeImage);
+          expect(await sh(id, "podman run --rm --network=none localhost/built")).toBe("built\n");
+          expect(await sh(id, "docker run --rm --network=none localhost/bb echo from-docker")).toBe("from-docker\n");
         },
       );
     } else {
       it("refuses containers with a message naming the driver that runs them", { timeout: 300_000 }, async () => {
-        const id = await createSandbox(ts.url, { template: "fullstack", vcpu: 1, memoryMib: 512 });
-        try {
-          for (const tool of ["podman", "docker"]) {
-            const r = await runCommand(ts.wsUrl, id, { cmd: `${tool} run --rm localhost/bb echo hi` });
-            expect(r.exit?.exit_code).toBe(125);
-            expect(r.stderr).toContain("use a sandbox on the qemu driver");
-          }
-        } finally {
-          await api(ts.url, "DELETE", `/sandboxes/${id}`);
+        const id = await fullstack();
+        for (const tool of ["podman", "docker"]) {
+          const r = await runCommand(ts.wsUrl, id, { cmd: `${tool} run --rm localhost/bb echo hi` });
+          expect(r.exit?.exit_code).toBe(125);
+          expect(r.stderr).toContain("use a sandbox on the qemu driver");
         }
       });
     }
