@@ -53,7 +53,7 @@ const ask = (req: ClientRequest): Promise<Extract<ClientAnswer, { ok: true }>> =
 try {
   ts = await startTestServer({ BOTHY_DRIVER: driver, BOTHY_POOL_SIZE: "0" });
   const id = await createSandbox(ts.url);
-  const agent = ts.server.manager.agent(id);
+  const agent = await ts.server.manager.agent(id);
   const direct = (cmd: string): Promise<void> =>
     new Promise((resolve, reject) => {
       agent.exec(

@@ -17,6 +17,13 @@ const envSchema = z.object({
   BOTHY_PORT: z.coerce.number().int().min(0).max(65535).default(8080),
   BOTHY_HOME: z.string().default("/var/lib/bothy"),
   BOTHY_TEMPLATES_DIR: z.string().optional(),
+  /** The ledger on PostgreSQL (`postgres://…`); unset or empty: SQLite in BOTHY_HOME. Never echoed: it may hold a password. */
+  BOTHY_DATABASE_URL: z
+    .string()
+    .optional()
+    .refine((v) => v === undefined || v === "" || /^postgres(ql)?:\/\/[^/\s]/.test(v), {
+      message: "must be a postgres:// or postgresql:// URL (unset it for the SQLite ledger in BOTHY_HOME)",
+    }),
   BOTHY_MAX_VCPU: int(cpus().length),
   BOTHY_MAX_MEMORY_MIB: int(Math.max(1024, Math.floor(totalmem() / 1024 / 1024 / 2))),
   BOTHY_MAX_SANDBOXES: int(64),
@@ -161,6 +168,8 @@ export interface Config {
   host: string;
   port: number;
   home: string;
+  /** The ledger's PostgreSQL database (BOTHY_DATABASE_URL); undefined: SQLite at `home`/ledger.sqlite. */
+  databaseUrl: string | undefined;
   templatesDir: string;
   templateSources: string;
   agentPath: string;
@@ -248,6 +257,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     host: e.BOTHY_HOST,
     port: e.BOTHY_PORT,
     home: e.BOTHY_HOME,
+    databaseUrl: e.BOTHY_DATABASE_URL === "" ? undefined : e.BOTHY_DATABASE_URL,
     templatesDir: e.BOTHY_TEMPLATES_DIR ?? join(e.BOTHY_HOME, "templates"),
     templateSources: join(repoRoot, "templates"),
     agentPath: join(repoRoot, "packages/guest/dist/agent.mjs"),

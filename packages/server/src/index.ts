@@ -1,7 +1,7 @@
 export { loadConfig, type Config } from "./config.ts";
 export { startServer, createLogger, type BothyServer } from "./server.ts";
 export { TemplateStore, type BuiltTemplate, type BuildProgress } from "./images/template-store.ts";
-export { Ledger } from "./ledger/ledger.ts";
+export { openStore, type LedgerStore } from "./ledger/store.ts";
 export { GvisorDriver } from "./drivers/gvisor-driver.ts";
 export {
   describeLayout,

@@ -61,7 +61,7 @@ import { e2bRoutes } from "./e2b/e2b-routes.ts";
 import { AccessTokens } from "./e2b/access-token.ts";
 import { e2bPortRewrite, e2bPortTrafficOf } from "./e2b/port-rewrite.ts";
 import { TemplateStore } from "./images/template-store.ts";
-import { Ledger } from "./ledger/ledger.ts";
+import { openStore, type LedgerStore } from "./ledger/store.ts";
 import { Metrics } from "./metrics/metrics.ts";
 import { DisconnectWatch } from "./sandboxes/disconnect-watch.ts";
 import { SandboxManager, type TemplateSource } from "./sandboxes/sandbox-manager.ts";
@@ -78,7 +78,7 @@ import { ApprovalBroker } from "./gateway/approvals.ts";
 export interface BothyServer {
   app: FastifyInstance;
   manager: SandboxManager;
-  ledger: Ledger;
+  ledger: LedgerStore;
   events: EventBus;
   /** Holds what an `ask` rule stops until a person decides (the egress proxy and the agent tools ask it). */
   approvals: ApprovalBroker;
@@ -145,7 +145,7 @@ export async function startServer(
   if (options.onEvent) serverEvents.subscribe(options.onEvent);
   const log = serverEvents.emit;
   const store = new TemplateStore({ sourceDir: config.templateSources, storeDir: config.templatesDir });
-  const ledger = new Ledger(join(config.home, "ledger.sqlite"));
+  const ledger = await openStore({ databaseUrl: config.databaseUrl, sqlitePath: join(config.home, "ledger.sqlite") });
   // The egress gateway listens before the network's rules are made: they redirect to its ports.
   const proxy = config.network.enabled ? new EgressProxy({ dns: config.network.dns, log }) : undefined;
   // Gateway sandboxes' DNS is answered by their policy (network/policy-resolver.ts).
@@ -157,6 +157,13 @@ export async function startServer(
     throw err;
   });
   const events = new EventBus(ledger);
+  // Nobody waits for these: one the ledger refused is logged (its subscribers never see it).
+  const publish = (...args: Parameters<EventBus["publish"]>): void =>
+    void events
+      .publish(...args)
+      .catch((err: unknown) =>
+        log("ledger_write_failed", { what: `event ${args[0]}`, sandbox_id: args[1], error: (err as Error).message }),
+      );
   const webhook = config.webhook && new WebhookSender({ ...config.webhook, attempts: 6, timeoutMs: 10_000, log });
   if (webhook) events.subscribe((ev) => webhook.send(ev));
   const registry = new CommandRegistry(ledger, {
@@ -164,14 +171,14 @@ export async function startServer(
     keepFinished: 50,
     log,
     onExited: (info) => {
-      events.publish("command.exited", info.sandbox_id, info);
+      publish("command.exited", info.sandbox_id, info);
       // Idle sleep counts from the end of the last command; a pool's refill waits for a claim's first.
       manager.commandEnded(info.sandbox_id);
     },
   });
   serverEvents.subscribe((ev) => {
     const published = toPublicEvent(ev);
-    if (published) events.publish(published.type, published.sandboxId, published.data, published.tenant);
+    if (published) publish(published.type, published.sandboxId, published.data, published.tenant);
   });
   onSandboxFinal(serverEvents, (id) => registry.forget(id));
   // The secrets vault and the CA guests trust for the egress gateway; both keys stay in $BOTHY_HOME/secrets.
@@ -190,7 +197,7 @@ export async function startServer(
     volumes,
   );
   const approvals = new ApprovalBroker({ rows: ledger.approvals, timeoutMs: config.approvals.timeoutMs, log });
-  approvals.recover();
+  await approvals.recover();
   if (resolver && drivers.network) resolver.attach(gatewayLookup(drivers.network, ledger, manager.policies));
   if (proxy && drivers.network)
     proxy.attach(gatewayLookup(drivers.network, ledger, manager.policies), {
@@ -322,8 +329,8 @@ export async function startServer(
     mode: config.auth.mode,
     connections,
     session: sessionAuth(sessions, { previewDomain: config.previewDomain }),
-    sandboxGrant: (request, url) => {
-      const link = viaLink(request, url);
+    sandboxGrant: async (request, url) => {
+      const link = await viaLink(request, url);
       if (link) return link;
       if (!url.startsWith("/sandboxes/:id/ports/")) return undefined;
       const id = e2bPortTrafficOf(request.raw);
@@ -332,7 +339,7 @@ export async function startServer(
         return Array.isArray(value) ? value[0] : value;
       };
       return id !== undefined &&
-        e2bTokens.verifyTraffic(id, header("e2b-traffic-access-token"), header("x-access-token"))
+        (await e2bTokens.verifyTraffic(id, header("e2b-traffic-access-token"), header("x-access-token")))
         ? { sandbox: id, scopes: ["sandboxes:write"] }
         : undefined;
     },
@@ -354,8 +361,8 @@ export async function startServer(
   const eventStreams = new EventStreams();
   const relays = new RelayMeter();
   const dialer = new PortDialer(manager, drivers.network);
-  metricsRoutes(app, metrics, () => ({
-    sandboxes: ledger.countByStateAndDriver(),
+  metricsRoutes(app, metrics, async () => ({
+    sandboxes: await ledger.countByStateAndDriver(),
     drivers: drivers.all().map((d) => d.name),
     eventStreams: eventStreams.gauges(),
     relays: relays.gauges(),
@@ -424,7 +431,7 @@ export async function startServer(
         // Held requests and tool calls are answered (cancelled, retryable) before connections close.
         approvals.stop();
         await sweeper.stop();
-        meter.stop();
+        await meter.stop();
         await proxy?.close();
         await resolver?.close();
         relays.closeAll();
@@ -432,9 +439,9 @@ export async function startServer(
         await app.close();
         await manager.close();
         await drivers.close();
-        registry.close();
+        await registry.close();
         webhook?.close();
-        ledger.close();
+        await ledger.close();
       })();
       return closing;
     },

@@ -145,7 +145,7 @@ describe("approvals over HTTP", () => {
       expect(again.type).toContain("application/problem+json");
       expect(again.json).toMatchObject({ code: "approval_not_pending", state: "approved" });
     }
-    expect(ts.server.ledger.approvals.get(id)).toMatchObject({ state: "approved", decided_by: keys.deciderId });
+    expect(await ts.server.ledger.approvals.get(id)).toMatchObject({ state: "approved", decided_by: keys.deciderId });
   });
 
   it("denies with a reason; a host grant is shown with its end", async () => {
@@ -166,7 +166,7 @@ describe("approvals over HTTP", () => {
     );
     expect(ok.json).toMatchObject({ state: "approved", grant: { kind: "host" } });
     expect((await granted.outcome).state).toBe("approved");
-    expect(ts.server.approvals.granted(SBX, "api.example.com")).toBe(true);
+    expect(await ts.server.approvals.granted(SBX, "api.example.com")).toBe(true);
   });
 
   it("answers bad input with problems, never 5xx", async () => {
@@ -188,7 +188,7 @@ describe("approvals over HTTP", () => {
       expect([method, path, res.status, res.json["code"]]).toEqual([method, path, status, code]);
       expect(res.type).toContain("application/problem+json");
     }
-    expect(ts.server.ledger.approvals.get(id)?.state).toBe("pending");
+    expect((await ts.server.ledger.approvals.get(id))?.state).toBe("pending");
     await api(ts.url, "POST", `/approvals/${id}/deny`, {}, as(keys.decider));
     expect((await outcome).state).toBe("denied");
   });
@@ -218,7 +218,7 @@ describe("approvals over HTTP", () => {
       const res = await api(ts.url, method, path, method === "POST" ? {} : undefined, as(keys.agent));
       expect([res.status, res.json["code"], res.json["scope"]]).toEqual([403, "scope_missing", "approvals:decide"]);
     }
-    expect(ts.server.ledger.approvals.get(id)?.state).toBe("pending");
+    expect((await ts.server.ledger.approvals.get(id))?.state).toBe("pending");
     // The admin key sees every tenant's.
     const all = await api(ts.url, "GET", "/approvals?state=pending");
     expect((all.json["approvals"] as Array<{ approval_id: string }>).map((a) => a.approval_id)).toContain(id);
@@ -248,7 +248,7 @@ describe("approvals over HTTP", () => {
       data: { excerpt: "announce me", host: "api.example.com" },
     });
     // Kept in the ledger as the default tenant's (so tenant b's stream never shows them).
-    const rows = ts.server.ledger.eventsSince(0).filter((e) => e.type.startsWith("approval."));
+    const rows = (await ts.server.ledger.eventsSince(0)).filter((e) => e.type.startsWith("approval."));
     expect(rows.filter((e) => JSON.parse(e.data).approval_id === id).map((e) => [e.type, e.tenant])).toEqual([
       ["approval.requested", "default"],
       ["approval.decided", "default"],
@@ -425,13 +425,12 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools u
     expect(textOf(denied)).toContain("once is enough");
 
     // Both are kept in the ledger, with their events.
-    const rows = ts.server.ledger.approvals.list({ sandboxId, limit: 10 });
+    const rows = await ts.server.ledger.approvals.list({ sandboxId, limit: 10 });
     expect(rows.map((r) => [r.id, r.state])).toEqual([
       [second.approval_id, "denied"],
       [held.approval_id, "approved"],
     ]);
-    const events = ts.server.ledger
-      .eventsSince(0, sandboxId)
+    const events = (await ts.server.ledger.eventsSince(0, sandboxId))
       .filter((e) => e.type.startsWith("approval."))
       .map((e) => `${e.type} ${String((JSON.parse(e.data) as { state: string }).state)}`);
     expect(events).toEqual([
@@ -492,7 +491,7 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "agent tools u
       expect(sent.isError, textOf(sent)).toBeFalsy();
       expect(asked).toHaveLength(1);
       expect(asked[0]).toContain("send_file");
-      const row = ts.server.ledger.approvals.list({ sandboxId, limit: 1 })[0];
+      const row = (await ts.server.ledger.approvals.list({ sandboxId, limit: 1 }))[0];
       expect(row).toMatchObject({ state: "approved", decided_by: person.key_id, reason: "through MCP elicitation" });
     } finally {
       await personal.close();

@@ -469,7 +469,7 @@ describe("API keys, scopes and tenants", () => {
       "max_sandboxes",
       1,
     ]);
-    const rows = ts.server.ledger.listSandboxes({ includeDeleted: true }).filter((r) => r.tenant === "q");
+    const rows = (await ts.server.ledger.listSandboxes({ includeDeleted: true })).filter((r) => r.tenant === "q");
     expect(rows.map((r) => r.id)).toEqual([first.json["sandbox_id"]]);
     // Memory: 256 MiB live, a quota of 384 leaves no room for another 256.
     const patched = await call(ts.url, admin, "PATCH", "/tenants/q/quota", {

@@ -121,7 +121,7 @@ describe("completion events", () => {
   it("streams command.exited on GET /events, filtered by sandbox", async () => {
     const other = await createSandbox(ts.url);
     // Resume from the newest event so far: nothing is missed however long the subscription takes.
-    const last = ts.server.events.since(0, id).at(-1)?.seq ?? 0;
+    const last = (await ts.server.events.since(0, id)).at(-1)?.seq ?? 0;
     const seen = readEvents(`?sandbox_id=${id}&since=${last}`, (evs) => evs.some((e) => e.type === "command.exited"));
     await runCommand(ts.wsUrl, other, { cmd: "exit 9" });
     const r = await runCommand(ts.wsUrl, id, { cmd: "exit 3" });
@@ -155,7 +155,7 @@ describe("completion events", () => {
       await new Promise((res) => setTimeout(res, 50));
     }
     expect(tries.map((d) => d.status)).toEqual([500, 204]);
-    const events = ts.server.events.since(0, id).filter((e) => e.type === "command.exited");
+    const events = (await ts.server.events.since(0, id)).filter((e) => e.type === "command.exited");
     expect(events.at(-1)?.data["command_id"]).toBe(r.exit?.command_id);
   });
 });

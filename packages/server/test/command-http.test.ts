@@ -42,7 +42,9 @@ describe("POST /sandboxes/{id}/commands (gvisor)", () => {
     const res = await exec({ cmd: "true" });
     const commandId = String(res.json["command_id"]);
     expect(
-      ts.server.events.since(0, id).some((e) => e.type === "command.exited" && e.data["command_id"] === commandId),
+      (await ts.server.events.since(0, id)).some(
+        (e) => e.type === "command.exited" && e.data["command_id"] === commandId,
+      ),
     ).toBe(true);
     expect(ts.events.some((e) => e.event === "command_exited" && e.command_id === commandId)).toBe(true);
   });

@@ -2,7 +2,8 @@ import { describe, expect, it } from "vitest";
 import { BothyError, type CommandEvent } from "@bothy/protocol";
 import type { AgentClient, ExecEvents } from "../src/agent/agent-client.ts";
 import { CommandRegistry } from "../src/commands/command-registry.ts";
-import type { CommandRow, Ledger } from "../src/ledger/ledger.ts";
+import type { CommandRow } from "../src/ledger/ledger.ts";
+import type { LedgerStore } from "../src/ledger/store.ts";
 
 /** A registry over a fake agent and ledger that write down, in order, what happened. */
 function setup() {
@@ -15,8 +16,8 @@ function setup() {
     },
   } as unknown as AgentClient;
   const ledger = {
-    insertCommand: () => void happened.push("row inserted"),
-    finishCommand: (id: string): CommandRow => {
+    insertCommand: async () => void happened.push("row inserted"),
+    finishCommand: async (id: string): Promise<CommandRow> => {
       happened.push("row finished");
       return {
         id,
@@ -31,7 +32,7 @@ function setup() {
         ended_at: "",
       } as unknown as CommandRow;
     },
-  } as unknown as Ledger;
+  } as unknown as LedgerStore;
   const registry = new CommandRegistry(ledger, {
     replayBytes: 1024,
     keepFinished: 5,
@@ -48,39 +49,49 @@ function setup() {
   return { happened, registry, run };
 }
 
+/** Lets the fake ledger's writes (promises resolved at once) land: every microtask queued so far runs first. */
+const landed = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
 describe("CommandRegistry", () => {
-  it("records a start before the client hears of it, and an end's record with its answer", () => {
+  it("writes a start's record before the client hears of it, and an end's record after its answer", async () => {
     const { happened, run } = setup();
     run();
-    // Synchronously: the rows and the answer; the end's log line and event wait for this turn's end.
+    // Synchronously: the start's row and the answer; the end's row once the start's has landed.
     expect(happened).toEqual([
       "row inserted",
       "client got started",
       "log command_started",
       "client got process_exited",
-      "row finished",
     ]);
+    await landed();
+    expect(happened.slice(-1)).toEqual(["row finished"]);
   });
 
-  it("writes the end's log line and event at the end of the same turn of the event loop", async () => {
+  it("writes the end's log line and event at the end of the turn its record landed in", async () => {
     const { happened, run } = setup();
     run();
-    await new Promise((resolve) => setImmediate(resolve));
+    await landed();
+    expect(happened.slice(-1)).toEqual(["row finished"]);
+    await landed();
     expect(happened.slice(-2)).toEqual(["log command_exited", "onExited"]);
   });
 
-  it("tells of a lost command at once, so its event comes before its sandbox's", () => {
+  it("tells of a lost command once its record is written, in this turn of the event loop", async () => {
     const { happened, run } = setup();
     run("lost");
+    await landed();
+    await landed();
     expect(happened.slice(-4)).toEqual(["client got error", "row finished", "log command_lost", "onExited"]);
   });
 
-  it("runs what is deferred when closed, and later ends at once", () => {
+  it("waits for the records and runs what is deferred when closed, and later ends without waiting for the turn", async () => {
     const { happened, registry, run } = setup();
     run();
-    registry.close();
-    expect(happened.slice(-2)).toEqual(["log command_exited", "onExited"]);
+    await registry.close();
+    expect(happened.slice(-3)).toEqual(["row finished", "log command_exited", "onExited"]);
     run();
+    await landed();
+    await landed();
     expect(happened.slice(-3)).toEqual(["row finished", "log command_exited", "onExited"]);
   });
 });

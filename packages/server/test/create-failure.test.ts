@@ -67,7 +67,9 @@ for (const driver of testDrivers()) {
           const { hostLeaks } = await import("./helpers/host-state.ts");
           const leaks = await hostLeaks(ts.home);
           expect({ ...leaks, runscProcesses: leaks.runscProcesses }).toEqual(noLeaks());
-          const rows = ts.server.ledger.listSandboxes({ includeDeleted: true }).filter((r) => r.template === template);
+          const rows = (await ts.server.ledger.listSandboxes({ includeDeleted: true })).filter(
+            (r) => r.template === template,
+          );
           expect(rows.every((r) => r.state === "failed")).toBe(true);
 
           // The key of a failed create is free again: the retry really tries (and fails) again.

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { loadConfig } from "../src/config.ts";
 import { DriverRegistry } from "../src/drivers/driver-registry.ts";
-import { Ledger } from "../src/ledger/ledger.ts";
+import { openStore, type LedgerStore } from "../src/ledger/store.ts";
 import { SandboxManager, type TemplateSource } from "../src/sandboxes/sandbox-manager.ts";
 import { Sweeper } from "../src/sandboxes/sweeper.ts";
 import { FakeDriver, FakeHost } from "./helpers/fake-driver.ts";
@@ -16,13 +16,14 @@ const templates: TemplateSource = { resolve: async (name) => (name === "seed" ? 
 
 class World {
   readonly host = new FakeHost();
-  readonly ledger = new Ledger(":memory:");
+  ledger!: LedgerStore;
   readonly events: string[] = [];
   manager!: SandboxManager;
   drivers!: DriverRegistry;
   private waiters: Array<{ event: string; id: string; resolve: () => void }> = [];
 
   async boot(): Promise<void> {
+    this.ledger ??= await openStore({ sqlitePath: ":memory:" });
     this.drivers = new DriverRegistry(
       new Map([["gvisor", new FakeDriver("gvisor", this.host)]]),
       new Map(),
@@ -47,8 +48,8 @@ class World {
     return (await this.manager.create({ template: "seed", vcpu: 1, memory_mib: 256 }, undefined)).sandbox.sandbox_id;
   }
 
-  state(id: string): string | undefined {
-    return this.ledger.getSandbox(id)?.state;
+  async state(id: string): Promise<string | undefined> {
+    return (await this.ledger.getSandbox(id))?.state;
   }
 }
 
@@ -63,10 +64,10 @@ describe("delete off the caller's clock", () => {
     const deleted = w.next("sandbox_deleted", id);
     const answer = await w.manager.delete(id);
     expect(answer.state).toBe("deleting");
-    expect(() => w.manager.agent(id)).toThrow(/deleting/);
+    await expect(w.manager.agent(id)).rejects.toThrow(/deleting/);
     expect((await w.manager.delete(id)).state).toMatch(/^(deleting|deleted)$/);
     await deleted;
-    expect(w.state(id)).toBe("deleted");
+    expect(await w.state(id)).toBe("deleted");
     expect(w.host.ids()).toEqual([]);
     expect((await w.manager.delete(id, "requested", { wait: true })).state).toBe("deleted");
   });
@@ -87,12 +88,12 @@ describe("delete off the caller's clock", () => {
     const failed = w.next("sandbox_delete_failed", id);
     expect((await w.manager.delete(id)).state).toBe("deleting");
     await failed;
-    expect(w.state(id)).toBe("deleting");
+    expect(await w.state(id)).toBe("deleting");
     expect(w.host.ids()).toEqual([id]);
     await new Promise((resolve) => setImmediate(resolve)); // the failed delete lets go of its record
     expect(w.manager.ownedIds().has(id)).toBe(false);
     await new Sweeper(w.manager, w.ledger, w.drivers, 1_000_000, () => undefined).sweep();
-    expect(w.state(id)).toBe("deleted");
+    expect(await w.state(id)).toBe("deleted");
     expect(w.host.ids()).toEqual([]);
   });
 
@@ -107,10 +108,10 @@ describe("delete off the caller's clock", () => {
     const running = await w.create();
     expect((await w.manager.delete(running)).state).toBe("deleting");
     await w.manager.close();
-    expect(w.state(running)).toBe("deleted");
-    expect(w.state(kept)).toBe("deleting");
+    expect(await w.state(running)).toBe("deleted");
+    expect(await w.state(kept)).toBe("deleting");
     await w.boot();
-    expect(w.state(kept)).toBe("deleted");
+    expect(await w.state(kept)).toBe("deleted");
     expect(w.host.ids()).toEqual([]);
   });
 });

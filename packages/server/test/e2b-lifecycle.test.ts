@@ -40,12 +40,12 @@ describe("sleep at the timeout and wake on the next call (e2b SDK 2.51 and bothy
   });
 
   /** Its timeout passes now: the next sweep finds it expired. */
-  function expireNow(id: string): void {
-    ts.server.ledger.setExpiresAt(id, new Date(Date.now() - 1000).toISOString());
+  async function expireNow(id: string): Promise<void> {
+    await ts.server.ledger.setExpiresAt(id, new Date(Date.now() - 1000).toISOString());
   }
 
-  function row(id: string): { state: string; expiresAt: number } {
-    const r = ts.server.ledger.getSandbox(id);
+  async function row(id: string): Promise<{ state: string; expiresAt: number }> {
+    const r = await ts.server.ledger.getSandbox(id);
     if (!r) throw new Error(`no row for ${id}`);
     return { state: r.state, expiresAt: Date.parse(r.expires_at ?? "") };
   }
@@ -54,7 +54,8 @@ describe("sleep at the timeout and wake on the next call (e2b SDK 2.51 and bothy
   async function waitAsleep(id: string): Promise<void> {
     await pollUntil(
       `${id} asleep after its timeout`,
-      () => row(id).state === "stopped" && ts.server.ledger.lifecycle.of(id)?.asleep_by === "timeout",
+      async () =>
+        (await row(id)).state === "stopped" && (await ts.server.ledger.lifecycle.of(id))?.asleep_by === "timeout",
     );
   }
 
@@ -73,11 +74,11 @@ describe("sleep at the timeout and wake on the next call (e2b SDK 2.51 and bothy
     try {
       expect((await sbx.getInfo()).lifecycle).toEqual({ onTimeout: "pause", autoResume: true });
       await sbx.files.write("kept.txt", "before the timeout");
-      expireNow(sbx.sandboxId);
+      await expireNow(sbx.sandboxId);
       await waitAsleep(sbx.sandboxId);
       expect((await sbx.getInfo()).state).toBe("paused");
       // Kept for BOTHY_SLEEP_RETENTION_S (30 days by default), then deleted.
-      expect(row(sbx.sandboxId).expiresAt).toBeGreaterThan(Date.now() + 29 * DAY_MS);
+      expect((await row(sbx.sandboxId)).expiresAt).toBeGreaterThan(Date.now() + 29 * DAY_MS);
 
       const r = await sbx.commands.run("cat kept.txt");
       expect(r.stdout).toBe("before the timeout");
@@ -97,7 +98,7 @@ describe("sleep at the timeout and wake on the next call (e2b SDK 2.51 and bothy
       lifecycle: { onTimeout: "pause", autoResume: true },
     });
     try {
-      expireNow(sbx.sandboxId);
+      await expireNow(sbx.sandboxId);
       await waitAsleep(sbx.sandboxId);
       const token = String((await api(ts.url, "GET", `/e2b/sandboxes/${sbx.sandboxId}`)).json["envdAccessToken"]);
 
@@ -108,14 +109,14 @@ describe("sleep at the timeout and wake on the next call (e2b SDK 2.51 and bothy
       }
       const anonymous = await fetch(`${ts.url}/sandboxes/${sbx.sandboxId}/ports/8080/`, { headers: ANONYMOUS });
       expect(anonymous.status).toBe(401);
-      expect(row(sbx.sandboxId).state).toBe("stopped");
+      expect((await row(sbx.sandboxId)).state).toBe("stopped");
 
       // The SDK's form for a server inside the sandbox (getHost's traffic through E2B_SANDBOX_URL).
       const res = await envd(sbx.sandboxId, token, "/", "8080");
       // Woken, and nothing listens on 8080 in it (its processes ended with the sleep).
       expect(res.status).toBe(502);
       expect(((await res.json()) as { code: string }).code).toBe("port_not_listening");
-      expect(row(sbx.sandboxId).state).toBe("running");
+      expect((await row(sbx.sandboxId)).state).toBe("running");
     } finally {
       await sbx.kill();
     }
@@ -126,7 +127,7 @@ describe("sleep at the timeout and wake on the next call (e2b SDK 2.51 and bothy
     try {
       expect((await sbx.getInfo()).lifecycle).toEqual({ onTimeout: "pause", autoResume: false });
       await sbx.files.write("kept.txt", "still here");
-      expireNow(sbx.sandboxId);
+      await expireNow(sbx.sandboxId);
       await waitAsleep(sbx.sandboxId);
 
       const token = String((await api(ts.url, "GET", `/e2b/sandboxes/${sbx.sandboxId}`)).json["envdAccessToken"]);
@@ -146,7 +147,7 @@ describe("sleep at the timeout and wake on the next call (e2b SDK 2.51 and bothy
       expect(cmd.status).toBe(409);
       expect(cmd.json["code"]).toBe("sandbox_asleep");
       expect((await envd(sbx.sandboxId, token, "/", "8080")).status).toBe(409);
-      expect(row(sbx.sandboxId).state).toBe("stopped");
+      expect((await row(sbx.sandboxId)).state).toBe("stopped");
 
       const resumed = await Sandbox.connect(sbx.sandboxId);
       expect(await resumed.files.read("kept.txt")).toBe("still here");
@@ -167,7 +168,7 @@ describe("sleep at the timeout and wake on the next call (e2b SDK 2.51 and bothy
       expect(await sbx.pause({ keepMemory: false })).toBe(false);
       expect((await sbx.getInfo()).state).toBe("paused");
       await expect(sbx.commands.run("true")).rejects.toBeInstanceOf(SandboxError);
-      expect(row(sbx.sandboxId).state).toBe("stopped");
+      expect((await row(sbx.sandboxId)).state).toBe("stopped");
       const resumed = await Sandbox.connect(sbx.sandboxId);
       expect(await resumed.files.read("kept.txt")).toBe("files only");
     } finally {
@@ -178,8 +179,10 @@ describe("sleep at the timeout and wake on the next call (e2b SDK 2.51 and bothy
   it("a sandbox without onTimeout pause is still deleted at its timeout", async () => {
     const sbx = await Sandbox.create("base", { timeoutMs: 600_000 });
     expect((await sbx.getInfo()).lifecycle).toEqual({ onTimeout: "kill", autoResume: false });
-    expireNow(sbx.sandboxId);
-    await pollUntil("deleted at its timeout", () => ["deleting", "deleted"].includes(row(sbx.sandboxId).state));
+    await expireNow(sbx.sandboxId);
+    await pollUntil("deleted at its timeout", async () =>
+      ["deleting", "deleted"].includes((await row(sbx.sandboxId)).state),
+    );
   });
 
   describe("bothy's API: on_timeout and auto_wake", () => {
@@ -202,7 +205,7 @@ describe("sleep at the timeout and wake on the next call (e2b SDK 2.51 and bothy
       const id = String(made.json["sandbox_id"]);
       try {
         expect((await runCommand(ts.wsUrl, id, { cmd: "echo data > /workspace/f && echo ok" })).stdout).toBe("ok\n");
-        expireNow(id);
+        await expireNow(id);
         await waitAsleep(id);
 
         const refused = await api(ts.url, "POST", `/sandboxes/${id}/commands`, { cmd: "true" });
@@ -222,7 +225,7 @@ describe("sleep at the timeout and wake on the next call (e2b SDK 2.51 and bothy
         expect((await api(ts.url, "POST", `/e2b/v2/sandboxes/${id}/connect`, {}, { "x-api-key": bKey })).status).toBe(
           404,
         );
-        expect(row(id).state).toBe("stopped");
+        expect((await row(id)).state).toBe("stopped");
 
         const woken = await api(ts.url, "POST", `/sandboxes/${id}/resume`);
         expect(woken.status, JSON.stringify(woken.json)).toBe(200);
@@ -239,7 +242,7 @@ describe("sleep at the timeout and wake on the next call (e2b SDK 2.51 and bothy
       try {
         expect(sbx.info).toMatchObject({ on_timeout: "sleep", auto_wake: false });
         await sbx.files.write("/workspace/n", "sdk");
-        expireNow(sbx.sandboxId);
+        await expireNow(sbx.sandboxId);
         await waitAsleep(sbx.sandboxId);
         const err = await sbx.commands.run("true").catch((e: unknown) => e);
         expect(err).toBeInstanceOf(ConflictError);
@@ -254,10 +257,12 @@ describe("sleep at the timeout and wake on the next call (e2b SDK 2.51 and bothy
     it("a sandbox asleep after its timeout is deleted at its final deadline", async () => {
       const made = await api(ts.url, "POST", "/sandboxes", { timeout_s: 600, on_timeout: "sleep" });
       const id = String(made.json["sandbox_id"]);
-      expireNow(id);
+      await expireNow(id);
       await waitAsleep(id);
-      expireNow(id);
-      await pollUntil("deleted at its final deadline", () => ["deleting", "deleted"].includes(row(id).state));
+      await expireNow(id);
+      await pollUntil("deleted at its final deadline", async () =>
+        ["deleting", "deleted"].includes((await row(id)).state),
+      );
     });
   });
 });

@@ -72,12 +72,12 @@ describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "E2B pause and con
         timeoutMs: 0,
       });
       // Its timeout passes now; the sweeper pauses it (memory saved) instead of killing it.
-      ts.server.ledger.setExpiresAt(sbx.sandboxId, new Date(Date.now() - 1000).toISOString());
+      await ts.server.ledger.setExpiresAt(sbx.sandboxId, new Date(Date.now() - 1000).toISOString());
       await pollUntil(
         "paused after its timeout",
-        () =>
-          ts.server.ledger.getSandbox(sbx.sandboxId)?.state === "paused" &&
-          ts.server.ledger.lifecycle.of(sbx.sandboxId)?.asleep_by === "timeout",
+        async () =>
+          (await ts.server.ledger.getSandbox(sbx.sandboxId))?.state === "paused" &&
+          (await ts.server.ledger.lifecycle.of(sbx.sandboxId))?.asleep_by === "timeout",
         120_000,
       );
       // The next call resumes it; the loop from before the timeout still counts.

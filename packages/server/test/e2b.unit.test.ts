@@ -8,7 +8,7 @@ import { KeyBindings } from "../src/auth/key-bindings.ts";
 import { KeyRing, NO_AUTH_PRINCIPAL } from "../src/auth/key-ring.ts";
 import type { Scope } from "../src/auth/scopes.ts";
 import { AccessTokens } from "../src/e2b/access-token.ts";
-import { Ledger } from "../src/ledger/ledger.ts";
+import { openStore } from "../src/ledger/store.ts";
 import type { IncomingMessage } from "node:http";
 import { getSignature } from "e2b";
 import { metadataFilter } from "../src/e2b/control-plane.ts";
@@ -19,14 +19,14 @@ import { insertTestSandbox } from "./helpers/ledger-rows.ts";
 describe("E2B list metadata filter", () => {
   const withMetadata = (metadata: Record<string, string>) => ({ metadata }) as SandboxInfo;
 
-  it("decodes the SDK's doubly encoded form (a key and value with spaces, & and =)", () => {
+  it("decodes the SDK's doubly encoded form (a key and value with spaces, & and =)", async () => {
     // What reaches the route after the query string is decoded once, for {"a b": "c d&e=f"}.
     const filter = metadataFilter("a%2520b=c%2520d%2526e%253Df");
     expect(filter(withMetadata({ "a b": "c d&e=f" }))).toBe(true);
     expect(filter(withMetadata({ "a b": "c d" }))).toBe(false);
   });
 
-  it("needs every pair to match; no filter matches everything", () => {
+  it("needs every pair to match; no filter matches everything", async () => {
     const filter = metadataFilter("x=1&y=2");
     expect(filter(withMetadata({ x: "1", y: "2", z: "3" }))).toBe(true);
     expect(filter(withMetadata({ x: "1" }))).toBe(false);
@@ -37,8 +37,8 @@ describe("E2B list metadata filter", () => {
 /** A key ring, bindings and access tokens on a real ledger, with sandboxes in tenants `default` and `a`. */
 async function tokenWorld(mode: "keys" | "none" = "keys") {
   const home = await mkdtemp(join(tmpdir(), "bothy-e2b-unit-"));
-  const ledger = new Ledger(join(home, "ledger.sqlite"));
-  ledger.auth.insertTenant("a", "{}");
+  const ledger = await openStore({ sqlitePath: join(home, "ledger.sqlite") });
+  await ledger.auth.insertTenant("a", "{}");
   for (const [id, tenant] of [
     [SBX_A, "default"],
     [SBX_B, "default"],
@@ -48,14 +48,14 @@ async function tokenWorld(mode: "keys" | "none" = "keys") {
   const ring = await KeyRing.open(home, ledger);
   const bindings = new KeyBindings(ring, ledger, mode);
   const tokens = await AccessTokens.load(home, bindings);
-  const principal = (spec: { scopes: Scope[]; expiresAt?: string; tenant?: string }) => {
-    const { key, view } = ring.mint({
+  const principal = async (spec: { scopes: Scope[]; expiresAt?: string; tenant?: string }) => {
+    const { key, view } = await ring.mint({
       tenant: spec.tenant ?? "default",
       name: "k",
       scopes: spec.scopes,
       expiresAt: spec.expiresAt ?? null,
     });
-    const check = ring.verify(key);
+    const check = await ring.verify(key);
     if (!check.ok) throw new Error(check.reason);
     return { principal: check.principal, keyId: view.key_id };
   };
@@ -67,7 +67,7 @@ async function tokenWorld(mode: "keys" | "none" = "keys") {
     tokens,
     principal,
     close: async () => {
-      ledger.close();
+      await ledger.close();
       await rm(home, { recursive: true, force: true });
     },
   };
@@ -81,21 +81,21 @@ describe("envd access tokens", () => {
   it("are per sandbox and key, survive a reload of the key file, and refuse anything else", async () => {
     const w = await tokenWorld();
     try {
-      const { principal } = w.principal({ scopes: ["sandboxes:write"] });
+      const { principal } = await w.principal({ scopes: ["sandboxes:write"] });
       const token = w.tokens.tokenFor(SBX_A, principal);
       expect(w.tokens.tokenFor(SBX_B, principal)).not.toBe(token);
-      expect(w.tokens.verify(SBX_A, token)).toBe(true);
-      expect(w.tokens.verify(SBX_B, token)).toBe(false);
-      expect(w.tokens.verify(SBX_A, undefined)).toBe(false);
-      expect(w.tokens.verify(SBX_A, token.slice(1))).toBe(false);
-      expect(w.tokens.verify(SBX_A, `${token}.x`)).toBe(false);
+      expect(await w.tokens.verify(SBX_A, token)).toBe(true);
+      expect(await w.tokens.verify(SBX_B, token)).toBe(false);
+      expect(await w.tokens.verify(SBX_A, undefined)).toBe(false);
+      expect(await w.tokens.verify(SBX_A, token.slice(1))).toBe(false);
+      expect(await w.tokens.verify(SBX_A, `${token}.x`)).toBe(false);
       // The traffic token is another token: neither passes as the other's.
       const traffic = w.tokens.trafficTokenFor(SBX_A, principal);
-      expect(w.tokens.verify(SBX_A, traffic)).toBe(false);
-      expect(w.tokens.verifyTraffic(SBX_A, traffic, undefined)).toBe(true);
-      expect(w.tokens.verifyTraffic(SBX_A, undefined, token)).toBe(true);
-      expect(w.tokens.verifyTraffic(SBX_B, traffic, undefined)).toBe(false);
-      expect((await AccessTokens.load(w.home, w.bindings)).verify(SBX_A, token)).toBe(true);
+      expect(await w.tokens.verify(SBX_A, traffic)).toBe(false);
+      expect(await w.tokens.verifyTraffic(SBX_A, traffic, undefined)).toBe(true);
+      expect(await w.tokens.verifyTraffic(SBX_A, undefined, token)).toBe(true);
+      expect(await w.tokens.verifyTraffic(SBX_B, traffic, undefined)).toBe(false);
+      expect(await (await AccessTokens.load(w.home, w.bindings)).verify(SBX_A, token)).toBe(true);
     } finally {
       await w.close();
     }
@@ -104,12 +104,12 @@ describe("envd access tokens", () => {
   it("name the key that asked: another key's id swapped in does not verify", async () => {
     const w = await tokenWorld();
     try {
-      const mine = w.principal({ scopes: ["sandboxes:write"] });
-      const theirs = w.principal({ scopes: ["admin"] });
+      const mine = await w.principal({ scopes: ["sandboxes:write"] });
+      const theirs = await w.principal({ scopes: ["admin"] });
       const token = w.tokens.tokenFor(SBX_A, mine.principal);
       const [v, , mac] = token.split(".");
       const swapped = `${v}.${Buffer.from(theirs.keyId).toString("base64url")}.${mac}`;
-      expect(w.tokens.verify(SBX_A, swapped)).toBe(false);
+      expect(await w.tokens.verify(SBX_A, swapped)).toBe(false);
     } finally {
       await w.close();
     }
@@ -118,27 +118,27 @@ describe("envd access tokens", () => {
   it("stop working once their key is revoked or expires, or if it may not run commands there", async () => {
     const w = await tokenWorld();
     try {
-      const revoked = w.principal({ scopes: ["sandboxes:write"] });
+      const revoked = await w.principal({ scopes: ["sandboxes:write"] });
       const token = w.tokens.tokenFor(SBX_A, revoked.principal);
       const traffic = w.tokens.trafficTokenFor(SBX_A, revoked.principal);
-      expect(w.tokens.verify(SBX_A, token)).toBe(true);
-      w.ring.revoke(revoked.keyId);
-      expect(w.tokens.verify(SBX_A, token)).toBe(false);
-      expect(w.tokens.verifyTraffic(SBX_A, traffic, token)).toBe(false);
+      expect(await w.tokens.verify(SBX_A, token)).toBe(true);
+      await w.ring.revoke(revoked.keyId);
+      expect(await w.tokens.verify(SBX_A, token)).toBe(false);
+      expect(await w.tokens.verifyTraffic(SBX_A, traffic, token)).toBe(false);
 
       const until = Date.now() + 3_600_000;
-      const expiring = w.principal({ scopes: ["sandboxes:write"], expiresAt: new Date(until).toISOString() });
+      const expiring = await w.principal({ scopes: ["sandboxes:write"], expiresAt: new Date(until).toISOString() });
       const timed = w.tokens.tokenFor(SBX_A, expiring.principal);
-      expect(w.tokens.verify(SBX_A, timed, until - 1000)).toBe(true);
-      expect(w.tokens.verify(SBX_A, timed, until)).toBe(false);
-      expect(w.tokens.verify(SBX_A, timed, until + 1000)).toBe(false);
+      expect(await w.tokens.verify(SBX_A, timed, until - 1000)).toBe(true);
+      expect(await w.tokens.verify(SBX_A, timed, until)).toBe(false);
+      expect(await w.tokens.verify(SBX_A, timed, until + 1000)).toBe(false);
 
       // A read-only key's token (were one made) runs nothing; another tenant's key none of a's sandboxes.
-      const reader = w.principal({ scopes: ["sandboxes:read"] });
-      expect(w.tokens.verify(SBX_A, w.tokens.tokenFor(SBX_A, reader.principal))).toBe(false);
-      const stranger = w.principal({ scopes: ["sandboxes:write"], tenant: "a" });
-      expect(w.tokens.verify(SBX_A, w.tokens.tokenFor(SBX_A, stranger.principal))).toBe(false);
-      expect(w.tokens.verify(SBX_OTHER, w.tokens.tokenFor(SBX_OTHER, stranger.principal))).toBe(true);
+      const reader = await w.principal({ scopes: ["sandboxes:read"] });
+      expect(await w.tokens.verify(SBX_A, w.tokens.tokenFor(SBX_A, reader.principal))).toBe(false);
+      const stranger = await w.principal({ scopes: ["sandboxes:write"], tenant: "a" });
+      expect(await w.tokens.verify(SBX_A, w.tokens.tokenFor(SBX_A, stranger.principal))).toBe(false);
+      expect(await w.tokens.verify(SBX_OTHER, w.tokens.tokenFor(SBX_OTHER, stranger.principal))).toBe(true);
     } finally {
       await w.close();
     }
@@ -148,9 +148,9 @@ describe("envd access tokens", () => {
     const open = await tokenWorld("none");
     try {
       const token = open.tokens.tokenFor(SBX_A, NO_AUTH_PRINCIPAL);
-      expect(open.tokens.verify(SBX_A, token)).toBe(true);
+      expect(await open.tokens.verify(SBX_A, token)).toBe(true);
       const keyed = await AccessTokens.load(open.home, new KeyBindings(open.ring, open.ledger, "keys"));
-      expect(keyed.verify(SBX_A, token)).toBe(false);
+      expect(await keyed.verify(SBX_A, token)).toBe(false);
     } finally {
       await open.close();
     }
@@ -171,23 +171,23 @@ describe("signed file URLs", () => {
   it("verify the signature the e2b SDK computes, for that path, operation, user and expiry only", async () => {
     const w = await tokenWorld();
     try {
-      const { principal, keyId } = w.principal({ scopes: ["sandboxes:write"] });
+      const { principal, keyId } = await w.principal({ scopes: ["sandboxes:write"] });
       const envdAccessToken = w.tokens.tokenFor(SBX_A, principal);
       const op = { path: "/tmp/x", operation: "read" as const, user: undefined, expiration: undefined };
       const { signature } = await getSignature({ ...op, envdAccessToken });
       const all = [SBX_B, SBX_A, SBX_OTHER];
-      expect(w.tokens.signerOf(all, op, signature)).toBe(SBX_A);
-      expect(w.tokens.signerOf([SBX_B, SBX_OTHER], op, signature)).toBeUndefined();
-      expect(w.tokens.signerOf(all, { ...op, operation: "write" }, signature)).toBeUndefined();
-      expect(w.tokens.signerOf(all, { ...op, path: "/tmp/y" }, signature)).toBeUndefined();
-      expect(w.tokens.signerOf(all, { ...op, user: "root" }, signature)).toBeUndefined();
+      expect(await w.tokens.signerOf(all, op, signature)).toBe(SBX_A);
+      expect(await w.tokens.signerOf([SBX_B, SBX_OTHER], op, signature)).toBeUndefined();
+      expect(await w.tokens.signerOf(all, { ...op, operation: "write" }, signature)).toBeUndefined();
+      expect(await w.tokens.signerOf(all, { ...op, path: "/tmp/y" }, signature)).toBeUndefined();
+      expect(await w.tokens.signerOf(all, { ...op, user: "root" }, signature)).toBeUndefined();
       const timed = await getSignature({ ...op, envdAccessToken, expirationInSeconds: 60 });
       const expiration = String(timed.expiration);
-      expect(w.tokens.signerOf(all, { ...op, expiration }, timed.signature)).toBe(SBX_A);
-      expect(w.tokens.signerOf(all, { ...op, expiration: "1" }, timed.signature)).toBeUndefined();
+      expect(await w.tokens.signerOf(all, { ...op, expiration }, timed.signature)).toBe(SBX_A);
+      expect(await w.tokens.signerOf(all, { ...op, expiration: "1" }, timed.signature)).toBeUndefined();
       // A URL signed with a revoked key's token opens nothing.
-      w.ring.revoke(keyId);
-      expect(w.tokens.signerOf(all, op, signature)).toBeUndefined();
+      await w.ring.revoke(keyId);
+      expect(await w.tokens.signerOf(all, op, signature)).toBeUndefined();
     } finally {
       await w.close();
     }
@@ -198,7 +198,7 @@ describe("E2b-Sandbox-Port routing", () => {
   const id = "sbx_abcdefghijklmnopqrst";
   const req = (url: string, headers: Record<string, string>) => ({ url, headers }) as unknown as IncomingMessage;
 
-  it("sends another port to bothy's port proxy and leaves envd's own port, and the rest, alone", () => {
+  it("sends another port to bothy's port proxy and leaves envd's own port, and the rest, alone", async () => {
     const to = (port: string, url = "/e2b/envd/execute?a=1") =>
       e2bPortRewrite(req(url, { "e2b-sandbox-id": id, "e2b-sandbox-port": port }));
     expect(to("49999")).toBe(`/sandboxes/${id}/ports/49999/execute?a=1`);
@@ -214,7 +214,7 @@ describe("E2b-Sandbox-Port routing", () => {
 });
 
 describe("sandbox metrics probe", () => {
-  it("reads CPU use between two /proc/stat lines, memory from meminfo and the disk from df", () => {
+  it("reads CPU use between two /proc/stat lines, memory from meminfo and the disk from df", async () => {
     const output = [
       "cpu  100 0 100 800 0 0 0 0 0 0",
       "cpu  150 0 150 900 0 0 0 0 0 0",

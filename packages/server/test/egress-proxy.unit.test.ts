@@ -30,7 +30,7 @@ class TestGate implements ApprovalGate {
   readonly grants = new Set<string>();
   private readonly waiting: Array<(a: HeldAsk) => void> = [];
   private readonly queued: HeldAsk[] = [];
-  granted(_sandboxId: string, host: string): boolean {
+  async granted(_sandboxId: string, host: string): Promise<boolean> {
     return this.grants.has(host);
   }
   ask(req: ApprovalAsk, signal: AbortSignal): Promise<ApprovalOutcome> {
@@ -128,7 +128,7 @@ async function world(
     ...sb,
   };
   proxy.attach({
-    sandboxOf: (a) => (a === HOST ? full : undefined),
+    sandboxOf: async (a) => (a === HOST ? full : undefined),
     blocked: () => ["10.0.0.0/8"],
     ...(opts.unreachable ? { unreachable: () => opts.unreachable ?? [] } : {}),
   });
@@ -471,7 +471,7 @@ describe("EgressProxy", () => {
     expect(reads).toBe(1);
   });
 
-  it("knows a sandbox by its guest address only while it has a subnet, and only under the gateway", () => {
+  it("knows a sandbox by its guest address only while it has a subnet, and only under the gateway", async () => {
     const net = new HostNetwork({
       tag: "k3x9",
       sandboxesDir: "/nonexistent",
@@ -494,20 +494,20 @@ describe("EgressProxy", () => {
     ]);
     const lookup = gatewayLookup(
       net,
-      { getSandbox: (id: string) => rows.get(id) as never },
-      { ofRow: () => policy({ default: "deny" }) },
+      { getSandbox: async (id: string) => rows.get(id) as never },
+      { ofRow: async () => policy({ default: "deny" }) },
     );
-    expect(lookup.sandboxOf(gated.guest.guest)).toMatchObject({
+    expect(await lookup.sandboxOf(gated.guest.guest)).toMatchObject({
       sandboxId: "sbx_aaaaaaaaaaaaaaaaaaaa",
       tenant: "t1",
       allowOut: ["10.200.0.10/32"],
       policy: { default: "deny" },
     });
-    expect(lookup.sandboxOf(`::ffff:${gated.guest.guest}`)?.sandboxId).toBe("sbx_aaaaaaaaaaaaaaaaaaaa");
+    expect((await lookup.sandboxOf(`::ffff:${gated.guest.guest}`))?.sandboxId).toBe("sbx_aaaaaaaaaaaaaaaaaaaa");
     // Its gateway address, another sandbox without the gateway, an address outside the pool.
-    expect(lookup.sandboxOf(gated.guest.gateway)).toBeUndefined();
-    expect(lookup.sandboxOf(plain.guest.guest)).toBeUndefined();
-    expect(lookup.sandboxOf("203.0.113.5")).toBeUndefined();
+    expect(await lookup.sandboxOf(gated.guest.gateway)).toBeUndefined();
+    expect(await lookup.sandboxOf(plain.guest.guest)).toBeUndefined();
+    expect(await lookup.sandboxOf("203.0.113.5")).toBeUndefined();
     expect(lookup.blocked()).toEqual(expect.arrayContaining(["10.0.0.0/8", "10.179.0.0/16", "198.51.100.0/24"]));
     // Whatever allow_out says: loopback, the pool, and the host's own addresses (its loopback's at least).
     expect(lookup.unreachable?.()).toEqual(

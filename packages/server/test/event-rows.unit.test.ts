@@ -11,8 +11,7 @@ import { loadConfig } from "../src/config.ts";
 import { parseRetention, pruneEvents } from "../src/events/event-retention.ts";
 import type { ServerEvent } from "../src/events/server-events.ts";
 import { EventQueries } from "../src/ledger/event-rows.ts";
-import { Ledger } from "../src/ledger/ledger.ts";
-import type { LedgerStore } from "../src/ledger/store.ts";
+import { openStore, type LedgerStore } from "../src/ledger/store.ts";
 import { STORES, useStores } from "./helpers/stores.ts";
 
 const stores = useStores();
@@ -63,13 +62,13 @@ describe.each(STORES)("event pages in the %s ledger", (kind) => {
 
 describe("event pages in the sqlite ledger's plan", () => {
   let dir: string;
-  let ledger: Ledger;
+  let ledger: LedgerStore;
   beforeEach(async () => {
     dir = await mkdtemp(join(tmpdir(), "bothy-event-rows-"));
-    ledger = new Ledger(join(dir, "ledger.sqlite"));
+    ledger = await openStore({ sqlitePath: join(dir, "ledger.sqlite") });
   });
   afterEach(async () => {
-    ledger.close();
+    await ledger.close();
     await rm(dir, { recursive: true, force: true });
   });
 

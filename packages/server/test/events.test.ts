@@ -100,8 +100,9 @@ describe("event streams under abuse", () => {
     // Another tenant's busy history: 16 of its rows for each of alpha's.
     const ALPHA_ROWS = 1250;
     for (let i = 0; i < ALPHA_ROWS * 16; i++) {
-      ts.server.events.publish("sandbox.created", null, { who: "beta", i }, "beta");
-      if (i % 16 === 15) ts.server.events.publish("sandbox.created", null, { who: "alpha", i: (i - 15) / 16 }, "alpha");
+      await ts.server.events.publish("sandbox.created", null, { who: "beta", i }, "beta");
+      if (i % 16 === 15)
+        await ts.server.events.publish("sandbox.created", null, { who: "alpha", i: (i - 15) / 16 }, "alpha");
     }
     const before = await metric(ts, "bothy_event_replay_rows_total");
     const reader = await openStream(ts, alpha, "?since=0");
@@ -112,20 +113,20 @@ describe("event streams under abuse", () => {
     // The ledger gave the replay alpha's rows and nothing of beta's 20000.
     expect((await metric(ts, "bothy_event_replay_rows_total")) - before).toBe(ALPHA_ROWS);
 
-    ts.server.events.publish("sandbox.deleted", null, { who: "alpha", live: true }, "alpha");
-    ts.server.events.publish("sandbox.deleted", null, { who: "beta", live: true }, "beta");
-    ts.server.events.publish("sandbox.deleted", null, { who: "alpha", live: true, last: true }, "alpha");
+    await ts.server.events.publish("sandbox.deleted", null, { who: "alpha", live: true }, "alpha");
+    await ts.server.events.publish("sandbox.deleted", null, { who: "beta", live: true }, "beta");
+    await ts.server.events.publish("sandbox.deleted", null, { who: "alpha", live: true, last: true }, "alpha");
     await pollUntil("the live events", () => reader.events.some((e) => e.data["last"] === true));
     expect(reader.events.slice(ALPHA_ROWS).map((e) => e.data["who"])).toEqual(["alpha", "alpha"]);
   });
 
   it("a replay of another tenant's sandbox reads nothing", async () => {
     const beta = "sbx_bbbbbbbbbbbbbbbbbbbb";
-    for (let i = 0; i < 2000; i++) ts.server.events.publish("sandbox.created", beta, { who: "beta" }, "beta");
+    for (let i = 0; i < 2000; i++) await ts.server.events.publish("sandbox.created", beta, { who: "beta" }, "beta");
     const before = await metric(ts, "bothy_event_replay_rows_total");
     const reader = await openStream(ts, alpha, `?since=0&sandbox_id=${beta}`);
     open.push(reader.socket);
-    ts.server.events.publish("sandbox.deleted", beta, { who: "beta", last: true }, "beta");
+    await ts.server.events.publish("sandbox.deleted", beta, { who: "beta", last: true }, "beta");
     // Every stream live again: this one's replay is over, and it read no row.
     await pollUntil(
       "every stream to be live",
@@ -142,9 +143,9 @@ describe("event streams under abuse", () => {
     reader.socket.pause();
     const TOTAL = 3000;
     const pad = "x".repeat(8 * 1024);
-    const first = ts.server.events.publish("sandbox.created", null, { who: "alpha", n: 0, pad }, "alpha").seq;
+    const first = (await ts.server.events.publish("sandbox.created", null, { who: "alpha", n: 0, pad }, "alpha")).seq;
     for (let n = 1; n < TOTAL; n++)
-      ts.server.events.publish("sandbox.created", null, { who: "alpha", n, pad }, "alpha");
+      await ts.server.events.publish("sandbox.created", null, { who: "alpha", n, pad }, "alpha");
     // 24 MB went to a client that reads nothing: the stream waits for it, holding a bounded buffer.
     await pollUntil("the stream to wait for its client", async () => {
       return (await metric(ts, 'bothy_event_streams{state="behind"}')) === 1;
@@ -163,15 +164,16 @@ describe("event streams under abuse", () => {
 
   it("the sweeper prunes the table to its retention", async () => {
     // 40000 rows kept; the tests above wrote ~27000 and this one 20000 more.
-    for (let i = 0; i < 20_000; i++) ts.server.events.publish("sandbox.created", null, { who: "beta", i }, "beta");
-    const last = ts.server.ledger.events.lastSeq();
+    for (let i = 0; i < 20_000; i++)
+      await ts.server.events.publish("sandbox.created", null, { who: "beta", i }, "beta");
+    const last = await ts.server.ledger.events.lastSeq();
     await pollUntil(
       "the sweeper's prune",
-      () => ts.server.ledger.eventsSince(0, undefined, 1)[0]?.seq === last - 39_999,
+      async () => (await ts.server.ledger.eventsSince(0, undefined, 1))[0]?.seq === last - 39_999,
     );
     const reader = await openStream(ts, alpha, "?since=0");
     open.push(reader.socket);
-    ts.server.events.publish("sandbox.deleted", null, { who: "alpha", last: true }, "alpha");
+    await ts.server.events.publish("sandbox.deleted", null, { who: "alpha", last: true }, "alpha");
     await pollUntil("the replay and the live event", () => reader.events.some((e) => e.data["last"] === true));
     // alpha's oldest rows are gone: its replay starts after them.
     expect(reader.events[0]?.seq).toBeGreaterThanOrEqual(last - 39_999);

@@ -37,7 +37,7 @@ const DENIED = "denied.example.test";
 const VALUE = "ghp_RealValue0123456789abcdef";
 const PH = "bothy_ph_githubgithubgithubgithubgithub23";
 const bindings: SecretBinding[] = [{ name: "github", env: "GITHUB", placeholder: PH, hosts: [API], inject: null }];
-const source: SecretSource = { bindings: () => bindings, reveal: () => Buffer.from(VALUE) };
+const source: SecretSource = { bindings: async () => bindings, reveal: async () => Buffer.from(VALUE) };
 
 /** One request as the upstream's parser saw it: `conn` numbers the connection it came on. */
 interface Parsed {
@@ -459,7 +459,7 @@ describe("plain-HTTP proxy framing", { timeout: 30_000 }, () => {
       denyOut: [],
       policy: policy(),
     };
-    proxy.attach({ sandboxOf: (a) => (a === LOOP ? sb : undefined), blocked: () => ["10.0.0.0/8"] });
+    proxy.attach({ sandboxOf: async (a) => (a === LOOP ? sb : undefined), blocked: () => ["10.0.0.0/8"] });
     cleanups.push(async () => {
       await proxy.close();
       upstream.closeAllConnections();

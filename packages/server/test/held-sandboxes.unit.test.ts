@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { execQuiet } from "../src/agent/quiet-exec.ts";
 import { loadConfig } from "../src/config.ts";
 import { DriverRegistry } from "../src/drivers/driver-registry.ts";
-import { Ledger } from "../src/ledger/ledger.ts";
+import { openStore, type LedgerStore } from "../src/ledger/store.ts";
 import { SandboxManager, type TemplateSource } from "../src/sandboxes/sandbox-manager.ts";
 import { FakeDriver, FakeHost } from "./helpers/fake-driver.ts";
 
@@ -21,18 +21,18 @@ interface World {
   manager: SandboxManager;
   /** Each event the manager logged, as `name {fields}`. */
   events: string[];
-  ledger: Ledger;
+  ledger: LedgerStore;
 }
 
-const ledgers: Ledger[] = [];
-afterEach(() => {
-  for (const l of ledgers.splice(0)) l.close();
+const ledgers: LedgerStore[] = [];
+afterEach(async () => {
+  await Promise.all(ledgers.splice(0).map((l) => l.close()));
 });
 
 /** A manager on one fake gVisor driver, with a sandbox created. */
 async function world(): Promise<World & { id: string }> {
   const host = new FakeHost();
-  const ledger = new Ledger(":memory:");
+  const ledger = await openStore({ sqlitePath: ":memory:" });
   ledgers.push(ledger);
   const drivers = new DriverRegistry(
     new Map([["gvisor", new FakeDriver("gvisor", host)]]),
@@ -54,16 +54,15 @@ describe("a sandbox that dies on its own", () => {
   it("is stopped when its agent's channel closes, before its process has ended; the next call starts it again", async () => {
     const w = await world();
     const { id } = w;
-    const agent = w.manager.agent(id);
-    let stateWhenLost: string | undefined;
-    agent.onLost(() => (stateWhenLost = w.ledger.getSandbox(id)?.state));
+    const agent = await w.manager.agent(id);
 
     expect(w.host.loseChannel(id)).toBe(true);
     await new Promise((r) => setImmediate(r));
     expect(agent.isClosed).toBe(true);
-    expect(w.ledger.getSandbox(id)?.state).toBe("stopped");
-    expect(stateWhenLost).toBe("stopped");
-    expect(w.ledger.getSandbox(id)?.error).toMatch(/stopped unexpectedly: its agent channel closed.*files are kept/);
+    expect((await w.ledger.getSandbox(id))?.state).toBe("stopped");
+    expect((await w.ledger.getSandbox(id))?.error).toMatch(
+      /stopped unexpectedly: its agent channel closed.*files are kept/,
+    );
     expect(w.events.find((e) => e.startsWith("sandbox_died"))).toMatch(/its agent channel closed/);
     expect(w.events.filter((e) => e.startsWith("sandbox_died"))).toHaveLength(1);
 
@@ -73,8 +72,8 @@ describe("a sandbox that dies on its own", () => {
     expect(w.host.machines.get(id)?.disk).toBe(true);
 
     await w.manager.ensureRunning(id);
-    await execQuiet(w.manager.agent(id), "true", 1000, "Running a command");
-    expect(w.ledger.getSandbox(id)?.state).toBe("running");
+    await execQuiet(await w.manager.agent(id), "true", 1000, "Running a command");
+    expect((await w.ledger.getSandbox(id))?.state).toBe("running");
     expect(w.events.filter((e) => e.startsWith("sandbox_died"))).toHaveLength(1);
   });
 
@@ -82,7 +81,7 @@ describe("a sandbox that dies on its own", () => {
     const w = await world();
     const { id } = w;
     await w.manager.sleep(id);
-    expect(w.ledger.getSandbox(id)?.state).toBe("stopped");
+    expect((await w.ledger.getSandbox(id))?.state).toBe("stopped");
     expect(w.events.some((e) => e.startsWith("sandbox_died"))).toBe(false);
     await w.manager.delete(id, "requested", { wait: true });
     expect(w.events.some((e) => e.startsWith("sandbox_died"))).toBe(false);
@@ -98,16 +97,16 @@ describe("idle sleep's second look", () => {
     const looks: boolean[] = [true, false];
     await manager.sleep(id, () => looks.shift() ?? false);
     expect(looks).toEqual([]);
-    expect(ledger.getSandbox(id)?.state).toBe("running");
+    expect((await ledger.getSandbox(id))?.state).toBe("running");
     expect(slept()).toBe(false);
-    await execQuiet(manager.agent(id), "true", 1000, "Running a command");
+    await execQuiet(await manager.agent(id), "true", 1000, "Running a command");
 
     // Busy already when its turn came: not even flushed.
     await manager.sleep(id, () => false);
-    expect(ledger.getSandbox(id)?.state).toBe("running");
+    expect((await ledger.getSandbox(id))?.state).toBe("running");
 
     await manager.sleep(id, () => true);
-    expect(ledger.getSandbox(id)?.state).toBe("stopped");
+    expect((await ledger.getSandbox(id))?.state).toBe("stopped");
     expect(slept()).toBe(true);
   });
 });

@@ -10,7 +10,7 @@ import Database from "better-sqlite3";
 import pg from "pg";
 import { afterEach, describe, expect, it } from "vitest";
 import { translateMigration, translateQuery } from "../src/ledger/dialect.ts";
-import { DEFAULT_TENANT, Ledger, MIGRATIONS } from "../src/ledger/ledger.ts";
+import { DEFAULT_TENANT, MIGRATIONS } from "../src/ledger/ledger.ts";
 import { openStore, type LedgerStore } from "../src/ledger/store.ts";
 import { STORES, useStores } from "./helpers/stores.ts";
 
@@ -117,7 +117,7 @@ describe.each(STORES)("ledger migration to tenants on %s", (kind) => {
       await ledger.close();
     }
     // Opening it again runs nothing twice.
-    if (kind === "sqlite") new Ledger(path).close();
+    if (kind === "sqlite") await (await openStore({ sqlitePath: path })).close();
     else await (await openStore({ databaseUrl: path, sqlitePath: "" })).close();
   });
 });

@@ -430,3 +430,23 @@ describe.each(STORES)("a random programme of transitions on the %s store", (kind
     );
   }, 120_000);
 });
+
+describe("opening a PostgreSQL store that is not there", () => {
+  it("fails with what to check, never showing the URL's password", async () => {
+    // Port 1 on loopback: nothing listens there.
+    const err = await openStore({ databaseUrl: "postgres://bothy:s3cret-pw@127.0.0.1:1/bothy", sqlitePath: "" }).catch(
+      (e: unknown) => e as Error,
+    );
+    expect(err).toBeInstanceOf(Error);
+    expect((err as Error).message).toContain("could not be opened");
+    expect((err as Error).message).toContain("unset BOTHY_DATABASE_URL");
+    expect((err as Error).message).toContain("postgres://bothy:***@127.0.0.1:1/bothy");
+    expect((err as Error).message).not.toContain("s3cret-pw");
+  });
+
+  it("refuses a URL that is not postgres://", async () => {
+    await expect(openStore({ databaseUrl: "mysql://root:pw@127.0.0.1/x", sqlitePath: "" })).rejects.toThrow(
+      /must be a postgres:\/\/ or postgresql:\/\/ URL/,
+    );
+  });
+});

@@ -8,7 +8,7 @@ import { FakeWorld } from "./helpers/fake-world.ts";
 let world: FakeWorld | undefined;
 afterEach(async () => {
   await world?.manager.close();
-  world?.ledger.close();
+  await world?.ledger.close();
   world = undefined;
 });
 
@@ -20,14 +20,14 @@ describe("expiry of sleeping sandboxes", () => {
     await w.boot();
     const id = await w.create({ driver: "gvisor" });
     await w.manager.sleep(id);
-    expect(w.state(id)).toBe("stopped");
+    expect(await w.state(id)).toBe("stopped");
     expect(w.host.machines.get(id)?.disk).toBe(true);
-    w.ledger.setExpiresAt(id, past());
+    await w.ledger.setExpiresAt(id, past());
     const deleted = w.next("sandbox_deleted", id);
     await w.sweep();
-    expect(w.state(id)).not.toBe("stopped");
+    expect(await w.state(id)).not.toBe("stopped");
     await deleted;
-    expect(w.state(id)).toBe("deleted");
+    expect(await w.state(id)).toBe("deleted");
     expect(w.host.ids()).toEqual([]);
   });
 
@@ -38,12 +38,12 @@ describe("expiry of sleeping sandboxes", () => {
     const kept = await w.create({ driver: "gvisor" });
     await w.manager.pause(expired);
     await w.manager.sleep(kept);
-    w.ledger.setExpiresAt(expired, past());
+    await w.ledger.setExpiresAt(expired, past());
     const deleted = w.next("sandbox_deleted", expired);
     await w.sweep();
     await deleted;
-    expect(w.state(expired)).toBe("deleted");
-    expect(w.state(kept)).toBe("stopped");
+    expect(await w.state(expired)).toBe("deleted");
+    expect(await w.state(kept)).toBe("stopped");
     expect(w.host.ids()).toEqual([kept]);
   });
 
@@ -53,13 +53,13 @@ describe("expiry of sleeping sandboxes", () => {
     const id = await w.create({ driver: "gvisor" });
     await w.manager.close(); // a clean stop leaves it stopped with its disk
     await w.boot();
-    expect(w.state(id)).toBe("stopped");
-    w.ledger.setExpiresAt(id, past());
+    expect(await w.state(id)).toBe("stopped");
+    await w.ledger.setExpiresAt(id, past());
     const deleted = w.next("sandbox_deleted", id);
     await w.sweep();
-    expect(w.state(id)).not.toBe("stopped");
+    expect(await w.state(id)).not.toBe("stopped");
     await deleted;
-    expect(w.state(id)).toBe("deleted");
+    expect(await w.state(id)).toBe("deleted");
     expect(w.host.ids()).toEqual([]);
   });
 });
@@ -73,8 +73,8 @@ describe("a resume that fails", () => {
     w.host.failStarts = 1; // the restore fails
     w.host.failRemovals = 1; // and so does the teardown after it
     await expect(w.manager.resume(id)).rejects.toMatchObject({ code: "agent_unavailable" });
-    expect(w.state(id)).toBe("failed");
-    expect(w.ledger.getSandbox(id)?.error).toMatch(/restore/);
+    expect(await w.state(id)).toBe("failed");
+    expect((await w.ledger.getSandbox(id))?.error).toMatch(/restore/);
     // What the teardown left is nobody's now: the sweeper removes it (two passes, as for any orphan).
     expect(w.manager.ownedIds().has(id)).toBe(false);
     await w.sweep();
@@ -89,7 +89,7 @@ describe("a resume that fails", () => {
     await w.manager.pause(id);
     w.host.failStarts = 1;
     await expect(w.manager.resume(id)).rejects.toMatchObject({ code: "agent_unavailable" });
-    expect(w.state(id)).toBe("failed");
+    expect(await w.state(id)).toBe("failed");
     expect(w.host.ids()).toEqual([]);
   });
 });

@@ -53,7 +53,7 @@ async function world(sb: Partial<GatewaySandbox>) {
     policy: policy({}),
     ...sb,
   };
-  resolver.attach({ sandboxOf: (a) => (a === HOST ? full : undefined), blocked: () => [] });
+  resolver.attach({ sandboxOf: async (a) => (a === HOST ? full : undefined), blocked: () => [] });
   cleanups.push(() => resolver.close(), up.close);
   // The sandbox's own stub resolver, pointed at the address nft would redirect it to.
   const stub = new Resolver({ timeout: 2000, tries: 1 });

@@ -21,7 +21,7 @@ let world: FakeWorld | undefined;
 let home: string | undefined;
 afterEach(async () => {
   await world?.manager.close();
-  world?.ledger.close();
+  await world?.ledger.close();
   world = undefined;
   if (home) await rm(home, { recursive: true, force: true });
   home = undefined;
@@ -33,7 +33,7 @@ async function setUp(env: Record<string, string> = {}): Promise<{
   e2b: E2bState;
   finals: Array<{ id: string; state: string }>;
 }> {
-  const w = (world = new FakeWorld(env));
+  const w = (world = await new FakeWorld(env).open());
   home = await mkdtemp(join(tmpdir(), "bothy-final-"));
   const registry = new CommandRegistry(w.ledger, {
     replayBytes: 4096,
@@ -54,34 +54,41 @@ async function setUp(env: Record<string, string> = {}): Promise<{
 
 /** Side state a sandbox's commands and its E2B create leave: a finished command (with its replay buffer), envVars, a pid. */
 async function leaveSideState(w: FakeWorld, registry: CommandRegistry, e2b: E2bState, id: string): Promise<string> {
-  const cmd = registry.start(id, w.manager.agent(id), { cmd: "true" });
+  const cmd = registry.start(id, await w.manager.agent(id), { cmd: "true" });
   await new Promise<void>((resolve) => cmd.attach((ev) => ev.type === "process_exited" && resolve(), true));
-  e2b.setEnv(id, { TOKEN: "side-state" });
+  await e2b.setEnv(id, { TOKEN: "side-state" });
   e2b.addProcess(id, 7, { commandId: cmd.id, config: { cmd: "true", args: [], envs: {}, cwd: "/" }, pty: false });
   expect(registry.get(id, cmd.id)).toBeDefined();
   return cmd.id;
 }
 
-function expectNoSideState(w: FakeWorld, registry: CommandRegistry, id: string, commandId?: string): void {
+async function expectNoSideState(
+  w: FakeWorld,
+  registry: CommandRegistry,
+  e2b: E2bState,
+  id: string,
+  commandId?: string,
+): Promise<void> {
+  await e2b.flush();
   if (commandId !== undefined) expect(registry.get(id, commandId), "replay buffer kept").toBeUndefined();
   expect(registry.running(id)).toBe(0);
-  expect(w.ledger.e2b.env(id), "E2B envVars row kept").toBeUndefined();
-  expect(w.ledger.e2b.processes(id), "E2B pid rows kept").toEqual([]);
-  expect(w.ledger.listCommands(id).filter((c) => c.state === "running")).toEqual([]);
+  expect(await w.ledger.e2b.env(id), "E2B envVars row kept").toBeUndefined();
+  expect(await w.ledger.e2b.processes(id), "E2B pid rows kept").toEqual([]);
+  expect((await w.ledger.listCommands(id)).filter((c) => c.state === "running")).toEqual([]);
   expect(w.manager.ownedIds().has(id), "the manager still answers for it").toBe(false);
   expect(w.host.machines.has(id), "host objects left").toBe(false);
 }
 
 describe("sandbox_final", () => {
   it("a create whose boot fails is final once, and nothing of it is left", async () => {
-    const { w, registry, finals } = await setUp();
+    const { w, registry, e2b, finals } = await setUp();
     w.host.failStarts = 1;
     const err = await w.create({ driver: "gvisor" }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(BothyError);
-    const id = w.ledger.listSandboxes({ includeDeleted: true })[0]?.id ?? "";
-    expect(w.state(id)).toBe("failed");
+    const id = (await w.ledger.listSandboxes({ includeDeleted: true }))[0]?.id ?? "";
+    expect(await w.state(id)).toBe("failed");
     expect(finals).toEqual([{ id, state: "failed" }]);
-    expectNoSideState(w, registry, id);
+    await expectNoSideState(w, registry, e2b, id);
   });
 
   it("a sandbox whose resume fails leaves no command record, replay buffer or E2B row", async () => {
@@ -91,10 +98,10 @@ describe("sandbox_final", () => {
     await w.manager.pause(id);
     w.host.failStarts = 1;
     await expect(w.manager.resume(id)).rejects.toBeInstanceOf(BothyError);
-    expect(w.state(id)).toBe("failed");
+    expect(await w.state(id)).toBe("failed");
     expect(finals).toEqual([{ id, state: "failed" }]);
     await w.sweep();
-    expectNoSideState(w, registry, id, commandId);
+    await expectNoSideState(w, registry, e2b, id, commandId);
   });
 
   it("a row the sweeper finds nothing behind is failed, and its side state goes with it", async () => {
@@ -103,13 +110,13 @@ describe("sandbox_final", () => {
     const commandId = await leaveSideState(w, registry, e2b, id);
     // Another sandbox's row that no process stands behind (as a server that lost track of it would leave).
     const orphan = "sbx_orphanorphanorphan00";
-    insertTestSandbox(w.ledger, { id: orphan, state: "running" });
-    e2b.setEnv(orphan, { TOKEN: "side-state" });
+    await insertTestSandbox(w.ledger, { id: orphan, state: "running" });
+    await e2b.setEnv(orphan, { TOKEN: "side-state" });
     await w.sweep();
-    expect(w.state(orphan)).toBe("failed");
-    expect(w.state(id)).toBe("running");
+    expect(await w.state(orphan)).toBe("failed");
+    expect(await w.state(id)).toBe("running");
     expect(finals).toEqual([{ id: orphan, state: "failed" }]);
-    expectNoSideState(w, registry, orphan);
+    await expectNoSideState(w, registry, e2b, orphan);
     expect(registry.get(id, commandId), "a live sandbox keeps its own").toBeDefined();
   });
 
@@ -118,8 +125,8 @@ describe("sandbox_final", () => {
     const id = await w.create({ driver: "gvisor" });
     const commandId = await leaveSideState(w, registry, e2b, id);
     await w.manager.delete(id, "requested", { wait: true });
-    expect(w.state(id)).toBe("deleted");
+    expect(await w.state(id)).toBe("deleted");
     expect(finals).toEqual([{ id, state: "deleted" }]);
-    expectNoSideState(w, registry, id, commandId);
+    await expectNoSideState(w, registry, e2b, id, commandId);
   });
 });

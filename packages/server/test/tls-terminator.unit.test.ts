@@ -41,8 +41,8 @@ const bindings: SecretBinding[] = [
   },
 ];
 const source: SecretSource = {
-  bindings: () => bindings,
-  reveal: (_tenant, name) => Buffer.from(name === "github" ? GITHUB_VALUE : STRIPE_VALUE),
+  bindings: async () => bindings,
+  reveal: async (_tenant, name) => Buffer.from(name === "github" ? GITHUB_VALUE : STRIPE_VALUE),
 };
 
 /**

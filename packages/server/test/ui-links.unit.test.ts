@@ -10,10 +10,10 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { KeyRing } from "../src/auth/key-ring.ts";
 import { UiLinks } from "../src/auth/ui-links.ts";
 import { UiSessions } from "../src/auth/ui-sessions.ts";
-import { Ledger } from "../src/ledger/ledger.ts";
+import { openStore, type LedgerStore } from "../src/ledger/store.ts";
 
 let home: string;
-let ledger: Ledger;
+let ledger: LedgerStore;
 let ring: KeyRing;
 let links: UiLinks;
 let sessions: UiSessions;
@@ -22,9 +22,9 @@ let key: string;
 
 beforeEach(async () => {
   home = await mkdtemp(join(tmpdir(), "bothy-ui-links-"));
-  ledger = new Ledger(join(home, "ledger.sqlite"));
+  ledger = await openStore({ sqlitePath: join(home, "ledger.sqlite") });
   ring = await KeyRing.open(home, ledger);
-  const minted = ring.mint({ tenant: "default", name: "k", scopes: ["sandboxes:read"], expiresAt: null });
+  const minted = await ring.mint({ tenant: "default", name: "k", scopes: ["sandboxes:read"], expiresAt: null });
   keyId = minted.view.key_id;
   key = minted.key;
   links = new UiLinks(ledger, ring);
@@ -32,46 +32,46 @@ beforeEach(async () => {
 });
 
 afterEach(async () => {
-  ledger.close();
+  await ledger.close();
   await rm(home, { recursive: true, force: true });
 });
 
 const MINUTE = 60_000;
 
 describe("dashboard sign-in links", () => {
-  it("signs in once as its key; a second use is refused", () => {
-    const { token } = links.mint(keyId, 5 * MINUTE);
-    expect(links.redeem(token)?.keyId).toBe(keyId);
-    expect(links.redeem(token)).toBeUndefined();
+  it("signs in once as its key; a second use is refused", async () => {
+    const { token } = await links.mint(keyId, 5 * MINUTE);
+    expect((await links.redeem(token))?.keyId).toBe(keyId);
+    expect(await links.redeem(token)).toBeUndefined();
   });
 
-  it("refuses a link past its time, and it stays dead", () => {
+  it("refuses a link past its time, and it stays dead", async () => {
     const now = Date.now();
-    const { token, expiresAt } = links.mint(keyId, 5 * MINUTE, now);
+    const { token, expiresAt } = await links.mint(keyId, 5 * MINUTE, now);
     expect(Date.parse(expiresAt)).toBe(now + 5 * MINUTE);
-    expect(links.redeem(token, now + 5 * MINUTE)).toBeUndefined();
-    expect(links.redeem(token, now)).toBeUndefined();
+    expect(await links.redeem(token, now + 5 * MINUTE)).toBeUndefined();
+    expect(await links.redeem(token, now)).toBeUndefined();
   });
 
-  it("refuses a link whose key was revoked after it was made", () => {
-    const { token } = links.mint(keyId, 5 * MINUTE);
-    expect(ring.revoke(keyId)).toBe(true);
-    expect(links.redeem(token)).toBeUndefined();
+  it("refuses a link whose key was revoked after it was made", async () => {
+    const { token } = await links.mint(keyId, 5 * MINUTE);
+    expect(await ring.revoke(keyId)).toBe(true);
+    expect(await links.redeem(token)).toBeUndefined();
   });
 
   it("keeps neither the token nor the key in the ledger, and a token is no session nor a session a link", async () => {
-    const { token } = links.mint(keyId, 5 * MINUTE);
+    const { token } = await links.mint(keyId, 5 * MINUTE);
     const files = (await readdir(home)).filter((f) => f.startsWith("ledger.sqlite"));
     const bytes = Buffer.concat(await Promise.all(files.map((f) => readFile(join(home, f)))));
     expect(bytes.includes(token)).toBe(false);
     expect(bytes.includes(key)).toBe(false);
-    const session = sessions.create(keyId);
+    const session = await sessions.create(keyId);
     // A link's token presented as the session cookie, and a session id presented as a link.
-    expect(sessions.check(token)).toBeUndefined();
-    expect(links.redeem(session.id)).toBeUndefined();
+    expect(await sessions.check(token)).toBeUndefined();
+    expect(await links.redeem(session.id)).toBeUndefined();
     // Both still work as what they are.
-    expect(sessions.check(session.id)?.principal.keyId).toBe(keyId);
-    expect(links.redeem(token)?.keyId).toBe(keyId);
-    expect(links.redeem("not a token")).toBeUndefined();
+    expect((await sessions.check(session.id))?.principal.keyId).toBe(keyId);
+    expect((await links.redeem(token))?.keyId).toBe(keyId);
+    expect(await links.redeem("not a token")).toBeUndefined();
   });
 });

@@ -12,24 +12,24 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { KeyRing } from "../src/auth/key-ring.ts";
 import { sessionAuth } from "../src/auth/session-auth.ts";
 import { csrfOf, sessionCookie, sessionSetCookie, UiSessions } from "../src/auth/ui-sessions.ts";
-import { Ledger } from "../src/ledger/ledger.ts";
+import { openStore, type LedgerStore } from "../src/ledger/store.ts";
 
 let home: string;
-let ledger: Ledger;
+let ledger: LedgerStore;
 let ring: KeyRing;
 let sessions: UiSessions;
 let keyId: string;
 
 beforeEach(async () => {
   home = await mkdtemp(join(tmpdir(), "bothy-sessions-"));
-  ledger = new Ledger(join(home, "ledger.sqlite"));
+  ledger = await openStore({ sqlitePath: join(home, "ledger.sqlite") });
   ring = await KeyRing.open(home, ledger);
-  keyId = ring.mint({ tenant: "default", name: "k", scopes: ["sandboxes:read"], expiresAt: null }).view.key_id;
+  keyId = (await ring.mint({ tenant: "default", name: "k", scopes: ["sandboxes:read"], expiresAt: null })).view.key_id;
   sessions = new UiSessions(ledger, ring);
 });
 
 afterEach(async () => {
-  ledger.close();
+  await ledger.close();
   await rm(home, { recursive: true, force: true });
 });
 
@@ -48,25 +48,25 @@ function request(
 }
 
 describe("dashboard sessions", () => {
-  it("keeps only a digest, acts as its key, and ends with sign-out, expiry or the key's revocation", () => {
-    const made = sessions.create(keyId);
-    const row = ledger.sessions.get(createHash("sha256").update(made.id).digest("hex"));
+  it("keeps only a digest, acts as its key, and ends with sign-out, expiry or the key's revocation", async () => {
+    const made = await sessions.create(keyId);
+    const row = await ledger.sessions.get(createHash("sha256").update(made.id).digest("hex"));
     expect(row).toMatchObject({ key_id: keyId, expires_at: made.expiresAt });
     expect(JSON.stringify(row)).not.toContain(made.id);
-    expect(sessions.check(made.id)?.principal.keyId).toBe(keyId);
-    expect(sessions.check(made.id)?.csrf).toBe(csrfOf(made.id));
-    expect(sessions.check(made.id, Date.parse(made.expiresAt))).toBeUndefined();
+    expect((await sessions.check(made.id))?.principal.keyId).toBe(keyId);
+    expect((await sessions.check(made.id))?.csrf).toBe(csrfOf(made.id));
+    expect(await sessions.check(made.id, Date.parse(made.expiresAt))).toBeUndefined();
 
-    const second = sessions.create(keyId);
-    sessions.end(second.id);
-    expect(sessions.check(second.id)).toBeUndefined();
+    const second = await sessions.create(keyId);
+    await sessions.end(second.id);
+    expect(await sessions.check(second.id)).toBeUndefined();
 
-    ring.revoke(keyId);
-    expect(sessions.check(made.id)).toBeUndefined();
-    expect(sessions.check("not a session id")).toBeUndefined();
+    await ring.revoke(keyId);
+    expect(await sessions.check(made.id)).toBeUndefined();
+    expect(await sessions.check("not a session id")).toBeUndefined();
   });
 
-  it("sets a host-only HttpOnly SameSite=Strict cookie (Secure and __Host- with TLS) and reads it back", () => {
+  it("sets a host-only HttpOnly SameSite=Strict cookie (Secure and __Host- with TLS) and reads it back", async () => {
     expect(sessionSetCookie("abc", false, 60)).toBe("bothy_session=abc; HttpOnly; SameSite=Strict; Path=/; Max-Age=60");
     expect(sessionSetCookie("abc", true, 60)).toBe(
       "__Host-bothy_session=abc; HttpOnly; SameSite=Strict; Path=/; Max-Age=60; Secure",
@@ -75,41 +75,45 @@ describe("dashboard sessions", () => {
     expect(sessionCookie("bothy_link=t")).toBeUndefined();
   });
 
-  it("lets the cookie count only from the dashboard's own origin, with its CSRF token", () => {
-    const { id, csrf } = sessions.create(keyId);
+  it("lets the cookie count only from the dashboard's own origin, with its CSRF token", async () => {
+    const { id, csrf } = await sessions.create(keyId);
     const auth = sessionAuth(sessions, { previewDomain: "preview.bothy.test" });
     const token = { "x-csrf-token": csrf };
-    expect(auth(request(id, { headers: token }))?.keyId).toBe(keyId);
-    expect(auth(request(id, { method: "POST", headers: { ...token, origin: "http://bothy.test:8080" } }))?.keyId).toBe(
-      keyId,
-    );
+    expect((await auth(request(id, { headers: token })))?.keyId).toBe(keyId);
+    expect(
+      (await auth(request(id, { method: "POST", headers: { ...token, origin: "http://bothy.test:8080" } })))?.keyId,
+    ).toBe(keyId);
     // A page of a preview host of the same site, and a CSP-sandboxed one (Origin: null).
     for (const origin of ["http://8000-sbx.preview.bothy.test:8080", "null"])
-      expect(() => auth(request(id, { method: "POST", headers: { ...token, origin } }))).toThrow(
+      await expect(auth(request(id, { method: "POST", headers: { ...token, origin } }))).rejects.toThrow(
         expect.objectContaining({ code: "origin_refused" }),
       );
-    expect(() => auth(request(id, { headers: { ...token, "sec-fetch-site": "same-site" } }))).toThrow(
+    await expect(auth(request(id, { headers: { ...token, "sec-fetch-site": "same-site" } }))).rejects.toThrow(
       expect.objectContaining({ code: "origin_refused" }),
     );
     // A WebSocket must name its Origin.
-    expect(() => auth(request(id, { ws: true, url: "/sandboxes/:id/command" }))).toThrow(
+    await expect(auth(request(id, { ws: true, url: "/sandboxes/:id/command" }))).rejects.toThrow(
       expect.objectContaining({ code: "origin_refused" }),
     );
     // No token, or a wrong one: refused; GET /ui/session takes any, GET /events none.
-    expect(() => auth(request(id))).toThrow(expect.objectContaining({ code: "csrf_token_invalid" }));
-    expect(() => auth(request(id, { method: "DELETE", headers: { "x-csrf-token": "x" } }))).toThrow(
+    await expect(auth(request(id))).rejects.toThrow(expect.objectContaining({ code: "csrf_token_invalid" }));
+    await expect(auth(request(id, { method: "DELETE", headers: { "x-csrf-token": "x" } }))).rejects.toThrow(
       expect.objectContaining({ code: "csrf_token_invalid" }),
     );
-    expect(auth(request(id, { url: "/ui/session", headers: { "x-csrf-token": "fetch" } }))?.keyId).toBe(keyId);
-    expect(() => auth(request(id, { url: "/ui/session" }))).toThrow(
+    expect((await auth(request(id, { url: "/ui/session", headers: { "x-csrf-token": "fetch" } })))?.keyId).toBe(keyId);
+    await expect(auth(request(id, { url: "/ui/session" }))).rejects.toThrow(
       expect.objectContaining({ code: "csrf_token_invalid" }),
     );
-    expect(auth(request(id, { url: "/events" }))?.keyId).toBe(keyId);
+    expect((await auth(request(id, { url: "/events" })))?.keyId).toBe(keyId);
     // Never on a port route or a preview host: there the cookie is no credential at all.
-    expect(auth(request(id, { url: "/sandboxes/:id/ports/:port/*", headers: token }))).toBeUndefined();
-    expect(auth(request(id, { headers: { ...token, host: "8000-sbx.preview.bothy.test:8080" } }))).toBeUndefined();
+    expect(await auth(request(id, { url: "/sandboxes/:id/ports/:port/*", headers: token }))).toBeUndefined();
+    expect(
+      await auth(request(id, { headers: { ...token, host: "8000-sbx.preview.bothy.test:8080" } })),
+    ).toBeUndefined();
     // A session that ended is refused as such.
-    sessions.end(id);
-    expect(() => auth(request(id, { headers: token }))).toThrow(expect.objectContaining({ code: "unauthorized" }));
+    await sessions.end(id);
+    await expect(auth(request(id, { headers: token }))).rejects.toThrow(
+      expect.objectContaining({ code: "unauthorized" }),
+    );
   });
 });

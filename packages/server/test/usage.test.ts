@@ -78,7 +78,7 @@ for (const driver of testDrivers())
           // Once a month per budget: more ticks do not warn again.
           await new Promise((r) => setTimeout(r, 1500));
           expect(received.filter((e) => e.type === "budget.exceeded")).toHaveLength(1);
-          expect(ts.server.events.since(0).filter((e) => e.type === "budget.exceeded")).toHaveLength(1);
+          expect((await ts.server.events.since(0)).filter((e) => e.type === "budget.exceeded")).toHaveLength(1);
           const log = (await readFile(ts.logPath, "utf8"))
             .split("\n")
             .filter((l) => l.includes('"event":"budget_exceeded"'));

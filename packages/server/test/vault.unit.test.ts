@@ -7,7 +7,7 @@ import { randomBytes } from "node:crypto";
 import { afterEach, describe, expect, it } from "vitest";
 import { seal, unseal, Vault } from "../src/gateway/vault.ts";
 import { EgressCa } from "../src/gateway/egress-ca.ts";
-import { Ledger } from "../src/ledger/ledger.ts";
+import { openStore } from "../src/ledger/store.ts";
 import { insertTestSandbox } from "./helpers/ledger-rows.ts";
 
 const dirs: string[] = [];
@@ -24,7 +24,7 @@ describe("sealing", () => {
   const key = randomBytes(32);
   const value = Buffer.from("ghp_the-real-token");
 
-  it("opens what it sealed, under the same tenant and name only", () => {
+  it("opens what it sealed, under the same tenant and name only", async () => {
     const sealed = seal(key, "acme", "github", value);
     expect(sealed.includes(value)).toBe(false);
     expect(unseal(key, "acme", "github", sealed).equals(value)).toBe(true);
@@ -35,7 +35,7 @@ describe("sealing", () => {
     expect(() => unseal(randomBytes(32), "acme", "github", sealed)).toThrow();
   });
 
-  it("refuses a changed byte and uses a fresh nonce each time", () => {
+  it("refuses a changed byte and uses a fresh nonce each time", async () => {
     const sealed = seal(key, "acme", "github", value);
     const flipped = Buffer.from(sealed);
     flipped[flipped.length - 1] = (flipped[flipped.length - 1] ?? 0) ^ 1;
@@ -47,42 +47,44 @@ describe("sealing", () => {
 describe("vault", () => {
   it("makes its key 0600 in a 0700 directory and keeps it across opens", async () => {
     const h = await home();
-    const ledger = new Ledger(join(h, "ledger.sqlite"));
+    const ledger = await openStore({ sqlitePath: join(h, "ledger.sqlite") });
     try {
       const vault = await Vault.open(h, ledger.secrets);
       expect((await stat(join(h, "secrets"))).mode & 0o777).toBe(0o700);
       const keyStat = await stat(join(h, "secrets", "vault.key"));
       expect(keyStat.mode & 0o777).toBe(0o600);
       expect(keyStat.size).toBe(32);
-      const put = vault.put("default", "github", { value: "ghp_secret_value", hosts: ["api.github.com"] });
+      const put = await vault.put("default", "github", { value: "ghp_secret_value", hosts: ["api.github.com"] });
       expect(put.created).toBe(true);
       expect(JSON.stringify(put.info)).not.toContain("ghp_secret_value");
-      expect(vault.put("default", "github", { value: "ghp_other", hosts: ["api.github.com"] }).created).toBe(false);
+      expect((await vault.put("default", "github", { value: "ghp_other", hosts: ["api.github.com"] })).created).toBe(
+        false,
+      );
       const again = await Vault.open(h, ledger.secrets);
-      expect(again.reveal("default", "github").toString()).toBe("ghp_other");
-      expect(() => vault.requireAll("default", ["github", "nope"])).toThrow(/nope/);
+      expect((await again.reveal("default", "github")).toString()).toBe("ghp_other");
+      await expect(vault.requireAll("default", ["github", "nope"])).rejects.toThrow(/nope/);
     } finally {
-      ledger.close();
+      await ledger.close();
     }
   });
 
   it("binds placeholders to a sandbox, and a deleted sandbox's or secret's binding goes nowhere", async () => {
     const h = await home();
-    const ledger = new Ledger(join(h, "ledger.sqlite"));
+    const ledger = await openStore({ sqlitePath: join(h, "ledger.sqlite") });
     try {
       const vault = await Vault.open(h, ledger.secrets);
-      vault.put("default", "github", { value: "v1", hosts: ["api.github.com"] });
-      vault.put("default", "npm_token", {
+      await vault.put("default", "github", { value: "v1", hosts: ["api.github.com"] });
+      await vault.put("default", "npm_token", {
         value: "v2",
         hosts: ["registry.npmjs.org"],
         inject: { header: "Authorization", format: "Bearer {value}" },
       });
       insertTestSandbox(ledger, { id: "sbx_a" });
-      vault.bindSandbox("default", "sbx_a", ["github", "npm_token", "github"]);
-      const env = vault.placeholderEnv("sbx_a");
+      await vault.bindSandbox("default", "sbx_a", ["github", "npm_token", "github"]);
+      const env = await vault.placeholderEnv("sbx_a");
       expect(Object.keys(env)).toEqual(["GITHUB", "NPM_TOKEN"]);
       for (const p of Object.values(env)) expect(p).toMatch(/^bothy_ph_[a-z2-7]{32}$/);
-      expect(vault.bindings("sbx_a")).toEqual([
+      expect(await vault.bindings("sbx_a")).toEqual([
         { name: "github", env: "GITHUB", placeholder: env["GITHUB"], hosts: ["api.github.com"], inject: null },
         {
           name: "npm_token",
@@ -93,27 +95,27 @@ describe("vault", () => {
         },
       ]);
       // A secret deleted from the vault: its placeholder stays, bound to no host.
-      vault.delete("default", "npm_token");
-      expect(vault.bindings("sbx_a").find((b) => b.name === "npm_token")?.hosts).toEqual([]);
+      await vault.delete("default", "npm_token");
+      expect((await vault.bindings("sbx_a")).find((b) => b.name === "npm_token")?.hosts).toEqual([]);
       // A deleted sandbox: its rows stay for the record, but bind nothing.
-      ledger.transition("sbx_a", "running", "deleting");
-      ledger.transition("sbx_a", "deleting", "deleted");
-      expect(vault.bindings("sbx_a")).toEqual([]);
+      await ledger.transition("sbx_a", "running", "deleting");
+      await ledger.transition("sbx_a", "deleting", "deleted");
+      expect(await vault.bindings("sbx_a")).toEqual([]);
     } finally {
-      ledger.close();
+      await ledger.close();
     }
   });
 
   it("refuses to make a new key while sealed values exist", async () => {
     const h = await home();
-    const ledger = new Ledger(join(h, "ledger.sqlite"));
+    const ledger = await openStore({ sqlitePath: join(h, "ledger.sqlite") });
     try {
       const vault = await Vault.open(h, ledger.secrets);
-      vault.put("default", "github", { value: "v", hosts: ["api.github.com"] });
+      await vault.put("default", "github", { value: "v", hosts: ["api.github.com"] });
       await rm(join(h, "secrets", "vault.key"));
       await expect(Vault.open(h, ledger.secrets)).rejects.toThrow(/missing/);
     } finally {
-      ledger.close();
+      await ledger.close();
     }
   });
 });

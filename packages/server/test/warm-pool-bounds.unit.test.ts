@@ -25,8 +25,10 @@ async function until(ok: () => boolean, what: string): Promise<void> {
 }
 
 /** Ids on the fake host that no ledger row names: the pool's. */
-function pooled(w: FakeWorld): string[] {
-  return w.host.ids().filter((id) => w.ledger.getSandbox(id) === undefined);
+async function pooled(w: FakeWorld): Promise<string[]> {
+  const ids = w.host.ids();
+  const rows = await Promise.all(ids.map((id) => w.ledger.getSandbox(id)));
+  return ids.filter((_, i) => rows[i] === undefined);
 }
 
 function createdWarm(w: FakeWorld, id: string): boolean | undefined {
@@ -42,7 +44,7 @@ describe("the warm pool's shapes", () => {
     await w.create({ vcpu: 2, memory_mib: 640 });
     // A refill starts its boot in the same turn as the claim that asked for it: none was asked.
     expect(w.manager.poolStats()).toEqual({ ready: 0, booting: 0 });
-    expect(pooled(w)).toEqual([]);
+    expect(await pooled(w)).toEqual([]);
   });
 
   it("the default shape is a create's defaults; a create of it starts that pool, and the next is warm", async () => {
@@ -63,7 +65,7 @@ describe("the warm pool's shapes", () => {
     const big = await w.create({ vcpu: 2, memory_mib: 1024 });
     const vm = await w.create({ vcpu: 1, memory_mib: 256, driver: "qemu" });
     expect([createdWarm(w, big), createdWarm(w, vm)]).toEqual([true, true]);
-    expect(w.ledger.getSandbox(vm)?.driver).toBe("qemu");
+    expect((await w.ledger.getSandbox(vm))?.driver).toBe("qemu");
     const other = await w.create({ vcpu: 1, memory_mib: 256, driver: "gvisor" });
     expect(createdWarm(w, other)).toBe(false);
   });
@@ -93,7 +95,7 @@ describe("the warm pool within BOTHY_MAX_SANDBOXES", () => {
     const a = await w.create({ memory_mib: 512 }); // one live, one pooled: full
     expect(w.host.ids()).toHaveLength(2);
     const b = await w.create({ memory_mib: 512 }); // the pool gives up its sandbox for it
-    expect(w.ledger.getSandbox(b)?.state).toBe("running");
+    expect((await w.ledger.getSandbox(b))?.state).toBe("running");
     await until(() => w.host.ids().length === 2, "the evicted pool sandbox to go");
     expect(w.events.some((e) => e.event === "pool_evicted")).toBe(true);
     // Full with live sandboxes: no refill boots, and the next create is refused.
@@ -125,13 +127,13 @@ describe("the warm pool across template builds", () => {
     await w.boot();
     await w.manager.warm();
     await until(() => w.manager.poolStats().ready === 1, "the pool to fill");
-    const [old] = pooled(w);
+    const [old] = await pooled(w);
     w.template = { ...w.template, hash: "h2", rootfs: "/nonexistent/rootfs-h2" }; // `bothy template build --force`
     const fresh = await w.create({ memory_mib: 256 });
     expect(createdWarm(w, fresh)).toBe(false); // the old build's sandbox is not handed out
     await until(() => !w.host.ids().includes(old ?? ""), "the old build's pool sandbox to go");
     await until(() => w.manager.poolStats().ready === 1, "the new build's pool to fill");
-    expect(pooled(w)).not.toContain(old);
+    expect(await pooled(w)).not.toContain(old);
     expect(w.events.filter((e) => e.event === "pool_evicted").map((e) => e.fields["sandbox_id"])).toEqual([old]);
   });
 });

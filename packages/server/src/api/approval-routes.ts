@@ -54,9 +54,9 @@ const DOCS = {
 
 export function approvalRoutes(app: FastifyInstance, broker: ApprovalBroker): void {
   /** The approval the request names, if the caller's key may see it; else the unknown id's 404. */
-  const visible = (request: FastifyRequest<Id>): ApprovalInfo => {
+  const visible = async (request: FastifyRequest<Id>): Promise<ApprovalInfo> => {
     const { id } = request.params;
-    const found = APPROVAL_ID_RE.test(id) ? broker.get(id) : undefined;
+    const found = APPROVAL_ID_RE.test(id) ? await broker.get(id) : undefined;
     if (!found || !sees(principalOf(request), found.tenant)) throw approvalNotFound(id);
     return found;
   };
@@ -65,7 +65,7 @@ export function approvalRoutes(app: FastifyInstance, broker: ApprovalBroker): vo
     const principal = principalOf(request);
     const query = parseInput(approvalListQuery, request.query, "GET /approvals");
     return {
-      approvals: broker.list({
+      approvals: await broker.list({
         ...(principal.scopes.has("admin") ? {} : { tenant: principal.tenant }),
         ...(query.state === undefined ? {} : { state: query.state }),
         ...(query.sandbox_id === undefined ? {} : { sandboxId: query.sandbox_id }),
@@ -78,13 +78,13 @@ export function approvalRoutes(app: FastifyInstance, broker: ApprovalBroker): vo
 
   app.post<Id>("/approvals/:id/approve", { schema: DOCS.approve }, async (request) => {
     const body = parseInput(decideApprovalRequest, request.body, "POST /approvals/{id}/approve");
-    const { approval_id: id } = visible(request);
+    const { approval_id: id } = await visible(request);
     return broker.approve(id, body, principalOf(request).keyId);
   });
 
   app.post<Id>("/approvals/:id/deny", { schema: DOCS.deny }, async (request) => {
     const body = parseInput(denyApprovalRequest, request.body, "POST /approvals/{id}/deny");
-    const { approval_id: id } = visible(request);
+    const { approval_id: id } = await visible(request);
     return broker.deny(id, body.reason, principalOf(request).keyId);
   });
 }

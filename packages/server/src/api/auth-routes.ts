@@ -21,7 +21,7 @@ import { keyView, type KeyRing } from "../auth/key-ring.ts";
 import type { Quotas } from "../auth/quotas.ts";
 import { DEFAULT_SCOPES, hasScope } from "../auth/scopes.ts";
 import type { KeyConnections } from "../auth/auth-hooks.ts";
-import type { Ledger } from "../ledger/ledger.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 import { parseInput } from "./parse-input.ts";
 import { json } from "./route-schema.ts";
 
@@ -75,21 +75,21 @@ type Id = { Params: { id: string } };
 
 export function authRoutes(
   app: FastifyInstance,
-  deps: { ring: KeyRing; ledger: Ledger; quotas: Quotas; connections: KeyConnections },
+  deps: { ring: KeyRing; ledger: LedgerStore; quotas: Quotas; connections: KeyConnections },
 ): void {
   const { ring, ledger, quotas, connections } = deps;
   const keyNotFound = (id: string): BothyError =>
     new BothyError("key_not_found", `No API key ${id.slice(0, 64)}; GET /keys lists them.`);
   const tenantNotFound = (id: string): BothyError =>
     new BothyError("tenant_not_found", `No tenant ${id.slice(0, 64)}; GET /tenants lists them.`);
-  const tenantView = (id: string) => {
-    const row = ledger.auth.tenant(id);
+  const tenantView = async (id: string) => {
+    const row = await ledger.auth.tenant(id);
     if (!row) throw tenantNotFound(id);
     return {
       tenant: row.id,
-      quota: quotas.quotaOf(row.id),
+      quota: await quotas.quotaOf(row.id),
       created_at: row.created_at,
-      live: ledger.auth.liveUsage(id),
+      live: await ledger.auth.liveUsage(id),
     };
   };
 
@@ -98,7 +98,7 @@ export function authRoutes(
     const body = parseInput(createKeyRequest, request.body, "POST /keys");
     const tenant = body.tenant ?? principal.tenant;
     if (!sees(principal, tenant)) throw tenantNotFound(tenant);
-    if (!ledger.auth.tenant(tenant)) throw tenantNotFound(tenant);
+    if (!(await ledger.auth.tenant(tenant))) throw tenantNotFound(tenant);
     const scopes = body.scopes ?? DEFAULT_SCOPES.filter((s) => hasScope(principal.scopes, s));
     const beyond = scopes.filter((s) => !hasScope(principal.scopes, s));
     if (beyond.length > 0)
@@ -110,7 +110,7 @@ export function authRoutes(
     const now = Date.now();
     const expiresAt = body.expires_in_s === undefined ? null : new Date(now + body.expires_in_s * 1000).toISOString();
     // A key with an expiry cannot extend itself through the keys it makes.
-    const own = principal.keyId === null ? null : (ledger.auth.key(principal.keyId)?.expires_at ?? null);
+    const own = principal.keyId === null ? null : ((await ledger.auth.key(principal.keyId))?.expires_at ?? null);
     if (own !== null && (expiresAt === null || Date.parse(expiresAt) > Date.parse(own))) {
       const most = Math.max(0, Math.floor((Date.parse(own) - now) / 1000));
       throw new BothyError(
@@ -119,20 +119,20 @@ export function authRoutes(
         { details: { max_expires_in_s: most } },
       );
     }
-    const { key, view } = ring.mint({ tenant, name: body.name, scopes, expiresAt });
+    const { key, view } = await ring.mint({ tenant, name: body.name, scopes, expiresAt });
     return reply.code(201).send({ ...view, key });
   });
 
   app.get("/keys", { schema: DOCS.keys }, async (request) => {
     const principal = principalOf(request);
-    const rows = principal.scopes.has("admin") ? ledger.auth.keys() : ledger.auth.keys(principal.tenant);
+    const rows = await (principal.scopes.has("admin") ? ledger.auth.keys() : ledger.auth.keys(principal.tenant));
     return { keys: rows.map(keyView) };
   });
 
   app.delete<Id>("/keys/:id", { schema: DOCS.revoke }, async (request) => {
     const principal = principalOf(request);
     const { id } = request.params;
-    const row = KEY_ID_RE.test(id) ? ledger.auth.key(id) : undefined;
+    const row = KEY_ID_RE.test(id) ? await ledger.auth.key(id) : undefined;
     if (!row || !sees(principal, row.tenant)) throw keyNotFound(id);
     // As with minting: a key revokes only keys within its own scopes (not a stronger one).
     const beyond = keyView(row).scopes.filter((s) => !hasScope(principal.scopes, s));
@@ -142,22 +142,22 @@ export function authRoutes(
         `A key revokes only keys within its own scopes; key ${id} has ${beyond.join(", ")}, which this one lacks.`,
         { details: { scope: beyond[0] } },
       );
-    ring.revoke(id);
+    await ring.revoke(id);
     connections.end(id);
-    const after = ledger.auth.key(id);
+    const after = await ledger.auth.key(id);
     if (!after) throw keyNotFound(id);
     return keyView(after);
   });
 
   app.post("/tenants", { schema: DOCS.create }, async (request, reply) => {
     const body = parseInput(createTenantRequest, request.body, "POST /tenants");
-    if (!ledger.auth.insertTenant(body.tenant, JSON.stringify(body.quota ?? {})))
+    if (!(await ledger.auth.insertTenant(body.tenant, JSON.stringify(body.quota ?? {}))))
       throw new BothyError("tenant_exists", `Tenant ${body.tenant} exists; GET /tenants/${body.tenant} shows it.`);
-    return reply.code(201).send(tenantView(body.tenant));
+    return reply.code(201).send(await tenantView(body.tenant));
   });
 
   app.get("/tenants", { schema: DOCS.tenants }, async () => ({
-    tenants: ledger.auth.tenants().map((t) => tenantView(t.id)),
+    tenants: await Promise.all((await ledger.auth.tenants()).map((t) => tenantView(t.id))),
   }));
 
   app.get<Id>("/tenants/:id", { schema: DOCS.tenant }, async (request) => tenantView(request.params.id));
@@ -165,11 +165,11 @@ export function authRoutes(
   /** Sets the quotas named in the body; null lifts one, an absent one stays as it was. */
   app.patch<Id>("/tenants/:id/quota", { schema: DOCS.quota }, async (request) => {
     const { id } = request.params;
-    if (!ledger.auth.tenant(id)) throw tenantNotFound(id);
+    if (!(await ledger.auth.tenant(id))) throw tenantNotFound(id);
     const change = parseInput(tenantQuota, request.body, `PATCH /tenants/{id}/quota`);
-    const merged: TenantQuota = { ...quotas.quotaOf(id), ...change };
+    const merged: TenantQuota = { ...(await quotas.quotaOf(id)), ...change };
     for (const k of Object.keys(merged) as Array<keyof TenantQuota>) if (merged[k] === null) delete merged[k];
-    ledger.auth.setQuota(id, JSON.stringify(merged));
+    await ledger.auth.setQuota(id, JSON.stringify(merged));
     return tenantView(id);
   });
 }

@@ -71,8 +71,8 @@ export function commandRoutes(
   };
 
   app.get<{ Params: { id: string } }>("/sandboxes/:id/commands", { schema: listDoc }, async (request) => {
-    manager.info(request.params.id);
-    return { commands: registry.list(request.params.id) };
+    await manager.info(request.params.id);
+    return { commands: await registry.list(request.params.id) };
   });
 
   app.route<{ Params: { id: string }; Querystring: Record<string, string> }>({
@@ -81,7 +81,7 @@ export function commandRoutes(
     schema: socketDoc,
     // Refuse before the upgrade, so a bad id or query gets a plain problem+json answer.
     preValidation: async (request) => {
-      requireRunning(manager, request.params.id);
+      await requireRunning(manager, request.params.id);
       parseInput(commandSocketQuery, request.query, "GET /sandboxes/{id}/command[?keep=true]");
     },
     handler: async () => {
@@ -104,7 +104,7 @@ export function commandRoutes(
   app.post<{ Params: { id: string } }>("/sandboxes/:id/commands", { schema: runDoc }, async (request, reply) => {
     const id = request.params.id;
     // `agent` refuses a sandbox that is not running, before the body is looked at.
-    const agent = manager.agent(id);
+    const agent = await manager.agent(id);
     const command = registry.start(id, agent, parseHttpCommand(request.body));
     // Like a socket's owner, a client that leaves before the end takes its command with it.
     const onClose = (): void => {
@@ -126,14 +126,14 @@ export function commandRoutes(
     url: "/sandboxes/:id/commands/:commandId",
     schema: showDoc,
     preValidation: async (request) => {
-      manager.info(request.params.id);
+      await manager.info(request.params.id);
       const { commandId } = request.params;
       if (!COMMAND_ID_RE.test(commandId))
         throw new BothyError(
           "command_not_found",
           `"${commandId.slice(0, 64)}" is not a command id; ids look like cmd_ followed by 20 letters and digits.`,
         );
-      if (!registry.get(request.params.id, commandId)) registry.info(request.params.id, commandId);
+      if (!registry.get(request.params.id, commandId)) await registry.info(request.params.id, commandId);
     },
     handler: async (request) => {
       // Plain HTTP gets the command's record; a WebSocket re-attaches to its output.
@@ -152,8 +152,8 @@ export function commandRoutes(
 }
 
 /** Refuses a sandbox that cannot take a command now (unknown ids get their 404 from `info`). */
-function requireRunning(manager: SandboxManager, id: string): void {
-  const info = manager.info(id);
+async function requireRunning(manager: SandboxManager, id: string): Promise<void> {
+  const info = await manager.info(id);
   if (info.state !== "running")
     throw new BothyError(
       "sandbox_not_running",

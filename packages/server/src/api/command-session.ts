@@ -5,8 +5,10 @@ import {
   commandRequest,
   toBothyError,
   type CommandEvent,
+  type CommandInfo,
   type CommandRequest,
 } from "@bothy/protocol";
+import type { AgentClient } from "../agent/agent-client.ts";
 import type { CommandRegistry, RunningCommand } from "../commands/command-registry.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 
@@ -133,41 +135,55 @@ export class CommandSession {
     if (!this.keep) return this.run(parsed.data);
     this.keep.idle(false);
     // The socket's upgrade woke the sandbox for its first command; a later one may find it asleep.
-    if (this.sandboxRunning()) return this.run(parsed.data);
-    this.waking = [];
-    this.socket.pause();
-    this.manager.ensureRunning(this.sandboxId).then(
-      () => this.woken(parsed.data, undefined),
-      (err: unknown) => this.woken(parsed.data, toBothyError(err)),
+    if (this.manager.heldAgent(this.sandboxId)) return this.run(parsed.data);
+    this.hold(
+      this.manager.ensureRunning(this.sandboxId).then(
+        () => () => this.run(parsed.data),
+        (err: unknown) => () => this.refuse(toBothyError(err)),
+      ),
     );
   }
 
-  private sandboxRunning(): boolean {
-    try {
-      return this.manager.info(this.sandboxId).state === "running";
-    } catch {
-      // Unknown now: `run` gets the same refusal from `agent` and says so.
-      return true;
-    }
-  }
-
-  private woken(request: CommandRequest, err: BothyError | undefined): void {
-    const queued = this.waking ?? [];
-    this.waking = undefined;
-    if (this.closed) return;
-    this.socket.resume();
-    if (err) this.refuse(err);
-    else this.run(request);
-    for (const [data, isBinary] of queued) this.onMessage(data, isBinary);
+  /**
+   * Holds the socket's messages until `next` settles, then runs the step it gives and replays
+   * them in order: a command's stdin sent right behind it waits for the command.
+   */
+  private hold(next: Promise<() => void>): void {
+    this.waking = [];
+    this.socket.pause();
+    void next.then((step) => {
+      const queued = this.waking ?? [];
+      this.waking = undefined;
+      if (this.closed) return;
+      this.socket.resume();
+      step();
+      for (const [data, isBinary] of queued) this.onMessage(data, isBinary);
+    });
   }
 
   private run(request: CommandRequest): void {
+    const agent = this.manager.heldAgent(this.sandboxId);
+    if (agent) return this.startOn(agent, request);
+    // Not running in this process: `agent` answers why (unknown, asleep, …) from the ledger.
+    this.hold(
+      this.manager.agent(this.sandboxId).then(
+        (found) => () => this.startOn(found, request),
+        (err: unknown) => () => this.cannotStart(toBothyError(err)),
+      ),
+    );
+  }
+
+  private startOn(agent: AgentClient, request: CommandRequest): void {
     try {
-      this.command = this.registry.start(this.sandboxId, this.manager.agent(this.sandboxId), request);
+      this.command = this.registry.start(this.sandboxId, agent, request);
     } catch (err) {
-      return this.keep ? this.refuse(toBothyError(err)) : this.fail(toBothyError(err));
+      return this.cannotStart(toBothyError(err));
     }
     this.listen(this.command, false);
+  }
+
+  private cannotStart(err: BothyError): void {
+    return this.keep ? this.refuse(err) : this.fail(err);
   }
 
   /** A kept socket's command could not start: it gets its `error`, and the socket waits for the next. */
@@ -210,28 +226,32 @@ export class CommandSession {
       this.listen(live, true);
       return;
     }
-    // Not held in memory any more: the ledger still knows how it ended.
-    try {
-      const info = this.registry.info(this.sandboxId, commandId);
-      if (info.state === "exited") {
-        this.send({
-          type: "process_exited",
-          command_id: commandId,
-          exit_code: info.exit_code,
-          ...(info.signal ? { signal: info.signal } : {}),
-          ...(info.timed_out ? { timed_out: true } : {}),
-        });
-        this.close(1000, "process exited");
-      } else {
-        this.fail(
-          new BothyError(
-            "agent_unavailable",
-            `Command ${commandId} was lost when its sandbox stopped; its output is gone.`,
-          ),
-        );
-      }
-    } catch (err) {
-      this.fail(toBothyError(err));
+    // Not held in memory any more: the ledger still knows how it ended (messages wait meanwhile).
+    this.hold(
+      this.registry.info(this.sandboxId, commandId).then(
+        (info) => () => this.attachEnded(commandId, info),
+        (err: unknown) => () => this.fail(toBothyError(err)),
+      ),
+    );
+  }
+
+  private attachEnded(commandId: string, info: CommandInfo): void {
+    if (info.state === "exited") {
+      this.send({
+        type: "process_exited",
+        command_id: commandId,
+        exit_code: info.exit_code,
+        ...(info.signal ? { signal: info.signal } : {}),
+        ...(info.timed_out ? { timed_out: true } : {}),
+      });
+      this.close(1000, "process exited");
+    } else {
+      this.fail(
+        new BothyError(
+          "agent_unavailable",
+          `Command ${commandId} was lost when its sandbox stopped; its output is gone.`,
+        ),
+      );
     }
   }
 

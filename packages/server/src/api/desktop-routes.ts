@@ -199,7 +199,7 @@ export async function desktopRoutes(
 ): Promise<void> {
   app.post<Params>("/sandboxes/:id/desktop/start", { schema: startDoc }, async (request) => {
     const size = parseInput(desktopStartRequest, request.body, "POST /desktop/start");
-    manager.info(request.params.id);
+    await manager.info(request.params.id);
     return desktop.start(request.params.id, size, true);
   });
 
@@ -222,7 +222,7 @@ export async function desktopRoutes(
     { schema: viewDoc },
     async (request, reply) => {
       const id = sandboxId(request);
-      manager.info(id);
+      await manager.info(id);
       const control = request.query.control === "1" && hasScope(principalOf(request).scopes, "sandboxes:write");
       return reply
         .type("text/html; charset=utf-8")
@@ -241,7 +241,7 @@ export async function desktopRoutes(
         "A desktop link with control needs a key with the scope sandboxes:write; ask for a view-only link (control false) or use such a key.",
         { details: { scope: "sandboxes:write" } },
       );
-    manager.info(id);
+    await manager.info(id);
     const exp = Math.floor(Date.now() / 1000) + body.ttl_s;
     const token = links.sign(
       { sid: id, what: "desktop", ...(body.control ? { control: true } : {}), exp },
@@ -272,7 +272,7 @@ export async function desktopRoutes(
     url: "/sandboxes/:id/desktop/vnc",
     schema: vncDoc,
     preValidation: async (request) => {
-      manager.info(request.params.id);
+      await manager.info(request.params.id);
     },
     handler: async () => {
       throw new BothyError(
@@ -290,7 +290,7 @@ export async function desktopRoutes(
         relays,
         async () => {
           const info = await desktop.start(request.params.id);
-          return manager.agent(request.params.id).openTcp(info.vnc_port);
+          return (await manager.agent(request.params.id)).openTcp(info.vnc_port);
         },
         hasScope(principalOf(request).scopes, "sandboxes:write") ? undefined : viewOnlyRfb(),
       ),
@@ -305,7 +305,7 @@ export async function desktopRoutes(
         `The DevTools relay answers /json/version and /json/list; the WebSocket URLs they give go through /sandboxes/${id}/ports/PORT/.`,
       );
     const info = await desktop.start(id);
-    const tunnel = await manager.agent(id).openTcp(info.cdp_port);
+    const tunnel = await (await manager.agent(id)).openTcp(info.cdp_port);
     const answer = await getInside(tunnel, info.cdp_port, `/${rest}`);
     let parsed: unknown;
     try {

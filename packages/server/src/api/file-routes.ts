@@ -98,18 +98,15 @@ export async function fileRoutes(app: FastifyInstance, manager: SandboxManager):
       async (request, reply) => {
         const { path } = parseInput(fileQuery, request.query, "GET /files?path=<file>");
         // The length is that of the file the guest opened, so a symlink's target is sent whole.
-        const { stat, stream } = await manager
-          .agent(request.params.id)
-          .openRead(path)
-          .catch((err: unknown) => {
-            if (err instanceof BothyError && err.details?.["guest_code"] === "not_a_file")
-              throw new BothyError(
-                "file_error",
-                `${err.message}: only regular files can be read; list a directory with GET /sandboxes/${request.params.id}/files/list?path=...`,
-                { cause: err },
-              );
-            throw err;
-          });
+        const { stat, stream } = await (await manager.agent(request.params.id)).openRead(path).catch((err: unknown) => {
+          if (err instanceof BothyError && err.details?.["guest_code"] === "not_a_file")
+            throw new BothyError(
+              "file_error",
+              `${err.message}: only regular files can be read; list a directory with GET /sandboxes/${request.params.id}/files/list?path=...`,
+              { cause: err },
+            );
+          throw err;
+        });
         return reply
           .type("application/octet-stream")
           .headers(SANDBOX_FILE_HEADERS)
@@ -125,7 +122,7 @@ export async function fileRoutes(app: FastifyInstance, manager: SandboxManager):
         const { path, mode } = parseInput(fileWriteQuery, request.query, "PUT /files?path=<file>");
         const expected = ifMatch(request);
         const body = (request.body as Readable | undefined) ?? [];
-        const agent = manager.agent(request.params.id);
+        const agent = await manager.agent(request.params.id);
         const written = await agent.writeStream(path, body, {
           mode: mode === undefined ? undefined : parseInt(mode, 8),
           ifSha256: expected,
@@ -139,7 +136,7 @@ export async function fileRoutes(app: FastifyInstance, manager: SandboxManager):
       { schema: removeDoc },
       async (request) => {
         const { path, recursive } = parseInput(fileDeleteQuery, request.query, "DELETE /files?path=<path>");
-        await manager.agent(request.params.id).remove(path, recursive ?? false);
+        await (await manager.agent(request.params.id)).remove(path, recursive ?? false);
         return { path, deleted: true };
       },
     );
@@ -149,7 +146,7 @@ export async function fileRoutes(app: FastifyInstance, manager: SandboxManager):
       { schema: statDoc },
       async (request) => {
         const { path, sha256 } = parseInput(fileStatQuery, request.query, "GET /files/stat?path=<path>");
-        return { path, ...(await manager.agent(request.params.id).stat(path, { sha256: sha256 ?? false })) };
+        return { path, ...(await (await manager.agent(request.params.id)).stat(path, { sha256: sha256 ?? false })) };
       },
     );
 
@@ -158,19 +155,19 @@ export async function fileRoutes(app: FastifyInstance, manager: SandboxManager):
       { schema: listDoc },
       async (request) => {
         const { path } = parseInput(fileQuery, request.query, "GET /files/list?path=<dir>");
-        return { path, ...(await manager.agent(request.params.id).list(path)) };
+        return { path, ...(await (await manager.agent(request.params.id)).list(path)) };
       },
     );
 
     scope.post<Params>("/sandboxes/:id/files/mkdir", { schema: mkdirDoc }, async (request) => {
       const { path, parents } = parseInput(mkdirRequest, request.body, "POST /files/mkdir");
-      await manager.agent(request.params.id).mkdir(path, parents ?? false);
+      await (await manager.agent(request.params.id)).mkdir(path, parents ?? false);
       return { path, created: true };
     });
 
     scope.post<Params>("/sandboxes/:id/files/rename", { schema: renameDoc }, async (request) => {
       const { from, to } = parseInput(renameRequest, request.body, "POST /files/rename");
-      await manager.agent(request.params.id).rename(from, to);
+      await (await manager.agent(request.params.id)).rename(from, to);
       return { from, to, renamed: true };
     });
   });

@@ -9,8 +9,8 @@ const metricsDoc = {
 };
 
 /** `GET /metrics` in the Prometheus text format. */
-export function metricsRoutes(app: FastifyInstance, metrics: Metrics, gauges: () => Gauges): void {
+export function metricsRoutes(app: FastifyInstance, metrics: Metrics, gauges: () => Promise<Gauges>): void {
   app.get("/metrics", { schema: metricsDoc }, async (_request, reply) =>
-    reply.type(metrics.contentType).send(await metrics.render(gauges())),
+    reply.type(metrics.contentType).send(await metrics.render(await gauges())),
   );
 }

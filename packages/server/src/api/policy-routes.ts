@@ -8,7 +8,7 @@ import { BothyError, hostPolicyRequest, TENANT_ID_RE, tenantPolicyInfo } from "@
 import { z } from "zod";
 import { principalOf, sees } from "../auth/auth-hooks.ts";
 import type { GatewayPolicies } from "../gateway/policies.ts";
-import type { Ledger } from "../ledger/ledger.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 import { parseInput } from "./parse-input.ts";
 import { json } from "./route-schema.ts";
 
@@ -39,30 +39,33 @@ const DOCS = {
   },
 };
 
-export function policyRoutes(app: FastifyInstance, deps: { policies: GatewayPolicies; ledger: Ledger }): void {
+export function policyRoutes(app: FastifyInstance, deps: { policies: GatewayPolicies; ledger: LedgerStore }): void {
   const { policies, ledger } = deps;
-  const tenantOf = (request: { query: { tenant?: string } }, principal: ReturnType<typeof principalOf>): string => {
+  const tenantOf = async (
+    request: { query: { tenant?: string } },
+    principal: ReturnType<typeof principalOf>,
+  ): Promise<string> => {
     const tenant = request.query.tenant ?? principal.tenant;
-    if (!TENANT_ID_RE.test(tenant) || !sees(principal, tenant) || !ledger.auth.tenant(tenant))
+    if (!TENANT_ID_RE.test(tenant) || !sees(principal, tenant) || !(await ledger.auth.tenant(tenant)))
       throw new BothyError("tenant_not_found", `No tenant ${tenant.slice(0, 64)}; GET /tenants lists them.`);
     return tenant;
   };
-  const view = (tenant: string) => ({ tenant, policy: policies.tenantPolicy(tenant) ?? null });
+  const view = async (tenant: string) => ({ tenant, policy: (await policies.tenantPolicy(tenant)) ?? null });
 
   app.get<TenantQuery>("/policy", { schema: DOCS.get }, async (request) =>
-    view(tenantOf(request, principalOf(request))),
+    view(await tenantOf(request, principalOf(request))),
   );
 
   app.put<TenantQuery>("/policy", { schema: DOCS.put }, async (request) => {
-    const tenant = tenantOf(request, principalOf(request));
+    const tenant = await tenantOf(request, principalOf(request));
     const policy = parseInput(hostPolicyRequest, request.body, "PUT /policy");
-    policies.setTenantPolicy(tenant, policy);
+    await policies.setTenantPolicy(tenant, policy);
     return view(tenant);
   });
 
   app.delete<TenantQuery>("/policy", { schema: DOCS.delete }, async (request) => {
-    const tenant = tenantOf(request, principalOf(request));
-    policies.setTenantPolicy(tenant, null);
+    const tenant = await tenantOf(request, principalOf(request));
+    await policies.setTenantPolicy(tenant, null);
     return view(tenant);
   });
 }

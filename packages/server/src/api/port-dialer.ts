@@ -26,7 +26,7 @@ export type PortRoute = (typeof PORT_ROUTES)[number];
 
 /** What the dialer needs of the manager: a running sandbox's agent (it throws for any other). */
 export interface AgentSource {
-  agent(id: string): AgentClient;
+  agent(id: string): Promise<AgentClient>;
 }
 
 /** What the dialer needs of the host's networking: a sandbox's own address, if it has one. */
@@ -62,7 +62,7 @@ export class PortDialer {
    * (`port_not_listening`, `sandbox_not_running`, …) when neither path connects.
    */
   async open(id: string, port: number): Promise<Duplex> {
-    const agent = this.agents.agent(id);
+    const agent = await this.agents.agent(id);
     const address = this.network?.guestAddress(id);
     if (address === undefined) {
       this.count("no_network");
@@ -86,7 +86,7 @@ export class PortDialer {
    * the pool after its response). `fresh`: never an idle one (a retry after a reused socket failed).
    */
   async upstream(id: string, port: number, fresh = false): Promise<Upstream> {
-    const agent = this.agents.agent(id);
+    const agent = await this.agents.agent(id);
     const address = this.network?.guestAddress(id);
     if (address === undefined) {
       this.count("no_network");

@@ -149,7 +149,7 @@ export async function portRoutes(
   dialer: PortDialer,
 ): Promise<void> {
   app.get<{ Params: { id: string } }>("/sandboxes/:id/ports", { schema: listDoc }, async (request) => ({
-    ports: await manager.agent(request.params.id).listPorts(),
+    ports: await (await manager.agent(request.params.id)).listPorts(),
   }));
 
   // A link a person opens in a browser, no API key needed (link-tokens.ts). Not under
@@ -168,7 +168,7 @@ export async function portRoutes(
           "invalid_request",
           "control is for desktop links; a port link opens the port for HTTP and WebSockets.",
         );
-      manager.info(id);
+      await manager.info(id);
       const exp = Math.floor(Date.now() / 1000) + body.ttl_s;
       const token = links.tokens.sign({ sid: id, what: `port:${port}`, exp }, principalOf(request));
       const hostPort = /:\d+$/.exec(request.headers.host ?? "")?.[0] ?? "";

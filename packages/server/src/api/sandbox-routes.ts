@@ -11,7 +11,7 @@ import {
 import { principalOf } from "../auth/auth-hooks.ts";
 import type { Quotas } from "../auth/quotas.ts";
 import { hasScope } from "../auth/scopes.ts";
-import type { Ledger } from "../ledger/ledger.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 import { PRIVATE_SCOPE } from "../network/allow-out.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import { parseInput } from "./parse-input.ts";
@@ -27,7 +27,7 @@ const FILE_ROUTE = /^\/sandboxes\/:id\/(files|ports|desktop|tunnel)/;
 
 export function sandboxRoutes(
   app: FastifyInstance,
-  deps: { manager: SandboxManager; ledger: Ledger; quotas: Quotas },
+  deps: { manager: SandboxManager; ledger: LedgerStore; quotas: Quotas },
   startedAt: number,
 ): void {
   const { manager, ledger, quotas } = deps;
@@ -63,8 +63,8 @@ export function sandboxRoutes(
   const listDoc = { tags, summary: "List live sandboxes", response: { 200: json(sandboxList, "Live sandboxes") } };
   app.get("/sandboxes", { schema: listDoc }, async (request) => {
     const principal = principalOf(request);
-    const mine = principal.scopes.has("admin") ? undefined : ledger.auth.sandboxIdsOf(principal.tenant);
-    return { sandboxes: manager.list().filter((s) => mine === undefined || mine.has(s.sandbox_id)) };
+    const mine = principal.scopes.has("admin") ? undefined : await ledger.auth.sandboxIdsOf(principal.tenant);
+    return { sandboxes: (await manager.list()).filter((s) => mine === undefined || mine.has(s.sandbox_id)) };
   });
 
   const showDoc = { tags, summary: "Show a sandbox (also once deleted)", response: { 200: SANDBOX } };
@@ -103,7 +103,7 @@ export function sandboxRoutes(
     response: { 200: json(healthz, "Healthy") },
   };
   app.get("/healthz", { schema: healthDoc }, async () => {
-    const counts = manager.counts();
+    const counts = await manager.counts();
     return {
       status: "ok",
       uptime_s: Math.round((Date.now() - startedAt) / 100) / 10,

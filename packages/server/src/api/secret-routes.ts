@@ -8,7 +8,7 @@ import { BothyError, putSecretRequest, secretInfo, secretList, secretName } from
 import { z } from "zod";
 import { principalOf, sees } from "../auth/auth-hooks.ts";
 import type { Vault } from "../gateway/vault.ts";
-import type { Ledger } from "../ledger/ledger.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 import { parseInput } from "./parse-input.ts";
 import { json } from "./route-schema.ts";
 
@@ -49,15 +49,15 @@ const DOCS = {
   },
 };
 
-export function secretRoutes(app: FastifyInstance, deps: { vault: Vault; ledger: Ledger }): void {
+export function secretRoutes(app: FastifyInstance, deps: { vault: Vault; ledger: LedgerStore }): void {
   const { vault, ledger } = deps;
 
   /** The key's tenant, or the one `?tenant=` names when the key sees it (admin). */
-  const tenantOf = (request: FastifyRequest, query: unknown): string => {
+  const tenantOf = async (request: FastifyRequest, query: unknown): Promise<string> => {
     const principal = principalOf(request);
     const asked = parseInput(tenantQuery, query, `${request.method} /secrets`).tenant;
     const tenant = asked ?? principal.tenant;
-    if (!sees(principal, tenant) || !ledger.auth.tenant(tenant))
+    if (!sees(principal, tenant) || !(await ledger.auth.tenant(tenant)))
       throw new BothyError("tenant_not_found", `No tenant ${tenant.slice(0, 64)}; GET /tenants lists them.`);
     return tenant;
   };
@@ -79,9 +79,9 @@ export function secretRoutes(app: FastifyInstance, deps: { vault: Vault; ledger:
 
   app.put<Named>("/secrets/:name", { schema: DOCS.put }, async (request, reply) => {
     const name = nameOf(request, true);
-    const tenant = tenantOf(request, request.query);
+    const tenant = await tenantOf(request, request.query);
     const body = parseInput(putSecretRequest, request.body, "PUT /secrets/{name}");
-    const { created, info } = vault.put(tenant, name, body);
+    const { created, info } = await vault.put(tenant, name, body);
     return reply.code(created ? 201 : 200).send(info);
   });
 
@@ -89,15 +89,15 @@ export function secretRoutes(app: FastifyInstance, deps: { vault: Vault; ledger:
     const principal = principalOf(request);
     const query = parseInput(tenantQuery, request.query, "GET /secrets");
     // As GET /keys: an admin key sees every tenant's unless it names one.
-    if (query.tenant === undefined && principal.scopes.has("admin")) return { secrets: vault.list() };
-    return { secrets: vault.list(tenantOf(request, request.query)) };
+    if (query.tenant === undefined && principal.scopes.has("admin")) return { secrets: await vault.list() };
+    return { secrets: await vault.list(await tenantOf(request, request.query)) };
   });
 
   app.get<Named>("/secrets/:name", { schema: DOCS.get }, async (request) =>
-    vault.info(tenantOf(request, request.query), nameOf(request)),
+    vault.info(await tenantOf(request, request.query), nameOf(request)),
   );
 
   app.delete<Named>("/secrets/:name", { schema: DOCS.delete }, async (request) =>
-    vault.delete(tenantOf(request, request.query), nameOf(request)),
+    vault.delete(await tenantOf(request, request.query), nameOf(request)),
   );
 }

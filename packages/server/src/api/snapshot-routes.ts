@@ -70,7 +70,7 @@ export function snapshotRoutes(app: FastifyInstance, snapshots: SnapshotService)
   });
 
   app.get("/snapshots", { schema: DOCS.list }, async (request) => ({
-    snapshots: snapshots.list(principalOf(request).tenant),
+    snapshots: await snapshots.list(principalOf(request).tenant),
   }));
 
   app.get<ById>("/snapshots/:id", { schema: DOCS.get }, async (request) =>

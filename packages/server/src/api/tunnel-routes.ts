@@ -30,7 +30,7 @@ export function tunnelRoutes(
       response: { 101: empty("Switching to WebSocket") },
     },
     preValidation: async (request) => {
-      manager.info(request.params.id);
+      await manager.info(request.params.id);
       const port = Number(request.params.port);
       if (!/^[0-9]{1,5}$/.test(request.params.port) || port < 1 || port > 65535)
         throw new BothyError("invalid_request", `"${request.params.port.slice(0, 16)}" is not a TCP port (1-65535).`);

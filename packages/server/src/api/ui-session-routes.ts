@@ -73,8 +73,8 @@ export function uiSessionRoutes(
 ): void {
   const { ring, sessions, links, previewDomain, secureCookies } = deps;
   const maxAgeS = Math.floor(sessions.ttlMs / 1000);
-  const keyHolder = (key: string): Principal | undefined => {
-    const check = ring.verify(key.trim());
+  const keyHolder = async (key: string): Promise<Principal | undefined> => {
+    const check = await ring.verify(key.trim());
     return check.ok ? check.principal : undefined;
   };
 
@@ -92,7 +92,7 @@ export function uiSessionRoutes(
   app.post("/ui/session", { schema: DOCS.signIn }, async (request: FastifyRequest, reply: FastifyReply) => {
     checkSignInOrigin(request);
     const body = parseInput(uiSignInRequest, request.body, "POST /ui/session");
-    const principal = "link" in body ? links.redeem(body.link) : keyHolder(body.key);
+    const principal = "link" in body ? await links.redeem(body.link) : await keyHolder(body.key);
     if (!principal || principal.keyId === null)
       throw new BothyError(
         "unauthorized",
@@ -100,7 +100,7 @@ export function uiSessionRoutes(
           ? "The sign-in link is not valid (already used, expired, or its key was revoked); run `bothy ui-link` for a new one, or paste an API key."
           : "The API key is not valid (unknown, expired or revoked); paste a current key, such as the admin key in $BOTHY_HOME/admin.key.",
       );
-    const made = sessions.create(principal.keyId);
+    const made = await sessions.create(principal.keyId);
     reply
       .code(201)
       .header("set-cookie", sessionSetCookie(made.id, secureCookies, maxAgeS))
@@ -123,7 +123,7 @@ export function uiSessionRoutes(
         "This server runs without authentication (BOTHY_AUTH=none): the dashboard needs no sign-in; open /ui.",
       );
     const { ttl_s: ttlS } = parseInput(uiLinkRequest, request.body ?? {}, "POST /ui/links");
-    const made = links.mint(principal.keyId, ttlS * 1000);
+    const made = await links.mint(principal.keyId, ttlS * 1000);
     reply.code(201).header("cache-control", "no-store");
     return { path: `/ui/#link=${made.token}`, expires_at: made.expiresAt };
   });
@@ -136,7 +136,7 @@ export function uiSessionRoutes(
   app.delete("/ui/session", { schema: DOCS.signOut }, async (request, reply) => {
     // Signed in by the cookie: that session ends; by a key: there is none, only the cookie to clear.
     const session = sessions.of(request.raw);
-    if (session) sessions.end(session.id);
+    if (session) await sessions.end(session.id);
     reply.header("set-cookie", sessionSetCookie(undefined, secureCookies, 0)).code(204);
   });
 }

@@ -2,7 +2,7 @@ import type { FastifyInstance } from "fastify";
 import { BothyError, SANDBOX_ID_RE, usageReport } from "@bothy/protocol";
 import { z } from "zod";
 import { principalOf, sandboxNotFound, sees } from "../auth/auth-hooks.ts";
-import type { Ledger } from "../ledger/ledger.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 import type { UsageMeter } from "../metering/usage-meter.ts";
 import { json } from "./route-schema.ts";
 
@@ -18,19 +18,19 @@ const usageDoc = {
  * `GET /usage`: this month's metered hours per tenant (`owner`) and the budgets, the caller's
  * tenant only unless it holds `admin`; `?sandbox_id=` adds one sandbox.
  */
-export function usageRoutes(app: FastifyInstance, meter: UsageMeter, ledger: Ledger): void {
+export function usageRoutes(app: FastifyInstance, meter: UsageMeter, ledger: LedgerStore): void {
   app.get<{ Querystring: { sandbox_id?: string } }>("/usage", { schema: usageDoc }, async (request) => {
     const principal = principalOf(request);
-    meter.tick();
-    const all = meter.report();
+    await meter.tick();
+    const all = await meter.report();
     const report = { ...all, owners: all.owners.filter((o) => sees(principal, o.owner)) };
     const id = request.query.sandbox_id;
     if (id === undefined) return report;
     if (!SANDBOX_ID_RE.test(id))
       throw new BothyError("sandbox_not_found", `No sandbox ${id.slice(0, 64)}; list them with GET /sandboxes.`);
-    const row = ledger.getSandbox(id);
+    const row = await ledger.getSandbox(id);
     if (!row || !sees(principal, row.tenant)) throw sandboxNotFound(id);
-    const u = ledger.sandboxUsage(id) ?? { vcpu_seconds: 0, gib_seconds: 0 };
+    const u = (await ledger.sandboxUsage(id)) ?? { vcpu_seconds: 0, gib_seconds: 0 };
     return {
       ...report,
       sandbox: { sandbox_id: id, vcpu_hours: u.vcpu_seconds / 3600, gib_hours: u.gib_seconds / 3600 },

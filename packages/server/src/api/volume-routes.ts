@@ -40,7 +40,7 @@ export function volumeRoutes(app: FastifyInstance, volumes: VolumeService): void
   );
 
   app.get("/volumes", { schema: DOCS.list }, async (request) => ({
-    volumes: volumes.list(principalOf(request).tenant),
+    volumes: await volumes.list(principalOf(request).tenant),
   }));
 
   app.get<Named>("/volumes/:name", { schema: DOCS.get }, async (request) =>

@@ -7,7 +7,7 @@
 import type { Socket } from "node:net";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { BothyError, SANDBOX_ID_RE } from "@bothy/protocol";
-import type { Ledger } from "../ledger/ledger.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 import { type KeyRing, NO_AUTH_PRINCIPAL, type Principal } from "./key-ring.ts";
 import { hasScope, requirementOf, type Scope } from "./scopes.ts";
 
@@ -79,28 +79,31 @@ export class KeyConnections {
  * port traffic token, a signed link): the sandbox it was made for and the scopes it gives, when
  * it verifies for this route (`url`, Fastify's). The principal it makes acts on that sandbox only.
  */
-export type SandboxGrant = (request: FastifyRequest, url: string) => { sandbox: string; scopes: Scope[] } | undefined;
+export type SandboxGrant = (
+  request: FastifyRequest,
+  url: string,
+) => Promise<{ sandbox: string; scopes: Scope[] } | undefined>;
 
 export function authHooks(
   app: FastifyInstance,
   options: {
     ring: KeyRing;
-    ledger: Ledger;
+    ledger: LedgerStore;
     mode: "keys" | "none";
     connections: KeyConnections;
     sandboxGrant?: SandboxGrant;
     /** The dashboard's cookie, for a request that presents no key (auth/session-auth.ts). */
-    session?: (request: FastifyRequest) => Principal | undefined;
+    session?: (request: FastifyRequest) => Promise<Principal | undefined>;
   },
 ): void {
   const { ring, ledger, mode, connections, sandboxGrant, session } = options;
 
   /** The principal of a request to one sandbox that carries a grant for that sandbox and route. */
-  const granted = (request: FastifyRequest, url: string | undefined): Principal | undefined => {
+  const granted = async (request: FastifyRequest, url: string | undefined): Promise<Principal | undefined> => {
     if (!sandboxGrant || url === undefined) return undefined;
-    const grant = sandboxGrant(request, url);
+    const grant = await sandboxGrant(request, url);
     if (grant === undefined || (request.params as { id?: unknown }).id !== grant.sandbox) return undefined;
-    const tenant = ledger.auth.sandboxTenant(grant.sandbox);
+    const tenant = await ledger.auth.sandboxTenant(grant.sandbox);
     return tenant === undefined ? undefined : { keyId: null, tenant, scopes: new Set(grant.scopes) };
   };
   app.decorateRequest("principal", null);
@@ -110,8 +113,8 @@ export function authHooks(
     if (need === "public") return;
     let principal: Principal;
     const key = presentedKey(request);
-    const grant = key === undefined ? granted(request, url) : undefined;
-    const signedIn = key === undefined && !grant && mode !== "none" ? session?.(request) : undefined;
+    const grant = key === undefined ? await granted(request, url) : undefined;
+    const signedIn = key === undefined && !grant && mode !== "none" ? await session?.(request) : undefined;
     if (mode === "none") principal = NO_AUTH_PRINCIPAL;
     else if (grant) principal = grant;
     else if (signedIn) principal = signedIn;
@@ -122,7 +125,7 @@ export function authHooks(
           REALM,
           "This server needs an API key: send Authorization: Bearer <key> (or X-API-Key). `bothy keys create` makes one; the first start wrote an admin key to $BOTHY_HOME/admin.key.",
         );
-      const check = ring.verify(key);
+      const check = await ring.verify(key);
       if (!check.ok)
         throw refuse(
           reply,
@@ -150,7 +153,7 @@ export function authHooks(
     const principal = request.principal;
     if (!principal || url === undefined || !SANDBOX_ROUTE.test(url)) return;
     if (typeof id !== "string" || !SANDBOX_ID_RE.test(id)) return;
-    const tenant = ledger.auth.sandboxTenant(id);
+    const tenant = await ledger.auth.sandboxTenant(id);
     if (tenant === undefined || !sees(principal, tenant)) throw sandboxNotFound(id);
   });
 }

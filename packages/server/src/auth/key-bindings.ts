@@ -6,7 +6,7 @@
  * asks `holds`, which reads the key's row: a revoked or expired key's tokens stop at once.
  */
 import { BothyError, KEY_ID_RE } from "@bothy/protocol";
-import type { Ledger } from "../ledger/ledger.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 import { sees } from "./auth-hooks.ts";
 import { type KeyRing, NO_AUTH_PRINCIPAL, type Principal } from "./key-ring.ts";
 import { hasScope, type Scope } from "./scopes.ts";
@@ -16,7 +16,7 @@ const NONE = "none";
 export class KeyBindings {
   constructor(
     private readonly ring: KeyRing,
-    private readonly ledger: Ledger,
+    private readonly ledger: LedgerStore,
     private readonly mode: "keys" | "none",
   ) {}
 
@@ -29,33 +29,33 @@ export class KeyBindings {
     return service;
   }
 
-  private holder(binding: string, now: number): Principal | undefined {
+  private async holder(binding: string, now: number): Promise<Principal | undefined> {
     if (KEY_ID_RE.test(binding)) return this.ring.holder(binding, now);
     if (binding === NONE) return this.mode === "none" ? NO_AUTH_PRINCIPAL : undefined;
     return this.ring.serviceHolder(binding);
   }
 
   /** Whether the binding's key is current, sees the sandbox's tenant and has every one of `scopes`. */
-  holds(binding: string, sandboxId: string, scopes: readonly Scope[], now = Date.now()): boolean {
-    const principal = this.holder(binding, now);
-    return principal !== undefined && allows(principal, this.ledger.auth.sandboxTenant(sandboxId), scopes);
+  async holds(binding: string, sandboxId: string, scopes: readonly Scope[], now = Date.now()): Promise<boolean> {
+    const principal = await this.holder(binding, now);
+    return principal !== undefined && allows(principal, await this.ledger.auth.sandboxTenant(sandboxId), scopes);
   }
 
   /** Every (sandbox, binding) pair among `sandboxIds` a current key could have a token for with `scopes`. */
-  candidates(
+  async candidates(
     sandboxIds: readonly string[],
     scopes: readonly Scope[],
     now = Date.now(),
-  ): Array<{ sandboxId: string; binding: string }> {
+  ): Promise<Array<{ sandboxId: string; binding: string }>> {
     const holders: Array<{ binding: string; principal: Principal }> = [
-      ...this.ring.holders(now).map((principal) => ({ binding: principal.keyId ?? "", principal })),
+      ...(await this.ring.holders(now)).map((principal) => ({ binding: principal.keyId ?? "", principal })),
       ...this.ring.serviceBindings(),
       ...(this.mode === "none" ? [{ binding: NONE, principal: NO_AUTH_PRINCIPAL }] : []),
     ];
-    return sandboxIds.flatMap((sandboxId) => {
-      const tenant = this.ledger.auth.sandboxTenant(sandboxId);
-      return holders.filter((h) => allows(h.principal, tenant, scopes)).map((h) => ({ sandboxId, binding: h.binding }));
-    });
+    const tenants = await Promise.all(sandboxIds.map((sandboxId) => this.ledger.auth.sandboxTenant(sandboxId)));
+    return sandboxIds.flatMap((sandboxId, i) =>
+      holders.filter((h) => allows(h.principal, tenants[i], scopes)).map((h) => ({ sandboxId, binding: h.binding })),
+    );
   }
 }
 

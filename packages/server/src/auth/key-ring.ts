@@ -7,7 +7,8 @@ import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import { chmod, mkdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { BothyError } from "@bothy/protocol";
-import { DEFAULT_TENANT, type Ledger } from "../ledger/ledger.ts";
+import { DEFAULT_TENANT } from "../ledger/ledger.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 import type { ApiKeyRow } from "../ledger/auth-rows.ts";
 import { newKeyId } from "../util/ids.ts";
 import { ALL_SCOPES, type Scope } from "./scopes.ts";
@@ -54,13 +55,13 @@ export function keyView(row: ApiKeyRow): KeyView {
 }
 
 /** The pepper, made on first start. Refuses to make a new one for a ledger that has keys: none would verify. */
-async function loadPepper(home: string, ledger: Ledger): Promise<Buffer> {
+async function loadPepper(home: string, ledger: LedgerStore): Promise<Buffer> {
   const dir = join(home, "secrets");
   await mkdir(dir, { recursive: true, mode: 0o700 });
   await chmod(dir, 0o700);
   const file = join(dir, "pepper");
   try {
-    const keys = ledger.auth.countKeys();
+    const keys = await ledger.auth.countKeys();
     if (keys > 0) await readFile(file);
     else await writeFile(file, randomBytes(32), { mode: 0o600, flag: "wx" });
   } catch (err) {
@@ -80,6 +81,8 @@ export class KeyRing {
   /** Verified keys by digest: a request costs one HMAC, not a ledger read. Dropped on revoke. */
   private readonly cache = new Map<string, ApiKeyRow>();
   private readonly touched = new Map<string, number>();
+  /** Counts revocations: a key read from the ledger while one landed is read again before it is cached. */
+  private revocations = 0;
   /** Keys the server's own agent tools call the API with, one per tenant: in memory only, never stored. */
   private readonly service = new Map<string, Principal>();
   private readonly serviceKeys = new Map<string, string>();
@@ -87,11 +90,11 @@ export class KeyRing {
   private readonly processMark = randomBytes(8).toString("hex");
 
   private constructor(
-    private readonly ledger: Ledger,
+    private readonly ledger: LedgerStore,
     private readonly pepper: Buffer,
   ) {}
 
-  static async open(home: string, ledger: Ledger): Promise<KeyRing> {
+  static async open(home: string, ledger: LedgerStore): Promise<KeyRing> {
     return new KeyRing(ledger, await loadPepper(home, ledger));
   }
 
@@ -104,8 +107,8 @@ export class KeyRing {
    * when set) and writes it once to `$BOTHY_HOME/admin.key` (0600). Answers the key's id, or undefined.
    */
   async bootstrap(home: string, given: string | undefined): Promise<string | undefined> {
-    if (this.ledger.auth.countKeys() > 0) return undefined;
-    const { key, view } = this.mint({
+    if ((await this.ledger.auth.countKeys()) > 0) return undefined;
+    const { key, view } = await this.mint({
       tenant: DEFAULT_TENANT,
       name: "admin (bootstrap)",
       scopes: ["admin"],
@@ -118,10 +121,10 @@ export class KeyRing {
     return view.key_id;
   }
 
-  mint(spec: { tenant: string; name: string; scopes: Scope[]; expiresAt: string | null; key?: string }): {
+  async mint(spec: { tenant: string; name: string; scopes: Scope[]; expiresAt: string | null; key?: string }): Promise<{
     key: string;
     view: KeyView;
-  } {
+  }> {
     const key = spec.key ?? `bothy_${randomBytes(32).toString("hex")}`;
     const row: Omit<ApiKeyRow, "revoked_at" | "last_used_at"> = {
       id: newKeyId(),
@@ -134,7 +137,7 @@ export class KeyRing {
       created_at: new Date().toISOString(),
       expires_at: spec.expiresAt,
     };
-    this.ledger.auth.insertKey(row);
+    await this.ledger.auth.insertKey(row);
     return { key, view: keyView({ ...row, revoked_at: null, last_used_at: null }) };
   }
 
@@ -156,12 +159,18 @@ export class KeyRing {
   }
 
   /** Checks a presented key. The reasons are for the server's log; a client is told only "not valid". */
-  verify(presented: string, now = Date.now()): KeyCheck {
+  async verify(presented: string, now = Date.now()): Promise<KeyCheck> {
     if (!KEY_RE.test(presented)) return { ok: false, reason: "malformed" };
     const digest = this.digest(presented);
     const service = this.service.get(digest);
     if (service) return { ok: true, principal: service };
-    const row = this.cache.get(digest) ?? this.ledger.auth.keyByDigest(digest);
+    let row = this.cache.get(digest);
+    for (let seen = -1; row === undefined && seen !== this.revocations;) {
+      seen = this.revocations;
+      row = await this.ledger.auth.keyByDigest(digest);
+      // A revocation landed during the read: what it read may be the key before it, so read again.
+      if (seen !== this.revocations) row = undefined;
+    }
     // The lookup is by digest; comparing it again in constant time keeps the check itself timing-safe.
     if (!row || !timingSafeEqual(Buffer.from(row.digest, "hex"), Buffer.from(digest, "hex")))
       return { ok: false, reason: "unknown" };
@@ -171,7 +180,8 @@ export class KeyRing {
     const last = this.touched.get(row.id) ?? 0;
     if (now - last >= TOUCH_EVERY_MS) {
       this.touched.set(row.id, now);
-      this.ledger.auth.touchKey(row.id, new Date(now).toISOString());
+      // A last-use time that failed to land is written by the next use after TOUCH_EVERY_MS.
+      this.ledger.auth.touchKey(row.id, new Date(now).toISOString()).catch(() => this.touched.delete(row.id));
     }
     return { ok: true, principal: principalOfRow(row) };
   }
@@ -180,17 +190,16 @@ export class KeyRing {
    * The principal of a key id while that key is current (not revoked, not expired). It reads the
    * ledger on each call, so tokens bound to a key end from the next use after its revocation.
    */
-  holder(keyId: string, now = Date.now()): Principal | undefined {
-    const row = this.ledger.auth.key(keyId);
+  async holder(keyId: string, now = Date.now()): Promise<Principal | undefined> {
+    const row = await this.ledger.auth.key(keyId);
     if (!row || row.revoked_at !== null) return undefined;
     if (row.expires_at !== null && Date.parse(row.expires_at) <= now) return undefined;
     return principalOfRow(row);
   }
 
   /** Every current key's principal (for checking which of them signed something). */
-  holders(now = Date.now()): Principal[] {
-    return this.ledger.auth
-      .keys()
+  async holders(now = Date.now()): Promise<Principal[]> {
+    return (await this.ledger.auth.keys())
       .filter((row) => row.revoked_at === null && (row.expires_at === null || Date.parse(row.expires_at) > now))
       .map(principalOfRow);
   }
@@ -217,11 +226,14 @@ export class KeyRing {
   }
 
   /** Revokes a key; it is refused from the next request on. False when it was revoked already. */
-  revoke(id: string): boolean {
-    const row = this.ledger.auth.key(id);
+  async revoke(id: string): Promise<boolean> {
+    const row = await this.ledger.auth.key(id);
     if (!row) throw new BothyError("key_not_found", `No API key ${id.slice(0, 64)}; GET /keys lists them.`);
+    const changed = await this.ledger.auth.revokeKey(id);
+    // Once the revocation is in the ledger: a verify reading meanwhile reads again (`revocations`).
+    this.revocations++;
     this.cache.delete(row.digest);
-    return this.ledger.auth.revokeKey(id);
+    return changed;
   }
 }
 

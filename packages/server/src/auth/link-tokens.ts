@@ -121,7 +121,7 @@ export class LinkTokens {
    * The payload of a token that is whole, signed here and not expired, whose key is current and
    * may still do what the link does in its sandbox; else undefined.
    */
-  verify(token: string | undefined, now = Date.now()): LinkPayload | undefined {
+  async verify(token: string | undefined, now = Date.now()): Promise<LinkPayload | undefined> {
     if (token === undefined || token.length > 1024) return undefined;
     const [body, sig, ...rest] = token.split(".");
     if (body === undefined || sig === undefined || rest.length > 0) return undefined;
@@ -136,7 +136,7 @@ export class LinkTokens {
     }
     const payload = payloadSchema.safeParse(parsed);
     if (!payload.success || payload.data.exp * 1000 <= now) return undefined;
-    if (!this.bindings.holds(payload.data.by, payload.data.sid, scopesOf(payload.data), now)) return undefined;
+    if (!(await this.bindings.holds(payload.data.by, payload.data.sid, scopesOf(payload.data), now))) return undefined;
     return payload.data;
   }
 }
@@ -151,19 +151,19 @@ const DESKTOP_ROUTES = new Set(["/sandboxes/:id/desktop", "/sandboxes/:id/deskto
  */
 export function linkGrant(
   tokens: LinkTokens,
-): (request: FastifyRequest, url: string) => { sandbox: string; scopes: Scope[] } | undefined {
-  return (request, url) => {
+): (request: FastifyRequest, url: string) => Promise<{ sandbox: string; scopes: Scope[] } | undefined> {
+  return async (request, url) => {
     const params = request.params as { id?: unknown; port?: unknown };
     const query = (request.query as { token?: unknown } | undefined)?.token;
     const inQuery = typeof query === "string" ? query : undefined;
     if (DESKTOP_ROUTES.has(url)) {
-      const payload = tokens.verify(inQuery);
+      const payload = await tokens.verify(inQuery);
       if (payload?.what !== "desktop" || payload.sid !== params.id) return undefined;
       return { sandbox: payload.sid, scopes: scopesOf(payload) };
     }
     if (!PROXY_ROUTE.test(url)) return undefined;
     const token = inQuery ?? linkCookie(request.headers.cookie);
-    const payload = tokens.verify(token);
+    const payload = await tokens.verify(token);
     if (payload?.what !== `port:${String(params.port)}` || payload.sid !== params.id) return undefined;
     if (inQuery !== undefined) markTokenInQuery(request.raw, inQuery, payload.exp);
     else byCookie.add(request.raw);

@@ -5,7 +5,7 @@
  */
 import { BothyError, tenantQuota, type TenantQuota } from "@bothy/protocol";
 import type { Config } from "../config.ts";
-import type { Ledger } from "../ledger/ledger.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 import type { Budget } from "../metering/usage-meter.ts";
 
 const MINUTE_MS = 60_000;
@@ -20,20 +20,20 @@ function exceeded(tenant: string, quota: keyof TenantQuota, limit: number, what:
 
 export class Quotas {
   constructor(
-    private readonly ledger: Ledger,
+    private readonly ledger: LedgerStore,
     private readonly config: Config,
   ) {}
 
-  quotaOf(tenant: string): TenantQuota {
-    const row = this.ledger.auth.tenant(tenant);
+  async quotaOf(tenant: string): Promise<TenantQuota> {
+    const row = await this.ledger.auth.tenant(tenant);
     if (!row) return {};
     const parsed = tenantQuota.safeParse(JSON.parse(row.quota));
     return parsed.success ? parsed.data : {};
   }
 
   /** A tenant's monthly caps: its own, else the host-wide BOTHY_BUDGET_*. */
-  budgetOf(tenant: string): Budget {
-    const q = this.quotaOf(tenant);
+  async budgetOf(tenant: string): Promise<Budget> {
+    const q = await this.quotaOf(tenant);
     return {
       vcpuHours: q.monthly_vcpu_hours ?? this.config.metering.budget.vcpuHours,
       gibHours: q.monthly_gib_hours ?? this.config.metering.budget.gibHours,
@@ -44,8 +44,13 @@ export class Quotas {
    * Throws quota_exceeded if `mib` more (a volume's size, a snapshot's bytes) would take the
    * tenant, at `usedMib` of volumes and snapshots now, past max_storage_mib.
    */
-  admitStorage(tenant: string, usedMib: number, mib: number, what: "volume" | "snapshot" = "volume"): void {
-    const limit = this.quotaOf(tenant).max_storage_mib;
+  async admitStorage(
+    tenant: string,
+    usedMib: number,
+    mib: number,
+    what: "volume" | "snapshot" = "volume",
+  ): Promise<void> {
+    const limit = (await this.quotaOf(tenant)).max_storage_mib;
     if (limit != null && usedMib + mib > limit)
       throw new BothyError(
         "quota_exceeded",
@@ -58,9 +63,13 @@ export class Quotas {
    * Throws quota_exceeded if a sandbox of this size (`count` of them: a fork's children, all
    * admitted or none) would take the tenant past a quota.
    */
-  admit(tenant: string, size: { vcpu: number; memoryMib: number; count?: number }, now = Date.now()): void {
-    const q = this.quotaOf(tenant);
-    const live = this.ledger.auth.liveUsage(tenant);
+  async admit(
+    tenant: string,
+    size: { vcpu: number; memoryMib: number; count?: number },
+    now = Date.now(),
+  ): Promise<void> {
+    const q = await this.quotaOf(tenant);
+    const live = await this.ledger.auth.liveUsage(tenant);
     const n = size.count ?? 1;
     const vcpu = size.vcpu * n;
     const memoryMib = size.memoryMib * n;
@@ -71,14 +80,14 @@ export class Quotas {
     if (q.max_memory_mib != null && live.memory_mib + memoryMib > q.max_memory_mib)
       throw exceeded(tenant, "max_memory_mib", q.max_memory_mib, `${live.memory_mib} MiB in use, ${memoryMib} asked`);
     if (q.creates_per_minute != null) {
-      const recent = this.ledger.auth.createsSince(tenant, new Date(now - MINUTE_MS).toISOString());
+      const recent = await this.ledger.auth.createsSince(tenant, new Date(now - MINUTE_MS).toISOString());
       if (recent + n > q.creates_per_minute)
         throw exceeded(tenant, "creates_per_minute", q.creates_per_minute, `${recent} in the last minute`);
     }
     if (this.config.metering.budgetAction === "block") {
-      const budget = this.budgetOf(tenant);
+      const budget = await this.budgetOf(tenant);
       const month = new Date(now).toISOString().slice(0, 7);
-      const used = this.ledger.ownerUsage(month).find((o) => o.owner === tenant);
+      const used = (await this.ledger.ownerUsage(month)).find((o) => o.owner === tenant);
       const vcpuHours = (used?.vcpu_seconds ?? 0) / 3600;
       const gibHours = (used?.gib_seconds ?? 0) / 3600;
       if (budget.vcpuHours !== undefined && vcpuHours >= budget.vcpuHours)

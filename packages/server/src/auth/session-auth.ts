@@ -50,8 +50,8 @@ export function sameOrigin(origin: string, host: string): boolean {
 export function sessionAuth(
   sessions: UiSessions,
   names: Pick<HostNames, "previewDomain">,
-): (request: FastifyRequest) => Principal | undefined {
-  return (request) => {
+): (request: FastifyRequest) => Promise<Principal | undefined> {
+  return async (request) => {
     const id = sessionCookie(request.headers.cookie);
     if (id === undefined) return undefined;
     const url = request.routeOptions.url ?? "";
@@ -66,7 +66,7 @@ export function sessionAuth(
         "origin_refused",
         "The dashboard's session cookie is accepted only from the dashboard's own origin; call the API with an API key (Authorization: Bearer) from elsewhere.",
       );
-    const session = sessions.check(id);
+    const session = await sessions.check(id);
     if (!session)
       throw new BothyError(
         "unauthorized",

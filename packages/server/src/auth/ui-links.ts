@@ -8,7 +8,7 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { UI_LINK_TOKEN_RE } from "@bothy/protocol";
-import type { Ledger } from "../ledger/ledger.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 import type { KeyRing, Principal } from "./key-ring.ts";
 
 /** SHA-256 of a link token, apart from session ids' digests by its prefix. */
@@ -16,16 +16,16 @@ const linkDigest = (token: string): string => createHash("sha256").update(`bothy
 
 export class UiLinks {
   constructor(
-    private readonly ledger: Ledger,
+    private readonly ledger: LedgerStore,
     private readonly ring: KeyRing,
   ) {}
 
   /** A new link for `keyId`, valid `ttlMs` from `now`: its token (shown once) and expiry. */
-  mint(keyId: string, ttlMs: number, now = Date.now()): { token: string; expiresAt: string } {
-    this.ledger.sessions.prune(new Date(now).toISOString());
+  async mint(keyId: string, ttlMs: number, now = Date.now()): Promise<{ token: string; expiresAt: string }> {
+    await this.ledger.sessions.prune(new Date(now).toISOString());
     const token = randomBytes(32).toString("base64url");
     const expiresAt = new Date(now + ttlMs).toISOString();
-    this.ledger.sessions.insert({
+    await this.ledger.sessions.insert({
       digest: linkDigest(token),
       key_id: keyId,
       created_at: new Date(now).toISOString(),
@@ -35,12 +35,12 @@ export class UiLinks {
   }
 
   /** The key a link signs in as, once: undefined for an unknown, used or expired link, or a key no longer valid. */
-  redeem(token: string, now = Date.now()): Principal | undefined {
+  async redeem(token: string, now = Date.now()): Promise<Principal | undefined> {
     if (!UI_LINK_TOKEN_RE.test(token)) return undefined;
     const digest = linkDigest(token);
-    const row = this.ledger.sessions.get(digest);
+    const row = await this.ledger.sessions.get(digest);
     // Whoever deletes the row holds the one use; a second redemption finds nothing.
-    if (!row || !this.ledger.sessions.remove(digest)) return undefined;
+    if (!row || !(await this.ledger.sessions.remove(digest))) return undefined;
     if (Date.parse(row.expires_at) <= now) return undefined;
     return this.ring.holder(row.key_id, now);
   }

@@ -8,7 +8,7 @@
  */
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import type { IncomingMessage } from "node:http";
-import type { Ledger } from "../ledger/ledger.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 import type { KeyRing, Principal } from "./key-ring.ts";
 
 /** The cookie's name on plain HTTP; with TLS the `__Host-` form, which the browser binds to this host and path /. */
@@ -70,17 +70,17 @@ export class UiSessions {
   private readonly byRequest = new WeakMap<IncomingMessage, SessionCheck>();
 
   constructor(
-    private readonly ledger: Ledger,
+    private readonly ledger: LedgerStore,
     private readonly ring: KeyRing,
     readonly ttlMs = SESSION_TTL_MS,
   ) {}
 
   /** A new session acting as `keyId`. Expired and revoked keys' sessions are pruned on the way. */
-  create(keyId: string, now = Date.now()): { id: string; csrf: string; expiresAt: string } {
-    this.ledger.sessions.prune(new Date(now).toISOString());
+  async create(keyId: string, now = Date.now()): Promise<{ id: string; csrf: string; expiresAt: string }> {
+    await this.ledger.sessions.prune(new Date(now).toISOString());
     const id = randomBytes(32).toString("base64url");
     const expiresAt = new Date(now + this.ttlMs).toISOString();
-    this.ledger.sessions.insert({
+    await this.ledger.sessions.insert({
       digest: sha256(id),
       key_id: keyId,
       created_at: new Date(now).toISOString(),
@@ -90,22 +90,22 @@ export class UiSessions {
   }
 
   /** The session of an id while it and its key are current; undefined for anything else. */
-  check(id: string, now = Date.now()): SessionCheck | undefined {
+  async check(id: string, now = Date.now()): Promise<SessionCheck | undefined> {
     if (!SESSION_ID_RE.test(id)) return undefined;
     const digest = sha256(id);
-    const row = this.ledger.sessions.get(digest);
+    const row = await this.ledger.sessions.get(digest);
     if (!row) return undefined;
-    const principal = Date.parse(row.expires_at) > now ? this.ring.holder(row.key_id, now) : undefined;
+    const principal = Date.parse(row.expires_at) > now ? await this.ring.holder(row.key_id, now) : undefined;
     if (!principal) {
-      this.ledger.sessions.remove(digest);
+      await this.ledger.sessions.remove(digest);
       return undefined;
     }
     return { principal, csrf: csrfOf(id), id, expiresAt: row.expires_at };
   }
 
   /** Ends a session (sign-out). */
-  end(id: string): void {
-    this.ledger.sessions.remove(sha256(id));
+  async end(id: string): Promise<void> {
+    await this.ledger.sessions.remove(sha256(id));
   }
 
   remember(req: IncomingMessage, session: SessionCheck): void {

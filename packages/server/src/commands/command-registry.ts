@@ -1,6 +1,7 @@
 import { BothyError, type CommandEvent, type CommandInfo, type CommandRequest, type SignalName } from "@bothy/protocol";
 import type { AgentClient, ExecHandle } from "../agent/agent-client.ts";
-import type { CommandRow, Ledger } from "../ledger/ledger.ts";
+import type { CommandRow } from "../ledger/ledger.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 import { newCommandId } from "../util/ids.ts";
 import { Utf8Chunker } from "../util/utf8-chunker.ts";
 import { ReplayBuffer } from "./replay-buffer.ts";
@@ -30,6 +31,12 @@ export class RunningCommand {
   private final: CommandEvent | undefined;
   private timer: NodeJS.Timeout | undefined;
   private timedOut = false;
+  /**
+   * The command's record: its insert once it started, then its end's update. Each write waits for
+   * the one before (a store with a pool of connections would otherwise let the update overtake
+   * the insert); reads of the record wait for it.
+   */
+  record: Promise<CommandRow | undefined> | undefined;
 
   constructor(
     readonly id: string,
@@ -45,7 +52,7 @@ export class RunningCommand {
     return this.final !== undefined;
   }
 
-  start(agent: AgentClient, ledger: Ledger, log: RegistryOptions["log"]): void {
+  start(agent: AgentClient, ledger: LedgerStore, log: RegistryOptions["log"]): void {
     const req = this.request;
     const asked = performance.now();
     this.exec = agent.exec(
@@ -58,8 +65,11 @@ export class RunningCommand {
       },
       {
         onStarted: (pid) => {
-          // The record exists before any client learns the command's id; the log line follows it.
-          ledger.insertCommand({ id: this.id, sandbox_id: this.sandboxId, cmd: req.cmd, background: req.background });
+          // The record is written before any client learns the command's id (a read of it waits
+          // for the write, `record`); the log line follows it.
+          this.record = ledger
+            .insertCommand({ id: this.id, sandbox_id: this.sandboxId, cmd: req.cmd, background: req.background })
+            .then(() => undefined);
           this.emit({ type: "started", command_id: this.id, sandbox_id: this.sandboxId, pid });
           log("command_started", {
             sandbox_id: this.sandboxId,
@@ -172,9 +182,11 @@ export class CommandRegistry {
   private readonly deferred: Array<() => void> = [];
   private deferredRun: NodeJS.Immediate | undefined;
   private closed = false;
+  /** Command records being written. */
+  private readonly pending = new Set<Promise<CommandRow | undefined> | undefined>();
 
   constructor(
-    private readonly ledger: Ledger,
+    private readonly ledger: LedgerStore,
     private readonly opts: RegistryOptions,
   ) {}
 
@@ -200,9 +212,10 @@ export class CommandRegistry {
     return this.bySandbox.get(sandboxId)?.get(commandId);
   }
 
-  /** The ledger's record of a command, for one that is no longer held in memory. */
-  info(sandboxId: string, commandId: string): CommandInfo {
-    const row = this.ledger.getCommand(commandId);
+  /** The ledger's record of a command (after the writes of one held in memory have landed). */
+  async info(sandboxId: string, commandId: string): Promise<CommandInfo> {
+    await this.get(sandboxId, commandId)?.record?.catch(() => undefined);
+    const row = await this.ledger.getCommand(commandId);
     if (!row || row.sandbox_id !== sandboxId)
       throw new BothyError(
         "command_not_found",
@@ -211,8 +224,11 @@ export class CommandRegistry {
     return toCommandInfo(row);
   }
 
-  list(sandboxId: string): CommandInfo[] {
-    return this.ledger.listCommands(sandboxId).map(toCommandInfo);
+  async list(sandboxId: string): Promise<CommandInfo[]> {
+    await Promise.all(
+      [...(this.bySandbox.get(sandboxId)?.values() ?? [])].map((c) => c.record?.catch(() => undefined)),
+    );
+    return (await this.ledger.listCommands(sandboxId)).map(toCommandInfo);
   }
 
   /** Drops everything held for a sandbox that is gone. */
@@ -229,8 +245,8 @@ export class CommandRegistry {
    * A crash in between loses that log line and event only, never the record recovery reads.
    */
   private onFinal(cmd: RunningCommand, event: CommandEvent): void {
-    // A command that never started has no record (finishCommand finds none to update).
-    const row =
+    // A command that never started has no record to update.
+    const finish = (): Promise<CommandRow | undefined> =>
       event.type === "process_exited"
         ? this.ledger.finishCommand(cmd.id, {
             state: "exited",
@@ -239,7 +255,19 @@ export class CommandRegistry {
             timed_out: event.timed_out ?? false,
           })
         : this.ledger.finishCommand(cmd.id, { state: "lost", exit_code: null, signal: null });
-    const rest = (): void => {
+    const record = cmd.record?.then(finish);
+    cmd.record = record;
+    const written = record?.catch((err: unknown) => {
+      this.opts.log("ledger_write_failed", {
+        what: "command record",
+        sandbox_id: cmd.sandboxId,
+        error: (err as Error).message,
+      });
+      return undefined;
+    });
+    this.pending.add(written);
+    void written?.finally(() => this.pending.delete(written));
+    const rest = (row: CommandRow | undefined): void => {
       if (event.type === "process_exited")
         this.opts.log("command_exited", {
           sandbox_id: cmd.sandboxId,
@@ -257,9 +285,11 @@ export class CommandRegistry {
       if (row) this.opts.onExited(toCommandInfo(row));
       this.trim(cmd.sandboxId);
     };
-    // A lost command is told at once, so its event still comes before its sandbox's (stopped, deleted).
-    if (event.type === "process_exited") this.later(rest);
-    else rest();
+    // A lost command is told as soon as its record is written, so its event still comes before its
+    // sandbox's (stopped, deleted: their moves are written after the command's end).
+    void (written ?? Promise.resolve(undefined)).then((row) =>
+      event.type === "process_exited" ? this.later(() => rest(row)) : rest(row),
+    );
   }
 
   /** Runs `work` at the end of this turn of the event loop (see `onFinal`), in order; at once once closed. */
@@ -276,9 +306,13 @@ export class CommandRegistry {
     for (const w of work) w();
   }
 
-  /** Runs the deferred work now, and any later at once: the server calls it before it closes the ledger. */
-  close(): void {
+  /**
+   * Waits for the records being written, runs the deferred work now, and any later at once: the
+   * server calls it before it closes the ledger.
+   */
+  async close(): Promise<void> {
     this.closed = true;
+    await Promise.all(this.pending);
     this.flush();
   }
 

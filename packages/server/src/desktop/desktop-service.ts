@@ -159,12 +159,12 @@ export class DesktopService {
     return (await this.ensure(id, size, recheck)).info;
   }
 
-  private ensure(
+  private async ensure(
     id: string,
     size = { width: DESKTOP_DEFAULT_WIDTH, height: DESKTOP_DEFAULT_HEIGHT },
     recheck = false,
   ): Promise<Started> {
-    const agent = this.manager.agent(id);
+    const agent = await this.manager.agent(id);
     if (recheck) this.started.delete(agent);
     let known = this.started.get(agent);
     if (!known) {
@@ -208,8 +208,8 @@ export class DesktopService {
   }
 
   /** Forgets what it knew, so the next call checks (and starts) the desktop again. */
-  private forget(id: string): void {
-    this.started.delete(this.manager.agent(id));
+  private async forget(id: string): Promise<void> {
+    this.started.delete(await this.manager.agent(id));
   }
 
   /** One request to the helper's server; `undefined` when it does not listen (the desktop went away). */
@@ -218,13 +218,10 @@ export class DesktopService {
     port: number,
     request: HelperRequest,
   ): Promise<{ report: unknown; body: Buffer } | undefined> {
-    const stream = await this.manager
-      .agent(id)
-      .openTcp(port)
-      .catch((err: unknown) => {
-        if (err instanceof BothyError && err.code === "port_not_listening") return undefined;
-        throw err;
-      });
+    const stream = await (await this.manager.agent(id)).openTcp(port).catch((err: unknown) => {
+      if (err instanceof BothyError && err.code === "port_not_listening") return undefined;
+      throw err;
+    });
     return stream && callHelper(stream, request, MAX_SCREENSHOT_BYTES, CALL_TIMEOUT_MS);
   }
 
@@ -236,7 +233,7 @@ export class DesktopService {
       if (shot?.ok) return { png: shot.png, width: shot.width, height: shot.height };
       // The helper or the screen went away inside the sandbox (killed, or the sandbox restarted): start again, once.
       if (attempt === 0) {
-        this.forget(id);
+        await this.forget(id);
         continue;
       }
       throw new BothyError(
@@ -278,13 +275,13 @@ export class DesktopService {
         nothingRan = result === undefined;
       } else {
         const { cmd, env } = typing(action.action === "type" ? action.text : "");
-        const result = await run(this.manager.agent(id), cmd, env, CALL_TIMEOUT_MS);
+        const result = await run(await this.manager.agent(id), cmd, env, CALL_TIMEOUT_MS);
         if (result.code === 0) return done;
         failure = `exit ${result.code}: ${result.stderr.slice(-300)}`;
         nothingRan = /open display/i.test(result.stderr);
       }
       if (attempt === 0 && nothingRan) {
-        this.forget(id);
+        await this.forget(id);
         continue;
       }
       throw new BothyError("desktop_failed", `xdotool failed in sandbox ${id}: ${failure}`);
@@ -295,6 +292,6 @@ export class DesktopService {
   async openUrl(id: string, target: string): Promise<void> {
     const url = openableUrl(target);
     const screen = await this.start(id);
-    await openInChromium(await this.manager.agent(id).openTcp(screen.cdp_port), screen.cdp_port, url);
+    await openInChromium(await (await this.manager.agent(id)).openTcp(screen.cdp_port), screen.cdp_port, url);
   }
 }

@@ -63,9 +63,9 @@ export class AccessTokens {
   }
 
   /** Whether `token` is this sandbox's envd token of a key that may still run commands there. */
-  verify(sandboxId: string, token: string | undefined, now = Date.now()): boolean {
+  async verify(sandboxId: string, token: string | undefined, now = Date.now()): Promise<boolean> {
     const binding = this.bindingOf("envd", sandboxId, token);
-    return binding !== undefined && this.bindings.holds(binding, sandboxId, RUN, now);
+    return binding !== undefined && (await this.bindings.holds(binding, sandboxId, RUN, now));
   }
 
   /** The key binding of this sandbox's envd token, when it is one this server made. */
@@ -79,9 +79,14 @@ export class AccessTokens {
   }
 
   /** Whether a request to one of the sandbox's ports carries either of its tokens. */
-  verifyTraffic(sandboxId: string, traffic: string | undefined, envd: string | undefined, now = Date.now()): boolean {
+  async verifyTraffic(
+    sandboxId: string,
+    traffic: string | undefined,
+    envd: string | undefined,
+    now = Date.now(),
+  ): Promise<boolean> {
     const binding = this.bindingOf("traffic", sandboxId, traffic);
-    if (binding !== undefined && this.bindings.holds(binding, sandboxId, RUN, now)) return true;
+    if (binding !== undefined && (await this.bindings.holds(binding, sandboxId, RUN, now))) return true;
     return this.verify(sandboxId, envd, now);
   }
 
@@ -91,13 +96,13 @@ export class AccessTokens {
    * sha256("path:operation:user:token[:expiration]"). The signature does not name the token, so
    * every (sandbox, current key) pair that could hold one is tried.
    */
-  signerOf(
+  async signerOf(
     sandboxIds: readonly string[],
     op: SignedOperation,
     signature: string,
     now = Date.now(),
-  ): string | undefined {
-    for (const { sandboxId, binding } of this.bindings.candidates(sandboxIds, RUN, now)) {
+  ): Promise<string | undefined> {
+    for (const { sandboxId, binding } of await this.bindings.candidates(sandboxIds, RUN, now)) {
       const parts = [op.path, op.operation, op.user ?? "", this.make("envd", sandboxId, binding)];
       if (op.expiration !== undefined) parts.push(op.expiration);
       const digest = createHash("sha256").update(parts.join(":")).digest("base64").replace(/=+$/, "");

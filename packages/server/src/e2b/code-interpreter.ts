@@ -47,7 +47,7 @@ export function codeInterpreterStarter(app: FastifyInstance, manager: SandboxMan
     if (header(request, "e2b-sandbox-port") !== String(CODE_INTERPRETER_PORT)) return;
     const id = header(request, "e2b-sandbox-id");
     if (id === undefined || request.url === request.originalUrl) return; // not routed to the port proxy
-    const agent = manager.agent(id);
+    const agent = await manager.agent(id);
     const ports = await agent.listPorts();
     if (ports.some((p) => p.port === CODE_INTERPRETER_PORT)) return;
     const code = await run(agent, START_CMD);

@@ -5,7 +5,7 @@ import { principalOf } from "../auth/auth-hooks.ts";
 import type { Principal } from "../auth/key-ring.ts";
 import { hasScope } from "../auth/scopes.ts";
 import type { Quotas } from "../auth/quotas.ts";
-import type { Ledger } from "../ledger/ledger.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 import { isIn } from "../sandboxes/lifecycle.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
 import type { AccessTokens } from "./access-token.ts";
@@ -153,7 +153,7 @@ export function connectionShape(
 /** E2B's control plane (`/e2b/...`): each call maps onto bothy's SandboxManager. */
 export function controlPlaneRoutes(
   app: FastifyInstance,
-  deps: { manager: SandboxManager; ledger: Ledger; quotas: Quotas },
+  deps: { manager: SandboxManager; ledger: LedgerStore; quotas: Quotas },
   tokens: AccessTokens,
   state: E2bState,
   /** bothy's preview domain: the SDK's `getHost(port)` then names a host bothy serves. */
@@ -163,8 +163,8 @@ export function controlPlaneRoutes(
   const connection = connectionShape(tokens, domain);
 
   /** A sandbox E2B can see: gone (deleted, failed) or still being made is E2B's 404. */
-  const visible = (id: string): SandboxInfo & { e2bState: "running" | "paused" } => {
-    const info = manager.info(id);
+  const visible = async (id: string): Promise<SandboxInfo & { e2bState: "running" | "paused" }> => {
+    const info = await manager.info(id);
     const shown = e2bState(info);
     if (!shown) throw new E2bHttpError(404, `Sandbox ${id} not found (it is ${info.state})`);
     return { ...info, e2bState: shown };
@@ -194,19 +194,19 @@ export function controlPlaneRoutes(
       undefined,
       { tenant, admit: (size) => quotas.admit(tenant, size) },
     );
-    state.setEnv(sandbox.sandbox_id, body.envVars ?? {});
+    await state.setEnv(sandbox.sandbox_id, body.envVars ?? {});
     return reply.code(201).send(connection(sandbox, principal));
   });
 
   /** Resumes a dormant sandbox (201) or joins a running one (200); the timeout only ever extends. */
   app.post<Params>("/v2/sandboxes/:id/connect", async (request, reply) => {
     const body = parse(connectBody, request.body, "POST /v2/sandboxes/{id}/connect");
-    const info = visible(request.params.id);
+    const info = await visible(request.params.id);
     if (info.e2bState !== "running") await manager.ensureRunning(info.sandbox_id, "resume");
     if (body.timeout !== undefined) {
-      const current = manager.info(info.sandbox_id).expires_at;
+      const current = (await manager.info(info.sandbox_id)).expires_at;
       if (current === null || Date.parse(current) < Date.now() + body.timeout * 1000)
-        manager.setTimeout(info.sandbox_id, { timeout_s: body.timeout });
+        await manager.setTimeout(info.sandbox_id, { timeout_s: body.timeout });
     }
     return reply.code(info.e2bState === "running" ? 200 : 201).send(connection(info, principalOf(request)));
   });
@@ -220,9 +220,8 @@ export function controlPlaneRoutes(
     // Newest first with order=desc: the cursor then walks the other way.
     const sign = query.order === "desc" ? -1 : 1;
     const principal = principalOf(request);
-    const mine = principal.scopes.has("admin") ? undefined : ledger.auth.sandboxIdsOf(principal.tenant);
-    const listed = manager
-      .list()
+    const mine = principal.scopes.has("admin") ? undefined : await ledger.auth.sandboxIdsOf(principal.tenant);
+    const listed = (await manager.list())
       .filter((info) => mine === undefined || mine.has(info.sandbox_id))
       .map((info) => ({ info, shown: e2bState(info) }))
       .filter(
@@ -244,7 +243,7 @@ export function controlPlaneRoutes(
 
   /** The envd token only for a key that may run commands: it starts processes as root. */
   app.get<Params>("/sandboxes/:id", async (request) => {
-    const info = visible(request.params.id);
+    const info = await visible(request.params.id);
     const principal = principalOf(request);
     return {
       ...listedShape(info, info.e2bState),
@@ -263,7 +262,7 @@ export function controlPlaneRoutes(
    */
   app.post<Params>("/sandboxes/:id/pause", async (request, reply) => {
     const body = parse(pauseBody, request.body, "POST /sandboxes/{id}/pause");
-    const info = visible(request.params.id);
+    const info = await visible(request.params.id);
     if (info.e2bState === "paused") throw new E2bHttpError(409, `Sandbox ${info.sandbox_id} is already paused`);
     await manager.pause(info.sandbox_id, body.memory === undefined ? {} : { memory: body.memory });
     return reply.code(204).send();
@@ -272,22 +271,22 @@ export function controlPlaneRoutes(
   /** One sample taken now from inside a running sandbox; a paused one has none (it is not woken). */
   app.get<Params>("/sandboxes/:id/metrics", async (request) => {
     const { start, end } = parse(metricsQuery, request.query, "GET /sandboxes/{id}/metrics");
-    const info = visible(request.params.id);
+    const info = await visible(request.params.id);
     const now = Date.now() / 1000;
     if (info.e2bState !== "running" || (start !== undefined && start > now) || (end !== undefined && end < now - 1))
       return [];
-    return [await sampleMetrics(manager.agent(info.sandbox_id), info.vcpu)];
+    return [await sampleMetrics(await manager.agent(info.sandbox_id), info.vcpu)];
   });
 
   app.post<Params>("/sandboxes/:id/timeout", async (request, reply) => {
     const { timeout } = parse(timeoutBody, request.body, "POST /sandboxes/{id}/timeout");
-    visible(request.params.id);
-    manager.setTimeout(request.params.id, { timeout_s: timeout });
+    await visible(request.params.id);
+    await manager.setTimeout(request.params.id, { timeout_s: timeout });
     return reply.code(204).send();
   });
 
   app.delete<Params>("/sandboxes/:id", async (request, reply) => {
-    const info = manager.info(request.params.id);
+    const info = await manager.info(request.params.id);
     // One being deleted is already gone for E2B: a second kill answers false, as once it is deleted.
     if (!isIn("active", info.state))
       throw new BothyError("sandbox_not_found", `Sandbox ${info.sandbox_id} was already ${info.state}.`);

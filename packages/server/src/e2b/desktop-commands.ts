@@ -18,7 +18,7 @@ export interface DesktopCommandContext {
   binding: string | undefined;
   desktop: DesktopService;
   streams: DesktopStreams;
-  agent: () => AgentClient;
+  agent: () => Promise<AgentClient>;
 }
 
 /** A mapped line: a step the server takes first, then the command that runs instead. */
@@ -83,7 +83,7 @@ export function mapDesktopCommand(line: string, ctx: DesktopCommandContext): Map
     return {
       before: async () => {
         const shot = await desktop.screenshot(id);
-        await ctx.agent().writeFile(path, shot.png, { mode: 0o600 });
+        await (await ctx.agent()).writeFile(path, shot.png, { mode: 0o600 });
       },
       line: "true",
     };

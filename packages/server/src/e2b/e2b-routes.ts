@@ -4,7 +4,7 @@ import type { BothyError } from "@bothy/protocol";
 import type { CommandRegistry } from "../commands/command-registry.ts";
 import type { Quotas } from "../auth/quotas.ts";
 import type { Config } from "../config.ts";
-import type { Ledger } from "../ledger/ledger.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 import type { ServerEvents } from "../events/server-events.ts";
 import { onSandboxFinal } from "../sandboxes/sandbox-final.ts";
 import type { SandboxManager } from "../sandboxes/sandbox-manager.ts";
@@ -39,7 +39,7 @@ export interface E2bDeps {
   serverEvents: ServerEvents;
   /** The server's own error accounting (metrics, and a log line for 5xx), shared with its routes. */
   logProblem: (err: BothyError) => void;
-  ledger: Ledger;
+  ledger: LedgerStore;
   quotas: Quotas;
   /** Seals the create's envVars the ledger keeps. */
   vault: Vault;

@@ -48,8 +48,7 @@ export function e2bSnapshotRoutes(
   /** Oldest first; `nextToken` is the id of the last one shown. */
   app.get("/snapshots", async (request, reply) => {
     const query = parse(listQuery, request.query, "GET /snapshots");
-    const all = snapshots
-      .list(principalOf(request).tenant)
+    const all = (await snapshots.list(principalOf(request).tenant))
       .filter(
         (s) =>
           (query.sandboxID === undefined || s.source_sandbox_id === query.sandboxID) &&
@@ -97,10 +96,9 @@ export function e2bSnapshotRoutes(
       undefined,
       { tenant: principal.tenant, mayOpenPrivate: hasScope(principal.scopes, PRIVATE_SCOPE) },
     );
+    await state.ready(request.params.id);
     const env = state.env(request.params.id);
-    return result.sandboxes.map((child) => {
-      state.setEnv(child.sandbox_id, env);
-      return { sandbox: connection(child, principal) };
-    });
+    await Promise.all(result.sandboxes.map((child) => state.setEnv(child.sandbox_id, env)));
+    return result.sandboxes.map((child) => ({ sandbox: connection(child, principal) }));
   });
 }

@@ -35,12 +35,19 @@ export function vaultSealer(vault: {
  * process gets, and which bothy command each guest pid is (E2B names processes by pid). Kept in
  * the ledger (`E2bRows`, the envVars sealed), written through at every change, so a restarted
  * server still gives commands the envVars and still knows the pids of processes that run on in the
- * guest; a cache per sandbox in memory answers the reads. A process's own `envs` are not written
+ * guest; a cache per sandbox in memory answers the reads, filled from the ledger once per sandbox
+ * (`ready`, which every handler awaits before it reads). Writes go to the cache at once and to the
+ * ledger in the order they were made (one chain per server), so the ledger never holds an older
+ * state than one written after it. A process's own `envs` are not written
  * to the ledger: after a restart its config reads without them.
  */
 export class E2bState {
   private readonly envs = new Map<string, Record<string, string>>();
   private readonly processes = new Map<string, Map<number, E2bProcess>>();
+  /** Loads under way or done, per sandbox: `ready` reads the ledger once. */
+  private readonly loading = new Map<string, Promise<void>>();
+  /** The ledger writes, one after another in the order made. */
+  private writes: Promise<void> = Promise.resolve();
 
   constructor(
     private readonly rows: E2bRows,
@@ -48,44 +55,90 @@ export class E2bState {
     private readonly onUnreadable: (sandboxId: string, err: Error) => void = () => undefined,
   ) {}
 
-  setEnv(sandboxId: string, env: Record<string, string>): void {
-    if (Object.keys(env).length === 0) return;
-    this.rows.putEnv(sandboxId, this.sealer.seal(sandboxId, Buffer.from(JSON.stringify(env), "utf8")));
-    this.envs.set(sandboxId, env);
+  /** Fills the sandbox's cache from the ledger (once): the reads below answer from it. */
+  ready(sandboxId: string): Promise<void> {
+    let loading = this.loading.get(sandboxId);
+    if (!loading) {
+      loading = this.load(sandboxId);
+      this.loading.set(sandboxId, loading);
+      loading.catch(() => this.loading.delete(sandboxId));
+    }
+    return loading;
   }
 
-  env(sandboxId: string): Record<string, string> {
-    const known = this.envs.get(sandboxId);
-    if (known) return known;
-    const sealed = this.rows.env(sandboxId);
-    if (!sealed) return {};
-    let env: Record<string, string>;
-    try {
-      env = JSON.parse(this.sealer.open(sandboxId, sealed).toString("utf8")) as Record<string, string>;
-    } catch (err) {
-      // The vault's key was replaced since: the envVars cannot be read back; commands run without them.
-      this.onUnreadable(sandboxId, err as Error);
-      env = {};
+  private async load(sandboxId: string): Promise<void> {
+    // Writes made before the load land first, so it reads them back.
+    await this.writes;
+    const [sealed, rows] = await Promise.all([this.rows.env(sandboxId), this.rows.processes(sandboxId)]);
+    if (!this.envs.has(sandboxId)) {
+      let env: Record<string, string> = {};
+      if (sealed)
+        try {
+          env = JSON.parse(this.sealer.open(sandboxId, sealed).toString("utf8")) as Record<string, string>;
+        } catch (err) {
+          // The vault's key was replaced since: the envVars cannot be read back; commands run without them.
+          this.onUnreadable(sandboxId, err as Error);
+        }
+      this.envs.set(sandboxId, env);
     }
+    const map = this.of(sandboxId);
+    for (const row of rows) {
+      if (map.has(row.pid)) continue;
+      const config = JSON.parse(row.config) as Omit<E2bProcess["config"], "envs">;
+      map.set(row.pid, {
+        commandId: row.command_id,
+        config: { ...config, envs: {} },
+        pty: row.pty === 1,
+        ...(row.signalled === "SIGKILL" || row.signalled === "SIGTERM" ? { signalled: row.signalled } : {}),
+        ...(row.tag === null ? {} : { tag: row.tag }),
+      });
+    }
+  }
+
+  /** Queues a ledger write after the ones before it; resolves once it landed (a failure is reported, not thrown). */
+  private write(sandboxId: string, f: () => Promise<unknown>): Promise<void> {
+    const next = this.writes.then(f).then(
+      () => undefined,
+      (err: unknown) => this.onUnreadable(sandboxId, err as Error),
+    );
+    this.writes = next;
+    return next;
+  }
+
+  /** Resolves once the writes made so far have landed (or failed, and were reported). */
+  flush(): Promise<void> {
+    return this.writes;
+  }
+
+  setEnv(sandboxId: string, env: Record<string, string>): Promise<void> {
+    if (Object.keys(env).length === 0) return Promise.resolve();
+    const sealed = this.sealer.seal(sandboxId, Buffer.from(JSON.stringify(env), "utf8"));
     this.envs.set(sandboxId, env);
-    return env;
+    return this.write(sandboxId, () => this.rows.putEnv(sandboxId, sealed));
+  }
+
+  /** The create's envVars (after `ready`). */
+  env(sandboxId: string): Record<string, string> {
+    return this.envs.get(sandboxId) ?? {};
   }
 
   addProcess(sandboxId: string, pid: number, process: E2bProcess): void {
     const { envs: _envs, ...config } = process.config;
-    this.rows.putProcess({
-      sandbox_id: sandboxId,
-      pid,
-      command_id: process.commandId,
-      config: JSON.stringify(config),
-      pty: process.pty ? 1 : 0,
-      tag: process.tag ?? null,
-      signalled: process.signalled ?? null,
-    });
     this.of(sandboxId).set(pid, process);
+    void this.write(sandboxId, () =>
+      this.rows.putProcess({
+        sandbox_id: sandboxId,
+        pid,
+        command_id: process.commandId,
+        config: JSON.stringify(config),
+        pty: process.pty ? 1 : 0,
+        tag: process.tag ?? null,
+        signalled: process.signalled ?? null,
+      }),
+    );
   }
 
-  /** The bothy command of a guest pid, and how E2B asked for it. */
+  /** The bothy command of a guest pid, and how E2B asked for it (after `ready`). */
   process(sandboxId: string, pid: number): E2bProcess | undefined {
     return this.of(sandboxId).get(pid);
   }
@@ -99,36 +152,28 @@ export class E2bState {
     const process = this.process(sandboxId, pid);
     if (!process) return;
     process.signalled = signal;
-    this.rows.setSignalled(sandboxId, pid, signal);
+    void this.write(sandboxId, () => this.rows.setSignalled(sandboxId, pid, signal));
   }
 
   dropProcess(sandboxId: string, pid: number): void {
     this.of(sandboxId).delete(pid);
-    this.rows.dropProcess(sandboxId, pid);
+    void this.write(sandboxId, () => this.rows.dropProcess(sandboxId, pid));
   }
 
   forget(sandboxId: string): void {
     this.envs.delete(sandboxId);
     this.processes.delete(sandboxId);
-    this.rows.forget(sandboxId);
+    this.loading.delete(sandboxId);
+    void this.write(sandboxId, () => this.rows.forget(sandboxId));
   }
 
-  /** The sandbox's pid map, read from the ledger the first time this process asks. */
+  /** The sandbox's pid map in memory. */
   private of(sandboxId: string): Map<number, E2bProcess> {
     let map = this.processes.get(sandboxId);
-    if (map) return map;
-    map = new Map();
-    for (const row of this.rows.processes(sandboxId)) {
-      const config = JSON.parse(row.config) as Omit<E2bProcess["config"], "envs">;
-      map.set(row.pid, {
-        commandId: row.command_id,
-        config: { ...config, envs: {} },
-        pty: row.pty === 1,
-        ...(row.signalled === "SIGKILL" || row.signalled === "SIGTERM" ? { signalled: row.signalled } : {}),
-        ...(row.tag === null ? {} : { tag: row.tag }),
-      });
+    if (!map) {
+      map = new Map();
+      this.processes.set(sandboxId, map);
     }
-    this.processes.set(sandboxId, map);
     return map;
   }
 }

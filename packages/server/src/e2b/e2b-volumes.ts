@@ -18,8 +18,8 @@ type ById = { Params: { volumeID: string } };
 
 export function e2bVolumeRoutes(app: FastifyInstance, volumes: VolumeService): void {
   /** The tenant's volume by id; another tenant's is E2B's 404, as one that never existed. */
-  const byId = (tenant: string, id: string): { volumeID: string; name: string } => {
-    const found = volumes.list(tenant).find((v) => v.volume_id === id);
+  const byId = async (tenant: string, id: string): Promise<{ volumeID: string; name: string }> => {
+    const found = (await volumes.list(tenant)).find((v) => v.volume_id === id);
     if (!found) throw new E2bHttpError(404, `Volume ${id.slice(0, 64)} not found`);
     return { volumeID: found.volume_id, name: found.name };
   };
@@ -31,17 +31,17 @@ export function e2bVolumeRoutes(app: FastifyInstance, volumes: VolumeService): v
   });
 
   app.get("/volumes", async (request) =>
-    volumes.list(principalOf(request).tenant).map((v) => ({ volumeID: v.volume_id, name: v.name })),
+    (await volumes.list(principalOf(request).tenant)).map((v) => ({ volumeID: v.volume_id, name: v.name })),
   );
 
   app.get<ById>("/volumes/:volumeID", async (request) => ({
-    ...byId(principalOf(request).tenant, request.params.volumeID),
+    ...(await byId(principalOf(request).tenant, request.params.volumeID)),
     token: "",
   }));
 
   app.delete<ById>("/volumes/:volumeID", async (request, reply) => {
     const { tenant } = principalOf(request);
-    await volumes.delete(tenant, byId(tenant, request.params.volumeID).name);
+    await volumes.delete(tenant, (await byId(tenant, request.params.volumeID)).name);
     return reply.code(204).send();
   });
 }

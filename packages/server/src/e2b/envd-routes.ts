@@ -41,21 +41,21 @@ export function envdSandboxId(request: FastifyRequest): string {
  * Resolves E2b-Sandbox-Id to a live sandbox and checks its X-Access-Token. An unknown or gone
  * sandbox is 502, which the SDK reads as "not running anymore", as from E2B's own proxy.
  */
-function admit(manager: SandboxManager, tokens: AccessTokens, request: FastifyRequest): SandboxInfo {
+async function admit(manager: SandboxManager, tokens: AccessTokens, request: FastifyRequest): Promise<SandboxInfo> {
   const id = envdSandboxId(request);
   const port = header(request, "e2b-sandbox-port") ?? ENVD_PORT;
   // A well-formed other port was routed to bothy's port proxy before reaching here.
   if (port !== ENVD_PORT) throw new E2bHttpError(400, `E2b-Sandbox-Port ${port.slice(0, 16)} is not a TCP port`);
   let info: SandboxInfo;
   try {
-    info = manager.info(id);
+    info = await manager.info(id);
   } catch (err) {
     if (err instanceof BothyError && (err.code === "sandbox_not_found" || err.code === "invalid_sandbox_id"))
       throw new E2bHttpError(502, `Sandbox ${id.slice(0, 64)} not found`);
     throw err;
   }
   if (!isIn("servable", info.state)) throw new E2bHttpError(502, `Sandbox ${id} is not running (it is ${info.state})`);
-  if (!tokens.verify(id, header(request, "x-access-token")))
+  if (!(await tokens.verify(id, header(request, "x-access-token"))))
     throw new E2bHttpError(
       401,
       "X-Access-Token is missing, not this sandbox's, or its API key was revoked or has expired; connect to the sandbox again with a current key (Sandbox.connect) for a new token.",
@@ -84,7 +84,7 @@ export async function envdRoutes(
   rpc: (scope: FastifyInstance) => Promise<void>,
 ): Promise<void> {
   envd.addHook("onRequest", async (request, reply) => {
-    const info = admit(manager, tokens, request);
+    const info = await admit(manager, tokens, request);
     await manager.ensureRunning(info.sandbox_id).catch((err: unknown) => {
       // E2B's proxy answers traffic to a paused sandbox without auto-resume so.
       if (err instanceof BothyError && err.code === "sandbox_asleep")
@@ -122,14 +122,11 @@ export async function fileRoutes(
     checkUser(username);
     if (path === undefined) throw new E2bHttpError(400, "path is required");
     // The length is that of the file the guest opened (a symlink's target), so it is sent whole.
-    const { stat, stream } = await manager
-      .agent(sandboxOf(request))
-      .openRead(path)
-      .catch((err: unknown) => {
-        if (err instanceof BothyError && err.details?.["guest_code"] === "not_a_file")
-          throw new E2bHttpError(400, `${path} is not a regular file`);
-        throw err;
-      });
+    const { stat, stream } = await (await manager.agent(sandboxOf(request))).openRead(path).catch((err: unknown) => {
+      if (err instanceof BothyError && err.details?.["guest_code"] === "not_a_file")
+        throw new E2bHttpError(400, `${path} is not a regular file`);
+      throw err;
+    });
     return reply
       .type("application/octet-stream")
       .headers(SANDBOX_FILE_HEADERS)
@@ -140,7 +137,7 @@ export async function fileRoutes(
   files.post<{ Querystring: Record<string, string> }>("/files", async (request) => {
     const { path, username } = parseE2b(fileQuery, request.query, "POST /files");
     checkUser(username);
-    const agent = manager.agent(sandboxOf(request));
+    const agent = await manager.agent(sandboxOf(request));
     const body = (request.body as Readable | undefined) ?? Readable.from([]);
     const type = header(request, "content-type") ?? "";
     if (type.startsWith("multipart/form-data")) return writeMultipart(agent, request.headers, body, path);

@@ -83,7 +83,7 @@ export function filesystemService(manager: SandboxManager): Partial<ServiceImpl<
     checkRpcUser(ctx);
     if (path === "") throw new ConnectError("path is required", Code.InvalidArgument);
     try {
-      return await run(manager.agent(sandboxOf(ctx)), posix.resolve(HOME, path));
+      return await run(await manager.agent(sandboxOf(ctx)), posix.resolve(HOME, path));
     } catch (err) {
       throw toConnectError(err);
     }
@@ -133,7 +133,7 @@ export function filesystemService(manager: SandboxManager): Partial<ServiceImpl<
       const path = posix.resolve(HOME, req.path);
       let agent: AgentClient;
       try {
-        agent = manager.agent(sandboxOf(ctx));
+        agent = await manager.agent(sandboxOf(ctx));
         const stat = await agent.stat(path);
         if (stat.type !== "dir") throw new ConnectError(`${path} is not a directory`, Code.InvalidArgument);
       } catch (err) {

@@ -189,12 +189,13 @@ export function processService(
   mapLine: LineMapper = () => undefined,
 ): Partial<ServiceImpl<typeof Process>> {
   /** The running command a selector names; a finished or unknown one is `not_found`, as in envd. */
-  const selected = (
+  const selected = async (
     ctx: HandlerContext,
     selector: ProcessSelector | undefined,
-  ): { pid: number; process: E2bProcess; command: RunningCommand; sandboxId: string } => {
+  ): Promise<{ pid: number; process: E2bProcess; command: RunningCommand; sandboxId: string }> => {
     checkRpcUser(ctx);
     const sandboxId = sandboxOf(ctx);
+    await state.ready(sandboxId);
     const sel = selector?.selector;
     let pid: number | undefined;
     let process: E2bProcess | undefined;
@@ -213,12 +214,13 @@ export function processService(
   };
 
   /** A pid of the map (by pid or tag) whose bothy command this server never knew: one started before a restart. */
-  const fromBeforeRestart = (
+  const fromBeforeRestart = async (
     ctx: HandlerContext,
     selector: ProcessSelector | undefined,
-  ): { pid: number; process: E2bProcess } | undefined => {
+  ): Promise<{ pid: number; process: E2bProcess } | undefined> => {
     checkRpcUser(ctx);
     const sandboxId = sandboxOf(ctx);
+    await state.ready(sandboxId);
     const sel = selector?.selector;
     const found: [number, E2bProcess] | undefined =
       sel?.case === "pid"
@@ -240,7 +242,7 @@ export function processService(
   const signalBeforeRestart = async (sandboxId: string, pid: number, signal: string): Promise<boolean> => {
     const cmd = `kill -s ${signal.replace(/^SIG/, "")} -- -${pid}`;
     const { code } = await execQuiet(
-      manager.agent(sandboxId),
+      await manager.agent(sandboxId),
       cmd,
       SIGNAL_TIMEOUT_MS,
       `Signalling ${pid}`,
@@ -261,7 +263,7 @@ export function processService(
       // What the process list keeps: the SDK's own args, unless a mapped line held a credential.
       let recordedArgs = proc.args;
       try {
-        const agent = manager.agent(sandboxId);
+        const agent = await manager.agent(sandboxId);
         if (proc.cwd !== undefined && proc.cwd !== "") {
           const where = await agent.stat(proc.cwd).catch((err: unknown) => {
             if (err instanceof BothyError && err.code === "file_not_found") return undefined;
@@ -285,7 +287,7 @@ export function processService(
         const parsed = commandRequest.safeParse({
           cmd: `exec ${[proc.cmd, ...args].map(shellQuote).join(" ")}`,
           ...(proc.cwd ? { cwd: proc.cwd } : {}),
-          env: { ...state.env(sandboxId), ...proc.envs },
+          env: { ...(await state.ready(sandboxId).then(() => state.env(sandboxId))), ...proc.envs },
           // A terminal always takes input, as in envd.
           stdin: size !== undefined || (req.stdin ?? false),
           background: true,
@@ -314,14 +316,15 @@ export function processService(
     },
 
     async *connect(req, ctx) {
-      const { pid, process, command } = selected(ctx, req.process);
+      const { pid, process, command } = await selected(ctx, req.process);
       yield { event: { event: { case: "start", value: { pid } } } };
       for await (const event of processEvents(command, ctx, process.pty, process, () => process)) yield { event };
     },
 
-    list: (_req, ctx) => {
+    list: async (_req, ctx) => {
       checkRpcUser(ctx);
       const sandboxId = sandboxOf(ctx);
+      await state.ready(sandboxId);
       const processes = [];
       for (const [pid, process] of state.listProcesses(sandboxId)) {
         const command = registry.get(sandboxId, process.commandId);
@@ -339,7 +342,7 @@ export function processService(
       const signal = SIGNALS[req.signal];
       if (!signal) throw new ConnectError("signal must be SIGNAL_SIGKILL or SIGNAL_SIGTERM", Code.InvalidArgument);
       const sandboxId = sandboxOf(ctx);
-      const before = fromBeforeRestart(ctx, req.process);
+      const before = await fromBeforeRestart(ctx, req.process);
       if (before) {
         let signalled: boolean;
         try {
@@ -351,14 +354,14 @@ export function processService(
         if (!signalled) throw new ConnectError(`process ${before.pid} not found`, Code.NotFound);
         return {};
       }
-      const { pid, command } = selected(ctx, req.process);
+      const { pid, command } = await selected(ctx, req.process);
       state.markSignalled(sandboxId, pid, signal);
       command.signal(signal);
       return {};
     },
 
-    sendInput: (req, ctx) => {
-      const { process, command } = selected(ctx, req.process);
+    sendInput: async (req, ctx) => {
+      const { process, command } = await selected(ctx, req.process);
       const input = req.input?.input;
       if (input?.case === "pty" && !process.pty)
         throw new ConnectError("process has no terminal: send its input as stdin", Code.InvalidArgument);
@@ -366,8 +369,8 @@ export function processService(
       return {};
     },
 
-    update: (req, ctx) => {
-      const { process, command } = selected(ctx, req.process);
+    update: async (req, ctx) => {
+      const { process, command } = await selected(ctx, req.process);
       const size = req.pty?.size;
       if (!size) return {};
       if (!process.pty) throw new ConnectError("process has no terminal to resize", Code.InvalidArgument);
@@ -378,8 +381,8 @@ export function processService(
       return {};
     },
 
-    closeStdin: (req, ctx) => {
-      const { command } = selected(ctx, req.process);
+    closeStdin: async (req, ctx) => {
+      const { command } = await selected(ctx, req.process);
       command.stdin(Buffer.alloc(0), true);
       return {};
     },

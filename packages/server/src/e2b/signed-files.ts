@@ -39,11 +39,8 @@ export async function signedFileRoutes(
         user: query.username,
         expiration,
       };
-      const served = manager
-        .list()
-        .filter((s) => isIn("servable", s.state))
-        .map((s) => s.sandbox_id);
-      const id = tokens.signerOf(served, op, query.signature);
+      const served = (await manager.list()).filter((s) => isIn("servable", s.state)).map((s) => s.sandbox_id);
+      const id = await tokens.signerOf(served, op, query.signature);
       if (id === undefined) throw new E2bHttpError(401, "The signature matches no sandbox's file operation.");
       signer.set(request, id);
       await manager.ensureRunning(id);

@@ -32,7 +32,7 @@ export function streamPageRoutes(e2b: FastifyInstance, streams: DesktopStreams, 
     const link = { sid: id, what: "desktop" as const, ...(control ? { control: true } : {}), exp };
     const token = binding === undefined ? undefined : links.signAs(link, binding);
     // The link holds only while the key that started the stream is current and may still do it.
-    if (token === undefined || links.verify(token) === undefined)
+    if (token === undefined || (await links.verify(token)) === undefined)
       throw new E2bHttpError(
         401,
         "This desktop stream needs its password, and the key that started it must still be current: open the URL stream.getUrl({ authKey: stream.getAuthKey() }) gives after stream.start({ requireAuth: true }).",

@@ -1,6 +1,7 @@
 import type { BothyEvent } from "@bothy/protocol";
 import type { EventScope } from "../ledger/event-rows.ts";
-import type { EventRow, Ledger } from "../ledger/ledger.ts";
+import type { EventRow } from "../ledger/ledger.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 
 /** `tenant`: the event's tenant, or null for a host-wide one (shown to admin keys only). */
 export type EventListener = (event: BothyEvent, tenant: string | null) => void;
@@ -11,19 +12,25 @@ export type EventListener = (event: BothyEvent, tenant: string | null) => void;
  */
 export class EventBus {
   private readonly listeners = new Set<EventListener>();
+  /** The publishes under way, one after another: subscribers get events in the order of their numbers. */
+  private chain: Promise<unknown> = Promise.resolve();
 
-  constructor(private readonly ledger: Ledger) {}
+  constructor(private readonly ledger: LedgerStore) {}
 
   publish(
     type: BothyEvent["type"],
     sandboxId: string | null,
     data: Record<string, unknown>,
     tenant?: string,
-  ): BothyEvent {
-    const row = this.ledger.insertEvent(type, sandboxId, data, tenant);
-    const event = toEvent(row);
-    for (const listener of [...this.listeners]) listener(event, row.tenant);
-    return event;
+  ): Promise<BothyEvent> {
+    const done = this.chain.then(async () => {
+      const row = await this.ledger.insertEvent(type, sandboxId, data, tenant);
+      const event = toEvent(row);
+      for (const listener of [...this.listeners]) listener(event, row.tenant);
+      return event;
+    });
+    this.chain = done.catch(() => undefined);
+    return done;
   }
 
   subscribe(listener: EventListener): () => void {
@@ -31,27 +38,27 @@ export class EventBus {
     return () => this.listeners.delete(listener);
   }
 
-  since(seq: number, sandboxId?: string): BothyEvent[] {
-    return this.ledger.eventsSince(seq, sandboxId).map(toEvent);
+  async since(seq: number, sandboxId?: string): Promise<BothyEvent[]> {
+    return (await this.ledger.eventsSince(seq, sandboxId)).map(toEvent);
   }
 
   /** A sandbox's events of these types after `seq` (its audit). */
-  ofSandbox(sandboxId: string, types: readonly string[], seq: number, limit: number): BothyEvent[] {
-    return this.ledger.sandboxEvents(sandboxId, types, seq, limit).map(toEvent);
+  async ofSandbox(sandboxId: string, types: readonly string[], seq: number, limit: number): Promise<BothyEvent[]> {
+    return (await this.ledger.sandboxEvents(sandboxId, types, seq, limit)).map(toEvent);
   }
 
   /**
    * The scope's events after `seq`, oldest first, at most `limit`, read from the scope's own rows.
    * A tenant's scope on a sandbox of another tenant (or none) has no rows and reads none.
    */
-  page(seq: number, scope: EventScope, limit: number): BothyEvent[] {
+  async page(seq: number, scope: EventScope, limit: number): Promise<BothyEvent[]> {
     if (scope.tenant !== null && scope.sandboxId !== undefined)
-      if (this.ledger.getSandbox(scope.sandboxId)?.tenant !== scope.tenant) return [];
-    return this.ledger.events.page(seq, scope, limit).map(toEvent);
+      if ((await this.ledger.getSandbox(scope.sandboxId))?.tenant !== scope.tenant) return [];
+    return (await this.ledger.events.page(seq, scope, limit)).map(toEvent);
   }
 
   /** The newest event's sequence number (0 for none). */
-  lastSeq(): number {
+  lastSeq(): Promise<number> {
     return this.ledger.events.lastSeq();
   }
 }

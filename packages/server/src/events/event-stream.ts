@@ -18,11 +18,17 @@ const KEEPALIVE_MS = 15_000;
  * and still gets every event, in order, once it reads again.
  */
 export class EventStream {
-  private state: "live" | "replaying" | "behind" = "live";
+  private state: "live" | "replaying" | "behind" = "replaying";
   /** The last event written, or passed over in live mode (the next page starts after it). */
-  private cursor: number;
+  private cursor = 0;
   /** The rest of a page read but not yet written (the socket was full). */
   private pending: BothyEvent[] = [];
+  /**
+   * Events published while a page was read (the read is asynchronous: one may land after the
+   * page's query and before the stream is live again), at most PAGE_ROWS; `overflowed` when more came.
+   */
+  private arrived: Array<{ event: BothyEvent; tenant: string | null }> = [];
+  private overflowed = false;
   private closed = false;
   private readonly unsubscribe: () => void;
   private readonly untrack: () => void;
@@ -35,15 +41,23 @@ export class EventStream {
     private readonly streams: EventStreams,
     from: number | undefined,
   ) {
-    this.cursor = from ?? bus.lastSeq();
-    // Subscribing and reading the first page happen in one synchronous run (the ledger is
-    // synchronous), so no event can fall between them.
+    // Subscribed before the ledger is read: what is published meanwhile is kept (`arrived`).
     this.unsubscribe = bus.subscribe((event, tenant) => this.onEvent(event, tenant));
     this.untrack = streams.track({ res, state: () => this.state });
     this.keepalive = setInterval(() => {
       if (this.state === "live" && !res.write(": keepalive\n\n")) this.waitForClient();
     }, KEEPALIVE_MS);
-    if (from !== undefined) void this.catchUp();
+    void this.begin(from);
+  }
+
+  /** From the newest event when no Last-Event-ID came, else from it: a first page, then live. */
+  private async begin(from: number | undefined): Promise<void> {
+    try {
+      this.cursor = from ?? (await this.bus.lastSeq());
+    } catch {
+      return void this.res.destroy();
+    }
+    await this.catchUp();
   }
 
   close(): void {
@@ -56,11 +70,20 @@ export class EventStream {
   }
 
   private onEvent(event: BothyEvent, tenant: string | null): void {
+    if (this.state === "replaying") {
+      if (this.arrived.length < PAGE_ROWS) this.arrived.push({ event, tenant });
+      else this.overflowed = true;
+      return;
+    }
     if (this.state !== "live") return; // the next page reads it from the ledger
     this.cursor = event.seq;
-    if (this.scope.sandboxId !== undefined && event.sandbox_id !== this.scope.sandboxId) return;
-    if (this.scope.tenant !== null && tenant !== this.scope.tenant) return;
+    if (!this.inScope(event, tenant)) return;
     if (!this.write(event)) this.waitForClient();
+  }
+
+  private inScope(event: BothyEvent, tenant: string | null): boolean {
+    if (this.scope.sandboxId !== undefined && event.sandbox_id !== this.scope.sandboxId) return false;
+    return this.scope.tenant === null || tenant === this.scope.tenant;
   }
 
   /** Writes one event; false when the socket's buffer is full (the client is not reading). */
@@ -75,20 +98,40 @@ export class EventStream {
   }
 
   /**
-   * Pages from the cursor until a page comes back short and every row of it went out; the stream
-   * is live from that moment, in the same synchronous run as the query, so nothing is missed.
+   * Pages from the cursor until a page comes back short and every row of it went out, then the
+   * events published while that page was read and after its rows (the page's query may have run
+   * before they landed), and the stream is live from that moment, so nothing is missed. An event
+   * published before a page's read began is in the ledger by then (a publish reaches subscribers
+   * only once its row is written), so the page has it.
    */
   private async catchUp(): Promise<void> {
     this.state = "replaying";
     for (;;) {
       if (this.closed) return;
       if (!this.flush()) return this.waitForClient();
-      const rows = this.bus.page(this.cursor, this.scope, PAGE_ROWS);
+      this.arrived = [];
+      this.overflowed = false;
+      let rows: BothyEvent[];
+      try {
+        rows = await this.bus.page(this.cursor, this.scope, PAGE_ROWS);
+      } catch {
+        // The ledger did not answer: the client reconnects with its Last-Event-ID.
+        return void this.res.destroy();
+      }
+      if (this.closed) return;
       this.streams.read(rows.length);
       this.pending = rows;
       if (!this.flush()) return this.waitForClient();
-      if (rows.length < PAGE_ROWS) {
+      if (rows.length < PAGE_ROWS && !this.overflowed) {
+        const after = this.cursor;
+        const late = this.arrived.filter((a) => a.event.seq > after);
+        this.arrived = [];
         this.state = "live";
+        // Written as live events are: the cursor passes over those of other scopes.
+        for (const { event, tenant } of late) {
+          if (this.state !== "live") break; // the socket filled: the next page reads the rest
+          this.onEvent(event, tenant);
+        }
         return;
       }
       await nextTurn(); // other requests run between pages

@@ -16,7 +16,7 @@ export interface EventStreamGauges {
   behind: number;
   /** Bytes written to the streams that their clients have not taken yet. */
   bufferedBytes: number;
-  /** Ledger rows the streams' replays have read, since start. */
+  /** LedgerStore rows the streams' replays have read, since start. */
   replayRows: number;
 }
 

@@ -114,6 +114,8 @@ export interface ServerEventMap {
   sandbox_final: { sandbox_id: string; state: SandboxState };
   /** A `sandbox_final` listener threw; the others ran. */
   sandbox_final_cleanup_failed: Failure;
+  /** A ledger write nobody waits for (a command's record, a key's last use, E2B's pid map) failed. */
+  ledger_write_failed: { what: string; sandbox_id: string | null; error: string };
   sandbox_delete_failed: Failure;
   orphan_removed: { sandbox_id: string; kind: string; description: string; by: string; disk_kept?: true };
   orphan_remove_failed: Failure;
@@ -236,6 +238,7 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   sandbox_deleted: "info",
   sandbox_final: "debug",
   sandbox_final_cleanup_failed: "error",
+  ledger_write_failed: "error",
   sandbox_delete_failed: "warn",
   orphan_removed: "info",
   orphan_remove_failed: "warn",

@@ -59,21 +59,25 @@ export class ApprovalBroker implements ApprovalGate {
    * cancelled (`server_restarted`). Its held request died with that process and never went out,
    * and a late approval must not send anything. Returns how many there were.
    */
-  recover(): number {
-    const rows = this.opts.rows.cancelAllPending("server_restarted");
+  async recover(): Promise<number> {
+    const rows = await this.opts.rows.cancelAllPending("server_restarted");
     for (const row of rows) this.opts.log("approval_decided", toApprovalInfo(row));
     return rows.length;
   }
 
-  granted(sandboxId: string, host: string): boolean {
+  granted(sandboxId: string, host: string): Promise<boolean> {
     return this.opts.rows.hostGranted(sandboxId, host.toLowerCase().replace(/\.$/, ""), new Date().toISOString());
   }
 
   /** `onRequested`: told the new approval's id once it is pending (to offer the question elsewhere too). */
-  ask(req: ApprovalAsk, signal: AbortSignal, onRequested?: (approvalId: string) => void): Promise<ApprovalOutcome> {
+  async ask(
+    req: ApprovalAsk,
+    signal: AbortSignal,
+    onRequested?: (approvalId: string) => void,
+  ): Promise<ApprovalOutcome> {
     const id = newApprovalId();
     const created = Date.now();
-    this.opts.rows.insert({
+    await this.opts.rows.insert({
       id,
       tenant: req.tenant,
       sandbox_id: req.sandboxId,
@@ -88,11 +92,11 @@ export class ApprovalBroker implements ApprovalGate {
       created_at: new Date(created).toISOString(),
       expires_at: new Date(created + this.opts.timeoutMs).toISOString(),
     });
-    const row = this.opts.rows.get(id);
+    const row = await this.opts.rows.get(id);
     if (row) this.opts.log("approval_requested", toApprovalInfo(row));
     return new Promise<ApprovalOutcome>((resolve) => {
       const onAbort = (): void => void this.cancel(id, "client_gone");
-      const timer = setTimeout(() => this.expire(id), this.opts.timeoutMs);
+      const timer = setTimeout(() => void this.expire(id).catch(() => undefined), this.opts.timeoutMs);
       timer.unref();
       this.waiters.set(id, {
         finish: (outcome) => {
@@ -103,30 +107,35 @@ export class ApprovalBroker implements ApprovalGate {
         },
       });
       signal.addEventListener("abort", onAbort, { once: true });
-      if (this.stopped) this.cancel(id, "server_stopping");
+      if (this.stopped) void this.cancel(id, "server_stopping");
       else if (signal.aborted) onAbort();
       else onRequested?.(id);
     });
   }
 
   /** An approval as stored, or undefined. */
-  get(id: string): ApprovalInfo | undefined {
-    const row = this.opts.rows.get(id);
+  async get(id: string): Promise<ApprovalInfo | undefined> {
+    const row = await this.opts.rows.get(id);
     if (row && row.state === "pending" && Date.parse(row.expires_at) <= Date.now())
-      return this.expire(id) ?? this.info(id);
+      return (await this.expire(id)) ?? (await this.info(id));
     return row && toApprovalInfo(row);
   }
 
-  list(filter: { tenant?: string; state?: ApprovalState; sandboxId?: string; limit: number }): ApprovalInfo[] {
-    return this.opts.rows.list(filter).map(toApprovalInfo);
+  async list(filter: {
+    tenant?: string;
+    state?: ApprovalState;
+    sandboxId?: string;
+    limit: number;
+  }): Promise<ApprovalInfo[]> {
+    return (await this.opts.rows.list(filter)).map(toApprovalInfo);
   }
 
   /**
    * Approves a pending approval: durable in the ledger before the held caller goes on. A `host`
    * grant lets the sandbox's later requests to the same host through for `minutes` as well.
    */
-  approve(id: string, decision: ApprovalDecision, decidedBy: string | null): ApprovalInfo {
-    const row = this.pendingRow(id);
+  async approve(id: string, decision: ApprovalDecision, decidedBy: string | null): Promise<ApprovalInfo> {
+    const row = await this.pendingRow(id);
     if (decision.grant === "host") {
       if (row.kind !== "http" || row.host === null)
         throw new BothyError(
@@ -150,15 +159,19 @@ export class ApprovalBroker implements ApprovalGate {
     });
   }
 
-  deny(id: string, reason: string | undefined, decidedBy: string | null): ApprovalInfo {
-    this.pendingRow(id);
+  async deny(id: string, reason: string | undefined, decidedBy: string | null): Promise<ApprovalInfo> {
+    await this.pendingRow(id);
     return this.decided(id, { state: "denied", decidedBy, grantKind: null, grantUntil: null, reason: reason ?? null });
   }
 
   /** Graceful stop: every held caller is answered `cancelled` (server_stopping) and every timer cleared. */
   stop(): void {
     this.stopped = true;
-    for (const id of [...this.waiters.keys()]) this.cancel(id, "server_stopping");
+    // Each waiter is answered once its row is settled; a row that cannot be written is still answered.
+    for (const [id, waiter] of [...this.waiters])
+      void this.cancel(id, "server_stopping").catch(() =>
+        waiter.finish({ approvalId: id, state: "cancelled", cancelReason: "server_stopping" }),
+      );
   }
 
   /** How many callers are held now (for tests and metrics). */
@@ -166,42 +179,48 @@ export class ApprovalBroker implements ApprovalGate {
     return this.waiters.size;
   }
 
-  private info(id: string): ApprovalInfo | undefined {
-    const row = this.opts.rows.get(id);
+  private async info(id: string): Promise<ApprovalInfo | undefined> {
+    const row = await this.opts.rows.get(id);
     return row && toApprovalInfo(row);
   }
 
   /** The row, if it can still be decided; an expired one is marked so first. */
-  private pendingRow(id: string): ApprovalRow {
-    const row = this.opts.rows.get(id);
+  private async pendingRow(id: string): Promise<ApprovalRow> {
+    const row = await this.opts.rows.get(id);
     if (!row) throw approvalNotFound(id);
-    if (row.state === "pending" && Date.parse(row.expires_at) <= Date.now()) this.expire(id);
-    const now = this.opts.rows.get(id) ?? row;
+    if (row.state === "pending" && Date.parse(row.expires_at) <= Date.now()) await this.expire(id);
+    const now = (await this.opts.rows.get(id)) ?? row;
     if (now.state !== "pending") throw notPending(now);
     return now;
   }
 
-  private decided(id: string, how: Settlement): ApprovalInfo {
-    const row = this.settle(id, how);
+  private async decided(id: string, how: Settlement): Promise<ApprovalInfo> {
+    const row = await this.settle(id, how);
     if (!row) {
-      const now = this.opts.rows.get(id);
+      const now = await this.opts.rows.get(id);
       throw now ? notPending(now) : approvalNotFound(id);
     }
     return toApprovalInfo(row);
   }
 
-  private expire(id: string): ApprovalInfo | undefined {
-    const row = this.settle(id, { state: "expired", decidedBy: null, grantKind: null, grantUntil: null, reason: null });
+  private async expire(id: string): Promise<ApprovalInfo | undefined> {
+    const row = await this.settle(id, {
+      state: "expired",
+      decidedBy: null,
+      grantKind: null,
+      grantUntil: null,
+      reason: null,
+    });
     return row && toApprovalInfo(row);
   }
 
-  private cancel(id: string, reason: ApprovalCancelReason): void {
-    this.settle(id, { state: "cancelled", decidedBy: null, grantKind: null, grantUntil: null, reason });
+  private async cancel(id: string, reason: ApprovalCancelReason): Promise<void> {
+    await this.settle(id, { state: "cancelled", decidedBy: null, grantKind: null, grantUntil: null, reason });
   }
 
   /** Moves a pending row on (the ledger's compare-and-set), then releases its waiter, if any. */
-  private settle(id: string, how: Settlement): ApprovalRow | undefined {
-    const row = this.opts.rows.settle(id, how);
+  private async settle(id: string, how: Settlement): Promise<ApprovalRow | undefined> {
+    const row = await this.opts.rows.settle(id, how);
     if (!row) return undefined;
     this.opts.log("approval_decided", toApprovalInfo(row));
     const outcome: ApprovalOutcome = { approvalId: id, state: how.state as ApprovalOutcome["state"] };

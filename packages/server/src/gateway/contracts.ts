@@ -20,9 +20,9 @@ export interface SecretBinding {
 
 export interface SecretSource {
   /** The sandbox's bindings (from the ledger; they survive a restart). */
-  bindings(sandboxId: string): SecretBinding[];
+  bindings(sandboxId: string): Promise<SecretBinding[]>;
   /** The clear value, decrypted on each use and never kept, logged or sent anywhere but the bound hosts. */
-  reveal(tenant: string, name: string): Buffer;
+  reveal(tenant: string, name: string): Promise<Buffer>;
 }
 
 export interface LeafIssuer {
@@ -58,7 +58,7 @@ export interface ApprovalOutcome {
 
 export interface ApprovalGate {
   /** True while an earlier `host` grant for this sandbox and host lasts. */
-  granted(sandboxId: string, host: string): boolean;
+  granted(sandboxId: string, host: string): Promise<boolean>;
   /** Holds until a person decides, it expires, or `signal` aborts (the client went away: cancelled). */
   ask(req: ApprovalAsk, signal: AbortSignal): Promise<ApprovalOutcome>;
 }

@@ -103,7 +103,7 @@ export class EgressDecisions {
         );
         throw new Refusal(denial(sb, target, "default"));
       }
-      const held = decision.action === "ask" && !this.granted(sb, target.host);
+      const held = decision.action === "ask" && !(await this.granted(sb, target.host));
       const body = held && excerpt ? await excerpt() : Buffer.alloc(0);
       await this.approve(sb, target, decision, signal, body, undefined);
       return "allow";
@@ -113,8 +113,8 @@ export class EgressDecisions {
     }
   }
 
-  granted(sb: GatewaySandbox, host: string): boolean {
-    return this.gate?.granted(sb.sandboxId, host) ?? false;
+  async granted(sb: GatewaySandbox, host: string): Promise<boolean> {
+    return (await this.gate?.granted(sb.sandboxId, host)) ?? false;
   }
 
   /**
@@ -168,7 +168,8 @@ export class EgressDecisions {
     const base = { rule: decision.rule, action: decision.action, ...(address ? { address } : {}) } as const;
     if (decision.action === "deny") throw this.denied(sb, target, decision, base);
     if (decision.action === "allow") return this.emit("egress_allowed", sb, target, { ...base, outcome: "allowed" });
-    if (this.granted(sb, target.host)) return this.emit("egress_allowed", sb, target, { ...base, outcome: "granted" });
+    if (await this.granted(sb, target.host))
+      return this.emit("egress_allowed", sb, target, { ...base, outcome: "granted" });
     const gate = this.gate;
     if (!gate) {
       this.emit("egress_denied", sb, target, { ...base, outcome: "unavailable" }, "approvals are not available");

@@ -137,7 +137,16 @@ export class EgressProxy {
     socket.on("error", () => undefined);
     // A relay: small writes (TLS handshakes) go on at once, not after Nagle's wait.
     socket.setNoDelay(true);
-    const sb = this.closing ? undefined : this.lookup?.sandboxOf(socket.remoteAddress ?? "");
+    // What the sandbox sends meanwhile waits in the socket (nothing reads it yet).
+    (this.closing
+      ? Promise.resolve(undefined)
+      : (this.lookup?.sandboxOf(socket.remoteAddress ?? "") ?? Promise.resolve(undefined))
+    )
+      .then((sb) => this.accepted(socket, this.closing ? undefined : sb, go))
+      .catch(() => socket.destroy());
+  }
+
+  private accepted(socket: Socket, sb: GatewaySandbox | undefined, go: (sb: GatewaySandbox) => void): void {
     // Only a gateway sandbox's own address: nft lets nothing else in, and this holds without nft too.
     if (!sb) {
       socket.destroy();
@@ -152,13 +161,13 @@ export class EgressProxy {
   // ---- plain HTTP ---------------------------------------------------------------------------------
 
   /** Looked up per request: a policy changed since the connection opened applies to its next request. */
-  private sandboxOfRequest(req: IncomingMessage): GatewaySandbox | undefined {
+  private async sandboxOfRequest(req: IncomingMessage): Promise<GatewaySandbox | undefined> {
     if (!accepted.has(req.socket)) return undefined;
     return this.lookup?.sandboxOf(req.socket.remoteAddress ?? "");
   }
 
   private async onRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const sb = this.sandboxOfRequest(req);
+    const sb = await this.sandboxOfRequest(req);
     if (!sb) return void res.destroy();
     const target = httpTarget(req);
     const abort = new AbortController();
@@ -173,7 +182,7 @@ export class EgressProxy {
       if (placeholder) throw this.decisions.placeholderRefusal(sb, target, placeholder);
       const decision = decide(sb.policy, target);
       const body =
-        decision.action === "ask" && !this.decisions.granted(sb, target.host) ? await readBody(req) : undefined;
+        decision.action === "ask" && !(await this.decisions.granted(sb, target.host)) ? await readBody(req) : undefined;
       if (body?.includes(PLACEHOLDER_PREFIX))
         throw this.decisions.placeholderRefusal(sb, target, "a placeholder in the body");
       const address = await this.decisions.judge(sb, target, decision, abort.signal, body);
@@ -281,12 +290,12 @@ export class EgressProxy {
    * until the 101) never reaches the upstream unjudged.
    */
   private async onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
-    const sb = this.sandboxOfRequest(req);
-    const target = httpTarget(req);
-    if (!sb || !target) return void socket.destroy();
     const abort = new AbortController();
     socket.on("error", () => socket.destroy());
     socket.once("close", () => abort.abort());
+    const sb = await this.sandboxOfRequest(req);
+    const target = httpTarget(req);
+    if (!sb || !target || socket.destroyed) return void socket.destroy();
     try {
       const framing = requestFraming(req);
       if (!framing.ok) throw this.framingRefusal(sb, target, framing.error, undefined);

@@ -5,13 +5,13 @@
  */
 import type { EffectiveHostPolicy } from "@bothy/protocol";
 import type { HostNetwork } from "../network/host-network.ts";
-import type { Ledger } from "../ledger/ledger.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 import type { GatewayPolicies } from "./policies.ts";
 import type { GatewaySandbox } from "./contracts.ts";
 
 /** Who is behind a source address: a gateway sandbox, and the ranges no sandbox may reach. */
 export interface SandboxLookup {
-  sandboxOf(address: string): GatewaySandbox | undefined;
+  sandboxOf(address: string): Promise<GatewaySandbox | undefined>;
   /** PRIVATE_RANGES, the pool and BOTHY_NET_BLOCK. */
   blocked(): readonly string[];
   /** Refused even when `allow_out` names it: loopback, 0/8, the pool and the host's own addresses. */
@@ -27,14 +27,14 @@ const allowAll = (): EffectiveHostPolicy => ({ rules: [], default: "allow", tool
  */
 export function gatewayLookup(
   network: Pick<HostNetwork, "byGuest" | "blocked" | "unreachable">,
-  ledger: Pick<Ledger, "getSandbox">,
+  ledger: Pick<LedgerStore, "getSandbox">,
   policies: Pick<GatewayPolicies, "ofRow">,
 ): SandboxLookup {
   return {
-    sandboxOf(address) {
+    async sandboxOf(address) {
       const hit = network.byGuest(address);
       if (!hit?.policy.gateway) return undefined;
-      const row = ledger.getSandbox(hit.sandboxId);
+      const row = await ledger.getSandbox(hit.sandboxId);
       if (!row) return undefined;
       return {
         sandboxId: hit.sandboxId,
@@ -42,7 +42,7 @@ export function gatewayLookup(
         allowOut: hit.policy.allowOut,
         denyOut: hit.policy.denyOut,
         internet: hit.policy.internet,
-        policy: policies.ofRow(row) ?? allowAll(),
+        policy: (await policies.ofRow(row)) ?? allowAll(),
       };
     },
     blocked: () => network.blocked,

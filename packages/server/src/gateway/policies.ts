@@ -6,7 +6,8 @@
 import type { EffectiveHostPolicy } from "@bothy/protocol";
 import type { z } from "zod";
 import type { hostPolicyRequest } from "@bothy/protocol";
-import type { Ledger, SandboxRow } from "../ledger/ledger.ts";
+import type { SandboxRow } from "../ledger/ledger.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 import { effectivePolicy, parseHostPolicy } from "./host-policy.ts";
 
 type ParsedPolicy = z.output<typeof hostPolicyRequest>;
@@ -18,31 +19,31 @@ export interface SandboxPolicyRecord {
 }
 
 export class GatewayPolicies {
-  constructor(private readonly ledger: Ledger) {}
+  constructor(private readonly ledger: LedgerStore) {}
 
   /** The tenant's default policy, or undefined when it has none. */
-  tenantPolicy(tenant: string): ParsedPolicy | undefined {
-    const raw = this.ledger.auth.tenantPolicy(tenant);
+  async tenantPolicy(tenant: string): Promise<ParsedPolicy | undefined> {
+    const raw = await this.ledger.auth.tenantPolicy(tenant);
     return raw === null || raw === undefined ? undefined : parseHostPolicy(JSON.parse(raw));
   }
 
-  setTenantPolicy(tenant: string, policy: ParsedPolicy | null): void {
-    this.ledger.auth.setTenantPolicy(tenant, policy === null ? null : JSON.stringify(policy));
+  setTenantPolicy(tenant: string, policy: ParsedPolicy | null): Promise<void> {
+    return this.ledger.auth.setTenantPolicy(tenant, policy === null ? null : JSON.stringify(policy));
   }
 
   /** The sandbox's effective policy from its row and its tenant's default; undefined: none (no gateway). */
-  ofRow(row: Pick<SandboxRow, "tenant" | "policy">): EffectiveHostPolicy | undefined {
+  ofRow(row: Pick<SandboxRow, "tenant" | "policy">): Promise<EffectiveHostPolicy | undefined> {
     return this.effective(row.tenant, recordOf(row.policy));
   }
 
   /** As `ofRow`, for a create before its row exists. */
-  effective(tenant: string, own: SandboxPolicyRecord): EffectiveHostPolicy | undefined {
-    return effectivePolicy(this.tenantPolicy(tenant), own.policy, own.secrets ?? []);
+  async effective(tenant: string, own: SandboxPolicyRecord): Promise<EffectiveHostPolicy | undefined> {
+    return effectivePolicy(await this.tenantPolicy(tenant), own.policy, own.secrets ?? []);
   }
 
   /** A live sandbox's effective policy, by id; undefined for an unknown sandbox or one without a policy. */
-  policyOf(sandboxId: string): EffectiveHostPolicy | undefined {
-    const row = this.ledger.getSandbox(sandboxId);
+  async policyOf(sandboxId: string): Promise<EffectiveHostPolicy | undefined> {
+    const row = await this.ledger.getSandbox(sandboxId);
     return row ? this.ofRow(row) : undefined;
   }
 }

@@ -198,7 +198,11 @@ async function prepare(
     return undefined;
   }
   const values = new Map(
-    conn.bound.map((b) => [b.name, conn.o.secrets.reveal(conn.o.tenant, b.name).toString("utf8")]),
+    await Promise.all(
+      conn.bound.map(
+        async (b) => [b.name, (await conn.o.secrets.reveal(conn.o.tenant, b.name)).toString("utf8")] as const,
+      ),
+    ),
   );
   const valueOf = (b: SecretBinding): string => values.get(b.name) ?? "";
   const swapped = swapHeaders(headers, conn.bound, valueOf);
@@ -456,17 +460,22 @@ export function secretTerminator(deps: {
 }): Terminate {
   return (ctx: TerminateContext) => {
     const sandboxId = ctx.sandbox.sandboxId;
-    terminateTls({
-      socket: ctx.socket,
-      peeked: ctx.peeked,
-      host: ctx.host,
-      tenant: ctx.sandbox.tenant,
-      bindings: deps.vault.bindings(sandboxId),
-      secrets: deps.vault,
-      leaves: deps.leaves,
-      dial: () => ctx.dial(),
-      decide: (method, path, signal, excerpt) => ctx.decide(method, path, signal, excerpt),
-      report: (ev) => deps.report(sandboxId, ev),
-    }).catch(() => ctx.socket.destroy());
+    deps.vault
+      .bindings(sandboxId)
+      .then((bindings) =>
+        terminateTls({
+          socket: ctx.socket,
+          peeked: ctx.peeked,
+          host: ctx.host,
+          tenant: ctx.sandbox.tenant,
+          bindings,
+          secrets: deps.vault,
+          leaves: deps.leaves,
+          dial: () => ctx.dial(),
+          decide: (method, path, signal, excerpt) => ctx.decide(method, path, signal, excerpt),
+          report: (ev) => deps.report(sandboxId, ev),
+        }),
+      )
+      .catch(() => ctx.socket.destroy());
   };
 }

@@ -17,9 +17,9 @@ export const VIA_ELICITATION = "through MCP elicitation";
 export interface ToolGateDeps {
   approvals: Pick<ApprovalBroker, "ask" | "approve" | "deny">;
   /** A sandbox's effective policy (tenant's and its own). */
-  policyOf(sandboxId: string): EffectiveHostPolicy | undefined;
+  policyOf(sandboxId: string): Promise<EffectiveHostPolicy | undefined>;
   /** The tenant's default policy alone, for a conversation that has no sandbox yet. */
-  tenantPolicy(tenant: string): EffectiveHostPolicy | undefined;
+  tenantPolicy(tenant: string): Promise<EffectiveHostPolicy | undefined>;
 }
 
 /** What the tool's caller is told when a call was held and not approved. */
@@ -49,7 +49,9 @@ function notApproved(tool: string, outcome: ApprovalOutcome): ToolRefusal {
 
 export function toolGate(tenant: string, deps: ToolGateDeps): ToolGate {
   return async (call, signal) => {
-    const policy = call.knownSandboxId === null ? deps.tenantPolicy(tenant) : deps.policyOf(call.knownSandboxId);
+    const policy = await (call.knownSandboxId === null
+      ? deps.tenantPolicy(tenant)
+      : deps.policyOf(call.knownSandboxId));
     const decision = decideTool(policy, call.tool);
     if (decision.action === "allow") return undefined;
     if (decision.action === "deny")
@@ -73,8 +75,8 @@ export function toolGate(tenant: string, deps: ToolGateDeps): ToolGate {
       const by = decider?.keyId ?? null;
       // An answer that finds the approval decided already (over HTTP, or expired) changes nothing.
       try {
-        if (answer === "approve") deps.approvals.approve(id, { grant: "once", reason: VIA_ELICITATION }, by);
-        else if (answer === "deny") deps.approvals.deny(id, VIA_ELICITATION, by);
+        if (answer === "approve") await deps.approvals.approve(id, { grant: "once", reason: VIA_ELICITATION }, by);
+        else if (answer === "deny") await deps.approvals.deny(id, VIA_ELICITATION, by);
       } catch (err) {
         if (!(err instanceof BothyError && err.code === "approval_not_pending")) throw err;
       }

@@ -47,7 +47,7 @@ export async function loadVaultKey(home: string, rows: SecretRows): Promise<Buff
   await chmod(dir, 0o700);
   const file = join(dir, "vault.key");
   try {
-    if (rows.list().length > 0) await readFile(file);
+    if ((await rows.list()).length > 0) await readFile(file);
     else await writeFile(file, randomBytes(KEY_BYTES), { mode: 0o600, flag: "wx" });
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
@@ -100,38 +100,42 @@ export class Vault implements SecretSource {
   }
 
   /** Seals and stores the value; true when the secret is new, false when it replaced one. */
-  put(tenant: string, name: string, body: z.output<typeof putSecretRequest>): { created: boolean; info: SecretInfo } {
-    const created = this.rows.put({
+  async put(
+    tenant: string,
+    name: string,
+    body: z.output<typeof putSecretRequest>,
+  ): Promise<{ created: boolean; info: SecretInfo }> {
+    const created = await this.rows.put({
       tenant,
       name,
       sealed: seal(this.key, tenant, name, Buffer.from(body.value, "utf8")),
       hosts: JSON.stringify(body.hosts),
       inject: body.inject === undefined ? null : JSON.stringify(body.inject),
     });
-    return { created, info: this.info(tenant, name) };
+    return { created, info: await this.info(tenant, name) };
   }
 
-  info(tenant: string, name: string): SecretInfo {
-    const row = this.rows.get(tenant, name);
+  async info(tenant: string, name: string): Promise<SecretInfo> {
+    const row = await this.rows.get(tenant, name);
     if (!row) throw secretNotFound(name);
     return infoOf(row);
   }
 
   /** The tenant's secrets; every tenant's when `tenant` is undefined. */
-  list(tenant?: string): SecretInfo[] {
-    return this.rows.list(tenant).map(infoOf);
+  async list(tenant?: string): Promise<SecretInfo[]> {
+    return (await this.rows.list(tenant)).map(infoOf);
   }
 
   /** Removes it; sandboxes bound to it keep their placeholder, which no host then accepts. */
-  delete(tenant: string, name: string): SecretInfo {
-    const info = this.info(tenant, name);
-    this.rows.delete(tenant, name);
+  async delete(tenant: string, name: string): Promise<SecretInfo> {
+    const info = await this.info(tenant, name);
+    await this.rows.delete(tenant, name);
     return info;
   }
 
   /** Refuses, naming them, when the tenant's vault lacks any of `names` (before a create makes anything). */
-  requireAll(tenant: string, names: string[]): void {
-    const missing = this.rows.missing(tenant, [...new Set(names)]);
+  async requireAll(tenant: string, names: string[]): Promise<void> {
+    const missing = await this.rows.missing(tenant, [...new Set(names)]);
     if (missing.length > 0)
       throw new BothyError(
         "secret_unknown",
@@ -141,22 +145,22 @@ export class Vault implements SecretSource {
   }
 
   /** Gives a sandbox made now (its ledger row exists) a new placeholder for each named secret. */
-  bindSandbox(tenant: string, sandboxId: string, names: string[]): void {
-    this.requireAll(tenant, names);
+  async bindSandbox(tenant: string, sandboxId: string, names: string[]): Promise<void> {
+    await this.requireAll(tenant, names);
     const unique = [...new Set(names)];
-    this.rows.bind(
+    await this.rows.bind(
       unique.map((name) => ({ sandbox_id: sandboxId, name, env: envNameOf(name), placeholder: newPlaceholder() })),
     );
   }
 
   /** `ENV=placeholder` of each secret bound to the sandbox: what its commands see. */
-  placeholderEnv(sandboxId: string): Record<string, string> {
-    return Object.fromEntries(this.rows.bindings(sandboxId).map((b) => [b.env, b.placeholder]));
+  async placeholderEnv(sandboxId: string): Promise<Record<string, string>> {
+    return Object.fromEntries((await this.rows.bindings(sandboxId)).map((b) => [b.env, b.placeholder]));
   }
 
   /** A deleted secret's binding has no hosts: its placeholder is refused everywhere. */
-  bindings(sandboxId: string): SecretBinding[] {
-    return this.rows.bindings(sandboxId).map((b) => ({
+  async bindings(sandboxId: string): Promise<SecretBinding[]> {
+    return (await this.rows.bindings(sandboxId)).map((b) => ({
       name: b.name,
       env: b.env,
       placeholder: b.placeholder,
@@ -165,8 +169,8 @@ export class Vault implements SecretSource {
     }));
   }
 
-  reveal(tenant: string, name: string): Buffer {
-    const row = this.rows.get(tenant, name);
+  async reveal(tenant: string, name: string): Promise<Buffer> {
+    const row = await this.rows.get(tenant, name);
     if (!row) throw secretNotFound(name);
     return unseal(this.key, tenant, name, row.sealed);
   }

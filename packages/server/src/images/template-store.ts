@@ -370,9 +370,9 @@ export class TemplateStore {
    */
   async removeOrphanLayers(
     signal: AbortSignal = new AbortController().signal,
-    alsoKeep: () => Iterable<string> = () => [],
+    alsoKeep: () => Iterable<string> | Promise<Iterable<string>> = () => [],
   ): Promise<string[]> {
-    return this.layers.removeOrphans(async () => [...(await this.namedLayers()), ...alsoKeep()], signal);
+    return this.layers.removeOrphans(async () => [...(await this.namedLayers()), ...(await alsoKeep())], signal);
   }
 
   /** The layer each build's meta.json names. */

@@ -1,4 +1,4 @@
-import { all, get, run, type Step, type Synced } from "./sql-step.ts";
+import { all, get, run, type Step, type Asynced } from "./sql-step.ts";
 import type { ApprovalInfo, ApprovalState } from "@bothy/protocol";
 
 /** One row of the `approvals` table (migration 11). */
@@ -133,4 +133,4 @@ export class ApprovalQueries {
 }
 
 /** Approvals as the server's synchronous callers see them. */
-export type ApprovalRows = Synced<ApprovalQueries>;
+export type ApprovalRows = Asynced<ApprovalQueries>;

@@ -1,4 +1,4 @@
-import { all, get, relaxed, run, type Step, type Synced } from "./sql-step.ts";
+import { all, get, relaxed, run, type Step, type Asynced } from "./sql-step.ts";
 import { sqlStates } from "../sandboxes/lifecycle.ts";
 
 export interface TenantRow {
@@ -131,4 +131,4 @@ export class AuthQueries {
 }
 
 /** Tenants and API keys as the server's synchronous callers see them. */
-export type AuthRows = Synced<AuthQueries>;
+export type AuthRows = Asynced<AuthQueries>;

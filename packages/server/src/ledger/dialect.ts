@@ -67,3 +67,10 @@ export function translateMigration(sql: string, dialect: DialectName): string {
     );
   return out;
 }
+
+/** Whether `err` is a UNIQUE constraint's refusal, as either store's driver reports it. */
+export function isUniqueViolation(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  // better-sqlite3's code; PostgreSQL's SQLSTATE unique_violation.
+  return code === "SQLITE_CONSTRAINT_UNIQUE" || code === "23505";
+}

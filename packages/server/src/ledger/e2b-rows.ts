@@ -1,4 +1,4 @@
-import { all, get, run, transaction, type Step, type Synced } from "./sql-step.ts";
+import { all, get, run, transaction, type Step, type Asynced } from "./sql-step.ts";
 
 /** A guest process started through envd, as the ledger keeps it (migration 12). */
 export interface E2bProcessRow {
@@ -60,4 +60,4 @@ export class E2bQueries {
 }
 
 /** The E2B surface's rows as the server's synchronous callers see them. */
-export type E2bRows = Synced<E2bQueries>;
+export type E2bRows = Asynced<E2bQueries>;

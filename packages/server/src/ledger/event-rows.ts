@@ -1,4 +1,4 @@
-import { all, get, relaxed, run, type Step, type Synced } from "./sql-step.ts";
+import { all, get, relaxed, run, type Step, type Asynced } from "./sql-step.ts";
 
 export interface EventRow {
   seq: number;
@@ -126,4 +126,4 @@ export class EventQueries {
 }
 
 /** The events table as the server's synchronous callers see it. */
-export type EventRows = Synced<EventQueries>;
+export type EventRows = Asynced<EventQueries>;

@@ -1,5 +1,5 @@
 import type { OnTimeout } from "@bothy/protocol";
-import { get, run, type Step, type Synced } from "./sql-step.ts";
+import { get, run, type Step, type Asynced } from "./sql-step.ts";
 
 /** Why a dormant sandbox sleeps, where that decides who may wake it and when it is deleted. */
 export type SleepCause = "timeout" | "pause";
@@ -46,4 +46,4 @@ export class LifecycleQueries {
 }
 
 /** The lifecycle rows as the server's synchronous callers see them. */
-export type LifecycleRows = Synced<LifecycleQueries>;
+export type LifecycleRows = Asynced<LifecycleQueries>;

@@ -1,4 +1,4 @@
-import { all, get, run, transaction, type Step, type Synced } from "./sql-step.ts";
+import { all, get, run, transaction, type Step, type Asynced } from "./sql-step.ts";
 import { sqlStates } from "../sandboxes/lifecycle.ts";
 
 /** A vault secret as the ledger keeps it: the value only sealed (gateway/vault.ts). */
@@ -99,4 +99,4 @@ export class SecretQueries {
 }
 
 /** The vault's rows as the server's synchronous callers see them. */
-export type SecretRows = Synced<SecretQueries>;
+export type SecretRows = Asynced<SecretQueries>;

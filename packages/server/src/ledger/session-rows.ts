@@ -1,4 +1,4 @@
-import { get, run, type Step, type Synced } from "./sql-step.ts";
+import { get, run, type Step, type Asynced } from "./sql-step.ts";
 
 /** A dashboard session as the ledger keeps it: a digest of its id, never the id itself. */
 export interface SessionRow {
@@ -38,4 +38,4 @@ export class SessionQueries {
 }
 
 /** The dashboard's sessions as the server's synchronous callers see them. */
-export type SessionRows = Synced<SessionQueries>;
+export type SessionRows = Asynced<SessionQueries>;

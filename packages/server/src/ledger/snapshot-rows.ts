@@ -1,4 +1,4 @@
-import { all, get, run, transaction, type Step, type Synced } from "./sql-step.ts";
+import { all, get, run, transaction, type Step, type Asynced } from "./sql-step.ts";
 import { LIVE_STATES } from "@bothy/protocol";
 
 /** A snapshot as the ledger keeps it (migration 16). */
@@ -128,4 +128,4 @@ export class SnapshotQueries {
 }
 
 /** Snapshots as the server's synchronous callers see them. */
-export type SnapshotRows = Synced<SnapshotQueries>;
+export type SnapshotRows = Asynced<SnapshotQueries>;

@@ -1,8 +1,8 @@
 /**
  * The ledger's rows are written once, as generator functions that yield the SQL they need and get
  * its result back (`yield* get(...)`), and run by either store: the SQLite runner answers each step
- * at once, synchronously (the server's `Ledger` today, and the async SQLite store, which wraps it);
- * the PostgreSQL runner awaits each on its pool. So both stores share one copy of every query and of
+ * at once, synchronously, inside the store's asynchronous call; the PostgreSQL runner awaits each
+ * on its pool. So both stores share one copy of every query and of
  * the logic around it (Babel's `gensync` runs one function sync or async the same way).
  *
  * SQL is written in the SQLite spelling with `?` placeholders; `dialect.ts` turns it into each
@@ -47,7 +47,7 @@ export function* transaction<T>(body: () => Step<T>): Step<T> {
 /**
  * Runs `body` committed without waiting for the disk, where the store can (SQLite's
  * synchronous=NORMAL): for rows written several times per command, whose loss in a power cut
- * costs little (see `Ledger`).
+ * costs little (see `openSqlite`).
  */
 export function* relaxed<T>(body: () => Step<T>): Step<T> {
   return (yield { kind: "relaxed", body }) as T;
@@ -57,19 +57,14 @@ type StepMethodKeys<T> = {
   [K in keyof T]: T[K] extends (...args: never[]) => Step<unknown> ? K : never;
 }[keyof T];
 
-/** A rows class as its synchronous callers see it: each step method returns its result. */
-export type Synced<T> = {
-  [K in StepMethodKeys<T>]: T[K] extends (...args: infer A) => Step<infer R> ? (...args: A) => R : never;
-};
-
 /** A rows class as asynchronous callers see it: each step method returns a Promise of its result. */
 export type Asynced<T> = {
   [K in StepMethodKeys<T>]: T[K] extends (...args: infer A) => Step<infer R> ? (...args: A) => Promise<R> : never;
 };
 
 /**
- * An object with each generator method of `rows` (the class's own prototype) run by `runner`:
- * `Synced<T>` for a synchronous runner, `Asynced<T>` for an asynchronous one.
+ * An object with each generator method of `rows` (the class's own prototype) run by `runner`
+ * (`Asynced<T>` for the stores' runners).
  */
 export function bindSteps<V>(rows: object, runner: (step: Step<unknown>) => unknown): V {
   const view: Record<string, (...args: unknown[]) => unknown> = {};

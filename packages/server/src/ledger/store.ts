@@ -4,6 +4,7 @@ import { CommandQueries } from "./command-rows.ts";
 import type { DialectName } from "./dialect.ts";
 import { E2bQueries } from "./e2b-rows.ts";
 import { EventQueries } from "./event-rows.ts";
+import { LifecycleQueries } from "./lifecycle-rows.ts";
 import { migrateSqlite, openSqlite } from "./ledger.ts";
 import { PgRunner } from "./pg-runner.ts";
 import { SandboxQueries } from "./sandbox-rows.ts";
@@ -33,6 +34,7 @@ export type LedgerStore = Asynced<SandboxQueries> &
     readonly sessions: Asynced<SessionQueries>;
     readonly volumes: Asynced<VolumeQueries>;
     readonly snapshots: Asynced<SnapshotQueries>;
+    readonly lifecycle: Asynced<LifecycleQueries>;
     /** Runs a piece of work made of the rows' steps as one transaction (all of it or none). */
     transaction<T>(body: () => Step<T>): Promise<T>;
     close(): Promise<void>;
@@ -57,7 +59,10 @@ export async function openStore(options: StoreOptions): Promise<LedgerStore> {
       await runner.migrate();
     } catch (err) {
       await pool.end();
-      throw err;
+      throw new Error(
+        `The ledger's PostgreSQL database (BOTHY_DATABASE_URL=${redacted(options.databaseUrl)}) could not be opened: ${(err as Error).message}. Check that the server runs and the URL's host, port, user and database are right, or unset BOTHY_DATABASE_URL for the SQLite ledger.`,
+        { cause: err },
+      );
     }
     return build(
       "postgres",
@@ -84,6 +89,17 @@ export async function openStore(options: StoreOptions): Promise<LedgerStore> {
   );
 }
 
+/** The URL with its password, if any, replaced: what an error may show of it. */
+export function redacted(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password !== "") parsed.password = "***";
+    return parsed.toString();
+  } catch {
+    return "(not a URL)";
+  }
+}
+
 function build(
   dialect: DialectName,
   runner: (step: Step<unknown>) => Promise<unknown>,
@@ -107,6 +123,7 @@ function build(
     sessions: bind<SessionQueries>(new SessionQueries()),
     volumes: bind<VolumeQueries>(new VolumeQueries()),
     snapshots: bind<SnapshotQueries>(new SnapshotQueries()),
+    lifecycle: bind<LifecycleQueries>(new LifecycleQueries()),
     transaction: <T>(body: () => Step<T>) => runner(transaction(body)) as Promise<T>,
     close,
   };

@@ -1,4 +1,4 @@
-import { all, get, run, transaction, type Step, type Synced } from "./sql-step.ts";
+import { all, get, run, transaction, type Step, type Asynced } from "./sql-step.ts";
 import { LIVE_STATES } from "@bothy/protocol";
 
 /** A volume as the ledger keeps it (migration 14). */
@@ -105,4 +105,4 @@ export class VolumeQueries {
 }
 
 /** Volumes as the server's synchronous callers see them. */
-export type VolumeRows = Synced<VolumeQueries>;
+export type VolumeRows = Asynced<VolumeQueries>;

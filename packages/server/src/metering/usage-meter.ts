@@ -1,5 +1,5 @@
 import type { EventBus } from "../events/event-bus.ts";
-import type { Ledger } from "../ledger/ledger.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 import type { Logger } from "../sandboxes/sandbox-manager.ts";
 
 export interface Budget {
@@ -12,7 +12,7 @@ export interface MeterOptions {
   /** Monthly caps; crossing one warns once per owner (tenant) and month. */
   budget: Budget;
   /** A tenant's own caps, over the host-wide `budget`. */
-  budgetOf?: (owner: string) => Budget;
+  budgetOf?: (owner: string) => Promise<Budget>;
 }
 
 export interface UsageReport {
@@ -35,32 +35,44 @@ export interface UsageReport {
 export class UsageMeter {
   private last = Date.now();
   private timer: NodeJS.Timeout | undefined;
+  /** Ticks run one after another (the timer's, a report's, the last one at stop). */
+  private ticking: Promise<void> = Promise.resolve();
 
   constructor(
-    private readonly ledger: Ledger,
+    private readonly ledger: LedgerStore,
     private readonly events: EventBus,
     private readonly opts: MeterOptions,
     private readonly warn: Logger,
   ) {}
 
   start(): void {
-    this.timer = setInterval(() => this.tick(), this.opts.intervalMs);
+    // A failed tick is logged (`tick`); the next one counts its time too.
+    this.timer = setInterval(() => void this.tick().catch(() => undefined), this.opts.intervalMs);
     this.timer.unref();
   }
 
-  stop(): void {
+  async stop(): Promise<void> {
     clearInterval(this.timer);
-    this.tick();
+    await this.tick();
   }
 
   /** Adds the time since the last tick for every running sandbox, then checks the budgets. */
-  tick(now = Date.now()): void {
+  tick(now = Date.now()): Promise<void> {
+    const next = this.ticking.then(() => this.tickNow(now));
+    this.ticking = next.catch((err: unknown) =>
+      this.warn("ledger_write_failed", { what: "usage", sandbox_id: null, error: (err as Error).message }),
+    );
+    return next;
+  }
+
+  private async tickNow(now: number): Promise<void> {
+    // Counted from the last tick that ran, up to this one's time (a late tick counts nothing twice).
     const seconds = Math.max(0, (now - this.last) / 1000);
-    this.last = now;
+    this.last = Math.max(this.last, now);
     const month = monthOf(now);
-    const running = this.ledger.liveSandboxes().filter((r) => r.state === "running");
+    const running = (await this.ledger.liveSandboxes()).filter((r) => r.state === "running");
     if (running.length > 0 && seconds > 0) {
-      this.ledger.addUsage(
+      await this.ledger.addUsage(
         running.map((r) => ({
           sandboxId: r.id,
           owner: r.tenant,
@@ -70,9 +82,9 @@ export class UsageMeter {
         })),
       );
     }
-    for (const owner of this.report(now).owners) {
+    for (const owner of (await this.report(now)).owners) {
       for (const kind of owner.over_budget) {
-        if (!this.ledger.markWarned(owner.owner, month, kind)) continue;
+        if (!(await this.ledger.markWarned(owner.owner, month, kind))) continue;
         const data = {
           owner: owner.owner,
           month,
@@ -82,17 +94,19 @@ export class UsageMeter {
           budget: owner.budget,
         };
         this.warn("budget_exceeded", data);
-        this.events.publish("budget.exceeded", null, data, owner.owner);
+        await this.events.publish("budget.exceeded", null, data, owner.owner);
       }
     }
   }
 
-  report(now = Date.now()): UsageReport {
+  async report(now = Date.now()): Promise<UsageReport> {
     const month = monthOf(now);
+    const rows = await this.ledger.ownerUsage(month);
+    const budgets = await Promise.all(rows.map((o) => this.opts.budgetOf?.(o.owner) ?? this.opts.budget));
     return {
       month,
-      owners: this.ledger.ownerUsage(month).map((o) => {
-        const { vcpuHours, gibHours } = this.opts.budgetOf?.(o.owner) ?? this.opts.budget;
+      owners: rows.map((o, i) => {
+        const { vcpuHours, gibHours } = budgets[i] ?? this.opts.budget;
         const vcpu = o.vcpu_seconds / 3600;
         const gib = o.gib_seconds / 3600;
         return {

@@ -115,7 +115,7 @@ export class Metrics {
   // The streams keep the running total; it is read at scrape time.
   private readonly replayRows = this.counter(
     "bothy_event_replay_rows_total",
-    "Ledger rows read by event stream replays (Last-Event-ID, since).",
+    "LedgerStore rows read by event stream replays (Last-Event-ID, since).",
   );
   private readonly relays = this.gauge(
     "bothy_relays",

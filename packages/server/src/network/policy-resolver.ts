@@ -79,7 +79,12 @@ export class PolicyResolver {
   }
 
   private onQuery(msg: Buffer, from: RemoteInfo): void {
-    const sb = this.lookup?.sandboxOf(from.address);
+    const lookup = this.lookup?.sandboxOf(from.address);
+    if (!lookup) return;
+    lookup.then((sb) => this.onSandboxQuery(msg, from, sb)).catch(() => undefined);
+  }
+
+  private onSandboxQuery(msg: Buffer, from: RemoteInfo, sb: GatewaySandbox | undefined): void {
     if (!sb) return;
     const q = parseQuery(msg);
     if (!q) {

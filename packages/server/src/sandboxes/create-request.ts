@@ -94,19 +94,19 @@ function refuseNetworkRequest(req: CreateRequest, enabled: boolean, hasVault: bo
  * The egress a (validated) request asks for, the policy shown on the sandbox, and what its row
  * keeps for the gateway. Under a host policy (its own or its tenant's) its HTTP(S) passes the gateway.
  */
-export function networkPolicy(
+export async function networkPolicy(
   req: CreateRequest,
   tenant: string,
   network: Config["network"],
   policies: GatewayPolicies,
-): { egress: EgressPolicy; shown: NetworkPolicy; record: SandboxPolicyRecord | undefined } {
+): Promise<{ egress: EgressPolicy; shown: NetworkPolicy; record: SandboxPolicyRecord | undefined }> {
   const egress = egressFromRequest(req);
   const record =
     req.policy === undefined && req.secrets === undefined
       ? undefined
       : { ...(req.policy ? { policy: req.policy } : {}), ...(req.secrets ? { secrets: req.secrets } : {}) };
   const { enabled, dns } = network;
-  const gateway = enabled && needsGateway(policies.effective(tenant, record ?? {}));
+  const gateway = enabled && needsGateway(await policies.effective(tenant, record ?? {}));
   return {
     egress: { ...egress, gateway },
     shown: {

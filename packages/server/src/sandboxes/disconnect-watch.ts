@@ -1,4 +1,5 @@
-import type { Ledger } from "../ledger/ledger.ts";
+import type { SandboxRow } from "../ledger/ledger.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 import type { Logger, SandboxManager } from "./sandbox-manager.ts";
 
 /** Close codes of a client that leaves on purpose: normal, going away, and a close frame without a code. */
@@ -36,7 +37,7 @@ export class DisconnectWatch {
 
   constructor(
     private readonly manager: SandboxManager,
-    private readonly ledger: Ledger,
+    private readonly ledger: LedgerStore,
     private readonly log: Logger,
   ) {}
 
@@ -69,8 +70,25 @@ export class DisconnectWatch {
   private ended(sandboxId: string, w: Watched, clean: boolean, code: number | undefined): void {
     w.sockets--;
     if (this.closed || w.sockets > 0) return;
-    const row = this.ledger.getSandbox(sandboxId);
-    if (clean || row?.delete_on_disconnect !== 1) {
+    if (clean) {
+      this.sandboxes.delete(sandboxId);
+      return;
+    }
+    this.ledger.getSandbox(sandboxId).then(
+      (row) => this.endedUnclean(sandboxId, w, row, code),
+      (err: unknown) =>
+        this.log("ledger_write_failed", {
+          what: "disconnect watch",
+          sandbox_id: sandboxId,
+          error: (err as Error).message,
+        }),
+    );
+  }
+
+  private endedUnclean(sandboxId: string, w: Watched, row: SandboxRow | undefined, code: number | undefined): void {
+    // A client came back while the row was read.
+    if (this.closed || w.sockets > 0) return;
+    if (row?.delete_on_disconnect !== 1) {
       this.sandboxes.delete(sandboxId);
       return;
     }

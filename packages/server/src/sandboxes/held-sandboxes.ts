@@ -24,23 +24,31 @@ export class HeldSandboxes {
     const id = booted.spec.id;
     const rec = this.ctx.records.of(id);
     const generation = this.ctx.records.hold(rec, booted);
-    const died = (reason: string, fields: Omit<ServerEventMap["sandbox_died"], "sandbox_id">): void => {
-      if (rec.generation !== generation || rec.phase.deleting || this.ctx.stopping) return;
+    const died = async (reason: string, fields: Omit<ServerEventMap["sandbox_died"], "sandbox_id">): Promise<void> => {
+      const gone = (): boolean =>
+        rec.generation !== generation || rec.phase.deleting !== undefined || this.ctx.stopping;
+      if (gone()) return;
       // Not running: a resume is bringing it back, and its own failure handles the death.
-      if (this.ctx.ledger.getSandbox(id)?.state !== "running") return;
-      this.lose(id, booted, reason, fields);
+      const state = (await this.ctx.ledger.getSandbox(id))?.state;
+      if (state !== "running" || gone()) return;
+      await this.lose(id, booted, reason, fields);
     };
+    const report = (err: unknown): void =>
+      this.ctx.log("sandbox_stop_failed", { sandbox_id: id, error: (err as Error).message });
     booted.agent.onLost((err) =>
       died("The sandbox stopped unexpectedly: its agent channel closed.", {
         reason: `its agent channel closed: ${err.message}`,
-      }),
+      }).catch(report),
     );
-    void booted.handle.wait().then((exit) =>
-      died(`The sandbox stopped unexpectedly (code ${exit.code ?? "none"}, signal ${exit.signal ?? "none"}).`, {
-        code: exit.code,
-        signal: exit.signal,
-      }),
-    );
+    void booted.handle
+      .wait()
+      .then((exit) =>
+        died(`The sandbox stopped unexpectedly (code ${exit.code ?? "none"}, signal ${exit.signal ?? "none"}).`, {
+          code: exit.code,
+          signal: exit.signal,
+        }),
+      )
+      .catch(report);
   }
 
   /**
@@ -54,9 +62,9 @@ export class HeldSandboxes {
     booted: BootedSandbox,
     reason: string,
     fields: Omit<ServerEventMap["sandbox_died"], "sandbox_id">,
-  ): void {
+  ): Promise<void> {
     this.ctx.log("sandbox_died", { sandbox_id: id, ...fields });
-    this.ctx.actor.now(id, "death", (move) =>
+    return this.ctx.actor.now(id, "death", (move) =>
       this.stopHeld(
         id,
         booted,
@@ -92,18 +100,18 @@ export class HeldSandboxes {
   }
 
   /** Lets go of a held sandbox: `stopped` in the ledger at once, its processes and network removed in the background. */
-  private stopHeld(
+  private async stopHeld(
     id: string,
     booted: BootedSandbox,
     move: Move,
     reason: string,
     closeWith: BothyError,
   ): Promise<void> {
-    move("running", "stopped", reason);
+    await move("running", "stopped", reason);
     const rec = this.ctx.records.of(id);
     this.ctx.records.letGo(rec);
     booted.agent.close(closeWith);
-    this.ctx.ledger.loseCommands(id);
+    await this.ctx.ledger.loseCommands(id);
     // What is left after a failed stop is for the sweeper's next pass.
     return this.ctx.actor.reaping(
       rec,

@@ -1,13 +1,15 @@
 import { join } from "node:path";
 import { BothyError, SANDBOX_ID_RE, type SandboxInfo } from "@bothy/protocol";
 import type { Config } from "../config.ts";
+import { describeCauses } from "../errors/internal-errors.ts";
 import type { EgressPolicy, SandboxSpec } from "../drivers/driver.ts";
 import type { DriverRegistry } from "../drivers/driver-registry.ts";
 import type { Logger } from "../events/server-events.ts";
 import { trustEnv } from "../gateway/guest-trust.ts";
 import { GatewayPolicies } from "../gateway/policies.ts";
 import type { Vault } from "../gateway/vault.ts";
-import { toSandboxInfo, type Ledger, type SandboxRow } from "../ledger/ledger.ts";
+import { toSandboxInfo, type SandboxRow } from "../ledger/ledger.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 import type { VolumeService } from "../volumes/volume-service.ts";
 import type { LayerStore } from "../images/layer-store.ts";
 import { snapshotLayerStore } from "../snapshots/snapshot-layers.ts";
@@ -30,7 +32,7 @@ export interface TemplateSource {
 }
 
 /** The ledger as the manager's parts see it: everything but changing a state, which is the actor's. */
-export type LedgerView = Omit<Ledger, "transition">;
+export type LedgerView = Omit<LedgerStore, "transition">;
 
 /**
  * What the parts of the sandbox manager share: its dependencies, one record per sandbox this
@@ -52,7 +54,7 @@ export class ManagerContext {
 
   constructor(
     readonly config: Config,
-    ledger: Ledger,
+    ledger: LedgerStore,
     readonly drivers: DriverRegistry,
     readonly templates: TemplateSource,
     readonly log: Logger,
@@ -66,7 +68,9 @@ export class ManagerContext {
     // Side state this part keeps per sandbox goes when the sandbox is over: command records
     // still marked running, and a claimed pool sandbox's deferred refill.
     this.actor.onFinal((id) => {
-      ledger.loseCommands(id);
+      ledger
+        .loseCommands(id)
+        .catch((err: unknown) => log("sandbox_final_cleanup_failed", { sandbox_id: id, error: describeCauses(err) }));
       this.pool.settled(id);
     });
     this.pool = new WarmPool({
@@ -92,21 +96,21 @@ export class ManagerContext {
     return join(this.config.home, "sandboxes", id);
   }
 
-  info(id: string): SandboxInfo {
+  async info(id: string): Promise<SandboxInfo> {
     checkId(id);
-    const row = this.ledger.getSandbox(id);
+    const row = await this.ledger.getSandbox(id);
     if (!row) throw new BothyError("sandbox_not_found", `No sandbox ${id}; list them with GET /sandboxes.`);
     return this.view(row);
   }
 
   /** A row as the API shows it, with the host policy in force now (its tenant's may have changed). */
-  view(row: SandboxRow): SandboxInfo {
-    const lifecycle = this.ledger.lifecycle.of(row.id);
+  async view(row: SandboxRow): Promise<SandboxInfo> {
+    const [lifecycle, policy] = await Promise.all([this.ledger.lifecycle.of(row.id), this.policies.ofRow(row)]);
     return {
       ...toSandboxInfo(row),
       on_timeout: lifecycle?.on_timeout ?? "delete",
       auto_wake: lifecycle === undefined || lifecycle.auto_wake === 1,
-      policy: this.policies.ofRow(row) ?? null,
+      policy: policy ?? null,
     };
   }
 
@@ -144,27 +148,27 @@ export class ManagerContext {
   }
 
   /** What every command of the sandbox gets beneath its own env: the CA bundle's paths and its secrets' placeholders. */
-  commandEnv(id: string): Record<string, string> {
-    return { ...this.trust().commandEnv, ...this.gateway?.vault.placeholderEnv(id) };
+  async commandEnv(id: string): Promise<Record<string, string>> {
+    return { ...this.trust().commandEnv, ...(await this.gateway?.vault.placeholderEnv(id)) };
   }
 
   /** A boot's spec for sandbox `id` of this template and size: its directory, egress, and what its guest trusts. */
-  bootSpec(
+  async bootSpec(
     id: string,
     template: BuiltTemplateRef,
     size: { vcpu: number; memoryMib: number; diskMib?: number; maxProcesses: number },
     egress: EgressPolicy,
-  ): SandboxSpec {
+  ): Promise<SandboxSpec> {
     return {
       id,
-      templateRoot: this.snapshotRootOf(id) ?? template.rootfs,
+      templateRoot: (await this.snapshotRootOf(id)) ?? template.rootfs,
       templateEnv: template.env,
       ...size,
       dir: this.dirFor(id),
       egress,
       ...this.trust(),
-      commandEnv: this.commandEnv(id),
-      ...this.volumesOf(id),
+      commandEnv: await this.commandEnv(id),
+      ...(await this.volumesOf(id)),
     };
   }
 
@@ -172,14 +176,14 @@ export class ManagerContext {
    * The layer of the snapshot a sandbox started from, if any: it stands for the snapshot's whole
    * chain, its template's layers included, and the sandbox gets its own upper over it.
    */
-  private snapshotRootOf(id: string): string | undefined {
-    const snapshot = this.ledger.snapshots.ofSandbox(id);
+  private async snapshotRootOf(id: string): Promise<string | undefined> {
+    const snapshot = await this.ledger.snapshots.ofSandbox(id);
     return snapshot && this.snapshotLayers.treeOf(snapshot.layer_id);
   }
 
   /** The volumes a sandbox's row claims, as its driver mounts them. */
-  private volumesOf(id: string): Pick<SandboxSpec, "volumes" | "volumeHost"> {
-    const claims = this.ledger.volumes.claimsOf(id);
+  private async volumesOf(id: string): Promise<Pick<SandboxSpec, "volumes" | "volumeHost">> {
+    const claims = await this.ledger.volumes.claimsOf(id);
     if (claims.length === 0 || !this.volumes) return {};
     const { mounts } = this.volumes;
     return {

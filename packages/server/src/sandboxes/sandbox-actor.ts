@@ -1,7 +1,7 @@
 import { BothyError, type SandboxInfo, type SandboxState } from "@bothy/protocol";
 import type { Logger } from "../events/server-events.ts";
 import { describeCauses } from "../errors/internal-errors.ts";
-import type { Ledger } from "../ledger/ledger.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 import { isIn } from "./lifecycle.ts";
 import type { SandboxRecord, SandboxRecords } from "./sandbox-records.ts";
 
@@ -43,20 +43,25 @@ export type Phase = InFlight & Underway;
 
 export const IDLE: Phase = { op: "idle", queue: undefined, deleting: undefined, reaping: undefined };
 
-/** An operation's one power over its sandbox's row: a move along the lifecycle table, while it runs. */
-export type Move = (from: SandboxState, to: SandboxState, reason?: string) => void;
+/**
+ * An operation's one power over its sandbox's row: a move along the lifecycle table, while it runs.
+ * It resolves once the ledger holds the new state (and the final-state listeners have run); it
+ * rejects when the row was not in `from` (the store's compare-and-set: another operation, a
+ * pre-empting one or one on another node, moved it first).
+ */
+export type Move = (from: SandboxState, to: SandboxState, reason?: string) => Promise<void>;
 
 /** A sandbox reached `deleted` or `failed`: whatever was kept beside its row goes. */
 export type FinalListener = (sandboxId: string, state: SandboxState) => void;
 
 /** The one ledger write the actor needs; only this file holds it (test/actor-only.unit.test.ts). */
-export type StateWriter = Pick<Ledger, "transition">;
+export type StateWriter = Pick<LedgerStore, "transition">;
 
 /**
  * The per-sandbox actor: the one place where a sandbox's state changes. Every move of a row along
  * the lifecycle table (lifecycle.ts: the states, the moves each allows and the operations that
  * make them) goes through `run` (queued) or `now` (pre-empting), and nowhere else calls
- * `Ledger.transition`; every change of a record's phase (the operation in flight, the queue, a
+ * `LedgerStore.transition`; every change of a record's phase (the operation in flight, the queue, a
  * delete or a stop's teardown under way) happens here too. When a move lands in a final state it
  * tells the `sandbox_final` listeners, which drop the side state kept for the sandbox (command
  * records and replay buffers, E2B rows, the warm pool's bookkeeping). The operations themselves
@@ -139,23 +144,27 @@ export class SandboxActor {
     rec.phase = { ...rec.phase, ...change };
   }
 
-  /** Runs a pre-empting `op` now, whatever is in flight; its moves are allowed only during the call. */
-  now<T>(id: string, _op: PreemptingOp, body: (move: Move) => T): T {
+  /** Runs a pre-empting `op` now, whatever is in flight; its moves are allowed until `body` settles. */
+  async now<T>(id: string, _op: PreemptingOp, body: (move: Move) => Promise<T>): Promise<T> {
     const scope = this.scope(id);
     try {
-      return body(scope.move);
+      return await body(scope.move);
     } finally {
       scope.end();
     }
   }
 
-  /** A move for sandbox `id` that works until `end`, and announces a final state. */
+  /**
+   * A move for sandbox `id` that works until `end`, and announces a final state. Whether the scope
+   * is open is decided when the move is asked, before the write: a move asked in time lands even
+   * if its operation's end comes while the store answers.
+   */
   private scope(id: string): { move: Move; end: () => void } {
     let open = true;
-    const move: Move = (from, to, reason) => {
+    const move: Move = async (from, to, reason) => {
       if (!open)
         throw new BothyError("internal", `Sandbox ${id}: an operation moved it ${from} -> ${to} after it ended.`);
-      this.ledger.transition(id, from, to, reason);
+      await this.ledger.transition(id, from, to, reason);
       if (isIn("final", to)) this.announceFinal(id, to);
     };
     return { move, end: () => (open = false) };

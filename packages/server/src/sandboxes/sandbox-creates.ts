@@ -19,7 +19,7 @@ export interface CreateOwner {
   tenant: string;
   /** The key holds `network:private`: `allow_out` may name private blocks within BOTHY_ALLOW_OUT_PERMIT. */
   mayOpenPrivate?: boolean;
-  admit?: (size: { vcpu: number; memoryMib: number }) => void;
+  admit?: (size: { vcpu: number; memoryMib: number }) => Promise<void> | void;
 }
 
 export interface CreateResult {
@@ -36,6 +36,12 @@ export interface CreateResult {
 export class SandboxCreates {
   /** Creates under an Idempotency-Key that are still booting, with the fingerprint of their body. */
   private readonly inflightKeys = new Map<string, { fingerprint: string; job: Promise<CreateResult> }>();
+  /**
+   * Admission, one create at a time: from the capacity and quota checks to the row's insert and
+   * the create's start on its actor (which counts it against the host's limit), with ledger reads
+   * and writes awaited between, so two creates cannot both pass the checks for the last slot.
+   */
+  private admitting: Promise<void> = Promise.resolve();
 
   constructor(
     private readonly ctx: ManagerContext,
@@ -95,13 +101,16 @@ export class SandboxCreates {
       if (inflight.fingerprint !== fingerprint) throw reused();
       return { ...(await inflight.job), created: false };
     }
-    const known = this.ctx.ledger.findIdempotencyKey(owner.tenant, idempotencyKey);
-    if (known) {
-      if (known.fingerprint !== fingerprint) throw reused();
-      const row = this.ctx.ledger.getSandbox(known.sandbox_id);
-      if (row) return { sandbox: this.ctx.view(row), created: false };
-    }
-    const job = this.createNew(req, { key: idempotencyKey, fingerprint }, owner);
+    // Noted as in flight before the ledger is read: a second request with the key, sent at once, joins this one.
+    const job = (async (): Promise<CreateResult> => {
+      const known = await this.ctx.ledger.findIdempotencyKey(owner.tenant, idempotencyKey);
+      if (known) {
+        if (known.fingerprint !== fingerprint) throw reused();
+        const row = await this.ctx.ledger.getSandbox(known.sandbox_id);
+        if (row) return { sandbox: await this.ctx.view(row), created: false };
+      }
+      return this.createNew(req, { key: idempotencyKey, fingerprint }, owner);
+    })();
     this.inflightKeys.set(slot, { fingerprint, job });
     try {
       return await job;
@@ -114,8 +123,8 @@ export class SandboxCreates {
    * The tenant's snapshot by id or name; another tenant's is answered as one that does not exist.
    * A sandbox from a snapshot runs on the snapshot's driver: naming another is refused.
    */
-  private snapshotOf(ref: string, tenant: string, driver: string | undefined): SnapshotRow {
-    const row = tenantSnapshot(this.ctx.ledger.snapshots, tenant, ref);
+  private async snapshotOf(ref: string, tenant: string, driver: string | undefined): Promise<SnapshotRow> {
+    const row = await tenantSnapshot(this.ctx.ledger.snapshots, tenant, ref);
     if (driver !== undefined && driver !== row.driver)
       throw new BothyError(
         "invalid_request",
@@ -172,7 +181,8 @@ export class SandboxCreates {
     idem: { key: string; fingerprint: string } | undefined,
     owner: CreateOwner,
   ): Promise<CreateResult> {
-    const snapshot = req.snapshot === undefined ? undefined : this.snapshotOf(req.snapshot, owner.tenant, req.driver);
+    const snapshot =
+      req.snapshot === undefined ? undefined : await this.snapshotOf(req.snapshot, owner.tenant, req.driver);
     const template = snapshot ? await this.snapshotTemplate(snapshot) : await this.ctx.templates.resolve(req.template);
     if (!template) {
       throw new BothyError(
@@ -185,74 +195,115 @@ export class SandboxCreates {
     const started = Date.now();
     const diskMib = req.disk_mib ?? this.ctx.config.limits.defaultDiskMib;
     const maxProcesses = req.max_processes ?? this.ctx.config.limits.defaultProcesses;
+    if ((req.volumes ?? []).length > 0 && !this.ctx.volumes)
+      throw new BothyError("not_supported", "This server has no volumes; create the sandbox without `volumes`.");
+    const { job } = await this.admit(() =>
+      this.admitted(req, idem, owner, { snapshot, template, driver, lifetime, started, diskMib, maxProcesses }),
+    );
+    return job;
+  }
+
+  /** Runs `f` once the admissions before it have ended (see `admitting`). */
+  private admit<T>(f: () => Promise<T>): Promise<T> {
+    const run = this.admitting.then(f);
+    this.admitting = run.then(
+      () => undefined,
+      () => undefined,
+    );
+    return run;
+  }
+
+  /**
+   * A create's checks, its rows, and its start on the actor, under the admission: returns the
+   * create's job (wrapped, so the admission ends when the job starts, not when it ends).
+   */
+  private async admitted(
+    req: CreateRequest,
+    idem: { key: string; fingerprint: string } | undefined,
+    owner: CreateOwner,
+    c: {
+      snapshot: SnapshotRow | undefined;
+      template: BuiltTemplateRef;
+      driver: Driver;
+      lifetime: ReturnType<typeof lifetimeOf>;
+      started: number;
+      diskMib: number;
+      maxProcesses: number;
+    },
+  ): Promise<{ job: Promise<CreateResult> }> {
+    const { snapshot, template, driver, lifetime, started, diskMib, maxProcesses } = c;
     const shape = this.shape(
       template,
       { vcpu: req.vcpu, memoryMib: req.memory_mib, diskMib, maxProcesses },
       driver,
       snapshot,
     );
-    const network = networkPolicy(req, owner.tenant, this.ctx.config.network, this.ctx.policies);
+    const network = await networkPolicy(req, owner.tenant, this.ctx.config.network, this.ctx.policies);
     const mounts = req.volumes ?? [];
-    if (mounts.length > 0 && !this.ctx.volumes)
-      throw new BothyError("not_supported", "This server has no volumes; create the sandbox without `volumes`.");
     // Pool sandboxes were made with the default posture and no volumes; any other create boots its
     // own. One from a snapshot takes only a sandbox booted from that snapshot (the shape names it).
     const poolable = isDefaultPolicy(network.egress) && !network.egress.gateway && mounts.length === 0;
     // A claim from the pool takes no more of the host; any other create needs room, a pool
-    // sandbox giving up its own when the host is full. From here to the row's insert below all
-    // runs synchronously, so two creates cannot both pass these checks.
+    // sandbox giving up its own when the host is full.
     if (!(poolable && this.ctx.pool.hasReady(shape)) && !this.ctx.makeRoom()) {
       throw new BothyError(
         "capacity_exhausted",
         `This host runs at most ${this.ctx.config.limits.maxSandboxes} sandboxes; delete one or raise BOTHY_MAX_SANDBOXES.`,
       );
     }
-    owner.admit?.({ vcpu: req.vcpu, memoryMib: req.memory_mib });
+    await owner.admit?.({ vcpu: req.vcpu, memoryMib: req.memory_mib });
     const secrets = req.secrets ?? [];
     // Before anything is made: a create naming a secret the vault lacks makes nothing.
-    if (secrets.length > 0) this.ctx.gateway?.vault.requireAll(owner.tenant, secrets);
-    // Looked up again in the turn of the claim and insert: a delete of the snapshot since cannot slip between.
-    if (snapshot) this.snapshotOf(snapshot.id, owner.tenant, undefined);
+    if (secrets.length > 0) await this.ctx.gateway?.vault.requireAll(owner.tenant, secrets);
+    // Checked before the row, claimed right after it: other creates wait for the admission.
+    const id0 = newSandboxId();
+    const claims0 = await this.ctx.volumes?.claimsFor(owner.tenant, id0, driver.name, mounts);
+    // Looked up again right before the insert.
+    if (snapshot) await this.snapshotOf(snapshot.id, owner.tenant, undefined);
+    // The pool is claimed last, right before the insert: a check that refuses leaves the pool as it was.
     const warm = poolable ? this.ctx.pool.claim(shape) : undefined;
-    const id = warm?.spec.id ?? newSandboxId();
-    // Checked before the row, claimed right after it in the same turn: no other create interleaves.
-    const claims = this.ctx.volumes?.claimsFor(owner.tenant, id, driver.name, mounts) ?? [];
-    this.ctx.ledger.insertSandbox(
-      {
-        id,
-        template: template.name,
-        template_hash: template.hash,
-        driver: driver.name,
-        acceleration: driver.acceleration,
-        vcpu: req.vcpu,
-        memory_mib: req.memory_mib,
-        disk_mib: diskMib,
-        max_processes: maxProcesses,
-        state: warm ? "running" : "creating",
-        expires_at: expiryFrom(lifetime.timeoutS, started),
-        delete_on_disconnect: lifetime.deleteOnDisconnect ? 1 : 0,
-        disconnect_grace_s: lifetime.disconnectGraceS,
-        network: JSON.stringify(network.shown),
-        metadata: JSON.stringify(req.metadata ?? {}),
-        tenant: owner.tenant,
-        policy: network.record ? JSON.stringify(network.record) : null,
-      },
-      idem,
-    );
-    // In the same turn as the row: no sweep can find the sandbox expired without its lifecycle.
-    if (lifetime.onTimeout !== "delete" || !lifetime.autoWake)
-      this.ctx.ledger.lifecycle.put({
-        sandbox_id: id,
-        on_timeout: lifetime.onTimeout,
-        auto_wake: lifetime.autoWake ? 1 : 0,
-        timeout_s: lifetime.timeoutS,
-        asleep_by: null,
-      });
-    this.ctx.volumes?.commitClaims(claims);
-    if (snapshot) this.ctx.ledger.snapshots.addUse(id, snapshot.id);
-    if (secrets.length > 0) this.ctx.gateway?.vault.bindSandbox(owner.tenant, id, secrets);
-    // Queued first on the new sandbox's actor, so it starts in this turn: the host's limit counts it at once.
-    return this.ctx.actor.run(id, "create", async (move): Promise<CreateResult> => {
+    const id = warm?.spec.id ?? id0;
+    const claims = (claims0 ?? []).map((claim) => ({ ...claim, sandbox_id: id }));
+    // The create's operation starts now, before its rows are written: from the row's first moment
+    // the sandbox is this process's (the sweeper leaves it alone) and counts against the host.
+    let written!: () => void;
+    const rowsWritten = new Promise<void>((resolve) => (written = resolve));
+    const job = this.ctx.actor.run(id, "create", async (move): Promise<CreateResult> => {
+      await this.ctx.ledger.insertSandbox(
+        {
+          id,
+          template: template.name,
+          template_hash: template.hash,
+          driver: driver.name,
+          acceleration: driver.acceleration,
+          vcpu: req.vcpu,
+          memory_mib: req.memory_mib,
+          disk_mib: diskMib,
+          max_processes: maxProcesses,
+          state: warm ? "running" : "creating",
+          expires_at: expiryFrom(lifetime.timeoutS, started),
+          delete_on_disconnect: lifetime.deleteOnDisconnect ? 1 : 0,
+          disconnect_grace_s: lifetime.disconnectGraceS,
+          network: JSON.stringify(network.shown),
+          metadata: JSON.stringify(req.metadata ?? {}),
+          tenant: owner.tenant,
+          policy: network.record ? JSON.stringify(network.record) : null,
+        },
+        idem,
+      );
+      // Right after the row: its expiry is at least a second away (a timeout is whole seconds).
+      if (lifetime.onTimeout !== "delete" || !lifetime.autoWake)
+        await this.ctx.ledger.lifecycle.put({
+          sandbox_id: id,
+          on_timeout: lifetime.onTimeout,
+          auto_wake: lifetime.autoWake ? 1 : 0,
+          timeout_s: lifetime.timeoutS,
+          asleep_by: null,
+        });
+      await this.ctx.volumes?.commitClaims(claims);
+      if (snapshot) await this.ctx.ledger.snapshots.addUse(id, snapshot.id);
+      if (secrets.length > 0) await this.ctx.gateway?.vault.bindSandbox(owner.tenant, id, secrets);
+      written();
       let booted = warm;
       // Pool sandboxes boot at the lowest CPU weight (warm-pool.ts); this one now serves a caller.
       if (warm?.handle.prioritize)
@@ -264,7 +315,7 @@ export class SandboxCreates {
       try {
         booted ??= await bootSandbox(
           driver,
-          this.ctx.bootSpec(
+          await this.ctx.bootSpec(
             id,
             template,
             { vcpu: req.vcpu, memoryMib: req.memory_mib, diskMib, maxProcesses },
@@ -274,21 +325,21 @@ export class SandboxCreates {
         );
       } catch (err) {
         const e = toCreateFailure(err);
-        move("creating", "failed", e.message);
-        if (idem) this.ctx.ledger.forgetIdempotencyKey(owner.tenant, idem.key);
+        await move("creating", "failed", e.message);
+        if (idem) await this.ctx.ledger.forgetIdempotencyKey(owner.tenant, idem.key);
         this.ctx.log("sandbox_create_failed", { sandbox_id: id, error: describeCauses(err) });
         throw e;
       }
       try {
-        if (!warm) move("creating", "running");
+        if (!warm) await move("creating", "running");
       } catch (err) {
         await booted.handle.destroy();
-        if (idem) this.ctx.ledger.forgetIdempotencyKey(owner.tenant, idem.key);
+        if (idem) await this.ctx.ledger.forgetIdempotencyKey(owner.tenant, idem.key);
         throw err;
       }
       this.held.adopt(booted);
       // A sandbox's time counts from when it runs, not from a boot that may have been slow.
-      if (!warm) this.ctx.ledger.setExpiresAt(id, expiryFrom(lifetime.timeoutS));
+      if (!warm) await this.ctx.ledger.setExpiresAt(id, expiryFrom(lifetime.timeoutS));
       this.ctx.touch(id);
       this.ctx.log("sandbox_created", {
         sandbox_id: id,
@@ -300,8 +351,11 @@ export class SandboxCreates {
         ms: Date.now() - started,
         ...(warm === undefined && booted.stepsMs ? { steps: booted.stepsMs } : {}),
       });
-      return { sandbox: this.ctx.info(id), created: true };
+      return { sandbox: await this.ctx.info(id), created: true };
     });
+    // The admission ends once the rows are written (the quota then counts them), or with the failure.
+    await Promise.race([rowsWritten, job.then(() => undefined)]);
+    return { job };
   }
 }
 

@@ -21,7 +21,7 @@ export class SandboxDeletes {
    * (`deleted`, or still `deleting` when it failed and the sweeper will finish it).
    */
   async delete(id: string, reason = "requested", how: { wait?: boolean } = {}): Promise<SandboxInfo> {
-    const info = this.ctx.info(id);
+    const info = await this.ctx.info(id);
     if (isIn("final", info.state)) return info;
     const job = this.deleteJob(id, reason);
     const answer = await job.answered;
@@ -45,9 +45,9 @@ export class SandboxDeletes {
     const done = this.ctx.actor
       .run(id, "delete", async (move) => {
         try {
-          const row = this.ctx.ledger.getSandbox(id);
+          const row = await this.ctx.ledger.getSandbox(id);
           if (!row || isIn("final", row.state)) return marked.resolve();
-          if (row.state !== "deleting") move(row.state, "deleting");
+          if (row.state !== "deleting") await move(row.state, "deleting");
           const booted = this.ctx.records.letGo(rec);
           booted?.agent.close(new BothyError("sandbox_not_running", "The sandbox was deleted."));
           marked.resolve();
@@ -58,7 +58,7 @@ export class SandboxDeletes {
           await rec.phase.reaping;
           if (booted) await booted.handle.destroy();
           else await this.ctx.drivers.removeOrphan(id);
-          move("deleting", "deleted");
+          await move("deleting", "deleted");
           this.ctx.log("sandbox_deleted", { sandbox_id: id, reason });
         } catch (err) {
           marked.reject(err); // no-op once answered
@@ -78,7 +78,7 @@ export class SandboxDeletes {
    */
   async finishDeletes(reason: string): Promise<void> {
     const owned = this.ctx.ownedIds();
-    for (const row of this.ctx.ledger.liveSandboxes()) {
+    for (const row of await this.ctx.ledger.liveSandboxes()) {
       if (row.state !== "deleting" || owned.has(row.id)) continue;
       await this.deleteJob(row.id, reason).done;
     }

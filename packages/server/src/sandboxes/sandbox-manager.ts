@@ -6,7 +6,8 @@ import type { DriverRegistry } from "../drivers/driver-registry.ts";
 import type { Logger } from "../events/server-events.ts";
 import type { GatewayPolicies } from "../gateway/policies.ts";
 import type { Vault } from "../gateway/vault.ts";
-import type { Ledger, SandboxRow } from "../ledger/ledger.ts";
+import type { SandboxRow } from "../ledger/ledger.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 import type { SnapshotRow } from "../ledger/snapshot-rows.ts";
 import { HeldSandboxes } from "./held-sandboxes.ts";
 import { isIn } from "./lifecycle.ts";
@@ -52,7 +53,7 @@ export class SandboxManager {
 
   constructor(
     config: Config,
-    ledger: Ledger,
+    ledger: LedgerStore,
     drivers: DriverRegistry,
     templates: TemplateSource,
     log: Logger,
@@ -70,21 +71,33 @@ export class SandboxManager {
     this.recovery = new SandboxRecovery(this.ctx, this.held, this.sleepWake, this.deletes);
   }
 
-  info(id: string): SandboxInfo {
+  info(id: string): Promise<SandboxInfo> {
     return this.ctx.info(id);
   }
 
-  list(): SandboxInfo[] {
-    return this.ctx.ledger.listSandboxes().map((row) => this.ctx.view(row));
+  async list(): Promise<SandboxInfo[]> {
+    return Promise.all((await this.ctx.ledger.listSandboxes()).map((row) => this.ctx.view(row)));
   }
 
-  counts(): Record<string, number> {
+  counts(): Promise<Record<string, number>> {
     return this.ctx.ledger.countByState();
   }
 
-  /** The agent of a running sandbox, for commands and files. */
-  agent(id: string): AgentClient {
-    const info = this.info(id);
+  /**
+   * The agent of a sandbox this process holds running, from memory: undefined for any other (a
+   * paused sandbox's agent is closed; a stopped, deleted or unknown one has none here).
+   */
+  heldAgent(id: string): AgentClient | undefined {
+    const rec = this.ctx.records.get(id);
+    const booted = rec?.booted;
+    return booted && !booted.agent.isClosed && !rec.phase.deleting ? booted.agent : undefined;
+  }
+
+  /** The agent of a running sandbox, for commands and files; the ledger says why there is none. */
+  async agent(id: string): Promise<AgentClient> {
+    const held = this.heldAgent(id);
+    if (held) return held;
+    const info = await this.info(id);
     const booted = this.ctx.records.get(id)?.booted;
     if (info.state !== "running" || !booted || booted.agent.isClosed) {
       throw new BothyError(
@@ -100,10 +113,10 @@ export class SandboxManager {
    * stop runs meanwhile (and it changes no state). A running sandbox comes with its agent; a
    * stopped one (gVisor's sleep) with none, its disk at rest; any other state is refused.
    */
-  forSnapshot<T>(id: string, body: (subject: SnapshotSubject) => Promise<T>): Promise<T> {
-    this.info(id);
+  async forSnapshot<T>(id: string, body: (subject: SnapshotSubject) => Promise<T>): Promise<T> {
+    await this.info(id);
     return this.ctx.actor.run(id, "snapshot", async (_move, rec) => {
-      const row = this.ctx.ledger.getSandbox(id);
+      const row = await this.ctx.ledger.getSandbox(id);
       if (!row) throw new BothyError("sandbox_not_found", `No sandbox ${id}; list them with GET /sandboxes.`);
       const booted = rec.booted;
       const running = row.state === "running" && booted !== undefined && !booted.agent.isClosed;
@@ -155,23 +168,23 @@ export class SandboxManager {
   }
 
   /** The sandbox now expires `timeout_s` (from the body) seconds from now, sooner or later than before. */
-  setTimeout(id: string, body: unknown): SandboxInfo {
-    const info = this.info(id);
+  async setTimeout(id: string, body: unknown): Promise<SandboxInfo> {
+    const info = await this.info(id);
     const timeoutS = parseSetTimeout(body, this.ctx.config.lifecycle.maxTimeoutS);
     if (!isIn("active", info.state)) {
       throw new BothyError("sandbox_not_running", `Sandbox ${id} is ${info.state}; only a live sandbox has a timeout.`);
     }
     // Its expires_at is now the end of its retention, which a timeout must not move on for ever.
-    if (isIn("dormant", info.state) && this.ctx.ledger.lifecycle.of(id)?.asleep_by === "timeout") {
+    if (isIn("dormant", info.state) && (await this.ctx.ledger.lifecycle.of(id))?.asleep_by === "timeout") {
       throw new BothyError(
         "sandbox_asleep",
         `Sandbox ${id} is asleep since its timeout passed; wake it (POST /sandboxes/${id}/resume, or any call unless it has auto_wake false) to give it a new timeout.`,
       );
     }
     const expiresAt = expiryFrom(timeoutS);
-    this.ctx.ledger.setExpiresAt(id, expiresAt);
+    await this.ctx.ledger.setExpiresAt(id, expiresAt);
     // Also what a wake after its timeout gives it again.
-    this.ctx.ledger.lifecycle.setTimeoutS(id, timeoutS);
+    await this.ctx.ledger.lifecycle.setTimeoutS(id, timeoutS);
     this.ctx.log("sandbox_timeout_set", { sandbox_id: id, timeout_s: timeoutS, expires_at: expiresAt });
     return this.info(id);
   }
@@ -257,10 +270,13 @@ export class SandboxManager {
     }
   }
 
-  /** Milliseconds since the sandbox was last used (created, called, or a command ended). */
+  /**
+   * Milliseconds since a sandbox held here was last used (created, woken, called, or a command
+   * ended: each notes it in memory); 0 for one with no note.
+   */
   idleFor(id: string): number {
-    const last = this.ctx.records.get(id)?.lastActive ?? Date.parse(this.ctx.ledger.getSandbox(id)?.updated_at ?? "");
-    return Number.isNaN(last) ? 0 : Date.now() - last;
+    const last = this.ctx.records.get(id)?.lastActive;
+    return last === undefined ? 0 : Date.now() - last;
   }
 
   /**
@@ -270,9 +286,11 @@ export class SandboxManager {
    */
   canSleep(id: string, inSleepsTurn = false): boolean {
     const rec = this.ctx.records.get(id);
+    // Held with its agent open is running (a pause closes the agent): asked from memory, so a
+    // sleep's last check and its stop run in one turn.
     return (
       rec?.booted !== undefined &&
-      this.info(id).state === "running" &&
+      !rec.booted.agent.isClosed &&
       (rec.phase.queue === undefined || inSleepsTurn) &&
       !rec.phase.deleting &&
       rec.holds === 0
@@ -310,7 +328,7 @@ export class SandboxManager {
   }
 
   /** Paused or stopped sandboxes without a handle in this process: their disk is theirs, nothing else. */
-  dormantIds(): Set<string> {
+  dormantIds(): Promise<Set<string>> {
     return this.recovery.dormantIds();
   }
 
@@ -318,7 +336,7 @@ export class SandboxManager {
    * Host objects by sandbox that this server does not answer for: everything of an id with no
    * live handle or row, and, of a paused or stopped sandbox, all but its disk.
    */
-  unowned(objects: readonly HostObject[]): Map<string, HostObject[]> {
+  unowned(objects: readonly HostObject[]): Promise<Map<string, HostObject[]>> {
     return this.recovery.unowned(objects);
   }
 
@@ -328,7 +346,7 @@ export class SandboxManager {
   }
 
   /** Live ledger rows that no sandbox in this process stands behind become `failed` (dormant ones need none). */
-  closeUnownedRows(reason: string): string[] {
+  closeUnownedRows(reason: string): Promise<string[]> {
     return this.recovery.closeUnownedRows(reason);
   }
 
@@ -337,7 +355,7 @@ export class SandboxManager {
    * sandbox of `before` whose agent channel has closed, or of which the drivers found nothing on
    * the host, is handled as dead.
    */
-  checkAlive(before: ReadonlySet<string>, onHost: ReadonlySet<string>): string[] {
+  checkAlive(before: ReadonlySet<string>, onHost: ReadonlySet<string>): Promise<string[]> {
     return this.recovery.checkAlive(before, onHost);
   }
 
@@ -355,7 +373,7 @@ export class SandboxManager {
         this.ctx.actor.run(rec.id, "stop", async (move) => {
           const { id, booted } = rec;
           if (!booted) return;
-          if (this.ctx.ledger.getSandbox(id)?.state === "paused") {
+          if ((await this.ctx.ledger.getSandbox(id))?.state === "paused") {
             this.ctx.records.letGo(rec); // its VM ended at pause; the saved memory stays with the disk
             return;
           }

@@ -29,13 +29,13 @@ export class SandboxRecovery {
    * sandbox's objects except its disk.
    */
   async reconcile(): Promise<void> {
-    for (const row of this.ctx.ledger.liveSandboxes()) {
+    for (const row of await this.ctx.ledger.liveSandboxes()) {
       if (row.state === "running") {
         // Commands of the old server cannot be followed by this one; they run on in the guest, detached.
-        this.ctx.ledger.loseCommands(row.id);
+        await this.ctx.ledger.loseCommands(row.id);
         if (await this.ctx.actor.run(row.id, "takeover", () => this.attachAfterRestart(row))) continue;
         await this.ctx.actor.run(row.id, "reconcile", async (move) => {
-          move(
+          await move(
             "running",
             "stopped",
             "The server restarted and its processes ended; its files are kept and the next call starts it again.",
@@ -44,24 +44,24 @@ export class SandboxRecovery {
         });
       } else if (row.state === "creating") {
         await this.ctx.actor.run(row.id, "reconcile", async (move) => {
-          move("creating", "failed", "The server restarted while this sandbox was being created.");
-          this.ctx.ledger.forgetIdempotencyKeysOf(row.id);
+          await move("creating", "failed", "The server restarted while this sandbox was being created.");
+          await this.ctx.ledger.forgetIdempotencyKeysOf(row.id);
           this.ctx.log("sandbox_lost", { sandbox_id: row.id, previous_state: row.state });
         });
       }
     }
     await this.deletes.finishDeletes("completed after restart");
     const objects = (await Promise.all(this.ctx.drivers.all().map((d) => d.reconcile()))).flat();
-    for (const [id, found] of this.unowned(objects)) await this.removeUnowned(id, found, "start-up");
+    for (const [id, found] of await this.unowned(objects)) await this.removeUnowned(id, found, "start-up");
   }
 
   /**
    * Host objects by sandbox that this server does not answer for: everything of an id with no
    * live handle or row, and, of a paused or stopped sandbox, all but its disk.
    */
-  unowned(objects: readonly HostObject[]): Map<string, HostObject[]> {
+  async unowned(objects: readonly HostObject[]): Promise<Map<string, HostObject[]>> {
+    const dormant = await this.dormantIds();
     const owned = this.ctx.ownedIds();
-    const dormant = this.dormantIds();
     const byId = new Map<string, HostObject[]>();
     for (const o of objects) {
       if (owned.has(o.sandboxId) || (dormant.has(o.sandboxId) && o.disk === true)) continue;
@@ -72,8 +72,9 @@ export class SandboxRecovery {
 
   /** Removes what `unowned` found of one sandbox, unless it was taken since; a dormant sandbox keeps its disk. */
   async removeUnowned(id: string, found: readonly HostObject[], by: string): Promise<void> {
+    const dormant = await this.dormantIds();
     if (this.ctx.ownedIds().has(id)) return;
-    const keepDisk = this.dormantIds().has(id);
+    const keepDisk = dormant.has(id);
     this.ctx.log("orphan_removed", {
       sandbox_id: id,
       kind: found.map((o) => o.kind).join(","),
@@ -85,24 +86,23 @@ export class SandboxRecovery {
   }
 
   /** Paused or stopped sandboxes without a handle in this process: their disk is theirs, nothing else. */
-  dormantIds(): Set<string> {
+  async dormantIds(): Promise<Set<string>> {
     return new Set(
-      this.ctx.ledger
-        .liveSandboxes()
+      (await this.ctx.ledger.liveSandboxes())
         .filter((r) => isIn("dormant", r.state) && this.ctx.records.get(r.id)?.booted === undefined)
         .map((r) => r.id),
     );
   }
 
   /** Live ledger rows that no sandbox in this process stands behind become `failed` (dormant ones need none). */
-  closeUnownedRows(reason: string): string[] {
-    const owned = this.ctx.ownedIds();
+  async closeUnownedRows(reason: string): Promise<string[]> {
     const closed: string[] = [];
-    for (const row of this.ctx.ledger.liveSandboxes()) {
+    for (const row of await this.ctx.ledger.liveSandboxes()) {
       // A `deleting` row is finished by finishDeletes, not failed: its host objects may still be there.
-      if (owned.has(row.id) || isIn("dormant", row.state) || row.state === "deleting") continue;
+      // Ownership is asked per row, after the read: a create writes its row only once its operation is under way.
+      if (this.ctx.ownedIds().has(row.id) || isIn("dormant", row.state) || row.state === "deleting") continue;
       // Nothing is in flight on it (it is not owned): the sweeper's decision pre-empts nothing.
-      this.ctx.actor.now(row.id, "sweep", (move) => move(row.state, "failed", reason));
+      await this.ctx.actor.now(row.id, "sweep", (move) => move(row.state, "failed", reason));
       this.ctx.log("sandbox_lost", { sandbox_id: row.id, previous_state: row.state });
       closed.push(row.id);
     }
@@ -114,19 +114,25 @@ export class SandboxRecovery {
    * of `before` (live when the drivers were asked) that is still running but whose agent
    * channel has closed, or of which the drivers found nothing on the host, is handled as dead.
    */
-  checkAlive(before: ReadonlySet<string>, onHost: ReadonlySet<string>): string[] {
+  async checkAlive(before: ReadonlySet<string>, onHost: ReadonlySet<string>): Promise<string[]> {
     const dead: string[] = [];
-    for (const { id, booted, phase } of this.ctx.records.held()) {
-      // An operation queued or in flight decides for itself (a resume's own failure handles a death).
-      if (!booted || !before.has(id) || phase.queue !== undefined || phase.deleting) continue;
-      if (this.ctx.ledger.getSandbox(id)?.state !== "running") continue;
+    for (const rec of this.ctx.records.held()) {
+      const { id, booted } = rec;
+      if ((await this.ctx.ledger.getSandbox(id))?.state !== "running") continue;
+      // Asked after the read: an operation queued or in flight decides for itself (a resume's own
+      // failure handles a death), and one that let go of it meanwhile has it no longer.
+      const { phase } = rec;
+      if (!booted || rec.booted !== booted || !before.has(id) || phase.queue !== undefined || phase.deleting) continue;
       const why = booted.agent.isClosed
         ? "its agent channel closed"
         : !onHost.has(id)
           ? "the driver found nothing of it on the host"
           : undefined;
       if (why === undefined) continue;
-      this.held.lose(id, booted, `The sandbox stopped unexpectedly: ${why}.`, { detected_by: "sweeper", reason: why });
+      await this.held.lose(id, booted, `The sandbox stopped unexpectedly: ${why}.`, {
+        detected_by: "sweeper",
+        reason: why,
+      });
       dead.push(id);
     }
     return dead;

@@ -37,9 +37,9 @@ export class SleepWake {
    * `pause({keepMemory: false})`) on a driver that cannot keep memory (gVisor) stops it with its
    * disk kept instead, as its sleep does: files come back, processes do not.
    */
-  pause(id: string, how: { memory?: boolean } = {}): Promise<SandboxInfo> {
+  async pause(id: string, how: { memory?: boolean } = {}): Promise<SandboxInfo> {
     const step = async (booted: BootedSandbox, move: Move): Promise<void> => {
-      if (this.ctx.info(id).state === "paused") return;
+      if ((await this.ctx.info(id)).state === "paused") return;
       if (booted.handle.pause) await this.pauseHeld(id, booted, move);
       else if (how.memory === false) {
         const stopped = await this.held.stopOnPurpose(
@@ -54,13 +54,13 @@ export class SleepWake {
       } else
         throw new BothyError(
           "not_supported",
-          `The ${this.ctx.info(id).driver} driver cannot keep a sandbox's memory; pause it with its files only (E2B: pause({keepMemory: false})), or create it with "driver": "qemu".`,
+          `The ${(await this.ctx.info(id)).driver} driver cannot keep a sandbox's memory; pause it with its files only (E2B: pause({keepMemory: false})), or create it with "driver": "qemu".`,
         );
-      this.ctx.ledger.lifecycle.setAsleepBy(id, "pause");
+      await this.ctx.ledger.lifecycle.setAsleepBy(id, "pause");
     };
     // Paused with no VM (a restart came between the pause and now): nothing to pause, unless a
     // wake already under way has it running by this pause's turn.
-    if (this.ctx.info(id).state === "paused" && !this.ctx.records.get(id)?.booted) {
+    if ((await this.ctx.info(id)).state === "paused" && !this.ctx.records.get(id)?.booted) {
       return this.serialized(id, "pause", async (move, rec) => {
         if (rec.booted && !rec.phase.deleting) await step(rec.booted, move);
       });
@@ -71,8 +71,8 @@ export class SleepWake {
   private async pauseHeld(id: string, booted: BootedSandbox, move: Move): Promise<void> {
     booted.agent.close(new BothyError("sandbox_not_running", "The sandbox was paused."));
     await booted.handle.pause?.();
-    this.ctx.ledger.loseCommands(id);
-    move("running", "paused");
+    await this.ctx.ledger.loseCommands(id);
+    await move("running", "paused");
     this.ctx.log("sandbox_paused", { sandbox_id: id });
   }
 
@@ -82,7 +82,7 @@ export class SleepWake {
    */
   sleep(id: string, stillIdle: () => boolean): Promise<SandboxInfo> {
     return this.onHeld(id, "sleep", async (booted, move) => {
-      if (this.ctx.info(id).state !== "running" || !stillIdle()) return;
+      if ((await this.ctx.info(id)).state !== "running" || !stillIdle()) return;
       if (booted.handle.pause) return this.pauseHeld(id, booted, move);
       const stopped = await this.held.stopOnPurpose(
         id,
@@ -104,7 +104,7 @@ export class SleepWake {
    */
   sleepOnTimeout(id: string): Promise<SandboxInfo> {
     return this.serialized(id, "sleep", async (move, rec) => {
-      const row = this.ctx.ledger.getSandbox(id);
+      const row = await this.ctx.ledger.getSandbox(id);
       // Its timeout was moved on (a connect, a set-timeout) while this waited for its turn.
       if (!row || row.expires_at === null || Date.parse(row.expires_at) > Date.now()) return;
       if (rec.phase.deleting || !isIn("expirable", row.state)) return;
@@ -124,9 +124,10 @@ export class SleepWake {
         }
       }
       const finalAt = expiryFrom(this.ctx.config.lifecycle.sleepRetentionS);
-      this.ctx.ledger.lifecycle.setAsleepBy(id, "timeout");
-      this.ctx.ledger.setExpiresAt(id, finalAt);
-      this.ctx.log("sandbox_timed_out", { sandbox_id: id, state: this.ctx.info(id).state, deleted_after: finalAt });
+      await this.ctx.ledger.lifecycle.setAsleepBy(id, "timeout");
+      await this.ctx.ledger.setExpiresAt(id, finalAt);
+      const { state } = await this.ctx.info(id);
+      this.ctx.log("sandbox_timed_out", { sandbox_id: id, state, deleted_after: finalAt });
     });
   }
 
@@ -134,8 +135,8 @@ export class SleepWake {
    * The refusal of an implicit wake of a sandbox only a resume may wake: made with `auto_wake:
    * false`, asleep since its timeout or a pause. Undefined when a call may wake it.
    */
-  wakeRefusal(id: string): BothyError | undefined {
-    const lifecycle = this.ctx.ledger.lifecycle.of(id);
+  async wakeRefusal(id: string): Promise<BothyError | undefined> {
+    const lifecycle = await this.ctx.ledger.lifecycle.of(id);
     if (!lifecycle || lifecycle.auto_wake === 1 || lifecycle.asleep_by === null) return undefined;
     const since = lifecycle.asleep_by === "timeout" ? "its timeout passed" : "it was paused";
     return new BothyError(
@@ -146,25 +147,23 @@ export class SleepWake {
   }
 
   /** A wake happened: what put it to sleep is over, and one asleep since its timeout gets its timeout again. */
-  private woke(id: string): void {
-    const lifecycle = this.ctx.ledger.lifecycle.of(id);
+  private async woke(id: string): Promise<void> {
+    const lifecycle = await this.ctx.ledger.lifecycle.of(id);
     if (!lifecycle?.asleep_by) return;
-    this.ctx.ledger.lifecycle.setAsleepBy(id, null);
-    if (lifecycle.asleep_by === "timeout") this.ctx.ledger.setExpiresAt(id, expiryFrom(lifecycle.timeout_s));
+    await this.ctx.ledger.lifecycle.setAsleepBy(id, null);
+    if (lifecycle.asleep_by === "timeout") await this.ctx.ledger.setExpiresAt(id, expiryFrom(lifecycle.timeout_s));
   }
 
-  resume(id: string, by: WakeBy = "resume"): Promise<SandboxInfo> {
-    if (
-      this.ctx.info(id).state === "stopped" ||
-      (this.ctx.info(id).state === "paused" && !this.ctx.records.get(id)?.booted)
-    )
-      return this.revive(id, by);
+  async resume(id: string, by: WakeBy = "resume"): Promise<SandboxInfo> {
+    const { state } = await this.ctx.info(id);
+    if (state === "stopped" || (state === "paused" && !this.ctx.records.get(id)?.booted)) return this.revive(id, by);
     return this.onHeld(id, "resume", async (booted, move, rec) => {
-      if (this.ctx.info(id).state !== "paused") return;
-      const refusal = by === "implicit" ? this.wakeRefusal(id) : undefined;
+      const now = await this.ctx.info(id);
+      if (now.state !== "paused") return;
+      const refusal = by === "implicit" ? await this.wakeRefusal(id) : undefined;
       if (refusal) throw refusal;
       try {
-        await resumeSandbox(this.ctx.drivers.get(this.ctx.info(id).driver), booted, this.ctx.config.bootTimeoutMs);
+        await resumeSandbox(this.ctx.drivers.get(now.driver), booted, this.ctx.config.bootTimeoutMs);
       } catch (err) {
         // A sandbox that cannot come back is over: its state file and disk go with it. The row
         // says so first (as a delete marks `deleting` before its teardown), so a crash or a
@@ -172,7 +171,7 @@ export class SleepWake {
         // `paused` row with nothing behind it.
         const e = toResumeFailure(err);
         this.ctx.records.letGo(rec);
-        move("paused", "failed", e.message);
+        await move("paused", "failed", e.message);
         this.ctx.log("sandbox_resume_failed", { sandbox_id: id, error: describeCauses(err) });
         await booted.handle
           .destroy()
@@ -181,8 +180,8 @@ export class SleepWake {
           );
         throw e;
       }
-      move("paused", "running");
-      this.woke(id);
+      await move("paused", "running");
+      await this.woke(id);
       this.ctx.log("sandbox_resumed", { sandbox_id: id });
     });
   }
@@ -192,10 +191,10 @@ export class SleepWake {
    * `by: "implicit"` (a call that needs it running) is refused for a sandbox only a resume may wake.
    */
   async ensureRunning(id: string, by: WakeBy): Promise<SandboxInfo> {
-    const info = this.ctx.info(id);
+    const info = await this.ctx.info(id);
     this.ctx.touch(id);
     if (!isIn("dormant", info.state)) return info;
-    const refusal = by === "implicit" ? this.wakeRefusal(id) : undefined;
+    const refusal = by === "implicit" ? await this.wakeRefusal(id) : undefined;
     if (refusal) throw refusal;
     const woken = await this.resume(id, by);
     // A slow wake (a VM under emulation) must not count as idle time.
@@ -210,9 +209,9 @@ export class SleepWake {
    */
   private revive(id: string, by: WakeBy): Promise<SandboxInfo> {
     return this.serialized(id, "wake", async (move, rec) => {
-      const row = this.ctx.ledger.getSandbox(id);
+      const row = await this.ctx.ledger.getSandbox(id);
       if (!row || !isIn("dormant", row.state) || rec.booted) return;
-      const refusal = by === "implicit" ? this.wakeRefusal(id) : undefined;
+      const refusal = by === "implicit" ? await this.wakeRefusal(id) : undefined;
       if (refusal) throw refusal;
       await rec.phase.reaping;
       if (this.ctx.stopping || rec.phase.deleting)
@@ -229,17 +228,19 @@ export class SleepWake {
         this.ctx.log("sandbox_wake_failed", { sandbox_id: id, error: describeCauses(err) });
         // Its saved memory would not restore (a restore that ran may have used it up) and the cold
         // boot failed too: what is left is its disk, and the row says so, as for any sandbox that stopped.
-        if (memoryFailed && row.state === "paused") move("paused", "stopped");
-        throw toWakeFailure(id, err);
+        const failure = toWakeFailure(id, err);
+        if (memoryFailed && row.state === "paused")
+          return move("paused", "stopped").then(() => Promise.reject(failure));
+        throw failure;
       });
       try {
-        move(row.state, "running");
+        await move(row.state, "running");
       } catch (err) {
         await booted.handle.stop();
         throw err;
       }
       this.held.adopt(booted);
-      this.woke(id);
+      await this.woke(id);
       this.ctx.log("sandbox_woken", { sandbox_id: id, from: row.state, driver: row.driver, ms: Date.now() - started });
     });
   }
@@ -267,10 +268,10 @@ export class SleepWake {
       ...egressFromRequest(
         shown ? { internet: shown.internet, allow_out: shown.allow_out, deny_out: shown.deny_out } : {},
       ),
-      gateway: shown?.enabled === true && needsGateway(this.ctx.policies.ofRow(row)),
+      gateway: shown?.enabled === true && needsGateway(await this.ctx.policies.ofRow(row)),
     };
     const spec = {
-      ...this.ctx.bootSpec(
+      ...(await this.ctx.bootSpec(
         row.id,
         template,
         {
@@ -280,7 +281,7 @@ export class SleepWake {
           maxProcesses: row.max_processes ?? this.ctx.config.limits.defaultProcesses,
         },
         egress,
-      ),
+      )),
       reuseDisk: true,
       ...how,
     };
@@ -295,12 +296,12 @@ export class SleepWake {
   }
 
   /** Queues `step` on the sandbox held now; it fails if that sandbox was let go or is being deleted by its turn. */
-  private onHeld(
+  private async onHeld(
     id: string,
     op: "pause" | "resume" | "sleep",
     step: (booted: BootedSandbox, move: Move, rec: SandboxRecord) => Promise<void>,
   ): Promise<SandboxInfo> {
-    const info = this.ctx.info(id);
+    const info = await this.ctx.info(id);
     const rec = this.ctx.records.get(id);
     const booted = rec?.booted;
     if (!rec || !booted || (info.state !== "running" && info.state !== "paused")) {

@@ -1,6 +1,6 @@
 import type { DriverRegistry } from "../drivers/driver-registry.ts";
 import type { HostObject } from "../drivers/driver.ts";
-import type { Ledger } from "../ledger/ledger.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 import type { Logger, SandboxManager } from "./sandbox-manager.ts";
 
 /**
@@ -22,7 +22,7 @@ export class Sweeper {
 
   constructor(
     private readonly manager: SandboxManager,
-    private readonly ledger: Ledger,
+    private readonly ledger: LedgerStore,
     private readonly drivers: DriverRegistry,
     private readonly intervalMs: number,
     private readonly log: Logger,
@@ -66,16 +66,16 @@ export class Sweeper {
     const before = this.manager.liveIds();
     const objects = (await Promise.all(this.drivers.all().map((d) => d.reconcile()))).flat();
     if (this.stopped) return;
-    this.manager.checkAlive(before, new Set(objects.map((o) => o.sandboxId)));
-    this.manager.closeUnownedRows("The sandbox was gone from the host; the sweeper closed its record.");
+    await this.manager.checkAlive(before, new Set(objects.map((o) => o.sandboxId)));
+    await this.manager.closeUnownedRows("The sandbox was gone from the host; the sweeper closed its record.");
     await this.removeOrphans(objects);
   }
 
   private async deleteExpired(): Promise<void> {
-    for (const row of this.ledger.expiredSandboxes(new Date().toISOString())) {
+    for (const row of await this.ledger.expiredSandboxes(new Date().toISOString())) {
       if (this.stopped) return;
       // Asleep past its timeout, it is deleted at the end of its retention (sleep-wake.ts).
-      const lifecycle = this.ledger.lifecycle.of(row.id);
+      const lifecycle = await this.ledger.lifecycle.of(row.id);
       if (lifecycle?.on_timeout === "sleep" && lifecycle.asleep_by !== "timeout") {
         try {
           await this.manager.sleepOnTimeout(row.id);
@@ -94,7 +94,7 @@ export class Sweeper {
   }
 
   private async removeOrphans(objects: HostObject[]): Promise<void> {
-    const byId = this.manager.unowned(objects);
+    const byId = await this.manager.unowned(objects);
     const confirmed = [...byId.keys()].filter((id) => this.suspects.has(id));
     this.suspects = new Set([...byId.keys()].filter((id) => !confirmed.includes(id)));
     for (const id of confirmed) {

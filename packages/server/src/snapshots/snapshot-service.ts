@@ -24,7 +24,8 @@ import { execQuiet } from "../agent/quiet-exec.ts";
 import { describeCauses } from "../errors/internal-errors.ts";
 import type { Logger } from "../events/server-events.ts";
 import { LAYER_ID_RE, LayerStore, MAX_CHAIN_LENGTH } from "../images/layer-store.ts";
-import type { Ledger } from "../ledger/ledger.ts";
+import { isUniqueViolation } from "../ledger/dialect.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 import type { SnapshotRow } from "../ledger/snapshot-rows.ts";
 import type { NetworkPolicy } from "@bothy/protocol";
 import type { CreateOwner, SandboxManager, SnapshotSubject, TemplateSource } from "../sandboxes/sandbox-manager.ts";
@@ -38,7 +39,7 @@ const SYNC_TIMEOUT_MS = 60_000;
 const LAYER_PREFIX = "snap";
 
 export interface SnapshotDeps {
-  ledger: Ledger;
+  ledger: LedgerStore;
   manager: SandboxManager;
   quotas: Quotas;
   templates: TemplateSource;
@@ -63,11 +64,11 @@ export class SnapshotService {
   async create(sandboxId: string, body: unknown, idempotencyKey?: string): Promise<SnapshotInfo> {
     const req = parseInput(createSnapshotRequest, body, "POST /sandboxes/{id}/snapshots");
     const warm = req.warm ?? 0;
-    const parent = warm > 0 ? this.deps.manager.info(sandboxId) : undefined;
+    const parent = warm > 0 ? await this.deps.manager.info(sandboxId) : undefined;
     // Sandboxes booted ahead count toward the host's limit, not the tenant's; the tenant must still
     // have room for the creates that will take them, or warming them is wasted.
     if (parent)
-      this.deps.quotas.admit(this.tenantOf(sandboxId), {
+      await this.deps.quotas.admit(await this.tenantOf(sandboxId), {
         vcpu: parent.vcpu,
         memoryMib: parent.memory_mib,
         count: warm,
@@ -77,18 +78,18 @@ export class SnapshotService {
     return this.view(row);
   }
 
-  list(tenant: string): SnapshotInfo[] {
-    return this.deps.ledger.snapshots.list(tenant).map((r) => this.view(r));
+  async list(tenant: string): Promise<SnapshotInfo[]> {
+    return Promise.all((await this.deps.ledger.snapshots.list(tenant)).map((r) => this.view(r)));
   }
 
-  info(tenant: string, ref: string): SnapshotInfo {
-    return this.view(this.find(tenant, ref));
+  async info(tenant: string, ref: string): Promise<SnapshotInfo> {
+    return this.view(await this.find(tenant, ref));
   }
 
   /** Deletes a snapshot no live sandbox started from, and its layer (unless a later snapshot lies over it). */
   async delete(tenant: string, ref: string): Promise<{ deleted: string }> {
-    const row = this.find(tenant, ref);
-    const live = this.deps.ledger.snapshots.remove(row.id);
+    const row = await this.find(tenant, ref);
+    const live = await this.deps.ledger.snapshots.remove(row.id);
     if (live.length > 0)
       throw new BothyError(
         "snapshot_in_use",
@@ -117,12 +118,14 @@ export class SnapshotService {
     owner: CreateOwner,
   ): Promise<{ result: ForkResult; created: boolean }> {
     const req = parseInput(forkRequest, body, "POST /sandboxes/{id}/fork");
-    const parent = this.deps.manager.info(sandboxId);
-    const tenant = this.tenantOf(sandboxId);
+    const parent = await this.deps.manager.info(sandboxId);
+    const tenant = await this.tenantOf(sandboxId);
     const size = { vcpu: parent.vcpu, memoryMib: parent.memory_mib, count: req.count };
     const earlier =
-      idempotencyKey === undefined ? undefined : this.deps.ledger.snapshots.byIdempotencyKey(tenant, idempotencyKey);
-    if (!earlier) this.deps.quotas.admit(tenant, size);
+      idempotencyKey === undefined
+        ? undefined
+        : await this.deps.ledger.snapshots.byIdempotencyKey(tenant, idempotencyKey);
+    if (!earlier) await this.deps.quotas.admit(tenant, size);
     const snapshot =
       earlier ??
       (await this.capture(
@@ -130,7 +133,7 @@ export class SnapshotService {
         { ...(req.name === undefined ? {} : { name: req.name }) },
         idempotencyKey ?? null,
       ));
-    const child = this.childBody(snapshot, parent, req);
+    const child = await this.childBody(snapshot, parent, req);
     const made = await Promise.allSettled(
       Array.from({ length: req.count }, (_, i) =>
         this.deps.manager.create(child, idempotencyKey === undefined ? undefined : childKey(idempotencyKey, i), {
@@ -152,7 +155,7 @@ export class SnapshotService {
     const sandboxes = made.flatMap((m) => (m.status === "fulfilled" ? [m.value.sandbox] : []));
     const created = !earlier || made.some((m) => m.status === "fulfilled" && m.value.created);
     this.deps.log("sandbox_forked", { sandbox_id: sandboxId, snapshot_id: snapshot.id, count: req.count });
-    return { result: { snapshot: this.view(snapshot), sandboxes }, created };
+    return { result: { snapshot: await this.view(snapshot), sandboxes }, created };
   }
 
   /**
@@ -161,7 +164,7 @@ export class SnapshotService {
    */
   async removeOrphans(by: string): Promise<void> {
     const removed = await this.layers.removeOrphans(
-      async () => this.deps.ledger.snapshots.layers().map((l) => l.layer_id),
+      async () => (await this.deps.ledger.snapshots.layers()).map((l) => l.layer_id),
       new AbortController().signal,
     );
     if (removed.length > 0) this.deps.log("snapshot_layers_removed", { layers: removed, by });
@@ -173,8 +176,8 @@ export class SnapshotService {
   }
 
   /** Template layers snapshots lie over: the template store's sweep must keep them. */
-  templateLayers(): string[] {
-    return this.deps.ledger.snapshots.layers().map((l) => l.template_layer);
+  async templateLayers(): Promise<string[]> {
+    return (await this.deps.ledger.snapshots.layers()).map((l) => l.template_layer);
   }
 
   private async capture(
@@ -182,9 +185,9 @@ export class SnapshotService {
     req: { name?: string; memory?: boolean },
     idempotencyKey: string | null,
   ): Promise<SnapshotRow> {
-    const tenant = this.tenantOf(sandboxId);
+    const tenant = await this.tenantOf(sandboxId);
     const name = req.name ?? null;
-    if (name !== null) this.refuseTakenName(tenant, name);
+    if (name !== null) await this.refuseTakenName(tenant, name);
     return this.deps.manager.forSnapshot(sandboxId, async (subject) => {
       const { driver } = subject;
       if (!driver.captureFiles)
@@ -197,11 +200,22 @@ export class SnapshotService {
           "snapshot_memory_unsupported",
           `The ${driver.name} driver on this host cannot keep a sandbox's memory and processes in a snapshot; send "memory": false (the default) to keep its files, which every sandbox started from it gets.`,
         );
-      this.deps.quotas.admitStorage(tenant, this.usedMib(tenant), 0, "snapshot");
-      if (name !== null) this.refuseTakenName(tenant, name);
-      const base = await this.baseOf(subject);
+      await this.deps.quotas.admitStorage(tenant, await this.usedMib(tenant), 0, "snapshot");
       const id = newSnapshotId();
+      // Noted as in flight before the name is looked up again: a second capture with the name, at once, is refused.
+      if (name !== null && [...this.making.values()].some((m) => m.tenant === tenant && m.name === name))
+        throw taken(name);
       this.making.set(id, { tenant, name });
+      try {
+        if (name !== null && (await this.deps.ledger.snapshots.byName(tenant, name))) throw taken(name);
+      } catch (err) {
+        this.making.delete(id);
+        throw err;
+      }
+      const base = await this.baseOf(subject).catch((err: unknown) => {
+        this.making.delete(id);
+        throw err;
+      });
       const staging = path.join(this.staging, id);
       const started = Date.now();
       try {
@@ -226,7 +240,7 @@ export class SnapshotService {
           staging,
         );
         const bytes = await treeBytes(staging);
-        this.deps.quotas.admitStorage(tenant, this.usedMib(tenant), Math.ceil(bytes / MIB), "snapshot");
+        await this.deps.quotas.admitStorage(tenant, await this.usedMib(tenant), Math.ceil(bytes / MIB), "snapshot");
         const row = await this.layers.locked(new AbortController().signal, async () => {
           const layer = await this.layers.publish(staging, base.parent, LAYER_PREFIX, base.parentStore);
           const snapshot: SnapshotRow = {
@@ -244,11 +258,11 @@ export class SnapshotService {
             idempotency_key: idempotencyKey,
           };
           try {
-            this.deps.ledger.snapshots.insert(snapshot);
+            await this.deps.ledger.snapshots.insert(snapshot);
           } catch (err) {
             await rm(path.join(this.layers.dir, layer.id), { recursive: true, force: true });
-            if ((err as { code?: string }).code !== "SQLITE_CONSTRAINT_UNIQUE") throw err;
-            if (name !== null && this.deps.ledger.snapshots.byName(tenant, name)) throw taken(name);
+            if (!isUniqueViolation(err)) throw err;
+            if (name !== null && (await this.deps.ledger.snapshots.byName(tenant, name))) throw taken(name);
             // The other unique key: a fork with the same Idempotency-Key finished its capture first.
             throw new BothyError(
               "idempotency_key_in_flight",
@@ -300,7 +314,7 @@ export class SnapshotService {
   private async baseOf(
     subject: SnapshotSubject,
   ): Promise<{ parent: string; parentStore: LayerStore; templateLayer: string }> {
-    const own = this.deps.ledger.snapshots.ofSandbox(subject.row.id);
+    const own = await this.deps.ledger.snapshots.ofSandbox(subject.row.id);
     if (own) {
       // Overlayfs mounts at most MAX_CHAIN_LENGTH lower dirs: a snapshot that could not be started from is refused.
       if ((await this.layers.chain(own.layer_id)).length >= MAX_CHAIN_LENGTH)
@@ -334,22 +348,26 @@ export class SnapshotService {
   }
 
   /** MiB of the tenant's volumes and snapshots, captures in flight not counted (their size is not known yet). */
-  private usedMib(tenant: string): number {
-    return this.deps.ledger.volumes.totalMib(tenant) + Math.ceil(this.deps.ledger.snapshots.totalBytes(tenant) / MIB);
+  private async usedMib(tenant: string): Promise<number> {
+    const [volumes, snapshots] = await Promise.all([
+      this.deps.ledger.volumes.totalMib(tenant),
+      this.deps.ledger.snapshots.totalBytes(tenant),
+    ]);
+    return volumes + Math.ceil(snapshots / MIB);
   }
 
-  private refuseTakenName(tenant: string, name: string): void {
+  private async refuseTakenName(tenant: string, name: string): Promise<void> {
     const inFlight = [...this.making.values()].some((m) => m.tenant === tenant && m.name === name);
-    if (inFlight || this.deps.ledger.snapshots.byName(tenant, name)) throw taken(name);
+    if (inFlight || (await this.deps.ledger.snapshots.byName(tenant, name))) throw taken(name);
   }
 
   /** A child of a fork: the parent's size and network posture, its snapshot; no volumes or secrets. */
-  private childBody(
+  private async childBody(
     snapshot: SnapshotRow,
     parent: SandboxInfo,
     req: { timeout_s?: number; metadata?: Record<string, string> },
-  ): Record<string, unknown> {
-    const net = this.deps.ledger.getSandbox(parent.sandbox_id)?.network;
+  ): Promise<Record<string, unknown>> {
+    const net = (await this.deps.ledger.getSandbox(parent.sandbox_id))?.network;
     const shown = net ? (JSON.parse(net) as NetworkPolicy) : undefined;
     return {
       snapshot: snapshot.id,
@@ -373,27 +391,27 @@ export class SnapshotService {
   private async undoFork(snapshot: SnapshotRow, children: string[], ownSnapshot: boolean): Promise<void> {
     await Promise.allSettled(children.map((id) => this.deps.manager.delete(id, "fork failed", { wait: true })));
     if (!ownSnapshot) return;
-    if (this.deps.ledger.snapshots.remove(snapshot.id).length === 0) {
+    if ((await this.deps.ledger.snapshots.remove(snapshot.id)).length === 0) {
       await this.deps.manager.dropSnapshotPool(snapshot.id);
       await this.removeOrphans("fork failed");
     }
   }
 
   /** The tenant of a sandbox the caller may see (the auth hook answered any other as unknown). */
-  private tenantOf(sandboxId: string): string {
-    this.deps.manager.info(sandboxId);
-    const tenant = this.deps.ledger.auth.sandboxTenant(sandboxId);
+  private async tenantOf(sandboxId: string): Promise<string> {
+    await this.deps.manager.info(sandboxId);
+    const tenant = await this.deps.ledger.auth.sandboxTenant(sandboxId);
     if (tenant === undefined)
       throw new BothyError("sandbox_not_found", `No sandbox ${sandboxId}; list them with GET /sandboxes.`);
     return tenant;
   }
 
   /** The tenant's snapshot by id or name; another tenant's is as absent as one that never existed. */
-  private find(tenant: string, ref: string): SnapshotRow {
+  private find(tenant: string, ref: string): Promise<SnapshotRow> {
     return tenantSnapshot(this.deps.ledger.snapshots, tenant, ref);
   }
 
-  private view(row: SnapshotRow): SnapshotInfo {
+  private async view(row: SnapshotRow): Promise<SnapshotInfo> {
     return {
       snapshot_id: row.id,
       name: row.name,
@@ -402,7 +420,7 @@ export class SnapshotService {
       driver: row.driver,
       bytes: row.bytes,
       created_at: row.created_at,
-      used_by: this.deps.ledger.snapshots.liveUsers(row.id),
+      used_by: await this.deps.ledger.snapshots.liveUsers(row.id),
       warm_ready: this.deps.manager.snapshotPoolReady(row.id),
     };
   }

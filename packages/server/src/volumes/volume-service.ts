@@ -18,7 +18,7 @@ import {
 import type { Quotas } from "../auth/quotas.ts";
 import { describeCauses } from "../errors/internal-errors.ts";
 import type { Logger } from "../events/server-events.ts";
-import type { Ledger } from "../ledger/ledger.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 import type { VolumeClaim, VolumeRow } from "../ledger/volume-rows.ts";
 import { run } from "../util/host-command.ts";
 import { newVolumeId } from "../util/ids.ts";
@@ -38,7 +38,7 @@ export class VolumeService {
   private readonly making = new Map<string, { tenant: string; name: string; mib: number }>();
 
   constructor(
-    private readonly ledger: Ledger,
+    private readonly ledger: LedgerStore,
     private readonly quotas: Quotas,
     readonly mounts: VolumeMounts,
     private readonly log: Logger,
@@ -47,20 +47,23 @@ export class VolumeService {
   async create(tenant: string, body: unknown): Promise<VolumeInfo> {
     const req = parseInput(createVolumeRequest, body, "POST /volumes");
     const inFlight = [...this.making.values()].filter((m) => m.tenant === tenant);
-    if (this.ledger.volumes.byName(tenant, req.name) || inFlight.some((m) => m.name === req.name))
-      throw new BothyError(
+    const exists = (): BothyError =>
+      new BothyError(
         "volume_exists",
         `Volume ${req.name} already exists; pick another name or delete it first (DELETE /volumes/${req.name}).`,
       );
-    const used =
-      this.ledger.volumes.totalMib(tenant) +
-      Math.ceil(this.ledger.snapshots.totalBytes(tenant) / (1024 * 1024)) +
-      inFlight.reduce((n, m) => n + m.mib, 0);
-    this.quotas.admitStorage(tenant, used, req.size_mib);
+    if (inFlight.some((m) => m.name === req.name)) throw exists();
+    // Noted as in flight before the ledger is read: a second create of the name, or its quota, counts it.
     const id = newVolumeId();
     this.making.set(id, { tenant, name: req.name, mib: req.size_mib });
     const dir = this.dirOf(id);
     try {
+      if (await this.ledger.volumes.byName(tenant, req.name)) throw exists();
+      const used =
+        (await this.ledger.volumes.totalMib(tenant)) +
+        Math.ceil((await this.ledger.snapshots.totalBytes(tenant)) / (1024 * 1024)) +
+        inFlight.reduce((n, m) => n + m.mib, 0);
+      await this.quotas.admitStorage(tenant, used, req.size_mib);
       await mkdir(dir, { mode: 0o700 });
       const image = this.mounts.imagePath(id);
       await makeImage(image, req.size_mib);
@@ -71,9 +74,9 @@ export class VolumeService {
         size_mib: req.size_mib,
         created_at: new Date().toISOString(),
       };
-      this.ledger.volumes.insert(row);
+      await this.ledger.volumes.insert(row);
       this.log("volume_created", { volume_id: id, tenant, name: req.name, size_mib: req.size_mib });
-      return this.view(row);
+      return await this.view(row);
     } catch (err) {
       await rm(dir, { recursive: true, force: true });
       if (err instanceof BothyError) throw err;
@@ -85,18 +88,18 @@ export class VolumeService {
     }
   }
 
-  list(tenant: string): VolumeInfo[] {
-    return this.ledger.volumes.list(tenant).map((r) => this.view(r));
+  async list(tenant: string): Promise<VolumeInfo[]> {
+    return Promise.all((await this.ledger.volumes.list(tenant)).map((r) => this.view(r)));
   }
 
-  info(tenant: string, name: string): VolumeInfo {
-    return this.view(this.find(tenant, name));
+  async info(tenant: string, name: string): Promise<VolumeInfo> {
+    return this.view(await this.find(tenant, name));
   }
 
   /** Deletes a volume no live sandbox mounts, and its files. */
   async delete(tenant: string, name: string): Promise<{ deleted: string }> {
-    const row = this.find(tenant, name);
-    const live = this.ledger.volumes.remove(row.id);
+    const row = await this.find(tenant, name);
+    const live = await this.ledger.volumes.remove(row.id);
     if (live.length > 0)
       throw new BothyError(
         "volume_in_use",
@@ -116,7 +119,12 @@ export class VolumeService {
    * mounts them now (`shareRefusal`). Synchronous, so a create's check and its claim
    * (`commitClaims`, in the same turn) cannot interleave with another create's.
    */
-  claimsFor(tenant: string, sandboxId: string, driver: string, mounts: readonly VolumeMount[]): VolumeClaim[] {
+  async claimsFor(
+    tenant: string,
+    sandboxId: string,
+    driver: string,
+    mounts: readonly VolumeMount[],
+  ): Promise<VolumeClaim[]> {
     if (mounts.length === 0) return [];
     if (!VOLUME_DRIVERS.includes(driver))
       throw new BothyError(
@@ -124,28 +132,33 @@ export class VolumeService {
         `The ${driver} driver cannot mount volumes; create the sandbox with driver "gvisor" or "qemu", or without volumes.`,
       );
     checkMounts(mounts);
-    return mounts.map((m) => {
-      const row = this.find(tenant, m.name);
+    const claims: VolumeClaim[] = [];
+    for (const m of mounts) {
+      const row = await this.find(tenant, m.name);
       const readOnly = m.read_only === true;
-      const live = this.ledger.volumes
-        .liveClaims(row.id)
-        .map((c) => ({ ...c, driver: this.ledger.getSandbox(c.sandbox_id)?.driver ?? "unknown" }));
+      const live = await Promise.all(
+        (await this.ledger.volumes.liveClaims(row.id)).map(async (c) => ({
+          ...c,
+          driver: (await this.ledger.getSandbox(c.sandbox_id))?.driver ?? "unknown",
+        })),
+      );
       const refusal = shareRefusal(m.name, driver, readOnly, live, existsSync(this.mounts.vmWrittenPath(row.id)));
       if (refusal) throw refusal;
-      return { sandbox_id: sandboxId, volume_id: row.id, path: m.path, read_only: readOnly ? 1 : 0 };
-    });
+      claims.push({ sandbox_id: sandboxId, volume_id: row.id, path: m.path, read_only: readOnly ? 1 : 0 });
+    }
+    return claims;
   }
 
   /**
    * Records the claims; a VM's read-write claim first marks the volume as VM-written (the host's
    * kernel never mounts it after: `VM_WRITTEN`), before the VM can have written a byte.
    */
-  commitClaims(claims: readonly VolumeClaim[]): void {
+  async commitClaims(claims: readonly VolumeClaim[]): Promise<void> {
     if (claims.length === 0) return;
     for (const c of claims)
-      if (c.read_only === 0 && this.ledger.getSandbox(c.sandbox_id)?.driver === "qemu")
+      if (c.read_only === 0 && (await this.ledger.getSandbox(c.sandbox_id))?.driver === "qemu")
         writeFileSync(this.mounts.vmWrittenPath(c.volume_id), `${c.sandbox_id}\n`, { mode: 0o600 });
-    this.ledger.volumes.addClaims(claims);
+    await this.ledger.volumes.addClaims(claims);
   }
 
   /**
@@ -160,7 +173,10 @@ export class VolumeService {
     const working = owned();
     for (const [volumeId, holders] of this.mounts.held())
       for (const sandboxId of holders)
-        if (!working.has(sandboxId) && !HOLDING_STATES.includes(this.ledger.getSandbox(sandboxId)?.state ?? "deleted"))
+        if (
+          !working.has(sandboxId) &&
+          !HOLDING_STATES.includes((await this.ledger.getSandbox(sandboxId))?.state ?? "deleted")
+        )
           await this.mounts
             .releaseOne(sandboxId, volumeId)
             .catch((err: unknown) =>
@@ -169,8 +185,8 @@ export class VolumeService {
     await this.mounts.prune();
     const entries = await readdir(this.mounts.dir).catch(() => [] as string[]);
     for (const id of entries) {
-      // Checked together, in one turn: a create's directory has either its row or its entry in `making`.
-      if (!VOLUME_ID_RE.test(id) || this.ledger.volumes.byId(id) || this.making.has(id)) continue;
+      // `making` first: a create's entry there goes only once its row is in the ledger.
+      if (!VOLUME_ID_RE.test(id) || this.making.has(id) || (await this.ledger.volumes.byId(id))) continue;
       try {
         await this.removeFiles(id);
         this.log("volume_orphan_removed", { volume_id: id, description: this.dirOf(id), by });
@@ -190,22 +206,24 @@ export class VolumeService {
   }
 
   /** The tenant's volume by name; another tenant's is as absent as one that never existed. */
-  private find(tenant: string, name: string): VolumeRow {
-    const row = VOLUME_NAME_RE.test(name) ? this.ledger.volumes.byName(tenant, name) : undefined;
+  private async find(tenant: string, name: string): Promise<VolumeRow> {
+    const row = VOLUME_NAME_RE.test(name) ? await this.ledger.volumes.byName(tenant, name) : undefined;
     if (!row)
       throw new BothyError("volume_not_found", `No volume ${name.slice(0, 64)}; GET /volumes lists this tenant's.`);
     return row;
   }
 
-  private view(row: VolumeRow): VolumeInfo {
+  private async view(row: VolumeRow): Promise<VolumeInfo> {
     return {
       volume_id: row.id,
       name: row.name,
       size_mib: row.size_mib,
       created_at: row.created_at,
-      mounted_by: this.ledger.volumes
-        .liveClaims(row.id)
-        .map((c) => ({ sandbox_id: c.sandbox_id, path: c.path, read_only: c.read_only === 1 })),
+      mounted_by: (await this.ledger.volumes.liveClaims(row.id)).map((c) => ({
+        sandbox_id: c.sandbox_id,
+        path: c.path,
+        read_only: c.read_only === 1,
+      })),
     };
   }
 }

@@ -1,7 +1,7 @@
 import { loadConfig } from "../../src/config.ts";
 import { DriverRegistry } from "../../src/drivers/driver-registry.ts";
 import { ServerEvents } from "../../src/events/server-events.ts";
-import { Ledger } from "../../src/ledger/ledger.ts";
+import { openStore, type LedgerStore } from "../../src/ledger/store.ts";
 import { SandboxManager, type TemplateSource } from "../../src/sandboxes/sandbox-manager.ts";
 import { Sweeper } from "../../src/sandboxes/sweeper.ts";
 import { FakeDriver, FakeHost } from "./fake-driver.ts";
@@ -16,7 +16,7 @@ export const fakeTemplate = { name: "seed", hash: "h1", rootfs: "/nonexistent/ro
  */
 export class FakeWorld {
   readonly host = new FakeHost();
-  readonly ledger = new Ledger(":memory:");
+  ledger!: LedgerStore;
   readonly events: Array<{ event: string; fields: Record<string, unknown> }> = [];
   /** The server's event bus, as the manager's log feeds it in a real server (subscribers outlive a restart). */
   readonly bus = new ServerEvents();
@@ -28,7 +28,14 @@ export class FakeWorld {
 
   constructor(private readonly env: Record<string, string> = {}) {}
 
+  /** Opens the world's ledger (an in-memory SQLite store); `boot` does so when it was not. */
+  async open(): Promise<this> {
+    this.ledger ??= await openStore({ sqlitePath: ":memory:" });
+    return this;
+  }
+
   async boot(): Promise<void> {
+    await this.open();
     const host = this.host;
     this.drivers = new DriverRegistry(
       new Map([
@@ -70,8 +77,8 @@ export class FakeWorld {
     return res.sandbox.sandbox_id;
   }
 
-  state(id: string): string | undefined {
-    return this.ledger.getSandbox(id)?.state;
+  async state(id: string): Promise<string | undefined> {
+    return (await this.ledger.getSandbox(id))?.state;
   }
 
   /** One sweeper pass (expiry, deaths, orphans), as the timer would run it; its suspects carry over between passes. */

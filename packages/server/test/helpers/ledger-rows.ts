@@ -1,4 +1,5 @@
-import type { Ledger, SandboxRow } from "../../src/ledger/ledger.ts";
+import type { SandboxRow } from "../../src/ledger/ledger.ts";
+import type { LedgerStore } from "../../src/ledger/store.ts";
 
 /** A running seed sandbox's row on the fake driver, 1 vCPU, 256 MiB: what tests insert by default. */
 export const TEST_SANDBOX_ROW = {
@@ -13,8 +14,8 @@ export const TEST_SANDBOX_ROW = {
 
 /** A running seed sandbox's row (fake driver, 1 vCPU, 256 MiB) in `ledger`, `row` on top. */
 export function insertTestSandbox(
-  ledger: Ledger,
-  row: Partial<Parameters<Ledger["insertSandbox"]>[0]> & { id: string },
-): SandboxRow {
+  ledger: LedgerStore,
+  row: Partial<Parameters<LedgerStore["insertSandbox"]>[0]> & { id: string },
+): Promise<SandboxRow> {
   return ledger.insertSandbox({ ...TEST_SANDBOX_ROW, ...row });
 }

@@ -12,7 +12,7 @@ export async function linkSigner(
   key: string = ts.apiKey,
 ): Promise<(link: Omit<LinkPayload, "by">) => string> {
   const ring = await KeyRing.open(ts.home, ts.server.ledger);
-  const check = ring.verify(key);
+  const check = await ring.verify(key);
   if (!check.ok) throw new Error(`the signing key does not verify: ${check.reason}`);
   const tokens = await LinkTokens.load(ts.home, new KeyBindings(ring, ts.server.ledger, ts.config.auth.mode));
   return (link) => tokens.sign(link, check.principal);

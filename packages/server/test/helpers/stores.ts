@@ -1,6 +1,7 @@
-import { TEST_SANDBOX_ROW } from "./ledger-rows.ts";
+import { insertTestSandbox } from "./ledger-rows.ts";
 import { afterAll, beforeAll } from "vitest";
 import type { DialectName } from "../../src/ledger/dialect.ts";
+import { all, run } from "../../src/ledger/sql-step.ts";
 import { openStore, type LedgerStore } from "../../src/ledger/store.ts";
 import { startPostgres, type TestPostgres } from "./postgres.ts";
 
@@ -42,9 +43,23 @@ export function useStores(): { open(kind: DialectName): Promise<LedgerStore>; po
 }
 
 /** A running seed sandbox's row (fake driver, 1 vCPU, 256 MiB) in `store`, `row` on top. */
-export function insertStoreSandbox(
-  store: LedgerStore,
-  row: Partial<Parameters<LedgerStore["insertSandbox"]>[0]> & { id: string },
-): ReturnType<LedgerStore["insertSandbox"]> {
-  return store.insertSandbox({ ...TEST_SANDBOX_ROW, ...row });
+export const insertStoreSandbox = insertTestSandbox;
+
+/**
+ * Empties a store's tables but `tenants` (whose `default` row the migrations make), as a fresh
+ * store would be: for tests that reuse one PostgreSQL database run after run.
+ */
+export async function emptyStore(store: LedgerStore): Promise<void> {
+  const listed =
+    store.dialect === "sqlite"
+      ? `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'`
+      : `SELECT table_name AS name FROM information_schema.tables WHERE table_schema = 'public' AND table_type = 'BASE TABLE'`;
+  const dialect = store.dialect;
+  await store.transaction(function* () {
+    const names = (yield* all<{ name: string }>(listed))
+      .map((t) => t.name)
+      .filter((n) => n !== "tenants" && n !== "bothy_schema");
+    if (dialect === "postgres") yield* run(`TRUNCATE ${names.join(", ")} RESTART IDENTITY CASCADE`);
+    else for (const name of names) yield* run(`DELETE FROM ${name}`);
+  });
 }
