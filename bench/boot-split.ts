@@ -12,6 +12,7 @@
  *             floor (hello, and `limits` answered with `done`)
  *   agent     the whole boot: bothy-init, the helper, the agent from its snapshot, answered up to
  *             the `done` of its `limits` (what a create waits for), as the driver starts it
+ *   agent+flags  the same with `--agent-flags` given to its Node
  *
  * Ready is the container's exit for the first three and the `done` frame for `native` and `agent`.
  */
@@ -29,15 +30,24 @@ import { run } from "../packages/server/src/util/host-command.ts";
 import { cgroupPath, hostTag } from "../packages/server/src/util/host-names.ts";
 import { header, intArg, median, parseArgs, RUNSC, RUNSC_PLATFORM, seedTemplate, withTimeout } from "./bench-util.ts";
 
-const usage = "usage: bench/boot-split [--runs R=5]";
-const { flags } = parseArgs(process.argv.slice(2), ["runs"], usage);
+const usage = 'usage: bench/boot-split [--runs R=5] [--agent-flags "NODE FLAGS"]';
+const { flags } = parseArgs(process.argv.slice(2), ["runs", "agent-flags"], usage);
+/** With --agent-flags, one more variant: the whole boot with these Node flags before the blob's. */
+const agentFlags = flags.get("agent-flags")?.split(" ").filter(Boolean);
 const runs = intArg(flags.get("runs"), 5, "--runs", 1, 1000, usage);
 const RUNSC_FLAGS = [`--platform=${RUNSC_PLATFORM}`, "--network=none", "--overlay2=none"];
 const CLK_TCK = 100;
 const NO_SPLIT = { sentry: NaN, stubs: NaN, gofer: NaN };
 
-type Variant = "echo" | "init" | "node" | "native" | "agent";
-const VARIANTS: Variant[] = ["echo", "init", "node", "native", "agent"];
+type Variant = "echo" | "init" | "node" | "native" | "agent" | "agent+flags";
+const VARIANTS: Variant[] = [
+  "echo",
+  "init",
+  "node",
+  "native",
+  "agent",
+  ...(agentFlags ? ["agent+flags" as const] : []),
+];
 /** Where the probe appears in the sandbox. */
 const PROBE_PATH = "/opt/boot-probe";
 interface Sample {
@@ -65,6 +75,22 @@ const blob = await agentSnapshot({
   log: () => undefined,
 });
 if (blob === undefined) throw new Error("the host's Node could not build the agent's snapshot");
+/** V8 refuses a blob built under other flags (exit 14): the flags' variant gets a blob of its own. */
+const flagsBlob = join(scratch, "flags.blob");
+if (agentFlags)
+  await run(
+    agentNode,
+    [
+      ...agentFlags,
+      "--snapshot-blob",
+      flagsBlob,
+      "--build-snapshot",
+      join(config.agentPath, "..", AGENT_SNAPSHOT_SCRIPT),
+    ],
+    {
+      env: { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" },
+    },
+  );
 const probe = join(scratch, "boot-probe");
 await run("gcc", ["-static", "-O2", "-Wall", "-Werror", "-o", probe, join(import.meta.dirname, "boot-probe.c")]);
 const layout = await hostCgroupLayout();
@@ -113,11 +139,15 @@ async function bootOnce(variant: Variant, i: number): Promise<Sample> {
       rootfs,
       agentPath: config.agentPath,
       agentNode,
-      agentSnapshot: blob,
+      agentSnapshot: variant === "agent+flags" ? flagsBlob : blob,
     }) as { process: { args: string[] }; mounts: object[] };
     if (variant === "echo") spec.process.args = ["/bin/sh", "-c", "echo ok"];
     if (variant === "init") spec.process.args = ["/opt/bothy/bothy-init", "/bin/true"];
     if (variant === "node") spec.process.args = ["/opt/bothy/node", "-e", "0"];
+    if (variant === "agent+flags" && agentFlags) {
+      const at = spec.process.args.lastIndexOf("/opt/bothy/node");
+      spec.process.args.splice(at + 1, 0, ...agentFlags);
+    }
     if (variant === "native") {
       spec.process.args = ["/opt/bothy/bothy-init", PROBE_PATH];
       spec.mounts.push({ destination: PROBE_PATH, type: "bind", source: probe, options: ["rbind", "ro"] });
@@ -145,7 +175,7 @@ async function boot(variant: Variant, id: string, dir: string): Promise<Sample> 
     };
     const decoder = new FrameDecoder();
     child.stdout.on("data", (chunk: Buffer) => {
-      if (variant !== "agent" && variant !== "native") return;
+      if (!["agent", "agent+flags", "native"].includes(variant)) return;
       for (const f of decoder.push(chunk)) {
         const h = f.header as { t: string };
         if (h.t === "hello") {
@@ -159,7 +189,7 @@ async function boot(variant: Variant, id: string, dir: string): Promise<Sample> 
       const wallMs = performance.now() - t0;
       // The container has exited: what its cgroup spent, exit included, is in the parent's count now.
       void parentSeconds().then((after) => {
-        if (variant !== "agent" && variant !== "native")
+        if (!["agent", "agent+flags", "native"].includes(variant))
           return resolve({ ...NO_SPLIT, wallMs, cgroup: after - before, whole: after - before });
         if (sample) resolve({ ...sample, whole: after - before });
         else reject(new Error(`agent boot ${id} ended (${code}) before its limits were answered`));
