@@ -15,6 +15,8 @@
  *   agent+flags  the same with `--agent-flags` given to its Node
  *
  * Ready is the container's exit for the first three and the `done` frame for `native` and `agent`.
+ * After ready, `native` and `agent` also time `--commands` `true` round trips over the channel
+ * (exec → exited, no server) against an in-sandbox `sh -c true` fork+exec, as bench/commands does.
  */
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
@@ -30,8 +32,13 @@ import { run } from "../packages/server/src/util/host-command.ts";
 import { cgroupPath, hostTag } from "../packages/server/src/util/host-names.ts";
 import { header, intArg, median, parseArgs, RUNSC, RUNSC_PLATFORM, seedTemplate, withTimeout } from "./bench-util.ts";
 
-const usage = 'usage: bench/boot-split [--runs R=5] [--agent-flags "NODE FLAGS"]';
-const { flags } = parseArgs(process.argv.slice(2), ["runs", "agent-flags"], usage);
+const usage = 'usage: bench/boot-split [--runs R=5] [--commands N=10] [--agent-flags "NODE FLAGS"]';
+const { flags } = parseArgs(process.argv.slice(2), ["runs", "commands", "agent-flags"], usage);
+/** `true` round trips over the channel after each native and agent boot. */
+const roundTrips = intArg(flags.get("commands"), 10, "--commands", 0, 1000, usage);
+const FLOOR_LOOPS = 20;
+/** The in-sandbox floor as bench/commands measures it: microseconds per `sh -c true`. */
+const FLOOR_LOOP = `i=0; s=$(date +%s%N); while [ $i -lt ${FLOOR_LOOPS} ]; do sh -c true; i=$((i+1)); done; e=$(date +%s%N); echo $(( (e - s) / ${FLOOR_LOOPS} / 1000 ))`;
 /** With --agent-flags, one more variant: the whole boot with these Node flags before the blob's. */
 const agentFlags = flags.get("agent-flags")?.split(" ").filter(Boolean);
 const runs = intArg(flags.get("runs"), 5, "--runs", 1, 1000, usage);
@@ -59,6 +66,12 @@ interface Sample {
   gofer: number;
   /** The sandbox's CPU seconds from start to exit. */
   whole: number;
+  /** `true` from its exec frame to its exited frame, median (native and agent variants). */
+  trueMs?: number;
+  /** The sandbox's CPU per `true` round trip, mean (robust to others' load, unlike the times). */
+  trueCpuMs?: number | undefined;
+  /** A `sh -c true` fork+exec inside the sandbox, mean of FLOOR_LOOPS. */
+  floorMs?: number;
 }
 
 console.log(await header());
@@ -181,9 +194,37 @@ async function boot(variant: Variant, id: string, dir: string): Promise<Sample> 
         if (h.t === "hello") {
           child.stdin.write(encodeFrame({ t: "hello_ack", gen: PROTOCOL_GENERATION }));
           child.stdin.write(encodeFrame({ t: "limits", id: 1, max_processes: 1024 }));
-        } else if (h.t === "done") void take().then(() => child.stdin.end(), reject);
+        } else if (h.t === "done") void take().then(() => commands(child.stdin, exits), reject);
+        else if (h.t === "output") output.push(f.payload);
+        else if (h.t === "exited") exits.shift()?.();
       }
     });
+    const exits: Array<() => void> = [];
+    const output: Buffer[] = [];
+    /** `true` round trips (exec → exited), then the in-sandbox fork+exec floor, then the end. */
+    const commands = async (stdin: NodeJS.WritableStream, waiting: Array<() => void>): Promise<void> => {
+      const exec = (id: number, cmd: string): Promise<void> =>
+        new Promise((done) => {
+          waiting.push(done);
+          stdin.write(encodeFrame({ t: "exec", id, cmd }));
+        });
+      const times: number[] = [];
+      const cpu0 = await cgroupCpu(cgroupDir);
+      for (let k = 0; k < roundTrips; k++) {
+        const t = performance.now();
+        await exec(10 + k, "true");
+        times.push(performance.now() - t);
+      }
+      const cpu1 = await cgroupCpu(cgroupDir);
+      output.length = 0;
+      if (roundTrips > 0) await exec(9, FLOOR_LOOP);
+      if (sample) {
+        sample.trueMs = median(times);
+        sample.trueCpuMs = roundTrips > 0 ? ((cpu1 - cpu0) * 1000) / roundTrips : undefined;
+        sample.floorMs = Number(Buffer.concat(output).toString().trim()) / 1000;
+      }
+      stdin.end();
+    };
     child.once("error", reject);
     child.once("close", (code) => {
       const wallMs = performance.now() - t0;
@@ -202,7 +243,7 @@ async function boot(variant: Variant, id: string, dir: string): Promise<Sample> 
 async function measure(cgroupDir: string | undefined, wallMs: number): Promise<Sample> {
   const s: Sample = { wallMs, cgroup: 0, sentry: 0, stubs: 0, gofer: 0, whole: 0 };
   if (cgroupDir === undefined) return s;
-  s.cgroup = Number(await readFile(join(cgroupDir, "cpuacct.usage"), "utf8")) / 1e9;
+  s.cgroup = await cgroupCpu(cgroupDir);
   const pids = (await readFile(join(cgroupDir, "cgroup.procs"), "utf8")).split("\n").filter(Boolean);
   for (const pid of pids) {
     const cmd = await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "");
@@ -231,7 +272,9 @@ async function parentSeconds(): Promise<number> {
 
 function report(): void {
   const ms = (x: number): string => (Number.isNaN(x) ? "-" : `${Math.round(x * 1000)}`);
-  console.log("variant  wall ms  sandbox CPU ms at ready (sentry / stubs / gofer)  to exit");
+  console.log(
+    "variant  wall ms  sandbox CPU ms at ready (sentry / stubs / gofer)  to exit (with the commands)  `true` ms / in-sandbox fork+exec ms",
+  );
   for (const v of VARIANTS) {
     const xs = samples.get(v) ?? [];
     const m = (f: (s: Sample) => number): number => median(xs.map(f));
@@ -240,7 +283,21 @@ function report(): void {
         .toString()
         .padStart(
           7,
-        )}  ${ms(m((s) => s.cgroup)).padStart(21)}  (${ms(m((s) => s.sentry))} / ${ms(m((s) => s.stubs))} / ${ms(m((s) => s.gofer))})  ${ms(m((s) => s.whole))}`,
+        )}  ${ms(m((s) => s.cgroup)).padStart(21)}  (${ms(m((s) => s.sentry))} / ${ms(m((s) => s.stubs))} / ${ms(m((s) => s.gofer))})  ${ms(m((s) => s.whole))}  ${commandFigures(xs)}`,
     );
   }
+}
+
+/** A sandbox cgroup's CPU seconds so far. */
+async function cgroupCpu(cgroupDir: string | undefined): Promise<number> {
+  return cgroupDir === undefined ? 0 : Number(await readFile(join(cgroupDir, "cpuacct.usage"), "utf8")) / 1e9;
+}
+
+/** The `true` round trip over the channel against the in-sandbox floor, medians of the runs. */
+function commandFigures(xs: Sample[]): string {
+  const t = xs.map((s) => s.trueMs).filter((x): x is number => x !== undefined);
+  const f = xs.map((s) => s.floorMs).filter((x): x is number => x !== undefined && Number.isFinite(x));
+  if (t.length === 0 || f.length === 0) return "-";
+  const cpu = xs.map((s) => s.trueCpuMs).filter((x): x is number => x !== undefined);
+  return `${median(t).toFixed(1)} / ${median(f).toFixed(1)} = ${(median(t) / median(f)).toFixed(2)}x; CPU per \`true\` ${median(cpu).toFixed(1)} ms`;
 }
