@@ -62,9 +62,15 @@ static void exec_one(const char *h, long id) {
     setsid();
     dup2(out[1], 1);
     dup2(out[1], 2);
-    FILE *f = cg ? fopen(procs, "w") : NULL;
-    if (f) fprintf(f, "%d", (int)getpid()), fclose(f);
-    chdir("/workspace");
+    /* Only system calls in a vfork child: it shares the parent's memory, heap included. */
+    int fd = cg ? open(procs, O_WRONLY) : -1;
+    if (fd >= 0) {
+      char pid[16];
+      int n = snprintf(pid, sizeof pid, "%d", (int)getpid());
+      if (write(fd, pid, (size_t)n) < 0) _exit(126);
+      close(fd);
+    }
+    if (chdir("/workspace") < 0) _exit(127);
     execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
     _exit(127);
   }

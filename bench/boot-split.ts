@@ -1,5 +1,5 @@
 /**
- * bench/boot-split [--runs R=5]: where a gVisor sandbox's CPU per cold boot goes. Raw `runsc run`s
+ * bench/boot-split [--runs R=5] [--commands N=10] [--agent-flags "NODE FLAGS"]: where a gVisor sandbox's CPU per cold boot goes. Raw `runsc run`s
  * of bothy's own OCI spec (overlay root, the agent's mounts) with the container's process swapped,
  * each measured by the sandbox's cpuacct cgroup (sentry, gofer, ptrace stubs) when the container
  * is ready, and split by host process: the sentry's threads (system calls and ptrace stops it
@@ -9,7 +9,7 @@
  *   init      bothy-init starting the spawner helper and `/bin/true` as its agent: the native part
  *   node      the host's Node, `-e 0`: Node's own start, no snapshot
  *   native    bothy-init, the helper, and bench/boot-probe.c in the agent's place: a native agent's
- *             floor (hello, and `limits` answered with `done`)
+ *             floor (hello, `limits` answered with `done`, and `exec`)
  *   agent     the whole boot: bothy-init, the helper, the agent from its snapshot, answered up to
  *             the `done` of its `limits` (what a create waits for), as the driver starts it
  *   agent+flags  the same with `--agent-flags` given to its Node
@@ -121,6 +121,14 @@ try {
     }
   report();
 } finally {
+  // A boot that failed or timed out may have left its sandbox running.
+  const left = await run(RUNSC, ["--root", runscRoot, "list", "-quiet"]).catch(() => ({ stdout: "" }));
+  for (const id of left.stdout.split("\n").filter(Boolean)) {
+    console.log(`# runsc container ${id} left by a failed boot: deleting it`);
+    await run(RUNSC, ["--root", runscRoot, "delete", "--force", id]).catch((err: unknown) =>
+      console.log(`# LEAK: runsc delete ${id}: ${(err as Error).message}`),
+    );
+  }
   for (const d of homeCgroupDirs(layout, tag)) await run("rmdir", [d]).catch(() => undefined);
   await rm(scratch, { recursive: true, force: true });
 }
@@ -180,6 +188,7 @@ async function boot(variant: Variant, id: string, dir: string): Promise<Sample> 
     stdio: ["pipe", "pipe", "pipe"],
   });
   child.stderr.resume();
+  child.stdin.on("error", () => undefined); // EPIPE after a container that ended early; its close reports it
   const cgroupDir = cpuacct === undefined ? undefined : join(cpuacct, cgroupPath(tag, id));
   return await new Promise<Sample>((resolve, reject) => {
     let sample: Sample | undefined;
