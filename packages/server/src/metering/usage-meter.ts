@@ -1,3 +1,4 @@
+import type { UsageDaysBody } from "@bothy/protocol";
 import type { EventBus } from "../events/event-bus.ts";
 import type { Ledger } from "../ledger/ledger.ts";
 import type { Logger } from "../sandboxes/sandbox-manager.ts";
@@ -65,6 +66,7 @@ export class UsageMeter {
           sandboxId: r.id,
           owner: r.tenant,
           month,
+          day: dayOf(now),
           vcpuSeconds: r.vcpu * seconds,
           gibSeconds: (r.memory_mib / 1024) * seconds,
         })),
@@ -85,6 +87,23 @@ export class UsageMeter {
         this.events.publish("budget.exceeded", null, data, owner.owner);
       }
     }
+  }
+
+  /**
+   * Hours per owner and UTC day over the last `n` days, today included. A tick's seconds count on
+   * the day it ran, so a tick across midnight puts its few seconds on the new day.
+   */
+  days(n: number, now = Date.now()): UsageDaysBody {
+    const from = dayOf(now - (n - 1) * 86_400_000);
+    return {
+      from,
+      days: this.ledger.dayUsage(from).map((d) => ({
+        day: d.day,
+        owner: d.owner,
+        vcpu_hours: d.vcpu_seconds / 3600,
+        gib_hours: d.gib_seconds / 3600,
+      })),
+    };
   }
 
   report(now = Date.now()): UsageReport {
@@ -108,6 +127,10 @@ export class UsageMeter {
       }),
     };
   }
+}
+
+function dayOf(ms: number): string {
+  return new Date(ms).toISOString().slice(0, 10);
 }
 
 function monthOf(ms: number): string {
