@@ -338,3 +338,14 @@ export const usageReport = z.object({
   sandbox: z.object({ sandbox_id: z.string(), vcpu_hours: z.number(), gib_hours: z.number() }).optional(),
 });
 export type UsageReportBody = z.infer<typeof usageReport>;
+
+/** `GET /usage/days?days=N`: the last N UTC days (today included), 1 to 92; default 31. */
+export const usageDaysQuery = z.strictObject({ days: z.coerce.number().int().min(1).max(92).default(31) });
+
+/** Metered hours per owner (tenant) and UTC day; a day without use has no entry. */
+export const usageDays = z.object({
+  /** The first day asked for (`2026-11-03`); the last is today. */
+  from: z.string(),
+  days: z.array(z.object({ day: z.string(), owner: z.string(), vcpu_hours: z.number(), gib_hours: z.number() })),
+});
+export type UsageDaysBody = z.infer<typeof usageDays>;

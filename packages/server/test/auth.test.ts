@@ -271,6 +271,8 @@ describe("API keys, scopes and tenants", () => {
     expect((await call(ts.url, bKey, "GET", `/usage?sandbox_id=${a.sandbox}`)).status).toBe(404);
     const usage = (await call(ts.url, bKey, "GET", "/usage")).json["owners"] as Array<{ owner: string }>;
     expect(usage.every((o) => o.owner === "b")).toBe(true);
+    const days = (await call(ts.url, bKey, "GET", "/usage/days")).json["days"] as Array<{ owner: string }>;
+    expect(days.every((d) => d.owner === "b")).toBe(true);
 
     // E2B's control plane: a bothy key in X-API-Key, and the same isolation.
     const e2b = (path: string, key: string, method = "GET", body?: unknown) =>

@@ -156,7 +156,14 @@ describe.each(STORES)("the %s store's rows", (kind) => {
       listed.map(() => Object.keys(listed[0] ?? {}).sort()).map((k) => k.filter((n) => n !== "rowid")),
     );
 
-    const entry = { sandboxId: id, owner: "alpha", month: "2026-12", vcpuSeconds: 1.5, gibSeconds: 0.25 };
+    const entry = {
+      sandboxId: id,
+      owner: "alpha",
+      month: "2026-12",
+      day: "2026-12-03",
+      vcpuSeconds: 1.5,
+      gibSeconds: 0.25,
+    };
     await store.addUsage([entry]);
     await store.addUsage([entry]);
     expect(await store.sandboxUsage(id)).toEqual({ vcpu_seconds: 3, gib_seconds: 0.5 });
@@ -166,6 +173,12 @@ describe.each(STORES)("the %s store's rows", (kind) => {
     expect(await store.ownerUsage("2026-12")).toEqual([
       { owner: "alpha", month: "2026-12", vcpu_seconds: 3, gib_seconds: 0.5, warned: "vcpu,gib" },
     ]);
+    await store.addUsage([{ ...entry, day: "2026-12-04" }]);
+    expect(await store.dayUsage("2026-12-03")).toEqual([
+      { owner: "alpha", day: "2026-12-03", vcpu_seconds: 3, gib_seconds: 0.5 },
+      { owner: "alpha", day: "2026-12-04", vcpu_seconds: 1.5, gib_seconds: 0.25 },
+    ]);
+    expect(await store.dayUsage("2026-12-04")).toHaveLength(1);
   });
 
   it("tenants, keys, secrets, sessions, approvals, E2B rows, volumes and snapshots read back alike", async () => {

@@ -94,7 +94,9 @@ describe("tenant quotas", () => {
   it("blocks creates over the monthly budget only with BOTHY_BUDGET_ACTION=block", async () => {
     const month = new Date().toISOString().slice(0, 7);
     await ledger.auth.insertTenant("t", JSON.stringify({ monthly_vcpu_hours: 1 }));
-    await ledger.addUsage([{ sandboxId: "sbx_x", owner: "t", month, vcpuSeconds: 3600, gibSeconds: 0 }]);
+    await ledger.addUsage([
+      { sandboxId: "sbx_x", owner: "t", month, day: `${month}-01`, vcpuSeconds: 3600, gibSeconds: 0 },
+    ]);
     const size = { vcpu: 1, memoryMib: 512 };
     expect(await refusal(() => new Quotas(ledger, loadConfig({})).admit("t", size))).toBe("admitted");
     const blocking = new Quotas(ledger, loadConfig({ BOTHY_BUDGET_ACTION: "block" }));

@@ -9,9 +9,14 @@ import { ApiError, getJson, sendJson, useSession } from "./api.ts";
 import { closeEvents } from "./events.ts";
 import { ApprovalsPage } from "./pages/approvals.tsx";
 import { KeysPage } from "./pages/keys.tsx";
+import { MetricsPage } from "./pages/metrics.tsx";
+import { PolicyPage } from "./pages/policy.tsx";
 import { SandboxPage } from "./pages/sandbox.tsx";
 import { SandboxesPage } from "./pages/sandboxes.tsx";
+import { SecretsPage } from "./pages/secrets.tsx";
 import { SignInPage } from "./pages/sign-in.tsx";
+import { TenantsPage } from "./pages/tenants.tsx";
+import { UsagePage } from "./pages/usage.tsx";
 import { href, useRoute, type Route } from "./router.ts";
 import { signIn, takeLinkToken } from "./sign-in-flow.ts";
 import { canOf, type Can } from "./scopes.ts";
@@ -31,6 +36,11 @@ const PAGES: Record<
   sandbox: { title: "Sandbox", page: SandboxPage },
   approvals: { title: "Approvals", page: ApprovalsPage, nav: true },
   keys: { title: "Keys", page: KeysPage, nav: true, needs: "keys:manage" },
+  secrets: { title: "Secrets", page: SecretsPage, nav: true, needs: "secrets" },
+  policy: { title: "Policy", page: PolicyPage, nav: true },
+  usage: { title: "Usage", page: UsagePage, nav: true, needs: "sandboxes:read" },
+  tenants: { title: "Tenants", page: TenantsPage, nav: true, needs: "admin" },
+  metrics: { title: "Metrics", page: MetricsPage, nav: true, needs: "admin" },
 };
 
 export function App() {
@@ -39,6 +49,9 @@ export function App() {
   const route = useRoute();
   const [session, setSession] = useState<UiSessionInfo | null | undefined>(undefined);
   const [linkError, setLinkError] = useState<string | null>(null);
+  /** The navigation on a narrow screen: folded behind its button until opened, folded again on every page change. */
+  const [menuOpen, setMenuOpen] = useState(false);
+  useEffect(() => setMenuOpen(false), [route.page]);
   useEffect(() => {
     // Opened from a sign-in link: its token becomes the session (once); else the cookie's session, if any.
     const start = token === undefined ? getJson<UiSessionInfo>("/ui/session") : signIn({ link: token });
@@ -84,7 +97,16 @@ export function App() {
         <a class="brand" href={href("sandboxes")}>
           bothy
         </a>
-        <nav aria-label="Main">
+        <button
+          type="button"
+          class="quiet menu-toggle"
+          aria-expanded={menuOpen}
+          aria-controls="main-nav"
+          onClick={() => setMenuOpen(!menuOpen)}
+        >
+          Menu
+        </button>
+        <nav aria-label="Main" id="main-nav" class={menuOpen ? "open" : undefined}>
           {Object.entries(PAGES)
             .filter(([, p]) => p.nav && allowed(p))
             .map(([name, p]) => (

@@ -1,9 +1,10 @@
 import type { FastifyInstance } from "fastify";
-import { BothyError, SANDBOX_ID_RE, usageReport } from "@bothy/protocol";
+import { BothyError, SANDBOX_ID_RE, usageDays, usageDaysQuery, usageReport } from "@bothy/protocol";
 import { z } from "zod";
 import { principalOf, sandboxNotFound, sees } from "../auth/auth-hooks.ts";
 import type { LedgerStore } from "../ledger/store.ts";
 import type { UsageMeter } from "../metering/usage-meter.ts";
+import { parseInput } from "./parse-input.ts";
 import { json } from "./route-schema.ts";
 
 const usageDoc = {
@@ -14,9 +15,18 @@ const usageDoc = {
   response: { 200: json(usageReport, "Usage") },
 };
 
+const daysDoc = {
+  tags: ["server"],
+  summary:
+    "Metered vCPU and memory hours per owner and UTC day over the last `days` days (default 31), the caller's tenant only unless it holds admin",
+  querystring: usageDaysQuery,
+  response: { 200: json(usageDays, "Usage per day") },
+};
+
 /**
  * `GET /usage`: this month's metered hours per tenant (`owner`) and the budgets, the caller's
- * tenant only unless it holds `admin`; `?sandbox_id=` adds one sandbox.
+ * tenant only unless it holds `admin`; `?sandbox_id=` adds one sandbox. `GET /usage/days`: the
+ * same per UTC day, for a chart of the month against its budget.
  */
 export function usageRoutes(app: FastifyInstance, meter: UsageMeter, ledger: LedgerStore): void {
   app.get<{ Querystring: { sandbox_id?: string } }>("/usage", { schema: usageDoc }, async (request) => {
@@ -35,5 +45,13 @@ export function usageRoutes(app: FastifyInstance, meter: UsageMeter, ledger: Led
       ...report,
       sandbox: { sandbox_id: id, vcpu_hours: u.vcpu_seconds / 3600, gib_hours: u.gib_seconds / 3600 },
     };
+  });
+
+  app.get("/usage/days", { schema: daysDoc }, async (request) => {
+    const principal = principalOf(request);
+    const { days } = parseInput(usageDaysQuery, request.query, "GET /usage/days");
+    await meter.tick();
+    const all = await meter.days(days);
+    return { ...all, days: all.days.filter((d) => sees(principal, d.owner)) };
   });
 }

@@ -231,4 +231,12 @@ export const MIGRATIONS = [
      timeout_s INTEGER NOT NULL,
      asleep_by TEXT
    );`,
+  // 18: metered usage per owner and UTC day, for the dashboard's chart of a month against its budget.
+  `CREATE TABLE usage_day (
+     owner TEXT NOT NULL,
+     day TEXT NOT NULL,
+     vcpu_seconds REAL NOT NULL DEFAULT 0,
+     gib_seconds REAL NOT NULL DEFAULT 0,
+     PRIMARY KEY (owner, day)
+   );`,
 ];

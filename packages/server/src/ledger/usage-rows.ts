@@ -9,17 +9,27 @@ export interface OwnerUsageRow {
   warned: string;
 }
 
+export interface DayUsageRow {
+  owner: string;
+  /** UTC, `2026-12-03`. */
+  day: string;
+  vcpu_seconds: number;
+  gib_seconds: number;
+}
+
 export interface UsageEntry {
   sandboxId: string;
   owner: string;
   month: string;
+  /** The UTC day the seconds are counted in (`2026-12-03`). */
+  day: string;
   vcpuSeconds: number;
   gibSeconds: number;
 }
 
-/** Metered usage: per sandbox, and per owner and month (tables of migration 7). */
+/** Metered usage: per sandbox, per owner and month (tables of migration 7), and per owner and day (18). */
 export class UsageQueries {
-  /** Adds metered usage: per sandbox, and per owner and month, in one transaction. */
+  /** Adds metered usage: per sandbox, per owner and month, and per owner and day, in one transaction. */
   *addUsage(entries: readonly UsageEntry[]): Step<void> {
     yield* transaction(function* () {
       for (const e of entries) {
@@ -33,12 +43,25 @@ export class UsageQueries {
            ON CONFLICT(owner, month) DO UPDATE SET vcpu_seconds = usage_owner.vcpu_seconds + excluded.vcpu_seconds, gib_seconds = usage_owner.gib_seconds + excluded.gib_seconds`,
           [e.owner, e.month, e.vcpuSeconds, e.gibSeconds],
         );
+        yield* run(
+          `INSERT INTO usage_day (owner, day, vcpu_seconds, gib_seconds) VALUES (?, ?, ?, ?)
+           ON CONFLICT(owner, day) DO UPDATE SET vcpu_seconds = usage_day.vcpu_seconds + excluded.vcpu_seconds, gib_seconds = usage_day.gib_seconds + excluded.gib_seconds`,
+          [e.owner, e.day, e.vcpuSeconds, e.gibSeconds],
+        );
       }
     });
   }
 
   *ownerUsage(month: string): Step<OwnerUsageRow[]> {
     return yield* all<OwnerUsageRow>(`SELECT * FROM usage_owner WHERE month = ? ORDER BY owner`, [month]);
+  }
+
+  /** Every owner's usage per day from `fromDay` on (inclusive), by day then owner. */
+  *dayUsage(fromDay: string): Step<DayUsageRow[]> {
+    return yield* all<DayUsageRow>(
+      `SELECT owner, day, vcpu_seconds, gib_seconds FROM usage_day WHERE day >= ? ORDER BY day, owner`,
+      [fromDay],
+    );
   }
 
   *sandboxUsage(sandboxId: string): Step<{ vcpu_seconds: number; gib_seconds: number } | undefined> {

@@ -1,3 +1,4 @@
+import type { UsageDaysBody } from "@bothy/protocol";
 import type { EventBus } from "../events/event-bus.ts";
 import type { LedgerStore } from "../ledger/store.ts";
 import type { Logger } from "../sandboxes/sandbox-manager.ts";
@@ -77,6 +78,7 @@ export class UsageMeter {
           sandboxId: r.id,
           owner: r.tenant,
           month,
+          day: dayOf(now),
           vcpuSeconds: r.vcpu * seconds,
           gibSeconds: (r.memory_mib / 1024) * seconds,
         })),
@@ -97,6 +99,23 @@ export class UsageMeter {
         await this.events.publish("budget.exceeded", null, data, owner.owner);
       }
     }
+  }
+
+  /**
+   * Hours per owner and UTC day over the last `n` days, today included. A tick's seconds count on
+   * the day it ran, so a tick across midnight puts its few seconds on the new day.
+   */
+  async days(n: number, now = Date.now()): Promise<UsageDaysBody> {
+    const from = dayOf(now - (n - 1) * 86_400_000);
+    return {
+      from,
+      days: (await this.ledger.dayUsage(from)).map((d) => ({
+        day: d.day,
+        owner: d.owner,
+        vcpu_hours: d.vcpu_seconds / 3600,
+        gib_hours: d.gib_seconds / 3600,
+      })),
+    };
   }
 
   async report(now = Date.now()): Promise<UsageReport> {
@@ -122,6 +141,10 @@ export class UsageMeter {
       }),
     };
   }
+}
+
+function dayOf(ms: number): string {
+  return new Date(ms).toISOString().slice(0, 10);
 }
 
 function monthOf(ms: number): string {
