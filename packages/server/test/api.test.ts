@@ -243,7 +243,7 @@ for (const driver of testDrivers()) {
 
       it("records commands in the ledger", async () => {
         const r = await runCommand(ts.wsUrl, sandboxId, { cmd: "exit 3" });
-        const row = ts.server.ledger.getCommand(r.exit?.command_id ?? "");
+        const row = await ts.server.ledger.getCommand(r.exit?.command_id ?? "");
         expect(row).toMatchObject({ sandbox_id: sandboxId, state: "exited", exit_code: 3 });
       });
     });

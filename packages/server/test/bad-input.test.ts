@@ -129,7 +129,7 @@ describe("bad input gets a clear problem+json and creates nothing", () => {
   it("left no sandbox behind", async () => {
     const list = await api(ts.url, "GET", "/sandboxes?all=1");
     expect(list.json["sandboxes"]).toEqual([]);
-    expect(ts.server.ledger.listSandboxes({ includeDeleted: true })).toEqual([]);
+    expect(await ts.server.ledger.listSandboxes({ includeDeleted: true })).toEqual([]);
   });
 });
 

@@ -442,8 +442,8 @@ describe("every route of /openapi.json answers fuzzer input with its documented 
     expect(violation(notJson, problem)).toBeUndefined();
   });
 
-  it("created nothing", () => {
-    expect(ts.server.ledger.listSandboxes({ includeDeleted: true })).toEqual([]);
+  it("created nothing", async () => {
+    expect(await ts.server.ledger.listSandboxes({ includeDeleted: true })).toEqual([]);
   });
 });
 
