@@ -122,6 +122,7 @@ try {
   const coldRuns: number[] = [];
   const warmRuns: number[] = [];
   let memBytes = 0;
+  let lastIds = { child: "", cold: "", warm: "" };
   for (let i = 0; i < runs; i++) {
     const mem = await snapshot(small, true);
     const disk = await snapshot(small, false);
@@ -137,6 +138,7 @@ try {
     t0 = performance.now();
     const warm = await create(SHAPE);
     warmRuns.push(await firstOutput(warm, t0));
+    lastIds = { child, cold, warm };
     for (const id of [child, cold, warm]) await remove(id);
     await drop(mem.snap);
     await drop(disk.snap);
@@ -147,6 +149,14 @@ try {
   console.log(`memory child → first output:         ${summary(memRuns)}`);
   console.log(`disk-only child (cold boot) → first output: ${summary(coldRuns)}`);
   console.log(`warm create → first output:          ${summary(warmRuns)}`);
+  // Where a create's time went, by boot step (the last run's), from the server's events.
+  const steps = (id: string): string =>
+    JSON.stringify(
+      ts.events.flatMap((e) => (e.event === "sandbox_created" && e.sandbox_id === id ? [e.steps] : []))[0] ?? {},
+    );
+  console.log(`boot steps (ms): memory child ${steps(lastIds.child)}`);
+  console.log(`                 cold boot    ${steps(lastIds.cold)}`);
+  console.log(`                 warm create  ${steps(lastIds.warm)}`);
   console.log(
     `ratio memory child / cold boot: ${(median(memRuns) / median(coldRuns)).toFixed(2)}x (goal ≤ 0.2x)   memory child / warm create: ${(median(memRuns) / median(warmRuns)).toFixed(2)}x`,
   );
