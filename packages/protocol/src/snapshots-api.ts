@@ -15,7 +15,10 @@ export const createSnapshotRequest = z.strictObject({
     .string()
     .regex(SNAPSHOT_NAME_RE, "a snapshot name: lower-case letters, digits, '-' and '_', at most 63")
     .optional(),
-  /** Keep memory and processes too; only where the driver can (gVisor with this runsc cannot: 501). */
+  /**
+   * Keep memory and processes too, where the driver can (QEMU: its children resume with the running
+   * processes; gVisor with this runsc cannot: 501).
+   */
   memory: z.boolean().optional(),
   /**
    * Boot this many sandboxes from the snapshot in the background, of the source sandbox's size and
@@ -50,6 +53,8 @@ export const forkRequest = z.strictObject({
   count: z.number().int().min(1).max(MAX_FORK_COUNT),
   /** The snapshot's name (optional, as for a snapshot). */
   name: createSnapshotRequest.shape.name,
+  /** The snapshot keeps memory and processes, and each child resumes from them (as for a snapshot). */
+  memory: createSnapshotRequest.shape.memory,
   /** Each child's timeout; omitted: BOTHY_DEFAULT_TIMEOUT_S. */
   timeout_s: z.number().int().optional(),
   /** Labels every child gets. */

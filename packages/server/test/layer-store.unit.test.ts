@@ -37,6 +37,27 @@ describe("layer store", () => {
     expect(await lowerDirsOf(path.join(dir, "old", "rootfs"))).toEqual([path.join(dir, "old", "rootfs")]);
   });
 
+  it("moves files beside the tree into the layer's folder with it (a VM snapshot's disk and memory)", async () => {
+    const base = await publish(null, "seed");
+    const files = path.join(dir, ".tmp", "files");
+    await mkdir(files, { recursive: true });
+    await writeFile(path.join(files, "tree.qcow2"), "disk");
+    await writeFile(path.join(files, "memory.state"), "memory");
+    const layer = await store.locked(signal, async () =>
+      store.publish(await tree("snap"), base, "snap", undefined, [
+        path.join(files, "tree.qcow2"),
+        path.join(files, "memory.state"),
+      ]),
+    );
+    expect((await readdir(path.join(store.dir, layer.id))).sort()).toEqual([
+      "layer.json",
+      "memory.state",
+      "tree",
+      "tree.qcow2",
+    ]);
+    expect(await readdir(files)).toEqual([]);
+  });
+
   it("refuses a parent that is missing and a chain longer than overlayfs can mount", async () => {
     await expect(publish("gone-0123456789abcdef")).rejects.toThrow("parent layer gone-0123456789abcdef is missing");
     let id = await publish(null);

@@ -7,8 +7,13 @@
  * attacker's side, a key of tenant b); the storage and sandbox quotas refuse with 429 and make
  * nothing; `memory: true` is 501 on gVisor. On a `bothy serve` killed with -9 and restarted
  * cleanly, snapshots survive and an asleep sandbox is snapshotted. Deleting everything leaves no
- * layer, file or mount. Snapshots are taken on gVisor alone (QEMU answers 501: its layers are
- * qcow2 chains, not built yet), so the file runs on gVisor; one test checks QEMU's 501.
+ * layer, file or mount.
+ *
+ * On QEMU (one source VM, so the part stays short under software emulation): a fork of 2 with
+ * memory gives children that resume with the source's running service and files, each answering
+ * with its own hostname, machine id and random bytes, and diverging; the source is unaffected; a
+ * disk-only snapshot of the same source starts a child that boots cold with the files and none of
+ * the processes; deleting everything leaves no VM, layer, file, mount or cgroup.
  */
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
@@ -18,14 +23,13 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConflictError, NotFoundError, NotSupportedError, Sandbox, Snapshot } from "@bothy/sdk";
 import { api, deleteSandbox, pollUntil, runCommand } from "./helpers/client.ts";
-import { testDrivers } from "./helpers/drivers.ts";
+import { driverTitle, testDriver } from "./helpers/drivers.ts";
 import { hostLeaks, noLeaks } from "./helpers/host-state.ts";
 import { spawnTestServe, type ServeProcess } from "./helpers/serve-process.ts";
 import { useTestServer } from "./helpers/suite.ts";
 import type { TestServer } from "./helpers/test-server.ts";
 
-const qemuDriver = testDrivers().find((d) => d.name === "qemu");
-const qemuMissing = qemuDriver ? qemuDriver.missing : "BOTHY_TEST_DRIVERS to include qemu";
+const qemu = testDriver("qemu");
 const MIB = 1024 * 1024;
 const SANDBOX = { template: "seed", vcpu: 1, memory_mib: 512 };
 const CHILDREN = 5;
@@ -363,29 +367,6 @@ describe("snapshots and fork (gVisor)", () => {
     },
   );
 
-  it.skipIf(qemuMissing !== undefined)(
-    "answers 501 on QEMU, whose snapshots are not built yet, and makes nothing",
-    { timeout: 300_000 },
-    async () => {
-      const made = await api(ts.url, "POST", "/sandboxes", { ...SANDBOX, driver: "qemu" });
-      expect(made.status, JSON.stringify(made.json)).toBe(201);
-      const vm = String(made.json["sandbox_id"]);
-      const before = await snapshotFiles(ts.home);
-      for (const [path, body] of [
-        [`/sandboxes/${vm}/snapshots`, {}],
-        [`/sandboxes/${vm}/fork`, { count: 2 }],
-      ] as const) {
-        const res = await api(ts.url, "POST", path, body);
-        expect([path, res.status, res.json["code"]]).toEqual([path, 501, "not_supported"]);
-        expect(String(res.json["detail"])).toMatch(/qemu driver cannot take snapshots yet/);
-      }
-      expect(await snapshotFiles(ts.home)).toEqual(before);
-      const onQemu = await api(ts.url, "POST", "/sandboxes", { snapshot: base, driver: "qemu" });
-      expect([onQemu.status, onQemu.json["code"]]).toEqual([400, "invalid_request"]);
-      expect(await deleteSandbox(ts.url, vm)).toBe("deleted");
-    },
-  );
-
   it(
     "leaves no layer, staging copy or mount once every sandbox and snapshot is deleted",
     { timeout: 60_000 },
@@ -476,6 +457,129 @@ describe("snapshots across a server crash and a clean restart (gVisor)", () => {
       await serve?.stop();
       serve = undefined;
       expect(await hostLeaks(home)).toEqual(noLeaks());
+    },
+  );
+});
+
+describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "snapshots and fork (QEMU)"), () => {
+  let ts: TestServer;
+  let source = "";
+  let memorySnap = "";
+  let diskSnap = "";
+  const made: string[] = [];
+  /**
+   * A small HTTP service that answers with the hostname of the machine it runs on at each request,
+   * and a client that asks it from inside the sandbox (bash's /dev/tcp: no client program needed).
+   */
+  const SETUP = [
+    "echo pre > /root/pre.txt",
+    "cat > /root/service.js <<'EOF'",
+    "require('http').createServer((q, s) => s.end(require('os').hostname())).listen(8080, '127.0.0.1');",
+    "EOF",
+    "cat > /root/ask.sh <<'EOF'",
+    "exec 3<>/dev/tcp/127.0.0.1/8080 || exit 7",
+    "printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3",
+    "tail -n 1 <&3",
+    "echo",
+    "EOF",
+    "(setsid node /root/service.js </dev/null >/root/svc.log 2>&1 &)",
+  ].join("\n");
+  const ASK = "bash /root/ask.sh";
+  const run = async (id: string, cmd: string): Promise<{ code: number | null | undefined; out: string }> => {
+    const r = await runCommand(ts.wsUrl, id, { cmd });
+    return { code: r.exit?.exit_code, out: r.stdout };
+  };
+  const sh = async (id: string, cmd: string): Promise<string> => {
+    const r = await runCommand(ts.wsUrl, id, { cmd });
+    expect(r.exit?.exit_code, `${id}: ${cmd}: ${r.stderr}`).toBe(0);
+    return r.stdout;
+  };
+
+  useTestServer({ BOTHY_DRIVER: "qemu" }, (s) => (ts = s));
+
+  beforeAll(async () => {
+    const res = await api(ts.url, "POST", "/sandboxes", SANDBOX);
+    expect(res.status, JSON.stringify(res.json)).toBe(201);
+    source = String(res.json["sandbox_id"]);
+    made.push(source);
+    await sh(source, SETUP);
+    // The service is up once it answers (Node takes seconds to start under emulation, more on a loaded host).
+    const deadline = Date.now() + 150_000;
+    for (let asked = await run(source, ASK); asked.out.trim() !== source; asked = await run(source, ASK)) {
+      if (Date.now() > deadline)
+        throw new Error(`the source's service never answered: ${await sh(source, "cat /root/svc.log")}`);
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  }, 300_000);
+
+  it(
+    "forks 2 with memory: the running service and files survive, each child is its own machine and diverges, the source is unaffected",
+    { timeout: 150_000 },
+    async () => {
+      const fork = await api(ts.url, "POST", `/sandboxes/${source}/fork`, { count: 2, memory: true });
+      expect(fork.status, JSON.stringify(fork.json)).toBe(201);
+      const snapshot = fork.json["snapshot"] as Record<string, unknown>;
+      memorySnap = String(snapshot["snapshot_id"]);
+      expect(snapshot["driver"]).toBe("qemu");
+      const children = (fork.json["sandboxes"] as Array<{ sandbox_id: string }>).map((s) => s.sandbox_id);
+      made.push(...children);
+      expect(children).toHaveLength(2);
+      await sh(source, "echo after-fork > /root/after.txt && echo source > /root/who");
+      await Promise.all(children.map((id, i) => sh(id, `echo child-${i} > /root/who`)));
+      const seen = await Promise.all(
+        children.map((id) =>
+          sh(
+            id,
+            `${ASK}; cat /root/who /root/pre.txt; test -e /root/after.txt || echo no-after; hostname; cat /etc/machine-id; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo`,
+          ),
+        ),
+      );
+      const identities = seen.map((out, i) => {
+        const lines = out.trim().split("\n");
+        // The service the source started answers in the child, with the child's hostname.
+        expect(lines.slice(0, 5)).toEqual([children[i], `child-${i}`, "pre", "no-after", children[i]]);
+        return { machineId: lines[5], random: lines[6] };
+      });
+      const sourceIdentity = (await sh(source, "cat /etc/machine-id")).trim();
+      expect(new Set([sourceIdentity, ...identities.map((x) => x.machineId)]).size).toBe(3);
+      expect(new Set(identities.map((x) => x.random)).size).toBe(2);
+      // The source runs on, with its own service, files and hostname.
+      expect(await sh(source, `${ASK}; cat /root/who /root/after.txt`)).toBe(`${source}\nsource\nafter-fork\n`);
+      expect((await api(ts.url, "GET", `/snapshots/${memorySnap}`)).json["used_by"]).toEqual([...children].sort());
+    },
+  );
+
+  it(
+    "a disk-only snapshot of the same source starts a child that boots cold with the files and none of the processes",
+    { timeout: 150_000 },
+    async () => {
+      const snap = await api(ts.url, "POST", `/sandboxes/${source}/snapshots`, {});
+      expect(snap.status, JSON.stringify(snap.json)).toBe(201);
+      diskSnap = String(snap.json["snapshot_id"]);
+      // What the sandbox wrote since its template (a few MiB of guest writes), not the template's disk.
+      expect(Number(snap.json["bytes"])).toBeLessThan(64 * MIB);
+      const res = await api(ts.url, "POST", "/sandboxes", { snapshot: diskSnap });
+      expect(res.status, JSON.stringify(res.json)).toBe(201);
+      const child = String(res.json["sandbox_id"]);
+      made.push(child);
+      expect(await sh(child, "cat /root/who /root/after.txt; hostname")).toBe(`source\nafter-fork\n${child}\n`);
+      expect((await run(child, ASK)).code).not.toBe(0);
+      const del = await api(ts.url, "DELETE", `/snapshots/${diskSnap}`);
+      expect([del.status, del.json["code"]]).toEqual([409, "snapshot_in_use"]);
+    },
+  );
+
+  it(
+    "leaves no VM, layer, file, mount or cgroup once every sandbox and snapshot is deleted",
+    { timeout: 60_000 },
+    async () => {
+      for (const id of made) expect(await deleteSandbox(ts.url, id)).toBe("deleted");
+      for (const id of [memorySnap, diskSnap]) {
+        const del = await api(ts.url, "DELETE", `/snapshots/${id}`);
+        expect([del.status, del.json]).toEqual([200, { deleted: id }]);
+      }
+      expect(await snapshotFiles(ts.home)).toEqual({ layers: [], staging: [] });
+      expect(await hostLeaks(ts.home)).toEqual(noLeaks());
     },
   );
 });

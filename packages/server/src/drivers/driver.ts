@@ -210,4 +210,17 @@ export interface Driver {
    * only, a stopped one's disk is read in place. Absent where the driver cannot (snapshots: 501).
    */
   captureFiles?(sandbox: { id: string; dir: string; running: boolean }, dest: string): Promise<{ frozenMs: number }>;
+  /**
+   * A VM's snapshot (instead of `captureFiles`): its disk frozen into a read-only image over the
+   * disk of `baseRoot` (the layer the snapshot lies over) and, with `memory`, its memory and
+   * devices, written as files into `out` (an existing, empty directory), which the caller moves
+   * beside the snapshot layer's (empty) tree. `handle`: the sandbox runs, and is stopped for the
+   * copy only. Returns the files written and how long the sandbox was frozen.
+   */
+  captureImage?(
+    sandbox: { id: string; dir: string; handle?: SandboxHandle },
+    baseRoot: string,
+    out: string,
+    memory: boolean,
+  ): Promise<{ frozenMs: number; files: string[] }>;
 }

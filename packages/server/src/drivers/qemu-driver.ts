@@ -22,6 +22,7 @@ import {
 import { bootTimeoutMs, type Driver, type HostObject, type SandboxHandle, type SandboxSpec } from "./driver.ts";
 import { saveVm, VmProcess, vmFiles, type Acceleration, type VmConfig } from "./qemu-process.ts";
 import { MEMORY_STATE, QemuSandbox, VM_MARKER } from "./qemu-sandbox.ts";
+import { captureVm, readVmSnapshot } from "./qemu-snapshot.ts";
 import type { Logger } from "../events/server-events.ts";
 import { HostSetupError, TemplateError } from "../errors/internal-errors.ts";
 
@@ -233,6 +234,9 @@ export class QemuDriver implements Driver {
    * sandboxes made before disk sizes (no `diskMib`) have the image's size.
    */
   async diskBytes(templateRoot: string, diskMib: number | undefined): Promise<number> {
+    // A snapshot's disk already has its source's room; its sandboxes keep that size.
+    const snapshot = await readVmSnapshot(templateRoot);
+    if (snapshot) return snapshot.diskBytes;
     return (await ensureDiskImage(templateRoot)).bytes + (diskMib ?? 0) * MIB;
   }
 
@@ -314,6 +318,42 @@ export class QemuDriver implements Driver {
       if (work !== undefined) await rm(work, { recursive: true, force: true });
       this.snapshotsInFlight--;
     }
+  }
+
+  /**
+   * What a VM's memory can be restored into: the same QEMU, acceleration, translation cache,
+   * kernel and initramfs, vCPUs, memory and NIC (a migration stream names the devices it saved).
+   */
+  machineKey(spec: { vcpu: number; memoryMib: number; network?: { tap?: string } }): string {
+    const c = this.vmConfig(spec, "", "");
+    const { qemuPath, accel, tbSizeMib, vmlinuz, initramfs, vcpu, memoryMib } = c;
+    return createHash("sha256")
+      .update(
+        JSON.stringify({ qemuPath, accel, tbSizeMib, vmlinuz, initramfs, vcpu, memoryMib, nic: c.tap !== undefined }),
+      )
+      .digest("hex")
+      .slice(0, 24);
+  }
+
+  /**
+   * A snapshot of sandbox `dir` (qemu-snapshot.ts): its disk frozen over `baseRoot`'s image, its
+   * memory too with `memory`; a running one is stopped for the copy only.
+   */
+  async captureImage(
+    sandbox: { id: string; dir: string; handle?: SandboxHandle },
+    baseRoot: string,
+    out: string,
+    memory: boolean,
+  ): Promise<{ frozenMs: number; files: string[] }> {
+    if (sandbox.handle !== undefined && !(sandbox.handle instanceof QemuSandbox))
+      throw new BothyError("internal", `Sandbox ${sandbox.id} is not a QEMU sandbox.`);
+    return captureVm({
+      dir: sandbox.dir,
+      vm: sandbox.handle,
+      base: await ensureDiskImage(baseRoot),
+      out,
+      memory,
+    });
   }
 
   async reconcile(): Promise<HostObject[]> {

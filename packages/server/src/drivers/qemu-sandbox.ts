@@ -8,6 +8,7 @@ import type { ExitInfo, GuestStream, GuestVolume, SandboxHandle, SandboxSpec } f
 import type { CleanupStack } from "../util/cleanup-stack.ts";
 import type { QemuDriver } from "./qemu-driver.ts";
 import { resumeIncoming, saveVm, VmProcess, vmFiles } from "./qemu-process.ts";
+import { readVmSnapshot, vmSnapshotFiles, type FreezableVm, type VmSnapshotMeta } from "./qemu-snapshot.ts";
 import type { QmpClient } from "./qmp-client.ts";
 import { BootError } from "../errors/internal-errors.ts";
 
@@ -26,7 +27,7 @@ const ROOT_DRIVE = "root";
  * while paused, the memory state. `wait()` resolves when the sandbox ends for good: a pause ends
  * the QEMU process but not the sandbox.
  */
-export class QemuSandbox implements SandboxHandle {
+export class QemuSandbox implements SandboxHandle, FreezableVm {
   readonly needsIdentity = true;
   private vm: VmProcess | undefined;
   private qmp: QmpClient | undefined;
@@ -64,6 +65,8 @@ export class QemuSandbox implements SandboxHandle {
     undo.push("sandbox directory", () => rm(this.spec.dir, { recursive: true, force: true }));
     await writeFile(join(this.spec.dir, VM_MARKER), JSON.stringify({ driver: "qemu", id: this.id }));
     signal?.throwIfAborted();
+    const snapshot = await readVmSnapshot(this.spec.templateRoot);
+    if (snapshot) return this.startFromSnapshot(snapshot, undo, signal, hostReady);
     // The warm-start snapshot's VM had no volume disks, and a restore needs the devices it saved:
     // a sandbox with volumes boots.
     if (this.driver.warmStart && !this.spec.volumes?.length) {
@@ -80,6 +83,62 @@ export class QemuSandbox implements SandboxHandle {
       await this.driver.diskBytes(this.spec.templateRoot, this.spec.diskMib),
     );
     return this.launch(undo, undefined, signal, hostReady);
+  }
+
+  /**
+   * A sandbox started from a QEMU snapshot: its disk is an overlay over the snapshot's frozen
+   * member, of the member's size. With the snapshot's memory it resumes the processes the source
+   * ran (the warm start's restore, so the boot's identify, network and limits steps give it its own
+   * hostname, machine id, entropy and address); a snapshot without memory, or one whose machine
+   * this VM cannot restore (another size, another kernel), boots cold on that disk.
+   */
+  private async startFromSnapshot(
+    snapshot: VmSnapshotMeta,
+    undo: CleanupStack,
+    signal?: AbortSignal,
+    hostReady?: Promise<void>,
+  ): Promise<GuestStream> {
+    const files = vmSnapshotFiles(this.spec.templateRoot);
+    await this.driver.createOverlay(this.disk, files.disk, "qcow2");
+    const restorable = snapshot.memory && !this.spec.volumes?.length && snapshot.machine === this.machine.key;
+    if (snapshot.memory && !restorable)
+      this.driver.options.log("qemu_snapshot_cold_boot", {
+        sandbox_id: this.id,
+        reason: "its size, devices or kernel differ from the snapshot's VM",
+      });
+    return this.launch(undo, restorable ? files.memory : undefined, signal, hostReady);
+  }
+
+  /** What a restore of this VM's memory needs to match: see `QemuDriver.machineKey`. */
+  get machine(): { key: string; vcpu: number; memoryMib: number; volumes: number } {
+    return {
+      key: this.driver.machineKey(this.spec),
+      vcpu: this.spec.vcpu,
+      memoryMib: this.spec.memoryMib,
+      volumes: this.spec.volumes?.length ?? 0,
+    };
+  }
+
+  /**
+   * Runs `copy` with the VM stopped: `stop` drains and flushes its disks, so its overlay at rest is
+   * the guest's disk at that instant. With `memoryTo` its memory and devices are saved there first
+   * (as a pause saves them). The VM runs again after, whatever `copy` did.
+   */
+  async frozen<T>(copy: () => Promise<T>, memoryTo?: string): Promise<{ value: T; frozenMs: number }> {
+    const qmp = this.qmp;
+    if (this.destroying || this.paused || !this.vm?.running || !qmp)
+      throw new BothyError("sandbox_not_running", `Sandbox ${this.id} has no running VM to snapshot.`);
+    const t0 = performance.now();
+    let value: T;
+    try {
+      if (memoryTo === undefined) await qmp.command("stop");
+      else await saveVm(qmp, memoryTo, SAVE_TIMEOUT_MS);
+      value = await copy();
+    } finally {
+      // After a save QEMU is in `postmigrate`, its disks inactive: `cont` takes them back too.
+      await qmp.command("cont");
+    }
+    return { value, frozenMs: Math.round(performance.now() - t0) };
   }
 
   /**

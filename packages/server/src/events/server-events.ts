@@ -50,6 +50,8 @@ export interface ServerEventMap {
   network_ready: { pool: string; uplink: string; dns: readonly string[]; table: string };
   network_plumbed: { sandbox_id: string; iface: string; guest: string; ms: number };
   qemu_base_snapshot: { key: string; image: string; ms: number };
+  /** A sandbox from a QEMU snapshot with memory booted cold instead (qemu-sandbox.ts says why). */
+  qemu_snapshot_cold_boot: { sandbox_id: string; reason: string };
   /** The gVisor agent's V8 startup snapshot was built (drivers/agent-snapshot.ts). */
   agent_snapshot: { node: string; blob: string; ms: number };
   /** It could not be: gVisor agents load their script instead (slower to start, same agent). */
@@ -205,6 +207,7 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   network_ready: "info",
   network_plumbed: "info",
   qemu_base_snapshot: "info",
+  qemu_snapshot_cold_boot: "warn",
   agent_snapshot: "info",
   agent_snapshot_failed: "warn",
   runsc_remove_retried: "warn",

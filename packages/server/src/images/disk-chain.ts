@@ -68,8 +68,11 @@ async function parentTreeOf(rootfs: string): Promise<string | undefined> {
   const lowers = await lowerDirsOf(rootfs);
   if (lowers.length < 2) return undefined;
   const store = new LayerStore(path.dirname(path.dirname(path.dirname(rootfs))));
-  const parent = (await store.read(path.basename(path.dirname(rootfs))))?.parent;
-  return parent === null || parent === undefined ? undefined : store.treeOf(parent);
+  const layer = await store.read(path.basename(path.dirname(rootfs)));
+  if (layer?.parent === null || layer?.parent === undefined) return undefined;
+  // A snapshot's layer lies over its template's, in another store.
+  const parentStore = layer.parentDir === undefined ? store : new LayerStore(path.dirname(layer.parentDir));
+  return parentStore.treeOf(layer.parent);
 }
 
 /**

@@ -101,9 +101,16 @@ export class LayerStore {
    * Call it inside `locked`, with whatever names the layer written before the lock is released,
    * or a concurrent orphan sweep may take it. `parentStore`: where `parent` lies when it is not in
    * this store (a snapshot's layer over its template's); that store's own sweep must then be told
-   * to keep it.
+   * to keep it. `beside`: files moved into the layer's folder next to its tree (a VM snapshot's
+   * disk member and memory), renamed in with it.
    */
-  async publish(tree: string, parent: string | null, prefix: string, parentStore?: LayerStore): Promise<Layer> {
+  async publish(
+    tree: string,
+    parent: string | null,
+    prefix: string,
+    parentStore?: LayerStore,
+    beside: readonly string[] = [],
+  ): Promise<Layer> {
     const id = `${prefix}-${randomBytes(8).toString("hex")}`;
     checkId(id);
     const elsewhere = parentStore !== undefined && parentStore.dir !== this.dir ? parentStore.dir : undefined;
@@ -114,6 +121,7 @@ export class LayerStore {
     const staging = path.join(this.dir, `.new-${id}`);
     await mkdir(staging, { mode: 0o755 });
     await rename(tree, path.join(staging, "tree"));
+    for (const file of beside) await rename(file, path.join(staging, path.basename(file)));
     const meta: z.infer<typeof layerMeta> = {
       id,
       parent,

@@ -1,7 +1,7 @@
 import { BothyError, type SandboxInfo } from "@bothy/protocol";
 import type { AgentClient } from "../agent/agent-client.ts";
 import type { Config } from "../config.ts";
-import type { Driver, HostObject } from "../drivers/driver.ts";
+import type { Driver, HostObject, SandboxHandle } from "../drivers/driver.ts";
 import type { DriverRegistry } from "../drivers/driver-registry.ts";
 import type { Logger } from "../events/server-events.ts";
 import type { GatewayPolicies } from "../gateway/policies.ts";
@@ -29,6 +29,8 @@ export interface SnapshotSubject {
   driver: Driver;
   /** Present when it runs: the guest's writes are flushed through it before the capture. */
   agent?: AgentClient;
+  /** Present when it runs: a VM is stopped through it for the copy. */
+  handle?: SandboxHandle;
 }
 export type { BuiltTemplateRef, TemplateSource } from "./manager-context.ts";
 export type { CreateOwner, CreateResult } from "./sandbox-creates.ts";
@@ -129,7 +131,7 @@ export class SandboxManager {
         row,
         dir: this.ctx.dirFor(id),
         driver: this.ctx.drivers.get(row.driver),
-        ...(running ? { agent: booted.agent } : {}),
+        ...(running ? { agent: booted.agent, handle: booted.handle } : {}),
       });
     });
   }

@@ -130,7 +130,7 @@ export class SnapshotService {
       earlier ??
       (await this.capture(
         sandboxId,
-        { ...(req.name === undefined ? {} : { name: req.name }) },
+        { ...(req.name === undefined ? {} : { name: req.name }), ...(req.memory === true ? { memory: true } : {}) },
         idempotencyKey ?? null,
       ));
     const child = await this.childBody(snapshot, parent, req);
@@ -190,12 +190,13 @@ export class SnapshotService {
     if (name !== null) await this.refuseTakenName(tenant, name);
     return this.deps.manager.forSnapshot(sandboxId, async (subject) => {
       const { driver } = subject;
-      if (!driver.captureFiles)
+      const { captureFiles, captureImage } = driver;
+      if (!captureFiles && !captureImage)
         throw new BothyError(
           "not_supported",
-          `The ${driver.name} driver cannot take snapshots yet; snapshots work on sandboxes of the gvisor driver.`,
+          `The ${driver.name} driver cannot take snapshots yet; snapshots work on sandboxes of the gvisor and qemu drivers.`,
         );
-      if (req.memory === true)
+      if (req.memory === true && !captureImage)
         throw new BothyError(
           "snapshot_memory_unsupported",
           `The ${driver.name} driver on this host cannot keep a sandbox's memory and processes in a snapshot; send "memory": false (the default) to keep its files, which every sandbox started from it gets.`,
@@ -235,14 +236,33 @@ export class SnapshotService {
               `The guest's sync before the snapshot failed: ${flushed.output.slice(-200)}`,
             );
         }
-        const { frozenMs } = await driver.captureFiles(
-          { id: sandboxId, dir: subject.dir, running: subject.agent !== undefined },
-          staging,
-        );
+        // A VM's snapshot is files beside an empty tree (its disk member, its memory); gVisor's is the tree.
+        let tree = staging;
+        let beside: string[] = [];
+        let frozenMs: number;
+        if (captureImage) {
+          tree = path.join(staging, "tree");
+          await mkdir(tree, { recursive: true, mode: 0o755 });
+          ({ frozenMs, files: beside } = await captureImage.call(
+            driver,
+            { id: sandboxId, dir: subject.dir, ...(subject.agent && subject.handle ? { handle: subject.handle } : {}) },
+            base.parentStore.treeOf(base.parent),
+            staging,
+            req.memory === true,
+          ));
+        } else if (captureFiles) {
+          ({ frozenMs } = await captureFiles.call(
+            driver,
+            { id: sandboxId, dir: subject.dir, running: subject.agent !== undefined },
+            staging,
+          ));
+        } else throw new BothyError("internal", `The ${driver.name} driver has no capture.`);
         const bytes = await treeBytes(staging);
         await this.deps.quotas.admitStorage(tenant, await this.usedMib(tenant), Math.ceil(bytes / MIB), "snapshot");
         const row = await this.layers.locked(new AbortController().signal, async () => {
-          const layer = await this.layers.publish(staging, base.parent, LAYER_PREFIX, base.parentStore);
+          // The staging folder and a layer's folder lie at one depth under the store, so the disk
+          // member's backing file, named relative to its folder, is found from either.
+          const layer = await this.layers.publish(tree, base.parent, LAYER_PREFIX, base.parentStore, beside);
           const snapshot: SnapshotRow = {
             id,
             tenant,
