@@ -338,3 +338,15 @@ export const usageReport = z.object({
   sandbox: z.object({ sandbox_id: z.string(), vcpu_hours: z.number(), gib_hours: z.number() }).optional(),
 });
 export type UsageReportBody = z.infer<typeof usageReport>;
+
+/** `GET /usage/sandboxes`: what each live sandbox of the caller's tenant has metered so far. */
+export const sandboxUsageList = z.object({
+  sandboxes: z.array(
+    z.object({
+      sandbox_id: z.string(),
+      vcpu_seconds: z.number(),
+      gib_seconds: z.number(),
+    }),
+  ),
+});
+export type SandboxUsageList = z.infer<typeof sandboxUsageList>;

@@ -116,6 +116,10 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
       await page.locator("tr[data-sandbox]").evaluateAll((rows) => rows.map((r) => r.dataset["sandbox"]))
     ).find((s) => !before.includes(s))!;
     expect((await api(ts.url, "GET", `/sandboxes/${made}`)).json["state"]).toBe("running");
+    // The usage column: what the running sandbox has metered, from GET /usage/sandboxes.
+    await expect
+      .poll(() => row(id).locator("td[data-usage]").textContent(), { timeout: 60_000 })
+      .toMatch(/^\d+ vCPU·s · \d+\.\d GiB·s$/);
     expect(await accessibilityViolations(page)).toEqual([]);
     await shot("sandboxes");
 

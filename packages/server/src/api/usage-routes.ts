@@ -1,5 +1,5 @@
 import type { FastifyInstance } from "fastify";
-import { BothyError, SANDBOX_ID_RE, usageReport } from "@bothy/protocol";
+import { BothyError, SANDBOX_ID_RE, sandboxUsageList, usageReport } from "@bothy/protocol";
 import { z } from "zod";
 import { principalOf, sandboxNotFound, sees } from "../auth/auth-hooks.ts";
 import type { LedgerStore } from "../ledger/store.ts";
@@ -14,9 +14,17 @@ const usageDoc = {
   response: { 200: json(usageReport, "Usage") },
 };
 
+const sandboxesDoc = {
+  tags: ["server"],
+  summary:
+    "Metered vCPU-seconds and GiB-seconds of memory of each live sandbox of the caller's tenant (every tenant's with admin), in one answer; a sandbox that has metered nothing yet is not listed",
+  response: { 200: json(sandboxUsageList, "Usage per sandbox") },
+};
+
 /**
  * `GET /usage`: this month's metered hours per tenant (`owner`) and the budgets, the caller's
- * tenant only unless it holds `admin`; `?sandbox_id=` adds one sandbox.
+ * tenant only unless it holds `admin`; `?sandbox_id=` adds one sandbox. `GET /usage/sandboxes`:
+ * every live sandbox's figures at once, so a list of them needs one call, not one per row.
  */
 export function usageRoutes(app: FastifyInstance, meter: UsageMeter, ledger: LedgerStore): void {
   app.get<{ Querystring: { sandbox_id?: string } }>("/usage", { schema: usageDoc }, async (request) => {
@@ -35,5 +43,12 @@ export function usageRoutes(app: FastifyInstance, meter: UsageMeter, ledger: Led
       ...report,
       sandbox: { sandbox_id: id, vcpu_hours: u.vcpu_seconds / 3600, gib_hours: u.gib_seconds / 3600 },
     };
+  });
+
+  app.get("/usage/sandboxes", { schema: sandboxesDoc }, async (request) => {
+    const principal = principalOf(request);
+    meter.tick();
+    const tenant = principal.scopes.has("admin") ? undefined : principal.tenant;
+    return { sandboxes: ledger.liveSandboxUsage(tenant) };
   });
 }
