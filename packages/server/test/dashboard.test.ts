@@ -155,14 +155,59 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
       mimeType: "application/octet-stream",
       buffer: bytes,
     });
-    await page.getByRole("button", { name: "blob.bin" }).waitFor({ timeout: 30_000 });
+    await page.getByRole("button", { name: "blob.bin", exact: true }).waitFor({ timeout: 30_000 });
     const inside = await fetch(`${ts.url}/sandboxes/${id}/files?path=/workspace/blob.bin`);
     expect(Buffer.from(await inside.arrayBuffer()).equals(bytes)).toBe(true);
     const [download] = await Promise.all([
       page.waitForEvent("download"),
-      page.getByRole("button", { name: "blob.bin" }).click(),
+      page.getByRole("button", { name: "blob.bin", exact: true }).click(),
     ]);
     expect((await readFile(await download.path())).equals(bytes)).toBe(true);
+  });
+
+  it("runs a command in the background, re-attaches after leaving the page and sees its output continue live, and kills one", async () => {
+    const gate = "/tmp/dashboard-go";
+    const cmd = `echo n1-before; while [ ! -e ${gate} ]; do sleep 0.1; done; echo n2-after; exit 3`;
+    await page.goto(`${ui}/ui/#/sandbox/${id}`);
+    await page.getByLabel("Command", { exact: true }).fill(cmd);
+    await page.getByRole("button", { name: "Run in background" }).click();
+    const first = page.locator(".command-output");
+    await expect.poll(() => first.locator("pre").textContent(), { timeout: 30_000 }).toContain("n1-before");
+    const commandId = (await first.getAttribute("data-command"))!;
+    expect(commandId).toMatch(/^cmd_/);
+
+    // Leave the page (its sockets close) and come back: the command still runs, listed as such.
+    await page.goto(`${ui}/ui/#/sandboxes`);
+    await page.getByRole("heading", { name: "Sandboxes" }).waitFor();
+    await page.goto(`${ui}/ui/#/sandbox/${id}`);
+    const listed = page.locator(`tr[data-command="${commandId}"]`);
+    await expect.poll(() => listed.getAttribute("data-state"), { timeout: 30_000 }).toBe("running");
+    expect(await listed.locator("code").textContent()).toBe(cmd);
+    await page.getByRole("button", { name: `Attach ${commandId}` }).click();
+    const output = page.locator(`.command-output[data-command="${commandId}"]`);
+    // The earlier output from the server's replay buffer, then the later one live.
+    await expect.poll(() => output.getAttribute("data-status"), { timeout: 30_000 }).toBe("live");
+    await expect.poll(() => output.locator("pre").textContent()).toContain("n1-before");
+    expect(await output.locator("pre").textContent()).not.toContain("n2-after");
+    await runCommand(ts.wsUrl, id, { cmd: `touch ${gate}` });
+    await expect.poll(() => output.locator("pre").textContent(), { timeout: 30_000 }).toBe("n1-before\nn2-after\n");
+    await expect.poll(() => output.getAttribute("data-status")).toBe("exited 3");
+    // The list follows from the command.exited event: exited, with its exit code.
+    await expect.poll(() => listed.getAttribute("data-state"), { timeout: 30_000 }).toBe("exited");
+    expect(await listed.locator("td[data-exit]").textContent()).toBe("3");
+    expect(await accessibilityViolations(page)).toEqual([]);
+    await shot("sandbox-commands");
+
+    // Kill: a command that would run for ten minutes ends by SIGKILL from its Kill button.
+    await page.getByLabel("Command", { exact: true }).fill("echo k-started; exec sleep 600");
+    await page.getByRole("button", { name: "Run in background" }).click();
+    const killed = page.locator(".command-output");
+    await expect.poll(() => killed.locator("pre").textContent(), { timeout: 30_000 }).toContain("k-started");
+    const killedId = (await killed.getAttribute("data-command"))!;
+    await page.getByRole("button", { name: `Kill ${killedId}` }).click();
+    await expect.poll(() => killed.getAttribute("data-status"), { timeout: 30_000 }).toBe("killed by SIGKILL");
+    const info = (await api(ts.url, "GET", `/sandboxes/${id}/commands/${killedId}`)).json;
+    expect([info["state"], info["signal"]]).toEqual(["exited", "SIGKILL"]);
   });
 
   it("sets the expiry from the sandbox page, opens its ports as signed links, shows its policy and audit", async () => {
@@ -314,6 +359,44 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
       await view.getByText(`Port ${PORT + 1}`).waitFor();
       for (const name of ["Set expiry", "Pause", "Resume", `Open port ${PORT + 1}`])
         expect(await view.getByRole("button", { name }).count()).toBe(0);
+      // Commands: the list, without run, attach or kill; and the API refuses them to this session.
+      await view.locator("tr[data-command]").first().waitFor();
+      expect(await view.getByRole("button", { name: "Run in background" }).count()).toBe(0);
+      expect(await view.getByRole("button", { name: /^(Attach|Replay|Kill) / }).count()).toBe(0);
+      const running = (await api(ts.url, "GET", `/sandboxes/${id}/commands`)).json["commands"] as Array<{
+        command_id: string;
+      }>;
+      const refused = await view.evaluate(
+        async ([sandbox, command, wsBase]) => {
+          const who = (await (await fetch("/ui/session", { headers: { "x-csrf-token": "fetch" } })).json()) as {
+            csrf_token: string;
+          };
+          const run = await fetch(`/sandboxes/${sandbox}/commands`, {
+            method: "POST",
+            headers: { "content-type": "application/json", "x-csrf-token": who.csrf_token },
+            body: JSON.stringify({ cmd: "touch /tmp/read-only-ran" }),
+          });
+          const socket = (path: string, first: string): Promise<string> =>
+            new Promise((resolve) => {
+              const ws = new WebSocket(`${wsBase}${path}`);
+              ws.onopen = () => ws.send(first);
+              ws.onmessage = (m) => resolve(`opened ${String(m.data)}`);
+              ws.onerror = () => resolve("refused");
+              ws.onclose = () => resolve("closed");
+            });
+          return {
+            run: `${run.status} ${((await run.json()) as { code: string }).code}`,
+            start: await socket(`/sandboxes/${sandbox}/command`, JSON.stringify({ cmd: "touch /tmp/read-only-ran" })),
+            attach: await socket(
+              `/sandboxes/${sandbox}/commands/${command}`,
+              JSON.stringify({ type: "signal", signal: "SIGKILL" }),
+            ),
+          };
+        },
+        [id, running[0]!.command_id, ui.replace(/^http/, "ws")] as const,
+      );
+      expect(refused).toEqual({ run: "403 scope_missing", start: "refused", attach: "refused" });
+      expect((await runCommand(ts.wsUrl, id, { cmd: "test -e /tmp/read-only-ran" })).exit?.exit_code).toBe(1);
 
       expect((await api(ts.url, "DELETE", `/keys/${keyId}`)).status).toBe(200);
       await view.reload();
@@ -405,4 +488,5 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
       expect(seen.stdout).not.toContain("bothy_session");
     });
   });
+
 });
