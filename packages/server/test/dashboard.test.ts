@@ -14,6 +14,7 @@ import { readFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import type { Browser, BrowserContext, Page } from "playwright-core";
+import { PNG } from "pngjs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Sandbox } from "@bothy/sdk";
 import { ANONYMOUS } from "../../../test/auth.ts";
@@ -208,6 +209,100 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
     await expect.poll(() => killed.getAttribute("data-status"), { timeout: 30_000 }).toBe("killed by SIGKILL");
     const info = (await api(ts.url, "GET", `/sandboxes/${id}/commands/${killedId}`)).json;
     expect([info["state"], info["signal"]]).toEqual(["exited", "SIGKILL"]);
+  });
+
+  it("previews text cut at 64 KiB and images as <img> of a blob; a sandbox's HTML and SVG never run on the dashboard's origin", async () => {
+    const html = `<script>window.owned = "html"</script><img src=x onerror="window.owned = 'img'"><b id="evil-bold">b</b>`;
+    const svg = `<svg xmlns="http://www.w3.org/2000/svg" width="8" height="6" onload="top.owned = 'svg'"><script>top.owned = "svg-script"</script><rect width="8" height="6" fill="red"/></svg>`;
+    const png = new PNG({ width: 4, height: 3 });
+    png.data.fill(200);
+    const put = async (name: string, body: string | Buffer): Promise<void> => {
+      const res = await fetch(`${ts.url}/sandboxes/${id}/files?path=/workspace/${name}`, {
+        method: "PUT",
+        headers: { "content-type": "application/octet-stream" },
+        body,
+      });
+      expect(res.status).toBe(200);
+    };
+    await put("long.txt", `${"x".repeat(99)}\n`.repeat(1000));
+    await put("evil.html", html);
+    await put("evil.svg", svg);
+    await put("grey.png", PNG.sync.write(png));
+    await page.goto(`${ui}/ui/#/sandboxes`);
+    await page.goto(`${ui}/ui/#/sandbox/${id}`);
+    const preview = page.locator(".file-preview");
+
+    await page.getByRole("button", { name: "Preview long.txt" }).click();
+    await preview.locator("[data-cut]").waitFor({ timeout: 30_000 });
+    expect(await preview.locator("[data-cut]").textContent()).toContain("first 64 KiB of 100000 bytes");
+    expect((await preview.locator("pre").textContent())?.length).toBe(64 * 1024);
+
+    for (const [name, width] of [
+      ["grey.png", 4],
+      ["evil.svg", 8],
+    ] as const) {
+      await page.getByRole("button", { name: `Preview ${name}` }).click();
+      const img = preview.locator("img");
+      await expect
+        .poll(() => img.evaluate((el) => (el as unknown as { naturalWidth: number }).naturalWidth), { timeout: 30_000 })
+        .toBe(width);
+      expect(await img.getAttribute("src")).toMatch(/^blob:/);
+    }
+    await page.getByRole("button", { name: "Preview evil.html" }).click();
+    await expect.poll(() => preview.locator("pre").textContent(), { timeout: 30_000 }).toBe(html);
+    // Shown as text: nothing of the file became part of the page, and none of its script ran.
+    expect(await page.locator("#evil-bold").count()).toBe(0);
+    expect(await page.evaluate<unknown>("window.owned")).toBeUndefined();
+    expect(await accessibilityViolations(page)).toEqual([]);
+    await shot("sandbox-files");
+    await page.getByRole("button", { name: "Close preview" }).click();
+  });
+
+  it("shows an upload's progress as it goes", async () => {
+    await page.goto(`${ui}/ui/#/sandboxes`);
+    await page.goto(`${ui}/ui/#/sandbox/${id}`);
+    const bytes = randomBytes(512 * 1024);
+    // The upload is slowed (DevTools' network throttling) so that it takes many progress events.
+    const cdp = await context.newCDPSession(page);
+    await cdp.send("Network.enable");
+    await cdp.send("Network.emulateNetworkConditions", {
+      offline: false,
+      latency: 0,
+      downloadThroughput: -1,
+      uploadThroughput: 256 * 1024,
+    });
+    try {
+      // What the progress line says, each time it changes (the page keeps no history of it).
+      await page.evaluate(`{
+        const seen = (window.progressSeen = []);
+        new MutationObserver(() => {
+          const text = document.querySelector(".upload-progress span")?.textContent;
+          if (text && seen.at(-1) !== text) seen.push(text);
+        }).observe(document.body, { subtree: true, childList: true, characterData: true });
+      }`);
+      await page.locator('input[name="upload"]').setInputFiles({
+        name: "progress.bin",
+        mimeType: "application/octet-stream",
+        buffer: bytes,
+      });
+      await page.getByText("Uploaded progress.bin").waitFor({ timeout: 60_000 });
+    } finally {
+      await cdp.send("Network.emulateNetworkConditions", {
+        offline: false,
+        latency: 0,
+        downloadThroughput: -1,
+        uploadThroughput: -1,
+      });
+      await cdp.detach();
+    }
+    const seen = await page.evaluate<string[]>("window.progressSeen");
+    const sent = seen.map((t) => Number(/^(\d+) of 524288 bytes$/.exec(t)?.[1]));
+    expect(sent.every((n) => Number.isInteger(n))).toBe(true);
+    expect(sent.some((n) => n > 0 && n < bytes.length)).toBe(true);
+    expect(sent).toEqual([...sent].sort((a, b) => a - b));
+    expect(sent.at(-1)).toBe(bytes.length);
+    const inside = await fetch(`${ts.url}/sandboxes/${id}/files?path=/workspace/progress.bin`);
+    expect(Buffer.from(await inside.arrayBuffer()).equals(bytes)).toBe(true);
   });
 
   it("sets the expiry from the sandbox page, opens its ports as signed links, shows its policy and audit", async () => {
