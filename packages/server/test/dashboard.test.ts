@@ -27,6 +27,7 @@ import {
   dashboardMissing,
   launchDashboardBrowser,
   recordErrors,
+  signIn,
 } from "./helpers/dashboard-browser.ts";
 import { driverTitle, testDriver } from "./helpers/drivers.ts";
 import { useServerWithSandbox } from "./helpers/suite.ts";
@@ -458,6 +459,7 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
       await view.locator("tr[data-command]").first().waitFor();
       expect(await view.getByRole("button", { name: "Run in background" }).count()).toBe(0);
       expect(await view.getByRole("button", { name: /^(Attach|Replay|Kill) / }).count()).toBe(0);
+      expect(await view.getByRole("checkbox", { name: /Control/ }).count()).toBe(0);
       const running = (await api(ts.url, "GET", `/sandboxes/${id}/commands`)).json["commands"] as Array<{
         command_id: string;
       }>;
@@ -566,6 +568,7 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
         expect(result["cookie"] ?? "").not.toContain("bothy_session");
         expect(result["session"]).toBe("blocked");
         expect(result["ws"]).toBe("refused");
+        expect(result["desktop"]).toBe("refused");
         // What the server answered the page (CORS hides it from the page, not from the test): the
         // opaque origin's requests go without the SameSite=Strict cookie (401), the same-site
         // preview host's with it, refused for their Origin (403).
@@ -584,4 +587,58 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
     });
   });
 
+  describe("a desktop sandbox", () => {
+    let desk: string;
+    beforeAll(async () => {
+      desk = (await Sandbox.create({ baseUrl: ts.url, template: "desktop", vcpu: 2, memoryMib: 1024 })).sandboxId;
+    });
+
+    it("shows its screen live over the session's socket, view only unless a writer switches control on", async () => {
+      const errorsBefore = errors.length;
+      const sockets: string[] = [];
+      page.on("websocket", (ws) => sockets.push(ws.url()));
+      await page.goto(`${ui}/ui/#/sandboxes`);
+      await page.goto(`${ui}/ui/#/sandbox/${desk}`);
+      const screen = page.locator(".desktop-screen");
+      // The first connection starts the desktop (Xvfb, openbox, x11vnc, Chromium): slow to boot.
+      await expect.poll(() => screen.getAttribute("data-status"), { timeout: 240_000 }).toBe("live");
+      // Pixels of the view's canvas that are not black (the screen is drawn, not only connected).
+      const lit = (): Promise<number> =>
+        page.evaluate<number>(`{
+          const canvas = document.querySelector(".desktop-screen canvas");
+          const data = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+          let n = 0;
+          for (let i = 0; i < data.length; i += 4) if (data[i] + data[i + 1] + data[i + 2] > 60) n++;
+          n;
+        }`);
+      await expect.poll(lit, { timeout: 60_000 }).toBeGreaterThan(1000);
+      // The cookie authenticated the socket: no key or token in its URL.
+      const vnc = sockets.filter((u) => u.includes("/desktop/vnc"));
+      expect(vnc).toEqual([`${ui.replace(/^http/, "ws")}/sandboxes/${desk}/desktop/vnc`]);
+      const control = page.getByRole("checkbox", { name: "Control (mouse and keyboard)" });
+      expect(await control.isChecked()).toBe(false);
+      await control.check();
+      expect(await accessibilityViolations(page)).toEqual([]);
+      await shot("sandbox-desktop");
+
+      const minted = await api(ts.url, "POST", "/keys", { name: "desk-viewer", scopes: ["sandboxes:read"] });
+      const viewer = await browser.newContext();
+      try {
+        const view = await viewer.newPage();
+        recordErrors(view, errors);
+        await signIn(view, ui, String(minted.json["key"]));
+        await view.goto(`${ui}/ui/#/sandbox/${desk}`);
+        await expect
+          .poll(() => view.locator(".desktop-screen").getAttribute("data-status"), { timeout: 60_000 })
+          .toBe("live");
+        expect(await view.getByRole("checkbox", { name: /Control/ }).count()).toBe(0);
+      } finally {
+        await viewer.close();
+      }
+      // noVNC says so on every page that is not HTTPS or localhost, as this test's http://bothy.test is;
+      // it needs no more than that here (no password to hash: x11vnc inside asks for none).
+      const insecure = "noVNC requires a secure context (TLS). Expect crashes!";
+      expect(errors.slice(errorsBefore).filter((e) => e !== insecure)).toEqual([]);
+    });
+  });
 });

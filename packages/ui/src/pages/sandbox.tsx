@@ -1,6 +1,6 @@
 /**
  * One sandbox: its facts and lifecycle buttons, a live terminal, its commands (run in the
- * background, re-attach, kill), its files, its ports as links, its
+ * background, re-attach, kill), its files, its desktop's live view, its ports as links, its
  * effective policy and its audit.
  */
 import type { SandboxInfo } from "@bothy/protocol";
@@ -9,6 +9,7 @@ import { ApiError, getJson } from "../api.ts";
 import type { PageProps } from "../app.tsx";
 import { AuditLog } from "../components/audit-log.tsx";
 import { CommandsPanel } from "../components/commands-panel.tsx";
+import { DesktopView } from "../components/desktop-view.tsx";
 import { FileBrowser } from "../components/file-browser.tsx";
 import { PolicyView } from "../components/policy-view.tsx";
 import { PortLinks } from "../components/port-links.tsx";
@@ -60,6 +61,9 @@ export function SandboxPage({ route, can }: PageProps) {
       {info.state === "running" && can("sandboxes:write") && <TerminalView sandboxId={id} writable />}
       <CommandsPanel sandboxId={id} writable={info.state === "running" && can("sandboxes:write")} />
       {info.state === "running" && can("files") && <FileBrowser sandboxId={id} writable={can("files")} />}
+      {info.state === "running" && (
+        <DesktopView sandboxId={id} template={info.template} writable={can("sandboxes:write")} />
+      )}
       {info.state === "running" && <PortLinks sandboxId={id} writable={can("sandboxes:write")} />}
       <PolicyView info={info} />
       <AuditLog sandboxId={id} />
