@@ -11,6 +11,9 @@ import { onEvents } from "../events.ts";
 import { CommandOutput } from "./command-output.tsx";
 import "./sandbox-parts.css";
 
+/** The newest commands shown; a sandbox that ran thousands keeps the page light. */
+const SHOWN = 100;
+
 /** How long a background command may run when the form starts it (the API's maximum). */
 const BACKGROUND_TIMEOUT_S = 86400;
 
@@ -71,7 +74,7 @@ export function CommandsPanel({ sandboxId, writable }: { sandboxId: string; writ
     }
     load();
   };
-  const newest = [...(commands ?? [])].reverse();
+  const newest = [...(commands ?? [])].reverse().slice(0, SHOWN);
   return (
     <section aria-labelledby="commands-title">
       <h2 id="commands-title">
@@ -103,6 +106,11 @@ export function CommandsPanel({ sandboxId, writable }: { sandboxId: string; writ
         <CommandOutput key={attached} sandboxId={sandboxId} commandId={attached} writable={writable} onEnded={load} />
       )}
       {commands !== null && commands.length === 0 && <p class="empty">No commands yet.</p>}
+      {commands !== null && commands.length > SHOWN && (
+        <p class="hint">
+          The newest {SHOWN} of {commands.length} commands.
+        </p>
+      )}
       {newest.length > 0 && (
         <table class="list commands" aria-label="Commands">
           <thead>
