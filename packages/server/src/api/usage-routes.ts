@@ -47,8 +47,8 @@ export function usageRoutes(app: FastifyInstance, meter: UsageMeter, ledger: Led
 
   app.get("/usage/sandboxes", { schema: sandboxesDoc }, async (request) => {
     const principal = principalOf(request);
-    meter.tick();
+    await meter.tick();
     const tenant = principal.scopes.has("admin") ? undefined : principal.tenant;
-    return { sandboxes: ledger.liveSandboxUsage(tenant) };
+    return { sandboxes: await ledger.liveSandboxUsage(tenant) };
   });
 }
