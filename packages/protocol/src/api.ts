@@ -349,3 +349,14 @@ export const usageDays = z.object({
   days: z.array(z.object({ day: z.string(), owner: z.string(), vcpu_hours: z.number(), gib_hours: z.number() })),
 });
 export type UsageDaysBody = z.infer<typeof usageDays>;
+/** `GET /usage/sandboxes`: what each live sandbox of the caller's tenant has metered so far. */
+export const sandboxUsageList = z.object({
+  sandboxes: z.array(
+    z.object({
+      sandbox_id: z.string(),
+      vcpu_seconds: z.number(),
+      gib_seconds: z.number(),
+    }),
+  ),
+});
+export type SandboxUsageList = z.infer<typeof sandboxUsageList>;

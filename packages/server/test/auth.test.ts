@@ -273,6 +273,14 @@ describe("API keys, scopes and tenants", () => {
     expect(usage.every((o) => o.owner === "b")).toBe(true);
     const days = (await call(ts.url, bKey, "GET", "/usage/days")).json["days"] as Array<{ owner: string }>;
     expect(days.every((d) => d.owner === "b")).toBe(true);
+    // Usage per sandbox: a's sandbox is in a's answer and the admin's, never in b's.
+    const perSandbox = async (key: string): Promise<string[]> =>
+      ((await call(ts.url, key, "GET", "/usage/sandboxes")).json["sandboxes"] as Array<{ sandbox_id: string }>).map(
+        (s) => s.sandbox_id,
+      );
+    expect(await perSandbox(a.key)).toContain(a.sandbox);
+    expect(await perSandbox(admin)).toContain(a.sandbox);
+    expect(await perSandbox(bKey)).not.toContain(a.sandbox);
 
     // E2B's control plane: a bothy key in X-API-Key, and the same isolation.
     const e2b = (path: string, key: string, method = "GET", body?: unknown) =>

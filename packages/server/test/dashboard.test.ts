@@ -14,6 +14,7 @@ import { readFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import type { Browser, BrowserContext, Page } from "playwright-core";
+import { PNG } from "pngjs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Sandbox } from "@bothy/sdk";
 import { ANONYMOUS } from "../../../test/auth.ts";
@@ -26,6 +27,7 @@ import {
   dashboardMissing,
   launchDashboardBrowser,
   recordErrors,
+  signIn,
 } from "./helpers/dashboard-browser.ts";
 import { driverTitle, testDriver } from "./helpers/drivers.ts";
 import { useServerWithSandbox } from "./helpers/suite.ts";
@@ -116,6 +118,10 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
       await page.locator("tr[data-sandbox]").evaluateAll((rows) => rows.map((r) => r.dataset["sandbox"]))
     ).find((s) => !before.includes(s))!;
     expect((await api(ts.url, "GET", `/sandboxes/${made}`)).json["state"]).toBe("running");
+    // The usage column: what the running sandbox has metered, from GET /usage/sandboxes.
+    await expect
+      .poll(() => row(id).locator("td[data-usage]").textContent(), { timeout: 60_000 })
+      .toMatch(/^\d+ vCPU·s · \d+\.\d GiB·s$/);
     expect(await accessibilityViolations(page)).toEqual([]);
     await shot("sandboxes");
 
@@ -151,14 +157,153 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
       mimeType: "application/octet-stream",
       buffer: bytes,
     });
-    await page.getByRole("button", { name: "blob.bin" }).waitFor({ timeout: 30_000 });
+    await page.getByRole("button", { name: "blob.bin", exact: true }).waitFor({ timeout: 30_000 });
     const inside = await fetch(`${ts.url}/sandboxes/${id}/files?path=/workspace/blob.bin`);
     expect(Buffer.from(await inside.arrayBuffer()).equals(bytes)).toBe(true);
     const [download] = await Promise.all([
       page.waitForEvent("download"),
-      page.getByRole("button", { name: "blob.bin" }).click(),
+      page.getByRole("button", { name: "blob.bin", exact: true }).click(),
     ]);
     expect((await readFile(await download.path())).equals(bytes)).toBe(true);
+  });
+
+  it("runs a command in the background, re-attaches after leaving the page and sees its output continue live, and kills one", async () => {
+    const gate = "/tmp/dashboard-go";
+    const cmd = `echo n1-before; while [ ! -e ${gate} ]; do sleep 0.1; done; echo n2-after; exit 3`;
+    await page.goto(`${ui}/ui/#/sandbox/${id}`);
+    await page.getByLabel("Command", { exact: true }).fill(cmd);
+    await page.getByRole("button", { name: "Run in background" }).click();
+    const first = page.locator(".command-output");
+    await expect.poll(() => first.locator("pre").textContent(), { timeout: 30_000 }).toContain("n1-before");
+    const commandId = (await first.getAttribute("data-command"))!;
+    expect(commandId).toMatch(/^cmd_/);
+
+    // Leave the page (its sockets close) and come back: the command still runs, listed as such.
+    await page.goto(`${ui}/ui/#/sandboxes`);
+    await page.getByRole("heading", { name: "Sandboxes" }).waitFor();
+    await page.goto(`${ui}/ui/#/sandbox/${id}`);
+    const listed = page.locator(`tr[data-command="${commandId}"]`);
+    await expect.poll(() => listed.getAttribute("data-state"), { timeout: 30_000 }).toBe("running");
+    expect(await listed.locator("code").textContent()).toBe(cmd);
+    await page.getByRole("button", { name: `Attach ${commandId}` }).click();
+    const output = page.locator(`.command-output[data-command="${commandId}"]`);
+    // The earlier output from the server's replay buffer, then the later one live.
+    await expect.poll(() => output.getAttribute("data-status"), { timeout: 30_000 }).toBe("live");
+    await expect.poll(() => output.locator("pre").textContent()).toContain("n1-before");
+    expect(await output.locator("pre").textContent()).not.toContain("n2-after");
+    await runCommand(ts.wsUrl, id, { cmd: `touch ${gate}` });
+    await expect.poll(() => output.locator("pre").textContent(), { timeout: 30_000 }).toBe("n1-before\nn2-after\n");
+    await expect.poll(() => output.getAttribute("data-status")).toBe("exited 3");
+    // The list follows from the command.exited event: exited, with its exit code.
+    await expect.poll(() => listed.getAttribute("data-state"), { timeout: 30_000 }).toBe("exited");
+    expect(await listed.locator("td[data-exit]").textContent()).toBe("3");
+    expect(await accessibilityViolations(page)).toEqual([]);
+    await shot("sandbox-commands");
+
+    // Kill: a command that would run for ten minutes ends by SIGKILL from its Kill button.
+    await page.getByLabel("Command", { exact: true }).fill("echo k-started; exec sleep 600");
+    await page.getByRole("button", { name: "Run in background" }).click();
+    const killed = page.locator(".command-output");
+    await expect.poll(() => killed.locator("pre").textContent(), { timeout: 30_000 }).toContain("k-started");
+    const killedId = (await killed.getAttribute("data-command"))!;
+    await page.getByRole("button", { name: `Kill ${killedId}` }).click();
+    await expect.poll(() => killed.getAttribute("data-status"), { timeout: 30_000 }).toBe("killed by SIGKILL");
+    const info = (await api(ts.url, "GET", `/sandboxes/${id}/commands/${killedId}`)).json;
+    expect([info["state"], info["signal"]]).toEqual(["exited", "SIGKILL"]);
+  });
+
+  it("previews text cut at 64 KiB and images as <img> of a blob; a sandbox's HTML and SVG never run on the dashboard's origin", async () => {
+    const html = `<script>window.owned = "html"</script><img src=x onerror="window.owned = 'img'"><b id="evil-bold">b</b>`;
+    const svg = `<svg xmlns="http://www.w3.org/2000/svg" width="8" height="6" onload="top.owned = 'svg'"><script>top.owned = "svg-script"</script><rect width="8" height="6" fill="red"/></svg>`;
+    const png = new PNG({ width: 4, height: 3 });
+    png.data.fill(200);
+    const put = async (name: string, body: string | Buffer): Promise<void> => {
+      const res = await fetch(`${ts.url}/sandboxes/${id}/files?path=/workspace/${name}`, {
+        method: "PUT",
+        headers: { "content-type": "application/octet-stream" },
+        body,
+      });
+      expect(res.status).toBe(200);
+    };
+    await put("long.txt", `${"x".repeat(99)}\n`.repeat(1000));
+    await put("evil.html", html);
+    await put("evil.svg", svg);
+    await put("grey.png", PNG.sync.write(png));
+    await page.goto(`${ui}/ui/#/sandboxes`);
+    await page.goto(`${ui}/ui/#/sandbox/${id}`);
+    const preview = page.locator(".file-preview");
+
+    await page.getByRole("button", { name: "Preview long.txt" }).click();
+    await preview.locator("[data-cut]").waitFor({ timeout: 30_000 });
+    expect(await preview.locator("[data-cut]").textContent()).toContain("first 64 KiB of 100000 bytes");
+    expect((await preview.locator("pre").textContent())?.length).toBe(64 * 1024);
+
+    for (const [name, width] of [
+      ["grey.png", 4],
+      ["evil.svg", 8],
+    ] as const) {
+      await page.getByRole("button", { name: `Preview ${name}` }).click();
+      const img = preview.locator("img");
+      await expect
+        .poll(() => img.evaluate((el) => (el as unknown as { naturalWidth: number }).naturalWidth), { timeout: 30_000 })
+        .toBe(width);
+      expect(await img.getAttribute("src")).toMatch(/^blob:/);
+    }
+    await page.getByRole("button", { name: "Preview evil.html" }).click();
+    await expect.poll(() => preview.locator("pre").textContent(), { timeout: 30_000 }).toBe(html);
+    // Shown as text: nothing of the file became part of the page, and none of its script ran.
+    expect(await page.locator("#evil-bold").count()).toBe(0);
+    expect(await page.evaluate<unknown>("window.owned")).toBeUndefined();
+    expect(await accessibilityViolations(page)).toEqual([]);
+    await shot("sandbox-files");
+    await page.getByRole("button", { name: "Close preview" }).click();
+  });
+
+  it("shows an upload's progress as it goes", async () => {
+    await page.goto(`${ui}/ui/#/sandboxes`);
+    await page.goto(`${ui}/ui/#/sandbox/${id}`);
+    const bytes = randomBytes(512 * 1024);
+    // The upload is slowed (DevTools' network throttling) so that it takes many progress events.
+    const cdp = await context.newCDPSession(page);
+    await cdp.send("Network.enable");
+    await cdp.send("Network.emulateNetworkConditions", {
+      offline: false,
+      latency: 0,
+      downloadThroughput: -1,
+      uploadThroughput: 256 * 1024,
+    });
+    try {
+      // What the progress line says, each time it changes (the page keeps no history of it).
+      await page.evaluate(`{
+        const seen = (window.progressSeen = []);
+        new MutationObserver(() => {
+          const text = document.querySelector(".upload-progress span")?.textContent;
+          if (text && seen.at(-1) !== text) seen.push(text);
+        }).observe(document.body, { subtree: true, childList: true, characterData: true });
+      }`);
+      await page.locator('input[name="upload"]').setInputFiles({
+        name: "progress.bin",
+        mimeType: "application/octet-stream",
+        buffer: bytes,
+      });
+      await page.getByText("Uploaded progress.bin").waitFor({ timeout: 60_000 });
+    } finally {
+      await cdp.send("Network.emulateNetworkConditions", {
+        offline: false,
+        latency: 0,
+        downloadThroughput: -1,
+        uploadThroughput: -1,
+      });
+      await cdp.detach();
+    }
+    const seen = await page.evaluate<string[]>("window.progressSeen");
+    const sent = seen.map((t) => Number(/^(\d+) of 524288 bytes$/.exec(t)?.[1]));
+    expect(sent.every((n) => Number.isInteger(n))).toBe(true);
+    expect(sent.some((n) => n > 0 && n < bytes.length)).toBe(true);
+    expect(sent).toEqual([...sent].sort((a, b) => a - b));
+    expect(sent.at(-1)).toBe(bytes.length);
+    const inside = await fetch(`${ts.url}/sandboxes/${id}/files?path=/workspace/progress.bin`);
+    expect(Buffer.from(await inside.arrayBuffer()).equals(bytes)).toBe(true);
   });
 
   it("sets the expiry from the sandbox page, opens its ports as signed links, shows its policy and audit", async () => {
@@ -310,6 +455,45 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
       await view.getByText(`Port ${PORT + 1}`).waitFor();
       for (const name of ["Set expiry", "Pause", "Resume", `Open port ${PORT + 1}`])
         expect(await view.getByRole("button", { name }).count()).toBe(0);
+      // Commands: the list, without run, attach or kill; and the API refuses them to this session.
+      await view.locator("tr[data-command]").first().waitFor();
+      expect(await view.getByRole("button", { name: "Run in background" }).count()).toBe(0);
+      expect(await view.getByRole("button", { name: /^(Attach|Replay|Kill) / }).count()).toBe(0);
+      expect(await view.getByRole("checkbox", { name: /Control/ }).count()).toBe(0);
+      const running = (await api(ts.url, "GET", `/sandboxes/${id}/commands`)).json["commands"] as Array<{
+        command_id: string;
+      }>;
+      const refused = await view.evaluate(
+        async ([sandbox, command, wsBase]) => {
+          const who = (await (await fetch("/ui/session", { headers: { "x-csrf-token": "fetch" } })).json()) as {
+            csrf_token: string;
+          };
+          const run = await fetch(`/sandboxes/${sandbox}/commands`, {
+            method: "POST",
+            headers: { "content-type": "application/json", "x-csrf-token": who.csrf_token },
+            body: JSON.stringify({ cmd: "touch /tmp/read-only-ran" }),
+          });
+          const socket = (path: string, first: string): Promise<string> =>
+            new Promise((resolve) => {
+              const ws = new WebSocket(`${wsBase}${path}`);
+              ws.onopen = () => ws.send(first);
+              ws.onmessage = (m) => resolve(`opened ${String(m.data)}`);
+              ws.onerror = () => resolve("refused");
+              ws.onclose = () => resolve("closed");
+            });
+          return {
+            run: `${run.status} ${((await run.json()) as { code: string }).code}`,
+            start: await socket(`/sandboxes/${sandbox}/command`, JSON.stringify({ cmd: "touch /tmp/read-only-ran" })),
+            attach: await socket(
+              `/sandboxes/${sandbox}/commands/${command}`,
+              JSON.stringify({ type: "signal", signal: "SIGKILL" }),
+            ),
+          };
+        },
+        [id, running[0]!.command_id, ui.replace(/^http/, "ws")] as const,
+      );
+      expect(refused).toEqual({ run: "403 scope_missing", start: "refused", attach: "refused" });
+      expect((await runCommand(ts.wsUrl, id, { cmd: "test -e /tmp/read-only-ran" })).exit?.exit_code).toBe(1);
 
       expect((await api(ts.url, "DELETE", `/keys/${keyId}`)).status).toBe(200);
       await view.reload();
@@ -384,6 +568,7 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
         expect(result["cookie"] ?? "").not.toContain("bothy_session");
         expect(result["session"]).toBe("blocked");
         expect(result["ws"]).toBe("refused");
+        expect(result["desktop"]).toBe("refused");
         // What the server answered the page (CORS hides it from the page, not from the test): the
         // opaque origin's requests go without the SameSite=Strict cookie (401), the same-site
         // preview host's with it, refused for their Origin (403).
@@ -399,6 +584,63 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
       const seen = await runCommand(ts.wsUrl, id, { cmd: `cat /tmp/attack-${PORT}.log` });
       expect(seen.stdout).toContain('"url":"/?');
       expect(seen.stdout).not.toContain("bothy_session");
+    });
+  });
+
+  describe("a desktop sandbox", () => {
+    let desk: string;
+    beforeAll(async () => {
+      desk = (await Sandbox.create({ baseUrl: ts.url, template: "desktop", vcpu: 2, memoryMib: 1024 })).sandboxId;
+      // The desktop's first start (Xvfb, openbox, x11vnc, Chromium) is the slow part: done here,
+      // under the hook's long timeout, so the test measures the view, not a loaded machine's boot.
+      expect((await api(ts.url, "POST", `/sandboxes/${desk}/desktop/start`, {})).status).toBe(200);
+    });
+
+    it("shows its screen live over the session's socket, view only unless a writer switches control on", async () => {
+      const errorsBefore = errors.length;
+      const sockets: string[] = [];
+      page.on("websocket", (ws) => sockets.push(ws.url()));
+      await page.goto(`${ui}/ui/#/sandboxes`);
+      await page.goto(`${ui}/ui/#/sandbox/${desk}`);
+      const screen = page.locator(".desktop-screen");
+      await expect.poll(() => screen.getAttribute("data-status"), { timeout: 60_000 }).toBe("live");
+      // Pixels of the view's canvas that are not black (the screen is drawn, not only connected).
+      const lit = (): Promise<number> =>
+        page.evaluate<number>(`{
+          const canvas = document.querySelector(".desktop-screen canvas");
+          const data = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+          let n = 0;
+          for (let i = 0; i < data.length; i += 4) if (data[i] + data[i + 1] + data[i + 2] > 60) n++;
+          n;
+        }`);
+      await expect.poll(lit, { timeout: 60_000 }).toBeGreaterThan(1000);
+      // The cookie authenticated the socket: no key or token in its URL.
+      const vnc = sockets.filter((u) => u.includes("/desktop/vnc"));
+      expect(vnc).toEqual([`${ui.replace(/^http/, "ws")}/sandboxes/${desk}/desktop/vnc`]);
+      const control = page.getByRole("checkbox", { name: "Control (mouse and keyboard)" });
+      expect(await control.isChecked()).toBe(false);
+      await control.check();
+      expect(await accessibilityViolations(page)).toEqual([]);
+      await shot("sandbox-desktop");
+
+      const minted = await api(ts.url, "POST", "/keys", { name: "desk-viewer", scopes: ["sandboxes:read"] });
+      const viewer = await browser.newContext();
+      try {
+        const view = await viewer.newPage();
+        recordErrors(view, errors);
+        await signIn(view, ui, String(minted.json["key"]));
+        await view.goto(`${ui}/ui/#/sandbox/${desk}`);
+        await expect
+          .poll(() => view.locator(".desktop-screen").getAttribute("data-status"), { timeout: 60_000 })
+          .toBe("live");
+        expect(await view.getByRole("checkbox", { name: /Control/ }).count()).toBe(0);
+      } finally {
+        await viewer.close();
+      }
+      // noVNC says so on every page that is not HTTPS or localhost, as this test's http://bothy.test is;
+      // it needs no more than that here (no password to hash: x11vnc inside asks for none).
+      const insecure = "noVNC requires a secure context (TLS). Expect crashes!";
+      expect(errors.slice(errorsBefore).filter((e) => e !== insecure)).toEqual([]);
     });
   });
 });

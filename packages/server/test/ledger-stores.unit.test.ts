@@ -167,6 +167,11 @@ describe.each(STORES)("the %s store's rows", (kind) => {
     await store.addUsage([entry]);
     await store.addUsage([entry]);
     expect(await store.sandboxUsage(id)).toEqual({ vcpu_seconds: 3, gib_seconds: 0.5 });
+    // Per live sandbox, by tenant in one query: alpha's running one; another tenant's sees none.
+    const perSandbox = [{ sandbox_id: id, vcpu_seconds: 3, gib_seconds: 0.5 }];
+    expect(await store.liveSandboxUsage("alpha")).toEqual(perSandbox);
+    expect(await store.liveSandboxUsage(undefined)).toEqual(perSandbox);
+    expect(await store.liveSandboxUsage("beta")).toEqual([]);
     expect(await store.markWarned("alpha", "2026-12", "vcpu")).toBe(true);
     expect(await store.markWarned("alpha", "2026-12", "vcpu")).toBe(false);
     expect(await store.markWarned("alpha", "2026-12", "gib")).toBe(true);

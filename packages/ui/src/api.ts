@@ -22,14 +22,23 @@ export function useSession(session: UiSessionInfo | null): void {
   csrf = session?.csrf_token ?? null;
 }
 
+/** The headers a request the cookie authenticates carries (for an XMLHttpRequest, which `call` is not). */
+export function sessionHeaders(): Record<string, string> {
+  return { "x-csrf-token": csrf ?? "fetch" };
+}
+
 async function failure(res: Response): Promise<ApiError> {
-  const text = await res.text();
+  return problemOf(await res.text(), res.status, res.statusText);
+}
+
+/** A problem+json body as an ApiError; any other body keeps the status line. */
+export function problemOf(text: string, status: number, statusText: string): ApiError {
   try {
     const problem = JSON.parse(text) as { detail?: string; code?: string };
-    return new ApiError(problem.detail ?? res.statusText, problem.code ?? "unknown", res.status);
+    return new ApiError(problem.detail ?? statusText, problem.code ?? "unknown", status);
   } catch {
     // Not problem+json (a proxy in front, say): keep the status line.
-    return new ApiError(`${res.status} ${res.statusText}`, "unknown", res.status);
+    return new ApiError(`${status} ${statusText}`, "unknown", status);
   }
 }
 
@@ -37,7 +46,7 @@ async function failure(res: Response): Promise<ApiError> {
 export async function call(method: string, path: string, body?: unknown): Promise<Response> {
   // Every request the cookie authenticates carries the token (auth/session-auth.ts); before the
   // session is known, only GET /ui/session is asked, which takes any value.
-  const headers: Record<string, string> = { "x-csrf-token": csrf ?? "fetch" };
+  const headers = sessionHeaders();
   let payload: BodyInit | undefined;
   if (body instanceof Blob) {
     payload = body;

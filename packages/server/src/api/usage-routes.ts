@@ -1,5 +1,5 @@
 import type { FastifyInstance } from "fastify";
-import { BothyError, SANDBOX_ID_RE, usageDays, usageDaysQuery, usageReport } from "@bothy/protocol";
+import { BothyError, SANDBOX_ID_RE, sandboxUsageList, usageDays, usageDaysQuery, usageReport } from "@bothy/protocol";
 import { z } from "zod";
 import { principalOf, sandboxNotFound, sees } from "../auth/auth-hooks.ts";
 import type { LedgerStore } from "../ledger/store.ts";
@@ -23,10 +23,18 @@ const daysDoc = {
   response: { 200: json(usageDays, "Usage per day") },
 };
 
+const sandboxesDoc = {
+  tags: ["server"],
+  summary:
+    "Metered vCPU-seconds and GiB-seconds of memory of each live sandbox of the caller's tenant (every tenant's with admin), in one answer; a sandbox that has metered nothing yet is not listed",
+  response: { 200: json(sandboxUsageList, "Usage per sandbox") },
+};
+
 /**
  * `GET /usage`: this month's metered hours per tenant (`owner`) and the budgets, the caller's
  * tenant only unless it holds `admin`; `?sandbox_id=` adds one sandbox. `GET /usage/days`: the
- * same per UTC day, for a chart of the month against its budget.
+ * same per UTC day, for a chart of the month against its budget. `GET /usage/sandboxes`:
+ * every live sandbox's figures at once, so a list of them needs one call, not one per row.
  */
 export function usageRoutes(app: FastifyInstance, meter: UsageMeter, ledger: LedgerStore): void {
   app.get<{ Querystring: { sandbox_id?: string } }>("/usage", { schema: usageDoc }, async (request) => {
@@ -53,5 +61,12 @@ export function usageRoutes(app: FastifyInstance, meter: UsageMeter, ledger: Led
     await meter.tick();
     const all = await meter.days(days);
     return { ...all, days: all.days.filter((d) => sees(principal, d.owner)) };
+  });
+
+  app.get("/usage/sandboxes", { schema: sandboxesDoc }, async (request) => {
+    const principal = principalOf(request);
+    await meter.tick();
+    const tenant = principal.scopes.has("admin") ? undefined : principal.tenant;
+    return { sandboxes: await ledger.liveSandboxUsage(tenant) };
   });
 }

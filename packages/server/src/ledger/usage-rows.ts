@@ -1,3 +1,4 @@
+import { sqlStates } from "../sandboxes/lifecycle.ts";
 import { all, get, run, transaction, type Step } from "./sql-step.ts";
 
 export interface OwnerUsageRow {
@@ -13,6 +14,12 @@ export interface DayUsageRow {
   owner: string;
   /** UTC, `2026-12-03`. */
   day: string;
+  vcpu_seconds: number;
+  gib_seconds: number;
+}
+
+export interface SandboxUsageRow {
+  sandbox_id: string;
   vcpu_seconds: number;
   gib_seconds: number;
 }
@@ -69,6 +76,18 @@ export class UsageQueries {
       `SELECT vcpu_seconds, gib_seconds FROM usage_sandbox WHERE sandbox_id = ?`,
       [sandboxId],
     );
+  }
+
+  /**
+   * The metered usage of every sandbox not yet over, of one tenant (`undefined`: every tenant), in
+   * one query: the dashboard's list shows it per row. A sandbox metered nothing yet has no row.
+   */
+  *liveSandboxUsage(tenant: string | undefined): Step<SandboxUsageRow[]> {
+    const live = `SELECT u.sandbox_id, u.vcpu_seconds, u.gib_seconds FROM usage_sandbox u
+      JOIN sandboxes s ON s.id = u.sandbox_id WHERE s.state NOT IN (${sqlStates("final")})`;
+    return yield* tenant === undefined
+      ? all<SandboxUsageRow>(`${live} ORDER BY u.sandbox_id`)
+      : all<SandboxUsageRow>(`${live} AND s.tenant = ? ORDER BY u.sandbox_id`, [tenant]);
   }
 
   /** Records that an owner was warned about `kind` this month; false when it already was. */

@@ -1,7 +1,13 @@
-/** A directory of the sandbox: listing, download (a link the cookie authenticates) and upload. */
+/**
+ * A directory of the sandbox: listing, download (fetched with the session's token), a bounded
+ * preview (file-preview.tsx) and upload with a progress bar.
+ */
 import type { DirEntry } from "@bothy/protocol";
 import { useCallback, useEffect, useState } from "preact/hooks";
-import { ApiError, call, download, getJson } from "../api.ts";
+import { ApiError, download, getJson } from "../api.ts";
+import { FilePreview } from "./file-preview.tsx";
+import { uploadWithProgress } from "./file-transfer.ts";
+import "./sandbox-parts.css";
 
 const join = (dir: string, name: string): string => `${dir.replace(/\/$/, "")}/${name}`;
 
@@ -9,6 +15,9 @@ export function FileBrowser({ sandboxId, writable }: { sandboxId: string; writab
   const [dir, setDir] = useState("/workspace");
   const [entries, setEntries] = useState<DirEntry[]>([]);
   const [message, setMessage] = useState<string | null>(null);
+  /** The latest upload's progress, kept once done so its end can be seen. */
+  const [progress, setProgress] = useState<{ name: string; sent: number; total: number; done: boolean } | null>(null);
+  const [preview, setPreview] = useState<{ path: string; name: string } | null>(null);
   const base = `/sandboxes/${sandboxId}/files`;
   const load = useCallback(() => {
     getJson<{ entries: DirEntry[] }>(`${base}/list?path=${encodeURIComponent(dir)}`)
@@ -21,11 +30,15 @@ export function FileBrowser({ sandboxId, writable }: { sandboxId: string; writab
   useEffect(load, [load]);
   const upload = async (files: FileList | null): Promise<void> => {
     for (const file of Array.from(files ?? [])) {
-      setMessage(`Uploading ${file.name}…`);
+      setMessage(null);
+      setProgress({ name: file.name, sent: 0, total: file.size, done: false });
       try {
-        await call("PUT", `${base}?path=${encodeURIComponent(join(dir, file.name))}`, file);
-        setMessage(`Uploaded ${file.name}.`);
+        await uploadWithProgress(`${base}?path=${encodeURIComponent(join(dir, file.name))}`, file, (sent, total) =>
+          setProgress({ name: file.name, sent, total, done: false }),
+        );
+        setProgress({ name: file.name, sent: file.size, total: file.size, done: true });
       } catch (err) {
+        setProgress(null);
         setMessage(err instanceof ApiError ? err.message : String(err));
       }
     }
@@ -54,10 +67,29 @@ export function FileBrowser({ sandboxId, writable }: { sandboxId: string; writab
           </label>
         )}
       </div>
+      {progress !== null && (
+        <p class="upload-progress">
+          <label for="upload-progress">
+            {progress.done ? "Uploaded" : "Uploading"} {progress.name}
+          </label>{" "}
+          <progress id="upload-progress" max={progress.total || 1} value={progress.sent} />{" "}
+          <span>
+            {progress.sent} of {progress.total} bytes
+          </span>
+        </p>
+      )}
       {message !== null && (
         <p role="status" class="hint">
           {message}
         </p>
+      )}
+      {preview !== null && (
+        <FilePreview
+          key={preview.path}
+          path={`${base}?path=${encodeURIComponent(preview.path)}`}
+          name={preview.name}
+          onClose={() => setPreview(null)}
+        />
       )}
       <ul class="files">
         {entries.map((e) => (
@@ -80,6 +112,16 @@ export function FileBrowser({ sandboxId, writable }: { sandboxId: string; writab
               </button>
             )}
             <span class="size">{e.type === "dir" ? "" : `${e.size} B`}</span>
+            {e.type !== "dir" && (
+              <button
+                type="button"
+                class="quiet"
+                aria-label={`Preview ${e.name}`}
+                onClick={() => setPreview({ path: join(dir, e.name), name: e.name })}
+              >
+                Preview
+              </button>
+            )}
           </li>
         ))}
       </ul>

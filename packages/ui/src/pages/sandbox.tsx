@@ -1,5 +1,6 @@
 /**
- * One sandbox: its facts and lifecycle buttons, a live terminal, its files, its ports as links, its
+ * One sandbox: its facts and lifecycle buttons, a live terminal, its commands (run in the
+ * background, re-attach, kill), its files, its desktop's live view, its ports as links, its
  * effective policy and its audit.
  */
 import type { SandboxInfo } from "@bothy/protocol";
@@ -7,6 +8,8 @@ import { useEffect, useState } from "preact/hooks";
 import { ApiError, getJson } from "../api.ts";
 import type { PageProps } from "../app.tsx";
 import { AuditLog } from "../components/audit-log.tsx";
+import { CommandsPanel } from "../components/commands-panel.tsx";
+import { DesktopView } from "../components/desktop-view.tsx";
 import { FileBrowser } from "../components/file-browser.tsx";
 import { PolicyView } from "../components/policy-view.tsx";
 import { PortLinks } from "../components/port-links.tsx";
@@ -56,7 +59,11 @@ export function SandboxPage({ route, can }: PageProps) {
       </dl>
       {can("sandboxes:write") && <SandboxControls info={info} onChanged={setInfo} />}
       {info.state === "running" && can("sandboxes:write") && <TerminalView sandboxId={id} writable />}
+      <CommandsPanel sandboxId={id} writable={info.state === "running" && can("sandboxes:write")} />
       {info.state === "running" && can("files") && <FileBrowser sandboxId={id} writable={can("files")} />}
+      {info.state === "running" && (
+        <DesktopView sandboxId={id} template={info.template} writable={can("sandboxes:write")} />
+      )}
       {info.state === "running" && <PortLinks sandboxId={id} writable={can("sandboxes:write")} />}
       <PolicyView info={info} />
       <AuditLog sandboxId={id} />

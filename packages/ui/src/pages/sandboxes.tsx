@@ -4,6 +4,7 @@ import { useCallback, useEffect, useMemo, useState } from "preact/hooks";
 import { ApiError, getJson, sendJson } from "../api.ts";
 import type { PageProps } from "../app.tsx";
 import { CreateForm } from "../components/create-form.tsx";
+import { usageText, useUsage } from "../components/usage-cell.ts";
 import { onEvents } from "../events.ts";
 import { href } from "../router.ts";
 import { span } from "../time.ts";
@@ -31,6 +32,7 @@ export function useSandboxes(): { sandboxes: SandboxInfo[] | null; error: string
 
 export function SandboxesPage({ can }: PageProps) {
   const { sandboxes, error, reload } = useSandboxes();
+  const usage = useUsage(sandboxes);
   const [filter, setFilter] = useState("");
   const [now, setNow] = useState(Date.now());
   useEffect(() => {
@@ -84,6 +86,7 @@ export function SandboxesPage({ can }: PageProps) {
             <th scope="col">Driver</th>
             <th scope="col">Size</th>
             <th scope="col">Metadata</th>
+            <th scope="col">Usage</th>
             <th scope="col">Age</th>
             <th scope="col">Expires in</th>
             {writable && <th scope="col">Actions</th>}
@@ -108,6 +111,7 @@ export function SandboxesPage({ can }: PageProps) {
                   .map(([k, v]) => (v === "" ? k : `${k}=${v}`))
                   .join(" ")}
               </td>
+              <td data-usage>{usageText(usage.get(s.sandbox_id))}</td>
               <td>{span(now - Date.parse(s.created_at))}</td>
               <td>{s.expires_at === null ? "never" : span(Date.parse(s.expires_at) - now)}</td>
               {writable && (
