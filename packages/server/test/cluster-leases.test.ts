@@ -6,11 +6,14 @@
  * a deadline; leases are 1.5 s so the file stays short.
  */
 import { spawn, type ChildProcess } from "node:child_process";
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { openStore, type LedgerStore } from "../src/ledger/store.ts";
 import { startPostgres, type TestPostgres } from "./helpers/postgres.ts";
+import { startTestServer } from "./helpers/test-server.ts";
 
 const LEASE_MS = 1500;
 const JOB_MS = 200;
@@ -267,5 +270,34 @@ describe("the leader lease (PostgreSQL, real processes)", () => {
     });
     expect(third.member).not.toBe(second.member);
     await until("the third leader's job to run", async () => (await ticks()).find((t) => t.epoch === third.epoch));
+  });
+});
+
+describe("bothy serve with BOTHY_DATABASE_URL", () => {
+  it("registers its node with what it offers and holds its lease; a clean stop hands the lease back", async () => {
+    const { url, store } = await freshDatabase();
+    const served = await startTestServer({
+      BOTHY_DATABASE_URL: url,
+      BOTHY_NODE_URL: "http://127.0.0.1:1",
+      BOTHY_NODE_LEASE_S: "3",
+    });
+    let stopped = false;
+    try {
+      const id = (await readFile(join(served.home, "node-id"), "utf8")).trim();
+      const [row, ...others] = await store.nodes.nodes();
+      expect(others).toEqual([]);
+      expect(row).toMatchObject({ id, url: "http://127.0.0.1:1", epoch: 1, lapsed: false });
+      expect(JSON.parse(row?.drivers ?? "[]")).toContain("gvisor");
+      expect(JSON.parse(row?.templates ?? "[]")).toContain("seed");
+      // The leader's lease is this node's, the only one.
+      const leader = await until("the leader's lease", async () => store.clusterLeases.lease("leader"));
+      expect(leader.holder).toBe(`${id}/${process.pid}`);
+      await served.stop();
+      stopped = true;
+      expect((await store.nodes.nodes())[0]).toMatchObject({ id, lapsed: true });
+      expect(await store.clusterLeases.lease("leader")).toMatchObject({ lapsed: true });
+    } finally {
+      if (!stopped) await served.stop();
+    }
   });
 });
