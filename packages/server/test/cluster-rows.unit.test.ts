@@ -73,6 +73,8 @@ describe.each(STORES)("the %s store's cluster rows", (kind) => {
     await store.nodes.release("n1", 2);
     await store.nodes.acquire(info("n1"), LONG);
     expect(await store.nodes.claimSandboxes("n1", 3)).toBe(1);
+    // A holding that lost the lease (paused between its acquire and its claim) takes nothing back.
+    expect(await store.nodes.claimSandboxes("n1", 2)).toBe(0);
     await expect(stale.write(row.id, () => sandboxes.setExpiresAt(row.id, "stale"))).rejects.toMatchObject({
       code: "lease_lost",
     });

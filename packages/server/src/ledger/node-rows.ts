@@ -43,6 +43,7 @@ export type SeenSandbox = SandboxRow & { node_lapsed: boolean };
 
 /** Where the lease of `nodes` (aliased `n`) has run out by the database's clock. */
 const LAPSED = `n.lease_expires_at <= ${DB_NOW_MS}`;
+const HELD = `n.lease_expires_at > ${DB_NOW_MS}`;
 
 /**
  * The nodes of a cluster and their leases (cluster/node-lease.ts). A lease is held with an epoch:
@@ -121,11 +122,17 @@ export class NodeQueries {
     return row !== undefined;
   }
 
-  /** Names the node's live sandboxes as `epoch`'s: the node's new holding takes over those it had. */
+  /**
+   * Names the node's live sandboxes as `epoch`'s: the node's new holding takes over those it had. Only
+   * while `epoch` holds the lease, and never back to an older epoch: a holder paused between its
+   * `acquire` and this claim cannot take sandboxes back from a successor.
+   */
   *claimSandboxes(id: string, epoch: number): Step<number> {
     return yield* run(
-      `UPDATE sandboxes SET node_epoch = ? WHERE node_id = ? AND state NOT IN (${sqlStates("final")})`,
-      [epoch, id],
+      `UPDATE sandboxes SET node_epoch = ?
+        WHERE node_id = ? AND state NOT IN (${sqlStates("final")}) AND (node_epoch IS NULL OR node_epoch < ?)
+          AND EXISTS (SELECT 1 FROM nodes n WHERE n.id = ? AND n.epoch = ? AND ${HELD})`,
+      [epoch, id, epoch, id, epoch],
     );
   }
 
