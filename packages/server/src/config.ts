@@ -143,6 +143,15 @@ const envSchema = z.object({
    * `network:private`), comma-separated CIDRs; empty: none.
    */
   BOTHY_ALLOW_OUT_PERMIT: z.string().default(""),
+  /** With BOTHY_DATABASE_URL: the URL the other nodes reach this one at. */
+  BOTHY_NODE_URL: z.url({ protocol: /^https?$/ }).optional(),
+  /** With BOTHY_DATABASE_URL: this node's id; default: one made at its first start, kept in $BOTHY_HOME/node-id. */
+  BOTHY_NODE_ID: z
+    .string()
+    .regex(/^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$/, "lower-case letters, digits, dots and dashes, as a host name")
+    .optional(),
+  /** How long a node's lease, and the leader's, lasts past its last renewal (three per lease). */
+  BOTHY_NODE_LEASE_S: z.coerce.number().int().min(3).max(300).default(15),
   /** Serves `{port}-{sandbox id}.<this domain>` as that sandbox's port (a wildcard DNS name for the server). */
   BOTHY_PREVIEW_DOMAIN: z
     .string()
@@ -229,6 +238,16 @@ export interface Config {
     extraBlocked: string[];
     allowOutPermit: string[];
   };
+  /** Set with BOTHY_DATABASE_URL: this node's place in a cluster (cluster/cluster-node.ts). */
+  cluster: ClusterConfig | undefined;
+}
+
+export interface ClusterConfig {
+  databaseUrl: string;
+  nodeUrl: string;
+  /** Undefined: the id kept in $BOTHY_HOME/node-id (made at the first start). */
+  nodeId: string | undefined;
+  leaseMs: number;
 }
 
 const list = (s: string): string[] =>
@@ -319,7 +338,28 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
       extraBlocked: list(e.BOTHY_NET_BLOCK),
       allowOutPermit: list(e.BOTHY_ALLOW_OUT_PERMIT),
     },
+    cluster: clusterConfig(e),
     ...overrides,
+  };
+}
+
+function clusterConfig(e: z.infer<typeof envSchema>): ClusterConfig | undefined {
+  if (e.BOTHY_DATABASE_URL === undefined || e.BOTHY_DATABASE_URL === "") {
+    if (e.BOTHY_NODE_URL !== undefined || e.BOTHY_NODE_ID !== undefined)
+      throw new Error(
+        "Invalid configuration: BOTHY_NODE_URL and BOTHY_NODE_ID are for several machines and need BOTHY_DATABASE_URL (their shared PostgreSQL); unset them for one machine.",
+      );
+    return undefined;
+  }
+  if (e.BOTHY_NODE_URL === undefined)
+    throw new Error(
+      "Invalid configuration: BOTHY_DATABASE_URL is set (several machines), so BOTHY_NODE_URL must be too: the URL the other nodes reach this one at, e.g. http://10.0.0.11:8080.",
+    );
+  return {
+    databaseUrl: e.BOTHY_DATABASE_URL,
+    nodeUrl: e.BOTHY_NODE_URL,
+    nodeId: e.BOTHY_NODE_ID,
+    leaseMs: e.BOTHY_NODE_LEASE_S * 1000,
   };
 }
 

@@ -70,6 +70,7 @@ import { IdleSleep } from "./sandboxes/idle-sleep.ts";
 import { UsageMeter } from "./metering/usage-meter.ts";
 import { usageRoutes } from "./api/usage-routes.ts";
 import { Sweeper } from "./sandboxes/sweeper.ts";
+import { nodeOffer, startClusterNode } from "./cluster/cluster-node.ts";
 import { EgressProxy } from "./gateway/egress-proxy.ts";
 import { gatewayLookup } from "./gateway/gateway-lookup.ts";
 import { PolicyResolver } from "./network/policy-resolver.ts";
@@ -410,6 +411,10 @@ export async function startServer(
   uiRoutes(app);
   openapiRoutes(app);
 
+  // Several machines: this node's row and lease in the shared PostgreSQL (cluster/cluster-node.ts).
+  const cluster =
+    config.cluster &&
+    (await startClusterNode(config.cluster, config.home, await nodeOffer(config, drivers, store), ledger, logger));
   const address = await app.listen({ host: config.host, port: config.port });
   logger.info({ event: "listening", address }, `bothy listening on ${address}`);
   sweeper.start();
@@ -441,6 +446,7 @@ export async function startServer(
         await drivers.close();
         await registry.close();
         webhook?.close();
+        await cluster?.stop();
         await ledger.close();
       })();
       return closing;

@@ -173,6 +173,7 @@ ERROR_CLASSES: Dict[str, Type[SandboxError]] = {
     "approval_not_found": NotFoundError,
     "approval_not_pending": ConflictError,
     "shutting_down": RateLimitError,
+    "lease_lost": RateLimitError,
     "internal": ServerError,
     "egress_denied": EgressError,
     "egress_unreachable": EgressError,

@@ -239,4 +239,29 @@ export const MIGRATIONS = [
      gib_seconds REAL NOT NULL DEFAULT 0,
      PRIMARY KEY (owner, day)
    );`,
+  // 19: several machines on one database (cluster/): each node's row and lease (times are the
+  // database clock's, in ms since 1970; an epoch per holding of the lease), the node and epoch that
+  // own each sandbox (null: a single machine's own), and named leases such as the leader's.
+  `CREATE TABLE nodes (
+     id TEXT PRIMARY KEY,
+     url TEXT NOT NULL,
+     drivers TEXT NOT NULL,
+     templates TEXT NOT NULL,
+     vcpu INTEGER NOT NULL,
+     memory_mib INTEGER NOT NULL,
+     slots INTEGER NOT NULL,
+     epoch BIGINT NOT NULL,
+     started_at BIGINT NOT NULL,
+     heartbeat_at BIGINT NOT NULL,
+     lease_expires_at BIGINT NOT NULL
+   );
+   ALTER TABLE sandboxes ADD COLUMN node_id TEXT;
+   ALTER TABLE sandboxes ADD COLUMN node_epoch BIGINT;
+   CREATE INDEX sandboxes_node ON sandboxes(node_id, state);
+   CREATE TABLE cluster_leases (
+     name TEXT PRIMARY KEY,
+     holder TEXT NOT NULL,
+     epoch BIGINT NOT NULL,
+     expires_at BIGINT NOT NULL
+   );`,
 ];

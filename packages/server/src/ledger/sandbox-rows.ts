@@ -29,6 +29,9 @@ export interface SandboxRow {
   /** JSON object of the caller's labels. */
   metadata: string | null;
   tenant: string;
+  /** The node that runs it and the epoch of that node's lease it was made or taken over in (cluster/); null on a single machine. */
+  node_id: string | null;
+  node_epoch: number | null;
 }
 
 /** What a new sandbox's row holds where its create says nothing. */
@@ -42,6 +45,8 @@ const SANDBOX_DEFAULTS = {
   max_processes: null,
   tenant: DEFAULT_TENANT,
   policy: null,
+  node_id: null,
+  node_epoch: null,
 } satisfies Partial<SandboxRow>;
 
 /** What a create gives: the row without what the ledger fills in. */
@@ -74,6 +79,8 @@ const COLUMNS = [
   "metadata",
   "tenant",
   "policy",
+  "node_id",
+  "node_epoch",
 ] as const satisfies ReadonlyArray<keyof SandboxRow>;
 
 const INSERT = `INSERT INTO sandboxes (${COLUMNS.join(", ")}) VALUES (${COLUMNS.map(() => "?").join(", ")})`;

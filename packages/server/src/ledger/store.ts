@@ -1,11 +1,13 @@
 import { ApprovalQueries } from "./approval-rows.ts";
 import { AuthQueries } from "./auth-rows.ts";
+import { ClusterLeaseQueries } from "./cluster-lease-rows.ts";
 import { CommandQueries } from "./command-rows.ts";
 import type { DialectName } from "./dialect.ts";
 import { E2bQueries } from "./e2b-rows.ts";
 import { EventQueries } from "./event-rows.ts";
 import { LifecycleQueries } from "./lifecycle-rows.ts";
 import { migrateSqlite, openSqlite } from "./ledger.ts";
+import { NodeQueries } from "./node-rows.ts";
 import { PgRunner } from "./pg-runner.ts";
 import { SandboxQueries } from "./sandbox-rows.ts";
 import { SecretQueries } from "./secret-rows.ts";
@@ -35,6 +37,9 @@ export type LedgerStore = Asynced<SandboxQueries> &
     readonly volumes: Asynced<VolumeQueries>;
     readonly snapshots: Asynced<SnapshotQueries>;
     readonly lifecycle: Asynced<LifecycleQueries>;
+    /** Several machines (cluster/): the nodes, their leases, and sandboxes as readers see them. */
+    readonly nodes: Asynced<NodeQueries>;
+    readonly clusterLeases: Asynced<ClusterLeaseQueries>;
     /** Runs a piece of work made of the rows' steps as one transaction (all of it or none). */
     transaction<T>(body: () => Step<T>): Promise<T>;
     close(): Promise<void>;
@@ -124,6 +129,8 @@ function build(
     volumes: bind<VolumeQueries>(new VolumeQueries()),
     snapshots: bind<SnapshotQueries>(new SnapshotQueries()),
     lifecycle: bind<LifecycleQueries>(new LifecycleQueries()),
+    nodes: bind<NodeQueries>(new NodeQueries()),
+    clusterLeases: bind<ClusterLeaseQueries>(new ClusterLeaseQueries()),
     transaction: <T>(body: () => Step<T>) => runner(transaction(body)) as Promise<T>,
     close,
   };
