@@ -89,17 +89,28 @@ export class HeldSandboxes {
     closeWith: BothyError,
     proceed: () => boolean = () => true,
   ): Promise<boolean> {
-    const generation = this.ctx.records.get(id)?.generation;
+    // Whether the record still holds this very sandbox, not merely whether it changed during the
+    // flush: a death noticed while the caller read the ledger has let go of it before this began.
+    const held = (): boolean => this.ctx.records.get(id)?.booted === booted;
+    if (!held()) return false;
     await execQuiet(booted.agent, "sync", FLUSH_TIMEOUT_MS, "Flushing the disk").catch((err: unknown) =>
       this.ctx.log("sandbox_flush_failed", { sandbox_id: id, error: (err as Error).message }),
     );
     // It died or was deleted during the flush: whoever noticed has let go of it already.
-    if (this.ctx.records.get(id)?.generation !== generation || !proceed()) return false;
+    if (!held() || !proceed()) return false;
     await this.stopHeld(id, booted, move, reason, closeWith);
     return true;
   }
 
-  /** Lets go of a held sandbox: `stopped` in the ledger at once, its processes and network removed in the background. */
+  /**
+   * Lets go of a held sandbox: `stopped` in the ledger, its processes and network removed in the
+   * background. The record lets go in the same turn as the decision to stop, before the ledger's
+   * round trip: a second notice of the same death, or a sleep or stop that finished its flush
+   * meanwhile, then finds it gone and stands back instead of racing this move (on PostgreSQL the
+   * move is a round trip, so another turn always comes between the decision and the write).
+   * The processes go even if the move fails (another node or operation moved the row): nothing
+   * here holds them any more.
+   */
   private async stopHeld(
     id: string,
     booted: BootedSandbox,
@@ -107,13 +118,11 @@ export class HeldSandboxes {
     reason: string,
     closeWith: BothyError,
   ): Promise<void> {
-    await move("running", "stopped", reason);
     const rec = this.ctx.records.of(id);
     this.ctx.records.letGo(rec);
     booted.agent.close(closeWith);
-    await this.ctx.ledger.loseCommands(id);
     // What is left after a failed stop is for the sweeper's next pass.
-    return this.ctx.actor.reaping(
+    const reaped = this.ctx.actor.reaping(
       rec,
       booted.handle
         .stop()
@@ -121,5 +130,8 @@ export class HeldSandboxes {
           this.ctx.log("sandbox_stop_failed", { sandbox_id: id, error: (err as Error).message }),
         ),
     );
+    await move("running", "stopped", reason);
+    await this.ctx.ledger.loseCommands(id);
+    return reaped;
   }
 }

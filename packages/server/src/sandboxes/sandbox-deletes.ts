@@ -1,8 +1,8 @@
-import { BothyError, type SandboxInfo } from "@bothy/protocol";
+import { BothyError, SANDBOX_STATES, type SandboxInfo } from "@bothy/protocol";
 import { describeCauses } from "../errors/internal-errors.ts";
-import { isIn } from "./lifecycle.ts";
+import { isIn, TransitionError } from "./lifecycle.ts";
 import type { ManagerContext } from "./manager-context.ts";
-import type { DeleteJob } from "./sandbox-actor.ts";
+import type { DeleteJob, Move } from "./sandbox-actor.ts";
 
 /**
  * Deletes, answered as soon as the sandbox is `deleting` and unreachable, its teardown carried on
@@ -45,9 +45,7 @@ export class SandboxDeletes {
     const done = this.ctx.actor
       .run(id, "delete", async (move) => {
         try {
-          const row = await this.ctx.ledger.getSandbox(id);
-          if (!row || isIn("final", row.state)) return marked.resolve();
-          if (row.state !== "deleting") await move(row.state, "deleting");
+          if (!(await this.mark(id, move))) return marked.resolve();
           const booted = this.ctx.records.letGo(rec);
           booted?.agent.close(new BothyError("sandbox_not_running", "The sandbox was deleted."));
           marked.resolve();
@@ -70,6 +68,27 @@ export class SandboxDeletes {
     const job = { answered: answered.then(() => this.ctx.info(id)), done };
     job.answered.catch(() => undefined); // a caller that waits only for `done` has its failure logged
     return this.ctx.actor.deleting(rec, job);
+  }
+
+  /**
+   * Moves the row to `deleting` from whatever state it is in; false when it is final already.
+   * A death or the sweeper (pre-empting, sandbox-actor.ts) may move the row between the read and
+   * the write: the move is then asked again from the state the refusal names, as often as the
+   * table allows moves (each refusal means the row moved on along it).
+   */
+  private async mark(id: string, move: Move): Promise<boolean> {
+    let state = (await this.ctx.ledger.getSandbox(id))?.state;
+    for (let tries = 0; ; tries++) {
+      if (state === undefined || isIn("final", state)) return false;
+      if (state === "deleting") return true;
+      try {
+        await move(state, "deleting");
+        return true;
+      } catch (err) {
+        if (!(err instanceof TransitionError) || err.kind !== "stale" || tries >= SANDBOX_STATES.length) throw err;
+        state = err.actual;
+      }
+    }
   }
 
   /**

@@ -379,14 +379,15 @@ export class SandboxManager {
             this.ctx.records.letGo(rec); // its VM ended at pause; the saved memory stays with the disk
             return;
           }
-          await this.held.stopOnPurpose(
+          // False when it died meanwhile: its death was told instead.
+          const stopped = await this.held.stopOnPurpose(
             id,
             booted,
             move,
             "The server stopped; its files are kept and the next call after a restart starts it again.",
             new BothyError("shutting_down", "The server is stopping."),
           );
-          this.ctx.log("sandbox_stopped", { sandbox_id: id });
+          if (stopped) this.ctx.log("sandbox_stopped", { sandbox_id: id });
         }),
       ),
     );
