@@ -83,9 +83,10 @@ function exited(child: ChildProcess): Promise<void> {
 /**
  * A PostgreSQL server of the test's own: `initdb` in a temp directory, `postgres` listening on a
  * unix socket in that directory and on a free loopback port, durability off (a test's data need not
- * survive a power cut). Collation C, as bothy's text columns compare bytes in both stores.
+ * survive a power cut) unless `durable` (a benchmark against SQLite's synced writes). Collation C,
+ * as bothy's text columns compare bytes in both stores.
  */
-export async function startPostgres(): Promise<TestPostgres> {
+export async function startPostgres(options: { durable?: boolean } = {}): Promise<TestPostgres> {
   if (!existsSync(join(BIN, "postgres")))
     throw new Error(`PostgreSQL 15 is not installed (no ${BIN}/postgres): run scripts/install-deps as root.`);
   await removeStale();
@@ -130,12 +131,7 @@ export async function startPostgres(): Promise<TestPostgres> {
         String(port),
         "-c",
         "listen_addresses=127.0.0.1",
-        "-c",
-        "fsync=off",
-        "-c",
-        "synchronous_commit=off",
-        "-c",
-        "full_page_writes=off",
+        ...(options.durable ? [] : ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]),
       ]);
       const started = spawn(pcmd, pargs, { stdio: ["ignore", "ignore", "pipe"] });
       child = started;
