@@ -346,7 +346,7 @@ describe.skipIf(missing !== undefined)(`the dashboard's admin pages${missing ? `
     await page.getByRole("button", { name: "Menu" }).click();
     await nav.getByRole("link", { name: "Usage" }).click();
     await page.getByRole("heading", { name: "Usage", level: 1 }).waitFor();
-    expect(await nav.isVisible()).toBe(false);
+    await nav.waitFor({ state: "hidden" });
     expect(await accessibilityViolations(page)).toEqual([]);
     await page.setViewportSize(DESKTOP);
     expect(await page.getByRole("button", { name: "Menu" }).isVisible()).toBe(false);

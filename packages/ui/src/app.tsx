@@ -110,7 +110,13 @@ export function App() {
           {Object.entries(PAGES)
             .filter(([, p]) => p.nav && allowed(p))
             .map(([name, p]) => (
-              <a key={name} href={href(name)} aria-current={route.page === name ? "page" : undefined}>
+              <a
+                key={name}
+                href={href(name)}
+                aria-current={route.page === name ? "page" : undefined}
+                // The page's own link changes no route, so the menu is folded by the click itself.
+                onClick={() => setMenuOpen(false)}
+              >
                 {p.title}
               </a>
             ))}
