@@ -25,6 +25,9 @@ export function useRoute(): Route {
   useEffect(() => {
     const onChange = (): void => setRoute(parseHash(location.hash));
     addEventListener("hashchange", onChange);
+    // The hash may have changed between the first render and this listener (a link followed while
+    // the page loads): read it once more.
+    onChange();
     return () => removeEventListener("hashchange", onChange);
   }, []);
   return route;
