@@ -90,6 +90,24 @@ export function withTimeout<T>(p: Promise<T>, what: string, ms = STEP_TIMEOUT_MS
   return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
 }
 
+/** ms from `t0` until `echo ok` in sandbox `id` printed its first byte. */
+export async function firstOutputMs(wsUrl: string, id: string, t0: number): Promise<number> {
+  let first = NaN;
+  await withTimeout(
+    runCommand(
+      wsUrl,
+      id,
+      { cmd: "echo ok" },
+      {
+        keepEvents: false,
+        onEvent: (ev) => void (ev.type === "stdout" && Number.isNaN(first) && (first = performance.now())),
+      },
+    ),
+    `echo in ${id}`,
+  );
+  return first - t0;
+}
+
 export interface RunTimes {
   id: string;
   create: number;

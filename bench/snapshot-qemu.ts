@@ -11,6 +11,7 @@
 import { api, runCommand } from "../packages/server/test/helpers/client.ts";
 import { startTestServer, type TestServer } from "../packages/server/test/helpers/test-server.ts";
 import {
+  firstOutputMs,
   header,
   intArg,
   median,
@@ -19,7 +20,6 @@ import {
   seedTemplate,
   stopAndInspect,
   summary,
-  withTimeout,
 } from "./bench-util.ts";
 
 const usage = "usage: bench/snapshot --driver qemu [--runs R=2]";
@@ -55,22 +55,7 @@ try {
     made.splice(made.indexOf(id), 1);
   };
   /** ms from `t0` until `echo ok` in `id` printed its first byte. */
-  const firstOutput = async (id: string, t0: number): Promise<number> => {
-    let first = NaN;
-    await withTimeout(
-      runCommand(
-        ts.wsUrl,
-        id,
-        { cmd: "echo ok" },
-        {
-          keepEvents: false,
-          onEvent: (ev) => void (ev.type === "stdout" && Number.isNaN(first) && (first = performance.now())),
-        },
-      ),
-      `echo in ${id}`,
-    );
-    return first - t0;
-  };
+  const firstOutput = (id: string, t0: number): Promise<number> => firstOutputMs(ts.wsUrl, id, t0);
   const snapshot = async (
     id: string,
     memory: boolean,

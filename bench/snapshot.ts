@@ -13,6 +13,7 @@
 import { api, runCommand } from "../packages/server/test/helpers/client.ts";
 import { startTestServer, type TestServer } from "../packages/server/test/helpers/test-server.ts";
 import {
+  firstOutputMs,
   header,
   intArg,
   median,
@@ -21,7 +22,6 @@ import {
   seedTemplate,
   stopAndInspect,
   summary,
-  withTimeout,
 } from "./bench-util.ts";
 
 const usage = "usage: bench/snapshot [--runs R=3] [--children N=10]";
@@ -54,22 +54,7 @@ try {
     return String(r.json["sandbox_id"]);
   };
   /** ms from `t0` until `echo ok` in `id` printed its first byte. */
-  const firstOutput = async (id: string, t0: number): Promise<number> => {
-    let first = NaN;
-    await withTimeout(
-      runCommand(
-        ts.wsUrl,
-        id,
-        { cmd: "echo ok" },
-        {
-          keepEvents: false,
-          onEvent: (ev) => void (ev.type === "stdout" && Number.isNaN(first) && (first = performance.now())),
-        },
-      ),
-      `echo in ${id}`,
-    );
-    return first - t0;
-  };
+  const firstOutput = (id: string, t0: number): Promise<number> => firstOutputMs(ts.wsUrl, id, t0);
   const snapshotMs = async (id: string): Promise<{ ms: number; bytes: number; frozen: number }> => {
     const t0 = performance.now();
     const r = await api(ts.url, "POST", `/sandboxes/${id}/snapshots`, {});
