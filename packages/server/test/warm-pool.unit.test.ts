@@ -4,23 +4,28 @@ import type { BootedSandbox } from "../src/sandboxes/boot.ts";
 import { WarmPool, type PoolShape } from "../src/sandboxes/warm-pool.ts";
 import { FakeDriver, FakeHost } from "./helpers/fake-driver.ts";
 
+/** The seed template's default shape on a fake gVisor driver over `host`. */
+function seedShape(host: FakeHost): PoolShape {
+  return {
+    driver: new FakeDriver("gvisor", host),
+    templateName: "seed",
+    templateRoot: "/fake/seed",
+    templateHash: "seed",
+    templateEnv: {},
+    vcpu: 1,
+    memoryMib: 512,
+    diskMib: 1024,
+    maxProcesses: 64,
+  };
+}
+
 describe("the warm pool's refill after a claim", () => {
   let host: FakeHost;
   let shape: PoolShape;
   let pool: WarmPool;
   beforeEach(() => {
     host = new FakeHost();
-    shape = {
-      driver: new FakeDriver("gvisor", host),
-      templateName: "seed",
-      templateRoot: "/fake/seed",
-      templateHash: "seed",
-      templateEnv: {},
-      vcpu: 1,
-      memoryMib: 512,
-      diskMib: 1024,
-      maxProcesses: 64,
-    };
+    shape = seedShape(host);
     pool = new WarmPool({
       size: 1,
       shapes: [{ driver: "gvisor", template: "seed", vcpu: 1, memoryMib: 512, diskMib: 1024, maxProcesses: 64 }],
@@ -69,17 +74,7 @@ describe("a snapshot's pool (a snapshot taken with warm)", () => {
   let pool: WarmPool;
   let shape: PoolShape;
   beforeEach(() => {
-    shape = {
-      driver: new FakeDriver("gvisor", new FakeHost()),
-      templateName: "seed",
-      templateRoot: "/fake/seed",
-      templateHash: "seed",
-      templateEnv: {},
-      vcpu: 1,
-      memoryMib: 512,
-      diskMib: 1024,
-      maxProcesses: 64,
-    };
+    shape = seedShape(new FakeHost());
     // No template pools at all: a snapshot's pool needs none.
     pool = new WarmPool({
       size: 0,
