@@ -7,6 +7,8 @@ import { noLeaks } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
 
 const qemu = testDriver("qemu");
+/** Returns once the background counting loop has written its first number. */
+const LOOP_COUNTS = "while [ ! -s /tmp/count ]; do sleep 0.1; done";
 
 /** The real `e2b` SDK's pause and resume, which bothy serves on QEMU (it saves the VM's memory). */
 describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "E2B pause and connect (e2b SDK, QEMU)"), () => {
@@ -32,6 +34,8 @@ describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "E2B pause and con
         background: true,
         timeoutMs: 0,
       });
+      // Its start event comes before the shell's first write: pause only once the loop counts.
+      await sbx.commands.run(LOOP_COUNTS);
       expect(await sbx.pause()).toBe(true);
       expect(await sbx.pause()).toBe(false);
       expect((await sbx.getInfo()).state).toBe("paused");
@@ -71,6 +75,7 @@ describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "E2B pause and con
         background: true,
         timeoutMs: 0,
       });
+      await sbx.commands.run(LOOP_COUNTS);
       // Its timeout passes now; the sweeper pauses it (memory saved) instead of killing it.
       await ts.server.ledger.setExpiresAt(sbx.sandboxId, new Date(Date.now() - 1000).toISOString());
       await pollUntil(

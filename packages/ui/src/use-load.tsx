@@ -22,13 +22,10 @@ export function useLoad<T>(load: () => Promise<T>, deps: readonly unknown[] = []
   const [data, setData] = useState<T | null>(null);
   const [error, setError] = useState<string | null>(null);
   const fail = useCallback((err: unknown) => setError(messageOf(err)), []);
+  // The error goes when a reload starts, not when it lands: a write that failed meanwhile keeps its words.
   const reload = useCallback(() => {
-    load()
-      .then((d) => {
-        setData(d);
-        setError(null);
-      })
-      .catch(fail);
+    setError(null);
+    load().then(setData).catch(fail);
   }, deps);
   useEffect(reload, [reload]);
   return { data, error, reload, fail, clearError: () => setError(null) };

@@ -68,7 +68,14 @@ export function PolicyPage({ session, can }: PageProps) {
   const policy = useLoad(() => getJson<TenantPolicyInfo>(q), [q]);
   const [draft, setDraft] = useState<Draft>(draftOf(null));
   const [done, setDone] = useState<string | null>(null);
-  useEffect(() => setDraft(draftOf(policy.data?.policy ?? null)), [policy.data]);
+  // The form takes the stored policy when a tenant's is first read, not on the reload after a
+  // save: that would drop what was typed meanwhile.
+  const [draftTenant, setDraftTenant] = useState<string | null>(null);
+  useEffect(() => {
+    if (policy.data === null || policy.data.tenant !== tenant || draftTenant === tenant) return;
+    setDraft(draftOf(policy.data.policy));
+    setDraftTenant(tenant);
+  }, [policy.data, tenant]);
   const editable = can("policy");
   const setRule = (i: number, patch: Partial<RuleDraft>): void =>
     setDraft({ ...draft, rules: draft.rules.map((r, j) => (j === i ? { ...r, ...patch } : r)) });
@@ -85,6 +92,7 @@ export function PolicyPage({ session, can }: PageProps) {
   const remove = async (): Promise<void> => {
     try {
       await sendJson("DELETE", q);
+      setDraft(draftOf(null));
       setDone(`Removed ${tenant}'s default policy.`);
       policy.reload();
     } catch (err) {
