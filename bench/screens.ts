@@ -4,7 +4,10 @@
  *  - a screenshot (GET /desktop/screenshot, PNG bytes in hand) against a command round trip of
  *    `true` over the same API (goal: ≤ 150 ms for 1280x800);
  *  - a computer action (a mouse move, then a click) against the same round trip (goal: ≤ 50 ms).
- * Prints medians and p90 and the ratios; no pass/fail.
+ * Then where an action's time goes, inside the sandbox: the same input lines sent straight to the
+ * desktop helper's port by a Node client in the sandbox (no API, no channel), with Chromium running
+ * and again after it is stopped (the X server then serves the input alone), and the same two
+ * actions through the API without Chromium. Prints medians and p90 and the ratios; no pass/fail.
  */
 import { Sandbox } from "@bothy/sdk";
 import { startTestServer, type TestServer } from "../packages/server/test/helpers/test-server.ts";
@@ -24,6 +27,63 @@ async function timed(what: string, fn: () => Promise<unknown>): Promise<number[]
   }
   console.log(`${what}: p50 ${median(times).toFixed(1)} ms, p90 ${quantile(times, 0.9).toFixed(1)} ms (${runs} runs)`);
   return times;
+}
+
+/**
+ * Medians (ms) of each input line set sent to the desktop helper's port from inside the sandbox, one
+ * connection per request as the server makes them (desktop-main.ts's protocol). `nothing` is the
+ * helper's own floor: a connection and xdotool's `getmouselocation`, which every action ends with.
+ */
+const IN_SANDBOX_PROBE = `
+const net = require("net");
+const sets = { nothing: [], move: ["mousemove 100 300"], click: ["mousemove 5 5", "click --repeat 1 --delay 0 1"] };
+function once(lines) {
+  return new Promise((resolve, reject) => {
+    const t = performance.now();
+    const s = net.connect(5910, "127.0.0.1", () => s.write(JSON.stringify({ do: "input", lines }) + "\\n"));
+    s.on("error", reject);
+    s.resume();
+    s.on("end", () => resolve(performance.now() - t));
+  });
+}
+(async () => {
+  const out = {};
+  for (const [name, lines] of Object.entries(sets)) {
+    const times = [];
+    for (let i = 0; i <= RUNS; i++) times.push(await once(lines));
+    times.shift();
+    times.sort((a, b) => a - b);
+    out[name] = times[Math.floor(times.length / 2)];
+  }
+  console.log(JSON.stringify(out));
+})();
+`;
+
+async function actionSplit(box: Sandbox): Promise<void> {
+  const probe = async (): Promise<Record<string, number>> => {
+    await box.files.write("/tmp/bench-probe.cjs", IN_SANDBOX_PROBE.replace("RUNS", String(runs)));
+    const r = await box.commands.run("node /tmp/bench-probe.cjs", { timeoutS: 300 });
+    return JSON.parse(r.stdout) as Record<string, number>;
+  };
+  const show = (m: Record<string, number>): string =>
+    Object.entries(m)
+      .map(([k, v]) => `${k} ${v.toFixed(1)} ms`)
+      .join(", ");
+  console.log(`in the sandbox, straight to the helper (medians): ${show(await probe())}`);
+  // [c]: the pattern does not match pkill's own shell, whose command line holds it.
+  await box.commands.run("pkill -f '[c]hromium'; while pgrep -f '[c]hromium' >/dev/null; do sleep 0.1; done", {
+    timeoutS: 30,
+  });
+  console.log(`same, Chromium stopped: ${show(await probe())}`);
+  const move = median(
+    await timed("  through the API, Chromium stopped: mouse move", () =>
+      box.desktop.act({ action: "move", x: 100, y: 300 }),
+    ),
+  );
+  const click = median(
+    await timed("  through the API, Chromium stopped: click", () => box.desktop.act({ action: "click", x: 5, y: 5 })),
+  );
+  console.log(`action without Chromium: move ${move.toFixed(1)} ms, click ${click.toFixed(1)} ms (goal ≤ 50 ms)`);
 }
 
 console.log(await header());
@@ -50,6 +110,7 @@ try {
   console.log(`screenshot: ${shot.toFixed(1)} ms = ${(shot / floor).toFixed(2)}x a command round trip (goal ≤ 150 ms)`);
   console.log(`action (move): ${move.toFixed(1)} ms = ${(move / floor).toFixed(2)}x (goal ≤ 50 ms)`);
   console.log(`action (click): ${click.toFixed(1)} ms = ${(click / floor).toFixed(2)}x (goal ≤ 50 ms)`);
+  await actionSplit(box);
   await box.kill();
 } finally {
   if (ts) {
