@@ -14,12 +14,17 @@
  * host and `free` inside, with the desktop started and idle, against a seed sandbox of the same
  * size. Prints figures and ratios; no pass/fail. `--cpu-prof DIR`: each round's server writes a V8
  * CPU profile there (open it in Chrome's DevTools; it slows the server, so its figures are not the
- * bench's).
+ * bench's). `--steps`: each round's server also times the proxy's steps per request
+ * (bench/ports-steps.mjs: hooks, lookup, upstream, relay) and the round prints their medians beside
+ * the floor, so what the proxy adds is split by step. `--runsc-flags "A;B"`: one direct round per
+ * set of runsc flags (`default` for none), the channel round left out: what gVisor's own options
+ * move the floor by.
  */
 import { execFile } from "node:child_process";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { promisify } from "node:util";
 import { dirname, join, resolve } from "node:path";
+import { pathToFileURL } from "node:url";
 import { Sandbox } from "@bothy/sdk";
 import type { DriverName } from "@bothy/protocol";
 import { NetTopology } from "../packages/server/test/helpers/net-topology.ts";
@@ -33,13 +38,21 @@ import {
   median,
   parseArgs,
   repoRoot,
+  RUNSC,
   seedTemplate,
   stopAndInspect,
 } from "./bench-util.ts";
 
-const usage = "usage: bench/ports [--runs R=50] [--mb M=100] [--driver gvisor|qemu] [--no-desktop] [--cpu-prof DIR]";
-const argv = process.argv.slice(2).filter((a) => a !== "--no-desktop");
-const { flags } = parseArgs(argv, ["runs", "mb", "driver", "cpu-prof"], usage);
+const usage =
+  'usage: bench/ports [--runs R=50] [--mb M=100] [--driver gvisor|qemu] [--no-desktop] [--cpu-prof DIR] [--steps] [--runsc-flags "default;--flag=x ..."]';
+const argv = process.argv.slice(2).filter((a) => a !== "--no-desktop" && a !== "--steps");
+const { flags } = parseArgs(argv, ["runs", "mb", "driver", "cpu-prof", "runsc-flags"], usage);
+const steps = process.argv.includes("--steps");
+/** runsc flag sets for the direct rounds ("" for none); undefined: one direct and one channel round as usual. */
+const runscVariants = flags
+  .get("runsc-flags")
+  ?.split(";")
+  .map((v) => (v.trim() === "default" ? "" : v.trim()));
 const cpuProf = flags.get("cpu-prof");
 const runs = intArg(flags.get("runs"), 50, "--runs", 1, 10_000, usage);
 const mb = intArg(flags.get("mb"), 100, "--mb", 1, 10_000, usage);
@@ -61,7 +74,8 @@ const CLIENT = `
 const http = require("node:http");
 const [what, n, base] = process.argv.slice(2);
 const key = process.env.BENCH_API_KEY;
-const headers = key ? { authorization: "Bearer " + key } : {};
+// The phase names the request in the server's step records (--steps); the app ignores it.
+const headers = { "x-bench-phase": what, ...(key ? { authorization: "Bearer " + key } : {}) };
 const agent = what === "latency-ka" ? new http.Agent({ keepAlive: true, maxSockets: 1 }) : false;
 const get = (path) => new Promise((resolve, reject) => {
   const t = process.hrtime.bigint();
@@ -126,7 +140,7 @@ interface Figures {
   /** Connections by route (bothy_port_connections_total) the round added. */
   routes: Record<string, number>;
   /** The same client in the server's namespace straight to the sandbox's address (direct round only). */
-  floor?: { ms: number; MBs: number };
+  floor?: { ms: number; kaMs: number; MBs: number };
 }
 
 async function routes(base: string): Promise<Record<string, number>> {
@@ -199,8 +213,9 @@ async function measure(base: string, floorIn?: NetTopology): Promise<Figures> {
       const onHost = async (args: string[]): Promise<Record<string, number>> =>
         lastLine(await floorIn.inHost(process.execPath, [script, ...args, addr]));
       const ms = (await onHost(["latency", String(runs)]))["median_ms"] ?? NaN;
+      const kaMs = (await onHost(["latency-ka", String(runs)]))["median_ms"] ?? NaN;
       const secs = ((await onHost(["bytes", String(bytes)]))["ms"] ?? NaN) / 1000;
-      floor = { ms, MBs: mb / secs };
+      floor = { ms, kaMs, MBs: mb / secs };
     }
     return {
       proxyMs,
@@ -236,28 +251,97 @@ function report(path: string, f: Figures): void {
   );
   if (f.floor)
     console.log(
-      `  ${pad} floor, the same client on the host straight to the sandbox's address (no proxy): ${f.floor.ms.toFixed(2)} ms (${(f.floor.ms / f.insideMs).toFixed(2)}x inside), ${f.floor.MBs.toFixed(1)} MB/s (${(f.floor.MBs / f.insideMBs).toFixed(2)} of inside)`,
+      `  ${pad} floor, the same client on the host straight to the sandbox's address (no proxy): ${f.floor.ms.toFixed(2)} ms (${(f.floor.ms / f.insideMs).toFixed(2)}x inside), kept-alive ${f.floor.kaMs.toFixed(2)} ms (${(f.floor.kaMs / f.insideKaMs).toFixed(2)}x), ${f.floor.MBs.toFixed(1)} MB/s (${(f.floor.MBs / f.insideMBs).toFixed(2)} of inside)`,
     );
   console.log(`  ${pad} connections by route: ${JSON.stringify(f.routes)}`);
+}
+
+/** One proxied request's steps as bench/ports-steps.mjs records them (ms; null where a step was not seen). */
+interface StepRecord {
+  phase: string;
+  hooks: number | null;
+  lookup: number | null;
+  upstream: number | null;
+  relay: number | null;
+  flush: number | null;
+  server: number | null;
+  bytes: number;
+  chunks: number;
+  pauses: number;
+  reused: boolean | null;
+}
+
+const STEP_NAMES = ["hooks", "lookup", "upstream", "relay", "server", "flush"] as const;
+
+/** The medians of each step by the client's phase, with the floor's time for the same request beside. */
+function reportSteps(records: StepRecord[], f: Figures): void {
+  const pad = "".padEnd(8);
+  const of = (xs: Array<number | null>): number => median(xs.filter((x): x is number => x !== null));
+  const floors: Record<string, number | undefined> = { latency: f.floor?.ms, "latency-ka": f.floor?.kaMs };
+  const client: Record<string, number> = { latency: f.proxyMs, "latency-ka": f.proxyKaMs };
+  for (const phase of ["latency", "latency-ka", "bytes"]) {
+    const rs = records.filter((r) => r.phase === phase);
+    if (rs.length === 0) continue;
+    const parts = STEP_NAMES.map((n) => `${n} ${of(rs.map((r) => r[n])).toFixed(2)}`).join(", ");
+    const reused = rs.filter((r) => r.reused === true).length;
+    let line = `  ${pad} steps in the server, ${phase} (${rs.length} requests, medians, ms): ${parts}; upstream socket reused ${reused}/${rs.length}`;
+    const seen = client[phase];
+    const floor = floors[phase];
+    if (seen !== undefined)
+      line += `; the client saw ${seen.toFixed(2)}, ${(seen - of(rs.map((r) => r.server))).toFixed(2)} of it outside the server's steps`;
+    if (seen !== undefined && floor !== undefined)
+      line += `; no-proxy floor ${floor.toFixed(2)}, so the proxy adds ${(seen - floor).toFixed(2)}`;
+    const body = rs[0];
+    if (phase === "bytes" && body !== undefined)
+      line += `; body ${body.bytes} bytes in ${body.chunks} chunks (${(body.bytes / Math.max(1, body.chunks) / 1024).toFixed(1)} KiB each), paused ${body.pauses} times for the client`;
+    console.log(line);
+  }
+}
+
+/** A runsc that adds `runscFlags` before bothy's own arguments (global flags reach `runsc boot` too). */
+async function runscWith(dir: string, runscFlags: string): Promise<string> {
+  const file = join(dir, "runsc-with-flags");
+  const words = runscFlags.split(/\s+/).filter(Boolean);
+  for (const w of words) if (!/^--?[a-z0-9-]+(=[A-Za-z0-9._:-]+)?$/.test(w)) throw new Error(`not a runsc flag: ${w}`);
+  await writeFile(file, `#!/bin/sh\nexec ${JSON.stringify(RUNSC)} ${words.join(" ")} "$@"\n`, { mode: 0o755 });
+  return file;
 }
 
 console.log(await header());
 await seedTemplate();
 const topo = new NetTopology();
 let failed = false;
+const rounds =
+  runscVariants === undefined
+    ? [
+        { network: true, runscFlags: "" },
+        { network: false, runscFlags: "" },
+      ]
+    : runscVariants.map((runscFlags) => ({ network: true, runscFlags }));
 try {
   await topo.create();
   console.log(`bench/ports (${driver}): through the port proxy vs a client inside the sandbox over its loopback`);
-  for (const network of [true, false]) {
+  for (const { network, runscFlags } of rounds) {
     const home = await mkdtemp("/tmp/bothy-bench-ports-");
+    const stepsFile = join(home, "steps.jsonl");
     const server = topo.serveInHost(
       home,
-      { BOTHY_NETWORK: network ? "on" : "off", BOTHY_DRIVER: driver },
-      cpuProf === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${resolve(cpuProf)}`],
+      {
+        BOTHY_NETWORK: network ? "on" : "off",
+        BOTHY_DRIVER: driver,
+        ...(runscFlags === "" ? {} : { BOTHY_RUNSC: await runscWith(home, runscFlags) }),
+        ...(steps ? { BENCH_STEPS_FILE: stepsFile } : {}),
+      },
+      [
+        ...(cpuProf === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${resolve(cpuProf)}`]),
+        ...(steps ? [`--import=${pathToFileURL(join(repoRoot, "bench/ports-steps.mjs")).href}`] : []),
+      ],
     );
+    let figures: Figures | undefined;
+    const path = network ? "direct" : "channel";
     try {
-      const figures = await measure(await server.url, network ? topo : undefined);
-      const path = network ? "direct" : "channel";
+      if (runscFlags !== "") console.log(`  runsc flags: ${runscFlags}`);
+      figures = await measure(await server.url, network ? topo : undefined);
       report(path, figures);
       const want = network ? "direct" : "no_network";
       if (Object.keys(figures.routes).some((r) => r !== want)) {
@@ -266,6 +350,15 @@ try {
       }
     } finally {
       await server.stop(30_000);
+      if (steps && figures) {
+        const text = await readFile(stepsFile, "utf8").catch(() => "");
+        const records = text
+          .split("\n")
+          .filter((l) => l !== "")
+          .map((l) => JSON.parse(l) as StepRecord);
+        if (records.length === 0) console.log("  WARNING: the server wrote no step records");
+        reportSteps(records, figures);
+      }
       const left = await topo.bothyObjects(hostTag(home));
       if (left.netns.length + left.links.length + left.chains.length + left.mapElements > 0) {
         console.log(`  network objects left: ${JSON.stringify(left)}`);

@@ -11,6 +11,7 @@ import { BothyError, linkRequest, linkResponse, portList, SANDBOX_ID_RE, toProbl
 import { principalOf } from "../auth/auth-hooks.ts";
 import { NO_AUTH_PRINCIPAL } from "../auth/key-ring.ts";
 import { LINK_COOKIE, linkedByCookie, type LinkTokens, tokenInQuery, withoutToken } from "../auth/link-tokens.ts";
+import { relayBody } from "./body-relay.ts";
 import { absoluteUrl } from "./desktop-routes.ts";
 import { parseInput } from "./parse-input.ts";
 import { type PortForm, toClient, toGuest } from "./port-headers.ts";
@@ -329,8 +330,7 @@ async function proxyHttp(request: FastifyRequest<PortParams>, reply: FastifyRepl
         toClient(endToEnd(answer.headers), formOf(request.raw)),
       );
       // Each chunk goes out as it comes, so a streamed response arrives as it is made.
-      got.pipe(res);
-      got.once("error", () => res.destroy());
+      relayBody(got, res);
     });
     outgoing.on("error", (err) => {
       if (res.headersSent) {
@@ -348,7 +348,7 @@ async function proxyHttp(request: FastifyRequest<PortParams>, reply: FastifyRepl
       fail(err);
     });
     if (retriable(request)) outgoing.end();
-    else request.raw.pipe(outgoing);
+    else relayBody(request.raw, outgoing);
   };
   const fail = (err: Error): void => {
     if (res.headersSent || res.destroyed) {
