@@ -41,7 +41,7 @@ describe("the agent's startup snapshot (drivers/agent-snapshot.ts)", () => {
     expect(execFileSync(process.execPath, ["--snapshot-blob", second ?? ""], { encoding: "utf8" })).toBe("second\n");
     expect(existsSync(first ?? "")).toBe(false);
     expect(await readdir(blobs)).toEqual([second?.slice(blobs.length + 1)]);
-  });
+  }, 60_000); // two snapshot builds and two Node starts: 4.9 s at load 15, past the unit default of 5 s
 
   it("is left out, with a warning, when the Node cannot build one", async () => {
     const js = join(dir, "agent.cjs");
