@@ -72,6 +72,7 @@ import { UsageMeter } from "./metering/usage-meter.ts";
 import { usageRoutes } from "./api/usage-routes.ts";
 import { Sweeper } from "./sandboxes/sweeper.ts";
 import { nodeOffer, startClusterNode } from "./cluster/cluster-node.ts";
+import { eventRetentionJob, usageJob } from "./cluster/leader-jobs.ts";
 import { EgressProxy } from "./gateway/egress-proxy.ts";
 import { gatewayLookup } from "./gateway/gateway-lookup.ts";
 import { PolicyResolver } from "./network/policy-resolver.ts";
@@ -264,10 +265,24 @@ export async function startServer(
   const idle = new IdleSleep(manager, registry, watch, config.lifecycle.idleTimeoutMs, log);
   sweeper.addStep(() => idle.pass());
   sweeper.addStep(() => volumes.removeOrphans("sweeper", () => manager.ownedIds()));
-  sweeper.addStep(async () => {
-    await pruneEvents(ledger.events, config.eventRetention, log);
-  });
-  const meter = new UsageMeter(ledger, events, { ...config.metering, budgetOf: (t) => quotas.budgetOf(t) }, log);
+  const meter = new UsageMeter(
+    ledger,
+    events,
+    {
+      ...config.metering,
+      budgetOf: (t) => quotas.budgetOf(t),
+      ...(cluster ? { running: () => ledger.nodes.seenSandboxes() } : {}),
+    },
+    log,
+  );
+  // What the whole cluster must do once runs on its leader only (cluster/leader-jobs.ts).
+  if (cluster) {
+    cluster.leader.register(usageJob(meter, config.metering.intervalMs));
+    cluster.leader.register(eventRetentionJob(ledger, config.eventRetention, log, config.lifecycle.sweepIntervalMs));
+  } else
+    sweeper.addStep(async () => {
+      await pruneEvents(ledger.events, config.eventRetention, log);
+    });
   const ring = await KeyRing.open(config.home, ledger);
   const bootstrapKey = await ring.bootstrap(config.home, config.auth.adminKey);
   if (bootstrapKey)
@@ -451,7 +466,7 @@ export async function startServer(
   const address = await app.listen({ host: config.host, port: config.port });
   logger.info({ event: "listening", address }, `bothy listening on ${address}`);
   sweeper.start();
-  meter.start();
+  if (!cluster) meter.start();
   // A lease lost is a crash as far as the sandboxes go: nothing of them is touched (a successor may
   // hold them now), and the node's next start recovers them as after any crash.
   cluster?.node.once("lost", () => {
@@ -479,7 +494,8 @@ export async function startServer(
         // Held requests and tool calls are answered (cancelled, retryable) before connections close.
         approvals.stop();
         await sweeper.stop();
-        await meter.stop();
+        // In a cluster the leader meters (its job stops with the leader's lease, below).
+        if (!cluster) await meter.stop();
         await proxy?.close();
         await resolver?.close();
         relays.closeAll();
