@@ -343,8 +343,8 @@ export async function startServer(
   const routes = recordRoutes(app);
   checkWebSocketHandshakes(app, routes);
 
-  // Counted from the first hook on, so that every request begun is counted.
-  const inFlight = countInFlight(app);
+  // A cluster node's requests in flight, counted from the first hook on (abandon, below).
+  const inFlight = cluster && countInFlight(app);
   let stopping = false;
   let leaseLost = false;
   app.addHook("preClose", async () => {
@@ -517,7 +517,7 @@ export async function startServer(
         approvals.stop();
         await Promise.allSettled([sweeper.stop(), cluster?.stop()]);
         // Requests it had begun get their answer (refused: every write is fenced) rather than a reset.
-        await inFlight.drained(5000);
+        await inFlight?.drained(5000);
         await proxy?.close();
         await resolver?.close();
         relays.closeAll();
