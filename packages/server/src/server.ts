@@ -41,6 +41,7 @@ import { SnapshotService } from "./snapshots/snapshot-service.ts";
 import { VolumeMounts } from "./volumes/volume-mounts.ts";
 import { VolumeService } from "./volumes/volume-service.ts";
 import { checkWebSocketHandshakes } from "./api/websocket-handshake.ts";
+import { countInFlight } from "./api/in-flight.ts";
 import { uiRoutes } from "./api/ui-routes.ts";
 import { uiSessionRoutes } from "./api/ui-session-routes.ts";
 import { UiLinks } from "./auth/ui-links.ts";
@@ -71,6 +72,7 @@ import { UsageMeter } from "./metering/usage-meter.ts";
 import { usageRoutes } from "./api/usage-routes.ts";
 import { Sweeper } from "./sandboxes/sweeper.ts";
 import { nodeOffer, startClusterNode } from "./cluster/cluster-node.ts";
+import { eventRetentionJob, usageJob } from "./cluster/leader-jobs.ts";
 import { EgressProxy } from "./gateway/egress-proxy.ts";
 import { gatewayLookup } from "./gateway/gateway-lookup.ts";
 import { PolicyResolver } from "./network/policy-resolver.ts";
@@ -89,6 +91,12 @@ export interface BothyServer {
   /** Every route it serves, as registered (for the OpenAPI completeness test). */
   routes: readonly RouteRecord[];
   close(): Promise<void>;
+  /**
+   * Stops serving without touching a sandbox: for a node whose lease passed on (its sandboxes' VMs
+   * may be a successor's now). What it held in memory is dropped with the process; the node's next
+   * start takes its sandboxes back (start-up recovery attaches to those still running).
+   */
+  abandon(): Promise<void>;
 }
 
 export interface StartOptions {
@@ -96,6 +104,12 @@ export interface StartOptions {
   templates?: TemplateSource;
   /** Subscribes to the server's events from the first one on (start-up reconcile included). */
   onEvent?: ServerEventListener;
+  /**
+   * Called once this node of a cluster has lost its lease (it lapsed, or a successor took it): the
+   * server already refuses every request and runs nothing periodic; the caller should `abandon` it
+   * and exit, so that a restart takes the sandboxes back (`bothy serve` does).
+   */
+  onLeaseLost?: () => void;
 }
 
 /** Whether a listen address is loopback only (the one place plain HTTP and BOTHY_AUTH=none are allowed). */
@@ -157,6 +171,15 @@ export async function startServer(
     await resolver?.close();
     throw err;
   });
+  // Several machines: this node's lease in the shared PostgreSQL, taken before anything of its
+  // sandboxes is touched (cluster/cluster-node.ts): start-up recovery then takes back the sandboxes
+  // of the node's last holding, and the manager's writes for them are fenced by the epoch it holds.
+  const cluster =
+    config.cluster &&
+    (await startClusterNode(config.cluster, config.home, await nodeOffer(config, drivers, store), ledger, logger));
+  const sandboxLedger = cluster?.ledger ?? ledger;
+  const managerConfig: Config =
+    cluster && config.cluster ? { ...config, cluster: { ...config.cluster, nodeId: cluster.node.id } } : config;
   const events = new EventBus(ledger);
   // Nobody waits for these: one the ledger refused is logged (its subscribers never see it).
   const publish = (...args: Parameters<EventBus["publish"]>): void =>
@@ -189,8 +212,8 @@ export async function startServer(
   const volumes = new VolumeService(ledger, quotas, new VolumeMounts(join(config.home, "volumes"), log), log);
   await mkdir(volumes.mounts.dir, { recursive: true, mode: 0o700 });
   const manager = new SandboxManager(
-    config,
-    ledger,
+    managerConfig,
+    sandboxLedger,
     drivers,
     options.templates ?? store,
     log,
@@ -229,16 +252,37 @@ export async function startServer(
   await removeOrphanLayers("startup").catch((err: unknown) => log("sweep_failed", { error: (err as Error).message }));
   // After the take-overs re-held their volumes' mounts: the rest are leftovers.
   await volumes.removeOrphans("start-up", () => manager.ownedIds());
-  const sweeper = new Sweeper(manager, ledger, drivers, config.lifecycle.sweepIntervalMs, log);
+  const sweeper = new Sweeper(
+    manager,
+    sandboxLedger,
+    drivers,
+    config.lifecycle.sweepIntervalMs,
+    log,
+    cluster && (() => cluster.node.surelyHeld()),
+  );
   sweeper.addStep(() => removeOrphanLayers("sweeper"));
   const watch = new DisconnectWatch(manager, ledger, log);
   const idle = new IdleSleep(manager, registry, watch, config.lifecycle.idleTimeoutMs, log);
   sweeper.addStep(() => idle.pass());
   sweeper.addStep(() => volumes.removeOrphans("sweeper", () => manager.ownedIds()));
-  sweeper.addStep(async () => {
-    await pruneEvents(ledger.events, config.eventRetention, log);
-  });
-  const meter = new UsageMeter(ledger, events, { ...config.metering, budgetOf: (t) => quotas.budgetOf(t) }, log);
+  const meter = new UsageMeter(
+    ledger,
+    events,
+    {
+      ...config.metering,
+      budgetOf: (t) => quotas.budgetOf(t),
+      ...(cluster ? { running: () => ledger.nodes.seenSandboxes() } : {}),
+    },
+    log,
+  );
+  // What the whole cluster must do once runs on its leader only (cluster/leader-jobs.ts).
+  if (cluster) {
+    cluster.leader.register(usageJob(meter, config.metering.intervalMs));
+    cluster.leader.register(eventRetentionJob(ledger, config.eventRetention, log, config.lifecycle.sweepIntervalMs));
+  } else
+    sweeper.addStep(async () => {
+      await pruneEvents(ledger.events, config.eventRetention, log);
+    });
   const ring = await KeyRing.open(config.home, ledger);
   const bootstrapKey = await ring.bootstrap(config.home, config.auth.adminKey);
   if (bootstrapKey)
@@ -299,13 +343,21 @@ export async function startServer(
   const routes = recordRoutes(app);
   checkWebSocketHandshakes(app, routes);
 
+  // A cluster node's requests in flight, counted from the first hook on (abandon, below).
+  const inFlight = cluster && countInFlight(app);
   let stopping = false;
+  let leaseLost = false;
   app.addHook("preClose", async () => {
     stopping = true;
   });
   const hostNames = { bindHost: config.host, previewDomain: config.previewDomain };
   // Refusals that hold for every route, before its own checks.
   app.addHook("onRequest", async (request) => {
+    if (leaseLost)
+      throw new BothyError(
+        "lease_lost",
+        "This node lost its lease in the cluster (it was cut off from the database or paused past it): it serves nothing until it restarts and takes its sandboxes back. Retry shortly.",
+      );
     if (stopping) throw new BothyError("shutting_down", "The server is stopping; retry once it is back.");
     const host = request.headers.host;
     if (request.raw.httpVersion === "1.1" && host === undefined)
@@ -411,16 +463,22 @@ export async function startServer(
   uiRoutes(app);
   openapiRoutes(app);
 
-  // Several machines: this node's row and lease in the shared PostgreSQL (cluster/cluster-node.ts).
-  const cluster =
-    config.cluster &&
-    (await startClusterNode(config.cluster, config.home, await nodeOffer(config, drivers, store), ledger, logger));
   const address = await app.listen({ host: config.host, port: config.port });
   logger.info({ event: "listening", address }, `bothy listening on ${address}`);
   sweeper.start();
-  meter.start();
+  if (!cluster) meter.start();
+  // A lease lost is a crash as far as the sandboxes go: nothing of them is touched (a successor may
+  // hold them now), and the node's next start recovers them as after any crash.
+  cluster?.node.once("lost", () => {
+    leaseLost = true;
+    // The node's lease first, so no later heartbeat takes it again in this process.
+    void Promise.allSettled([cluster.node.stop(), cluster.leader.stop(), sweeper.stop()]).then(() =>
+      options.onLeaseLost?.(),
+    );
+  });
 
   let closing: Promise<void> | undefined;
+  let abandoning: Promise<void> | undefined;
   return {
     app,
     manager,
@@ -436,7 +494,8 @@ export async function startServer(
         // Held requests and tool calls are answered (cancelled, retryable) before connections close.
         approvals.stop();
         await sweeper.stop();
-        await meter.stop();
+        // In a cluster the leader meters (its job stops with the leader's lease, below).
+        if (!cluster) await meter.stop();
         await proxy?.close();
         await resolver?.close();
         relays.closeAll();
@@ -450,6 +509,24 @@ export async function startServer(
         await ledger.close();
       })();
       return closing;
+    },
+    abandon: () => {
+      abandoning ??= (async () => {
+        leaseLost = true;
+        watch.close();
+        approvals.stop();
+        await Promise.allSettled([sweeper.stop(), cluster?.stop()]);
+        // Requests it had begun get their answer (refused: every write is fenced) rather than a reset.
+        await inFlight?.drained(5000);
+        await proxy?.close();
+        await resolver?.close();
+        relays.closeAll();
+        dialer.closeAll();
+        await app.close();
+        webhook?.close();
+        await ledger.close();
+      })();
+      return abandoning;
     },
   };
 }

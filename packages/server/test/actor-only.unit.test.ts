@@ -25,7 +25,8 @@ describe("the sandbox actor is the only writer of states", () => {
     const offenders: string[] = [];
     for (const path of await sources(SRC)) {
       const file = relative(SRC, path);
-      if (file === join("sandboxes", "sandbox-actor.ts")) continue;
+      // The actor's ledger on a cluster node: the store's `transition`, fenced, which only the actor calls.
+      if (file === join("sandboxes", "sandbox-actor.ts") || file === join("cluster", "node-ledger.ts")) continue;
       const text = await readFile(path, "utf8");
       if (/\.transition\(/.test(text)) offenders.push(`${file}: calls .transition(`);
       if (/\.phase\s*=[^=]/.test(text)) offenders.push(`${file}: sets .phase`);

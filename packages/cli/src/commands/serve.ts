@@ -22,13 +22,25 @@ export async function serve(_args: string[]): Promise<number> {
   const logger = createLogger(config);
   // Listening before start-up: a signal that arrives while it runs stops the server once it is up.
   const stop = stopRequested(logger);
-  const server = await startServer(config, logger);
+  let leaseLost!: () => void;
+  const lost = new Promise<"lost">((resolve) => (leaseLost = () => resolve("lost")));
+  const server = await startServer(config, logger, { onLeaseLost: () => leaseLost() });
   process.off("beforeExit", stalled);
   void server.manager.warm();
-  await stop;
+  if ((await Promise.race([stop, lost])) === "lost") {
+    // Its sandboxes are left as they are (a successor may hold them); the restart takes them back.
+    process.stderr.write(
+      "bothy: this node lost its lease in the cluster; exiting so that a restart takes its sandboxes back\n",
+    );
+    await server.abandon();
+    return LEASE_LOST_EXIT;
+  }
   await server.close();
   return 0;
 }
+
+/** EX_TEMPFAIL: a supervisor (systemd's Restart=always, Kubernetes) starts the node again. */
+const LEASE_LOST_EXIT = 75;
 
 /**
  * Resolves at the first SIGINT or SIGTERM. A clean stop removes every sandbox's host objects, so a

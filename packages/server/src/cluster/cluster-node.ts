@@ -9,6 +9,7 @@ import type { NodeInfo } from "../ledger/node-rows.ts";
 import type { LedgerStore } from "../ledger/store.ts";
 import type { ClusterLog } from "./cluster-log.ts";
 import { LeaderLease } from "./leader-lease.ts";
+import { nodeLedger } from "./node-ledger.ts";
 import { NodeLease } from "./node-lease.ts";
 
 /** This server as a node of a cluster: its lease, the leader's lease it competes for, their store. */
@@ -17,6 +18,8 @@ export interface ClusterNode {
   /** Register the cluster's periodic work here: only the leader runs it. */
   readonly leader: LeaderLease;
   readonly store: LedgerStore;
+  /** The store as this node's sandbox manager uses it: its writes fenced, its sandboxes its own (node-ledger.ts). */
+  readonly ledger: LedgerStore;
   /** Hands both leases back (the store stays open: it is the server's ledger). */
   stop(): Promise<void>;
 }
@@ -46,6 +49,7 @@ export async function startClusterNode(
     node,
     leader,
     store,
+    ledger: nodeLedger(store, id, node.fence),
     async stop() {
       await leader.stop();
       await node.stop();

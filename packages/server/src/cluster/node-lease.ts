@@ -1,4 +1,5 @@
 import { EventEmitter } from "node:events";
+import { performance } from "node:perf_hooks";
 import type { NodeInfo } from "../ledger/node-rows.ts";
 import type { LedgerStore } from "../ledger/store.ts";
 import { messageOf, quiet, type ClusterLog } from "./cluster-log.ts";
@@ -21,9 +22,17 @@ export interface NodeLeaseOptions {
  * then names the node's sandboxes as the new epoch's. Heartbeats renew it; a heartbeat that finds it
  * lapsed or taken (`lost`) stops this process's writes (`fence` refuses them from then on) and the
  * next heartbeats try to take it again, in a new epoch.
+ *
+ * This host's clock keeps a second, earlier deadline: a lease counts as held only until one lease
+ * after its last renewal was sent (the monotonic clock, which runs on while the process is stopped).
+ * The database's expiry is never earlier than that, so a process that wakes from a pause past its
+ * lease knows it lost it before its first query, and refuses writes (`fence`) and host work
+ * (`surelyHeld`) at once, before a successor's work can be raced.
  */
 export class NodeLease extends EventEmitter<{ acquired: [epoch: number]; lost: [epoch: number] }> {
   private held: number | undefined;
+  /** performance.now() until which the lease surely holds: one lease after the last renewal was sent. */
+  private validUntil = 0;
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
   private beat: Promise<void> | undefined;
@@ -32,7 +41,7 @@ export class NodeLease extends EventEmitter<{ acquired: [epoch: number]; lost: [
 
   constructor(private readonly options: NodeLeaseOptions) {
     super();
-    this.fence = new Fence(options.store, options.info.id, () => this.held);
+    this.fence = new Fence(options.store, options.info.id, () => (this.surelyHeld() ? this.held : undefined));
   }
 
   get id(): string {
@@ -42,6 +51,11 @@ export class NodeLease extends EventEmitter<{ acquired: [epoch: number]; lost: [
   /** The epoch this process holds the node's lease in; undefined while it holds none. */
   get epoch(): number | undefined {
     return this.held;
+  }
+
+  /** Whether this process holds the lease by its own clock now (no database round trip): host work asks this. */
+  surelyHeld(): boolean {
+    return this.held !== undefined && performance.now() < this.validUntil;
   }
 
   private get log(): ClusterLog {
@@ -90,8 +104,10 @@ export class NodeLease extends EventEmitter<{ acquired: [epoch: number]; lost: [
 
   private async tryAcquire(): Promise<number | undefined> {
     const { store, info, leaseMs } = this.options;
+    const sent = performance.now();
     const got = await store.nodes.acquire(info, leaseMs);
     if (!got) return undefined;
+    this.validUntil = sent + leaseMs;
     // Taken over in the same epoch's name before anything else of this process writes for them.
     const claimed = await store.nodes.claimSandboxes(info.id, got.epoch);
     this.held = got.epoch;
@@ -119,20 +135,33 @@ export class NodeLease extends EventEmitter<{ acquired: [epoch: number]; lost: [
         return;
       }
       const epoch = this.held;
-      const renewed = await store.nodes.heartbeat(info.id, epoch, leaseMs, status?.() ?? info);
-      if (renewed === undefined && this.held === epoch) {
-        this.held = undefined;
-        this.log("error", "node_lease_lost", {
-          node: info.id,
+      if (!this.surelyHeld())
+        return this.lose(
           epoch,
-          why: "it lapsed (this process was paused or cut off from the database past the lease) or a successor took it; writes are refused until it is taken again",
-        });
-        this.emit("lost", epoch);
-      }
+          "no renewal reached the database within a lease by this host's clock (this process was paused or cut off from the database)",
+        );
+      const sent = performance.now();
+      const renewed = await store.nodes.heartbeat(info.id, epoch, leaseMs, status?.() ?? info);
+      if (renewed !== undefined && this.held === epoch) this.validUntil = sent + leaseMs;
+      else if (renewed === undefined && this.held === epoch)
+        this.lose(
+          epoch,
+          "it lapsed (this process was paused or cut off from the database past the lease) or a successor took it",
+        );
     } catch (err) {
       // The database did not answer: the lease may still hold; the next heartbeat tries again, and
       // writes meanwhile are checked against the database by the fence.
       this.log("warn", "node_lease_failed", { node: info.id, error: messageOf(err) });
     }
+  }
+
+  private lose(epoch: number, why: string): void {
+    this.held = undefined;
+    this.log("error", "node_lease_lost", {
+      node: this.id,
+      epoch,
+      why: `${why}; writes are refused until it is taken again`,
+    });
+    this.emit("lost", epoch);
   }
 }

@@ -136,6 +136,21 @@ export class NodeQueries {
     );
   }
 
+  /** The node's sandboxes that still own host resources (its start-up recovery and sweeper look at these only). */
+  *liveSandboxesOf(id: string): Step<SandboxRow[]> {
+    return yield* all<SandboxRow>(`SELECT * FROM sandboxes WHERE node_id = ? AND state IN (${sqlStates("live")})`, [
+      id,
+    ]);
+  }
+
+  /** The node's sandboxes whose time ran out at `at` (SandboxQueries.expiredSandboxes, for one node). */
+  *expiredSandboxesOf(id: string, at: string): Step<SandboxRow[]> {
+    return yield* all<SandboxRow>(
+      `SELECT * FROM sandboxes WHERE node_id = ? AND expires_at <= ? AND state IN (${sqlStates("expirable")})`,
+      [id, at],
+    );
+  }
+
   *sandboxOwner(sandboxId: string): Step<{ node_id: string | null; node_epoch: number | null } | undefined> {
     return yield* get<{ node_id: string | null; node_epoch: number | null }>(
       `SELECT node_id, node_epoch FROM sandboxes WHERE id = ?`,

@@ -1,6 +1,9 @@
 import type { UsageDaysBody } from "@bothy/protocol";
 import type { EventBus } from "../events/event-bus.ts";
+import type { SandboxRow } from "../ledger/sandbox-rows.ts";
+import type { Asynced } from "../ledger/sql-step.ts";
 import type { LedgerStore } from "../ledger/store.ts";
+import type { UsageQueries } from "../ledger/usage-rows.ts";
 import type { Logger } from "../sandboxes/sandbox-manager.ts";
 
 export interface Budget {
@@ -14,7 +17,15 @@ export interface MeterOptions {
   budget: Budget;
   /** A tenant's own caps, over the host-wide `budget`. */
   budgetOf?: (owner: string) => Promise<Budget>;
+  /** The sandboxes running now (default: the ledger's running rows; a cluster's leader: as readers see them). */
+  running?: () => Promise<SandboxRow[]>;
 }
+
+/**
+ * How a tick writes: straight to the ledger on one machine; in a cluster, fenced by the leader's
+ * epoch (cluster/leader-jobs.ts), so a leader that lost its lease counts nothing twice.
+ */
+export type UsageWrites = Pick<Asynced<UsageQueries>, "addUsage" | "markWarned">;
 
 export interface UsageReport {
   month: string;
@@ -58,22 +69,27 @@ export class UsageMeter {
   }
 
   /** Adds the time since the last tick for every running sandbox, then checks the budgets. */
-  tick(now = Date.now()): Promise<void> {
-    const next = this.ticking.then(() => this.tickNow(now));
+  tick(now = Date.now(), writes: UsageWrites = this.ledger): Promise<void> {
+    const next = this.ticking.then(() => this.tickNow(now, writes));
     this.ticking = next.catch((err: unknown) =>
       this.warn("ledger_write_failed", { what: "usage", sandbox_id: null, error: (err as Error).message }),
     );
     return next;
   }
 
-  private async tickNow(now: number): Promise<void> {
+  /** Counts from `now` on, nothing before: a node that has just become the leader meters from its first run. */
+  restartClock(now = Date.now()): void {
+    this.last = now;
+  }
+
+  private async tickNow(now: number, writes: UsageWrites): Promise<void> {
     // Counted from the last tick that ran, up to this one's time (a late tick counts nothing twice).
     const seconds = Math.max(0, (now - this.last) / 1000);
     this.last = Math.max(this.last, now);
     const month = monthOf(now);
-    const running = (await this.ledger.liveSandboxes()).filter((r) => r.state === "running");
+    const running = (await (this.opts.running?.() ?? this.ledger.liveSandboxes())).filter((r) => r.state === "running");
     if (running.length > 0 && seconds > 0) {
-      await this.ledger.addUsage(
+      await writes.addUsage(
         running.map((r) => ({
           sandboxId: r.id,
           owner: r.tenant,
@@ -86,7 +102,7 @@ export class UsageMeter {
     }
     for (const owner of (await this.report(now)).owners) {
       for (const kind of owner.over_budget) {
-        if (!(await this.ledger.markWarned(owner.owner, month, kind))) continue;
+        if (!(await writes.markWarned(owner.owner, month, kind))) continue;
         const data = {
           owner: owner.owner,
           month,

@@ -198,6 +198,20 @@ export class ManagerContext {
     };
   }
 
+  /**
+   * Refuses to start a sandbox of another node of the cluster here: its disk is on that node, which
+   * answers for it (a node whose lease lapsed takes it back when it returns). No-op on one machine.
+   */
+  checkHere(row: SandboxRow): void {
+    const here = this.config.cluster?.nodeId;
+    if (here === undefined || row.node_id === here) return;
+    throw new BothyError(
+      "sandbox_not_running",
+      `Sandbox ${row.id} lives on node ${row.node_id ?? "(none)"}, not on this node (${here}): its disk is there. Send the request to that node; if it is down, the sandbox runs again once it is back.`,
+      { details: { sandbox_id: row.id, node_id: row.node_id } },
+    );
+  }
+
   /** Notes activity on a sandbox: idle sleep counts from the last one. */
   touch(id: string): void {
     const rec = this.records.get(id);

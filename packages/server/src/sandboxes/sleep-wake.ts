@@ -211,6 +211,7 @@ export class SleepWake {
     return this.serialized(id, "wake", async (move, rec) => {
       const row = await this.ctx.ledger.getSandbox(id);
       if (!row || !isIn("dormant", row.state) || rec.booted) return;
+      this.ctx.checkHere(row);
       const refusal = by === "implicit" ? await this.wakeRefusal(id) : undefined;
       if (refusal) throw refusal;
       await rec.phase.reaping;

@@ -26,6 +26,11 @@ export class Sweeper {
     private readonly drivers: DriverRegistry,
     private readonly intervalMs: number,
     private readonly log: Logger,
+    /**
+     * Whether this process may act on its host's sandboxes now: a node of a cluster only while it
+     * surely holds its lease (cluster/node-lease.ts), asked before each step and each removal.
+     */
+    private readonly mayAct: () => boolean = () => true,
   ) {}
 
   /** Adds a step every pass runs after deleting expired sandboxes (e.g. idle sleep). */
@@ -54,18 +59,23 @@ export class Sweeper {
     await this.running;
   }
 
+  private halted(): boolean {
+    return this.stopped || !this.mayAct();
+  }
+
   private async pass(): Promise<void> {
+    if (this.halted()) return;
     await this.deleteExpired();
     for (const step of this.steps) {
-      if (this.stopped) return;
+      if (this.halted()) return;
       await step();
     }
-    if (this.stopped) return;
+    if (this.halted()) return;
     await this.manager.finishDeletes("completed by the sweeper");
-    if (this.stopped) return;
+    if (this.halted()) return;
     const before = this.manager.liveIds();
     const objects = (await Promise.all(this.drivers.all().map((d) => d.reconcile()))).flat();
-    if (this.stopped) return;
+    if (this.halted()) return;
     await this.manager.checkAlive(before, new Set(objects.map((o) => o.sandboxId)));
     await this.manager.closeUnownedRows("The sandbox was gone from the host; the sweeper closed its record.");
     await this.removeOrphans(objects);
@@ -73,7 +83,7 @@ export class Sweeper {
 
   private async deleteExpired(): Promise<void> {
     for (const row of await this.ledger.expiredSandboxes(new Date().toISOString())) {
-      if (this.stopped) return;
+      if (this.halted()) return;
       // Asleep past its timeout, it is deleted at the end of its retention (sleep-wake.ts).
       const lifecycle = await this.ledger.lifecycle.of(row.id);
       if (lifecycle?.on_timeout === "sleep" && lifecycle.asleep_by !== "timeout") {
@@ -99,7 +109,7 @@ export class Sweeper {
     this.suspects = new Set([...byId.keys()].filter((id) => !confirmed.includes(id)));
     for (const id of confirmed) {
       // Ownership is checked again at the last moment (in removeUnowned): a create or wake may have taken the id since.
-      if (this.stopped) return;
+      if (this.halted()) return;
       try {
         await this.manager.removeUnowned(id, byId.get(id) ?? [], "sweeper");
       } catch (err) {
