@@ -157,7 +157,9 @@ export async function startServer(
     await resolver?.close();
     throw err;
   });
-  const events = new EventBus(ledger);
+  const events = new EventBus(ledger, (err) =>
+    log("ledger_read_failed", { what: "the cluster's event feed", error: (err as Error).message }),
+  );
   // Nobody waits for these: one the ledger refused is logged (its subscribers never see it).
   const publish = (...args: Parameters<EventBus["publish"]>): void =>
     void events
@@ -446,6 +448,7 @@ export async function startServer(
         await drivers.close();
         await registry.close();
         webhook?.close();
+        events.close();
         await cluster?.stop();
         await ledger.close();
       })();
