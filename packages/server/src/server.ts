@@ -185,7 +185,10 @@ export async function startServer(
   });
   onSandboxFinal(serverEvents, (id) => registry.forget(id));
   // The secrets vault and the CA guests trust for the egress gateway; both keys stay in $BOTHY_HOME/secrets.
-  const vault = await Vault.open(config.home, ledger.secrets);
+  const vault = await Vault.open(config.home, ledger.secrets, config.vaultKeyFile);
+  // On a database several nodes share, the keys each must hold alike come from the one vault key.
+  const clusterKey = (purpose: string): Buffer | undefined =>
+    ledger.dialect === "postgres" ? vault.derive(purpose) : undefined;
   const egressCa = await EgressCa.open(config.home);
   const quotas = new Quotas(ledger, config);
   const volumes = new VolumeService(ledger, quotas, new VolumeMounts(join(config.home, "volumes"), log), log);
@@ -241,7 +244,7 @@ export async function startServer(
     await pruneEvents(ledger.events, config.eventRetention, log);
   });
   const meter = new UsageMeter(ledger, events, { ...config.metering, budgetOf: (t) => quotas.budgetOf(t) }, log);
-  const ring = await KeyRing.open(config.home, ledger);
+  const ring = await KeyRing.open(config.home, ledger, clusterKey("api key pepper"));
   const bootstrapKey = await ring.bootstrap(config.home, config.auth.adminKey);
   if (bootstrapKey)
     logger.info(
@@ -249,6 +252,7 @@ export async function startServer(
       "first start: an admin key for the default tenant was written to $BOTHY_HOME/admin.key",
     );
   const connections = new KeyConnections();
+  connections.follow(ledger, ring);
 
   const startedAt = Date.now();
   const logProblem = (err: BothyError): void => {
@@ -320,8 +324,8 @@ export async function startServer(
       );
   });
   const bindings = new KeyBindings(ring, ledger, config.auth.mode);
-  const e2bTokens = await AccessTokens.load(config.home, bindings);
-  const links = await LinkTokens.load(config.home, bindings);
+  const e2bTokens = await AccessTokens.load(config.home, bindings, clusterKey("envd token key"));
+  const links = await LinkTokens.load(config.home, bindings, clusterKey("link key"));
   const viaLink = linkGrant(links);
   const sessions = new UiSessions(ledger, ring);
   const uiLinks = new UiLinks(ledger, ring);
