@@ -70,7 +70,7 @@ import { IdleSleep } from "./sandboxes/idle-sleep.ts";
 import { UsageMeter } from "./metering/usage-meter.ts";
 import { usageRoutes } from "./api/usage-routes.ts";
 import { Sweeper } from "./sandboxes/sweeper.ts";
-import { nodeOffer, startClusterNode } from "./cluster/cluster-node.ts";
+import { clusterNodeId, nodeOffer, startClusterNode } from "./cluster/cluster-node.ts";
 import { EgressProxy } from "./gateway/egress-proxy.ts";
 import { gatewayLookup } from "./gateway/gateway-lookup.ts";
 import { PolicyResolver } from "./network/policy-resolver.ts";
@@ -202,7 +202,14 @@ export async function startServer(
     { vault, caPem: egressCa.caPem },
     volumes,
   );
-  const approvals = new ApprovalBroker({ rows: ledger.approvals, timeoutMs: config.approvals.timeoutMs, log });
+  const approvals = new ApprovalBroker({
+    rows: ledger.approvals,
+    timeoutMs: config.approvals.timeoutMs,
+    log,
+    ...(config.cluster && {
+      cluster: { nodeId: await clusterNodeId(config.cluster, config.home), listen: ledger.listen },
+    }),
+  });
   await approvals.recover();
   if (resolver && drivers.network) resolver.attach(gatewayLookup(drivers.network, ledger, manager.policies));
   if (proxy && drivers.network)
