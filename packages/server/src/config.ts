@@ -150,6 +150,11 @@ const envSchema = z.object({
     .string()
     .regex(/^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$/, "lower-case letters, digits, dots and dashes, as a host name")
     .optional(),
+  /**
+   * The vault's key, 32 bytes, read from this file (a mounted secret) and never made; unset:
+   * `$BOTHY_HOME/secrets/vault.key`, made at the first start. Several nodes need the same one.
+   */
+  BOTHY_VAULT_KEY_FILE: z.string().startsWith("/", "an absolute path").optional(),
   /** How long a node's lease, and the leader's, lasts past its last renewal (three per lease). */
   BOTHY_NODE_LEASE_S: z.coerce.number().int().min(3).max(300).default(15),
   /** Serves `{port}-{sandbox id}.<this domain>` as that sandbox's port (a wildcard DNS name for the server). */
@@ -210,6 +215,8 @@ export interface Config {
   gvisor: { runsc: string; platform: "ptrace" | "systrap"; agentNode: string | undefined };
   webhook: { url: string; retryBaseMs: number; secret: string | undefined } | undefined;
   approvals: { timeoutMs: number };
+  /** BOTHY_VAULT_KEY_FILE; undefined: the home's `secrets/vault.key`. */
+  vaultKeyFile: string | undefined;
   commandReplayBytes: number;
   /** What the sweeper prunes from the events table (BOTHY_EVENTS_RETENTION). */
   eventRetention: EventRetention;
@@ -312,6 +319,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
         ? undefined
         : { url: e.BOTHY_WEBHOOK_URL, retryBaseMs: e.BOTHY_WEBHOOK_RETRY_MS, secret: e.BOTHY_WEBHOOK_SECRET },
     approvals: { timeoutMs: e.BOTHY_APPROVAL_TIMEOUT_S * 1000 },
+    vaultKeyFile: e.BOTHY_VAULT_KEY_FILE,
     commandReplayBytes: e.BOTHY_COMMAND_REPLAY_BYTES,
     eventRetention: e.BOTHY_EVENTS_RETENTION,
     metering: {

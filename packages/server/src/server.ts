@@ -180,7 +180,9 @@ export async function startServer(
   const sandboxLedger = cluster?.ledger ?? ledger;
   const managerConfig: Config =
     cluster && config.cluster ? { ...config, cluster: { ...config.cluster, nodeId: cluster.node.id } } : config;
-  const events = new EventBus(ledger);
+  const events = new EventBus(ledger, (err) =>
+    log("ledger_read_failed", { what: "the cluster's event feed", error: (err as Error).message }),
+  );
   // Nobody waits for these: one the ledger refused is logged (its subscribers never see it).
   const publish = (...args: Parameters<EventBus["publish"]>): void =>
     void events
@@ -206,7 +208,10 @@ export async function startServer(
   });
   onSandboxFinal(serverEvents, (id) => registry.forget(id));
   // The secrets vault and the CA guests trust for the egress gateway; both keys stay in $BOTHY_HOME/secrets.
-  const vault = await Vault.open(config.home, ledger.secrets);
+  const vault = await Vault.open(config.home, ledger.secrets, config.vaultKeyFile);
+  // On a database several nodes share, the keys each must hold alike come from the one vault key.
+  const clusterKey = (purpose: string): Buffer | undefined =>
+    ledger.dialect === "postgres" ? vault.derive(purpose) : undefined;
   const egressCa = await EgressCa.open(config.home);
   const quotas = new Quotas(ledger, config);
   const volumes = new VolumeService(ledger, quotas, new VolumeMounts(join(config.home, "volumes"), log), log);
@@ -220,7 +225,14 @@ export async function startServer(
     { vault, caPem: egressCa.caPem },
     volumes,
   );
-  const approvals = new ApprovalBroker({ rows: ledger.approvals, timeoutMs: config.approvals.timeoutMs, log });
+  const approvals = new ApprovalBroker({
+    rows: ledger.approvals,
+    timeoutMs: config.approvals.timeoutMs,
+    log,
+    ...(cluster && {
+      cluster: { nodeId: cluster.node.id, listen: ledger.listen },
+    }),
+  });
   await approvals.recover();
   if (resolver && drivers.network) resolver.attach(gatewayLookup(drivers.network, ledger, manager.policies));
   if (proxy && drivers.network)
@@ -283,7 +295,7 @@ export async function startServer(
     sweeper.addStep(async () => {
       await pruneEvents(ledger.events, config.eventRetention, log);
     });
-  const ring = await KeyRing.open(config.home, ledger);
+  const ring = await KeyRing.open(config.home, ledger, clusterKey("api key pepper"));
   const bootstrapKey = await ring.bootstrap(config.home, config.auth.adminKey);
   if (bootstrapKey)
     logger.info(
@@ -291,6 +303,7 @@ export async function startServer(
       "first start: an admin key for the default tenant was written to $BOTHY_HOME/admin.key",
     );
   const connections = new KeyConnections();
+  connections.follow(ledger, ring);
 
   const startedAt = Date.now();
   const logProblem = (err: BothyError): void => {
@@ -370,8 +383,8 @@ export async function startServer(
       );
   });
   const bindings = new KeyBindings(ring, ledger, config.auth.mode);
-  const e2bTokens = await AccessTokens.load(config.home, bindings);
-  const links = await LinkTokens.load(config.home, bindings);
+  const e2bTokens = await AccessTokens.load(config.home, bindings, clusterKey("envd token key"));
+  const links = await LinkTokens.load(config.home, bindings, clusterKey("link key"));
   const viaLink = linkGrant(links);
   const sessions = new UiSessions(ledger, ring);
   const uiLinks = new UiLinks(ledger, ring);
@@ -505,6 +518,7 @@ export async function startServer(
         await drivers.close();
         await registry.close();
         webhook?.close();
+        events.close();
         await cluster?.stop();
         await ledger.close();
       })();

@@ -1,4 +1,4 @@
-import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
+import { mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { createServer, connect } from "node:tls";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -114,6 +114,55 @@ describe("vault", () => {
       await vault.put("default", "github", { value: "v", hosts: ["api.github.com"] });
       await rm(join(h, "secrets", "vault.key"));
       await expect(Vault.open(h, ledger.secrets)).rejects.toThrow(/missing/);
+    } finally {
+      await ledger.close();
+    }
+  });
+
+  it("reads BOTHY_VAULT_KEY_FILE's key and never makes it; a start with another key than the ledger's is refused", async () => {
+    const h = await home();
+    const other = await home();
+    const keyFile = join(other, "vault.key");
+    const ledger = await openStore({ sqlitePath: join(h, "ledger.sqlite") });
+    try {
+      await expect(Vault.open(h, ledger.secrets, keyFile)).rejects.toThrow(
+        /BOTHY_VAULT_KEY_FILE names .* which does not exist/,
+      );
+      await writeFile(keyFile, randomBytes(32), { mode: 0o600 });
+      const vault = await Vault.open(h, ledger.secrets, keyFile);
+      await vault.put("default", "github", { value: "ghp_given_key", hosts: ["api.github.com"] });
+      // Nothing was made in the home: the key is the file's.
+      await expect(stat(join(h, "secrets", "vault.key"))).rejects.toMatchObject({ code: "ENOENT" });
+      expect((await Vault.open(h, ledger.secrets, keyFile)).derive("link key")).toEqual(vault.derive("link key"));
+      expect((await vault.reveal("default", "github")).toString()).toBe("ghp_given_key");
+
+      // Another key (a node given the wrong file, or one that made its own) is refused at start,
+      // with no word of either key in the message.
+      const wrong = randomBytes(32);
+      await writeFile(keyFile, wrong);
+      const refused = await Vault.open(h, ledger.secrets, keyFile).then(
+        () => undefined,
+        (err: unknown) => err as Error,
+      );
+      expect(refused?.message).toMatch(/is not the one this ledger's secrets are sealed with/);
+      expect(refused?.message).not.toContain(wrong.toString("hex"));
+      // The ledger keeps a fingerprint, never the key.
+      const dump = (await readFile(join(h, "ledger.sqlite"))).toString("hex");
+      expect(dump).not.toContain(wrong.toString("hex"));
+    } finally {
+      await ledger.close();
+    }
+  });
+
+  it("derives a different key per purpose, none of them the vault's", async () => {
+    const h = await home();
+    const ledger = await openStore({ sqlitePath: join(h, "ledger.sqlite") });
+    try {
+      const vault = await Vault.open(h, ledger.secrets);
+      const key = await readFile(join(h, "secrets", "vault.key"));
+      const derived = ["api key pepper", "link key", "envd token key"].map((p) => vault.derive(p).toString("hex"));
+      expect(new Set(derived).size).toBe(3);
+      expect(derived).not.toContain(key.toString("hex"));
     } finally {
       await ledger.close();
     }

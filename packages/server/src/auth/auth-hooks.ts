@@ -7,6 +7,7 @@
 import type { Socket } from "node:net";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { BothyError, SANDBOX_ID_RE } from "@bothy/protocol";
+import { KEYS_CHANNEL } from "../ledger/auth-rows.ts";
 import type { LedgerStore } from "../ledger/store.ts";
 import { type KeyRing, NO_AUTH_PRINCIPAL, type Principal } from "./key-ring.ts";
 import { hasScope, requirementOf, type Scope } from "./scopes.ts";
@@ -71,6 +72,26 @@ export class KeyConnections {
   end(keyId: string): void {
     for (const socket of this.byKey.get(keyId) ?? []) socket.destroy();
     this.byKey.delete(keyId);
+  }
+
+  /**
+   * On a database several nodes share: ends this node's connections of a key revoked through
+   * another node. A notification names the key; the key's row decides. After notifications may
+   * have been missed, every key with an open connection here is checked.
+   */
+  follow(ledger: LedgerStore, ring: Pick<KeyRing, "holder">): () => void {
+    const check = (keyId: string): void =>
+      void ring.holder(keyId).then(
+        (holder) => {
+          if (!holder) this.end(keyId);
+        },
+        // Unreadable now: the next notification, or the key's next request, decides.
+        () => undefined,
+      );
+    return ledger.listen(KEYS_CHANNEL, (keyId) => {
+      if (keyId !== undefined) check(keyId);
+      else for (const open of [...this.byKey.keys()]) check(open);
+    });
   }
 }
 

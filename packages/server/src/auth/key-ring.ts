@@ -54,7 +54,10 @@ export function keyView(row: ApiKeyRow): KeyView {
   };
 }
 
-/** The pepper, made on first start. Refuses to make a new one for a ledger that has keys: none would verify. */
+/**
+ * The pepper, made on first start. Refuses to make a new one for a ledger that has keys: none would
+ * verify. (On a database several nodes share, the pepper is the cluster's, given to `open`.)
+ */
 async function loadPepper(home: string, ledger: LedgerStore): Promise<Buffer> {
   const dir = join(home, "secrets");
   await mkdir(dir, { recursive: true, mode: 0o700 });
@@ -78,8 +81,14 @@ async function loadPepper(home: string, ledger: LedgerStore): Promise<Buffer> {
 }
 
 export class KeyRing {
-  /** Verified keys by digest: a request costs one HMAC, not a ledger read. Dropped on revoke. */
+  /**
+   * Verified keys by digest: a request costs one HMAC, not a ledger read. Dropped on revoke. Only
+   * on a ledger this process alone writes (SQLite): on a database several nodes share, a key
+   * revoked through another node must be refused here from the next request, so each request
+   * reads the key's row.
+   */
   private readonly cache = new Map<string, ApiKeyRow>();
+  private readonly caches: boolean;
   private readonly touched = new Map<string, number>();
   /** Counts revocations: a key read from the ledger while one landed is read again before it is cached. */
   private revocations = 0;
@@ -92,10 +101,16 @@ export class KeyRing {
   private constructor(
     private readonly ledger: LedgerStore,
     private readonly pepper: Buffer,
-  ) {}
+  ) {
+    this.caches = ledger.dialect === "sqlite";
+  }
 
-  static async open(home: string, ledger: LedgerStore): Promise<KeyRing> {
-    return new KeyRing(ledger, await loadPepper(home, ledger));
+  /**
+   * `pepper`: the cluster's, on a database several nodes share (every node must digest a key the
+   * same way); else the home's own file.
+   */
+  static async open(home: string, ledger: LedgerStore, pepper?: Buffer): Promise<KeyRing> {
+    return new KeyRing(ledger, pepper ?? (await loadPepper(home, ledger)));
   }
 
   private digest(key: string): string {
@@ -164,7 +179,7 @@ export class KeyRing {
     const digest = this.digest(presented);
     const service = this.service.get(digest);
     if (service) return { ok: true, principal: service };
-    let row = this.cache.get(digest);
+    let row = this.caches ? this.cache.get(digest) : undefined;
     for (let seen = -1; row === undefined && seen !== this.revocations;) {
       seen = this.revocations;
       row = await this.ledger.auth.keyByDigest(digest);
@@ -176,7 +191,7 @@ export class KeyRing {
       return { ok: false, reason: "unknown" };
     if (row.revoked_at !== null) return { ok: false, reason: "revoked" };
     if (row.expires_at !== null && Date.parse(row.expires_at) <= now) return { ok: false, reason: "expired" };
-    this.cache.set(digest, row);
+    if (this.caches) this.cache.set(digest, row);
     const last = this.touched.get(row.id) ?? 0;
     if (now - last >= TOUCH_EVERY_MS) {
       this.touched.set(row.id, now);

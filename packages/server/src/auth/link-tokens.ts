@@ -88,7 +88,9 @@ export class LinkTokens {
     private readonly bindings: KeyBindings,
   ) {}
 
-  static async load(home: string, bindings: KeyBindings): Promise<LinkTokens> {
+  /** `key`: the cluster's, on a database several nodes share (a link made on one opens on all); else the home's file. */
+  static async load(home: string, bindings: KeyBindings, given?: Buffer): Promise<LinkTokens> {
+    if (given) return new LinkTokens(given, bindings);
     const dir = join(home, "secrets");
     await mkdir(dir, { recursive: true, mode: 0o700 });
     await chmod(dir, 0o700);

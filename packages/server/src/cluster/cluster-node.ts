@@ -39,7 +39,7 @@ export async function startClusterNode(
   logger: PinoLogger,
 ): Promise<ClusterNode> {
   if (store.dialect !== "postgres") throw new Error("A cluster node's ledger is the PostgreSQL at BOTHY_DATABASE_URL.");
-  const id = config.nodeId ?? (await homeNodeId(home));
+  const id = await clusterNodeId(config, home);
   const log: ClusterLog = (level, event, fields) => logger[level]({ event, ...fields }, event);
   const node = new NodeLease({ store, info: { ...offer, id, url: config.nodeUrl }, leaseMs: config.leaseMs, log });
   const leader = new LeaderLease({ store, holder: `${id}/${process.pid}`, leaseMs: config.leaseMs, log });
@@ -55,6 +55,11 @@ export async function startClusterNode(
       await node.stop();
     },
   };
+}
+
+/** This node's id: BOTHY_NODE_ID, else the one kept in the home. */
+export async function clusterNodeId(config: Pick<ClusterConfig, "nodeId">, home: string): Promise<string> {
+  return config.nodeId ?? (await homeNodeId(home));
 }
 
 /** The id kept in `$BOTHY_HOME/node-id`, made (`node-` and 12 hex digits) at the first start. */

@@ -27,7 +27,9 @@ export class AccessTokens {
     private readonly bindings: KeyBindings,
   ) {}
 
-  static async load(home: string, bindings: KeyBindings): Promise<AccessTokens> {
+  /** `given`: the cluster's, on a database several nodes share (a token made on one opens on all); else the home's file. */
+  static async load(home: string, bindings: KeyBindings, given?: Buffer): Promise<AccessTokens> {
+    if (given) return new AccessTokens(given, bindings);
     const path = join(home, "e2b-token.key");
     let key: Buffer;
     try {

@@ -2,6 +2,7 @@ import type { BothyEvent } from "@bothy/protocol";
 import type { EventScope } from "../ledger/event-rows.ts";
 import type { EventRow } from "../ledger/ledger.ts";
 import type { LedgerStore } from "../ledger/store.ts";
+import { EventFeed } from "./event-feed.ts";
 
 /** `tenant`: the event's tenant, or null for a host-wide one (shown to admin keys only). */
 export type EventListener = (event: BothyEvent, tenant: string | null) => void;
@@ -9,13 +10,28 @@ export type EventListener = (event: BothyEvent, tenant: string | null) => void;
 /**
  * Lifecycle and command events: written to the ledger first (so a client that reconnects with
  * its last event id misses nothing), then handed to live subscribers and the webhook.
+ *
+ * Two kinds of listener: `subscribe` hears this process's own publishes (the webhook, which each
+ * node sends for its own events); `follow` hears every event of the ledger in `seq` order, each
+ * once (the `/events` streams). On SQLite the two are the same events. On a shared database
+ * (PostgreSQL, several nodes) followers are fed by an `EventFeed`, which reads the rows every node
+ * commits, in order, when an insert's notification or an own publish wakes it.
  */
 export class EventBus {
   private readonly listeners = new Set<EventListener>();
+  private readonly followers = new Set<EventListener>();
   /** The publishes under way, one after another: subscribers get events in the order of their numbers. */
   private chain: Promise<unknown> = Promise.resolve();
+  /** Only on a shared database: every node's events, read back from the ledger. */
+  private readonly feed: EventFeed | undefined;
 
-  constructor(private readonly ledger: LedgerStore) {}
+  constructor(
+    private readonly ledger: LedgerStore,
+    onFeedError: (err: unknown) => void = () => undefined,
+  ) {
+    if (ledger.dialect === "postgres")
+      this.feed = new EventFeed(ledger, (row) => this.tell(this.followers, toEvent(row), row.tenant), onFeedError);
+  }
 
   publish(
     type: BothyEvent["type"],
@@ -26,16 +42,33 @@ export class EventBus {
     const done = this.chain.then(async () => {
       const row = await this.ledger.insertEvent(type, sandboxId, data, tenant);
       const event = toEvent(row);
-      for (const listener of [...this.listeners]) listener(event, row.tenant);
+      this.tell(this.listeners, event, row.tenant);
+      if (this.feed) this.feed.wake();
+      else this.tell(this.followers, event, row.tenant);
       return event;
     });
     this.chain = done.catch(() => undefined);
     return done;
   }
 
+  /** Hears the events this process publishes, as they are written. */
   subscribe(listener: EventListener): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
+  }
+
+  /** Hears every event of the ledger, whichever node wrote it, in `seq` order and once each. */
+  follow(listener: EventListener): () => void {
+    this.followers.add(listener);
+    return () => this.followers.delete(listener);
+  }
+
+  close(): void {
+    this.feed?.close();
+  }
+
+  private tell(listeners: Set<EventListener>, event: BothyEvent, tenant: string | null): void {
+    for (const listener of [...listeners]) listener(event, tenant);
   }
 
   async since(seq: number, sandboxId?: string): Promise<BothyEvent[]> {

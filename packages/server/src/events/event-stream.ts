@@ -42,7 +42,7 @@ export class EventStream {
     from: number | undefined,
   ) {
     // Subscribed before the ledger is read: what is published meanwhile is kept (`arrived`).
-    this.unsubscribe = bus.subscribe((event, tenant) => this.onEvent(event, tenant));
+    this.unsubscribe = bus.follow((event, tenant) => this.onEvent(event, tenant));
     this.untrack = streams.track({ res, state: () => this.state });
     this.keepalive = setInterval(() => {
       if (this.state === "live" && !res.write(": keepalive\n\n")) this.waitForClient();
@@ -76,6 +76,8 @@ export class EventStream {
       return;
     }
     if (this.state !== "live") return; // the next page reads it from the ledger
+    // Read by a page already (a feed of other nodes' events may run behind this stream's pages).
+    if (event.seq <= this.cursor) return;
     this.cursor = event.seq;
     if (!this.inScope(event, tenant)) return;
     if (!this.write(event)) this.waitForClient();

@@ -118,6 +118,8 @@ export interface ServerEventMap {
   sandbox_final_cleanup_failed: Failure;
   /** A ledger write nobody waits for (a command's record, a key's last use, E2B's pid map) failed. */
   ledger_write_failed: { what: string; sandbox_id: string | null; error: string };
+  /** A ledger read nobody waits for (the cluster's event feed, an approval's recheck) failed; the next one tries again. */
+  ledger_read_failed: { what: string; error: string };
   sandbox_delete_failed: Failure;
   orphan_removed: { sandbox_id: string; kind: string; description: string; by: string; disk_kept?: true };
   orphan_remove_failed: Failure;
@@ -242,6 +244,7 @@ export const EVENT_LEVELS: Record<ServerEventName, LogLevel> = {
   sandbox_final: "debug",
   sandbox_final_cleanup_failed: "error",
   ledger_write_failed: "error",
+  ledger_read_failed: "warn",
   sandbox_delete_failed: "warn",
   orphan_removed: "info",
   orphan_remove_failed: "warn",

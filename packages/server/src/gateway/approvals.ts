@@ -3,7 +3,12 @@
  * is the truth. A decision moves it out of `pending` by a compare-and-set that is durable before
  * the held caller is released, so an approved request goes out exactly once and a second decision
  * finds nothing to decide. Nothing held outlives the process: a stop cancels every waiter, and a
- * start cancels every row a previous process left pending.
+ * start cancels every row a previous process of its node left pending.
+ *
+ * On a database several nodes share, a request held on one node may be decided through another:
+ * the decision's compare-and-set notifies, and the node holding the caller reads the row and
+ * answers it (and reads its callers' rows every POLL_MS, should a notification be lost). The row
+ * is the outcome; the notification only says which row to read.
  */
 import {
   BothyError,
@@ -14,12 +19,22 @@ import {
 } from "@bothy/protocol";
 import type { z } from "zod";
 import type { Logger } from "../events/server-events.ts";
-import { toApprovalInfo, type ApprovalRow, type ApprovalRows, type Settlement } from "../ledger/approval-rows.ts";
+import {
+  APPROVALS_CHANNEL,
+  toApprovalInfo,
+  type ApprovalRow,
+  type ApprovalRows,
+  type Settlement,
+} from "../ledger/approval-rows.ts";
+import type { LedgerStore } from "../ledger/store.ts";
 import { newApprovalId } from "../util/ids.ts";
 import type { ApprovalAsk, ApprovalGate, ApprovalOutcome } from "./contracts.ts";
 
 /** The most of a body or of a tool's arguments an approval shows. */
 export const EXCERPT_BYTES = 8 * 1024;
+
+/** How often a node of a cluster reads its held callers' rows, whatever notifications it heard. */
+const POLL_MS = 2_000;
 
 export type ApprovalDecision = z.output<typeof decideApprovalRequest>;
 
@@ -29,6 +44,11 @@ export interface ApprovalBrokerOptions {
   timeoutMs: number;
   /** Emits `approval_requested` and `approval_decided` (which become the public events). */
   log: Logger;
+  /**
+   * On a database several nodes share: this node's id (its rows are the ones its start cancels)
+   * and the store's notifications, by which it hears of decisions made through other nodes.
+   */
+  cluster?: { nodeId: string; listen: LedgerStore["listen"] };
 }
 
 interface Waiter {
@@ -51,8 +71,16 @@ export const approvalNotFound = (id: string): BothyError =>
 export class ApprovalBroker implements ApprovalGate {
   private readonly waiters = new Map<string, Waiter>();
   private stopped = false;
+  private readonly unlisten: () => void = () => undefined;
+  private readonly poll: NodeJS.Timeout | undefined;
 
-  constructor(private readonly opts: ApprovalBrokerOptions) {}
+  constructor(private readonly opts: ApprovalBrokerOptions) {
+    if (opts.cluster) {
+      this.unlisten = opts.cluster.listen(APPROVALS_CHANNEL, (id) => this.recheck(id || undefined));
+      this.poll = setInterval(() => this.recheck(undefined), POLL_MS);
+      this.poll.unref();
+    }
+  }
 
   /**
    * At start-up, before anything asks: every approval a previous process left pending is
@@ -60,7 +88,11 @@ export class ApprovalBroker implements ApprovalGate {
    * and a late approval must not send anything. Returns how many there were.
    */
   async recover(): Promise<number> {
-    const rows = await this.opts.rows.cancelAllPending("server_restarted");
+    const rows = await this.opts.rows.cancelAllPending(
+      "server_restarted",
+      undefined,
+      this.opts.cluster?.nodeId ?? null,
+    );
     for (const row of rows) this.opts.log("approval_decided", toApprovalInfo(row));
     return rows.length;
   }
@@ -91,6 +123,7 @@ export class ApprovalBroker implements ApprovalGate {
       rule: req.rule,
       created_at: new Date(created).toISOString(),
       expires_at: new Date(created + this.opts.timeoutMs).toISOString(),
+      node_id: this.opts.cluster?.nodeId ?? null,
     });
     const row = await this.opts.rows.get(id);
     if (row) this.opts.log("approval_requested", toApprovalInfo(row));
@@ -167,6 +200,8 @@ export class ApprovalBroker implements ApprovalGate {
   /** Graceful stop: every held caller is answered `cancelled` (server_stopping) and every timer cleared. */
   stop(): void {
     this.stopped = true;
+    clearInterval(this.poll);
+    this.unlisten();
     // Each waiter is answered once its row is settled; a row that cannot be written is still answered.
     for (const [id, waiter] of [...this.waiters])
       void this.cancel(id, "server_stopping").catch(() =>
@@ -218,17 +253,45 @@ export class ApprovalBroker implements ApprovalGate {
     await this.settle(id, { state: "cancelled", decidedBy: null, grantKind: null, grantUntil: null, reason });
   }
 
-  /** Moves a pending row on (the ledger's compare-and-set), then releases its waiter, if any. */
+  /**
+   * Moves a pending row on (the ledger's compare-and-set), then releases its waiter, if any. When
+   * the row was decided already (through another node, which won the compare-and-set), its waiter
+   * here is answered with that decision.
+   */
   private async settle(id: string, how: Settlement): Promise<ApprovalRow | undefined> {
     const row = await this.opts.rows.settle(id, how);
-    if (!row) return undefined;
+    if (!row) {
+      // Unreadable now: the next notification or poll answers it.
+      if (this.waiters.has(id)) await this.learn(id).catch(() => undefined);
+      return undefined;
+    }
     this.opts.log("approval_decided", toApprovalInfo(row));
-    const outcome: ApprovalOutcome = { approvalId: id, state: how.state as ApprovalOutcome["state"] };
-    if (how.state === "cancelled") outcome.cancelReason = how.reason as ApprovalCancelReason;
-    else if (how.reason !== null) outcome.reason = how.reason;
-    this.waiters.get(id)?.finish(outcome);
+    this.waiters.get(id)?.finish(outcomeOf(row));
     return row;
   }
+
+  /** Reads the rows of held callers (`id`'s, or all of them) and answers those decided elsewhere. */
+  private recheck(id: string | undefined): void {
+    const ids = id === undefined ? [...this.waiters.keys()] : this.waiters.has(id) ? [id] : [];
+    for (const held of ids)
+      void this.learn(held).catch((err: unknown) =>
+        this.opts.log("ledger_read_failed", { what: `approval ${held}`, error: (err as Error).message }),
+      );
+  }
+
+  /** Answers the held caller of `id` with its row's decision, once there is one. */
+  private async learn(id: string): Promise<void> {
+    const row = await this.opts.rows.get(id);
+    if (row && row.state !== "pending") this.waiters.get(id)?.finish(outcomeOf(row));
+  }
+}
+
+/** What a held caller is told of its decided row. */
+function outcomeOf(row: ApprovalRow): ApprovalOutcome {
+  const outcome: ApprovalOutcome = { approvalId: row.id, state: row.state as ApprovalOutcome["state"] };
+  if (row.state === "cancelled") outcome.cancelReason = row.reason as ApprovalCancelReason;
+  else if (row.reason !== null) outcome.reason = row.reason;
+  return outcome;
 }
 
 function notPending(row: ApprovalRow): BothyError {

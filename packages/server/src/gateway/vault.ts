@@ -1,11 +1,13 @@
 /**
  * The secrets vault: values sealed with AES-256-GCM under a key in `$BOTHY_HOME/secrets/vault.key`
- * (32 random bytes, 0600, made on first start), with `tenant \0 name` as associated data so a
- * sealed value moved to another tenant or name does not open. The ledger holds only
- * `nonce | tag | ciphertext`; a value is opened on each use by the gateway and never kept, shown,
- * logged or sent to a guest.
+ * (32 random bytes, 0600, made on first start) or the file BOTHY_VAULT_KEY_FILE names (never made:
+ * several nodes share one key, from a mounted secret), with `tenant \0 name` as associated data so
+ * a sealed value moved to another tenant or name does not open. The ledger holds only
+ * `nonce | tag | ciphertext`, and the key's fingerprint (a key derived from it, which tells nothing
+ * of it), so a node started with another key refuses to start; a value is opened on each use by the
+ * gateway and never kept, shown, logged or sent to a guest.
  */
-import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
+import { createCipheriv, createDecipheriv, hkdfSync, randomBytes, timingSafeEqual } from "node:crypto";
 import { chmod, mkdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { z } from "zod";
@@ -40,8 +42,37 @@ export function unseal(key: Buffer, tenant: string, name: string, sealed: Buffer
   return Buffer.concat([decipher.update(sealed.subarray(NONCE_BYTES + TAG_BYTES)), decipher.final()]);
 }
 
-/** The vault's key, made on first start. Refuses to make a new one while sealed values exist: none would open. */
-export async function loadVaultKey(home: string, rows: SecretRows): Promise<Buffer> {
+/**
+ * A key for `purpose` derived from the vault's (HKDF-SHA256): what else every node of a cluster must
+ * hold alike (the API keys' pepper, the link and envd token keys) comes from the one key the
+ * operator supplies, and telling one of them tells nothing of the vault's key or the others.
+ */
+export function deriveKey(vaultKey: Buffer, purpose: string): Buffer {
+  return Buffer.from(hkdfSync("sha256", vaultKey, Buffer.alloc(0), `bothy ${purpose}`, KEY_BYTES));
+}
+
+/** The key in BOTHY_VAULT_KEY_FILE, which bothy never makes: a node that made its own would seal with a key no other holds. */
+async function readGivenKey(file: string): Promise<Buffer> {
+  let key: Buffer;
+  try {
+    key = await readFile(file);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT")
+      throw new Error(
+        `BOTHY_VAULT_KEY_FILE names ${file}, which does not exist: put the vault's key there (32 random bytes, the same file on every node; \`head -c 32 /dev/urandom > vault.key\` makes one for a new cluster), or unset it to keep the key in $BOTHY_HOME/secrets/vault.key.`,
+      );
+    throw err;
+  }
+  if (key.length !== KEY_BYTES) throw new Error(`${file} holds ${key.length} bytes; the vault key is 32 random bytes.`);
+  return key;
+}
+
+/**
+ * The vault's key: BOTHY_VAULT_KEY_FILE's, else the home's, made on first start. Refuses to make a
+ * new one while sealed values exist: none would open.
+ */
+export async function loadVaultKey(home: string, rows: SecretRows, keyFile?: string): Promise<Buffer> {
+  if (keyFile !== undefined) return readGivenKey(keyFile);
   const dir = join(home, "secrets");
   await mkdir(dir, { recursive: true, mode: 0o700 });
   await chmod(dir, 0o700);
@@ -82,8 +113,28 @@ export class Vault implements SecretSource {
     private readonly rows: SecretRows,
   ) {}
 
-  static async open(home: string, rows: SecretRows): Promise<Vault> {
-    return new Vault(await loadVaultKey(home, rows), rows);
+  /**
+   * Loads the key (`keyFile`: BOTHY_VAULT_KEY_FILE) and checks it is the ledger's: the first start
+   * records its fingerprint, and a start with another key is refused before anything is sealed or
+   * opened with it.
+   */
+  static async open(home: string, rows: SecretRows, keyFile?: string): Promise<Vault> {
+    const key = await loadVaultKey(home, rows, keyFile);
+    const fingerprint = deriveKey(key, "vault key fingerprint");
+    const recorded = Buffer.from(
+      await rows.vaultFingerprint(fingerprint.toString("hex"), new Date().toISOString()),
+      "hex",
+    );
+    if (recorded.length !== fingerprint.length || !timingSafeEqual(recorded, fingerprint))
+      throw new Error(
+        `The vault key in ${keyFile ?? join(home, "secrets", "vault.key")} is not the one this ledger's secrets are sealed with (its fingerprint differs from the one the ledger recorded at its first start): start this node with the cluster's vault key, the same file on every node (BOTHY_VAULT_KEY_FILE, or $BOTHY_HOME/secrets/vault.key). Nothing was sealed or opened with this one.`,
+      );
+    return new Vault(key, rows);
+  }
+
+  /** A key every node holding this vault's key derives alike (`deriveKey`). */
+  derive(purpose: string): Buffer {
+    return deriveKey(this.key, purpose);
   }
 
   /**
@@ -172,7 +223,14 @@ export class Vault implements SecretSource {
   async reveal(tenant: string, name: string): Promise<Buffer> {
     const row = await this.rows.get(tenant, name);
     if (!row) throw secretNotFound(name);
-    return unseal(this.key, tenant, name, row.sealed);
+    try {
+      return unseal(this.key, tenant, name, row.sealed);
+    } catch (err) {
+      throw new Error(
+        `Secret ${name.slice(0, 64)} of tenant ${tenant.slice(0, 64)} does not open with this node's vault key (altered in the ledger, or sealed under another key): put it again with PUT /secrets/{name}.`,
+        { cause: err },
+      );
+    }
   }
 }
 

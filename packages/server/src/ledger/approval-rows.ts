@@ -1,7 +1,13 @@
-import { all, get, run, type Step, type Asynced } from "./sql-step.ts";
+import { all, get, notify, run, type Step, type Asynced } from "./sql-step.ts";
 import type { ApprovalInfo, ApprovalState } from "@bothy/protocol";
 
-/** One row of the `approvals` table (migration 11). */
+/**
+ * The channel a decision notifies (the approval's id as payload, "" for several): the node holding
+ * its caller reads the row and answers it.
+ */
+export const APPROVALS_CHANNEL = "bothy_approvals";
+
+/** One row of the `approvals` table (migration 11; `node_id` 20). */
 export interface ApprovalRow {
   id: string;
   tenant: string;
@@ -22,6 +28,8 @@ export interface ApprovalRow {
   grant_kind: "once" | "host" | null;
   grant_until: string | null;
   reason: string | null;
+  /** The node whose process holds its caller; null on a single machine. */
+  node_id: string | null;
 }
 
 /** How a pending approval ends: its new state and what the decision says. */
@@ -63,11 +71,16 @@ export function toApprovalInfo(row: ApprovalRow): ApprovalInfo {
  */
 export class ApprovalQueries {
   *insert(
-    row: Omit<ApprovalRow, "state" | "decided_at" | "decided_by" | "grant_kind" | "grant_until" | "reason">,
+    row: Omit<
+      ApprovalRow,
+      "state" | "decided_at" | "decided_by" | "grant_kind" | "grant_until" | "reason" | "node_id"
+    > & {
+      node_id?: string | null;
+    },
   ): Step<void> {
     yield* run(
-      `INSERT INTO approvals (id, tenant, sandbox_id, conversation_id, kind, method, host, path, tool, excerpt, rule, state, created_at, expires_at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)`,
+      `INSERT INTO approvals (id, tenant, sandbox_id, conversation_id, kind, method, host, path, tool, excerpt, rule, state, created_at, expires_at, node_id)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)`,
       [
         row.id,
         row.tenant,
@@ -82,6 +95,7 @@ export class ApprovalQueries {
         row.rule,
         row.created_at,
         row.expires_at,
+        row.node_id ?? null,
       ],
     );
   }
@@ -104,21 +118,38 @@ export class ApprovalQueries {
     return yield* all<ApprovalRow>(sql, [...args, filter.limit]);
   }
 
-  /** Ends a pending approval; undefined (and nothing changed) when it is not pending. */
+  /**
+   * Ends a pending approval; undefined (and nothing changed) when it is not pending. One
+   * compare-and-set, so of two nodes deciding at once one changes the row and the other finds it
+   * decided. Notifies APPROVALS_CHANNEL, so the node holding its caller hears of it.
+   */
   *settle(id: string, how: Settlement, at: string = new Date().toISOString()): Step<ApprovalRow | undefined> {
-    return yield* get<ApprovalRow>(
+    const row = yield* get<ApprovalRow>(
       `UPDATE approvals SET state = ?, decided_at = ?, decided_by = ?, grant_kind = ?, grant_until = ?, reason = ?
          WHERE id = ? AND state = 'pending' RETURNING *`,
       [how.state, at, how.decidedBy, how.grantKind, how.grantUntil, how.reason, id],
     );
+    if (row) yield* notify(APPROVALS_CHANNEL, id);
+    return row;
   }
 
-  /** Cancels every pending approval at once (start-up: nothing held before survives a restart). */
-  *cancelAllPending(reason: string, at: string = new Date().toISOString()): Step<ApprovalRow[]> {
-    return yield* all<ApprovalRow>(
-      `UPDATE approvals SET state = 'cancelled', decided_at = ?, reason = ? WHERE state = 'pending' RETURNING *`,
-      [at, reason],
+  /**
+   * Cancels every pending approval whose caller a process of node `nodeId` held (null: a single
+   * machine's rows) at once: start-up, when nothing that node held before survives. Other nodes'
+   * callers still wait for theirs.
+   */
+  *cancelAllPending(
+    reason: string,
+    at: string = new Date().toISOString(),
+    nodeId: string | null = null,
+  ): Step<ApprovalRow[]> {
+    const rows = yield* all<ApprovalRow>(
+      `UPDATE approvals SET state = 'cancelled', decided_at = ?, reason = ?
+         WHERE state = 'pending' AND COALESCE(node_id, '') = ? RETURNING *`,
+      [at, reason, nodeId ?? ""],
     );
+    if (rows.length > 0) yield* notify(APPROVALS_CHANNEL);
+    return rows;
   }
 
   /** Whether an approval granted `host` to this sandbox until after `at`. */

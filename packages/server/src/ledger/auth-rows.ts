@@ -1,5 +1,8 @@
-import { all, get, relaxed, run, type Step, type Asynced } from "./sql-step.ts";
+import { all, get, notify, relaxed, run, type Step, type Asynced } from "./sql-step.ts";
 import { sqlStates } from "../sandboxes/lifecycle.ts";
+
+/** The channel a key's revocation notifies (its id as payload): other nodes end its open connections. */
+export const KEYS_CHANNEL = "bothy_keys";
 
 export interface TenantRow {
   id: string;
@@ -85,14 +88,15 @@ export class AuthQueries {
     return (yield* get<{ n: number }>(`SELECT COUNT(*) AS n FROM api_keys`))?.n ?? 0;
   }
 
-  /** False when it was revoked already. */
+  /** False when it was revoked already. Tells the other nodes (KEYS_CHANNEL) either way. */
   *revokeKey(id: string): Step<boolean> {
-    return (
+    const changed =
       (yield* run(`UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`, [
         new Date().toISOString(),
         id,
-      ])) === 1
-    );
+      ])) === 1;
+    yield* notify(KEYS_CHANNEL, id);
+    return changed;
   }
 
   /** Written without waiting for the disk: losing the last few in a power cut costs nothing. */

@@ -1,4 +1,10 @@
-import { all, get, relaxed, run, type Step, type Asynced } from "./sql-step.ts";
+import { all, get, notify, relaxed, run, serialize, transaction, type Step, type Asynced } from "./sql-step.ts";
+
+/** The channel an event's insert notifies: other nodes' readers wake and read the rows after their last. */
+export const EVENTS_CHANNEL = "bothy_events";
+
+/** The lock event inserts take in turn (a 64-bit key of bothy's own: "bothy" and 1). */
+const EVENT_ORDER_LOCK = 0x626f74687901;
 
 export interface EventRow {
   seq: number;
@@ -33,17 +39,29 @@ export class EventQueries {
    * Appends an event and returns its sequence number (the SSE event id). Its tenant is its
    * sandbox's, or `tenant` for one about a tenant as a whole; else it is host-wide. Written relaxed,
    * like a command's record.
+   *
+   * Readers page by `seq > last seen`, so a row must never become visible after one with a higher
+   * number: on PostgreSQL two transactions take their numbers in one order and may commit in the
+   * other, and a reader between the two commits would pass the first for good. So each insert
+   * takes the same transaction lock first and holds it until it commits: numbers are taken and
+   * committed in one order, across every node. The insert also notifies EVENTS_CHANNEL, which
+   * wakes the other nodes' readers (events/event-bus.ts) when it commits.
    */
   *insertEvent(type: string, sandboxId: string | null, data: object, tenant?: string): Step<EventRow> {
     const created_at = new Date().toISOString();
     const json = JSON.stringify(data);
-    // The sandbox's tenant is looked up in the insert itself (no row read and copied for one field).
     const row = yield* relaxed(() =>
-      get<{ seq: number; tenant: string | null }>(
-        `INSERT INTO events (type, sandbox_id, data, created_at, tenant)
-           VALUES (?, ?, ?, ?, COALESCE(?, (SELECT tenant FROM sandboxes WHERE id = ?))) RETURNING seq, tenant`,
-        [type, sandboxId, json, created_at, tenant ?? null, sandboxId],
-      ),
+      transaction(function* () {
+        yield* serialize(EVENT_ORDER_LOCK);
+        // The sandbox's tenant is looked up in the insert itself (no row read and copied for one field).
+        const inserted = yield* get<{ seq: number; tenant: string | null }>(
+          `INSERT INTO events (type, sandbox_id, data, created_at, tenant)
+             VALUES (?, ?, ?, ?, COALESCE(?, (SELECT tenant FROM sandboxes WHERE id = ?))) RETURNING seq, tenant`,
+          [type, sandboxId, json, created_at, tenant ?? null, sandboxId],
+        );
+        yield* notify(EVENTS_CHANNEL);
+        return inserted;
+      }),
     );
     if (!row) throw new Error("the events insert returned no row");
     return { seq: row.seq, type, sandbox_id: sandboxId, tenant: row.tenant, data: json, created_at };

@@ -264,4 +264,13 @@ export const MIGRATIONS = [
      epoch BIGINT NOT NULL,
      expires_at BIGINT NOT NULL
    );`,
+  // 20: one policy layer across nodes: the node whose process holds a pending approval's caller (a
+  // start cancels only its own node's; null: a single machine's), and the vault key's fingerprint
+  // (an HMAC under the key, never the key), so a node started with another key refuses to start.
+  `ALTER TABLE approvals ADD COLUMN node_id TEXT;
+   CREATE TABLE vault_check (
+     id INTEGER PRIMARY KEY CHECK (id = 1),
+     fingerprint TEXT NOT NULL,
+     created_at TEXT NOT NULL
+   );`,
 ];

@@ -89,6 +89,12 @@ export class PgRunner {
         return (await this.query(op, on)).rowCount ?? 0;
       case "transaction":
         return client ? this.run(op.body(), client) : this.transaction((c) => this.run(op.body(), c));
+      case "serialize":
+        if (!client)
+          throw new Error("serialize() holds its lock until the transaction ends: call it inside transaction()");
+        return void (await client.query("SELECT pg_advisory_xact_lock($1::bigint)", [op.key]));
+      case "notify":
+        return void (await on.query("SELECT pg_notify($1, $2)", [op.channel, op.payload]));
       case "relaxed":
         // Every commit waits for the WAL's flush here: PostgreSQL's per-transaction
         // synchronous_commit=off would cost a BEGIN and a COMMIT more per write than it saves.

@@ -27,6 +27,21 @@ export interface SandboxSecretRow {
  * failed sandbox keeps its placeholder rows for the record, but `bindings` no longer returns them.
  */
 export class SecretQueries {
+  /**
+   * The vault key's fingerprint the ledger recorded first: `fingerprint` itself when it had none.
+   * Every node of a shared database must hold the key whose fingerprint this is.
+   */
+  *vaultFingerprint(fingerprint: string, at: string): Step<string> {
+    yield* run(`INSERT INTO vault_check (id, fingerprint, created_at) VALUES (1, ?, ?) ON CONFLICT (id) DO NOTHING`, [
+      fingerprint,
+      at,
+    ]);
+    return (
+      (yield* get<{ fingerprint: string }>(`SELECT fingerprint FROM vault_check WHERE id = 1`))?.fingerprint ??
+      fingerprint
+    );
+  }
+
   *get(tenant: string, name: string): Step<SecretRow | undefined> {
     return yield* get<SecretRow>(`SELECT * FROM secrets WHERE tenant = ? AND name = ?`, [tenant, name]);
   }

@@ -15,7 +15,9 @@ export type SqlParams = readonly SqlValue[];
 
 export type Op =
   | { readonly kind: "all" | "get" | "run"; readonly sql: string; readonly params: SqlParams }
-  | { readonly kind: "transaction" | "relaxed"; readonly body: () => Step<unknown> };
+  | { readonly kind: "transaction" | "relaxed"; readonly body: () => Step<unknown> }
+  | { readonly kind: "serialize"; readonly key: number }
+  | { readonly kind: "notify"; readonly channel: string; readonly payload: string };
 
 /** A piece of ledger work: yields operations, is resumed with their results, returns `T`. */
 export type Step<T> = Generator<Op, T, unknown>;
@@ -51,6 +53,24 @@ export function* transaction<T>(body: () => Step<T>): Step<T> {
  */
 export function* relaxed<T>(body: () => Step<T>): Step<T> {
   return (yield { kind: "relaxed", body }) as T;
+}
+
+/**
+ * Inside a transaction: waits until no other transaction holds `key`, and holds it until this one
+ * ends (PostgreSQL's `pg_advisory_xact_lock`), so transactions that take it commit one after
+ * another in the order they took it. SQLite's one writer serializes them already: nothing to do.
+ */
+export function* serialize(key: number): Step<void> {
+  yield { kind: "serialize", key };
+}
+
+/**
+ * Tells the other processes on the database that something changed (PostgreSQL's `pg_notify`,
+ * delivered when the transaction commits, or at once outside one). A wake-up only: a listener reads
+ * the rows, never trusts the payload as data. SQLite has one process: nothing to tell.
+ */
+export function* notify(channel: string, payload = ""): Step<void> {
+  yield { kind: "notify", channel, payload };
 }
 
 type StepMethodKeys<T> = {

@@ -55,6 +55,10 @@ export class SqliteRunner {
         return this.statement(op.sql).run(...op.params).changes;
       case "transaction":
         return this.db.transaction(() => this.run(op.body()))();
+      case "serialize":
+      case "notify":
+        // One process and one writer: transactions are serialized already, and nobody else listens.
+        return undefined;
       case "relaxed":
         // Inside a transaction the commit is the transaction's, durable as it is.
         if (this.db.inTransaction) return this.run(op.body());

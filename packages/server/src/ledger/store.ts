@@ -8,6 +8,7 @@ import { EventQueries } from "./event-rows.ts";
 import { LifecycleQueries } from "./lifecycle-rows.ts";
 import { migrateSqlite, openSqlite } from "./ledger.ts";
 import { NodeQueries } from "./node-rows.ts";
+import { PgListener, type NotifyHandler } from "./pg-listener.ts";
 import { PgRunner } from "./pg-runner.ts";
 import { SandboxQueries } from "./sandbox-rows.ts";
 import { SecretQueries } from "./secret-rows.ts";
@@ -42,6 +43,12 @@ export type LedgerStore = Asynced<SandboxQueries> &
     readonly clusterLeases: Asynced<ClusterLeaseQueries>;
     /** Runs a piece of work made of the rows' steps as one transaction (all of it or none). */
     transaction<T>(body: () => Step<T>): Promise<T>;
+    /**
+     * Calls `handler` when another process on the database `notify`s `channel` (sql-step.ts), and
+     * with `undefined` whenever notifications may have been missed; answers the function that stops
+     * it. On SQLite, one process: never called (there is no other process to hear from).
+     */
+    listen(channel: string, handler: NotifyHandler): () => void;
     close(): Promise<void>;
   };
 
@@ -69,10 +76,15 @@ export async function openStore(options: StoreOptions): Promise<LedgerStore> {
         { cause: err },
       );
     }
+    const listener = new PgListener(options.databaseUrl);
     return build(
       "postgres",
       (step) => runner.run(step),
-      () => pool.end(),
+      async () => {
+        await listener.close();
+        await pool.end();
+      },
+      (channel, handler) => listener.listen(channel, handler),
     );
   }
   const db = openSqlite(options.sqlitePath);
@@ -91,6 +103,7 @@ export async function openStore(options: StoreOptions): Promise<LedgerStore> {
     async () => {
       db.close();
     },
+    () => () => undefined,
   );
 }
 
@@ -109,6 +122,7 @@ function build(
   dialect: DialectName,
   runner: (step: Step<unknown>) => Promise<unknown>,
   close: () => Promise<void>,
+  listen: LedgerStore["listen"],
 ): LedgerStore {
   const bind = <T>(rows: object): Asynced<T> => bindSteps<Asynced<T>>(rows, runner);
   const events = bind<EventQueries>(new EventQueries());
@@ -132,6 +146,7 @@ function build(
     nodes: bind<NodeQueries>(new NodeQueries()),
     clusterLeases: bind<ClusterLeaseQueries>(new ClusterLeaseQueries()),
     transaction: <T>(body: () => Step<T>) => runner(transaction(body)) as Promise<T>,
+    listen,
     close,
   };
 }
