@@ -62,6 +62,20 @@ execFileSync(
   ["-static", "-O2", "-Wall", "-Werror", "-o", `${here}dist/bothy-init`, `${here}native/bothy-init.c`],
   { stdio: "inherit" },
 );
+// The front's frame reader and header classifier alone, for their unit test (native-frames.unit.test.ts).
+execFileSync(
+  "gcc",
+  [
+    "-O2",
+    "-Wall",
+    "-Werror",
+    "-o",
+    `${here}dist/frames-check`,
+    `${here}native/frames-check.c`,
+    `${here}native/frames.c`,
+  ],
+  { stdio: "inherit" },
+);
 // The guest helper (identity, disk growth, the command spawner), for gVisor sandboxes; the QEMU
 // initramfs compiles its own from the same sources (server/src/images/initramfs.ts).
 execFileSync(
