@@ -131,7 +131,10 @@ const CANONICAL: { header: object; native: boolean }[] = [
   { header: { t: "limits", id: 1, max_processes: 1024 }, native: true },
   { header: { t: "limits", id: 2 ** 31 - 1, max_processes: 4_194_304 }, native: true },
   { header: { t: "limits", id: 3, max_processes: 64, root_bytes: 10 ** 9 }, native: false },
-  { header: { t: "exec", id: 4, cmd: 'echo "a\\b" \u00e9', cwd: "/root", env: { A: "b" }, stdin: true }, native: false },
+  {
+    header: { t: "exec", id: 4, cmd: 'echo "a\\b" \u00e9', cwd: "/root", env: { A: "b" }, stdin: true },
+    native: false,
+  },
   { header: { t: "exec", id: 5, cmd: "true", pty: { cols: 80, rows: 24 } }, native: false },
   { header: { t: "credit", id: 4, bytes: 131072 }, native: false },
   { header: { t: "stdin", id: 4, eof: true }, native: false },
@@ -288,7 +291,10 @@ describe("the native front's frames (frames-check)", () => {
 
   it("stops at a truncated frame, keeps at most one frame, and finds the stream again after a resync preamble", async () => {
     const first = encodeFrame({ t: "limits", id: 9, max_processes: 7 });
-    const whole = Buffer.concat([first, encodeFrame({ t: "stdin", id: 4, eof: false }, Buffer.alloc(MAX_PAYLOAD_BYTES, 1))]);
+    const whole = Buffer.concat([
+      first,
+      encodeFrame({ t: "stdin", id: 4, eof: false }, Buffer.alloc(MAX_PAYLOAD_BYTES, 1)),
+    ]);
     for (const cut of [0, 1, 7, 8, 20, first.length + 9, whole.length - 1]) {
       const s = whole.subarray(0, cut);
       const lines = await runCheck(s, cut);
@@ -298,7 +304,10 @@ describe("the native front's frames (frames-check)", () => {
     }
     // The largest frame the bounds allow passes; one byte more is a framing error, and the
     // preamble a new host sends brings the reader back in step.
-    const biggest = rawFrame(`{"t":"credit","id":1,"bytes":1,"pad":"${"x".repeat(MAX_HEADER_BYTES - 40)}"}`, MAX_PAYLOAD_BYTES);
+    const biggest = rawFrame(
+      `{"t":"credit","id":1,"bytes":1,"pad":"${"x".repeat(MAX_HEADER_BYTES - 40)}"}`,
+      MAX_PAYLOAD_BYTES,
+    );
     expect(biggest.readUInt32BE(0)).toBe(MAX_HEADER_BYTES);
     const s = Buffer.concat([
       biggest,
