@@ -46,7 +46,13 @@ export interface AgentEnv {
   readonly outputRestMs: number;
 }
 
-const OWN_VARIABLES = ["BOTHY_CHANNEL", "BOTHY_HELPER", "BOTHY_COMMANDS_CGROUP", "BOTHY_SPAWNER", "BOTHY_FRONT"] as const;
+const OWN_VARIABLES = [
+  "BOTHY_CHANNEL",
+  "BOTHY_HELPER",
+  "BOTHY_COMMANDS_CGROUP",
+  "BOTHY_SPAWNER",
+  "BOTHY_FRONT",
+] as const;
 
 let env: AgentEnv | undefined;
 
