@@ -171,6 +171,7 @@ async function bootOnce(variant: Variant, i: number): Promise<Sample> {
       agentPath: config.agentPath,
       agentNode,
       agentSnapshot: variant === "agent+flags" ? flagsBlob : blob,
+      agentStart: "lazy",
     }) as { process: { args: string[] }; mounts: object[] };
     if (variant === "echo") spec.process.args = ["/bin/sh", "-c", "echo ok"];
     // Without the front: it would hold the channel and wait for frames instead of running `true`.
