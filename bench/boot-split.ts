@@ -6,17 +6,22 @@
  * serves), the stubs (the guest's own user code), the gofer. Variants, in one interleaved run:
  *
  *   echo      `/bin/sh -c 'echo ok'`: the floor of a raw `runsc run`
- *   init      bothy-init starting the spawner helper and `/bin/true` as its agent: the native part
+ *   init      bothy-init (--no-front) starting the spawner helper and `/bin/true` as its agent: the
+ *             native part
  *   node      the host's Node, `-e 0`: Node's own start, no snapshot
  *   native    bothy-init, the helper, and bench/boot-probe.c in the agent's place: a native agent's
  *             floor (hello, `limits` answered with `done`, and `exec`)
- *   agent     the whole boot: bothy-init, the helper, the agent from its snapshot, answered up to
- *             the `done` of its `limits` (what a create waits for), as the driver starts it
+ *   agent     the whole boot as the driver starts it: bothy-init's native front answers hello and
+ *             `limits` (up to its `done`, what a create waits for); the agent from its snapshot and
+ *             the helper start with the first command
+ *   eager     the boot before the front (`bothy-init --no-front`): the agent from its snapshot and
+ *             the helper at boot, the agent answering hello and `limits` itself
  *   agent+flags  the same with `--agent-flags` given to its Node
  *
- * Ready is the container's exit for the first three and the `done` frame for `native` and `agent`.
- * After ready, `native` and `agent` also time `--commands` `true` round trips over the channel
- * (exec → exited, no server) against an in-sandbox `sh -c true` fork+exec, as bench/commands does.
+ * Ready is the container's exit for the first three and the `done` frame for the others. After
+ * ready, those also time `--commands` `true` round trips over the channel (exec → exited, no
+ * server) against an in-sandbox `sh -c true` fork+exec, as bench/commands does, and the first of
+ * them apart (behind the front it starts the agent).
  */
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
@@ -46,15 +51,18 @@ const RUNSC_FLAGS = [`--platform=${RUNSC_PLATFORM}`, "--network=none", "--overla
 const CLK_TCK = 100;
 const NO_SPLIT = { sentry: NaN, stubs: NaN, gofer: NaN };
 
-type Variant = "echo" | "init" | "node" | "native" | "agent" | "agent+flags";
+type Variant = "echo" | "init" | "node" | "native" | "agent" | "eager" | "agent+flags";
 const VARIANTS: Variant[] = [
   "echo",
   "init",
   "node",
   "native",
   "agent",
+  "eager",
   ...(agentFlags ? ["agent+flags" as const] : []),
 ];
+/** The variants that speak the protocol: ready at the `done` of their `limits`, then commands. */
+const FRAMED = new Set<Variant>(["native", "agent", "eager", "agent+flags"]);
 /** Where the probe appears in the sandbox. */
 const PROBE_PATH = "/opt/boot-probe";
 interface Sample {
@@ -66,8 +74,10 @@ interface Sample {
   gofer: number;
   /** The sandbox's CPU seconds from start to exit. */
   whole: number;
-  /** `true` from its exec frame to its exited frame, median (native and agent variants). */
+  /** `true` from its exec frame to its exited frame, median (the FRAMED variants). */
   trueMs?: number;
+  /** The first `true` after ready, alone: behind the front it starts the agent. */
+  firstMs?: number;
   /** The sandbox's CPU per `true` round trip, mean (robust to others' load, unlike the times). */
   trueCpuMs?: number | undefined;
   /** A `sh -c true` fork+exec inside the sandbox, mean of FLOOR_LOOPS. */
@@ -161,16 +171,19 @@ async function bootOnce(variant: Variant, i: number): Promise<Sample> {
       agentPath: config.agentPath,
       agentNode,
       agentSnapshot: variant === "agent+flags" ? flagsBlob : blob,
+      agentStart: "lazy",
     }) as { process: { args: string[] }; mounts: object[] };
     if (variant === "echo") spec.process.args = ["/bin/sh", "-c", "echo ok"];
-    if (variant === "init") spec.process.args = ["/opt/bothy/bothy-init", "/bin/true"];
+    // Without the front: it would hold the channel and wait for frames instead of running `true`.
+    if (variant === "init") spec.process.args = ["/opt/bothy/bothy-init", "--no-front", "/bin/true"];
     if (variant === "node") spec.process.args = ["/opt/bothy/node", "-e", "0"];
+    if (variant === "eager") spec.process.args.splice(1, 0, "--no-front");
     if (variant === "agent+flags" && agentFlags) {
       const at = spec.process.args.lastIndexOf("/opt/bothy/node");
       spec.process.args.splice(at + 1, 0, ...agentFlags);
     }
     if (variant === "native") {
-      spec.process.args = ["/opt/bothy/bothy-init", PROBE_PATH];
+      spec.process.args = ["/opt/bothy/bothy-init", "--no-front", PROBE_PATH];
       spec.mounts.push({ destination: PROBE_PATH, type: "bind", source: probe, options: ["rbind", "ro"] });
     }
     await writeFile(join(dir, "bundle", "config.json"), JSON.stringify(spec));
@@ -197,7 +210,7 @@ async function boot(variant: Variant, id: string, dir: string): Promise<Sample> 
     };
     const decoder = new FrameDecoder();
     child.stdout.on("data", (chunk: Buffer) => {
-      if (!["agent", "agent+flags", "native"].includes(variant)) return;
+      if (!FRAMED.has(variant)) return;
       for (const f of decoder.push(chunk)) {
         const h = f.header as { t: string };
         if (h.t === "hello") {
@@ -218,6 +231,9 @@ async function boot(variant: Variant, id: string, dir: string): Promise<Sample> 
           stdin.write(encodeFrame({ t: "exec", id, cmd }));
         });
       const times: number[] = [];
+      const t1 = performance.now();
+      if (roundTrips > 0) await exec(8, "true");
+      const firstMs = performance.now() - t1;
       const cpu0 = await cgroupCpu(cgroupDir);
       for (let k = 0; k < roundTrips; k++) {
         const t = performance.now();
@@ -229,6 +245,7 @@ async function boot(variant: Variant, id: string, dir: string): Promise<Sample> 
       if (roundTrips > 0) await exec(9, FLOOR_LOOP);
       if (sample) {
         sample.trueMs = median(times);
+        sample.firstMs = firstMs;
         sample.trueCpuMs = roundTrips > 0 ? ((cpu1 - cpu0) * 1000) / roundTrips : undefined;
         sample.floorMs = Number(Buffer.concat(output).toString().trim()) / 1000;
       }
@@ -239,7 +256,7 @@ async function boot(variant: Variant, id: string, dir: string): Promise<Sample> 
       const wallMs = performance.now() - t0;
       // The container has exited: what its cgroup spent, exit included, is in the parent's count now.
       void parentSeconds().then((after) => {
-        if (!["agent", "agent+flags", "native"].includes(variant))
+        if (!FRAMED.has(variant))
           return resolve({ ...NO_SPLIT, wallMs, cgroup: after - before, whole: after - before });
         if (sample) resolve({ ...sample, whole: after - before });
         else reject(new Error(`agent boot ${id} ended (${code}) before its limits were answered`));
@@ -282,7 +299,7 @@ async function parentSeconds(): Promise<number> {
 function report(): void {
   const ms = (x: number): string => (Number.isNaN(x) ? "-" : `${Math.round(x * 1000)}`);
   console.log(
-    "variant  wall ms  sandbox CPU ms at ready (sentry / stubs / gofer)  to exit (with the commands)  `true` ms / in-sandbox fork+exec ms",
+    "variant  wall ms  sandbox CPU ms at ready (sentry / stubs / gofer)  to exit (with the commands)  first `true` ms; `true` ms / in-sandbox fork+exec ms",
   );
   for (const v of VARIANTS) {
     const xs = samples.get(v) ?? [];
@@ -308,5 +325,6 @@ function commandFigures(xs: Sample[]): string {
   const f = xs.map((s) => s.floorMs).filter((x): x is number => x !== undefined && Number.isFinite(x));
   if (t.length === 0 || f.length === 0) return "-";
   const cpu = xs.map((s) => s.trueCpuMs).filter((x): x is number => x !== undefined);
-  return `${median(t).toFixed(1)} / ${median(f).toFixed(1)} = ${(median(t) / median(f)).toFixed(2)}x; CPU per \`true\` ${median(cpu).toFixed(1)} ms`;
+  const first = xs.map((s) => s.firstMs).filter((x): x is number => x !== undefined);
+  return `first ${median(first).toFixed(0)}; ${median(t).toFixed(1)} / ${median(f).toFixed(1)} = ${(median(t) / median(f)).toFixed(2)}x; CPU per \`true\` ${median(cpu).toFixed(1)} ms`;
 }

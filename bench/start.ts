@@ -314,6 +314,7 @@ async function rawRun(overlay: boolean, i: number, agentPath: string): Promise<R
       hostLimits: true,
       rootfs,
       agentPath,
+      agentStart: "boot",
     }) as OciSpec;
     spec.process.args = ["/bin/sh", "-c", "echo ok"];
     spec.root.readonly = !overlay;

@@ -56,10 +56,33 @@ execFileSync(
   { stdio: "inherit" },
 );
 writeFileSync(`${here}dist/ld.so.preload`, "/opt/bothy/statx-compat.so\n");
-// PID 1 of gVisor sandboxes: starts the agent and reaps orphans (see the C file).
+// PID 1 of gVisor sandboxes: the host channel's native front, starts the agent on demand and
+// reaps orphans (see the C files).
 execFileSync(
   "gcc",
-  ["-static", "-O2", "-Wall", "-Werror", "-o", `${here}dist/bothy-init`, `${here}native/bothy-init.c`],
+  [
+    "-static",
+    "-O2",
+    "-Wall",
+    "-Werror",
+    "-o",
+    `${here}dist/bothy-init`,
+    ...["bothy-init.c", "agent-start.c", "front.c", "frames.c"].map((f) => `${here}native/${f}`),
+  ],
+  { stdio: "inherit" },
+);
+// The front's frame reader and header classifier alone, for their unit test (native-frames.unit.test.ts).
+execFileSync(
+  "gcc",
+  [
+    "-O2",
+    "-Wall",
+    "-Werror",
+    "-o",
+    `${here}dist/frames-check`,
+    `${here}native/frames-check.c`,
+    `${here}native/frames.c`,
+  ],
   { stdio: "inherit" },
 );
 // The guest helper (identity, disk growth, the command spawner), for gVisor sandboxes; the QEMU

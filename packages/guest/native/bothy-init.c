@@ -7,22 +7,21 @@
  *
  * First it mounts gVisor's pids cgroup controller (cgroup v1, on a tmpfs at /sys/fs/cgroup) and
  * makes the `commands` cgroup the agent puts every command in: its pids.max is the sandbox's
- * process limit (the agent sets it from the host's `limits`), so a fork bomb gets EAGAIN. The
+ * process limit (set from the host's `limits`), so a fork bomb gets EAGAIN. The
  * agent itself stays outside it. gVisor's controller charges a cgroup's own tasks only, not its
  * children's, so the commands share this one cgroup rather than one each. Mounting needs
  * CAP_SYS_ADMIN, which the container's process has only for this: bothy-init drops it from every
  * set (bounding set included) before it starts the agent, so no command ever holds it, and
  * refuses to start the agent if it cannot.
  *
- * It also starts the agent's command spawner (bothy-helper spawner, see spawner.c) beside the
- * agent, when the helper is installed: started by the agent, with Node's child_process.spawn,
- * the helper cost the agent's start ~40 ms of forking a large process under gVisor's ptrace, on
- * its only thread, and the sandbox's first answer waited for it. bothy-init listens on a control
- * socket first, then starts the agent, telling it where with BOTHY_SPAWNER ("CONTROL STREAMS",
- * two socket paths), and the helper, which takes the first connection, the agent's, as its
- * request channel. No descriptor is handed down: the agent's commands inherit nothing of it.
+ * The host's channel (fds 0 and 1) is served by bothy-init's native front (front.c): hello and
+ * `limits` are answered here, and the Node agent starts on the first frame that needs it, so a
+ * sandbox that has booted has no Node yet. A template with boot hooks starts Node at boot, since
+ * the hooks must have run before the host hears hello. With --no-front the agent holds the
+ * channel itself from the boot, as before the front. The agent comes with its command spawner
+ * (agent-start.c).
  *
- *   bothy-init [--fallback PROGRAM2 [ARGS2...] --] PROGRAM [ARGS...]
+ *   bothy-init [--no-front] [--fallback PROGRAM2 [ARGS2...] --] PROGRAM [ARGS...]
  *
  * With --fallback, an agent that exits 127 (the dynamic loader's status when PROGRAM's libraries
  * do not fit the template, or an exec failure) is started once more as PROGRAM2 ARGS2: the host's
@@ -38,23 +37,16 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/socket.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "agent-start.h"
+#include "front.h"
 
 static pid_t agent;
 /* The spawner helper started with the agent, 0 when there is none. */
 static pid_t helper;
-
-#define HELPER "/opt/bothy/bothy-helper"
-#define SPAWNER_DIR "/run/bothy"
-#define SPAWNER_CONTROL SPAWNER_DIR "/spawner-control.sock"
-#define SPAWNER_STREAMS SPAWNER_DIR "/spawner.sock"
-
-/* The agent's status when it could not run at all: exec failed, or the dynamic loader refused. */
-#define NOT_RUNNABLE 127
 
 #define CGROUP_ROOT "/sys/fs/cgroup"
 #define PIDS_ROOT CGROUP_ROOT "/pids"
@@ -99,77 +91,9 @@ static int drop_sys_admin(void) {
   return 0;
 }
 
-/* The spawner's control socket, listening; -1 without a helper (the agent then spawns its own). */
-static int spawner_control(void) {
-  if (access(HELPER, X_OK) < 0) return -1;
-  if (mkdir(SPAWNER_DIR, 0700) < 0 && errno != EEXIST) return perror("bothy-init: mkdir " SPAWNER_DIR), -1;
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return perror("bothy-init: socket"), -1;
-  struct sockaddr_un addr = { .sun_family = AF_UNIX };
-  strcpy(addr.sun_path, SPAWNER_CONTROL);
-  unlink(SPAWNER_CONTROL); /* an earlier agent's */
-  if (bind(fd, (struct sockaddr *)&addr, sizeof addr) < 0 || listen(fd, 4) < 0) {
-    perror("bothy-init: spawner control socket");
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-/* The helper's spawner, its control socket as fd 0 and 1. */
-static pid_t start_helper(int control) {
-  pid_t pid = fork();
-  if (pid < 0) return perror("bothy-init: fork helper"), 0;
-  if (pid == 0) {
-    if (dup2(control, 0) < 0 || dup2(control, 1) < 0) _exit(1); /* fd 1 is the agent's channel until then */
-    char *args[] = { "bothy-helper", "spawner", SPAWNER_STREAMS, "--control", NULL };
-    execv(HELPER, args);
-    perror("bothy-init: exec " HELPER);
-    _exit(NOT_RUNNABLE);
-  }
-  return pid;
-}
-
-static pid_t start_agent(char *program, char **argv) {
-  int control = spawner_control();
-  pid_t pid = fork();
-  if (pid < 0) {
-    perror("bothy-init: fork");
-    if (control >= 0) close(control);
-    return -1;
-  }
-  if (pid == 0) {
-    /* Only in the agent's environment, which the agent empties of its own variables. */
-    if (control >= 0) setenv("BOTHY_SPAWNER", SPAWNER_CONTROL " " SPAWNER_STREAMS, 1);
-    execv(program, argv);
-    perror("bothy-init: exec");
-    _exit(NOT_RUNNABLE);
-  }
-  if (control >= 0) {
-    helper = start_helper(control);
-    close(control); /* the helper's now; without a helper the agent's connect is refused */
-  }
-  return pid;
-}
-
-int main(int argc, char **argv) {
-  static const char usage[] = "usage: bothy-init [--fallback PROGRAM2 [ARGS2...] --] PROGRAM [ARGS...]\n";
-  char **fallback = NULL;
-  int first = 1;
-  if (argc >= 2 && strcmp(argv[1], "--fallback") == 0) {
-    int end = 2;
-    while (end < argc && strcmp(argv[end], "--") != 0) end++;
-    if (end == 2 || end == argc) return fputs(usage, stderr), 2; /* no PROGRAM2, or no `--` */
-    fallback = argv + 2;
-    argv[end] = NULL; /* ends the fallback's argv */
-    first = end + 1;
-  }
-  if (argc <= first) return fputs(usage, stderr), 2;
-  /* Without it commands have no process limit; the agent refuses the host's `limits`, so the
-     sandbox fails to start rather than run unlimited. */
-  if (commands_cgroup() == 0) setenv("BOTHY_COMMANDS_CGROUP", COMMANDS_CGROUP, 1);
-  if (drop_sys_admin() < 0) return 1;
-  agent = start_agent(argv[first], argv + first);
+/* The agent holds the channel from the boot (--no-front): PID 1 only reaps and forwards signals. */
+static int run_agent(char **argv, char **fallback) {
+  agent = start_agent(argv, 0, 1, 0, &helper);
   if (agent < 0) return 1;
   signal(SIGTERM, forward);
   signal(SIGINT, forward);
@@ -178,10 +102,9 @@ int main(int argc, char **argv) {
     int status;
     pid_t pid = wait(&status);
     if (pid == agent && fallback && WIFEXITED(status) && WEXITSTATUS(status) == NOT_RUNNABLE) {
-      fprintf(stderr, "bothy-init: %s could not run; starting the agent with %s\n", argv[first], fallback[0]);
+      fprintf(stderr, "bothy-init: %s could not run; starting the agent with %s\n", argv[0], fallback[0]);
       if (helper > 0) kill(helper, SIGKILL); /* waiting for an agent that never ran */
-      helper = 0;
-      agent = start_agent(fallback[0], fallback);
+      agent = start_agent(fallback, 0, 1, 0, &helper);
       fallback = NULL;
       if (agent < 0) return 1;
       continue;
@@ -189,4 +112,33 @@ int main(int argc, char **argv) {
     if (pid == agent) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (pid < 0 && errno == ECHILD) return 1;
   }
+}
+
+int main(int argc, char **argv) {
+  static const char usage[] = "usage: bothy-init [--no-front] [--fallback PROGRAM2 [ARGS2...] --] PROGRAM [ARGS...]\n";
+  char **fallback = NULL;
+  int first = 1, front = 1;
+  if (argc > first && strcmp(argv[first], "--no-front") == 0) front = 0, first++;
+  if (argc > first && strcmp(argv[first], "--fallback") == 0) {
+    int end = first + 1;
+    while (end < argc && strcmp(argv[end], "--") != 0) end++;
+    if (end == first + 1 || end == argc) return fputs(usage, stderr), 2; /* no PROGRAM2, or no `--` */
+    fallback = argv + first + 1;
+    argv[end] = NULL; /* ends the fallback's argv */
+    first = end + 1;
+  }
+  if (argc <= first) return fputs(usage, stderr), 2;
+  /* Without it commands have no process limit; `limits` is then refused, so the sandbox fails to
+     start rather than run unlimited. */
+  int cgroup = commands_cgroup() == 0;
+  if (cgroup) setenv("BOTHY_COMMANDS_CGROUP", COMMANDS_CGROUP, 1);
+  if (drop_sys_admin() < 0) return 1;
+  if (!front) return run_agent(argv + first, fallback);
+  struct front_options opts = {
+    .agent = argv + first,
+    .fallback = fallback,
+    .commands_cgroup = cgroup ? COMMANDS_CGROUP : NULL,
+    .start_now = front_has_boot_hooks(),
+  };
+  return front_run(&opts);
 }

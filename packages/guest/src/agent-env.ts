@@ -29,6 +29,13 @@ export interface AgentEnv {
    */
   readonly spawner: { control: string; streams: string } | undefined;
   /**
+   * Behind bothy-init's native front (BOTHY_FRONT=1, gVisor): bothy-init answers the host's hello
+   * and `limits` and started this agent for a frame that needs it, so the agent's hello (answered
+   * by bothy-init, never seen by the host) waits for the spawner: the frames waiting for it
+   * include a command, which must find the helper up.
+   */
+  readonly front: boolean;
+  /**
    * After a read that emptied a command's pipe, how long the agent waits before reading it again:
    * a program writing in small pieces (4 KiB is common) then fills the pipe meanwhile, and the
    * next read and frame carry up to 64 KiB instead of one piece each. Only where each read and
@@ -39,7 +46,13 @@ export interface AgentEnv {
   readonly outputRestMs: number;
 }
 
-const OWN_VARIABLES = ["BOTHY_CHANNEL", "BOTHY_HELPER", "BOTHY_COMMANDS_CGROUP", "BOTHY_SPAWNER"] as const;
+const OWN_VARIABLES = [
+  "BOTHY_CHANNEL",
+  "BOTHY_HELPER",
+  "BOTHY_COMMANDS_CGROUP",
+  "BOTHY_SPAWNER",
+  "BOTHY_FRONT",
+] as const;
 
 let env: AgentEnv | undefined;
 
@@ -56,6 +69,7 @@ export function agentEnv(): AgentEnv {
     helper: process.env["BOTHY_HELPER"] ?? "/opt/bothy/bothy-helper",
     commandsCgroup: process.env["BOTHY_COMMANDS_CGROUP"],
     spawner: spawnerSockets(process.env["BOTHY_SPAWNER"]),
+    front: process.env["BOTHY_FRONT"] === "1",
     outputRestMs: inVm ? outputRestMs() : 0,
   };
   for (const name of OWN_VARIABLES) delete process.env[name];

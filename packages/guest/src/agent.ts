@@ -54,8 +54,11 @@ export function startAgent(): void {
   channel = port
     ? new Channel(port.input, port.output, onFrame, shutdown)
     : new Channel(process.stdin, process.stdout, onFrame, shutdown);
-  // The template's boot hooks (its services) first, so the first command finds them up.
-  void runBootHooks().finally(hello);
+  // The template's boot hooks (its services) first, so the first command finds them up; behind
+  // the native front, the spawner too (see agentEnv().front).
+  void runBootHooks()
+    .then(() => (env.front ? spawner?.settled : undefined))
+    .finally(hello);
 }
 
 /** The host that made these requests is gone: commands run on, detached, and their ids are free for the next host. */

@@ -61,6 +61,13 @@ const envSchema = z.object({
     .string()
     .refine((v) => v === "host" || v === "template" || v.startsWith("/"), "host, template or an absolute path")
     .default("host"),
+  /**
+   * gVisor: `boot` starts the agent's Node at boot; `lazy` has bothy-init answer the host's hello
+   * and `limits` itself and start Node on the first frame that needs it (issue #31: a boot at the
+   * raw `runsc run` floor, 0.42x the sandbox's CPU of a `boot` one, but until exec is native the
+   * first command pays Node's start instead, so `boot` stays the default).
+   */
+  BOTHY_AGENT_START: z.enum(["boot", "lazy"]).default("boot"),
   /** The default driver; `auto` is qemu with KVM where hardware virtualization works, else gvisor. */
   BOTHY_DRIVER: z.enum(["auto", "gvisor", "qemu"]).default("auto"),
   /** QEMU: restore new sandboxes from a per-template memory snapshot (1) or boot each (0). */
@@ -212,7 +219,13 @@ export interface Config {
   hostLimits: "required" | "off";
   qemu: { warmStart: boolean; tbSizeMib: number; kernelDir: string };
   /** `agentNode`: the host file of the Node that runs the agent in gVisor sandboxes (BOTHY_AGENT_NODE); unset: the template's. */
-  gvisor: { runsc: string; platform: "ptrace" | "systrap"; agentNode: string | undefined };
+  gvisor: {
+    runsc: string;
+    platform: "ptrace" | "systrap";
+    agentNode: string | undefined;
+    /** BOTHY_AGENT_START: when the agent's Node starts in a gVisor sandbox. */
+    agentStart: "boot" | "lazy";
+  };
   webhook: { url: string; retryBaseMs: number; secret: string | undefined } | undefined;
   approvals: { timeoutMs: number };
   /** BOTHY_VAULT_KEY_FILE; undefined: the home's `secrets/vault.key`. */
@@ -308,7 +321,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     previewDomain: e.BOTHY_PREVIEW_DOMAIN,
     driver: e.BOTHY_DRIVER,
     hostLimits: e.BOTHY_HOST_LIMITS,
-    gvisor: { runsc: e.BOTHY_RUNSC, platform: e.BOTHY_RUNSC_PLATFORM, agentNode: agentNode(e.BOTHY_AGENT_NODE) },
+    gvisor: {
+      runsc: e.BOTHY_RUNSC,
+      platform: e.BOTHY_RUNSC_PLATFORM,
+      agentNode: agentNode(e.BOTHY_AGENT_NODE),
+      agentStart: e.BOTHY_AGENT_START,
+    },
     qemu: {
       warmStart: e.BOTHY_QEMU_WARM === "1",
       tbSizeMib: e.BOTHY_QEMU_TB_MIB,

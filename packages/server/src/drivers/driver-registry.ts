@@ -84,6 +84,7 @@ export async function createDrivers(config: Config, log: Logger, gatewayPorts?: 
       runscPath: config.gvisor.runsc,
       platform: config.gvisor.platform,
       ...(config.gvisor.agentNode === undefined ? {} : { agentNode: config.gvisor.agentNode }),
+      agentStart: config.gvisor.agentStart,
       log,
     }),
     qemu: new QemuDriver({

@@ -25,6 +25,8 @@ export interface GvisorOptions {
   agentPath: string;
   /** A Node on the host that runs the agent (config.ts BOTHY_AGENT_NODE); unset: the template's. */
   agentNode?: string;
+  /** When the agent's Node starts (config.ts BOTHY_AGENT_START); default `boot`. */
+  agentStart?: "boot" | "lazy";
   /** The home's tag (util/host-names.ts): names each sandbox's cgroup. */
   hostTag: string;
   /** The runsc binary (BOTHY_RUNSC); default `runsc` on PATH. */

@@ -115,6 +115,7 @@ export class GvisorSandbox implements SandboxHandle {
       rootfs,
       agentPath: this.driver.options.agentPath,
       ...(this.driver.options.agentNode === undefined ? {} : { agentNode: this.driver.options.agentNode }),
+      agentStart: this.driver.options.agentStart ?? "boot",
       ...(this.driver.agentSnapshot === undefined ? {} : { agentSnapshot: this.driver.agentSnapshot }),
       cgroupsPath: cgroupPath(this.driver.options.hostTag, this.id),
       hostLimits,

@@ -68,6 +68,8 @@ export function buildOciSpec(
     agentNode?: string;
     /** That Node's startup snapshot of the agent (agent-snapshot.ts): it starts from it instead of the script. */
     agentSnapshot?: string;
+    /** `lazy`: bothy-init's native front answers the boot and starts the agent on first use; `boot`: `--no-front`. */
+    agentStart: "boot" | "lazy";
     cgroupsPath: string;
     resolvConf?: string;
     /** The sandbox's own /etc/machine-id (`machineIdOf`), bound read-only over the template's. */
@@ -90,7 +92,7 @@ export function buildOciSpec(
       terminal: false,
       user: { uid: 0, gid: 0 },
       // A small init as PID 1 reaps orphaned processes, which Node cannot do.
-      args: ["/opt/bothy/bothy-init", ...agentCommand(spec)],
+      args: ["/opt/bothy/bothy-init", ...(spec.agentStart === "lazy" ? [] : ["--no-front"]), ...agentCommand(spec)],
       env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
       cwd: "/",
       capabilities: Object.fromEntries(
