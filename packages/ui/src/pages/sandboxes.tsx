@@ -4,6 +4,7 @@ import { useCallback, useEffect, useMemo, useState } from "preact/hooks";
 import { ApiError, getJson, sendJson } from "../api.ts";
 import type { PageProps } from "../app.tsx";
 import { CreateForm } from "../components/create-form.tsx";
+import { ScrollBox } from "../components/scroll-box.tsx";
 import { usageText, useUsage } from "../components/usage-cell.ts";
 import { onEvents } from "../events.ts";
 import { href } from "../router.ts";
@@ -77,59 +78,61 @@ export function SandboxesPage({ can }: PageProps) {
           {error}
         </p>
       )}
-      <table class="list" aria-label="Sandboxes">
-        <thead>
-          <tr>
-            <th scope="col">Sandbox</th>
-            <th scope="col">State</th>
-            <th scope="col">Template</th>
-            <th scope="col">Driver</th>
-            <th scope="col">Size</th>
-            <th scope="col">Metadata</th>
-            <th scope="col">Usage</th>
-            <th scope="col">Age</th>
-            <th scope="col">Expires in</th>
-            {writable && <th scope="col">Actions</th>}
-          </tr>
-        </thead>
-        <tbody>
-          {shown.map((s) => (
-            <tr key={s.sandbox_id} data-sandbox={s.sandbox_id}>
-              <td>
-                <a href={href("sandbox", s.sandbox_id)}>{s.sandbox_id}</a>
-              </td>
-              <td>
-                <span class={`state state-${s.state}`}>{s.state}</span>
-              </td>
-              <td>{s.template}</td>
-              <td>{s.driver}</td>
-              <td>
-                {s.vcpu} vCPU · {s.memory_mib} MiB
-              </td>
-              <td class="meta-cell">
-                {Object.entries(s.metadata)
-                  .map(([k, v]) => (v === "" ? k : `${k}=${v}`))
-                  .join(" ")}
-              </td>
-              <td data-usage>{usageText(usage.get(s.sandbox_id))}</td>
-              <td>{span(now - Date.parse(s.created_at))}</td>
-              <td>{s.expires_at === null ? "never" : span(Date.parse(s.expires_at) - now)}</td>
-              {writable && (
-                <td>
-                  <button
-                    type="button"
-                    class="danger"
-                    aria-label={`Delete ${s.sandbox_id}`}
-                    onClick={() => void remove(s.sandbox_id)}
-                  >
-                    Delete
-                  </button>
-                </td>
-              )}
+      <ScrollBox label="Sandboxes">
+        <table class="list">
+          <thead>
+            <tr>
+              <th scope="col">Sandbox</th>
+              <th scope="col">State</th>
+              <th scope="col">Template</th>
+              <th scope="col">Driver</th>
+              <th scope="col">Size</th>
+              <th scope="col">Metadata</th>
+              <th scope="col">Usage</th>
+              <th scope="col">Age</th>
+              <th scope="col">Expires in</th>
+              {writable && <th scope="col">Actions</th>}
             </tr>
-          ))}
-        </tbody>
-      </table>
+          </thead>
+          <tbody>
+            {shown.map((s) => (
+              <tr key={s.sandbox_id} data-sandbox={s.sandbox_id}>
+                <td>
+                  <a href={href("sandbox", s.sandbox_id)}>{s.sandbox_id}</a>
+                </td>
+                <td>
+                  <span class={`state state-${s.state}`}>{s.state}</span>
+                </td>
+                <td>{s.template}</td>
+                <td>{s.driver}</td>
+                <td>
+                  {s.vcpu} vCPU · {s.memory_mib} MiB
+                </td>
+                <td class="meta-cell">
+                  {Object.entries(s.metadata)
+                    .map(([k, v]) => (v === "" ? k : `${k}=${v}`))
+                    .join(" ")}
+                </td>
+                <td data-usage>{usageText(usage.get(s.sandbox_id))}</td>
+                <td>{span(now - Date.parse(s.created_at))}</td>
+                <td>{s.expires_at === null ? "never" : span(Date.parse(s.expires_at) - now)}</td>
+                {writable && (
+                  <td>
+                    <button
+                      type="button"
+                      class="danger"
+                      aria-label={`Delete ${s.sandbox_id}`}
+                      onClick={() => void remove(s.sandbox_id)}
+                    >
+                      Delete
+                    </button>
+                  </td>
+                )}
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </ScrollBox>
       {sandboxes !== null && sandboxes.length === 0 && <p class="empty">No sandboxes yet.</p>}
     </>
   );
