@@ -1,28 +1,43 @@
 /** The sandboxes: a list kept live from /events, a filter, the create form and delete. */
 import type { SandboxInfo } from "@bothy/protocol";
-import { useCallback, useEffect, useMemo, useState } from "preact/hooks";
+import { useCallback, useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { ApiError, getJson, sendJson } from "../api.ts";
 import type { PageProps } from "../app.tsx";
 import { CreateForm } from "../components/create-form.tsx";
-import { ScrollBox } from "../components/scroll-box.tsx";
 import { usageText, useUsage } from "../components/usage-cell.ts";
 import { onEvents } from "../events.ts";
 import { href } from "../router.ts";
 import { span } from "../time.ts";
+import { ScrollBox } from "../components/scroll-box.tsx";
 
 const LIST_EVENTS = ["sandbox.created", "sandbox.deleted", "sandbox.failed", "sandbox.stopped", "sandbox.woken"];
 
-/** The live sandboxes, fetched again whenever an event says the set or a state changed. */
+/**
+ * The live sandboxes, fetched again whenever an event says the set or a state changed. One fetch
+ * at a time: events that come while one is out ask for one more after it, so a burst of them costs
+ * two fetches, and an older answer never lands over a newer one.
+ */
 export function useSandboxes(): { sandboxes: SandboxInfo[] | null; error: string | null; reload: () => void } {
   const [sandboxes, setSandboxes] = useState<SandboxInfo[] | null>(null);
   const [error, setError] = useState<string | null>(null);
-  const reload = useCallback(() => {
+  const fetching = useRef<"idle" | "out" | "again">("idle");
+  const reload = useCallback(function fetchList(): void {
+    if (fetching.current !== "idle") {
+      fetching.current = "again";
+      return;
+    }
+    fetching.current = "out";
     getJson<{ sandboxes: SandboxInfo[] }>("/sandboxes")
       .then((r) => {
         setSandboxes(r.sandboxes);
         setError(null);
       })
-      .catch((err: unknown) => setError(err instanceof ApiError ? err.message : String(err)));
+      .catch((err: unknown) => setError(err instanceof ApiError ? err.message : String(err)))
+      .finally(() => {
+        const again = fetching.current === "again";
+        fetching.current = "idle";
+        if (again) fetchList();
+      });
   }, []);
   useEffect(() => {
     reload();
@@ -33,7 +48,7 @@ export function useSandboxes(): { sandboxes: SandboxInfo[] | null; error: string
 
 export function SandboxesPage({ can }: PageProps) {
   const { sandboxes, error, reload } = useSandboxes();
-  const usage = useUsage(sandboxes);
+  const usage = useUsage();
   const [filter, setFilter] = useState("");
   const [now, setNow] = useState(Date.now());
   useEffect(() => {
