@@ -1,8 +1,9 @@
 /**
  * The dashboard at /ui in the host's Chromium, against a real server and one gVisor sandbox:
  * signing in (a bad key and a revoked key refused), the live list, the create form, the terminal,
- * files up and down, and no serious accessibility violation on any page (the approvals inbox,
- * which needs the real gateway, is dashboard-approvals.test.ts).
+ * files up and down, the sandbox page at a desktop's and a phone's width and by keyboard alone,
+ * and no serious accessibility violation on any page (the approvals inbox, which needs the real
+ * gateway, is dashboard-approvals.test.ts).
  * Then the attacker's side: a page served from that sandbox's port, opened by a signed-in viewer,
  * by path on the API's own host and by a preview host of the same site, can neither read nor use
  * the session; a request with the cookie but without the CSRF token is refused.
@@ -29,6 +30,7 @@ import {
   recordErrors,
   signIn,
 } from "./helpers/dashboard-browser.ts";
+import { DESKTOP, overflowing, PHONE, walkByTab } from "./helpers/dashboard-checks.ts";
 import { driverTitle, testDriver } from "./helpers/drivers.ts";
 import { useServerWithSandbox } from "./helpers/suite.ts";
 import type { TestServer } from "./helpers/test-server.ts";
@@ -64,7 +66,7 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
 
   beforeAll(async () => {
     browser = await launchDashboardBrowser("127.0.0.1");
-    context = await browser.newContext({ acceptDownloads: true, viewport: { width: 1280, height: 800 } });
+    context = await browser.newContext({ acceptDownloads: true, viewport: DESKTOP });
     page = await context.newPage();
     recordErrors(page, errors);
   });
@@ -345,6 +347,37 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
     // gVisor sleeps by itself when idle: no pause button that would fail.
     expect(await page.getByRole("button", { name: "Pause" }).count()).toBe(0);
     expect(await accessibilityViolations(page)).toEqual([]);
+  });
+
+  it("fits the sandbox page at a desktop's and a phone's width with no serious accessibility violation, and reaches its every control by Tab", async () => {
+    const ready = async (): Promise<void> => {
+      await page.goto(`${ui}/ui/#/sandboxes`);
+      await page.goto(`${ui}/ui/#/sandbox/${id}`);
+      await page.locator('.term-box[data-status="connected"]').waitFor({ timeout: 30_000 });
+      await page.locator("tr[data-command]").first().waitFor({ timeout: 30_000 });
+      await page.getByRole("button", { name: "blob.bin", exact: true }).waitFor({ timeout: 30_000 });
+      await page.getByRole("button", { name: `Open port ${PORT + 1}` }).waitFor({ timeout: 30_000 });
+    };
+    try {
+      for (const size of [DESKTOP, PHONE]) {
+        await page.setViewportSize(size);
+        await ready();
+        expect({
+          size: size.width,
+          overflow: await overflowing(page),
+          violations: await accessibilityViolations(page),
+        }).toEqual({ size: size.width, overflow: [], violations: [] });
+        if (size === PHONE) await page.screenshot({ path: `${ARTIFACTS}phone-sandbox.png`, fullPage: true });
+      }
+      // By keyboard: every control once, the terminal's input too (which Escape then Tab leaves, as its hint says).
+      await page.setViewportSize(DESKTOP);
+      await ready();
+      const walk = await walkByTab(page);
+      expect({ problems: walk.problems, reached: walk.reached.size }).toEqual({ problems: [], reached: walk.controls });
+      expect(await page.locator(".term-box textarea").getAttribute("aria-describedby")).toBe("terminal-keys");
+    } finally {
+      await page.setViewportSize(DESKTOP);
+    }
   });
 
   it("a link from `bothy ui-link` signs a browser in once with no key in a URL or log; used, revoked or minted by a session: refused", async () => {

@@ -10,8 +10,8 @@ export const DESKTOP = { width: 1280, height: 800 };
 export const PHONE = { width: 390, height: 844 };
 
 /**
- * Elements that reach past the viewport's right edge, other than inside a box that scrolls or
- * clips sideways (a wide table scrolls within its own box), described for the failure message.
+ * Elements that reach past the viewport's left or right edge, other than inside a box that scrolls
+ * or clips sideways (a wide table scrolls within its own box), described for the failure message.
  */
 const OVERFLOWING = `(() => {
   const width = document.documentElement.clientWidth;
@@ -25,7 +25,8 @@ const OVERFLOWING = `(() => {
   };
   for (const el of document.body.querySelectorAll("*")) {
     const r = el.getBoundingClientRect();
-    if (r.width === 0 || r.height === 0 || clipped(el)) continue;
+    // Wholly left of the page (xterm.js's measuring span at -9999em): hidden on purpose, never scrolled to.
+    if (r.width === 0 || r.height === 0 || r.right < 0 || clipped(el)) continue;
     if (r.right > width + 0.5 || r.left < -0.5)
       out.push(el.tagName.toLowerCase() + "." + el.className + " " + Math.round(r.left) + ".." + Math.round(r.right));
   }
