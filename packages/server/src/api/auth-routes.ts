@@ -3,7 +3,6 @@
  * `/tenants` with their quotas (scope admin).
  */
 import type { FastifyInstance } from "fastify";
-import { z } from "zod";
 import {
   apiKeyInfo,
   BothyError,
@@ -12,6 +11,7 @@ import {
   createTenantRequest,
   KEY_ID_RE,
   keyList,
+  tenantDeleted,
   tenantInfo,
   tenantList,
   tenantQuota,
@@ -70,7 +70,7 @@ const DOCS = {
     tags: tenants,
     summary:
       "Delete a tenant (scope admin); refused (409 tenant_in_use, naming what it holds) while it has live sandboxes, unrevoked keys, secrets, volumes or snapshots. Its history stays under its name, which is not given again",
-    response: { 200: json(z.object({ deleted: z.string() }), "The id of the deleted tenant") },
+    response: { 200: json(tenantDeleted, "The id of the deleted tenant") },
   },
   quota: {
     tags: tenants,
