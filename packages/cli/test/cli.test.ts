@@ -186,6 +186,22 @@ describe("bothy CLI against a real server [gvisor]", () => {
     expect(gone.stderr).toContain("(secret_not_found)");
   });
 
+  it("tenants rm: refused while the tenant holds a key, naming it; removed once it holds nothing", async () => {
+    expect((await bothy(["tenants", "create", "cli-gone"])).code).toBe(0);
+    const made = await bothy(["keys", "create", "--tenant", "cli-gone", "--name", "k", "--json"]);
+    const keyId = (JSON.parse(made.stdout) as { key_id: string }).key_id;
+    const held = await bothy(["tenants", "rm", "cli-gone"]);
+    expect(held.code).toBe(1);
+    expect(held.stderr).toContain("still has 1 API key; revoke its keys");
+    expect(held.stderr).toContain("(tenant_in_use)");
+    expect((await bothy(["keys", "revoke", keyId])).code).toBe(0);
+    expect(await bothy(["tenants", "rm", "cli-gone"])).toMatchObject({ code: 0, stdout: "cli-gone\n", stderr: "" });
+    const gone = await bothy(["tenants", "rm", "cli-gone"]);
+    expect(gone.code).toBe(1);
+    expect(gone.stderr).toContain("(tenant_not_found)");
+    expect((await bothy(["tenants", "rm"])).code).toBe(2);
+  });
+
   it("cp copies files in and out, keeping the bytes; logs shows events and command output", async () => {
     const id = await newSandbox();
     const local = join(dir, "blob.bin");

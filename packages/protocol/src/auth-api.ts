@@ -86,6 +86,8 @@ export const tenantInfo = z.object({
   live: z.object({ sandboxes: z.number(), vcpu: z.number(), memory_mib: z.number() }),
 });
 export const tenantList = z.object({ tenants: z.array(tenantInfo) });
+/** The answer to `DELETE /tenants/{id}`. */
+export const tenantDeleted = z.object({ deleted: z.string() });
 
 /** A sign-in link's one-time token (`bothy ui-link`): 32 random bytes, base64url. */
 export const UI_LINK_TOKEN_RE = /^[A-Za-z0-9_-]{43}$/;

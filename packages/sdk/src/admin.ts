@@ -6,6 +6,7 @@ import {
   apiKeyInfo,
   createdKey,
   keyList,
+  tenantDeleted,
   tenantInfo,
   tenantList,
   type ApiKeyInfo,
@@ -59,6 +60,18 @@ export const Tenants = {
   },
   async list(options: AdminOptions = {}): Promise<TenantInfo[]> {
     return (await new HttpClient(options).json("GET", "/tenants", tenantList, signalOf(options))).tenants;
+  },
+  /**
+   * Deletes a tenant that holds nothing: a ConflictError (`tenant_in_use`, naming what it holds)
+   * while it has live sandboxes, unrevoked keys, secrets, volumes or snapshots.
+   */
+  async delete(tenant: string, options: AdminOptions = {}): Promise<{ deleted: string }> {
+    return new HttpClient(options).json(
+      "DELETE",
+      `/tenants/${encodeURIComponent(tenant)}`,
+      tenantDeleted,
+      signalOf(options),
+    );
   },
   /** Sets the quotas named; null lifts one. */
   async setQuota(tenant: string, quota: TenantQuota, options: AdminOptions = {}): Promise<TenantInfo> {

@@ -1,15 +1,16 @@
 /**
  * The dashboard's admin pages in the host's Chromium, against one real server and no sandbox:
- * tenants and quotas, secrets (values write-only: never read back, never left in the page, never
+ * tenants and quotas (a tenant deleted only once it holds nothing, and only by an admin), secrets (values write-only: never read back, never left in the page, never
  * in the log), the tenant's default host policy, usage against the budget (rows metered into the
- * ledger, as the meter would), and /metrics at a glance. Then every page at a desktop's and a
- * phone's size (nothing wider than the screen, the navigation folded on the phone), by keyboard
- * alone (every control reached by Tab, each with a visible focus ring), with no serious
+ * ledger, as the meter would), and /metrics at a glance. Then every page that needs no sandbox at
+ * a desktop's and a phone's size (nothing wider than the screen, the navigation folded on the
+ * phone behind a Menu button that Escape closes), by keyboard alone (every control reached by Tab, each with a visible focus ring), with no serious
  * accessibility violation and no console error; and a read-only key sees no button that would fail.
  */
 import { randomBytes } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import type { Browser, BrowserContext, Page } from "playwright-core";
+import { API_SCOPES } from "@bothy/protocol";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api } from "./helpers/client.ts";
 import {
@@ -21,19 +22,19 @@ import {
   recordErrors,
   signIn,
 } from "./helpers/dashboard-browser.ts";
+import { DESKTOP, overflowing, PHONE, walkByTab } from "./helpers/dashboard-checks.ts";
 import { useTestServer } from "./helpers/suite.ts";
 import type { TestServer } from "./helpers/test-server.ts";
 
 const missing = dashboardMissing();
-const DESKTOP = { width: 1280, height: 800 };
-const PHONE = { width: 375, height: 812 };
 /** Every page that needs no sandbox: its address, its heading, and what shows once its data is in. */
 const PAGES: ReadonlyArray<[string, string, string]> = [
   ["sandboxes", "Sandboxes", ".count:not(:empty)"],
   ["approvals", "Approvals", "p.empty"],
   ["keys", "Keys", "tr[data-key]"],
   ["secrets", "Secrets", "p.empty, tr[data-secret]"],
-  ["policy", "Host policy", "#policy-tenant"],
+  // The policy test above removes the default policy; the tenant deleted after it leaves the admin no tenant to pick.
+  ["policy", "Host policy", `[data-policy="none"]`],
   ["usage", "Usage", "tr[data-owner]"],
   ["tenants", "Tenants", "tr[data-tenant]"],
   ["metrics", "Metrics", "[data-figure]"],
@@ -55,53 +56,6 @@ async function meter(ts: TestServer, owner: string, days: string[], hours: numbe
     })),
   );
 }
-
-/**
- * Run in the page (a string: this package's types have no DOM): elements that reach past the
- * viewport's right edge, other than inside a box that scrolls or clips sideways (a wide table
- * scrolls within its own box), described for the failure message.
- */
-const OVERFLOWING = `(() => {
-  const width = document.documentElement.clientWidth;
-  const out = [];
-  if (document.documentElement.scrollWidth > width)
-    out.push("the page scrolls sideways: " + document.documentElement.scrollWidth + " > " + width);
-  const clipped = (el) => {
-    for (let p = el.parentElement; p && p !== document.body; p = p.parentElement)
-      if (["auto", "scroll", "hidden"].includes(getComputedStyle(p).overflowX)) return true;
-    return false;
-  };
-  for (const el of document.body.querySelectorAll("*")) {
-    const r = el.getBoundingClientRect();
-    if (r.width === 0 || r.height === 0 || clipped(el)) continue;
-    if (r.right > width + 0.5 || r.left < -0.5)
-      out.push(el.tagName.toLowerCase() + "." + el.className + " " + Math.round(r.left) + ".." + Math.round(r.right));
-  }
-  return out;
-})()`;
-
-const overflowing = (page: Page): Promise<string[]> => page.evaluate<string[]>(OVERFLOWING);
-
-/** Run in the page: numbers every control it shows (data-tab) and answers how many there are. */
-const NUMBER_CONTROLS = `(() => {
-  const all = document.querySelectorAll(
-    "a[href], button:not([disabled]), input:not([disabled]), select:not([disabled]), textarea:not([disabled]), summary, [tabindex='0']",
-  );
-  const shown = [...all].filter((el) => el.getClientRects().length > 0 && !el.closest("fieldset[disabled]"));
-  shown.forEach((el, i) => (el.dataset.tab = String(i)));
-  return shown.length;
-})()`;
-
-/** Run in the page: the focused control's number and whether its focus ring shows (an outline of 2px or more). */
-const FOCUSED = `(() => {
-  const el = document.activeElement;
-  if (!el || el === document.body) return null;
-  const style = getComputedStyle(el);
-  return {
-    tab: el.dataset.tab ?? "unnumbered " + el.outerHTML.slice(0, 80),
-    ring: style.outlineStyle !== "none" && parseFloat(style.outlineWidth) >= 2,
-  };
-})()`;
 
 /** Run in the page: everything it keeps that a value could hide in (markup, fields, storage). */
 const KEPT = `JSON.stringify({
@@ -313,6 +267,49 @@ describe.skipIf(missing !== undefined)(`the dashboard's admin pages${missing ? `
     expect(bad.json["code"]).toBe("invalid_request");
   });
 
+  it("deletes a tenant only once it holds nothing; the refusal says what it holds; a non-admin key cannot", async () => {
+    await open("tenants", "Tenants");
+    // The key minted for acme above keeps it: the page shows the server's words and deletes nothing.
+    await page.getByRole("button", { name: "Delete acme" }).click();
+    await expect
+      .poll(() => page.getByRole("alert").textContent())
+      .toBe("Tenant acme still has 1 API key; revoke its keys, then delete it again.");
+    expect(await tenantRow("acme").count()).toBe(1);
+    const refused = await api(ts.url, "DELETE", "/tenants/acme");
+    expect([refused.status, refused.json["code"], refused.json["keys"]]).toEqual([409, "tenant_in_use", 1]);
+    // The server's own tenant has no Delete button, and the API refuses it too.
+    expect(await page.getByRole("button", { name: "Delete default" }).count()).toBe(0);
+    const own = await api(ts.url, "DELETE", "/tenants/default");
+    expect([own.status, own.json["code"]]).toEqual([409, "tenant_in_use"]);
+    // Bad input: an unknown or malformed id is problem+json, never a 5xx.
+    for (const id of ["nobody", "NOT%20A%20TENANT", "x".repeat(90)]) {
+      const res = await api(ts.url, "DELETE", `/tenants/${id}`);
+      expect([res.status, res.json["code"]]).toEqual([404, "tenant_not_found"]);
+    }
+
+    // The attacker's side: a key with every scope but admin (keys:manage and secrets among them) cannot delete it.
+    const scopes = API_SCOPES.filter((s) => s !== "admin");
+    const strong = (await api(ts.url, "POST", "/keys", { name: "not-admin", scopes })).json["key"] as string;
+    const tried = await api(ts.url, "DELETE", "/tenants/acme", undefined, { authorization: `Bearer ${strong}` });
+    expect([tried.status, tried.json["code"]]).toEqual([403, "scope_missing"]);
+    expect((await api(ts.url, "GET", "/tenants/acme")).status).toBe(200);
+
+    // Its key revoked, acme holds nothing: deleted from the page, its revoked key with it.
+    const keys = (await api(ts.url, "GET", "/keys")).json["keys"] as Array<{ key_id: string; tenant: string }>;
+    for (const k of keys.filter((k) => k.tenant === "acme"))
+      expect((await api(ts.url, "DELETE", `/keys/${k.key_id}`)).status).toBe(200);
+    await page.getByRole("button", { name: "Delete acme" }).click();
+    await page.getByText("Deleted tenant acme.").waitFor();
+    await tenantRow("acme").waitFor({ state: "detached" });
+    expect((await api(ts.url, "GET", "/tenants/acme")).status).toBe(404);
+    const left = (await api(ts.url, "GET", "/keys")).json["keys"] as Array<{ tenant: string }>;
+    expect(left.filter((k) => k.tenant === "acme")).toEqual([]);
+    // Its usage stays under its name, so the name is not given to a new tenant, which would read it.
+    const again = await api(ts.url, "POST", "/tenants", { tenant: "acme" });
+    expect([again.status, again.json["code"]]).toEqual([409, "tenant_exists"]);
+    expect(await accessibilityViolations(page)).toEqual([]);
+  });
+
   it("shows /metrics at a glance", async () => {
     await open("metrics", "Metrics");
     const figure = (label: string) => page.locator(`[data-figure="${label}"]`);
@@ -332,44 +329,51 @@ describe.skipIf(missing !== undefined)(`the dashboard's admin pages${missing ? `
       for (const [name, heading, ready] of PAGES) {
         await open(name, heading);
         await page.locator(ready).first().waitFor();
-        expect({ page: name, size: size.width, overflow: await overflowing(page) }).toEqual({
+        expect({
           page: name,
           size: size.width,
-          overflow: [],
-        });
+          overflow: await overflowing(page),
+          violations: await accessibilityViolations(page),
+        }).toEqual({ page: name, size: size.width, overflow: [], violations: [] });
         if (size === PHONE) await shot(`phone-${name}`);
       }
     }
     // On the phone the links are behind the Menu button, which opens and closes them.
     const nav = page.getByRole("navigation", { name: "Main" });
+    const menu = page.getByRole("button", { name: "Menu" });
     expect(await nav.isVisible()).toBe(false);
-    await page.getByRole("button", { name: "Menu" }).click();
+    await menu.click();
     await nav.getByRole("link", { name: "Usage" }).click();
     await page.getByRole("heading", { name: "Usage", level: 1 }).waitFor();
     await nav.waitFor({ state: "hidden" });
+    // By keyboard: Enter opens it, Tab walks into its links, Escape folds it and focus is back on Menu.
+    await menu.focus();
+    await page.keyboard.press("Enter");
+    await nav.waitFor();
+    expect(await menu.getAttribute("aria-expanded")).toBe("true");
+    await page.keyboard.press("Tab");
+    expect(await page.evaluate<string | null>("document.activeElement.closest('nav')?.id ?? null")).toBe("main-nav");
+    await page.keyboard.press("Escape");
+    await nav.waitFor({ state: "hidden" });
+    expect(await menu.getAttribute("aria-expanded")).toBe("false");
+    expect(await page.evaluate<string>("document.activeElement.textContent")).toBe("Menu");
     expect(await accessibilityViolations(page)).toEqual([]);
     await page.setViewportSize(DESKTOP);
-    expect(await page.getByRole("button", { name: "Menu" }).isVisible()).toBe(false);
+    expect(await menu.isVisible()).toBe(false);
   });
 
-  it("reaches every control of every admin page by Tab, each with a visible focus ring", async () => {
+  it("reaches every control of every page by Tab, each with a visible focus ring", async () => {
     await page.setViewportSize(DESKTOP);
-    for (const [name, heading, ready] of PAGES.slice(2)) {
+    for (const [name, heading, ready] of PAGES) {
       await open(name, heading);
       await page.locator(ready).first().waitFor();
       // Each control the page shows is numbered; Tab must land on every number, and on nothing else.
-      const controls = await page.evaluate<number>(NUMBER_CONTROLS);
-      const reached = new Set<string>();
-      await page.locator("body").focus();
-      for (let i = 0; i < controls + 2; i++) {
-        await page.keyboard.press("Tab");
-        const focused = await page.evaluate<{ tab: string; ring: boolean } | null>(FOCUSED);
-        if (focused === null) continue;
-        expect({ page: name, ...focused }).toEqual({ page: name, tab: focused.tab, ring: true });
-        expect(focused.tab).toMatch(/^\d+$/);
-        reached.add(focused.tab);
-      }
-      expect({ page: name, reached: reached.size }).toEqual({ page: name, reached: controls });
+      const walk = await walkByTab(page);
+      expect({ page: name, problems: walk.problems, reached: walk.reached.size }).toEqual({
+        page: name,
+        problems: [],
+        reached: walk.controls,
+      });
     }
   });
 

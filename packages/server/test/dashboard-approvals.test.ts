@@ -3,7 +3,8 @@
  * sandbox under `ask` host rules makes requests through the egress gateway to the lab's own
  * `wan` server; the inbox in the host's Chromium shows each as it is held, and deciding there
  * decides the request inside the sandbox: approved goes out, denied gets 403, approved for N
- * minutes lets the next request to that host pass without asking. The browser's notification is
+ * minutes lets the next request to that host pass without asking; the inbox with requests waiting
+ * is reached by keyboard alone and fits a phone. The browser's notification is
  * offered on a click, never asked for on load. Nothing here leaves the machine.
  */
 import type { Browser, BrowserContext, Page } from "playwright-core";
@@ -19,6 +20,7 @@ import {
   recordErrors,
   signIn,
 } from "./helpers/dashboard-browser.ts";
+import { DESKTOP, overflowing, PHONE, walkByTab } from "./helpers/dashboard-checks.ts";
 import { driverTitle, testDriver } from "./helpers/drivers.ts";
 import { bodyOf, egressProbe, type EgressCheck } from "./helpers/egress-probe.ts";
 import { useNetLab } from "./helpers/net-lab.ts";
@@ -89,7 +91,7 @@ describe.skipIf(missing !== undefined)(
       ui = `https://${API_HOST}:${front.port}`;
       browser = await launchDashboardBrowser("127.0.0.1");
       // The proxy's certificate is self-signed for the test; the origin is still a secure context.
-      context = await browser.newContext({ viewport: { width: 1280, height: 800 }, ignoreHTTPSErrors: true });
+      context = await browser.newContext({ viewport: DESKTOP, ignoreHTTPSErrors: true });
       await context.grantPermissions(["notifications"], { origin: ui });
       await context.addInitScript(RECORD_NOTIFICATIONS);
       page = await context.newPage();
@@ -127,6 +129,19 @@ describe.skipIf(missing !== undefined)(
       expect(await first.locator(".time-left").textContent()).toMatch(/^\d+[sm].* left$/);
       expect(await accessibilityViolations(page)).toEqual([]);
       await page.screenshot({ path: `${ARTIFACTS}approvals.png` });
+      // With requests waiting: every control reached by Tab, and the cards fit a phone.
+      const walk = await walkByTab(page);
+      expect({ problems: walk.problems, reached: walk.reached.size }).toEqual({ problems: [], reached: walk.controls });
+      await page.setViewportSize(PHONE);
+      try {
+        expect({ overflow: await overflowing(page), violations: await accessibilityViolations(page) }).toEqual({
+          overflow: [],
+          violations: [],
+        });
+        await page.screenshot({ path: `${ARTIFACTS}phone-approvals.png`, fullPage: true });
+      } finally {
+        await page.setViewportSize(DESKTOP);
+      }
 
       await first.getByRole("button", { name: "Approve once" }).click();
       await second.getByLabel("Reason").fill("not today");

@@ -1,8 +1,9 @@
 /**
  * The dashboard at /ui in the host's Chromium, against a real server and one gVisor sandbox:
- * signing in (a bad key and a revoked key refused), the live list, the create form, the terminal,
- * files up and down, and no serious accessibility violation on any page (the approvals inbox,
- * which needs the real gateway, is dashboard-approvals.test.ts).
+ * signing in (a bad key and a revoked key refused) and out, the live list and its filter, the
+ * create form, the terminal (its size told to the shell), files up and down, the sandbox page at
+ * a desktop's and a phone's width and by keyboard alone, and no serious accessibility violation
+ * on any page (the approvals inbox, which needs the real gateway, is dashboard-approvals.test.ts).
  * Then the attacker's side: a page served from that sandbox's port, opened by a signed-in viewer,
  * by path on the API's own host and by a preview host of the same site, can neither read nor use
  * the session; a request with the cookie but without the CSRF token is refused.
@@ -29,6 +30,7 @@ import {
   recordErrors,
   signIn,
 } from "./helpers/dashboard-browser.ts";
+import { DESKTOP, overflowing, PHONE, walkByTab } from "./helpers/dashboard-checks.ts";
 import { driverTitle, testDriver } from "./helpers/drivers.ts";
 import { useServerWithSandbox } from "./helpers/suite.ts";
 import type { TestServer } from "./helpers/test-server.ts";
@@ -64,7 +66,7 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
 
   beforeAll(async () => {
     browser = await launchDashboardBrowser("127.0.0.1");
-    context = await browser.newContext({ acceptDownloads: true, viewport: { width: 1280, height: 800 } });
+    context = await browser.newContext({ acceptDownloads: true, viewport: DESKTOP });
     page = await context.newPage();
     recordErrors(page, errors);
   });
@@ -136,6 +138,24 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
     await waitDeleted(ts.url, other);
   });
 
+  it("filters the list by id, state, template, driver or label", async () => {
+    await page.goto(`${ui}/ui/#/sandboxes`);
+    await row(id).waitFor();
+    const filter = page.getByLabel("Filter");
+    const count = page.locator(".count");
+    const total = await page.locator("tr[data-sandbox]").count();
+    for (const words of [id.slice(4, 12), "running seed", `gvisor ${id.slice(-6)}`]) {
+      await filter.fill(words);
+      await expect.poll(() => count.textContent()).toBe(`1 of ${total}`);
+      expect(await page.locator("tr[data-sandbox]").count()).toBe(1);
+    }
+    await filter.fill("qemu");
+    await expect.poll(() => count.textContent()).toBe(`0 of ${total}`);
+    expect(await row(id).count()).toBe(0);
+    await filter.fill("");
+    await row(id).waitFor();
+  });
+
   it("runs `echo hi` in the terminal and shows hi", async () => {
     await page.goto(`${ui}/ui/#/sandbox/${id}`);
     await page.locator('.term-box[data-status="connected"]').waitFor({ timeout: 30_000 });
@@ -148,6 +168,27 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
       .toContain("hi");
     expect(await accessibilityViolations(page)).toEqual([]);
     await shot("sandbox");
+  });
+
+  it("tells the shell the terminal's size, and its new size when the window narrows", async () => {
+    /** The last `rows cols` line `stty size` printed in the terminal. */
+    const size = async (): Promise<[number, number] | undefined> => {
+      const lines = (await page.locator(".xterm-rows > div").allInnerTexts()).map((t) => t.trim());
+      const found = lines.filter((l) => /^\d+ \d+$/.test(l)).at(-1);
+      return found === undefined ? undefined : (found.split(" ").map(Number) as [number, number]);
+    };
+    await page.keyboard.type("stty size\n");
+    await expect.poll(size, { timeout: 30_000 }).toBeDefined();
+    const [rows, cols] = (await size())!;
+    expect(cols).toBeGreaterThan(80);
+    try {
+      await page.setViewportSize({ width: 700, height: DESKTOP.height });
+      await page.keyboard.type("clear; stty size\n");
+      await expect.poll(async () => (await size())?.[1], { timeout: 30_000 }).toBeLessThan(cols * 0.7);
+      expect((await size())?.[0]).toBe(rows);
+    } finally {
+      await page.setViewportSize(DESKTOP);
+    }
   });
 
   it("uploads a file and downloads it byte-identically", async () => {
@@ -337,14 +378,46 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
     await expect
       .poll(async () => Date.parse(String((await api(ts.url, "GET", `/sandboxes/${id}`)).json["expires_at"])) - asked)
       .toBeGreaterThan(4 * 3600_000 - 60_000);
-    const shown = await page.locator('[data-fact="expires"]').textContent();
-    expect(shown).toBe((await api(ts.url, "GET", `/sandboxes/${id}`)).json["expires_at"]);
+    // The page shows it once the answer to its own call is in, which may be after the API has it.
+    const expires = (await api(ts.url, "GET", `/sandboxes/${id}`)).json["expires_at"];
+    await expect.poll(() => page.locator('[data-fact="expires"]').textContent()).toBe(expires);
     // This server runs without networking: no host policy, no egress decisions.
     await page.getByText("No host policy: its HTTP(S) goes out directly.").waitFor();
     await page.getByText("No egress decisions yet.").waitFor();
     // gVisor sleeps by itself when idle: no pause button that would fail.
     expect(await page.getByRole("button", { name: "Pause" }).count()).toBe(0);
     expect(await accessibilityViolations(page)).toEqual([]);
+  });
+
+  it("fits the sandbox page at a desktop's and a phone's width with no serious accessibility violation, and reaches its every control by Tab", async () => {
+    const ready = async (): Promise<void> => {
+      await page.goto(`${ui}/ui/#/sandboxes`);
+      await page.goto(`${ui}/ui/#/sandbox/${id}`);
+      await page.locator('.term-box[data-status="connected"]').waitFor({ timeout: 30_000 });
+      await page.locator("tr[data-command]").first().waitFor({ timeout: 30_000 });
+      await page.getByRole("button", { name: "blob.bin", exact: true }).waitFor({ timeout: 30_000 });
+      await page.getByRole("button", { name: `Open port ${PORT + 1}` }).waitFor({ timeout: 30_000 });
+    };
+    try {
+      for (const size of [DESKTOP, PHONE]) {
+        await page.setViewportSize(size);
+        await ready();
+        expect({
+          size: size.width,
+          overflow: await overflowing(page),
+          violations: await accessibilityViolations(page),
+        }).toEqual({ size: size.width, overflow: [], violations: [] });
+        if (size === PHONE) await page.screenshot({ path: `${ARTIFACTS}phone-sandbox.png`, fullPage: true });
+      }
+      // By keyboard: every control once, the terminal's input too (which Escape then Tab leaves, as its hint says).
+      await page.setViewportSize(DESKTOP);
+      await ready();
+      const walk = await walkByTab(page);
+      expect({ problems: walk.problems, reached: walk.reached.size }).toEqual({ problems: [], reached: walk.controls });
+      expect(await page.locator(".term-box textarea").getAttribute("aria-describedby")).toBe("terminal-keys");
+    } finally {
+      await page.setViewportSize(DESKTOP);
+    }
   });
 
   it("a link from `bothy ui-link` signs a browser in once with no key in a URL or log; used, revoked or minted by a session: refused", async () => {
@@ -502,6 +575,26 @@ describe.skipIf(missing !== undefined)(driverTitle({ name: "gvisor", missing }, 
       expect(asked).toBe(401);
     } finally {
       await viewer.close();
+    }
+  });
+
+  it("signs out: the session ends at the server, the cookie goes, the page asks for a key", async () => {
+    const other = await browser.newContext();
+    try {
+      const view = await other.newPage();
+      recordErrors(view, errors);
+      await signIn(view, ui, ts.apiKey);
+      const cookie = (await other.cookies(ui)).find((c) => c.name === "bothy_session")!.value;
+      await view.getByRole("button", { name: "Sign out" }).click();
+      await view.getByLabel("API key").waitFor();
+      expect(await other.cookies(ui)).toEqual([]);
+      // The old cookie, sent again by hand, is a session that no longer exists.
+      const again = await fetch(`${ts.url}/ui/session`, {
+        headers: { ...ANONYMOUS, cookie: `bothy_session=${cookie}`, "x-csrf-token": "any" },
+      });
+      expect(again.status).toBe(401);
+    } finally {
+      await other.close();
     }
   });
 

@@ -4,7 +4,7 @@
  */
 import type { UiSessionInfo } from "@bothy/protocol";
 import type { ComponentType } from "preact";
-import { useEffect, useState } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 import { ApiError, getJson, sendJson, useSession } from "./api.ts";
 import { closeEvents } from "./events.ts";
 import { ApprovalsPage } from "./pages/approvals.tsx";
@@ -51,7 +51,19 @@ export function App() {
   const [linkError, setLinkError] = useState<string | null>(null);
   /** The navigation on a narrow screen: folded behind its button until opened, folded again on every page change. */
   const [menuOpen, setMenuOpen] = useState(false);
+  const menuButton = useRef<HTMLButtonElement>(null);
   useEffect(() => setMenuOpen(false), [route.page]);
+  // Escape folds the open menu and gives focus back to its button, as a disclosure's keyboard users expect.
+  useEffect(() => {
+    if (!menuOpen) return;
+    const onKey = (ev: KeyboardEvent): void => {
+      if (ev.key !== "Escape") return;
+      setMenuOpen(false);
+      menuButton.current?.focus();
+    };
+    document.addEventListener("keydown", onKey);
+    return () => document.removeEventListener("keydown", onKey);
+  }, [menuOpen]);
   useEffect(() => {
     // Opened from a sign-in link: its token becomes the session (once); else the cookie's session, if any.
     const start = token === undefined ? getJson<UiSessionInfo>("/ui/session") : signIn({ link: token });
@@ -99,6 +111,7 @@ export function App() {
         </a>
         <button
           type="button"
+          ref={menuButton}
           class="quiet menu-toggle"
           aria-expanded={menuOpen}
           aria-controls="main-nav"

@@ -166,6 +166,7 @@ ERROR_CLASSES: Dict[str, Type[SandboxError]] = {
     "key_not_found": NotFoundError,
     "tenant_not_found": NotFoundError,
     "tenant_exists": ConflictError,
+    "tenant_in_use": ConflictError,
     "secret_not_found": NotFoundError,
     "secret_unknown": InvalidArgumentError,
     "secret_refused": AuthenticationError,

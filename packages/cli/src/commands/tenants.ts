@@ -16,9 +16,12 @@ const QUOTAS = [
 const USAGE = `usage: bothy tenants create ID [NAME=VALUE]... [--json]
        bothy tenants ls [--json]
        bothy tenants quota ID NAME=VALUE... [--json]
+       bothy tenants rm ID
 
 Tenants and their quotas (scope admin). Quotas: ${QUOTAS.join(", ")};
 a value of "none" lifts one. Over a quota, creates are refused with 429 quota_exceeded.
+A tenant is removed only once it holds nothing (no live sandbox, unrevoked key, secret,
+volume or snapshot); its name is not given again.
 `;
 
 function quotaArgs(pairs: string[]): TenantQuota {
@@ -51,7 +54,7 @@ function print(tenants: TenantInfo[]): void {
 
 export const tenantsCommand = subcommandsCommand({
   name: "tenants",
-  summary: "create and list tenants, set their quotas",
+  summary: "create, list and remove tenants, set their quotas",
   usage: USAGE,
   options: JSON_FLAG,
   positionals: { min: 0, max: Infinity, names: "tenant id" },
@@ -59,6 +62,13 @@ export const tenantsCommand = subcommandsCommand({
     const conn = connection(values);
     const [id, ...pairs] = positionals;
     let shown: TenantInfo[];
+    if (sub === "rm") {
+      if (id === undefined || pairs.length > 0) throw new UsageError("name one tenant id");
+      const { deleted } = await Tenants.delete(id, conn);
+      if (values.json) printJson({ deleted });
+      else process.stdout.write(`${deleted}\n`);
+      return 0;
+    }
     if (sub === "ls" || sub === "list") shown = await Tenants.list(conn);
     else if (sub === "create" || sub === "quota") {
       if (id === undefined) throw new UsageError("missing tenant id");

@@ -11,6 +11,7 @@ import {
   createTenantRequest,
   KEY_ID_RE,
   keyList,
+  tenantDeleted,
   tenantInfo,
   tenantList,
   tenantQuota,
@@ -21,6 +22,8 @@ import { keyView, type KeyRing } from "../auth/key-ring.ts";
 import type { Quotas } from "../auth/quotas.ts";
 import { DEFAULT_SCOPES, hasScope } from "../auth/scopes.ts";
 import type { KeyConnections } from "../auth/auth-hooks.ts";
+import type { TenantHoldings } from "../ledger/auth-rows.ts";
+import { DEFAULT_TENANT } from "../ledger/ledger.ts";
 import type { LedgerStore } from "../ledger/store.ts";
 import { parseInput } from "./parse-input.ts";
 import { json } from "./route-schema.ts";
@@ -63,6 +66,12 @@ const DOCS = {
     summary: "A tenant, its quotas and what it uses now (scope admin)",
     response: { 200: TENANT },
   },
+  remove: {
+    tags: tenants,
+    summary:
+      "Delete a tenant (scope admin); refused (409 tenant_in_use, naming what it holds) while it has live sandboxes, unrevoked keys, secrets, volumes or snapshots. Its history stays under its name, which is not given again",
+    response: { 200: json(tenantDeleted, "The id of the deleted tenant") },
+  },
   quota: {
     tags: tenants,
     summary: "Change a tenant's quotas: those named are set, null lifts one (scope admin)",
@@ -72,6 +81,24 @@ const DOCS = {
 };
 
 type Id = { Params: { id: string } };
+
+/** What a tenant still holds, in words, with what to do about each. */
+function tenantInUse(id: string, holdings: TenantHoldings): BothyError {
+  const steps: Record<keyof TenantHoldings, [string, string]> = {
+    sandboxes: ["live sandbox", "delete its sandboxes"],
+    keys: ["API key", "revoke its keys"],
+    secrets: ["secret", "delete its secrets"],
+    volumes: ["volume", "delete its volumes"],
+    snapshots: ["snapshot", "delete its snapshots"],
+  };
+  const held = (Object.keys(steps) as Array<keyof TenantHoldings>).filter((k) => holdings[k] > 0);
+  const has = held.map((k) => `${holdings[k]} ${steps[k][0]}${holdings[k] === 1 ? "" : "s"}`).join(", ");
+  return new BothyError(
+    "tenant_in_use",
+    `Tenant ${id} still has ${has}; ${held.map((k) => steps[k][1]).join(", ")}, then delete it again.`,
+    { details: Object.fromEntries(held.map((k) => [k, holdings[k]])) },
+  );
+}
 
 export function authRoutes(
   app: FastifyInstance,
@@ -151,6 +178,11 @@ export function authRoutes(
 
   app.post("/tenants", { schema: DOCS.create }, async (request, reply) => {
     const body = parseInput(createTenantRequest, request.body, "POST /tenants");
+    if (await ledger.auth.tenantHasHistory(body.tenant))
+      throw new BothyError(
+        "tenant_exists",
+        `Tenant ${body.tenant} existed and was deleted; its history is kept under that name, so pick another.`,
+      );
     if (!(await ledger.auth.insertTenant(body.tenant, JSON.stringify(body.quota ?? {}))))
       throw new BothyError("tenant_exists", `Tenant ${body.tenant} exists; GET /tenants/${body.tenant} shows it.`);
     return reply.code(201).send(await tenantView(body.tenant));
@@ -161,6 +193,17 @@ export function authRoutes(
   }));
 
   app.get<Id>("/tenants/:id", { schema: DOCS.tenant }, async (request) => tenantView(request.params.id));
+
+  app.delete<Id>("/tenants/:id", { schema: DOCS.remove }, async (request) => {
+    const { id } = request.params;
+    // The tenant a server without keys acts as (BOTHY_AUTH=none) and its first admin key's.
+    if (id === DEFAULT_TENANT)
+      throw new BothyError("tenant_in_use", `Tenant ${DEFAULT_TENANT} is the server's own and is never deleted.`);
+    const outcome = await ledger.auth.deleteTenant(id);
+    if (outcome === undefined) throw tenantNotFound(id);
+    if (outcome !== "deleted") throw tenantInUse(id, outcome);
+    return { deleted: id };
+  });
 
   /** Sets the quotas named in the body; null lifts one, an absent one stays as it was. */
   app.patch<Id>("/tenants/:id/quota", { schema: DOCS.quota }, async (request) => {

@@ -36,6 +36,20 @@ export class GatewayPolicies {
     return this.effective(row.tenant, recordOf(row.policy));
   }
 
+  /** `ofRow` of each row, reading each tenant's default once (a list's rows share a few tenants). */
+  async ofRows(
+    rows: ReadonlyArray<Pick<SandboxRow, "tenant" | "policy">>,
+  ): Promise<Array<EffectiveHostPolicy | undefined>> {
+    const defaults = new Map<string, Promise<ParsedPolicy | undefined>>();
+    for (const row of rows) if (!defaults.has(row.tenant)) defaults.set(row.tenant, this.tenantPolicy(row.tenant));
+    return Promise.all(
+      rows.map(async (row) => {
+        const own = recordOf(row.policy);
+        return effectivePolicy(await defaults.get(row.tenant), own.policy, own.secrets ?? []);
+      }),
+    );
+  }
+
   /** As `ofRow`, for a create before its row exists. */
   async effective(tenant: string, own: SandboxPolicyRecord): Promise<EffectiveHostPolicy | undefined> {
     return effectivePolicy(await this.tenantPolicy(tenant), own.policy, own.secrets ?? []);

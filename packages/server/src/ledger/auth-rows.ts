@@ -1,4 +1,4 @@
-import { all, get, notify, relaxed, run, type Step, type Asynced } from "./sql-step.ts";
+import { all, get, notify, relaxed, run, transaction, type Step, type Asynced } from "./sql-step.ts";
 import { sqlStates } from "../sandboxes/lifecycle.ts";
 
 /** The channel a key's revocation notifies (its id as payload): other nodes end its open connections. */
@@ -9,6 +9,15 @@ export interface TenantRow {
   /** JSON of protocol's tenantQuota. */
   quota: string;
   created_at: string;
+}
+
+/** What keeps a tenant from being deleted: counts of its live sandboxes, unrevoked keys and stored data. */
+export interface TenantHoldings {
+  sandboxes: number;
+  keys: number;
+  secrets: number;
+  volumes: number;
+  snapshots: number;
 }
 
 export interface ApiKeyRow {
@@ -46,6 +55,49 @@ export class AuthQueries {
         new Date().toISOString(),
       ])) === 1
     );
+  }
+
+  /**
+   * Deletes a tenant that holds nothing (see TenantHoldings): its revoked keys and their sessions go
+   * with it, its history (deleted sandboxes, events, usage, approvals) stays under its name. Answers
+   * what it still holds instead when that is anything, undefined for no such tenant.
+   */
+  *deleteTenant(id: string): Step<TenantHoldings | "deleted" | undefined> {
+    return yield* transaction(function* () {
+      if (!(yield* get(`SELECT id FROM tenants WHERE id = ? FOR UPDATE`, [id]))) return undefined;
+      const count = function* (sql: string): Step<number> {
+        return Number((yield* get<{ n: number | string }>(sql, [id]))?.n ?? 0);
+      };
+      const holdings: TenantHoldings = {
+        sandboxes: yield* count(
+          `SELECT COUNT(*) AS n FROM sandboxes WHERE tenant = ? AND state IN (${sqlStates("live")})`,
+        ),
+        keys: yield* count(`SELECT COUNT(*) AS n FROM api_keys WHERE tenant = ? AND revoked_at IS NULL`),
+        secrets: yield* count(`SELECT COUNT(*) AS n FROM secrets WHERE tenant = ?`),
+        volumes: yield* count(`SELECT COUNT(*) AS n FROM volumes WHERE tenant = ?`),
+        snapshots: yield* count(`SELECT COUNT(*) AS n FROM snapshots WHERE tenant = ?`),
+      };
+      if (Object.values(holdings).some((n) => n > 0)) return holdings;
+      yield* run(`DELETE FROM ui_sessions WHERE key_id IN (SELECT id FROM api_keys WHERE tenant = ?)`, [id]);
+      yield* run(`DELETE FROM api_keys WHERE tenant = ?`, [id]);
+      yield* run(`DELETE FROM tenants WHERE id = ?`, [id]);
+      return "deleted";
+    });
+  }
+
+  /**
+   * Whether rows of a tenant's past remain under this name (a deleted tenant's sandboxes, events or
+   * usage): a new tenant of that name would read them, so the name is not given again.
+   */
+  *tenantHasHistory(id: string): Step<boolean> {
+    const row = yield* get(
+      `SELECT 1 AS found WHERE EXISTS (SELECT 1 FROM sandboxes WHERE tenant = ?)
+          OR EXISTS (SELECT 1 FROM events WHERE tenant = ?)
+          OR EXISTS (SELECT 1 FROM usage_day WHERE owner = ?)
+          OR EXISTS (SELECT 1 FROM approvals WHERE tenant = ?)`,
+      [id, id, id, id],
+    );
+    return row !== undefined;
   }
 
   /** The tenant's default host policy (JSON), null when it has none, undefined for no such tenant. */

@@ -1,5 +1,5 @@
 import type { OnTimeout } from "@bothy/protocol";
-import { get, run, type Step, type Asynced } from "./sql-step.ts";
+import { all, get, run, type Step, type Asynced } from "./sql-step.ts";
 
 /** Why a dormant sandbox sleeps, where that decides who may wake it and when it is deleted. */
 export type SleepCause = "timeout" | "pause";
@@ -20,6 +20,9 @@ export interface LifecycleRow {
   asleep_by: SleepCause | null;
 }
 
+/** Ids bound in one `IN (…)`: well inside both stores' limits on parameters. */
+const ID_BATCH = 500;
+
 export class LifecycleQueries {
   *put(row: LifecycleRow): Step<void> {
     yield* run(
@@ -32,6 +35,20 @@ export class LifecycleQueries {
 
   *of(sandboxId: string): Step<LifecycleRow | undefined> {
     return yield* get<LifecycleRow>(`SELECT * FROM sandbox_lifecycle WHERE sandbox_id = ?`, [sandboxId]);
+  }
+
+  /** The rows of these sandboxes, by id (a list's, in a few queries rather than one per sandbox). */
+  *ofMany(sandboxIds: readonly string[]): Step<Map<string, LifecycleRow>> {
+    const found = new Map<string, LifecycleRow>();
+    for (let i = 0; i < sandboxIds.length; i += ID_BATCH) {
+      const ids = sandboxIds.slice(i, i + ID_BATCH);
+      const rows = yield* all<LifecycleRow>(
+        `SELECT * FROM sandbox_lifecycle WHERE sandbox_id IN (${ids.map(() => "?").join(", ")})`,
+        ids,
+      );
+      for (const row of rows) found.set(row.sandbox_id, row);
+    }
+    return found;
   }
 
   /** The timeout a `POST /sandboxes/{id}/timeout` gave it (no-op for a sandbox without a row). */

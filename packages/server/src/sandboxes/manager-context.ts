@@ -105,13 +105,24 @@ export class ManagerContext {
 
   /** A row as the API shows it, with the host policy in force now (its tenant's may have changed). */
   async view(row: SandboxRow): Promise<SandboxInfo> {
-    const [lifecycle, policy] = await Promise.all([this.ledger.lifecycle.of(row.id), this.policies.ofRow(row)]);
-    return {
-      ...toSandboxInfo(row),
-      on_timeout: lifecycle?.on_timeout ?? "delete",
-      auto_wake: lifecycle === undefined || lifecycle.auto_wake === 1,
-      policy: policy ?? null,
-    };
+    return (await this.views([row]))[0]!;
+  }
+
+  /** Rows as `view` shows them, for a list: their lifecycle rows and each tenant's policy read once for all. */
+  async views(rows: readonly SandboxRow[]): Promise<SandboxInfo[]> {
+    const [lifecycles, policies] = await Promise.all([
+      this.ledger.lifecycle.ofMany(rows.map((r) => r.id)),
+      this.policies.ofRows(rows),
+    ]);
+    return rows.map((row, i) => {
+      const lifecycle = lifecycles.get(row.id);
+      return {
+        ...toSandboxInfo(row),
+        on_timeout: lifecycle?.on_timeout ?? "delete",
+        auto_wake: lifecycle === undefined || lifecycle.auto_wake === 1,
+        policy: policies[i] ?? null,
+      };
+    });
   }
 
   /**

@@ -78,7 +78,7 @@ export class SandboxManager {
   }
 
   async list(): Promise<SandboxInfo[]> {
-    return Promise.all((await this.ctx.ledger.listSandboxes()).map((row) => this.ctx.view(row)));
+    return this.ctx.views(await this.ctx.ledger.listSandboxes());
   }
 
   counts(): Promise<Record<string, number>> {

@@ -56,7 +56,7 @@ export function FileBrowser({ sandboxId, writable }: { sandboxId: string; writab
           </button>
         )}
         {writable && (
-          <label class="upload">
+          <label class="upload" data-focus-ring>
             Upload
             <input
               type="file"

@@ -2,12 +2,15 @@
  * A live shell in the sandbox: xterm.js over the command WebSocket (`pty`), the cookie
  * authenticating the upgrade. Keys go in as `stdin`, the terminal's size as `resize` whenever the
  * element changes size; the shell's output (bytes, base64 on the wire when not UTF-8) is written
- * as it comes. xterm.js is loaded with this view only, so the other pages stay small.
+ * as it comes. xterm.js is loaded with this view only, so the other pages stay small. Tab belongs to
+ * the shell (completion), so Escape then Tab (or Shift+Tab) leaves the terminal: a keyboard alone
+ * is never held in it. It takes focus only when asked (a click, or Tab), never by itself.
  */
 import type { CommandEvent } from "@bothy/protocol";
 import { useEffect, useRef, useState } from "preact/hooks";
 import { wsUrl } from "../api.ts";
 
+const HINT_ID = "terminal-keys";
 const SHELL = "if command -v bash >/dev/null 2>&1; then exec bash -i; else exec sh -i; fi";
 
 function bytesOf(data: string, encoding: string | undefined): Uint8Array | string {
@@ -40,6 +43,18 @@ export function TerminalView({ sandboxId, writable }: { sandboxId: string; writa
     const fit = new FitAddon();
     term.loadAddon(fit);
     term.open(box.current!);
+    term.textarea?.setAttribute("aria-describedby", HINT_ID);
+    // Escape goes to the shell as ever; a Tab right after it is left to the browser, which moves focus on.
+    let leaving = false;
+    term.attachCustomKeyEventHandler((ev) => {
+      if (ev.type !== "keydown") return true;
+      if (ev.key === "Tab" && leaving) {
+        leaving = false;
+        return false;
+      }
+      leaving = ev.key === "Escape";
+      return true;
+    });
     fit.fit();
     const ws = new WebSocket(wsUrl(`/sandboxes/${sandboxId}/command`));
     const send = (frame: object): void => {
@@ -48,7 +63,6 @@ export function TerminalView({ sandboxId, writable }: { sandboxId: string; writa
     ws.onopen = () => {
       ws.send(JSON.stringify({ cmd: SHELL, pty: { cols: term.cols, rows: term.rows }, timeout_s: 86400 }));
       setStatus("connected");
-      term.focus();
     };
     ws.onmessage = (ev) => {
       const frame = JSON.parse(String(ev.data)) as CommandEvent;
@@ -74,7 +88,10 @@ export function TerminalView({ sandboxId, writable }: { sandboxId: string; writa
       <h2>
         Terminal <span class="status">{status}</span>
       </h2>
-      <div class="term-box" ref={box} data-status={status} />
+      <div class="term-box" ref={box} data-status={status} data-focus-ring />
+      <p class="hint" id={HINT_ID}>
+        Tab completes in the shell; Esc then Tab leaves the terminal.
+      </p>
     </section>
   );
 }

@@ -1,7 +1,8 @@
 /**
  * The list's usage column: what each sandbox has metered (GET /usage/sandboxes, one call for the
- * whole list, not one per row), fetched with the list and again every USAGE_REFRESH_MS while the
- * page is open, since usage grows without an event saying so.
+ * whole list, not one per row), fetched beside the list when the page opens and again every
+ * USAGE_REFRESH_MS while it is open, since usage grows without an event saying so. A list that
+ * changes does not fetch it again: a sandbox just made has metered nothing yet.
  */
 import type { SandboxUsageList } from "@bothy/protocol";
 import { useEffect, useState } from "preact/hooks";
@@ -11,8 +12,8 @@ const USAGE_REFRESH_MS = 30_000;
 
 export type UsageBySandbox = ReadonlyMap<string, SandboxUsageList["sandboxes"][number]>;
 
-/** Usage by sandbox id; `version` (the list's) fetches it again when the list changes. */
-export function useUsage(version: unknown): UsageBySandbox {
+/** Usage by sandbox id. */
+export function useUsage(): UsageBySandbox {
   const [usage, setUsage] = useState<UsageBySandbox>(new Map());
   useEffect(() => {
     let gone = false;
@@ -30,7 +31,7 @@ export function useUsage(version: unknown): UsageBySandbox {
       gone = true;
       clearInterval(timer);
     };
-  }, [version]);
+  }, []);
   return usage;
 }
 

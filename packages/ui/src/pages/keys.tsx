@@ -6,6 +6,7 @@ import { API_SCOPES, type ApiKeyInfo } from "@bothy/protocol";
 import { useCallback, useEffect, useState } from "preact/hooks";
 import { ApiError, getJson, sendJson } from "../api.ts";
 import type { PageProps } from "../app.tsx";
+import { ScrollBox } from "../components/scroll-box.tsx";
 
 type Scope = (typeof API_SCOPES)[number];
 
@@ -94,40 +95,42 @@ export function KeysPage({ can }: PageProps) {
           </button>
         </div>
       )}
-      <table class="list">
-        <thead>
-          <tr>
-            <th scope="col">Key</th>
-            <th scope="col">Name</th>
-            <th scope="col">Tenant</th>
-            <th scope="col">Scopes</th>
-            <th scope="col">Last used</th>
-            <th scope="col">State</th>
-          </tr>
-        </thead>
-        <tbody>
-          {(keys ?? []).map((k) => (
-            <tr key={k.key_id} data-key={k.key_id}>
-              <td>
-                {k.key_id} <span class="status">{k.display}</span>
-              </td>
-              <td>{k.name}</td>
-              <td>{k.tenant}</td>
-              <td>{k.scopes.join(" ")}</td>
-              <td>{k.last_used_at ?? "never"}</td>
-              <td>
-                {k.revoked_at !== null ? (
-                  "revoked"
-                ) : (
-                  <button type="button" class="danger" onClick={() => void revoke(k.key_id)}>
-                    Revoke {k.name}
-                  </button>
-                )}
-              </td>
+      <ScrollBox label="Keys">
+        <table class="list">
+          <thead>
+            <tr>
+              <th scope="col">Key</th>
+              <th scope="col">Name</th>
+              <th scope="col">Tenant</th>
+              <th scope="col">Scopes</th>
+              <th scope="col">Last used</th>
+              <th scope="col">State</th>
             </tr>
-          ))}
-        </tbody>
-      </table>
+          </thead>
+          <tbody>
+            {(keys ?? []).map((k) => (
+              <tr key={k.key_id} data-key={k.key_id}>
+                <td>
+                  {k.key_id} <span class="status">{k.display}</span>
+                </td>
+                <td>{k.name}</td>
+                <td>{k.tenant}</td>
+                <td>{k.scopes.join(" ")}</td>
+                <td>{k.last_used_at ?? "never"}</td>
+                <td>
+                  {k.revoked_at !== null ? (
+                    "revoked"
+                  ) : (
+                    <button type="button" class="danger" onClick={() => void revoke(k.key_id)}>
+                      Revoke {k.name}
+                    </button>
+                  )}
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </ScrollBox>
     </>
   );
 }

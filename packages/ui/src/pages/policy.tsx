@@ -9,6 +9,7 @@ import { useEffect, useState } from "preact/hooks";
 import { getJson, sendJson } from "../api.ts";
 import type { PageProps } from "../app.tsx";
 import { ErrorLine, useLoad } from "../use-load.tsx";
+import { ScrollBox } from "../components/scroll-box.tsx";
 
 const ACTIONS: readonly EgressAction[] = ["allow", "deny", "ask"];
 type Policy = NonNullable<TenantPolicyInfo["policy"]>;
@@ -131,7 +132,7 @@ export function PolicyPage({ session, can }: PageProps) {
       <form class="policy" aria-label={`Default policy of ${tenant}`} onSubmit={(ev) => void save(ev)}>
         <fieldset disabled={!editable}>
           <legend>Rules, in order</legend>
-          <div class="scroll">
+          <ScrollBox label="Rules">
             <table class="rules">
               <thead>
                 <tr>
@@ -200,7 +201,7 @@ export function PolicyPage({ session, can }: PageProps) {
                 ))}
               </tbody>
             </table>
-          </div>
+          </ScrollBox>
           {editable && (
             <button
               type="button"

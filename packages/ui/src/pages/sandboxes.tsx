@@ -1,6 +1,6 @@
 /** The sandboxes: a list kept live from /events, a filter, the create form and delete. */
 import type { SandboxInfo } from "@bothy/protocol";
-import { useCallback, useEffect, useMemo, useState } from "preact/hooks";
+import { useCallback, useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { ApiError, getJson, sendJson } from "../api.ts";
 import type { PageProps } from "../app.tsx";
 import { CreateForm } from "../components/create-form.tsx";
@@ -8,20 +8,36 @@ import { usageText, useUsage } from "../components/usage-cell.ts";
 import { onEvents } from "../events.ts";
 import { href } from "../router.ts";
 import { span } from "../time.ts";
+import { ScrollBox } from "../components/scroll-box.tsx";
 
 const LIST_EVENTS = ["sandbox.created", "sandbox.deleted", "sandbox.failed", "sandbox.stopped", "sandbox.woken"];
 
-/** The live sandboxes, fetched again whenever an event says the set or a state changed. */
+/**
+ * The live sandboxes, fetched again whenever an event says the set or a state changed. One fetch
+ * at a time: events that come while one is out ask for one more after it, so a burst of them costs
+ * two fetches, and an older answer never lands over a newer one.
+ */
 export function useSandboxes(): { sandboxes: SandboxInfo[] | null; error: string | null; reload: () => void } {
   const [sandboxes, setSandboxes] = useState<SandboxInfo[] | null>(null);
   const [error, setError] = useState<string | null>(null);
-  const reload = useCallback(() => {
+  const fetching = useRef<"idle" | "out" | "again">("idle");
+  const reload = useCallback(function fetchList(): void {
+    if (fetching.current !== "idle") {
+      fetching.current = "again";
+      return;
+    }
+    fetching.current = "out";
     getJson<{ sandboxes: SandboxInfo[] }>("/sandboxes")
       .then((r) => {
         setSandboxes(r.sandboxes);
         setError(null);
       })
-      .catch((err: unknown) => setError(err instanceof ApiError ? err.message : String(err)));
+      .catch((err: unknown) => setError(err instanceof ApiError ? err.message : String(err)))
+      .finally(() => {
+        const again = fetching.current === "again";
+        fetching.current = "idle";
+        if (again) fetchList();
+      });
   }, []);
   useEffect(() => {
     reload();
@@ -32,7 +48,7 @@ export function useSandboxes(): { sandboxes: SandboxInfo[] | null; error: string
 
 export function SandboxesPage({ can }: PageProps) {
   const { sandboxes, error, reload } = useSandboxes();
-  const usage = useUsage(sandboxes);
+  const usage = useUsage();
   const [filter, setFilter] = useState("");
   const [now, setNow] = useState(Date.now());
   useEffect(() => {
@@ -77,59 +93,61 @@ export function SandboxesPage({ can }: PageProps) {
           {error}
         </p>
       )}
-      <table class="list" aria-label="Sandboxes">
-        <thead>
-          <tr>
-            <th scope="col">Sandbox</th>
-            <th scope="col">State</th>
-            <th scope="col">Template</th>
-            <th scope="col">Driver</th>
-            <th scope="col">Size</th>
-            <th scope="col">Metadata</th>
-            <th scope="col">Usage</th>
-            <th scope="col">Age</th>
-            <th scope="col">Expires in</th>
-            {writable && <th scope="col">Actions</th>}
-          </tr>
-        </thead>
-        <tbody>
-          {shown.map((s) => (
-            <tr key={s.sandbox_id} data-sandbox={s.sandbox_id}>
-              <td>
-                <a href={href("sandbox", s.sandbox_id)}>{s.sandbox_id}</a>
-              </td>
-              <td>
-                <span class={`state state-${s.state}`}>{s.state}</span>
-              </td>
-              <td>{s.template}</td>
-              <td>{s.driver}</td>
-              <td>
-                {s.vcpu} vCPU · {s.memory_mib} MiB
-              </td>
-              <td class="meta-cell">
-                {Object.entries(s.metadata)
-                  .map(([k, v]) => (v === "" ? k : `${k}=${v}`))
-                  .join(" ")}
-              </td>
-              <td data-usage>{usageText(usage.get(s.sandbox_id))}</td>
-              <td>{span(now - Date.parse(s.created_at))}</td>
-              <td>{s.expires_at === null ? "never" : span(Date.parse(s.expires_at) - now)}</td>
-              {writable && (
-                <td>
-                  <button
-                    type="button"
-                    class="danger"
-                    aria-label={`Delete ${s.sandbox_id}`}
-                    onClick={() => void remove(s.sandbox_id)}
-                  >
-                    Delete
-                  </button>
-                </td>
-              )}
+      <ScrollBox label="Sandboxes">
+        <table class="list">
+          <thead>
+            <tr>
+              <th scope="col">Sandbox</th>
+              <th scope="col">State</th>
+              <th scope="col">Template</th>
+              <th scope="col">Driver</th>
+              <th scope="col">Size</th>
+              <th scope="col">Metadata</th>
+              <th scope="col">Usage</th>
+              <th scope="col">Age</th>
+              <th scope="col">Expires in</th>
+              {writable && <th scope="col">Actions</th>}
             </tr>
-          ))}
-        </tbody>
-      </table>
+          </thead>
+          <tbody>
+            {shown.map((s) => (
+              <tr key={s.sandbox_id} data-sandbox={s.sandbox_id}>
+                <td>
+                  <a href={href("sandbox", s.sandbox_id)}>{s.sandbox_id}</a>
+                </td>
+                <td>
+                  <span class={`state state-${s.state}`}>{s.state}</span>
+                </td>
+                <td>{s.template}</td>
+                <td>{s.driver}</td>
+                <td>
+                  {s.vcpu} vCPU · {s.memory_mib} MiB
+                </td>
+                <td class="meta-cell">
+                  {Object.entries(s.metadata)
+                    .map(([k, v]) => (v === "" ? k : `${k}=${v}`))
+                    .join(" ")}
+                </td>
+                <td data-usage>{usageText(usage.get(s.sandbox_id))}</td>
+                <td>{span(now - Date.parse(s.created_at))}</td>
+                <td>{s.expires_at === null ? "never" : span(Date.parse(s.expires_at) - now)}</td>
+                {writable && (
+                  <td>
+                    <button
+                      type="button"
+                      class="danger"
+                      aria-label={`Delete ${s.sandbox_id}`}
+                      onClick={() => void remove(s.sandbox_id)}
+                    >
+                      Delete
+                    </button>
+                  </td>
+                )}
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </ScrollBox>
       {sandboxes !== null && sandboxes.length === 0 && <p class="empty">No sandboxes yet.</p>}
     </>
   );

@@ -9,6 +9,7 @@ import { useRef, useState } from "preact/hooks";
 import { getJson, sendJson } from "../api.ts";
 import type { PageProps } from "../app.tsx";
 import { ErrorLine, useLoad } from "../use-load.tsx";
+import { ScrollBox } from "../components/scroll-box.tsx";
 
 interface Draft {
   name: string;
@@ -135,7 +136,7 @@ export function SecretsPage(_: PageProps) {
           </button>
         )}
       </form>
-      <div class="scroll" role="region" aria-label="Secrets" tabIndex={0}>
+      <ScrollBox label="Secrets">
         <table class="list">
           <thead>
             <tr>
@@ -171,7 +172,7 @@ export function SecretsPage(_: PageProps) {
             ))}
           </tbody>
         </table>
-      </div>
+      </ScrollBox>
       {secrets.data?.length === 0 && <p class="empty">No secrets yet.</p>}
     </>
   );

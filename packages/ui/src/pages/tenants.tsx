@@ -1,12 +1,15 @@
 /**
  * Tenants (scope admin): each with its quotas beside what it uses now, a quota edited in place
- * (an empty field lifts that limit), and a new tenant. GET/POST /tenants, PATCH /tenants/{id}/quota.
+ * (an empty field lifts that limit), a new tenant, and deleting one that holds nothing (the server
+ * refuses one that still has sandboxes, keys or data, in words shown on the page). GET/POST
+ * /tenants, PATCH /tenants/{id}/quota, DELETE /tenants/{id}.
  */
 import type { TenantQuota } from "@bothy/protocol";
 import { useState } from "preact/hooks";
 import { getJson, sendJson } from "../api.ts";
 import type { PageProps } from "../app.tsx";
 import { ErrorLine, useLoad } from "../use-load.tsx";
+import { ScrollBox } from "../components/scroll-box.tsx";
 
 interface TenantView {
   tenant: string;
@@ -29,11 +32,14 @@ export const QUOTA_FIELDS: ReadonlyArray<{ key: QuotaKey; label: string; whole: 
 ];
 
 const limit = (v: number | null | undefined): string => (v == null ? "∞" : String(v));
+/** The server's own tenant, which it never deletes: no button that would fail. */
+const OWN_TENANT = "default";
 
 export function TenantsPage(_: PageProps) {
   const tenants = useLoad(() => getJson<{ tenants: TenantView[] }>("/tenants").then((r) => r.tenants));
   const [editing, setEditing] = useState<string | null>(null);
   const [name, setName] = useState("");
+  const [done, setDone] = useState<string | null>(null);
   const create = async (ev: Event): Promise<void> => {
     ev.preventDefault();
     try {
@@ -45,10 +51,22 @@ export function TenantsPage(_: PageProps) {
       tenants.fail(err);
     }
   };
+  const remove = async (tenant: string): Promise<void> => {
+    setDone(null);
+    try {
+      await sendJson("DELETE", `/tenants/${encodeURIComponent(tenant)}`);
+      if (editing === tenant) setEditing(null);
+      setDone(`Deleted tenant ${tenant}.`);
+      tenants.reload();
+    } catch (err) {
+      tenants.fail(err);
+    }
+  };
   return (
     <>
       <h1>Tenants</h1>
       <ErrorLine error={tenants.error} />
+      {done !== null && <p role="status">{done}</p>}
       <form class="create" aria-label="Create a tenant" onSubmit={(ev) => void create(ev)}>
         <label>
           New tenant
@@ -63,7 +81,7 @@ export function TenantsPage(_: PageProps) {
         </label>
         <button type="submit">Create tenant</button>
       </form>
-      <div class="scroll" role="region" aria-label="Tenants and quotas" tabIndex={0}>
+      <ScrollBox label="Tenants and quotas">
         <table class="list">
           <thead>
             <tr>
@@ -102,12 +120,17 @@ export function TenantsPage(_: PageProps) {
                   >
                     Edit quotas of {t.tenant}
                   </button>
+                  {t.tenant !== OWN_TENANT && (
+                    <button type="button" class="danger" onClick={() => void remove(t.tenant)}>
+                      Delete {t.tenant}
+                    </button>
+                  )}
                 </td>
               </tr>
             ))}
           </tbody>
         </table>
-      </div>
+      </ScrollBox>
       {editing !== null && tenants.data?.some((t) => t.tenant === editing) && (
         <QuotaForm
           key={editing}

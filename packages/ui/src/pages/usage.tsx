@@ -9,6 +9,7 @@ import { getJson } from "../api.ts";
 import type { PageProps } from "../app.tsx";
 import { colourOf, UsageChart, type ChartLine } from "../components/usage-chart.tsx";
 import { ErrorLine, useLoad } from "../use-load.tsx";
+import { ScrollBox } from "../components/scroll-box.tsx";
 
 const DAY_S = 86_400;
 const hours = (n: number): string => (n < 10 ? n.toFixed(3) : n.toFixed(1));
@@ -85,7 +86,7 @@ export function UsagePage(_: PageProps) {
         </div>
       )}
       {report !== undefined && report.owners.length > 0 && (
-        <div class="scroll" role="region" aria-label="Usage by tenant" tabIndex={0}>
+        <ScrollBox label="Usage by tenant">
           <table class="list">
             <thead>
               <tr>
@@ -113,7 +114,7 @@ export function UsagePage(_: PageProps) {
               ))}
             </tbody>
           </table>
-        </div>
+        </ScrollBox>
       )}
     </>
   );
