@@ -13,7 +13,9 @@
  * memory gives children that resume with the source's running service and files, each answering
  * with its own hostname, machine id and random bytes, and diverging; the source is unaffected; a
  * disk-only snapshot of the same source starts a child that boots cold with the files and none of
- * the processes; deleting everything leaves no VM, layer, file, mount or cgroup.
+ * the processes; deleting everything leaves no VM, layer, file, mount or cgroup. A `bothy serve`
+ * killed with -9 while a memory capture holds its VM stopped (saved, disks inactive) leaves a VM
+ * the next server runs again, its disk writable.
  */
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
@@ -455,6 +457,59 @@ describe("snapshots across a server crash and a clean restart (gVisor)", () => {
       for (const name of ["first", "asleep"]) expect((await api(url, "DELETE", `/snapshots/${name}`)).status).toBe(200);
       expect(await snapshotFiles(home)).toEqual({ layers: [], staging: [] });
       await serve?.stop();
+      serve = undefined;
+      expect(await hostLeaks(home)).toEqual(noLeaks());
+    },
+  );
+});
+
+describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "snapshots across a server crash (QEMU)"), () => {
+  let home = "";
+  let serve: ServeProcess | undefined;
+
+  afterAll(async () => {
+    await serve?.stop();
+    if (home) await rm(home, { recursive: true, force: true });
+  });
+
+  it(
+    "runs again a VM a memory capture stopped when its server was killed, with its disk writable, and leaves nothing behind",
+    { timeout: 300_000 },
+    async () => {
+      home = await mkdtemp("/tmp/bothy-test-snapshots-qemu-");
+      // The first server holds every capture with its VM stopped until `hold` exists (never here).
+      const hold = join(home, "capture-hold");
+      serve = spawnTestServe(home, { BOTHY_DRIVER: "qemu", BOTHY_TEST_CAPTURE_HOLD: hold });
+      let url = await serve.url;
+      const ws = (): string => url.replace(/^http/, "ws");
+      const sh = async (id: string, cmd: string): Promise<string> => (await runCommand(ws(), id, { cmd })).stdout;
+      const made = await api(url, "POST", "/sandboxes", SANDBOX);
+      expect(made.status, JSON.stringify(made.json)).toBe(201);
+      const id = String(made.json["sandbox_id"]);
+      expect(await sh(id, "echo one > /root/one && echo ok")).toBe("ok\n");
+
+      // kill -9 once the capture has saved the VM's memory (QEMU in postmigrate, its disks
+      // inactive) and copied its disk, before the thaw.
+      const held = api(url, "POST", `/sandboxes/${id}/snapshots`, { memory: true }).catch(() => undefined);
+      await pollUntil("the capture to stop its VM", () => existsSync(`${hold}.frozen`), 120_000);
+      await serve.kill();
+      await held;
+      serve = spawnTestServe(home, { BOTHY_DRIVER: "qemu" });
+      url = await serve.url;
+      // Taken over and running on (a take-over that fails stops the sandbox), its disk active again.
+      expect((await api(url, "GET", `/sandboxes/${id}`)).json["state"]).toBe("running");
+      expect(await sh(id, "cat /root/one && echo two > /root/two && sync && cat /root/two")).toBe("one\ntwo\n");
+      expect(serve.logs.find((l) => l["event"] === "snapshot_capture_thawed")).toMatchObject({
+        sandbox_id: id,
+        was: "postmigrate",
+      });
+      expect(existsSync(join(home, "sandboxes", id, "capture-frozen"))).toBe(false);
+      // The snapshot was never published, and its half in staging is gone.
+      expect((await api(url, "GET", "/snapshots")).json["snapshots"]).toEqual([]);
+      expect(await snapshotFiles(home)).toEqual({ layers: [], staging: [] });
+
+      expect(await deleteSandbox(url, id)).toBe("deleted");
+      await serve.stop();
       serve = undefined;
       expect(await hostLeaks(home)).toEqual(noLeaks());
     },
