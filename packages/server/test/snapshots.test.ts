@@ -15,7 +15,8 @@
  * disk-only snapshot of the same source starts a child that boots cold with the files and none of
  * the processes; deleting everything leaves no VM, layer, file, mount or cgroup. A `bothy serve`
  * killed with -9 while a memory capture holds its VM stopped (saved, disks inactive) leaves a VM
- * the next server runs again, its disk writable.
+ * the next server runs again, its disk writable. Each snapshot says whether it kept memory (API,
+ * SDK, CLI).
  */
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
@@ -109,6 +110,7 @@ describe("snapshots and fork (gVisor)", () => {
         source_sandbox_id: parent,
         template: "seed",
         driver: "gvisor",
+        memory: false,
         used_by: [],
       });
       base = String(snap.json["snapshot_id"]);
@@ -339,8 +341,9 @@ describe("snapshots and fork (gVisor)", () => {
       const conn = { baseUrl: ts.url };
       const source = await Sandbox.connect(children[1] ?? "", conn);
       const snap = await source.snapshot({ name: "sdk" });
-      expect(snap.name).toBe("sdk");
+      expect([snap.name, snap.memory]).toEqual(["sdk", false]);
       await expect(source.snapshot({ memory: true })).rejects.toBeInstanceOf(NotSupportedError);
+      await expect(source.fork(1, { memory: true })).rejects.toBeInstanceOf(NotSupportedError);
       const fromSdk = await Sandbox.create({ ...conn, snapshot: "sdk" });
       expect((await fromSdk.commands.run("cat /root/who")).stdout).toBe("child-1\n");
       const { snapshot: forked, sandboxes } = await source.fork(1, { name: "sdk-fork" });
@@ -359,7 +362,12 @@ describe("snapshots and fork (gVisor)", () => {
         sandboxes: Array<{ sandbox_id: string }>;
       };
       const listed = await bothy(ts.url, ["snapshot", "ls"]);
-      expect(listed.stdout).toContain(out.snapshot.snapshot_id);
+      const row = listed.stdout.split("\n").find((l) => l.startsWith(out.snapshot.snapshot_id));
+      // MEMORY (after BYTES): a gVisor snapshot keeps files only.
+      expect(listed.stdout.split("\n")[0]).toMatch(/BYTES +MEMORY +USED_BY/);
+      expect(row?.split(/ +/)[5]).toBe("no");
+      const memoryRefused = await bothy(ts.url, ["snapshot", "create", children[1] ?? "", "--memory"]);
+      expect([memoryRefused.code === 0, memoryRefused.stderr]).toEqual([false, expect.stringMatching(/memory/)]);
       const refused = await bothy(ts.url, ["snapshot", "rm", "cli"]);
       expect(refused.code).not.toBe(0);
       expect(refused.stderr).toMatch(/in use/);
@@ -575,7 +583,7 @@ describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "snapshots and for
       expect(fork.status, JSON.stringify(fork.json)).toBe(201);
       const snapshot = fork.json["snapshot"] as Record<string, unknown>;
       memorySnap = String(snapshot["snapshot_id"]);
-      expect(snapshot["driver"]).toBe("qemu");
+      expect(snapshot).toMatchObject({ driver: "qemu", memory: true });
       const children = (fork.json["sandboxes"] as Array<{ sandbox_id: string }>).map((s) => s.sandbox_id);
       made.push(...children);
       expect(children).toHaveLength(2);
@@ -611,6 +619,8 @@ describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "snapshots and for
       const snap = await api(ts.url, "POST", `/sandboxes/${source}/snapshots`, {});
       expect(snap.status, JSON.stringify(snap.json)).toBe(201);
       diskSnap = String(snap.json["snapshot_id"]);
+      expect(snap.json["memory"]).toBe(false);
+      expect((await api(ts.url, "GET", `/snapshots/${memorySnap}`)).json["memory"]).toBe(true);
       // What the sandbox wrote since its template (a few MiB of guest writes), not the template's disk.
       expect(Number(snap.json["bytes"])).toBeLessThan(64 * MIB);
       const res = await api(ts.url, "POST", "/sandboxes", { snapshot: diskSnap });
