@@ -40,6 +40,11 @@ export const snapshotInfo = z.object({
   /** Bytes it stores: what the sandbox wrote over its template (or over the snapshot it started from). */
   bytes: z.number().int(),
   created_at: z.string(),
+  /**
+   * Whether it kept memory and processes (`memory: true` on a driver that can: QEMU), so that
+   * sandboxes started from it resume them; false: files only, and its sandboxes boot.
+   */
+  memory: z.boolean(),
   /** Live sandboxes started from it (asleep ones included): while there are any it cannot be deleted. */
   used_by: z.array(z.string()),
   /** Sandboxes booted from it ahead of creates (`warm`), ready to be taken. */

@@ -100,6 +100,11 @@ export interface ForkOptions extends CallOptions {
   name?: string;
   /** Each child's timeout (default: the server's). */
   timeoutS?: number;
+  /**
+   * Keep memory and processes in the snapshot, so each child resumes them (QEMU); a driver that
+   * cannot (gVisor here) throws NotSupportedError and makes nothing.
+   */
+  memory?: boolean;
   /** Labels every child gets. */
   metadata?: Record<string, string>;
   /** The same key answers the same snapshot and children instead of making more. */
@@ -271,6 +276,7 @@ export class Sandbox {
         count,
         ...(options.name === undefined ? {} : { name: options.name }),
         ...(options.timeoutS === undefined ? {} : { timeout_s: options.timeoutS }),
+        ...(options.memory === undefined ? {} : { memory: options.memory }),
         ...(options.metadata === undefined ? {} : { metadata: options.metadata }),
       },
       ...(options.idempotencyKey === undefined ? {} : { headers: { "idempotency-key": options.idempotencyKey } }),

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Sandbox, SandboxError } from "e2b";
 import { api, waitDeleted } from "./helpers/client.ts";
 import { useE2bEnv } from "./helpers/e2b-env.ts";
+import { testAdminKey } from "../../../test/auth.ts";
 import { noLeaks } from "./helpers/host-state.ts";
 import { startTestServer, type TestServer } from "./helpers/test-server.ts";
 
@@ -45,6 +46,9 @@ describe("E2B snapshots and fork (e2b SDK 2.51, gVisor)", () => {
 
       const listed = await Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }).nextItems();
       expect(listed).toEqual([{ snapshotId: snap.snapshotId, names: ["prepared"] }]);
+      // The wire also says the snapshot kept no memory (gVisor), a field the SDK passes over.
+      const raw = await fetch(`${ts.url}/e2b/snapshots`, { headers: { "x-api-key": testAdminKey() } });
+      expect(await raw.json()).toEqual([{ snapshotID: snap.snapshotId, names: ["prepared"], memory: false }]);
 
       const forks = await Sandbox.fork(sbx.sandboxId, { count: 2, timeoutMs: 600_000 });
       expect(forks).toHaveLength(2);

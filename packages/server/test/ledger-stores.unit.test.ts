@@ -314,6 +314,7 @@ describe.each(STORES)("the %s store's rows", (kind) => {
       bytes: 5_000_000_000, // past 2^32: a BIGINT, read back as a number
       created_at: t,
       idempotency_key: null,
+      memory: 1,
     };
     await store.snapshots.insert(snapshot);
     await store.snapshots.addUse("sbx_aaaaaaaaaaaaaaaaaaaa", "snp_1");

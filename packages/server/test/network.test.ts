@@ -13,7 +13,7 @@ import type { SandboxCreateOptions } from "@bothy/sdk";
 import { api, createSandbox, deleteSandbox, runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
 import { useNetLab } from "./helpers/net-lab.ts";
-import { ipv4Of, probe, sandboxNetwork, type Outcome } from "./helpers/net-probe.ts";
+import { ipv4Of, probe, sandboxNetwork, type Outcome, type ProbeResult } from "./helpers/net-probe.ts";
 import type { ServeProcess } from "./helpers/serve-process.ts";
 import {
   HOST_LAN_ADDR,
@@ -171,6 +171,49 @@ describe.skipIf(!root)("network isolation", () => {
         for (const id of ids) expect(await deleteSandbox(lab.base, id)).toBe("deleted");
         await expectNetworkGone(ids);
         kept = a;
+      },
+      600_000,
+    );
+
+    it.skipIf(d.missing !== undefined)(
+      driverTitle(
+        d,
+        "a fork's children each get their own address and rules (QEMU: resumed from memory that held the parent's address); the parent keeps its own",
+      ),
+      async () => {
+        // The main test's sandbox when it ran (one boot less); its own otherwise.
+        const own = kept === "";
+        const parent = own ? await createSandbox(lab.base, { driver: d.name }) : kept;
+        if (own) made.push(parent);
+        const before = await probe(lab.base, parent, { public: { get: [PUBLIC_HTTP, 80] } });
+        expect(before.results["public"]).toMatchObject({ ok: true });
+        // On QEMU with memory: each child resumes the parent's guest, eth0 configured as the parent's.
+        const fork = await api(lab.base, "POST", `/sandboxes/${parent}/fork`, {
+          count: 2,
+          ...(d.name === "qemu" ? { memory: true } : {}),
+        });
+        expect(fork.status, JSON.stringify(fork.json)).toBe(201);
+        const children = (fork.json["sandboxes"] as Array<{ sandbox_id: string }>).map((x) => x.sandbox_id);
+        made.push(...children);
+        // One after another: three emulated VMs starting Node at once take minutes on a loaded host.
+        const seen: ProbeResult[] = [];
+        for (const id of [parent, ...children])
+          seen.push(
+            await probe(lab.base, id, { public: { get: [PUBLIC_HTTP, 80] }, private: { tcp: [PRIVATE_HOST, 80] } }),
+          );
+        const addrs = seen.map((p) => ipv4Of(p));
+        expect(addrs[0], "the parent keeps its address").toBe(ipv4Of(before));
+        expect(new Set(addrs).size, `one address each: ${addrs.join(", ")}`).toBe(3);
+        for (const [i, p] of seen.entries()) {
+          // Only an address the host gave that sandbox's interface gets through its rules.
+          expect(p.results["public"], `public from ${addrs[i]}`).toMatchObject({ ok: true, body: "OK wan\n" });
+          refusedFast(p.results["private"], `private from ${addrs[i]}`);
+        }
+        for (const id of children) expect(await deleteSandbox(lab.base, id)).toBe("deleted");
+        await expectNetworkGone(children);
+        const snapshot = String((fork.json["snapshot"] as { snapshot_id: string }).snapshot_id);
+        expect((await api(lab.base, "DELETE", `/snapshots/${snapshot}`)).status).toBe(200);
+        if (own) expect(await deleteSandbox(lab.base, parent)).toBe("deleted");
       },
       600_000,
     );

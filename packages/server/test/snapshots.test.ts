@@ -13,7 +13,10 @@
  * memory gives children that resume with the source's running service and files, each answering
  * with its own hostname, machine id and random bytes, and diverging; the source is unaffected; a
  * disk-only snapshot of the same source starts a child that boots cold with the files and none of
- * the processes; deleting everything leaves no VM, layer, file, mount or cgroup.
+ * the processes; deleting everything leaves no VM, layer, file, mount or cgroup. A `bothy serve`
+ * killed with -9 while a memory capture holds its VM stopped (saved, disks inactive) leaves a VM
+ * the next server runs again, its disk writable. Each snapshot says whether it kept memory (API,
+ * SDK, CLI).
  */
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
@@ -107,6 +110,7 @@ describe("snapshots and fork (gVisor)", () => {
         source_sandbox_id: parent,
         template: "seed",
         driver: "gvisor",
+        memory: false,
         used_by: [],
       });
       base = String(snap.json["snapshot_id"]);
@@ -337,8 +341,9 @@ describe("snapshots and fork (gVisor)", () => {
       const conn = { baseUrl: ts.url };
       const source = await Sandbox.connect(children[1] ?? "", conn);
       const snap = await source.snapshot({ name: "sdk" });
-      expect(snap.name).toBe("sdk");
+      expect([snap.name, snap.memory]).toEqual(["sdk", false]);
       await expect(source.snapshot({ memory: true })).rejects.toBeInstanceOf(NotSupportedError);
+      await expect(source.fork(1, { memory: true })).rejects.toBeInstanceOf(NotSupportedError);
       const fromSdk = await Sandbox.create({ ...conn, snapshot: "sdk" });
       expect((await fromSdk.commands.run("cat /root/who")).stdout).toBe("child-1\n");
       const { snapshot: forked, sandboxes } = await source.fork(1, { name: "sdk-fork" });
@@ -357,7 +362,12 @@ describe("snapshots and fork (gVisor)", () => {
         sandboxes: Array<{ sandbox_id: string }>;
       };
       const listed = await bothy(ts.url, ["snapshot", "ls"]);
-      expect(listed.stdout).toContain(out.snapshot.snapshot_id);
+      const row = listed.stdout.split("\n").find((l) => l.startsWith(out.snapshot.snapshot_id));
+      // MEMORY (after BYTES): a gVisor snapshot keeps files only.
+      expect(listed.stdout.split("\n")[0]).toMatch(/BYTES +MEMORY +USED_BY/);
+      expect(row?.split(/ +/)[5]).toBe("no");
+      const memoryRefused = await bothy(ts.url, ["snapshot", "create", children[1] ?? "", "--memory"]);
+      expect([memoryRefused.code === 0, memoryRefused.stderr]).toEqual([false, expect.stringMatching(/memory/)]);
       const refused = await bothy(ts.url, ["snapshot", "rm", "cli"]);
       expect(refused.code).not.toBe(0);
       expect(refused.stderr).toMatch(/in use/);
@@ -461,6 +471,59 @@ describe("snapshots across a server crash and a clean restart (gVisor)", () => {
   );
 });
 
+describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "snapshots across a server crash (QEMU)"), () => {
+  let home = "";
+  let serve: ServeProcess | undefined;
+
+  afterAll(async () => {
+    await serve?.stop();
+    if (home) await rm(home, { recursive: true, force: true });
+  });
+
+  it(
+    "runs again a VM a memory capture stopped when its server was killed, with its disk writable, and leaves nothing behind",
+    { timeout: 300_000 },
+    async () => {
+      home = await mkdtemp("/tmp/bothy-test-snapshots-qemu-");
+      // The first server holds every capture with its VM stopped until `hold` exists (never here).
+      const hold = join(home, "capture-hold");
+      serve = spawnTestServe(home, { BOTHY_DRIVER: "qemu", BOTHY_TEST_CAPTURE_HOLD: hold });
+      let url = await serve.url;
+      const ws = (): string => url.replace(/^http/, "ws");
+      const sh = async (id: string, cmd: string): Promise<string> => (await runCommand(ws(), id, { cmd })).stdout;
+      const made = await api(url, "POST", "/sandboxes", SANDBOX);
+      expect(made.status, JSON.stringify(made.json)).toBe(201);
+      const id = String(made.json["sandbox_id"]);
+      expect(await sh(id, "echo one > /root/one && echo ok")).toBe("ok\n");
+
+      // kill -9 once the capture has saved the VM's memory (QEMU in postmigrate, its disks
+      // inactive) and copied its disk, before the thaw.
+      const held = api(url, "POST", `/sandboxes/${id}/snapshots`, { memory: true }).catch(() => undefined);
+      await pollUntil("the capture to stop its VM", () => existsSync(`${hold}.frozen`), 120_000);
+      await serve.kill();
+      await held;
+      serve = spawnTestServe(home, { BOTHY_DRIVER: "qemu" });
+      url = await serve.url;
+      // Taken over and running on (a take-over that fails stops the sandbox), its disk active again.
+      expect((await api(url, "GET", `/sandboxes/${id}`)).json["state"]).toBe("running");
+      expect(await sh(id, "cat /root/one && echo two > /root/two && sync && cat /root/two")).toBe("one\ntwo\n");
+      expect(serve.logs.find((l) => l["event"] === "snapshot_capture_thawed")).toMatchObject({
+        sandbox_id: id,
+        was: "postmigrate",
+      });
+      expect(existsSync(join(home, "sandboxes", id, "capture-frozen"))).toBe(false);
+      // The snapshot was never published, and its half in staging is gone.
+      expect((await api(url, "GET", "/snapshots")).json["snapshots"]).toEqual([]);
+      expect(await snapshotFiles(home)).toEqual({ layers: [], staging: [] });
+
+      expect(await deleteSandbox(url, id)).toBe("deleted");
+      await serve.stop();
+      serve = undefined;
+      expect(await hostLeaks(home)).toEqual(noLeaks());
+    },
+  );
+});
+
 describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "snapshots and fork (QEMU)"), () => {
   let ts: TestServer;
   let source = "";
@@ -520,7 +583,7 @@ describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "snapshots and for
       expect(fork.status, JSON.stringify(fork.json)).toBe(201);
       const snapshot = fork.json["snapshot"] as Record<string, unknown>;
       memorySnap = String(snapshot["snapshot_id"]);
-      expect(snapshot["driver"]).toBe("qemu");
+      expect(snapshot).toMatchObject({ driver: "qemu", memory: true });
       const children = (fork.json["sandboxes"] as Array<{ sandbox_id: string }>).map((s) => s.sandbox_id);
       made.push(...children);
       expect(children).toHaveLength(2);
@@ -556,6 +619,8 @@ describe.skipIf(qemu.missing !== undefined)(driverTitle(qemu, "snapshots and for
       const snap = await api(ts.url, "POST", `/sandboxes/${source}/snapshots`, {});
       expect(snap.status, JSON.stringify(snap.json)).toBe(201);
       diskSnap = String(snap.json["snapshot_id"]);
+      expect(snap.json["memory"]).toBe(false);
+      expect((await api(ts.url, "GET", `/snapshots/${memorySnap}`)).json["memory"]).toBe(true);
       // What the sandbox wrote since its template (a few MiB of guest writes), not the template's disk.
       expect(Number(snap.json["bytes"])).toBeLessThan(64 * MIB);
       const res = await api(ts.url, "POST", "/sandboxes", { snapshot: diskSnap });

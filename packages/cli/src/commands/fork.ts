@@ -3,7 +3,7 @@ import { CONNECTION_FLAGS, connection, intFlag, JSON_FLAG, parse, UsageError } f
 import type { Command } from "../command.ts";
 import { printJson } from "../output.ts";
 
-const USAGE = `usage: bothy fork SANDBOX_ID --count N [--name NAME] [--timeout S] [--idempotency-key KEY] [--json]
+const USAGE = `usage: bothy fork SANDBOX_ID --count N [--name NAME] [--memory] [--timeout S] [--idempotency-key KEY] [--json]
 
 Snapshots the sandbox and starts N sandboxes from the snapshot, each with its own identity
 (hostname, machine id, address); prints the snapshot's id, then each new sandbox's id. All or
@@ -11,6 +11,8 @@ none are made. A child never changes its parent or its siblings.
 
   --count N         how many sandboxes (1-20)
   --name NAME       a name for the snapshot
+  --memory          keep memory and processes: each child resumes the running processes (QEMU;
+                    gVisor refuses it)
   --timeout S       delete each child S seconds after it starts (default: the server's)
   --idempotency-key KEY   the same key again answers the same snapshot and children
 `;
@@ -27,6 +29,7 @@ export const forkCommand: Command = {
         ...JSON_FLAG,
         count: { type: "string" },
         name: { type: "string" },
+        memory: { type: "boolean" },
         timeout: { type: "string" },
         "idempotency-key": { type: "string" },
       },
@@ -43,6 +46,7 @@ export const forkCommand: Command = {
     const { snapshot, sandboxes } = await parent.fork(count, {
       ...(values.name === undefined ? {} : { name: values.name }),
       ...(timeoutS === undefined ? {} : { timeoutS }),
+      ...(values.memory === true ? { memory: true } : {}),
       ...(values["idempotency-key"] === undefined ? {} : { idempotencyKey: values["idempotency-key"] }),
     });
     if (values.json) printJson({ snapshot, sandboxes: sandboxes.map((s) => s.info) });

@@ -3,7 +3,7 @@ import { connection, JSON_FLAG, UsageError } from "../args/parse.ts";
 import { subcommandsCommand } from "../command.ts";
 import { printJson, printList } from "../output.ts";
 
-const USAGE = `usage: bothy snapshot create SANDBOX_ID [--name NAME] [--json]
+const USAGE = `usage: bothy snapshot create SANDBOX_ID [--name NAME] [--memory] [--json]
        bothy snapshot ls [--json]
        bothy snapshot rm REF... [--json]
 
@@ -11,13 +11,16 @@ Snapshots keep what a sandbox wrote over its template (running or asleep; it is 
 the copy). Start sandboxes from one with bothy create --snapshot REF, or snapshot and start several
 at once with bothy fork. REF is a snapshot's id (snap_...) or name. rm refuses a snapshot a live
 sandbox started from. The tenant's max_storage_mib quota bounds snapshots and volumes together.
+
+  --memory   also keep memory and processes, which every sandbox started from it resumes (QEMU;
+             gVisor refuses it); ls shows which snapshots kept memory
 `;
 
 export const snapshotCommand = subcommandsCommand({
   name: "snapshot",
   summary: "snapshot a sandbox's files, list and remove snapshots",
   usage: USAGE,
-  options: { ...JSON_FLAG, name: { type: "string" } },
+  options: { ...JSON_FLAG, name: { type: "string" }, memory: { type: "boolean" } },
   positionals: { min: 0, max: Infinity, names: "sandbox id or snapshot" },
   async run(sub, { values, positionals }) {
     const conn = connection(values);
@@ -25,7 +28,10 @@ export const snapshotCommand = subcommandsCommand({
       const [id, ...extra] = positionals;
       if (id === undefined || extra.length > 0) throw new UsageError("create takes one sandbox id");
       const sandbox = await Sandbox.connect(id, conn);
-      const info = await sandbox.snapshot(values.name === undefined ? {} : { name: values.name });
+      const info = await sandbox.snapshot({
+        ...(values.name === undefined ? {} : { name: values.name }),
+        ...(values.memory === true ? { memory: true } : {}),
+      });
       if (values.json) printJson(info);
       else process.stdout.write(`${info.snapshot_id}\n`);
       return 0;
@@ -36,13 +42,14 @@ export const snapshotCommand = subcommandsCommand({
         values.json,
         "snapshots",
         snapshots,
-        ["ID", "NAME", "SOURCE", "TEMPLATE", "BYTES", "USED_BY", "CREATED"],
+        ["ID", "NAME", "SOURCE", "TEMPLATE", "BYTES", "MEMORY", "USED_BY", "CREATED"],
         (s) => [
           s.snapshot_id,
           s.name ?? "-",
           s.source_sandbox_id,
           s.template,
           String(s.bytes),
+          s.memory ? "yes" : "no",
           s.used_by.join(",") || "-",
           s.created_at,
         ],

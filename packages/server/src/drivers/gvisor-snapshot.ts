@@ -10,30 +10,21 @@
  * for bothy's bind mounts (`/opt/bothy/*`, `/etc/ld.so.preload`, `/etc/machine-id`) and the
  * agent's runtime directory (`/run/bothy`). A sandbox started from the snapshot gets them again.
  *
- * A server that dies while a sandbox is frozen leaves it paused: a marker in the sandbox's
- * directory, written before the pause and removed after the thaw, tells the next server's
- * take-over (`thawAfterCrash`) to resume it; the half-made copy in staging is the snapshot
- * store's orphan sweep's.
+ * A server that dies while a sandbox is frozen leaves it paused: the capture's marker
+ * (capture-freeze.ts) tells the next server's take-over (`thawAfterCrash`) to resume it; the
+ * half-made copy in staging is the snapshot store's orphan sweep's.
  */
 import { existsSync } from "node:fs";
-import { mkdir, readFile, rm, rmdir, writeFile } from "node:fs/promises";
+import { mkdir, readFile, rm, rmdir } from "node:fs/promises";
 import { join } from "node:path";
 import { run } from "../util/host-command.ts";
+import { clearFrozen, frozenByCapture, holdForTest, markFrozen } from "./capture-freeze.ts";
 import { RUNSC_TIMEOUT_MS, type Runsc } from "./runsc.ts";
 
 /** Paths (relative to the root) of bothy's own in the upper, never part of a snapshot. */
 export const NOT_SNAPSHOTTED = ["opt/bothy", "etc/ld.so.preload", "etc/machine-id", "run/bothy"] as const;
 
 const MOUNT_TIMEOUT_MS = 10_000;
-/** In the sandbox's directory while a capture may have it frozen. */
-const FROZEN_MARKER = "capture-frozen";
-/**
- * Test-only (crash tests): a path; a capture that has frozen its sandbox and copied its upper
- * (not yet published) writes `<path>.frozen` and holds the sandbox frozen until `<path>` exists,
- * so a test can kill the server at exactly that point without a timing window. Unset in
- * production.
- */
-const HOLD_ENV = "BOTHY_TEST_CAPTURE_HOLD";
 /** A copy of many GiB takes minutes on a slow disk; past this the capture fails (and thaws). */
 const COPY_TIMEOUT_MS = 30 * 60_000;
 
@@ -56,8 +47,7 @@ export async function captureUpper(
   const { image, base } = layout(sandbox.dir);
   let frozenMs = 0;
   if (sandbox.running) {
-    const marker = join(sandbox.dir, FROZEN_MARKER);
-    await writeFile(marker, "", { mode: 0o600 });
+    await markFrozen(sandbox.dir);
     await run(runsc.path, runsc.args("pause", sandbox.id), { timeoutMs: RUNSC_TIMEOUT_MS });
     const t0 = performance.now();
     try {
@@ -66,7 +56,7 @@ export async function captureUpper(
     } finally {
       frozenMs = Math.round(performance.now() - t0);
       await run(runsc.path, runsc.args("resume", sandbox.id), { timeoutMs: RUNSC_TIMEOUT_MS });
-      await rm(marker, { force: true });
+      await clearFrozen(sandbox.dir);
     }
   } else if (image !== undefined && !(await mounted(base))) {
     // Beside the sandbox's own mount point, so the driver's sweep of its mounts would see it. Never
@@ -95,20 +85,11 @@ export async function captureUpper(
  * thaw (its marker is there and runsc reports it paused). True when it resumed one.
  */
 export async function thawAfterCrash(runsc: Runsc, id: string, dir: string): Promise<boolean> {
-  const marker = join(dir, FROZEN_MARKER);
-  if (!existsSync(marker)) return false;
+  if (!frozenByCapture(dir)) return false;
   const paused = (await runsc.status(id)) === "paused";
   if (paused) await run(runsc.path, runsc.args("resume", id), { timeoutMs: RUNSC_TIMEOUT_MS });
-  await rm(marker, { force: true });
+  await clearFrozen(dir);
   return paused;
-}
-
-/** The crash tests' hold (HOLD_ENV): nothing unless the variable is set. */
-async function holdForTest(): Promise<void> {
-  const hold = process.env[HOLD_ENV];
-  if (!hold) return;
-  await writeFile(`${hold}.frozen`, "");
-  while (!existsSync(hold)) await new Promise((r) => setTimeout(r, 50)); // the poll's pace
 }
 
 /** Whether `target` is a mount point now. */

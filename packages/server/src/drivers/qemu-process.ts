@@ -330,6 +330,25 @@ export async function saveVm(qmp: QmpClient, file: string, timeoutMs: number): P
   }
 }
 
+/**
+ * Runs again a VM a capture stopped (`stop`, or `saveVm`'s stop and migration) whose server died
+ * before its `cont`: a migration still under way is cancelled first (its file is a staging copy
+ * nobody will publish), then `cont`, which also takes back the disks a finished save left
+ * inactive (`postmigrate`).
+ */
+export async function thawVm(qmp: QmpClient, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const info = (await qmp.command("query-migrate")) as { status?: string };
+    if (!["setup", "active", "cancelling", "device", "pre-switchover"].includes(info.status ?? "")) break;
+    if (info.status !== "cancelling") await qmp.command("migrate_cancel");
+    if (Date.now() > deadline)
+      throw new BootError("attach", `The capture's migration did not end within ${timeoutMs} ms.`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  await qmp.command("cont");
+}
+
 /** Waits until an `-incoming` VM has loaded its state, then lets it run. */
 export async function resumeIncoming(qmp: QmpClient, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;

@@ -7,7 +7,8 @@ import { volumeSerial } from "../images/guest-init.ts";
 import type { ExitInfo, GuestStream, GuestVolume, SandboxHandle, SandboxSpec } from "./driver.ts";
 import type { CleanupStack } from "../util/cleanup-stack.ts";
 import type { QemuDriver } from "./qemu-driver.ts";
-import { resumeIncoming, saveVm, VmProcess, vmFiles } from "./qemu-process.ts";
+import { resumeIncoming, saveVm, thawVm, VmProcess, vmFiles } from "./qemu-process.ts";
+import { clearFrozen, frozenByCapture, holdForTest, markFrozen } from "./capture-freeze.ts";
 import { readVmSnapshot, vmSnapshotFiles, type FreezableVm, type VmSnapshotMeta } from "./qemu-snapshot.ts";
 import type { QmpClient } from "./qmp-client.ts";
 import { BootError } from "../errors/internal-errors.ts";
@@ -130,13 +131,17 @@ export class QemuSandbox implements SandboxHandle, FreezableVm {
       throw new BothyError("sandbox_not_running", `Sandbox ${this.id} has no running VM to snapshot.`);
     const t0 = performance.now();
     let value: T;
+    // A server that dies while the VM is stopped leaves it so: the marker tells the take-over to run it again.
+    await markFrozen(this.spec.dir);
     try {
       if (memoryTo === undefined) await qmp.command("stop");
       else await saveVm(qmp, memoryTo, SAVE_TIMEOUT_MS);
       value = await copy();
+      await holdForTest();
     } finally {
       // After a save QEMU is in `postmigrate`, its disks inactive: `cont` takes them back too.
       await qmp.command("cont");
+      await clearFrozen(this.spec.dir);
     }
     return { value, frozenMs: Math.round(performance.now() - t0) };
   }
@@ -162,8 +167,9 @@ export class QemuSandbox implements SandboxHandle, FreezableVm {
   /**
    * Takes over the VM an earlier server started (it crashed or was killed): QMP and the agent's
    * socket accept the new server, and the agent, which noticed its host leave, says hello again.
-   * A VM that is not running (stopped in the middle of a pause) is not taken over: the undo stops
-   * it and keeps its disk.
+   * A VM a capture stopped (its marker is there) runs again (`thawVm`); any other VM that is not
+   * running (stopped in the middle of a pause) is not taken over: the undo stops it and keeps its
+   * disk.
    */
   private async attach(undo: CleanupStack, signal?: AbortSignal): Promise<GuestStream> {
     const pid = await this.driver.sandboxPid(this.id);
@@ -175,7 +181,13 @@ export class QemuSandbox implements SandboxHandle, FreezableVm {
       if (this.vm === vm && !this.paused) this.resolveEnd(exit);
     });
     this.qmp = await vm.qmp(signal);
-    const status = ((await this.qmp.command("query-status")) as { status?: string }).status;
+    let status = ((await this.qmp.command("query-status")) as { status?: string }).status;
+    if (status !== "running" && frozenByCapture(this.spec.dir)) {
+      await thawVm(this.qmp, SAVE_TIMEOUT_MS);
+      this.driver.options.log("snapshot_capture_thawed", { sandbox_id: this.id, was: status ?? "unknown" });
+      status = ((await this.qmp.command("query-status")) as { status?: string }).status;
+    }
+    await clearFrozen(this.spec.dir);
     if (status !== "running")
       throw new BootError("attach", `Sandbox ${this.id}'s VM is ${status ?? "in an unknown state"}, not running.`);
     const sock = await vm.connectSocket(vmFiles(this.spec.dir).agentSocket, signal);

@@ -28,8 +28,16 @@ const forkBody = z.object({ timeout: z.number().int().optional(), count: z.numbe
 
 type Params = { Params: { id: string } };
 
-function shape(snapshot: SnapshotInfo): { snapshotID: string; names: string[] } {
-  return { snapshotID: snapshot.snapshot_id, names: snapshot.name === null ? [] : [snapshot.name] };
+/**
+ * E2B's SnapshotInfo, and `memory` (bothy's own field: whether it kept memory and processes; the
+ * `e2b` SDK passes over fields it does not know, a raw client reads it).
+ */
+function shape(snapshot: SnapshotInfo): { snapshotID: string; names: string[]; memory: boolean } {
+  return {
+    snapshotID: snapshot.snapshot_id,
+    names: snapshot.name === null ? [] : [snapshot.name],
+    memory: snapshot.memory,
+  };
 }
 
 export function e2bSnapshotRoutes(

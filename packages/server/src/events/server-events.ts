@@ -140,7 +140,10 @@ export interface ServerEventMap {
   };
   snapshot_deleted: { snapshot_id: string; tenant: string; layer: string };
   /** A take-over found the sandbox frozen by a capture its old server died in, and resumed it. */
-  snapshot_capture_thawed: { sandbox_id: string };
+  snapshot_capture_thawed: {
+    sandbox_id: string;
+    /** QEMU: the VM's state as the take-over found it (`paused`, `postmigrate`). */ was?: string;
+  };
   /** Sandboxes booting from a snapshot ahead of creates from it (`warm`); `error`: none could be started. */
   snapshot_warming: { snapshot_id: string; count: number; error?: string };
   snapshot_orphan_remove_failed: { snapshot_id: string; error: string };

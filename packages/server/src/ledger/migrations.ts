@@ -273,4 +273,7 @@ export const MIGRATIONS = [
      fingerprint TEXT NOT NULL,
      created_at TEXT NOT NULL
    );`,
+  // 21: whether a snapshot kept memory and processes (1) or files only (0); null for one taken
+  // before it, which its layer's folder answers (snapshot-service.ts `keptMemory`).
+  `ALTER TABLE snapshots ADD COLUMN memory INTEGER;`,
 ];

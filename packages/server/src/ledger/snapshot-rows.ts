@@ -18,13 +18,15 @@ export interface SnapshotRow {
   created_at: string;
   /** The Idempotency-Key of the fork that made it, if any. */
   idempotency_key: string | null;
+  /** 1: it kept memory and processes; 0: files only; null: taken before migration 21 recorded it. */
+  memory: number | null;
 }
 
 const LIVE = LIVE_STATES.map((s) => `'${s}'`).join(", ");
 
 /** `bytes` is a BIGINT, which a PostgreSQL driver may hand back as a string. */
 function normal(row: SnapshotRow | undefined): SnapshotRow | undefined {
-  return row && { ...row, bytes: Number(row.bytes) };
+  return row && { ...row, bytes: Number(row.bytes), memory: row.memory === null ? null : Number(row.memory) };
 }
 
 /**
@@ -35,7 +37,7 @@ export class SnapshotQueries {
   *insert(row: SnapshotRow): Step<void> {
     yield* run(
       `INSERT INTO snapshots (id, tenant, name, source_sandbox_id, template, template_hash, driver, layer_id,
-         template_layer, bytes, created_at, idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+         template_layer, bytes, created_at, idempotency_key, memory) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       [
         row.id,
         row.tenant,
@@ -49,6 +51,7 @@ export class SnapshotQueries {
         row.bytes,
         row.created_at,
         row.idempotency_key,
+        row.memory,
       ],
     );
   }
@@ -69,7 +72,7 @@ export class SnapshotQueries {
 
   *list(tenant: string): Step<SnapshotRow[]> {
     const rows = yield* all<SnapshotRow>(`SELECT * FROM snapshots WHERE tenant = ? ORDER BY created_at, id`, [tenant]);
-    return rows.map((r) => ({ ...r, bytes: Number(r.bytes) }));
+    return rows.map((r) => normal(r) ?? r);
   }
 
   /** Every snapshot's layer and the template layer under it: what the layer sweeps keep. */

@@ -18,8 +18,9 @@ import { NetworkSetupError } from "../errors/internal-errors.ts";
  * objects beside the driver's own, so the manager and sweeper remove orphans of both alike.
  */
 export class NetworkedDriver implements Driver {
-  /** Forwarded where the inner driver has it: one that cannot take snapshots stays without (501). */
+  /** Forwarded where the inner driver has them: one that cannot take snapshots stays without (501). */
   readonly captureFiles?: Driver["captureFiles"];
+  readonly captureImage?: Driver["captureImage"];
 
   constructor(
     private readonly inner: Driver,
@@ -28,6 +29,14 @@ export class NetworkedDriver implements Driver {
   ) {
     const capture = inner.captureFiles?.bind(inner);
     if (capture) this.captureFiles = capture;
+    const captureImage = inner.captureImage?.bind(inner);
+    // The inner driver freezes its own sandbox: it is given its own handle, not this wrapper.
+    if (captureImage)
+      this.captureImage = (sandbox, baseRoot, out, memory) => {
+        const { handle, ...rest } = sandbox;
+        const own = handle instanceof NetworkedHandle ? handle.innerHandle : handle;
+        return captureImage({ ...rest, ...(own === undefined ? {} : { handle: own }) }, baseRoot, out, memory);
+      };
   }
 
   get name(): string {
@@ -121,6 +130,11 @@ class NetworkedHandle implements SandboxHandle {
 
   get id(): string {
     return this.spec.id;
+  }
+
+  /** The inner driver's handle once started (a VM capture freezes it, not this wrapper). */
+  get innerHandle(): SandboxHandle | undefined {
+    return this.inner;
   }
 
   get needsIdentity(): boolean | undefined {

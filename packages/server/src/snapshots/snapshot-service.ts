@@ -8,6 +8,7 @@
  * operation on the sandbox's actor: no delete, sleep or wake runs meanwhile.
  */
 import { createHash } from "node:crypto";
+import { existsSync } from "node:fs";
 import { mkdir, readdir, rm } from "node:fs/promises";
 import path from "node:path";
 import {
@@ -21,6 +22,7 @@ import {
 import { parseInput } from "../api/parse-input.ts";
 import type { Quotas } from "../auth/quotas.ts";
 import { execQuiet } from "../agent/quiet-exec.ts";
+import { vmSnapshotFiles } from "../drivers/qemu-snapshot.ts";
 import { describeCauses } from "../errors/internal-errors.ts";
 import type { Logger } from "../events/server-events.ts";
 import { LAYER_ID_RE, LayerStore, MAX_CHAIN_LENGTH } from "../images/layer-store.ts";
@@ -276,6 +278,7 @@ export class SnapshotService {
             bytes,
             created_at: new Date().toISOString(),
             idempotency_key: idempotencyKey,
+            memory: req.memory === true ? 1 : 0,
           };
           try {
             await this.deps.ledger.snapshots.insert(snapshot);
@@ -431,6 +434,12 @@ export class SnapshotService {
     return tenantSnapshot(this.deps.ledger.snapshots, tenant, ref);
   }
 
+  /** Whether it kept memory: its row says so, or (taken before the row did) its layer holds a memory state. */
+  private keptMemory(row: SnapshotRow): boolean {
+    if (row.memory !== null) return row.memory === 1;
+    return existsSync(vmSnapshotFiles(this.layers.treeOf(row.layer_id)).memory);
+  }
+
   private async view(row: SnapshotRow): Promise<SnapshotInfo> {
     return {
       snapshot_id: row.id,
@@ -440,6 +449,7 @@ export class SnapshotService {
       driver: row.driver,
       bytes: row.bytes,
       created_at: row.created_at,
+      memory: this.keptMemory(row),
       used_by: await this.deps.ledger.snapshots.liveUsers(row.id),
       warm_ready: this.deps.manager.snapshotPoolReady(row.id),
     };
