@@ -9,6 +9,7 @@ import { pino, type Logger as PinoLogger } from "pino";
 import { BothyError } from "@bothy/protocol";
 import { agentToolRoutes } from "./api/agent-tool-routes.ts";
 import { approvalRoutes } from "./api/approval-routes.ts";
+import { nodeRoutes } from "./api/node-routes.ts";
 import { policyRoutes } from "./api/policy-routes.ts";
 import { secretRoutes } from "./api/secret-routes.ts";
 import { EgressCa } from "./gateway/egress-ca.ts";
@@ -472,6 +473,7 @@ export async function startServer(
   await agentToolRoutes(app, config, logger, ring, { approvals, policies: manager.policies });
   usageRoutes(app, meter, ledger);
   approvalRoutes(app, approvals);
+  nodeRoutes(app, ledger);
   await e2bRoutes(app, {
     tokens: e2bTokens,
     config,

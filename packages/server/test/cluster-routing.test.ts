@@ -3,11 +3,14 @@
  * one PostgreSQL (helpers/cluster-nodes.ts) and gVisor: creates are placed across the nodes;
  * commands, a PTY, files, a port and the E2B SDK work through a node that does not run the
  * sandbox; one Idempotency-Key sent to two nodes at once makes one sandbox; a drained node gets no
- * new sandbox. From the attacker's side: a request that claims to be forwarded by a node, without
+ * new sandbox (`bothy node drain`). From the attacker's side: a request that claims to be forwarded by a node, without
  * the cluster's secret, with a wrong signature or replayed, is refused; another tenant's sandbox is
  * 404 to a key through every node. One cluster and few sandboxes for the file.
  */
+import { execFile } from "node:child_process";
 import { readFile } from "node:fs/promises";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Sandbox as E2bSandbox } from "e2b";
 import { api, pollUntil, runCommand } from "./helpers/client.ts";
@@ -18,6 +21,8 @@ import { useE2bEnv } from "./helpers/e2b-env.ts";
 import { ClusterSecret, FORWARDED_HEADER } from "../src/cluster/cluster-secret.ts";
 
 const driver = testDriver("gvisor");
+const BOTHY = fileURLToPath(new URL("../../cli/bin/bothy.js", import.meta.url));
+const pexec = promisify(execFile);
 const PORT_SERVER = await readFile(new URL("./fixtures/port-server.mjs", import.meta.url));
 const BODY = { template: "seed", vcpu: 1, memory_mib: 256 };
 
@@ -151,6 +156,30 @@ describe.skipIf(driver.missing !== undefined)(driverTitle(driver, "routing acros
     if (id === undefined) throw new Error("no sandbox");
     made.set(id, await nodeOf(id));
     expect(await count()).toBe(before + 1);
+  });
+
+  it("places no create on a drained node, even one sent to it", { timeout: 90_000 }, async () => {
+    // The emptiest node: the one placement would choose first if it were not drained.
+    const loads = (await api(url(0), "GET", "/nodes")).json["nodes"] as Array<{ node_id: string; sandboxes: number }>;
+    const emptiest = [...loads].sort((a, b) => a.sandboxes - b.sandboxes)[0]?.node_id;
+    const at = cluster.nodes.findIndex((n) => n.id === emptiest);
+    const drained = cluster.nodes[at];
+    if (!drained) throw new Error("no node");
+    const env = { ...process.env, BOTHY_URL: url(0) };
+    const cli = await pexec(process.execPath, [BOTHY, "node", "drain", drained.id, "--json"], { env });
+    expect(JSON.parse(cli.stdout)).toMatchObject({ node_id: drained.id, draining: true, lapsed: false });
+    const listed = await api(url(2), "GET", "/nodes");
+    expect((listed.json["nodes"] as Array<{ node_id: string; draining: boolean }>).map((n) => n.draining)).toEqual(
+      cluster.nodes.map((n) => n.id === drained.id),
+    );
+    for (let n = 0; n < 2; n++) {
+      const { id } = await create(at);
+      expect(made.get(id)).not.toBe(drained.id);
+    }
+    const back = await api(url(0), "DELETE", `/nodes/${drained.id}/drain`);
+    expect([back.status, back.json["draining"]]).toEqual([200, false]);
+    const unknown = await api(url(0), "POST", "/nodes/node-z/drain");
+    expect([unknown.status, unknown.json["code"]]).toEqual([404, "node_not_found"]);
   });
 
   it("keeps another tenant's sandbox 404 to a key through every node", { timeout: 60_000 }, async () => {
