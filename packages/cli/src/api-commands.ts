@@ -19,6 +19,7 @@ import { resumeCommand } from "./commands/resume.ts";
 import { rmCommand } from "./commands/rm.ts";
 import { shellCommand } from "./commands/shell.ts";
 import { tenantsCommand } from "./commands/tenants.ts";
+import { nodeCommand } from "./commands/node.ts";
 import { secretsCommand } from "./commands/secrets.ts";
 import { approvalsCommand } from "./commands/approvals.ts";
 import { uiLinkCommand } from "./commands/ui-link.ts";
@@ -40,6 +41,7 @@ export const API_COMMANDS: Command[] = [
   logsCommand,
   keysCommand,
   tenantsCommand,
+  nodeCommand,
   secretsCommand,
   volumeCommand,
   snapshotCommand,

@@ -9,3 +9,4 @@ export * from "./auth-api.ts";
 export * from "./egress-api.ts";
 export * from "./volumes-api.ts";
 export * from "./snapshots-api.ts";
+export * from "./cluster-api.ts";

@@ -1,15 +1,19 @@
 /**
- * API keys and tenants (`/keys`, `/tenants`): what `bothy keys` and `bothy tenants` use. Keys
- * need the `keys:manage` scope (a key mints only within its own scopes); tenants need `admin`.
+ * API keys, tenants and nodes (`/keys`, `/tenants`, `/nodes`): what `bothy keys`, `bothy tenants`
+ * and `bothy node` use. Keys need the `keys:manage` scope (a key mints only within its own scopes);
+ * tenants and nodes need `admin`.
  */
 import {
   apiKeyInfo,
   createdKey,
   keyList,
+  nodeInfo,
+  nodeList,
   tenantDeleted,
   tenantInfo,
   tenantList,
   type ApiKeyInfo,
+  type NodeInfo,
   type TenantQuota,
 } from "@bothy/protocol";
 import type { z } from "zod";
@@ -18,7 +22,7 @@ import { HttpClient, type CallOptions, type ConnectionOptions } from "./http-cli
 export type AdminOptions = ConnectionOptions & CallOptions;
 export type CreatedKey = z.infer<typeof createdKey>;
 export type TenantInfo = z.infer<typeof tenantInfo>;
-export type { ApiKeyInfo, TenantQuota };
+export type { ApiKeyInfo, NodeInfo, TenantQuota };
 
 export interface KeyCreateOptions extends AdminOptions {
   name?: string;
@@ -79,5 +83,29 @@ export const Tenants = {
       body: quota,
       ...signalOf(options),
     });
+  },
+};
+
+/** The nodes of a cluster (`/nodes`, scope admin): list them, drain one before taking it down, undo a drain. */
+export const Nodes = {
+  async list(options: AdminOptions = {}): Promise<NodeInfo[]> {
+    return (await new HttpClient(options).json("GET", "/nodes", nodeList, signalOf(options))).nodes;
+  },
+  /** No new sandbox is placed on the node; those it runs stay until deleted. */
+  async drain(nodeId: string, options: AdminOptions = {}): Promise<NodeInfo> {
+    return new HttpClient(options).json(
+      "POST",
+      `/nodes/${encodeURIComponent(nodeId)}/drain`,
+      nodeInfo,
+      signalOf(options),
+    );
+  },
+  async undrain(nodeId: string, options: AdminOptions = {}): Promise<NodeInfo> {
+    return new HttpClient(options).json(
+      "DELETE",
+      `/nodes/${encodeURIComponent(nodeId)}/drain`,
+      nodeInfo,
+      signalOf(options),
+    );
   },
 };

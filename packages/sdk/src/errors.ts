@@ -89,6 +89,8 @@ const BY_CODE: Partial<Record<ErrorCode, ErrorClass>> = {
   snapshot_exists: ConflictError,
   snapshot_in_use: ConflictError,
   snapshot_memory_unsupported: NotSupportedError,
+  node_unreachable: ConnectionError,
+  node_not_found: NotFoundError,
 };
 
 const BY_STATUS: Record<number, ErrorClass> = {

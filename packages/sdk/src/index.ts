@@ -62,9 +62,11 @@ export {
 } from "./errors.ts";
 export {
   ApiKeys,
+  Nodes,
   Tenants,
   type AdminOptions,
   type ApiKeyInfo,
+  type NodeInfo,
   type CreatedKey,
   type KeyCreateOptions,
   type TenantInfo,

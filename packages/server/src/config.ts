@@ -164,6 +164,11 @@ const envSchema = z.object({
   BOTHY_VAULT_KEY_FILE: z.string().startsWith("/", "an absolute path").optional(),
   /** How long a node's lease, and the leader's, lasts past its last renewal (three per lease). */
   BOTHY_NODE_LEASE_S: z.coerce.number().int().min(3).max(300).default(15),
+  /**
+   * With BOTHY_DATABASE_URL: a file holding the cluster's secret (the same on every node, 32 bytes
+   * or more), which signs requests one node forwards to another (cluster/cluster-secret.ts).
+   */
+  BOTHY_CLUSTER_SECRET_FILE: z.string().optional(),
   /** Serves `{port}-{sandbox id}.<this domain>` as that sandbox's port (a wildcard DNS name for the server). */
   BOTHY_PREVIEW_DOMAIN: z
     .string()
@@ -268,6 +273,8 @@ export interface ClusterConfig {
   /** Undefined: the id kept in $BOTHY_HOME/node-id (made at the first start). */
   nodeId: string | undefined;
   leaseMs: number;
+  /** Undefined: this node forwards nothing and places no create elsewhere (it answers all itself). */
+  secretFile: string | undefined;
 }
 
 const list = (s: string): string[] =>
@@ -371,9 +378,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
 
 function clusterConfig(e: z.infer<typeof envSchema>): ClusterConfig | undefined {
   if (e.BOTHY_DATABASE_URL === undefined || e.BOTHY_DATABASE_URL === "") {
-    if (e.BOTHY_NODE_URL !== undefined || e.BOTHY_NODE_ID !== undefined)
+    if (e.BOTHY_NODE_URL !== undefined || e.BOTHY_NODE_ID !== undefined || e.BOTHY_CLUSTER_SECRET_FILE !== undefined)
       throw new Error(
-        "Invalid configuration: BOTHY_NODE_URL and BOTHY_NODE_ID are for several machines and need BOTHY_DATABASE_URL (their shared PostgreSQL); unset them for one machine.",
+        "Invalid configuration: BOTHY_NODE_URL, BOTHY_NODE_ID and BOTHY_CLUSTER_SECRET_FILE are for several machines and need BOTHY_DATABASE_URL (their shared PostgreSQL); unset them for one machine.",
       );
     return undefined;
   }
@@ -386,6 +393,7 @@ function clusterConfig(e: z.infer<typeof envSchema>): ClusterConfig | undefined 
     nodeUrl: e.BOTHY_NODE_URL,
     nodeId: e.BOTHY_NODE_ID,
     leaseMs: e.BOTHY_NODE_LEASE_S * 1000,
+    secretFile: e.BOTHY_CLUSTER_SECRET_FILE,
   };
 }
 

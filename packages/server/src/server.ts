@@ -9,6 +9,7 @@ import { pino, type Logger as PinoLogger } from "pino";
 import { BothyError } from "@bothy/protocol";
 import { agentToolRoutes } from "./api/agent-tool-routes.ts";
 import { approvalRoutes } from "./api/approval-routes.ts";
+import { nodeRoutes } from "./api/node-routes.ts";
 import { policyRoutes } from "./api/policy-routes.ts";
 import { secretRoutes } from "./api/secret-routes.ts";
 import { EgressCa } from "./gateway/egress-ca.ts";
@@ -73,6 +74,8 @@ import { usageRoutes } from "./api/usage-routes.ts";
 import { Sweeper } from "./sandboxes/sweeper.ts";
 import { nodeOffer, startClusterNode } from "./cluster/cluster-node.ts";
 import { eventRetentionJob, usageJob } from "./cluster/leader-jobs.ts";
+import { ClusterSecret } from "./cluster/cluster-secret.ts";
+import { RequestRouter, routeAcrossNodes } from "./cluster/request-router.ts";
 import { EgressProxy } from "./gateway/egress-proxy.ts";
 import { gatewayLookup } from "./gateway/gateway-lookup.ts";
 import { PolicyResolver } from "./network/policy-resolver.ts";
@@ -151,6 +154,9 @@ export async function startServer(
   checkExposure(config);
   const tls = config.tls && { cert: readFileSync(config.tls.cert), key: readFileSync(config.tls.key) };
   await mkdir(config.home, { recursive: true, mode: 0o700 });
+  // Read first: a missing or short cluster secret stops the start before anything is made.
+  const clusterSecret =
+    config.cluster?.secretFile === undefined ? undefined : await ClusterSecret.load(config.cluster.secretFile);
   // The server's typed events: logged at their level, counted by the metrics, and the ones
   // clients care about published as public events (below, once the registry exists).
   const serverEvents = new ServerEvents();
@@ -178,6 +184,14 @@ export async function startServer(
     config.cluster &&
     (await startClusterNode(config.cluster, config.home, await nodeOffer(config, drivers, store), ledger, logger));
   const sandboxLedger = cluster?.ledger ?? ledger;
+  // Any node answers for any sandbox: requests about another node's go there, signed with the
+  // cluster's secret, and creates go where placement puts them (cluster/request-router.ts).
+  const router = cluster && clusterSecret ? new RequestRouter(cluster.node.id, clusterSecret, ledger) : undefined;
+  if (cluster && !clusterSecret)
+    logger.warn(
+      { event: "cluster_routing_off" },
+      "BOTHY_CLUSTER_SECRET_FILE is not set: this node forwards no request to another node and places every create here; set it (the same file on every node) so any node answers for any sandbox",
+    );
   const managerConfig: Config =
     cluster && config.cluster ? { ...config, cluster: { ...config.cluster, nodeId: cluster.node.id } } : config;
   const events = new EventBus(ledger, (err) =>
@@ -382,6 +396,9 @@ export async function startServer(
         `This server runs without API keys (BOTHY_AUTH=none) and answers only to localhost, loopback addresses, BOTHY_HOST and BOTHY_PREVIEW_DOMAIN, not to Host ${JSON.stringify(host.slice(0, 100))}; open it by one of those names (such as localhost or 127.0.0.1), or run it with API keys.`,
       );
   });
+  // Several machines: a request for another node's sandbox, and a create placed on another node, go
+  // there before this node authenticates it (the owner does; cluster/request-router.ts).
+  if (router) routeAcrossNodes(app, router);
   const bindings = new KeyBindings(ring, ledger, config.auth.mode);
   const e2bTokens = await AccessTokens.load(config.home, bindings, clusterKey("envd token key"));
   const links = await LinkTokens.load(config.home, bindings, clusterKey("link key"));
@@ -456,6 +473,7 @@ export async function startServer(
   await agentToolRoutes(app, config, logger, ring, { approvals, policies: manager.policies });
   usageRoutes(app, meter, ledger);
   approvalRoutes(app, approvals);
+  nodeRoutes(app, ledger);
   await e2bRoutes(app, {
     tokens: e2bTokens,
     config,

@@ -42,12 +42,14 @@ describe("cluster configuration", () => {
         BOTHY_NODE_URL: "http://10.0.0.11:8080",
         BOTHY_NODE_ID: "worker-1.example",
         BOTHY_NODE_LEASE_S: "9",
+        BOTHY_CLUSTER_SECRET_FILE: "/etc/bothy/cluster.secret",
       }).cluster,
     ).toEqual({
       databaseUrl: URL_WITH_PASSWORD,
       nodeUrl: "http://10.0.0.11:8080",
       nodeId: "worker-1.example",
       leaseMs: 9000,
+      secretFile: "/etc/bothy/cluster.secret",
     });
   });
 });

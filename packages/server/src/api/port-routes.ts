@@ -105,7 +105,7 @@ function parsePort(raw: string): number {
 }
 
 /** Headers without hop-by-hop ones, nor any the Connection header names. */
-function endToEnd(headers: IncomingHttpHeaders): OutgoingHttpHeaders {
+export function endToEnd(headers: IncomingHttpHeaders): OutgoingHttpHeaders {
   const named = new Set(
     String(headers["connection"] ?? "")
       .split(",")

@@ -29,7 +29,7 @@ export function requirementOf(method: string, url: string | undefined, websocket
   // envd calls carry the sandbox's own access token instead (checked by the envd routes), and
   // the e2b SDK's signed file URLs a signature made with it.
   if (url === "/e2b/envd" || url.startsWith("/e2b/envd/") || url === "/files") return "public";
-  if (url === "/metrics" || url.startsWith("/tenants")) return "admin";
+  if (url === "/metrics" || url.startsWith("/tenants") || url.startsWith("/nodes")) return "admin";
   if (url.startsWith("/keys")) return "keys:manage";
   if (url.startsWith("/secrets")) return "secrets";
   if (url === "/policy") return method === "GET" ? "key" : "policy";

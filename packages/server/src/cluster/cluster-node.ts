@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { readFile, writeFile } from "node:fs/promises";
+import { availableParallelism, totalmem } from "node:os";
 import { join } from "node:path";
 import type { Logger as PinoLogger } from "pino";
 import type { ClusterConfig, Config } from "../config.ts";
@@ -81,7 +82,7 @@ async function homeNodeId(home: string): Promise<string> {
   }
 }
 
-/** What this node offers the cluster: its drivers, the templates it holds built, its capacity. */
+/** What this node offers the cluster: its drivers, the templates it holds built, its host's CPUs and memory, its sandbox slots. */
 export async function nodeOffer(
   config: Config,
   drivers: DriverRegistry,
@@ -90,8 +91,9 @@ export async function nodeOffer(
   return {
     drivers: drivers.all().map((d) => d.name),
     templates: (await templates.list()).filter((t) => t.built !== undefined).map((t) => t.name),
-    vcpu: config.limits.maxVcpu,
-    memoryMib: config.limits.maxMemoryMib,
+    // The host's, which placement weighs sandboxes' shares against (cluster/placement.ts).
+    vcpu: availableParallelism(),
+    memoryMib: Math.floor(totalmem() / 2 ** 20),
     slots: config.limits.maxSandboxes,
   };
 }

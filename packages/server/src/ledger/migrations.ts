@@ -276,4 +276,6 @@ export const MIGRATIONS = [
   // 21: whether a snapshot kept memory and processes (1) or files only (0); null for one taken
   // before it, which its layer's folder answers (snapshot-service.ts `keptMemory`).
   `ALTER TABLE snapshots ADD COLUMN memory INTEGER;`,
+  // 22: a drained node takes no new sandboxes (cluster/placement.ts); it stays drained across restarts.
+  `ALTER TABLE nodes ADD COLUMN draining INTEGER NOT NULL DEFAULT 0;`,
 ];

@@ -10,6 +10,7 @@ import { migrateSqlite, openSqlite } from "./ledger.ts";
 import { NodeQueries } from "./node-rows.ts";
 import { PgListener, type NotifyHandler } from "./pg-listener.ts";
 import { PgRunner } from "./pg-runner.ts";
+import { PlacementQueries } from "./placement-rows.ts";
 import { SandboxQueries } from "./sandbox-rows.ts";
 import { SecretQueries } from "./secret-rows.ts";
 import { SessionQueries } from "./session-rows.ts";
@@ -41,6 +42,8 @@ export type LedgerStore = Asynced<SandboxQueries> &
     /** Several machines (cluster/): the nodes, their leases, and sandboxes as readers see them. */
     readonly nodes: Asynced<NodeQueries>;
     readonly clusterLeases: Asynced<ClusterLeaseQueries>;
+    /** Where a sandbox's requests go and where a create may go (cluster/request-router.ts). */
+    readonly placement: Asynced<PlacementQueries>;
     /** Runs a piece of work made of the rows' steps as one transaction (all of it or none). */
     transaction<T>(body: () => Step<T>): Promise<T>;
     /**
@@ -145,6 +148,7 @@ function build(
     lifecycle: bind<LifecycleQueries>(new LifecycleQueries()),
     nodes: bind<NodeQueries>(new NodeQueries()),
     clusterLeases: bind<ClusterLeaseQueries>(new ClusterLeaseQueries()),
+    placement: bind<PlacementQueries>(new PlacementQueries()),
     transaction: <T>(body: () => Step<T>) => runner(transaction(body)) as Promise<T>,
     listen,
     close,

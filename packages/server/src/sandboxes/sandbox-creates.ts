@@ -109,7 +109,17 @@ export class SandboxCreates {
         const row = await this.ctx.ledger.getSandbox(known.sandbox_id);
         if (row) return { sandbox: await this.ctx.view(row), created: false };
       }
-      return this.createNew(req, { key: idempotencyKey, fingerprint }, owner);
+      try {
+        return await this.createNew(req, { key: idempotencyKey, fingerprint }, owner);
+      } catch (err) {
+        // Another node of a cluster wrote this key's row first (it is the shared database's, one per
+        // tenant and key, so this create's insert was refused and wrote nothing): its sandbox is the answer.
+        const other = await this.ctx.ledger.findIdempotencyKey(owner.tenant, idempotencyKey).catch(() => undefined);
+        const row = other && (await this.ctx.ledger.getSandbox(other.sandbox_id));
+        if (!other || !row) throw err;
+        if (other.fingerprint !== fingerprint) throw reused();
+        return { sandbox: await this.ctx.view(row), created: false };
+      }
     })();
     this.inflightKeys.set(slot, { fingerprint, job });
     try {

@@ -63,7 +63,8 @@ function alive(pid: number): boolean {
   }
 }
 
-async function freePort(): Promise<number> {
+/** A loopback port free now (another process may take it before its user binds it: retry then). */
+export async function freePort(): Promise<number> {
   const server = createServer();
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
