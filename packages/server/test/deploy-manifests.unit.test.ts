@@ -111,14 +111,18 @@ describe("deploy/kubernetes", () => {
             automountServiceAccountToken: boolean;
             containers: Array<{
               securityContext: { privileged: boolean };
-              env: Array<{ name: string; valueFrom?: { secretKeyRef?: { name: string; key: string } } }>;
+              env: Array<{
+                name: string;
+                value?: string;
+                valueFrom?: { secretKeyRef?: { name: string; key: string } };
+              }>;
               envFrom: Array<{ configMapRef: { name: string } }>;
               volumeMounts: Array<{ name: string; mountPath: string }>;
             }>;
             volumes: Array<{
               name: string;
               hostPath?: { path: string };
-              secret?: { secretName: string; items: Array<{ key: string }> };
+              secret?: { secretName: string; items: Array<{ key: string; path: string }> };
             }>;
           };
         };
@@ -160,7 +164,12 @@ describe("deploy/kubernetes", () => {
       }
     for (const v of pod.volumes.filter((v) => v.secret))
       for (const item of v.secret?.items ?? []) expect(secretKeys.has(item.key), item.key).toBe(true);
-    expect(secretKeys).toEqual(new Set(["BOTHY_DATABASE_URL", "vault.key"]));
+    expect(secretKeys).toEqual(new Set(["BOTHY_DATABASE_URL", "vault.key", "cluster.secret"]));
+    // The node signs and checks forwarded requests with the Secret's cluster secret.
+    const secretFile = node?.env.find((e) => e.name === "BOTHY_CLUSTER_SECRET_FILE")?.value;
+    const mount = node?.volumeMounts.find((m) => secretFile?.startsWith(`${m.mountPath}/`));
+    const volume = pod.volumes.find((v) => v.name === mount?.name);
+    expect(volume?.secret?.items?.map((i) => `${mount?.mountPath}/${i.path}`)).toContain(secretFile);
     const config = one<{ metadata: { name: string }; data: Record<string, string> }>(all, "ConfigMap");
     expect(node?.envFrom.map((e) => e.configMapRef.name)).toEqual([config.metadata.name]);
     // The database URL is never in the ConfigMap.
