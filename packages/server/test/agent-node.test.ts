@@ -1,11 +1,8 @@
-import { chmod, mkdir, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { loadConfig } from "../src/index.ts";
 import { runCommand } from "./helpers/client.ts";
 import { driverTitle, testDrivers } from "./helpers/drivers.ts";
-import { useServerWithSandbox } from "./helpers/suite.ts";
+import { useServerWithSandbox, useServerWithSandboxNodeExiting } from "./helpers/suite.ts";
 import type { TestServer } from "./helpers/test-server.ts";
 
 /**
@@ -43,30 +40,12 @@ describe.skipIf(!gvisor || gvisor.missing !== undefined)(
     });
 
     describe("a Node that runs on the host but not in the sandbox", () => {
-      const dir = join(tmpdir(), `bothy-agent-node-${process.pid}`);
       let ts: TestServer;
       let id: string;
-      beforeAll(async () => {
-        await mkdir(dir, { recursive: true });
-        // On the host it is the server's Node (which builds the snapshot); in the sandbox, where
-        // bothy-init is, it exits 127 as a loader refusing its libraries would.
-        await writeFile(
-          join(dir, "node"),
-          `#!/bin/sh\n[ -e /opt/bothy/bothy-init ] && exit 127\nexec ${process.execPath} "$@"\n`,
-        );
-        await chmod(join(dir, "node"), 0o755);
+      useServerWithSandboxNodeExiting(127, (server, sandbox) => {
+        ts = server;
+        id = sandbox;
       });
-      afterAll(async () => {
-        await rm(dir, { recursive: true, force: true });
-      });
-      useServerWithSandbox(
-        "gvisor",
-        (server, sandbox) => {
-          ts = server;
-          id = sandbox;
-        },
-        { BOTHY_AGENT_NODE: join(dir, "node") },
-      );
 
       it("falls back to the template's Node, with the agent's script", async () => {
         expect(ts.events.some((e) => e.event === "agent_snapshot")).toBe(true);

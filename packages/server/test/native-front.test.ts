@@ -1,12 +1,10 @@
 import { execFile } from "node:child_process";
-import { chmod, mkdir, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { api, runCommand } from "./helpers/client.ts";
 import { driverTitle, testDriver } from "./helpers/drivers.ts";
-import { useServerWithSandbox } from "./helpers/suite.ts";
+import { useServerWithSandbox, useServerWithSandboxNodeExiting } from "./helpers/suite.ts";
 import type { TestServer } from "./helpers/test-server.ts";
 
 const pexec = promisify(execFile);
@@ -79,29 +77,16 @@ describe.skipIf(gvisor.missing !== undefined)(driverTitle(gvisor, "the native fr
   });
 
   describe("an agent that cannot start", () => {
-    const dir = join(tmpdir(), `bothy-native-front-${process.pid}`);
     let ts: TestServer;
     let id: string;
-    beforeAll(async () => {
-      await mkdir(dir, { recursive: true });
-      // The server's Node on the host (it builds the agent's snapshot there); in the sandbox, where
-      // bothy-init is, it fails at once with a status that has no fallback (only 127 has one).
-      await writeFile(
-        join(dir, "node"),
-        `#!/bin/sh\n[ -e /opt/bothy/bothy-init ] && exit 3\nexec ${process.execPath} "$@"\n`,
-      );
-      await chmod(join(dir, "node"), 0o755);
-    });
-    afterAll(async () => {
-      await rm(dir, { recursive: true, force: true });
-    });
-    useServerWithSandbox(
-      "gvisor",
+    // A Node that fails at once in the sandbox with a status that has no fallback (only 127 has one).
+    useServerWithSandboxNodeExiting(
+      3,
       (server, sandbox) => {
         ts = server;
         id = sandbox;
       },
-      { ...LAZY, BOTHY_AGENT_NODE: join(dir, "node") },
+      LAZY,
     );
 
     it("still starts the sandbox, and answers each request that needs the agent with an error, never a hang", async () => {

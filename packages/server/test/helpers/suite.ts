@@ -1,3 +1,6 @@
+import { chmod, mkdir, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, beforeAll, expect } from "vitest";
 import type { DriverName } from "@bothy/protocol";
 import { createSandbox, sandboxState, waitForState } from "./client.ts";
@@ -31,6 +34,32 @@ export function useServerWithSandbox(
   env: Record<string, string> = {},
 ): void {
   useTestServer({ BOTHY_DRIVER: driver, ...env }, async (ts) => use(ts, await createSandbox(ts.url)));
+}
+
+/**
+ * useServerWithSandbox on gVisor with BOTHY_AGENT_NODE set to a Node that is the server's own on the
+ * host (which builds the agent's snapshot with it) but exits with `status` in the sandbox, where
+ * bothy-init is: 127 as a loader refusing its libraries would (bothy-init then falls back to the
+ * template's Node), any other status as a Node that cannot start at all.
+ */
+export function useServerWithSandboxNodeExiting(
+  status: number,
+  use: (ts: TestServer, sandboxId: string) => void,
+  env: Record<string, string> = {},
+): void {
+  const dir = join(tmpdir(), `bothy-sandbox-node-${status}-${process.pid}`);
+  beforeAll(async () => {
+    await mkdir(dir, { recursive: true });
+    await writeFile(
+      join(dir, "node"),
+      `#!/bin/sh\n[ -e /opt/bothy/bothy-init ] && exit ${status}\nexec ${process.execPath} "$@"\n`,
+    );
+    await chmod(join(dir, "node"), 0o755);
+  });
+  afterAll(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+  useServerWithSandbox("gvisor", use, { ...env, BOTHY_AGENT_NODE: join(dir, "node") });
 }
 
 /** How long a sandbox stays idle before it sleeps, on a server `useIdleServer` started. */
